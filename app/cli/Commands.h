@@ -1,0 +1,15 @@
+#pragma once
+// Subcommands of the `latmix` CLI. Each registers its options on the parser and runs after a
+// successful parse; errors are thrown as std::exception and printed by main as one line.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace latmix::cli {
+
+using Runner = std::function<int()>;
+
+Runner addMxQuantizeCommand(CLI::App& app);
+Runner addBenchCommand(CLI::App& app);
+
+} // namespace latmix::cli

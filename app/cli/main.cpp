@@ -1,0 +1,39 @@
+// latmix: the headless CLI. Everything the workbench does is reachable from here.
+#include "cli/Commands.h"
+
+#include "util/Runtime.h"
+
+#include <cstdio>
+#include <exception>
+#include <map>
+
+int main(int argc, char** argv) {
+    CLI::App app{"latmix: LATMiX quantization workbench, command line"};
+    app.require_subcommand(1);
+    int threads = 0;
+    app.add_option("--threads", threads,
+                   "libtorch threads (default: LATMIX_THREADS, else the number of cores)");
+    app.set_version_flag("--version", latmix::latmixVersion() + " (libtorch " + latmix::libtorchVersion() + ")");
+
+    std::map<CLI::App*, latmix::cli::Runner> runners;
+    auto add = [&](latmix::cli::Runner (*registerFn)(CLI::App&)) {
+        auto runner = registerFn(app);
+        runners[app.get_subcommands({}).back()] = runner;
+    };
+    add(latmix::cli::addMxQuantizeCommand);
+    add(latmix::cli::addBenchCommand);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    try {
+        latmix::configureThreads(threads);
+        for (auto* sub : app.get_subcommands()) return runners.at(sub)();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "latmix: error: %s\n", e.what());
+        return 1;
+    }
+    return 1;
+}

@@ -1,0 +1,11 @@
+#pragma once
+// Per-MX-block quantization error (SPEC §3 with T = identity): for block i,
+// E_B^i = (1/|I_i|) sum_{j in I_i} (x - xq)_j^2, averaged over all leading dimensions.
+#include <ATen/core/Tensor.h>
+
+namespace latmix::metrics {
+
+// x and xq of the same shape [..., n]; returns float64 [ceil(n/B)].
+at::Tensor perBlockError(const at::Tensor& x, const at::Tensor& xq, int blockSize);
+
+} // namespace latmix::metrics

@@ -1,0 +1,192 @@
+#include "mx/MxQuantizer.h"
+
+#include "mx/MxCodes.h"
+#include "mx/MxKernelCpu.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace latmix::mx {
+namespace {
+
+constexpr int64_t kMantissaUnit = 1 << 23; // one step of the float32 exponent field
+
+struct Quantized {
+    at::Tensor values; // float32, same shape as the input
+    at::Tensor scales; // float32 [rows, blocks] or undefined when not asked for
+};
+
+// 2^e for int32 e in [-127, 127], built from the bits so that it is exact on every device.
+at::Tensor pow2(const at::Tensor& e) {
+    auto normal = (e + 127) * kMantissaUnit;
+    auto bits = at::where(e >= -126, normal, at::full_like(e, 1 << 22)); // 2^-127 is subnormal
+    return bits.view(at::kFloat);
+}
+
+// floor(log2 a) for a >= 0 normal float32 values (zero and subnormals give -127).
+at::Tensor exponentOf(const at::Tensor& a) {
+    return at::div(a.contiguous().view(at::kInt), kMantissaUnit, "floor") - 127;
+}
+
+// Tensor version of the element grid rounding (see MxKernelCpu's ElementGrid).
+at::Tensor quantizeOnGrid(const at::Tensor& y, ElementFormat f) {
+    const ElementSpec& s = elementSpec(f);
+    auto a = y.abs();
+    auto e = at::clamp(exponentOf(a), s.emin, s.isInteger ? 0 : 127);
+    auto k = e - s.mbits;
+    auto r = at::round(a * pow2(-k)); // round half to even
+    return at::copysign(at::clamp_max(r * pow2(k), s.maxValue), y);
+}
+
+// Shared exponent per block from the block maxima (finite, >= 0), SPEC §1.
+at::Tensor sharedExponents(const at::Tensor& amax, ElementFormat f, ScaleMode mode) {
+    const ElementSpec& s = elementSpec(f);
+    auto bits = amax.contiguous().view(at::kInt);
+    auto fe = at::div(bits, kMantissaUnit, "floor") - 127;
+    at::Tensor e;
+    // Subnormal maxima: only the INT formats (emax 0) can land above -127 there.
+    at::Tensor subnormal;
+    switch (mode) {
+    case ScaleMode::Floor:
+        e = fe - s.emax;
+        subnormal = at::full_like(fe, kScaleExpMin);
+        break;
+    case ScaleMode::Ceil: {
+        const float maxMantissa = static_cast<float>(s.maxValue) / std::ldexp(1.0f, std::ilogb(s.maxValue));
+        auto mant = amax / pow2(fe.clamp_min(-126));
+        e = fe - s.emax + (mant > maxMantissa).to(at::kInt);
+        // ceil(log2(amax/max)) = -126 iff amax > max * 2^-127
+        const float threshold = std::ldexp(static_cast<float>(s.maxValue), -127);
+        subnormal = at::where(amax > threshold, at::full_like(fe, -126), at::full_like(fe, kScaleExpMin));
+        break;
+    }
+    case ScaleMode::Even: {
+        const int64_t half = int64_t{1} << (23 - s.mbits - 1);
+        auto rounded = at::bitwise_and(bits + half, 0x7f800000);
+        e = at::div(rounded, kMantissaUnit, "floor") - 127 - s.emax;
+        // amax rounds up to 2^-126 iff amax >= (2 - 2^-(mbits+1)) 2^-127
+        const float threshold = std::ldexp(2.0f - std::ldexp(1.0f, -(s.mbits + 1)), -127);
+        subnormal = at::where(amax >= threshold, at::full_like(fe, -126 - s.emax), at::full_like(fe, kScaleExpMin));
+        break;
+    }
+    }
+    e = at::where(bits < (1 << 23), subnormal, e);
+    return at::clamp(e, kScaleExpMin, kScaleExpMax);
+}
+
+at::Tensor deviceScalar(float v, const at::Tensor& like) {
+    // A 0-d tensor on the same device, never a CPU scalar: CUDA turns division by a CPU scalar
+    // into multiplication by its reciprocal, which is not bit exact.
+    return at::scalar_tensor(v, like.options());
+}
+
+Quantized quantizeTensorOps(const at::Tensor& x2d, const MxConfig& c, bool wantScales) {
+    const int64_t rows = x2d.size(0), n = x2d.size(1), B = c.blockSize;
+    const int64_t nb = (n + B - 1) / B;
+    auto padded = nb * B == n ? x2d : at::constant_pad_nd(x2d, {0, nb * B - n}, 0);
+    auto blocks = padded.reshape({rows, nb, B});
+    auto amax = blocks.abs().amax({-1}, true); // NaN propagates
+    auto finite = at::isfinite(amax);
+    amax = at::where(finite, amax, at::zeros_like(amax));
+    const ElementFormat elem = c.element();
+    at::Tensor q, scale;
+    if (c.isNvfp4()) {
+        auto xabs = x2d.abs();
+        auto gamax = at::where(at::isfinite(xabs), xabs, at::zeros_like(xabs)).amax();
+        auto g = gamax / deviceScalar(kNvfp4GlobalDivisor, x2d);
+        g = at::where(g > 0, g, at::ones_like(g));
+        auto s = at::clamp((amax / deviceScalar(6.0f, x2d)) / g, kNvfp4ScaleMin, kNvfp4ScaleMax);
+        scale = quantizeOnGrid(s, ElementFormat::E4M3) * g;
+        q = quantizeOnGrid(blocks / scale, elem) * scale;
+    } else {
+        auto e = sharedExponents(amax, elem, c.scaleMode);
+        scale = pow2(e);
+        q = quantizeOnGrid(blocks * pow2(-e), elem) * scale;
+    }
+    const auto nan = at::full({}, std::numeric_limits<float>::quiet_NaN(), q.options());
+    q = at::where(finite, q, nan).reshape({rows, nb * B});
+    if (nb * B != n) q = q.narrow(1, 0, n);
+    Quantized r{q.contiguous(), {}};
+    if (wantScales) r.scales = at::where(finite, scale, nan).reshape({rows, nb});
+    return r;
+}
+
+Quantized quantizeCpuKernel(const at::Tensor& x2d, const MxConfig& c, bool wantScales) {
+    if (!x2d.device().is_cpu())
+        throw std::invalid_argument("the MX CPU kernel needs a CPU tensor; use the tensor-ops backend");
+    const int64_t rows = x2d.size(0), n = x2d.size(1);
+    const int64_t nb = (n + c.blockSize - 1) / c.blockSize;
+    auto x = x2d.contiguous();
+    Quantized r{at::empty_like(x), {}};
+    auto codes = at::empty({rows, nb}, x.options().dtype(at::kByte));
+    const float g = c.isNvfp4() ? cpu::nvfp4GlobalScale(x.data_ptr<float>(), x.numel()) : 1.0f;
+    cpu::QuantizeOutputs out;
+    out.dequantized = r.values.data_ptr<float>();
+    out.scaleCodes = codes.data_ptr<std::uint8_t>();
+    cpu::quantizeRows(x.data_ptr<float>(), rows, n, c, g, out);
+    if (wantScales) {
+        // Decode the 256 possible scale bytes once, then gather.
+        auto lut = at::empty({256}, x.options());
+        float* l = lut.data_ptr<float>();
+        for (int b = 0; b < 256; ++b)
+            l[b] = c.isNvfp4() ? static_cast<float>(decodeElement(static_cast<std::uint8_t>(b), ElementFormat::E4M3)) * g
+                               : static_cast<float>(decodeE8M0(static_cast<std::uint8_t>(b)));
+        r.scales = lut.index({codes.to(at::kLong)});
+    }
+    return r;
+}
+
+Quantized quantize(const at::Tensor& x, const MxConfig& c, Backend backend, bool wantScales) {
+    c.validate();
+    const int64_t n = x.dim() == 0 ? 1 : x.size(-1);
+    auto x2d = x.detach().to(at::kFloat).reshape({-1, n});
+    if (backend == Backend::Auto)
+        backend = x.device().is_cpu() ? Backend::CpuKernel : Backend::TensorOps;
+    if (x2d.numel() == 0) return {x2d.clone(), at::empty({x2d.size(0), 0}, x2d.options())};
+    return backend == Backend::CpuKernel ? quantizeCpuKernel(x2d, c, wantScales)
+                                         : quantizeTensorOps(x2d, c, wantScales);
+}
+
+// Straight-through estimator (SPEC §1): identity gradient inside the representable range.
+struct FakeQuantFunction : public torch::autograd::Function<FakeQuantFunction> {
+    static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                              int64_t format, int64_t block, int64_t mode, int64_t backend) {
+        MxConfig c{static_cast<Format>(format), static_cast<int>(block), static_cast<ScaleMode>(mode)};
+        Quantized r = quantize(x, c, static_cast<Backend>(backend), true);
+        const double maxValue = elementSpec(c.element()).maxValue;
+        auto limit = (r.scales * maxValue).repeat_interleave(block, 1);
+        const int64_t n = x.dim() == 0 ? 1 : x.size(-1);
+        auto inside = x.detach().to(at::kFloat).reshape({-1, n}).abs() <= limit.narrow(1, 0, n);
+        ctx->save_for_backward({inside.reshape(x.sizes())});
+        return r.values.reshape(x.sizes()).to(x.scalar_type());
+    }
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list grads) {
+        auto inside = ctx->get_saved_variables()[0];
+        auto g = grads[0] * inside.to(grads[0].scalar_type());
+        return {g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+};
+
+} // namespace
+
+at::Tensor fakeQuantize(const at::Tensor& x, const MxConfig& c, Backend backend) {
+    if (x.requires_grad() && at::GradMode::is_enabled())
+        return FakeQuantFunction::apply(x, static_cast<int64_t>(c.format), static_cast<int64_t>(c.blockSize),
+                                        static_cast<int64_t>(c.scaleMode), static_cast<int64_t>(backend));
+    return quantize(x, c, backend, false).values.reshape(x.sizes()).to(x.scalar_type());
+}
+
+at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend) {
+    auto r = quantize(x, c, backend, true);
+    auto shape = x.sizes().vec();
+    if (shape.empty()) shape.push_back(1);
+    shape.back() = r.scales.size(1);
+    return r.scales.reshape(shape);
+}
+
+} // namespace latmix::mx

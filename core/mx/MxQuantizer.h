@@ -1,0 +1,25 @@
+#pragma once
+// MX fake quantization of libtorch tensors over their last dimension (SPEC §1).
+#include "mx/MxFormat.h"
+
+#include <ATen/core/Tensor.h>
+
+namespace latmix::mx {
+
+enum class Backend {
+    Auto,      // the CPU kernel for CPU tensors, tensor operations elsewhere (CUDA)
+    CpuKernel, // fused float32 loop (mx/MxKernelCpu), CPU tensors only
+    TensorOps, // libtorch tensor operations; runs on any device
+};
+
+// Quantize then dequantize x blockwise along its last dimension; a trailing partial block is
+// quantized on its own; a block holding NaN/Inf becomes NaN. Returns x's dtype and device.
+// Differentiable with the straight-through estimator: the gradient is the identity where
+// |x| <= max_elem * block scale and 0 where the value saturated (SPEC §1).
+at::Tensor fakeQuantize(const at::Tensor& x, const MxConfig& c, Backend backend = Backend::Auto);
+
+// Per-block scales actually used (E8M0 power of two; NVFP4: E4M3 scale times the tensor scale),
+// shape [..., ceil(n/B)], float32, NaN for blocks holding NaN/Inf.
+at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend = Backend::Auto);
+
+} // namespace latmix::mx

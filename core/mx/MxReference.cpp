@@ -1,0 +1,110 @@
+#include "mx/MxReference.h"
+
+#include <algorithm>
+#include <cfenv>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace latmix::mx::ref {
+
+double quantizeElement(double y, ElementFormat f) {
+    const ElementSpec& spec = elementSpec(f);
+    if (std::isnan(y)) return y;
+    if (std::isinf(y)) return std::copysign(spec.maxValue, y); // saturate
+    const double a = std::fabs(y);
+    double step;
+    if (spec.isInteger) {
+        step = std::ldexp(1.0, -spec.mbits); // fixed point: 2^-fractional bits
+    } else {
+        // Spacing of the binade holding a; below the smallest normal binade the subnormal
+        // spacing 2^(emin - mbits) applies.
+        int e = a > 0.0 ? static_cast<int>(std::floor(std::log2(a))) : spec.emin;
+        e = std::max(e, spec.emin);
+        step = std::ldexp(1.0, e - spec.mbits);
+    }
+    // nearbyint rounds half to even in the default rounding mode, as cvt.rn does.
+    double q = std::nearbyint(a / step) * step;
+    q = std::min(q, spec.maxValue);
+    return std::copysign(q, y);
+}
+
+int sharedExponent(double amax, ElementFormat f, ScaleMode mode) {
+    const ElementSpec& spec = elementSpec(f);
+    if (!(amax >= 0.0) || std::isinf(amax))
+        throw std::invalid_argument("sharedExponent: block maximum must be finite and >= 0");
+    if (amax == 0.0) return kScaleExpMin;
+    int e = 0;
+    switch (mode) {
+    case ScaleMode::Floor: // OCP MX spec: 2^(floor(log2 amax) - emax)
+        e = static_cast<int>(std::floor(std::log2(amax))) - spec.emax;
+        break;
+    case ScaleMode::Ceil: // never clips: 2^ceil(log2(amax / max))
+        e = static_cast<int>(std::ceil(std::log2(amax / spec.maxValue)));
+        break;
+    case ScaleMode::Even: { // torchao EVEN: round amax to the element mantissa first (half up)
+        int fe = static_cast<int>(std::floor(std::log2(amax)));
+        const double m = amax / std::ldexp(1.0, fe); // in [1, 2)
+        const double mr = std::floor(m * std::ldexp(1.0, spec.mbits) + 0.5) / std::ldexp(1.0, spec.mbits);
+        if (mr >= 2.0) ++fe;
+        e = fe - spec.emax;
+        break;
+    }
+    }
+    return std::clamp(e, kScaleExpMin, kScaleExpMax);
+}
+
+float nvfp4GlobalScale(const std::vector<float>& x) {
+    float amax = 0.0f;
+    for (float v : x)
+        if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+    // SPEC §1: g = amax / (448 * 6), computed in FP32. An all-zero tensor would give g = 0 and
+    // 0/0 downstream; any positive g quantizes it to zeros, so use 1.
+    const float g = amax / kNvfp4GlobalDivisor;
+    return g > 0.0f ? g : 1.0f;
+}
+
+float nvfp4BlockScale(float blockAmax, float globalScale) {
+    float s = (blockAmax / 6.0f) / globalScale; // FP32 arithmetic, as the format defines it
+    s = std::clamp(s, kNvfp4ScaleMin, kNvfp4ScaleMax);
+    return static_cast<float>(quantizeElement(s, ElementFormat::E4M3));
+}
+
+std::vector<float> fakeQuantize(const std::vector<float>& x, int64_t rowLength, const MxConfig& c) {
+    c.validate();
+    if (rowLength <= 0 || x.size() % static_cast<size_t>(rowLength) != 0)
+        throw std::invalid_argument("fakeQuantize: row length does not divide the input");
+    const ElementFormat elem = c.element();
+    const float g = c.isNvfp4() ? nvfp4GlobalScale(x) : 1.0f;
+    std::vector<float> out(x.size());
+    const int64_t rows = static_cast<int64_t>(x.size()) / rowLength;
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t b = 0; b < rowLength; b += c.blockSize) {
+            const int64_t begin = r * rowLength + b;
+            const int64_t end = r * rowLength + std::min<int64_t>(b + c.blockSize, rowLength);
+            double amax = 0.0;
+            bool finite = true;
+            for (int64_t i = begin; i < end; ++i) {
+                finite = finite && std::isfinite(x[i]);
+                amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
+            }
+            for (int64_t i = begin; i < end; ++i) {
+                if (!finite) {
+                    out[i] = std::numeric_limits<float>::quiet_NaN();
+                } else if (c.isNvfp4()) {
+                    // FP32 throughout: the block scale times g is not a power of two, so the
+                    // division and product round exactly as an FP32 implementation rounds them.
+                    const float eff = nvfp4BlockScale(static_cast<float>(amax), g) * g;
+                    const float y = x[i] / eff;
+                    out[i] = static_cast<float>(quantizeElement(y, elem) * eff);
+                } else {
+                    const double s = std::ldexp(1.0, sharedExponent(amax, elem, c.scaleMode));
+                    out[i] = static_cast<float>(quantizeElement(x[i] / s, elem) * s);
+                }
+            }
+        }
+    }
+    return out;
+}
+
+} // namespace latmix::mx::ref

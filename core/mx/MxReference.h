@@ -1,0 +1,31 @@
+#pragma once
+// Scalar reference implementation of MX fake quantization (SPEC §1), one value at a time in
+// double precision, written for clarity rather than speed. The fast paths are tested against
+// it bit for bit (the ggml way: a plain reference per format, fast kernels checked against it).
+#include "mx/MxFormat.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace latmix::mx::ref {
+
+// Round an already scaled value onto the element grid: round half to even, keep the
+// element format's subnormals, then saturate to +-max. NaN stays NaN.
+double quantizeElement(double y, ElementFormat f);
+
+// Unclamped-to-E8M0 exponent rule of SPEC §1 for a finite block maximum amax >= 0, then
+// clamped to the E8M0 range [-127, 127]. An all-zero block gives -127.
+int sharedExponent(double amax, ElementFormat f, ScaleMode mode);
+
+// Per-tensor FP32 scale of NVFP4: amax/(448*6) over the finite values; 1 for an all-zero tensor.
+float nvfp4GlobalScale(const std::vector<float>& x);
+
+// E4M3 block scale of NVFP4 for one block: (amax/6)/g clamped to [2^-9, 448], rounded to E4M3.
+float nvfp4BlockScale(float blockAmax, float globalScale);
+
+// Fake quantization (quantize then dequantize) of x viewed as rows of rowLength values, blocks
+// along each row, a trailing partial block quantized on its own. A block holding NaN or Inf
+// becomes all NaN.
+std::vector<float> fakeQuantize(const std::vector<float>& x, int64_t rowLength, const MxConfig& c);
+
+} // namespace latmix::mx::ref

@@ -1,0 +1,55 @@
+#include "util/Runtime.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/version.h>
+#ifdef LATMIX_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+#include <cstdlib>
+#include <thread>
+
+namespace latmix {
+
+int configureThreads(int requested) {
+    int n = requested;
+    if (n <= 0) {
+        if (const char* env = std::getenv("LATMIX_THREADS")) n = std::atoi(env);
+    }
+    if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+    if (n <= 0) n = 1;
+    at::set_num_threads(n);
+    return at::get_num_threads();
+}
+
+int threadCount() { return at::get_num_threads(); }
+
+std::string libtorchVersion() {
+    return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+           std::to_string(TORCH_VERSION_PATCH);
+}
+
+std::string latmixVersion() { return LATMIX_VERSION; }
+
+static int cudaDeviceCount() {
+    return at::hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().getNumGPUs()) : 0;
+}
+
+std::vector<std::string> availableDevices() {
+    std::vector<std::string> d{"cpu"};
+    for (int i = 0; i < cudaDeviceCount(); ++i) d.push_back("cuda:" + std::to_string(i));
+    return d;
+}
+
+std::string deviceDescription() {
+    if (cudaDeviceCount() == 0) return "CPU";
+#ifdef LATMIX_WITH_CUDA
+    return std::string("CUDA: ") + at::cuda::getDeviceProperties(0)->name;
+#else
+    return "CUDA";
+#endif
+}
+
+} // namespace latmix

@@ -1,0 +1,51 @@
+#pragma once
+// Small helpers shared by the Qt tests.
+#include <ATen/ATen.h>
+#include <QString>
+#include <QtTest>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace latmix::test {
+
+inline std::uint32_t bitsOf(float f) {
+    std::uint32_t b;
+    std::memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+// Bit equality, except that any NaN equals any NaN.
+inline bool sameFloat(float a, float b) {
+    return (std::isnan(a) && std::isnan(b)) || bitsOf(a) == bitsOf(b);
+}
+
+inline std::vector<float> toVector(const at::Tensor& t) {
+    auto c = t.detach().to(at::kFloat).contiguous();
+    return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+inline at::Tensor toTensor(const std::vector<float>& v) {
+    return at::from_blob(const_cast<float*>(v.data()), {static_cast<int64_t>(v.size())}, at::kFloat).clone();
+}
+
+// Index of the first element where the two differ bitwise, or -1.
+inline long long firstMismatch(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return 0;
+    for (size_t i = 0; i < a.size(); ++i)
+        if (!sameFloat(a[i], b[i])) return static_cast<long long>(i);
+    return -1;
+}
+
+inline QString describeMismatch(const std::vector<float>& x, const std::vector<float>& got,
+                                const std::vector<float>& want, long long i) {
+    return QString("element %1: x=%2 got %3 want %4")
+        .arg(i)
+        .arg(static_cast<double>(x[i]), 0, 'g', 9)
+        .arg(static_cast<double>(got[i]), 0, 'g', 9)
+        .arg(static_cast<double>(want[i]), 0, 'g', 9);
+}
+
+} // namespace latmix::test

@@ -1,0 +1,242 @@
+// MX fake quantization of tensors: hand-worked golden blocks and bit-for-bit agreement of the
+// CPU kernel and the tensor-ops path with the scalar reference (SPEC §1), plus the
+// straight-through gradient.
+#include "TestSupport.h"
+
+#include "mx/MxQuantizer.h"
+#include "mx/MxReference.h"
+
+#include <QtTest>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+using namespace latmix::mx;
+using namespace latmix::test;
+
+Q_DECLARE_METATYPE(Backend)
+
+namespace {
+
+const float kNan = std::numeric_limits<float>::quiet_NaN();
+const float kInf = std::numeric_limits<float>::infinity();
+
+// ~1e5 values covering what quantizers meet: log-normal magnitudes over many binades, outlier
+// channels, exact grid ties, zero blocks, subnormal blocks, NaN and Inf blocks.
+std::vector<float> stressValues(int64_t rows, int64_t cols, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal;
+    std::uniform_int_distribution<int> small(-64, 64), binade(-20, 20), pick(0, 99);
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (auto& v : x) {
+        const int kind = pick(rng);
+        if (kind < 70) v = static_cast<float>(normal(rng) * std::exp(2.0 * normal(rng)));
+        else if (kind < 90) v = static_cast<float>(std::ldexp(small(rng) / 8.0, binade(rng))); // ties
+        else if (kind < 95) v = static_cast<float>(normal(rng) * 1e3); // outliers
+        else v = static_cast<float>(normal(rng) * 1e-3);
+    }
+    if (cols < 192) qFatal("stressValues needs at least 192 columns for its special blocks");
+    for (int64_t r = 0; r < rows; ++r) {
+        float* row = x.data() + r * cols;
+        row[3] *= 200.0f; // an outlier channel in every row
+        switch (r % 7) {
+        case 1: std::fill(row + 64, row + 96, 0.0f); break;                     // zero block
+        case 2: row[40] = kNan; break;                                            // NaN block
+        case 3: row[100] = (r % 2) ? kInf : -kInf; break;                          // Inf block
+        case 4: for (int j = 128; j < 160; ++j) row[j] = 1e-40f * (j - 140); break; // subnormal block
+        case 5: for (int j = 160; j < 192; ++j) row[j] = std::ldexp(1.9f, 100) * (j % 3 - 1); break;
+        default: break;
+        }
+    }
+    return x;
+}
+
+} // namespace
+
+class TestMxQuantizer : public QObject {
+    Q_OBJECT
+private slots:
+    void goldenBlocks_data() {
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<QString>("mode");
+        QTest::addColumn<int>("block");
+        QTest::addColumn<QList<double>>("input");
+        QTest::addColumn<QList<double>>("expected");
+        const double nan = kNan;
+        // scale 2^0 (amax in [4, 8)): the E2M1 ties of SPEC §1 come out unchanged
+        QTest::newRow("e2m1 ties") << "mxfp4" << "floor" << 16
+            << QList<double>{4, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, -2.5, -0.25, 0, 5.9, 3.9}
+            << QList<double>{4, 0, 1, 1, 2, 2, 4, -2, -0.0, 0, 6, 4};
+        // amax = 7*2^3: floor keeps scale 8 and clips 56 to 48; ceil takes 16 and rounds 3.5 to 4
+        QTest::newRow("7*2^3 floor") << "mxfp4" << "floor" << 32 << QList<double>{56, 8, -20}
+                                     << QList<double>{48, 8, -16};
+        QTest::newRow("7*2^3 ceil") << "mxfp4" << "ceil" << 32 << QList<double>{56, 8, -20}
+                                    << QList<double>{64, 8, -16};
+        // amax = 1.8: floor gives scale 1/4 (1.8 -> 7.2 -> 6), even rounds 1.8 up to 2 first
+        QTest::newRow("1.8 floor") << "mxfp4" << "floor" << 32 << QList<double>{1.8, 0.3, -1.1}
+                                   << QList<double>{1.5, 0.25, -1};
+        QTest::newRow("1.8 even") << "mxfp4" << "even" << 32 << QList<double>{1.8, 0.3, -1.1}
+                                  << QList<double>{2, 0.25, -1};
+        QTest::newRow("all-zero block") << "mxfp4" << "floor" << 4 << QList<double>{0, 0, 0, 0, 1, 2, 3, 4}
+                                        << QList<double>{0, 0, 0, 0, 1, 2, 3, 4};
+        QTest::newRow("NaN block") << "mxfp4" << "floor" << 4 << QList<double>{1, nan, 2, 3, 1, 2, 3, 4}
+                                   << QList<double>{nan, nan, nan, nan, 1, 2, 3, 4};
+        QTest::newRow("Inf block") << "mxint8" << "floor" << 4
+                                   << QList<double>{double(kInf), 1, 2, 3, 0.5, 0.5, 0.5, 0.5}
+                                   << QList<double>{nan, nan, nan, nan, 0.5, 0.5, 0.5, 0.5};
+        // INT4 saturates at +-1.75 * scale
+        QTest::newRow("int4 saturation") << "mxint4" << "floor" << 32 << QList<double>{1.9, -1.95, 1.0, 0.3}
+                                         << QList<double>{1.75, -1.75, 1, 0.25};
+        QTest::newRow("int4 saturation x4") << "mxint4" << "floor" << 32 << QList<double>{7.6, -7.8, 4, 1.2}
+                                            << QList<double>{7, -7, 4, 1};
+        // 6 values, block 4: the trailing block of 2 gets its own scale (12 -> 2^1)
+        QTest::newRow("partial block") << "mxfp4" << "floor" << 4 << QList<double>{1, 2, 3, 4, 12, 0.7}
+                                       << QList<double>{1, 2, 3, 4, 12, 1};
+        // amax 4e-39 wants 2^-130, E8M0 stops at 2^-127: 4e-39 / 2^-127 = 0.68 -> 0.5
+        QTest::newRow("E8M0 lower clamp") << "mxfp4" << "floor" << 32 << QList<double>{1e-39, 4e-39}
+                                          << QList<double>{0, std::ldexp(1.0, -128)};
+        // subnormal amax 15*2^-130 under ceil for INT4: ceil(log2(1.875/1.75 * 2^-127)) = -126
+        QTest::newRow("int4 subnormal ceil") << "mxint4" << "ceil" << 32 << QList<double>{std::ldexp(15.0, -130)}
+                                             << QList<double>{std::ldexp(1.0, -126)};
+        // NVFP4 with g = 2688/2688 = 1: block 2 asks for scale 0.001/6 < 2^-9 and is clamped
+        QList<double> nvIn(32, 0.0), nvOut(32, 0.0);
+        nvIn[0] = 2688; nvIn[1] = 1000; nvIn[16] = 0.001; nvIn[17] = 0.0004;
+        nvOut[0] = 2688; nvOut[1] = 896; nvOut[16] = std::ldexp(1.0, -10); nvOut[17] = 0;
+        QTest::newRow("nvfp4 scale clamp") << "nvfp4" << "floor" << 16 << nvIn << nvOut;
+        QList<double> nv2In(32, 0.0), nv2Out(32, 0.0);
+        nv2In[0] = 2688; nv2In[16] = 3; nv2In[17] = 1.1; nv2In[18] = -0.4;
+        nv2Out[0] = 2688; nv2Out[16] = 3; nv2Out[17] = 1; nv2Out[18] = -0.5;
+        QTest::newRow("nvfp4 scale 0.5") << "nvfp4" << "floor" << 16 << nv2In << nv2Out;
+    }
+    void goldenBlocks() {
+        QFETCH(QString, format);
+        QFETCH(QString, mode);
+        QFETCH(int, block);
+        QFETCH(QList<double>, input);
+        QFETCH(QList<double>, expected);
+        const MxConfig c{parseFormat(format.toStdString()), block, parseScaleMode(mode.toStdString())};
+        std::vector<float> x(input.begin(), input.end()), want(expected.begin(), expected.end());
+        const auto n = static_cast<int64_t>(x.size());
+        struct Impl { const char* name; std::vector<float> out; };
+        const Impl impls[] = {
+            {"reference", ref::fakeQuantize(x, n, c)},
+            {"cpu kernel", toVector(fakeQuantize(toTensor(x), c, Backend::CpuKernel))},
+            {"tensor ops", toVector(fakeQuantize(toTensor(x), c, Backend::TensorOps))},
+        };
+        for (const Impl& impl : impls) {
+            const long long bad = firstMismatch(impl.out, want);
+            QVERIFY2(bad < 0, qPrintable(QString(impl.name) + ": " + describeMismatch(x, impl.out, want, bad)));
+        }
+    }
+
+    void agreesWithReference_data() {
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<QString>("mode");
+        QTest::addColumn<int>("block");
+        QTest::addColumn<Backend>("backend");
+        for (const auto& f : allFormats()) {
+            for (const char* mode : {"floor", "ceil", "even"}) {
+                if (f.nvfp4 && QString(mode) != "floor") continue; // NVFP4 has no scale mode
+                for (Backend b : {Backend::CpuKernel, Backend::TensorOps}) {
+                    const char* bn = b == Backend::CpuKernel ? "cpu kernel" : "tensor ops";
+                    QTest::addRow("%s %s B%d %s", f.name, mode, f.defaultBlock, bn)
+                        << QString(f.name) << QString(mode) << f.defaultBlock << b;
+                }
+            }
+        }
+        for (int block : {8, 64, 256})
+            for (Backend b : {Backend::CpuKernel, Backend::TensorOps})
+                QTest::addRow("mxfp4 floor B%d %s", block, b == Backend::CpuKernel ? "cpu kernel" : "tensor ops")
+                    << "mxfp4" << "floor" << block << b;
+    }
+    void agreesWithReference() {
+        QFETCH(QString, format);
+        QFETCH(QString, mode);
+        QFETCH(int, block);
+        QFETCH(Backend, backend);
+        const MxConfig c{parseFormat(format.toStdString()), block, parseScaleMode(mode.toStdString())};
+        const int64_t rows = 100, cols = 1000; // 1e5 values; 1000 = 31*32 + 8: a partial block per row
+        const std::vector<float> x = stressValues(rows, cols, 12345 + block);
+        const std::vector<float> want = ref::fakeQuantize(x, cols, c);
+        const std::vector<float> got = toVector(fakeQuantize(toTensor(x).reshape({rows, cols}), c, backend));
+        const long long bad = firstMismatch(got, want);
+        QVERIFY2(bad < 0, qPrintable(describeMismatch(x, got, want, bad)));
+        // The data must exercise saturation, rounding and NaN blocks, or agreement means little.
+        int changed = 0, nans = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            nans += std::isnan(want[i]);
+            changed += !std::isnan(want[i]) && want[i] != x[i];
+        }
+        QVERIFY(nans >= 28 * std::min(block, 32)); // 14 NaN and 14 Inf blocks
+        QVERIFY(changed > 1000);
+    }
+
+    void straightThroughGradient_data() {
+        QTest::addColumn<QString>("mode");
+        QTest::addColumn<Backend>("backend");
+        QTest::newRow("floor cpu kernel") << "floor" << Backend::CpuKernel;
+        QTest::newRow("floor tensor ops") << "floor" << Backend::TensorOps;
+        QTest::newRow("ceil cpu kernel") << "ceil" << Backend::CpuKernel;
+    }
+    void straightThroughGradient() {
+        QFETCH(QString, mode);
+        QFETCH(Backend, backend);
+        const MxConfig c{Format::MxFp4, 32, parseScaleMode(mode.toStdString())};
+        const int64_t rows = 6, cols = 192;
+        std::vector<float> x = stressValues(rows, cols, 7);
+        for (auto& v : x) if (!std::isfinite(v)) v = 1.0f;
+        auto xt = toTensor(x).reshape({rows, cols}).set_requires_grad(true);
+        auto y = fakeQuantize(xt, c, backend);
+        y.sum().backward();
+        const std::vector<float> grad = toVector(xt.grad());
+        QCOMPARE(toVector(y), ref::fakeQuantize(x, cols, c)); // values unchanged by autograd
+        // Identity where |x| <= 6 * 2^e (inside the E2M1 range at the block scale), else 0.
+        int zeros = 0;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t b = 0; b < cols; b += 32) {
+                double amax = 0;
+                for (int64_t j = b; j < b + 32; ++j) amax = std::max(amax, std::fabs(double(x[r * cols + j])));
+                const double limit = 6.0 * std::ldexp(1.0, ref::sharedExponent(amax, ElementFormat::E2M1, c.scaleMode));
+                for (int64_t j = b; j < b + 32; ++j) {
+                    const float want = std::fabs(x[r * cols + j]) <= limit ? 1.0f : 0.0f;
+                    zeros += want == 0.0f;
+                    QCOMPARE(grad[r * cols + j], want);
+                }
+            }
+        if (c.scaleMode == ScaleMode::Floor) QVERIFY(zeros > 0); // floor clips some maxima
+        else QCOMPARE(zeros, 0);                                 // ceil never clips
+    }
+
+    void keepsDtypeAndShape() {
+        const MxConfig c = makeConfig(Format::MxFp8E4M3);
+        auto x = at::randn({2, 3, 40}).to(at::kBFloat16);
+        auto y = fakeQuantize(x, c);
+        QCOMPARE(y.scalar_type(), at::kBFloat16);
+        QVERIFY(y.sizes().equals(x.sizes()));
+        // MX values of E4M3 have 4 significant bits: exact in bfloat16.
+        QVERIFY(at::equal(y.to(at::kFloat), fakeQuantize(x.to(at::kFloat), c)));
+    }
+
+    void blockScalesMatchReference() {
+        const MxConfig c{Format::MxInt4, 32, ScaleMode::Even};
+        const int rows = 7, cols = 200, nb = 7; // 200 = 6*32 + 8
+        const std::vector<float> x = stressValues(rows, cols, 99);
+        auto scales = toVector(blockScales(toTensor(x).reshape({rows, cols}), c));
+        QCOMPARE(scales.size(), size_t(rows * nb));
+        for (int r = 0; r < rows; ++r)
+            for (int b = 0; b < nb; ++b) {
+                double amax = 0;
+                bool finite = true;
+                for (int j = b * 32; j < std::min(cols, b * 32 + 32); ++j) {
+                    finite = finite && std::isfinite(x[r * cols + j]);
+                    amax = std::max(amax, std::fabs(double(x[r * cols + j])));
+                }
+                const float want = finite ? float(std::ldexp(1.0, ref::sharedExponent(amax, ElementFormat::Int4, c.scaleMode))) : kNan;
+                QVERIFY(sameFloat(scales[r * nb + b], want));
+            }
+    }
+};
+
+QTEST_APPLESS_MAIN(TestMxQuantizer)
+#include "tst_mxquantizer.moc"
