@@ -1,8 +1,7 @@
 #include "util/Runtime.h"
 
-#include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/cuda.h>
 #include <torch/version.h>
 #ifdef LATMIX_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -33,9 +32,8 @@ std::string libtorchVersion() {
 
 std::string latmixVersion() { return LATMIX_VERSION; }
 
-static int cudaDeviceCount() {
-    return at::hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().getNumGPUs()) : 0;
-}
+// torch::cuda::device_count() is the same call in libtorch 1.13 and 2.x.
+static int cudaDeviceCount() { return static_cast<int>(torch::cuda::device_count()); }
 
 std::vector<std::string> availableDevices() {
     std::vector<std::string> d{"cpu"};

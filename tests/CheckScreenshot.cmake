@@ -1,0 +1,25 @@
+# cmake -DWORKBENCH=<latmix-workbench> -DPNG=<file> -P CheckScreenshot.cmake
+# Runs `latmix-workbench --screenshot PNG`, then checks the exit code and that PNG is a
+# fresh, non-empty PNG file (removed first, so a stale one from an earlier run cannot pass).
+if(NOT WORKBENCH OR NOT PNG)
+  message(FATAL_ERROR "usage: cmake -DWORKBENCH=... -DPNG=... -P CheckScreenshot.cmake")
+endif()
+file(REMOVE "${PNG}")
+execute_process(COMMAND "${WORKBENCH}" --screenshot "${PNG}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "latmix-workbench --screenshot exited with '${rc}'")
+endif()
+if(NOT EXISTS "${PNG}")
+  message(FATAL_ERROR "exit code 0 but no screenshot at ${PNG}")
+endif()
+file(SIZE "${PNG}" size)
+if(size EQUAL 0)
+  message(FATAL_ERROR "screenshot ${PNG} is empty")
+endif()
+file(READ "${PNG}" magic LIMIT 8 HEX)
+if(NOT magic STREQUAL "89504e470d0a1a0a")
+  message(FATAL_ERROR "screenshot ${PNG} is not a PNG (starts with ${magic})")
+endif()
+message(STATUS "screenshot ${PNG}: ${size} bytes")

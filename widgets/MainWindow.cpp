@@ -1,0 +1,296 @@
+#include "MainWindow.h"
+
+#include "MxExplorerView.h"
+#include "util/Runtime.h"
+
+#include <QAction>
+#include <QActionGroup>
+#include <QApplication>
+#include <QDir>
+#include <QFileDialog>
+#include <QImageReader>
+#include <QKeySequence>
+#include <QLabel>
+#include <QMenu>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QPalette>
+#include <QSettings>
+#include <QStatusBar>
+#include <QStyle>
+
+// Resources live in the static latmix_widgets library, whose rcc object the linker would drop
+// unless something references it; Q_INIT_RESOURCE must be used outside any namespace.
+static void initWorkbenchResources() { Q_INIT_RESOURCE(resources); }
+
+namespace latmix::gui {
+namespace {
+
+const char* const kRecentKey = "recent/checkpoints";
+const char* const kThemeKey = "view/theme";
+
+QSettings workbenchSettings() { return QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")); }
+
+QString themeName(MainWindow::Theme t) {
+    switch (t) {
+    case MainWindow::Theme::Light: return QStringLiteral("light");
+    case MainWindow::Theme::Dark: return QStringLiteral("dark");
+    default: return QStringLiteral("system");
+    }
+}
+
+MainWindow::Theme parseTheme(const QString& s) {
+    if (s == QLatin1String("light")) return MainWindow::Theme::Light;
+    if (s == QLatin1String("dark")) return MainWindow::Theme::Dark;
+    return MainWindow::Theme::System;
+}
+
+// The style the platform chose, remembered before the first theme switch so "System" can
+// return to it.
+QString systemStyleName() {
+    static const QString name = QApplication::style() ? QApplication::style()->name() : QString();
+    return name;
+}
+
+QPalette darkPalette() {
+    QPalette p;
+    const QColor window(0x2b, 0x2d, 0x31), base(0x1e, 0x1f, 0x22), text(0xe6, 0xe6, 0xe6);
+    const QColor disabled(0x80, 0x80, 0x80), highlight(0x3d, 0x7e, 0xd6);
+    p.setColor(QPalette::Window, window);
+    p.setColor(QPalette::WindowText, text);
+    p.setColor(QPalette::Base, base);
+    p.setColor(QPalette::AlternateBase, window);
+    p.setColor(QPalette::ToolTipBase, base);
+    p.setColor(QPalette::ToolTipText, text);
+    p.setColor(QPalette::PlaceholderText, disabled);
+    p.setColor(QPalette::Text, text);
+    p.setColor(QPalette::Button, window);
+    p.setColor(QPalette::ButtonText, text);
+    p.setColor(QPalette::BrightText, Qt::red);
+    p.setColor(QPalette::Link, highlight.lighter(130));
+    p.setColor(QPalette::Highlight, highlight);
+    p.setColor(QPalette::HighlightedText, Qt::white);
+    p.setColor(QPalette::Light, window.lighter(150));
+    p.setColor(QPalette::Midlight, window.lighter(125));
+    p.setColor(QPalette::Mid, window.darker(120));
+    p.setColor(QPalette::Dark, window.darker(150));
+    p.setColor(QPalette::Shadow, Qt::black);
+    for (auto role : {QPalette::WindowText, QPalette::Text, QPalette::ButtonText, QPalette::HighlightedText})
+        p.setColor(QPalette::Disabled, role, disabled);
+    return p;
+}
+
+} // namespace
+
+QIcon MainWindow::applicationIcon() {
+    initWorkbenchResources();
+    QIcon icon;
+    // The SVG needs Qt's svg plugin (libqt6svg6), not a hard dependency; PNGs always work.
+    if (QImageReader::supportedImageFormats().contains("svg"))
+        icon.addFile(QStringLiteral(":/icons/latmix-workbench.svg"));
+    for (int size : {16, 32, 64, 128, 256})
+        icon.addFile(QStringLiteral(":/icons/latmix-workbench-%1.png").arg(size), QSize(size, size));
+    return icon;
+}
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+    setObjectName(QStringLiteral("mainWindow"));
+    setWindowTitle(tr("LATMiX Workbench"));
+    setWindowIcon(applicationIcon());
+    systemStyleName(); // remember the platform style before any theme is applied
+
+    m_explorer = new MxExplorerView(this);
+    setCentralWidget(m_explorer);
+
+    createMenus();
+    createStatusBar();
+    rebuildRecentMenu();
+    setTheme(parseTheme(workbenchSettings().value(QLatin1String(kThemeKey)).toString()));
+    resize(1280, 800);
+}
+
+void MainWindow::createMenus() {
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->setObjectName(QStringLiteral("menuFile"));
+    // Without this, the disabled Export action's tooltip (why it is disabled) never shows.
+    file->setToolTipsVisible(true);
+
+    QAction* open = file->addAction(tr("&Open checkpoint…"), this, &MainWindow::chooseCheckpoint);
+    open->setObjectName(QStringLiteral("actionOpen"));
+    open->setShortcut(QKeySequence::Open);
+    open->setStatusTip(tr("Choose a checkpoint folder (Hugging Face layout)"));
+
+    m_recentMenu = file->addMenu(tr("Open &recent"));
+    m_recentMenu->setObjectName(QStringLiteral("menuRecent"));
+    m_clearRecentAction = new QAction(tr("&Clear recent"), this);
+    m_clearRecentAction->setObjectName(QStringLiteral("actionClearRecent"));
+    connect(m_clearRecentAction, &QAction::triggered, this, &MainWindow::clearRecentCheckpoints);
+
+    file->addSeparator();
+    m_exportAction = file->addAction(tr("&Export…"));
+    m_exportAction->setObjectName(QStringLiteral("actionExport"));
+    m_exportAction->setEnabled(false);
+    m_exportAction->setToolTip(tr("Quantize a model first: nothing to export yet"));
+    m_exportAction->setStatusTip(m_exportAction->toolTip());
+
+    file->addSeparator();
+    QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+    quit->setObjectName(QStringLiteral("actionQuit"));
+    quit->setShortcut(QKeySequence::Quit);
+    quit->setMenuRole(QAction::QuitRole);
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    view->setObjectName(QStringLiteral("menuView"));
+    QAction* showExplorer = view->addAction(tr("MX format &explorer"));
+    showExplorer->setObjectName(QStringLiteral("actionShowExplorer"));
+    showExplorer->setCheckable(true);
+    showExplorer->setChecked(true);
+    connect(showExplorer, &QAction::toggled, m_explorer, &QWidget::setVisible);
+
+    QMenu* themeMenu = view->addMenu(tr("&Theme"));
+    themeMenu->setObjectName(QStringLiteral("menuTheme"));
+    m_themeGroup = new QActionGroup(this);
+    m_themeGroup->setExclusive(true);
+    const struct { Theme theme; const char* text; const char* name; } themes[] = {
+        {Theme::System, QT_TR_NOOP("Follow &system"), "actionThemeSystem"},
+        {Theme::Light, QT_TR_NOOP("&Light"), "actionThemeLight"},
+        {Theme::Dark, QT_TR_NOOP("&Dark"), "actionThemeDark"},
+    };
+    for (const auto& t : themes) {
+        QAction* a = themeMenu->addAction(tr(t.text));
+        a->setObjectName(QLatin1String(t.name));
+        a->setCheckable(true);
+        a->setData(static_cast<int>(t.theme));
+        m_themeGroup->addAction(a);
+        connect(a, &QAction::triggered, this, [this, theme = t.theme] { setTheme(theme); });
+    }
+
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->setObjectName(QStringLiteral("menuHelp"));
+    QAction* about = help->addAction(tr("&About LATMiX Workbench"), this, &MainWindow::showAbout);
+    about->setObjectName(QStringLiteral("actionAbout"));
+    about->setMenuRole(QAction::AboutRole);
+    QAction* aboutQt = help->addAction(tr("About &Qt"), qApp, &QApplication::aboutQt);
+    aboutQt->setObjectName(QStringLiteral("actionAboutQt"));
+    aboutQt->setMenuRole(QAction::AboutQtRole);
+}
+
+void MainWindow::createStatusBar() {
+    auto makeLabel = [this](const char* name, const QString& tip) {
+        auto* label = new QLabel(this);
+        label->setObjectName(QLatin1String(name));
+        label->setToolTip(tip);
+        statusBar()->addPermanentWidget(label);
+        return label;
+    };
+    statusBar()->setObjectName(QStringLiteral("statusBar"));
+    m_deviceLabel = makeLabel("deviceLabel", tr("Compute device libtorch uses"));
+    m_threadsLabel = makeLabel("threadsLabel", tr("libtorch intra-op threads (--threads, LATMIX_THREADS)"));
+    m_libtorchLabel = makeLabel("libtorchLabel", tr("libtorch version"));
+    refreshRuntimeInfo();
+}
+
+void MainWindow::refreshRuntimeInfo() {
+    m_deviceLabel->setText(tr("Device: %1").arg(QString::fromStdString(latmix::deviceDescription())));
+    m_threadsLabel->setText(tr("Threads: %1").arg(latmix::threadCount()));
+    m_libtorchLabel->setText(tr("libtorch %1").arg(QString::fromStdString(latmix::libtorchVersion())));
+}
+
+QString MainWindow::aboutText() const {
+    return tr("<h3>LATMiX Workbench %1</h3>"
+              "<p>Analysis of MX (microscaling) quantization of large language models: "
+              "learnable affine transforms, MX formats and their per-block error.</p>"
+              "<p>libtorch %2<br>Device: %3<br>Threads: %4<br>Qt %5</p>")
+        .arg(QString::fromStdString(latmix::latmixVersion()), QString::fromStdString(latmix::libtorchVersion()),
+             QString::fromStdString(latmix::deviceDescription()).toHtmlEscaped(),
+             QString::number(latmix::threadCount()), QString::fromLatin1(qVersion()));
+}
+
+void MainWindow::showAbout() { QMessageBox::about(this, tr("About LATMiX Workbench"), aboutText()); }
+
+void MainWindow::chooseCheckpoint() {
+    const QStringList recent = recentCheckpoints();
+    const QString start = recent.isEmpty() ? QDir::homePath() : recent.first();
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open checkpoint folder"), start);
+    if (!dir.isEmpty()) openCheckpoint(dir);
+}
+
+void MainWindow::openCheckpoint(const QString& path) {
+    addRecentCheckpoint(path);
+    statusBar()->showMessage(
+        tr("Checkpoint loading arrives in a later version; %1 was added to File › Open recent.")
+            .arg(QDir::toNativeSeparators(path)));
+}
+
+QStringList MainWindow::recentCheckpoints() const {
+    return workbenchSettings().value(QLatin1String(kRecentKey)).toStringList();
+}
+
+void MainWindow::storeRecent(const QStringList& paths) {
+    QSettings settings = workbenchSettings();
+    settings.setValue(QLatin1String(kRecentKey), paths);
+    settings.sync();
+    rebuildRecentMenu();
+}
+
+void MainWindow::addRecentCheckpoint(const QString& path) {
+    if (path.isEmpty()) return;
+    const QString clean = QDir::cleanPath(path);
+    QStringList paths = recentCheckpoints();
+    paths.removeAll(clean);
+    paths.prepend(clean);
+    while (paths.size() > kMaxRecent) paths.removeLast();
+    storeRecent(paths);
+}
+
+void MainWindow::clearRecentCheckpoints() { storeRecent({}); }
+
+void MainWindow::rebuildRecentMenu() {
+    m_recentMenu->clear(); // deletes the entries it owns; the Clear action belongs to us
+    const QStringList paths = recentCheckpoints();
+    for (int i = 0; i < paths.size(); ++i) {
+        const QString label = QStringLiteral("&%1 %2").arg(i + 1).arg(QDir::toNativeSeparators(paths[i]));
+        QAction* a = m_recentMenu->addAction(label);
+        a->setObjectName(QStringLiteral("recentCheckpointAction"));
+        a->setData(paths[i]);
+        connect(a, &QAction::triggered, this, [this, p = paths[i]] { openCheckpoint(p); });
+    }
+    if (paths.isEmpty()) {
+        QAction* none = m_recentMenu->addAction(tr("No recent checkpoints"));
+        none->setEnabled(false);
+    }
+    m_recentMenu->addSeparator();
+    m_recentMenu->addAction(m_clearRecentAction);
+    m_clearRecentAction->setEnabled(!paths.isEmpty());
+}
+
+void MainWindow::setTheme(Theme theme) {
+    m_theme = theme;
+    // Switching styles repolishes every widget; skip it when the style would not change.
+    auto useStyle = [](const QString& name) {
+        if (!name.isEmpty() && QApplication::style()->name().compare(name, Qt::CaseInsensitive) != 0)
+            QApplication::setStyle(name);
+    };
+    switch (theme) {
+    case Theme::System:
+        useStyle(systemStyleName());
+        // An empty palette (no resolved roles) resets the application palette to the
+        // platform's, which keeps following the desktop's light/dark setting.
+        QApplication::setPalette(QPalette());
+        break;
+    case Theme::Light:
+        // Fusion draws the same on every platform and honours the palette fully.
+        useStyle(QStringLiteral("Fusion"));
+        QApplication::setPalette(QApplication::style()->standardPalette());
+        break;
+    case Theme::Dark:
+        useStyle(QStringLiteral("Fusion"));
+        QApplication::setPalette(darkPalette());
+        break;
+    }
+    for (QAction* a : m_themeGroup->actions())
+        if (a->data().toInt() == static_cast<int>(theme)) a->setChecked(true);
+    workbenchSettings().setValue(QLatin1String(kThemeKey), themeName(theme));
+}
+
+} // namespace latmix::gui
