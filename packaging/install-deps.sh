@@ -4,7 +4,7 @@
 set -eu
 PACKAGES="g++ cmake ninja-build ccache pkg-config \
   qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev \
-  libtorch-dev libopenblas0-pthread libhdf5-dev nlohmann-json3-dev libcli11-dev \
+  libtorch-dev libopenblas0-pthread libhdf5-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev libpcre2-dev \
   xvfb xauth dpkg-dev file"
 
 missing=""

@@ -1,6 +1,8 @@
 // latmix bench mx: bandwidth of MX fake quantization next to a plain tensor copy.
 #include "cli/Commands.h"
 
+#include "model/Checkpoint.h"
+#include "model/LlamaModel.h"
 #include "mx/MxKernelCpu.h"
 #include "mx/MxQuantizer.h"
 #include "util/Runtime.h"
@@ -20,6 +22,8 @@ namespace {
 
 struct BenchOptions {
     std::string what = "mx";
+    std::string model, device = "cpu";
+    int seqLen = 256;
     int64_t elements = int64_t{64} << 20;
     int repeat = 5;
     bool tensorOps = false;
@@ -69,16 +73,52 @@ int runMx(const BenchOptions& o) {
     return 0;
 }
 
+// Dense matmul throughput of this machine, the yardstick for the forward pass.
+double matmulGflops(at::ScalarType dtype, c10::Device device, int repeat) {
+    const int64_t n = 1024;
+    auto a = at::randn({n, n}).to(dtype).to(device), b = at::randn({n, n}).to(dtype).to(device);
+    auto sync = [&] { (void)a.sum().item<float>(); };
+    const double s = bestSeconds(repeat, [&] { at::matmul(a, b); sync(); });
+    return 2.0 * n * n * n / s / 1e9;
+}
+
+int runForward(const BenchOptions& o) {
+    if (o.model.empty()) throw std::invalid_argument("bench forward needs --model DIR");
+    const auto ck = model::Checkpoint::load(o.model);
+    const auto device = model::parseDevice(o.device);
+    std::printf("forward pass of %s (%s, %d layers, hidden %d), seqlen %d, %s, %d threads, best of %d\n",
+                o.model.c_str(), ck.config().architectureName.c_str(), ck.config().numLayers, ck.config().hiddenSize,
+                o.seqLen, device.str().c_str(), threadCount(), o.repeat);
+    std::printf("%-10s %12s %12s %14s %14s %9s\n", "dtype", "ms/forward", "tokens/s", "model GFLOP/s", "matmul GFLOP/s",
+                "fraction");
+    at::NoGradGuard noGrad;
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+        const model::LlamaModel m(ck, dtype, device);
+        const int seq = std::min(o.seqLen, ck.config().maxPositions);
+        auto ids = at::arange(seq, at::kLong).remainder(ck.config().vocabSize).unsqueeze(0);
+        const double s = bestSeconds(o.repeat, [&] { (void)m.forward(ids).sum().item<float>(); });
+        const double gflops = m.forwardFlops(seq) / s / 1e9, peak = matmulGflops(dtype, device, o.repeat);
+        std::printf("%-10s %12.2f %12.1f %14.2f %14.2f %9.2f\n", dtype == at::kFloat ? "float32" : "bfloat16",
+                    s * 1e3, seq / s, gflops, peak, gflops / peak);
+    }
+    return 0;
+}
+
 } // namespace
 
 Runner addBenchCommand(CLI::App& app) {
     auto o = std::make_shared<BenchOptions>();
     auto* cmd = app.add_subcommand("bench", "benchmarks that print a table");
-    cmd->add_option("what", o->what, "what to benchmark: mx")->check(CLI::IsMember({"mx"}))->capture_default_str();
+    cmd->add_option("what", o->what, "what to benchmark: mx (MX kernels) or forward (model forward pass)")
+        ->check(CLI::IsMember({"mx", "forward"}))
+        ->capture_default_str();
+    cmd->add_option("--model", o->model, "forward: Hugging Face model folder");
+    cmd->add_option("--seqlen", o->seqLen, "forward: tokens per forward pass")->capture_default_str();
+    cmd->add_option("--device", o->device, "forward: cpu, cuda, cuda:N or auto")->capture_default_str();
     cmd->add_option("--elements", o->elements, "tensor size in elements")->capture_default_str();
     cmd->add_option("--repeat", o->repeat, "timed repetitions (best is reported)")->capture_default_str();
     cmd->add_flag("--tensor-ops", o->tensorOps, "also time the device-generic tensor-ops path");
-    return [o] { return runMx(*o); };
+    return [o] { return o->what == "forward" ? runForward(*o) : runMx(*o); };
 }
 
 } // namespace latmix::cli

@@ -11,5 +11,9 @@ using Runner = std::function<int()>;
 
 Runner addMxQuantizeCommand(CLI::App& app);
 Runner addBenchCommand(CLI::App& app);
+Runner addEvalCommand(CLI::App& app);
+Runner addCaptureCommand(CLI::App& app);
+Runner addDemoModelCommand(CLI::App& app);
+Runner addImportLlama2cCommand(CLI::App& app);
 
 } // namespace latmix::cli

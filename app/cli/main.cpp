@@ -1,6 +1,7 @@
 // latmix: the headless CLI. Everything the workbench does is reachable from here.
 #include "cli/Commands.h"
 
+#include "util/Job.h"
 #include "util/Runtime.h"
 
 #include <cstdio>
@@ -22,6 +23,10 @@ int main(int argc, char** argv) {
     };
     add(latmix::cli::addMxQuantizeCommand);
     add(latmix::cli::addBenchCommand);
+    add(latmix::cli::addEvalCommand);
+    add(latmix::cli::addCaptureCommand);
+    add(latmix::cli::addDemoModelCommand);
+    add(latmix::cli::addImportLlama2cCommand);
 
     try {
         app.parse(argc, argv);
@@ -31,6 +36,9 @@ int main(int argc, char** argv) {
     try {
         latmix::configureThreads(threads);
         for (auto* sub : app.get_subcommands()) return runners.at(sub)();
+    } catch (const latmix::JobCancelled&) {
+        std::fprintf(stderr, "latmix: cancelled\n");
+        return 130;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "latmix: error: %s\n", e.what());
         return 1;

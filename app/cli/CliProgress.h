@@ -1,0 +1,54 @@
+#pragma once
+// Progress of a core job on the terminal: percentage, message and ETA on one rewritten line
+// when stderr is a terminal, a line per 10% otherwise (logs stay short). Ctrl-C asks the job
+// to cancel at its next safe point (it cleans up and main exits with 130); a second Ctrl-C
+// kills the process as usual.
+#include "util/Job.h"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <unistd.h>
+
+namespace latmix::cli {
+
+class CliProgress : public JobContext {
+public:
+    explicit CliProgress(std::string what) : m_what(std::move(what)), m_tty(isatty(fileno(stderr))) {
+        interrupted() = false;
+        std::signal(SIGINT, [](int) {
+            interrupted() = true;
+            std::signal(SIGINT, SIG_DFL);
+        });
+    }
+    bool cancelRequested() const override { return interrupted(); }
+    ~CliProgress() override {
+        if (m_tty && m_printed) std::fprintf(stderr, "\n");
+    }
+    void progress(double fraction, const std::string& message) override {
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
+        const double eta = fraction > 0 ? elapsed * (1 - fraction) / fraction : 0;
+        const int pct = static_cast<int>(fraction * 100 + 0.5);
+        if (!m_tty && pct / 10 == m_lastDecile) return;
+        m_lastDecile = pct / 10;
+        std::fprintf(stderr, "%s%s: %3d%% %s, %.0f s elapsed, ETA %.0f s%s", m_tty ? "\r" : "", m_what.c_str(), pct,
+                     message.c_str(), elapsed, eta, m_tty ? "   " : "\n");
+        std::fflush(stderr);
+        m_printed = true;
+    }
+
+private:
+    static std::atomic<bool>& interrupted() {
+        static std::atomic<bool> flag{false};
+        return flag;
+    }
+    std::string m_what;
+    bool m_tty;
+    bool m_printed = false;
+    int m_lastDecile = -1;
+    std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
+};
+
+} // namespace latmix::cli

@@ -1,0 +1,192 @@
+// latmix eval / capture / demo-model / import-llama2c: checkpoints, perplexity, activations.
+#include "cli/CliProgress.h"
+#include "cli/Commands.h"
+
+#include "eval/ActivationCapture.h"
+#include "eval/Perplexity.h"
+#include "model/Checkpoint.h"
+#include "model/DemoModel.h"
+#include "model/Llama2cImport.h"
+#include "model/LlamaModel.h"
+#include "model/Tokenizer.h"
+#include "util/Runtime.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <sys/resource.h>
+
+namespace latmix::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Real data lives outside the project (SPEC: never committed); LATMIX_DATA_DIR points at it.
+std::string dataPath(const std::string& relative, const char* what) {
+    const char* dir = std::getenv("LATMIX_DATA_DIR");
+    const std::string base = dir && *dir ? dir : "../shared/data";
+    const std::string path = base + "/" + relative;
+    if (!fs::exists(path))
+        throw std::runtime_error(std::string(what) + " not found at '" + path +
+                                 "'; set LATMIX_DATA_DIR to the data folder or pass a file");
+    return path;
+}
+
+struct ModelOptions {
+    std::string model, dtype = "float32", device = "auto";
+};
+
+void addModelOptions(CLI::App* cmd, ModelOptions& o) {
+    cmd->add_option("--model", o.model, "Hugging Face model folder")->required();
+    cmd->add_option("--dtype", o.dtype, "float32 or bfloat16")->capture_default_str();
+    cmd->add_option("--device", o.device, "cpu, cuda, cuda:N or auto (CUDA when available)")->capture_default_str();
+}
+
+std::string describe(const model::Checkpoint& ck) {
+    const auto& c = ck.config();
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s, %d layers, hidden %d, %.2fM parameters", c.architectureName.c_str(),
+                  c.numLayers, c.hiddenSize, ck.parameterCount() / 1e6);
+    return buf;
+}
+
+// ---- eval ----
+struct EvalOptions {
+    ModelOptions m;
+    std::string dataset = "wikitext2", json;
+    int seqLen = 2048, maxWindows = 0;
+};
+
+int runEval(const EvalOptions& o) {
+    const auto ck = model::Checkpoint::load(o.m.model);
+    const auto device = model::parseDevice(o.m.device);
+    const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), device);
+    const auto tok = model::Tokenizer::loadFromDir(o.m.model);
+    const bool wiki = o.dataset == "wikitext2";
+    const std::string path = wiki ? dataPath("wikitext-2/wiki.test.raw", "WikiText-2 test split") : o.dataset;
+    const std::string text = wiki ? eval::wikiText2TestText(path) : eval::readTextFile(path);
+    const auto ids = eval::tokenizeForEvaluation(*tok, text);
+    CliProgress progress("eval");
+    const auto r = eval::evaluatePerplexity(m, ids, {o.seqLen, o.maxWindows}, progress);
+    std::printf("model       %s (%s)\n", o.m.model.c_str(), describe(ck).c_str());
+    std::printf("dataset     %s: %zu tokens, seqlen %d, %d windows\n", path.c_str(), ids.size(), r.seqLen, r.windows);
+    std::printf("perplexity  %.4f\n", r.perplexity);
+    std::printf("tokens      %lld evaluated, %.1f tokens/s (%s, %s, %d threads)\n", static_cast<long long>(r.tokens),
+                r.tokensPerSecond, o.m.dtype.c_str(), device.str().c_str(), threadCount());
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage); // ru_maxrss is in KiB on Linux
+    const double peakMiB = usage.ru_maxrss / 1024.0, weightsMiB = ck.weightBytes() / 1048576.0;
+    std::printf("memory      peak resident %.1f MiB, weights %.1f MiB\n", peakMiB, weightsMiB);
+    if (!o.json.empty()) {
+        nlohmann::json j = {{"model", o.m.model}, {"dataset", path}, {"perplexity", r.perplexity},
+                            {"mean_nll", r.meanNll}, {"tokens", r.tokens}, {"windows", r.windows},
+                            {"seqlen", r.seqLen}, {"seconds", r.seconds}, {"tokens_per_second", r.tokensPerSecond},
+                            {"dtype", o.m.dtype}, {"device", device.str()}, {"threads", threadCount()},
+                            {"peak_rss_mib", peakMiB}, {"weights_mib", weightsMiB},
+                            {"latmix_version", latmixVersion()}, {"libtorch_version", libtorchVersion()}};
+        std::ofstream(o.json) << j.dump(2) << "\n";
+    }
+    return 0;
+}
+
+// ---- capture ----
+struct CaptureCliOptions {
+    ModelOptions m;
+    eval::CaptureOptions c;
+    std::string out, calib;
+};
+
+int runCapture(const CaptureCliOptions& o) {
+    const auto ck = model::Checkpoint::load(o.m.model);
+    const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), model::parseDevice(o.m.device));
+    const auto tok = model::Tokenizer::loadFromDir(o.m.model);
+    // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
+    const std::string calib = o.calib.empty() ? dataPath("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
+    const auto ids = tok->encode(eval::readTextFile(calib), false);
+    CliProgress progress("capture");
+    const auto r = eval::captureActivations(
+        m, ids, o.c, o.out,
+        {{"model", o.m.model}, {"config", ck.config().toJsonText()}, {"calibration", calib},
+         {"dtype", o.m.dtype}, {"latmix_version", latmixVersion()}},
+        progress);
+    std::printf("wrote %s: %zu points x %lld rows (%d windows of %d tokens) in %.1f s\n", o.out.c_str(),
+                r.points.size(), static_cast<long long>(r.rowsPerPoint), o.c.samples, o.c.seqLen, r.seconds);
+    return 0;
+}
+
+// ---- import-llama2c ----
+int runImport(const std::string& bin, const std::string& tokenizer, const std::string& dir) {
+    if (fs::exists(dir)) throw std::runtime_error("output folder '" + dir + "' exists; choose a new folder");
+    const std::string staging = dir + ".partial";
+    fs::remove_all(staging);
+    try {
+        model::importLlama2cWeights(bin, staging);
+        model::convertLlama2cTokenizer(tokenizer, staging + "/tokenizer.json");
+    } catch (...) {
+        fs::remove_all(staging); // nothing half-written is left looking like a model
+        throw;
+    }
+    fs::rename(staging, dir);
+    std::printf("imported %s -> %s (%s)\n", bin.c_str(), dir.c_str(), describe(model::Checkpoint::load(dir)).c_str());
+    return 0;
+}
+
+} // namespace
+
+Runner addEvalCommand(CLI::App& app) {
+    auto o = std::make_shared<EvalOptions>();
+    auto* cmd = app.add_subcommand("eval", "WikiText-2 (or any text file) perplexity of a model (SPEC §7)");
+    addModelOptions(cmd, o->m);
+    cmd->add_option("--dataset", o->dataset, "wikitext2 (LATMIX_DATA_DIR/wikitext-2/wiki.test.raw) or a text file")
+        ->capture_default_str();
+    cmd->add_option("--seqlen", o->seqLen, "window length (capped at the model's maximum)")->capture_default_str();
+    cmd->add_option("--max-windows", o->maxWindows, "evaluate at most K windows (0: all)")->capture_default_str();
+    cmd->add_option("--json", o->json, "also write the results as JSON to this file");
+    return [o] { return runEval(*o); };
+}
+
+Runner addCaptureCommand(CLI::App& app) {
+    auto o = std::make_shared<CaptureCliOptions>();
+    auto* cmd = app.add_subcommand("capture", "capture activations at quantization points to an HDF5 run file");
+    addModelOptions(cmd, o->m);
+    cmd->add_option("--points", o->c.pointsRegex, "regex over point names, e.g. 'layers\\.[0-2]\\..*down_proj'")
+        ->capture_default_str();
+    cmd->add_option("--samples", o->c.samples, "calibration windows")->capture_default_str();
+    cmd->add_option("--seqlen", o->c.seqLen, "tokens per window")->capture_default_str();
+    cmd->add_option("--seed", o->c.seed, "window sampling seed")->capture_default_str();
+    cmd->add_flag("--bf16", o->c.bfloat16, "store activations as bfloat16");
+    cmd->add_option("--calib", o->calib, "calibration text (default LATMIX_DATA_DIR/wikitext-2/wiki.valid.tokens)");
+    cmd->add_option("--out", o->out, "run file (.h5)")->required();
+    return [o] { return runCapture(*o); };
+}
+
+Runner addDemoModelCommand(CLI::App& app) {
+    auto dir = std::make_shared<std::string>();
+    auto seed = std::make_shared<std::uint64_t>(0);
+    auto* cmd = app.add_subcommand("demo-model", "write the built-in demo Llama checkpoint (with outlier channels)");
+    cmd->add_option("DIR", *dir, "output folder")->required();
+    cmd->add_option("--seed", *seed, "weight seed")->capture_default_str();
+    return [dir, seed] {
+        model::writeDemoModel(*dir, *seed);
+        std::printf("wrote demo model to %s (%s)\n", dir->c_str(), describe(model::Checkpoint::load(*dir)).c_str());
+        return 0;
+    };
+}
+
+Runner addImportLlama2cCommand(CLI::App& app) {
+    auto args = std::make_shared<std::array<std::string, 3>>();
+    auto* cmd = app.add_subcommand("import-llama2c", "convert a llama2.c checkpoint + tokenizer into a Hugging Face folder");
+    cmd->add_option("MODEL", (*args)[0], "llama2.c .bin checkpoint")->required()->check(CLI::ExistingFile);
+    cmd->add_option("TOKENIZER", (*args)[1], "llama2.c tokenizer .bin")->required()->check(CLI::ExistingFile);
+    cmd->add_option("DIR", (*args)[2], "new output folder")->required();
+    return [args] { return runImport((*args)[0], (*args)[1], (*args)[2]); };
+}
+
+} // namespace latmix::cli

@@ -1,0 +1,79 @@
+#include "eval/Perplexity.h"
+
+#include "model/LlamaModel.h"
+#include "model/Tokenizer.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace latmix::eval {
+
+std::string readTextFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read text file '" + path + "'");
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::string wikiText2TestText(const std::string& rawPath) {
+    const std::string raw = readTextFile(rawPath);
+    std::string out;
+    out.reserve(raw.size() * 2);
+    size_t pos = 0;
+    bool first = true;
+    while (pos < raw.size()) {
+        size_t end = raw.find('\n', pos);
+        end = end == std::string::npos ? raw.size() : end + 1; // keep the line's "\n"
+        std::string line = raw.substr(pos, end - pos);
+        pos = end;
+        if (line.find_first_not_of(" \t\r\n\f\v") == std::string::npos) line.clear(); // HF drops blank rows' text
+        if (!first) out += "\n\n";
+        out += line;
+        first = false;
+    }
+    return out;
+}
+
+std::vector<int> tokenizeForEvaluation(const model::Tokenizer& tokenizer, const std::string& text) {
+    return tokenizer.encode(text, tokenizer.addsBosByDefault());
+}
+
+PerplexityResult evaluatePerplexity(const model::LlamaModel& model, const std::vector<int>& ids,
+                                    const PerplexityOptions& options, JobContext& job) {
+    PerplexityResult r;
+    r.seqLen = std::min(options.seqLen, model.config().maxPositions);
+    if (r.seqLen < 2) throw std::invalid_argument("perplexity needs a sequence length of at least 2");
+    int windows = static_cast<int>(ids.size() / static_cast<size_t>(r.seqLen));
+    if (options.maxWindows > 0) windows = std::min(windows, options.maxWindows);
+    if (windows == 0)
+        throw std::invalid_argument("the text has " + std::to_string(ids.size()) + " tokens, fewer than one window of " +
+                                    std::to_string(r.seqLen));
+    auto all = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong);
+    double nllSum = 0;
+    const auto start = std::chrono::steady_clock::now();
+    at::NoGradGuard noGrad;
+    for (int w = 0; w < windows; ++w) {
+        job.checkCancelled();
+        auto window = all.narrow(0, static_cast<int64_t>(w) * r.seqLen, r.seqLen).unsqueeze(0);
+        auto logits = model.forward(window).squeeze(0); // [L, V] float32
+        auto targets = window.squeeze(0).narrow(0, 1, r.seqLen - 1).to(logits.device());
+        auto nll = at::cross_entropy_loss(logits.narrow(0, 0, r.seqLen - 1), targets, {}, at::Reduction::Sum);
+        nllSum += nll.to(at::kDouble).item<double>();
+        r.tokens += r.seqLen - 1;
+        job.progress(double(w + 1) / windows, "window " + std::to_string(w + 1) + "/" + std::to_string(windows));
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.windows = windows;
+    r.meanNll = nllSum / static_cast<double>(r.tokens);
+    r.perplexity = std::exp(r.meanNll);
+    r.tokensPerSecond = static_cast<double>(windows) * r.seqLen / r.seconds;
+    return r;
+}
+
+} // namespace latmix::eval

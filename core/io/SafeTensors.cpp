@@ -1,0 +1,352 @@
+// safetensors reader and writer (SPEC §8: weights are read through mmap, never copied whole).
+//
+// Layout of a file: 8 bytes little-endian u64 N, N bytes of JSON header, then the data section.
+// The header maps tensor names to {dtype, shape, data_offsets: [begin, end]} (offsets relative to
+// the data section) plus an optional "__metadata__" string map. Everything in the header is
+// validated before a single tensor byte is touched, so a corrupt or truncated download fails with
+// a message instead of a crash or garbage weights later.
+#include "io/SafeTensors.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <unordered_set>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace latmix::io {
+
+// The read-only mapping of one file. Tensors returned by tensor() hold a shared_ptr to it, so
+// the mapping outlives the SafeTensorsFile when weights are still in use.
+struct SafeTensorsFile::Mapping {
+    void* addr = nullptr;
+    std::size_t size = 0;
+    ~Mapping() {
+        if (addr && size) ::munmap(addr, size);
+    }
+    const unsigned char* bytes() const { return static_cast<const unsigned char*>(addr); }
+};
+
+namespace {
+
+struct DtypeInfo {
+    const char* name;
+    at::ScalarType type;
+    std::size_t itemSize;
+};
+
+// The dtypes libtorch 1.13 and 2.x both have. The safetensors spec also knows U16/U32/U64 and
+// the FP8 types, which 1.13 cannot represent; they are rejected by name.
+const DtypeInfo kDtypes[] = {
+    {"F64", at::kDouble, 8}, {"F32", at::kFloat, 4},  {"F16", at::kHalf, 2},   {"BF16", at::kBFloat16, 2},
+    {"I64", at::kLong, 8},   {"I32", at::kInt, 4},    {"I16", at::kShort, 2},  {"I8", at::kChar, 1},
+    {"U8", at::kByte, 1},    {"BOOL", at::kBool, 1},
+};
+
+const DtypeInfo* dtypeByName(const std::string& name) {
+    for (const auto& d : kDtypes)
+        if (name == d.name) return &d;
+    return nullptr;
+}
+
+const DtypeInfo* dtypeByType(at::ScalarType t) {
+    for (const auto& d : kDtypes)
+        if (t == d.type) return &d;
+    return nullptr;
+}
+
+std::string supportedDtypeList() {
+    std::string s;
+    for (const auto& d : kDtypes) {
+        if (!s.empty()) s += ", ";
+        s += d.name;
+    }
+    return s;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+    throw std::runtime_error("safetensors file '" + path + "': " + what);
+}
+
+[[noreturn]] void failTensor(const std::string& path, const std::string& tensor, const std::string& what) {
+    fail(path, "tensor '" + tensor + "': " + what);
+}
+
+const char* kRedownload = "the file is corrupt or truncated; download or export it again";
+
+std::string shapeText(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+std::uint64_t readU64(const nlohmann::json& v, const std::string& path, const std::string& tensor,
+                      const char* field) {
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+        failTensor(path, tensor, std::string("'") + field + "' must hold non-negative integers, got " + v.dump() +
+                                     "; " + kRedownload);
+    return v.get<std::uint64_t>();
+}
+
+SafeTensorEntry parseEntry(const std::string& path, const std::string& name, const nlohmann::json& v,
+                           std::uint64_t dataSize) {
+    if (!v.is_object()) failTensor(path, name, "header entry is not a JSON object; " + std::string(kRedownload));
+    for (const char* field : {"dtype", "shape", "data_offsets"})
+        if (!v.contains(field))
+            failTensor(path, name, std::string("header entry has no '") + field + "'; " + kRedownload);
+    SafeTensorEntry e;
+    e.name = name;
+    if (!v["dtype"].is_string()) failTensor(path, name, "'dtype' is not a string; " + std::string(kRedownload));
+    e.dtype = v["dtype"].get<std::string>();
+    const DtypeInfo* dt = dtypeByName(e.dtype);
+    if (!dt)
+        failTensor(path, name, "unknown or unsupported dtype '" + e.dtype + "' (supported: " + supportedDtypeList() +
+                                   "); convert the checkpoint to one of these, e.g. F32 or BF16");
+    const auto& shape = v["shape"];
+    if (!shape.is_array()) failTensor(path, name, "'shape' is not an array; " + std::string(kRedownload));
+    // Element count with overflow check: a hostile header must not wrap around to a small size.
+    std::uint64_t numel = 1;
+    for (const auto& d : shape) {
+        const std::uint64_t n = readU64(d, path, name, "shape");
+        if (n > static_cast<std::uint64_t>(std::numeric_limits<int64_t>::max()))
+            failTensor(path, name, "dimension " + d.dump() + " is too large; " + kRedownload);
+        e.shape.push_back(static_cast<int64_t>(n));
+        if (n != 0 && numel > std::numeric_limits<std::uint64_t>::max() / n)
+            failTensor(path, name, "shape " + shape.dump() + " overflows; " + kRedownload);
+        numel *= n;
+    }
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2)
+        failTensor(path, name, "'data_offsets' must be [begin, end], got " + off.dump() + "; " + kRedownload);
+    e.begin = readU64(off[0], path, name, "data_offsets");
+    e.end = readU64(off[1], path, name, "data_offsets");
+    if (e.end < e.begin)
+        failTensor(path, name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                                   "] are decreasing; " + kRedownload);
+    if (e.end > dataSize)
+        failTensor(path, name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                                   "] lie outside the data section of " + std::to_string(dataSize) + " bytes; " +
+                                   kRedownload);
+    if (numel > std::numeric_limits<std::uint64_t>::max() / dt->itemSize || numel * dt->itemSize != e.end - e.begin)
+        failTensor(path, name, "byte size " + std::to_string(e.end - e.begin) + " does not match shape " +
+                                   shapeText(e.shape) + " of " + e.dtype + " (" + std::to_string(numel) + " x " +
+                                   std::to_string(dt->itemSize) + " bytes); " + kRedownload);
+    return e;
+}
+
+// write() until everything is out, retrying on EINTR and short writes.
+void writeAll(int fd, const void* data, std::size_t n, const std::string& path) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+        const std::size_t chunk = std::min<std::size_t>(n, std::size_t(1) << 30);
+        const ssize_t w = ::write(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno) +
+                                     "; check free disk space and permissions");
+        }
+        p += w;
+        n -= static_cast<std::size_t>(w);
+    }
+}
+
+} // namespace
+
+std::shared_ptr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno) + "; check the path and permissions");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        const int err = errno;
+        ::close(fd);
+        fail(path, std::string("cannot stat: ") + std::strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        fail(path, "is not a regular file");
+    }
+    const auto fileSize = static_cast<std::uint64_t>(st.st_size);
+    if (fileSize < 8) {
+        ::close(fd);
+        fail(path, "file is " + std::to_string(fileSize) +
+                       " bytes, shorter than the 8-byte header length; " + kRedownload);
+    }
+    auto map = std::make_shared<Mapping>();
+    void* addr = ::mmap(nullptr, static_cast<std::size_t>(fileSize), PROT_READ, MAP_PRIVATE, fd, 0);
+    const int mapErr = errno;
+    ::close(fd); // the mapping keeps its own reference to the file
+    if (addr == MAP_FAILED) fail(path, std::string("cannot memory-map: ") + std::strerror(mapErr));
+    map->addr = addr;
+    map->size = static_cast<std::size_t>(fileSize);
+
+    // safetensors is little-endian by definition (as are all targets we build for).
+    std::uint64_t headerLen = 0;
+    for (int i = 7; i >= 0; --i) headerLen = (headerLen << 8) | map->bytes()[i];
+    if (headerLen > fileSize - 8)
+        fail(path, "header length " + std::to_string(headerLen) + " goes beyond the end of the file (" +
+                       std::to_string(fileSize) + " bytes); " + kRedownload);
+
+    const char* hbegin = reinterpret_cast<const char*>(map->bytes() + 8);
+    nlohmann::json header;
+    try {
+        header = nlohmann::json::parse(hbegin, hbegin + headerLen);
+    } catch (const nlohmann::json::exception& e) {
+        fail(path, std::string("header is not valid JSON (") + e.what() + "); " + kRedownload);
+    }
+    if (!header.is_object()) fail(path, std::string("header is not a JSON object; ") + kRedownload);
+
+    std::shared_ptr<SafeTensorsFile> f(new SafeTensorsFile());
+    f->m_path = path;
+    f->m_map = map;
+    f->m_dataStart = 8 + headerLen;
+    const std::uint64_t dataSize = fileSize - f->m_dataStart;
+    for (auto it = header.begin(); it != header.end(); ++it) {
+        if (it.key() == "__metadata__") {
+            if (!it.value().is_object()) fail(path, std::string("'__metadata__' is not a JSON object; ") + kRedownload);
+            for (auto m = it.value().begin(); m != it.value().end(); ++m) {
+                if (!m.value().is_string())
+                    fail(path, "'__metadata__' entry '" + m.key() + "' is not a string; " + kRedownload);
+                f->m_metadata[m.key()] = m.value().get<std::string>();
+            }
+            continue;
+        }
+        f->m_entries.push_back(parseEntry(path, it.key(), it.value(), dataSize));
+    }
+    // File order (by offset) is the natural order for the entries; it also makes the overlap
+    // check a single pass. Empty tensors occupy no bytes and cannot overlap anything.
+    std::sort(f->m_entries.begin(), f->m_entries.end(), [](const SafeTensorEntry& a, const SafeTensorEntry& b) {
+        if (a.begin != b.begin) return a.begin < b.begin;
+        if (a.end != b.end) return a.end < b.end;
+        return a.name < b.name;
+    });
+    const SafeTensorEntry* prev = nullptr;
+    for (const auto& e : f->m_entries) {
+        if (e.begin == e.end) continue;
+        if (prev && e.begin < prev->end)
+            failTensor(path, e.name, "bytes [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                                         ") overlap tensor '" + prev->name + "' [" + std::to_string(prev->begin) +
+                                         ", " + std::to_string(prev->end) + "); " + kRedownload);
+        prev = &e;
+    }
+    for (size_t i = 0; i < f->m_entries.size(); ++i) f->m_index[f->m_entries[i].name] = i;
+    return f;
+}
+
+SafeTensorsFile::~SafeTensorsFile() = default;
+
+bool SafeTensorsFile::contains(const std::string& name) const { return m_index.count(name) != 0; }
+
+const SafeTensorEntry& SafeTensorsFile::entry(const std::string& name) const {
+    auto it = m_index.find(name);
+    if (it == m_index.end()) {
+        std::string some;
+        for (size_t i = 0; i < m_entries.size() && i < 3; ++i) some += (i ? ", '" : "'") + m_entries[i].name + "'";
+        failTensor(m_path, name, "no such tensor (the file has " + std::to_string(m_entries.size()) + " tensors" +
+                                     (some.empty() ? std::string() : ", e.g. " + some) +
+                                     "); check the name or the checkpoint");
+    }
+    return m_entries[it->second];
+}
+
+at::Tensor SafeTensorsFile::tensor(const std::string& name) const {
+    const SafeTensorEntry& e = entry(name);
+    const DtypeInfo* dt = dtypeByName(e.dtype); // validated in open()
+    const auto options = at::TensorOptions().dtype(dt->type).device(at::kCPU);
+    if (e.end == e.begin) return at::empty(e.shape, options);
+    const unsigned char* p = m_map->bytes() + m_dataStart + e.begin;
+    if (reinterpret_cast<std::uintptr_t>(p) % dt->itemSize == 0) {
+        // Zero-copy view. The deleter owns a reference to the mapping, which therefore stays
+        // mapped for as long as any tensor (or view of one) uses it.
+        std::shared_ptr<Mapping> keep = m_map;
+        return at::from_blob(const_cast<unsigned char*>(p), e.shape, [keep](void*) mutable { keep.reset(); },
+                             options);
+    }
+    // The header length is not a multiple of the element size (allowed by the format, never
+    // written by us or by the reference writer): unaligned element access is undefined, copy.
+    auto t = at::empty(e.shape, options);
+    std::memcpy(t.data_ptr(), p, e.end - e.begin);
+    return t;
+}
+
+void writeSafeTensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+    // Build and validate everything before creating any file, so that an unsupported dtype or
+    // a duplicate name leaves the folder untouched.
+    nlohmann::ordered_json header = nlohmann::ordered_json::object();
+    if (!metadata.empty()) {
+        nlohmann::ordered_json m = nlohmann::ordered_json::object();
+        for (const auto& [k, v] : metadata) m[k] = v;
+        header["__metadata__"] = m;
+    }
+    std::vector<at::Tensor> data;
+    data.reserve(tensors.size());
+    std::unordered_set<std::string> seen;
+    std::uint64_t offset = 0;
+    for (const auto& [name, t] : tensors) {
+        if (name == "__metadata__" || name.empty())
+            throw std::runtime_error("writeSafeTensors '" + path + "': invalid tensor name '" + name + "'");
+        if (!seen.insert(name).second)
+            throw std::runtime_error("writeSafeTensors '" + path + "': tensor '" + name +
+                                     "' appears twice; names must be unique");
+        if (!t.defined())
+            throw std::runtime_error("writeSafeTensors '" + path + "': tensor '" + name + "' is undefined");
+        const DtypeInfo* dt = dtypeByType(t.scalar_type());
+        if (!dt)
+            throw std::runtime_error("writeSafeTensors '" + path + "': tensor '" + name + "' has dtype " +
+                                     std::string(c10::toString(t.scalar_type())) +
+                                     ", which safetensors files here cannot hold (supported: " + supportedDtypeList() +
+                                     "); convert it first");
+        auto c = t.detach().to(at::kCPU).contiguous();
+        const std::uint64_t bytes = static_cast<std::uint64_t>(c.numel()) * dt->itemSize;
+        nlohmann::ordered_json e;
+        e["dtype"] = dt->name;
+        e["shape"] = c.sizes().vec();
+        e["data_offsets"] = {offset, offset + bytes};
+        header[name] = e;
+        offset += bytes;
+        data.push_back(std::move(c));
+    }
+    std::string text = header.dump();
+    // Pad with spaces to a multiple of 8 so that the data section (and with it every tensor of
+    // an element size up to 8) starts aligned, which lets readers map instead of copy.
+    text.append((8 - (8 + text.size()) % 8) % 8, ' ');
+
+    std::string tmp = path + ".tmp-XXXXXX";
+    const int fd = ::mkstemp(tmp.data());
+    if (fd < 0)
+        throw std::runtime_error("writeSafeTensors: cannot create a temporary file next to '" + path +
+                                 "': " + std::strerror(errno) + "; check that the folder exists and is writable");
+    bool open = true;
+    try {
+        ::fchmod(fd, 0644); // mkstemp creates 0600; a model file is meant to be shared
+        unsigned char len[8];
+        std::uint64_t n = text.size();
+        for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+        writeAll(fd, len, 8, tmp);
+        writeAll(fd, text.data(), text.size(), tmp);
+        for (const auto& c : data)
+            if (c.numel() > 0)
+                writeAll(fd, c.data_ptr(), static_cast<std::size_t>(c.numel()) * c.element_size(), tmp);
+        if (::fsync(fd) != 0)
+            throw std::runtime_error("cannot flush '" + tmp + "' to disk: " + std::strerror(errno));
+        open = false;
+        if (::close(fd) != 0) throw std::runtime_error("cannot close '" + tmp + "': " + std::strerror(errno));
+        if (::rename(tmp.c_str(), path.c_str()) != 0)
+            throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+    } catch (...) {
+        if (open) ::close(fd);
+        ::unlink(tmp.c_str());
+        throw;
+    }
+}
+
+} // namespace latmix::io

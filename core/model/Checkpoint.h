@@ -1,0 +1,47 @@
+#pragma once
+// A Hugging Face model folder (SPEC §8): config.json plus model.safetensors or shards listed in
+// model.safetensors.index.json. Weights stay memory-mapped, in their stored dtype.
+#include "model/ModelConfig.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace latmix::io {
+class SafeTensorsFile;
+}
+
+namespace latmix::model {
+
+class Checkpoint {
+public:
+    // Throws std::runtime_error naming the folder/file and what to do (missing config.json,
+    // no safetensors, missing shard, missing tensor, unsupported architecture).
+    static Checkpoint load(const std::string& dir);
+
+    const std::string& dir() const { return m_dir; }
+    const ModelConfig& config() const { return m_config; }
+    bool has(const std::string& name) const;
+    // The tensor with its Hugging Face name; throws naming the tensor and the folder.
+    at::Tensor weight(const std::string& name) const;
+    std::vector<std::string> names() const;
+    std::int64_t parameterCount() const;
+    std::int64_t weightBytes() const;
+
+private:
+    std::string m_dir;
+    ModelConfig m_config;
+    std::map<std::string, std::shared_ptr<io::SafeTensorsFile>> m_fileOf; // tensor name -> file
+};
+
+// The tensors (Hugging Face names) the Llama-family decoder reads for this config and the
+// shape each must have (SPEC §4); load() checks them. Biases, q_norm/k_norm and lm_head appear
+// only when the config calls for them.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> requiredTensors(const ModelConfig& config);
+
+} // namespace latmix::model

@@ -1,0 +1,298 @@
+// Hugging Face config.json for the Llama family (SPEC §4: Llama, Qwen2 with q/k/v bias, Qwen3
+// with per-head q_norm/k_norm; Mistral is the Llama decoder under another name). Defaults follow
+// the transformers configuration classes (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config),
+// as SPEC's preamble asks where it is silent.
+#include "model/ModelConfig.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace latmix::model {
+namespace {
+
+using nlohmann::json;
+
+struct ArchInfo {
+    const char* name;
+    const char* modelType;
+    Architecture arch;
+};
+
+const ArchInfo kArchs[] = {
+    {"LlamaForCausalLM", "llama", Architecture::Llama},
+    {"MistralForCausalLM", "mistral", Architecture::Mistral},
+    {"Qwen2ForCausalLM", "qwen2", Architecture::Qwen2},
+    {"Qwen3ForCausalLM", "qwen3", Architecture::Qwen3},
+};
+
+std::string supportedList() {
+    std::string s;
+    for (const auto& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
+    return s;
+}
+
+[[noreturn]] void fail(const std::string& source, const std::string& what) {
+    throw std::runtime_error(source + ": " + what);
+}
+
+bool present(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
+
+int getInt(const json& j, const char* key, const std::string& source) {
+    if (!present(j, key)) fail(source, std::string("required field '") + key + "' is missing");
+    const auto& v = j[key];
+    if (!v.is_number_integer()) fail(source, std::string("field '") + key + "' must be an integer, got " + v.dump());
+    const auto x = v.get<long long>();
+    if (x < 0 || x > 0x7fffffff) fail(source, std::string("field '") + key + "' is out of range: " + v.dump());
+    return static_cast<int>(x);
+}
+
+int getInt(const json& j, const char* key, int def, const std::string& source) {
+    return present(j, key) ? getInt(j, key, source) : def;
+}
+
+double getDouble(const json& j, const char* key, double def, const std::string& source) {
+    if (!present(j, key)) return def;
+    const auto& v = j[key];
+    if (!v.is_number()) fail(source, std::string("field '") + key + "' must be a number, got " + v.dump());
+    return v.get<double>();
+}
+
+bool getBool(const json& j, const char* key, bool def, const std::string& source) {
+    if (!present(j, key)) return def;
+    const auto& v = j[key];
+    if (!v.is_boolean()) fail(source, std::string("field '") + key + "' must be true or false, got " + v.dump());
+    return v.get<bool>();
+}
+
+// bos/eos may be an integer, a list (Llama 3.1 lists several eos ids; the first is the one the
+// chat template ends with) or null.
+int getTokenId(const json& j, const char* key, const std::string& source) {
+    if (!present(j, key)) return -1;
+    const auto& v = j[key];
+    if (v.is_number_integer()) return v.get<int>();
+    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int>();
+    if (v.is_array() && v.empty()) return -1;
+    fail(source, std::string("field '") + key + "' must be a token id or a list of ids, got " + v.dump());
+}
+
+RopeScaling parseRopeScaling(const json& r, const std::string& source) {
+    if (!r.is_object()) fail(source, "field 'rope_scaling' must be an object or null, got " + r.dump());
+    // transformers writes "rope_type"; older configs "type".
+    std::string type;
+    if (r.contains("rope_type") && r["rope_type"].is_string()) type = r["rope_type"].get<std::string>();
+    else if (r.contains("type") && r["type"].is_string()) type = r["type"].get<std::string>();
+    if (type != "llama3")
+        fail(source, "rope_scaling type '" + type +
+                         "' is not supported (supported: 'llama3', or no rope_scaling); this workbench "
+                         "implements plain RoPE and the Llama 3.1 frequency scaling only");
+    RopeScaling s;
+    s.type = type;
+    s.factor = getDouble(r, "factor", s.factor, source);
+    s.lowFreqFactor = getDouble(r, "low_freq_factor", s.lowFreqFactor, source);
+    s.highFreqFactor = getDouble(r, "high_freq_factor", s.highFreqFactor, source);
+    s.originalMaxPositions = getInt(r, "original_max_position_embeddings", s.originalMaxPositions, source);
+    if (!(s.factor > 0) || !(s.highFreqFactor > s.lowFreqFactor) || s.originalMaxPositions <= 0)
+        fail(source, "rope_scaling " + r.dump() +
+                         " is inconsistent (need factor > 0, high_freq_factor > low_freq_factor, "
+                         "original_max_position_embeddings > 0)");
+    return s;
+}
+
+const ArchInfo& archOf(Architecture a) {
+    for (const auto& i : kArchs)
+        if (i.arch == a) return i;
+    throw std::logic_error("ModelConfig: unknown Architecture value");
+}
+
+} // namespace
+
+std::vector<std::string> ModelConfig::supportedArchitectures() {
+    std::vector<std::string> v;
+    for (const auto& a : kArchs) v.emplace_back(a.name);
+    return v;
+}
+
+ModelConfig ModelConfig::fromJsonText(const std::string& text, const std::string& source) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception& e) {
+        fail(source, std::string("not valid JSON (") + e.what() + ")");
+    }
+    if (!j.is_object()) fail(source, "not a JSON object");
+
+    ModelConfig c;
+    // The architecture: "architectures"[0] as transformers' AutoModelForCausalLM uses it; a
+    // config without it falls back to model_type.
+    const ArchInfo* arch = nullptr;
+    std::string archName;
+    if (present(j, "architectures")) {
+        const auto& a = j["architectures"];
+        if (!a.is_array() || a.empty() || !a[0].is_string())
+            fail(source, "field 'architectures' must be a non-empty list of names, got " + a.dump());
+        archName = a[0].get<std::string>();
+        for (const auto& i : kArchs)
+            if (archName == i.name) arch = &i;
+    } else if (present(j, "model_type") && j["model_type"].is_string()) {
+        archName = j["model_type"].get<std::string>();
+        for (const auto& i : kArchs)
+            if (archName == i.modelType) arch = &i;
+    } else {
+        fail(source, "neither 'architectures' nor 'model_type' is set; supported: " + supportedList());
+    }
+    if (!arch)
+        throw std::runtime_error("unsupported architecture '" + archName + "' in " + source +
+                                 "; supported: " + supportedList());
+    c.architecture = arch->arch;
+    c.architectureName = arch->name;
+
+    if (present(j, "hidden_act") && j["hidden_act"] != "silu")
+        fail(source, "hidden_act " + j["hidden_act"].dump() + " is not supported (the Llama family uses 'silu')");
+
+    c.hiddenSize = getInt(j, "hidden_size", source);
+    c.intermediateSize = getInt(j, "intermediate_size", source);
+    c.numLayers = getInt(j, "num_hidden_layers", source);
+    c.numHeads = getInt(j, "num_attention_heads", source);
+    c.vocabSize = getInt(j, "vocab_size", source);
+    if (c.hiddenSize <= 0 || c.intermediateSize <= 0 || c.numLayers <= 0 || c.numHeads <= 0 || c.vocabSize <= 0)
+        fail(source, "hidden_size, intermediate_size, num_hidden_layers, num_attention_heads and vocab_size "
+                     "must all be positive");
+    c.numKvHeads = getInt(j, "num_key_value_heads", c.numHeads, source);
+    if (c.numKvHeads <= 0 || c.numHeads % c.numKvHeads != 0)
+        fail(source, "num_key_value_heads " + std::to_string(c.numKvHeads) + " must divide num_attention_heads " +
+                         std::to_string(c.numHeads));
+    if (present(j, "head_dim")) {
+        c.headDim = getInt(j, "head_dim", source);
+    } else if (c.architecture == Architecture::Qwen3) {
+        c.headDim = 128; // Qwen3Config's default; every released Qwen3 config states it anyway
+    } else {
+        if (c.hiddenSize % c.numHeads != 0)
+            fail(source, "hidden_size " + std::to_string(c.hiddenSize) + " is not divisible by num_attention_heads " +
+                             std::to_string(c.numHeads) + " and no head_dim is given");
+        c.headDim = c.hiddenSize / c.numHeads;
+    }
+    if (c.headDim <= 0 || c.headDim % 2 != 0)
+        fail(source, "head_dim " + std::to_string(c.headDim) + " must be positive and even (RoPE rotates pairs)");
+
+    c.maxPositions = getInt(j, "max_position_embeddings", c.maxPositions, source);
+    c.rmsNormEps = getDouble(j, "rms_norm_eps", c.rmsNormEps, source);
+    // rope_theta is top-level in transformers 4.x; 5.x moves it into "rope_parameters".
+    if (present(j, "rope_theta")) c.ropeTheta = getDouble(j, "rope_theta", c.ropeTheta, source);
+    else if (present(j, "rope_parameters") && j["rope_parameters"].is_object())
+        c.ropeTheta = getDouble(j["rope_parameters"], "rope_theta", c.ropeTheta, source);
+    const json* rope = nullptr;
+    if (present(j, "rope_scaling")) rope = &j["rope_scaling"];
+    else if (present(j, "rope_parameters") && j["rope_parameters"].is_object()) rope = &j["rope_parameters"];
+    if (rope) {
+        const json& r = *rope;
+        const std::string t = r.is_object() && r.contains("rope_type") && r["rope_type"].is_string()
+                                  ? r["rope_type"].get<std::string>()
+                                  : (r.is_object() && r.contains("type") && r["type"].is_string()
+                                         ? r["type"].get<std::string>()
+                                         : std::string());
+        if (t != "default") c.ropeScaling = parseRopeScaling(r, source); // "default" = no scaling
+    }
+    c.tieWordEmbeddings = getBool(j, "tie_word_embeddings", false, source);
+    c.bosTokenId = getTokenId(j, "bos_token_id", source);
+    c.eosTokenId = getTokenId(j, "eos_token_id", source);
+    if (present(j, "torch_dtype") && j["torch_dtype"].is_string()) c.torchDtype = j["torch_dtype"].get<std::string>();
+    else if (present(j, "dtype") && j["dtype"].is_string()) c.torchDtype = j["dtype"].get<std::string>();
+
+    switch (c.architecture) {
+    case Architecture::Llama:
+    case Architecture::Mistral: {
+        // LlamaAttention: attention_bias applies to q, k, v and o alike. MistralConfig has no such
+        // field (Mistral has no biases); reading it anyway lets a folded export (SPEC §8: "config
+        // gets attention_bias / mlp_bias") of a Mistral model load.
+        const bool attn = getBool(j, "attention_bias", false, source);
+        c.qkvBias = c.oProjBias = attn;
+        c.mlpBias = getBool(j, "mlp_bias", false, source);
+        break;
+    }
+    case Architecture::Qwen2:
+        c.qkvBias = true; // Qwen2Attention: q/k/v always biased, o_proj never
+        c.oProjBias = false;
+        c.mlpBias = false;
+        break;
+    case Architecture::Qwen3: {
+        c.qkNorm = true;
+        const bool attn = getBool(j, "attention_bias", false, source);
+        c.qkvBias = c.oProjBias = attn;
+        c.mlpBias = false;
+        break;
+    }
+    }
+
+    // Sliding-window attention is not implemented: accept it only where it cannot take effect.
+    // Mistral: sliding_window set (not null) and shorter than the context; Qwen2/3: only when
+    // use_sliding_window is true.
+    const bool sliding = c.architecture == Architecture::Mistral
+                             ? present(j, "sliding_window")
+                             : (c.architecture == Architecture::Qwen2 || c.architecture == Architecture::Qwen3) &&
+                                   getBool(j, "use_sliding_window", false, source) && present(j, "sliding_window");
+    if (sliding) {
+        const int w = getInt(j, "sliding_window", source);
+        if (w < c.maxPositions)
+            fail(source, "sliding_window " + std::to_string(w) + " is shorter than max_position_embeddings " +
+                             std::to_string(c.maxPositions) +
+                             "; sliding-window attention is unsupported (only full causal attention is implemented)");
+    }
+    return c;
+}
+
+ModelConfig ModelConfig::fromFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read model config '" + path + "'; check that the file exists");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return fromJsonText(ss.str(), path);
+}
+
+std::string ModelConfig::toJsonText() const {
+    const ArchInfo& a = archOf(architecture);
+    nlohmann::ordered_json j;
+    j["architectures"] = {a.name};
+    j["model_type"] = a.modelType;
+    j["hidden_size"] = hiddenSize;
+    j["intermediate_size"] = intermediateSize;
+    j["num_hidden_layers"] = numLayers;
+    j["num_attention_heads"] = numHeads;
+    j["num_key_value_heads"] = numKvHeads;
+    j["head_dim"] = headDim;
+    j["vocab_size"] = vocabSize;
+    j["max_position_embeddings"] = maxPositions;
+    j["rms_norm_eps"] = rmsNormEps;
+    j["rope_theta"] = ropeTheta;
+    if (ropeScaling) {
+        nlohmann::ordered_json r;
+        r["rope_type"] = ropeScaling->type;
+        r["factor"] = ropeScaling->factor;
+        r["low_freq_factor"] = ropeScaling->lowFreqFactor;
+        r["high_freq_factor"] = ropeScaling->highFreqFactor;
+        r["original_max_position_embeddings"] = ropeScaling->originalMaxPositions;
+        j["rope_scaling"] = r;
+    } else {
+        j["rope_scaling"] = nullptr;
+    }
+    j["hidden_act"] = "silu";
+    j["tie_word_embeddings"] = tieWordEmbeddings;
+    // Hugging Face has one attention_bias flag for q/k/v/o (Llama, Mistral, Qwen3); Qwen2's q/k/v
+    // bias is implied by the architecture. A config with qkvBias != oProjBias on a Llama-type
+    // model cannot be expressed: the flag is set when either is, and loaders then expect zero
+    // biases to be present where the model had none (the exporter writes them, SPEC §8).
+    if (architecture != Architecture::Qwen2) {
+        j["attention_bias"] = qkvBias || oProjBias;
+        j["mlp_bias"] = mlpBias;
+    }
+    if (bosTokenId >= 0) j["bos_token_id"] = bosTokenId;
+    else j["bos_token_id"] = nullptr;
+    if (eosTokenId >= 0) j["eos_token_id"] = eosTokenId;
+    else j["eos_token_id"] = nullptr;
+    j["torch_dtype"] = torchDtype;
+    return j.dump(2) + "\n";
+}
+
+} // namespace latmix::model

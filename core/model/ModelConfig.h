@@ -1,0 +1,52 @@
+#pragma once
+// The parts of a Hugging Face config.json the decoder needs (Llama family, SPEC §4).
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace latmix::model {
+
+enum class Architecture { Llama, Mistral, Qwen2, Qwen3 };
+
+// rope_scaling of type "llama3" (Llama 3.1+); other types are rejected with a clear error.
+struct RopeScaling {
+    std::string type = "llama3";
+    double factor = 8.0;
+    double lowFreqFactor = 1.0;
+    double highFreqFactor = 4.0;
+    int originalMaxPositions = 8192;
+};
+
+struct ModelConfig {
+    Architecture architecture = Architecture::Llama;
+    std::string architectureName = "LlamaForCausalLM";
+    int hiddenSize = 0;
+    int intermediateSize = 0;
+    int numLayers = 0;
+    int numHeads = 0;
+    int numKvHeads = 0;  // defaults to numHeads
+    int headDim = 0;     // defaults to hiddenSize / numHeads
+    int vocabSize = 0;
+    int maxPositions = 2048;
+    double rmsNormEps = 1e-6;
+    double ropeTheta = 10000.0;
+    std::optional<RopeScaling> ropeScaling;
+    bool tieWordEmbeddings = false;
+    bool qkvBias = false;   // Llama attention_bias / Qwen2 (always true there)
+    bool oProjBias = false; // Llama attention_bias (not Qwen2)
+    bool mlpBias = false;
+    bool qkNorm = false;    // Qwen3 per-head RMSNorm on q and k
+    int bosTokenId = -1;
+    int eosTokenId = -1;
+    std::string torchDtype = "float32";
+
+    // Parse config.json text / file; throws std::runtime_error naming the file and the field,
+    // and for an unsupported architecture naming it and listing the supported ones.
+    static ModelConfig fromJsonText(const std::string& text, const std::string& source = "config.json");
+    static ModelConfig fromFile(const std::string& path);
+    std::string toJsonText() const; // a config.json that fromJsonText reads back to the same values
+
+    static std::vector<std::string> supportedArchitectures();
+};
+
+} // namespace latmix::model

@@ -1,0 +1,117 @@
+#pragma once
+// An independent float64 Llama-family forward pass for tests: explicit loops for norms, RoPE
+// and attention, plain matrix products for the linear layers, nothing shared with
+// core/model/LlamaModel.cpp (only the weights come through Checkpoint).
+#include "model/Checkpoint.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace latmix::test {
+
+struct ReferenceLlama {
+    const model::Checkpoint& ck;
+    const model::ModelConfig& c;
+    explicit ReferenceLlama(const model::Checkpoint& k) : ck(k), c(k.config()) {}
+
+    at::Tensor w(const std::string& name) const { return ck.weight(name).to(at::kDouble); }
+    at::Tensor wIf(bool present, const std::string& name) const { return present ? w(name) : at::Tensor(); }
+
+    // x: [n] -> x / sqrt(mean(x^2) + eps) * g
+    static void rmsNormRow(double* x, const double* g, int n, double eps) {
+        double ss = 0;
+        for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+        const double inv = 1.0 / std::sqrt(ss / n + eps);
+        for (int i = 0; i < n; ++i) x[i] = x[i] * inv * g[i];
+    }
+    at::Tensor rmsNorm(at::Tensor x, const at::Tensor& g) const { // rows of the last dim
+        x = x.clone().contiguous();
+        const int n = static_cast<int>(x.size(-1));
+        double* p = x.data_ptr<double>();
+        auto gc = g.contiguous();
+        for (int64_t r = 0; r < x.numel() / n; ++r) rmsNormRow(p + r * n, gc.data_ptr<double>(), n, c.rmsNormEps);
+        return x;
+    }
+    static at::Tensor linear(const at::Tensor& x, const at::Tensor& W, const at::Tensor& b) {
+        auto y = at::matmul(x, W.t());
+        return b.defined() ? y + b : y;
+    }
+    double invFreq(int i) const { // i-th of head_dim/2 frequencies, llama3 scaling written out
+        double f = std::pow(c.ropeTheta, -2.0 * i / c.headDim);
+        if (!c.ropeScaling) return f;
+        const auto& s = *c.ropeScaling;
+        const double wl = 2 * M_PI / f, lo = s.originalMaxPositions / s.lowFreqFactor,
+                     hi = s.originalMaxPositions / s.highFreqFactor;
+        if (wl < hi) return f;
+        if (wl > lo) return f / s.factor;
+        const double t = (s.originalMaxPositions / wl - s.lowFreqFactor) / (s.highFreqFactor - s.lowFreqFactor);
+        return (1 - t) * f / s.factor + t * f;
+    }
+    // head vector v of length hd at position p, rotate-half pairs (i, i + hd/2)
+    void rope(double* v, int p) const {
+        const int half = c.headDim / 2;
+        for (int i = 0; i < half; ++i) {
+            const double a = p * invFreq(i), x1 = v[i], x2 = v[i + half];
+            v[i] = x1 * std::cos(a) - x2 * std::sin(a);
+            v[i + half] = x2 * std::cos(a) + x1 * std::sin(a);
+        }
+    }
+
+    at::Tensor logits(const std::vector<int64_t>& tokens) const {
+        const int T = static_cast<int>(tokens.size()), H = c.numHeads, KV = c.numKvHeads, hd = c.headDim;
+        auto embed = w("model.embed_tokens.weight");
+        auto h = at::empty({T, c.hiddenSize}, at::kDouble);
+        for (int t = 0; t < T; ++t) h[t] = embed[tokens[t]];
+        for (int l = 0; l < c.numLayers; ++l) {
+            const std::string p = "model.layers." + std::to_string(l) + ".";
+            auto x = rmsNorm(h, w(p + "input_layernorm.weight"));
+            auto q = linear(x, w(p + "self_attn.q_proj.weight"), wIf(c.qkvBias, p + "self_attn.q_proj.bias")).contiguous();
+            auto k = linear(x, w(p + "self_attn.k_proj.weight"), wIf(c.qkvBias, p + "self_attn.k_proj.bias")).contiguous();
+            auto v = linear(x, w(p + "self_attn.v_proj.weight"), wIf(c.qkvBias, p + "self_attn.v_proj.bias")).contiguous();
+            if (c.qkNorm) {
+                q = rmsNorm(q.view({T, H, hd}), w(p + "self_attn.q_norm.weight")).view({T, H * hd});
+                k = rmsNorm(k.view({T, KV, hd}), w(p + "self_attn.k_norm.weight")).view({T, KV * hd});
+            }
+            double* qp = q.data_ptr<double>();
+            double* kp = k.data_ptr<double>();
+            const double* vp = v.data_ptr<double>();
+            for (int t = 0; t < T; ++t) {
+                for (int hh = 0; hh < H; ++hh) rope(qp + t * H * hd + hh * hd, t);
+                for (int hh = 0; hh < KV; ++hh) rope(kp + t * KV * hd + hh * hd, t);
+            }
+            auto attn = at::zeros({T, H * hd}, at::kDouble);
+            double* ap = attn.data_ptr<double>();
+            std::vector<double> s(T);
+            for (int hh = 0; hh < H; ++hh) {
+                const int kh = hh / (H / KV); // grouped-query: consecutive query heads share a kv head
+                for (int t = 0; t < T; ++t) {
+                    double m = -1e300;
+                    for (int u = 0; u <= t; ++u) {
+                        double dot = 0;
+                        for (int i = 0; i < hd; ++i) dot += qp[t * H * hd + hh * hd + i] * kp[u * KV * hd + kh * hd + i];
+                        s[u] = dot / std::sqrt(double(hd));
+                        m = std::max(m, s[u]);
+                    }
+                    double z = 0;
+                    for (int u = 0; u <= t; ++u) z += (s[u] = std::exp(s[u] - m));
+                    for (int u = 0; u <= t; ++u)
+                        for (int i = 0; i < hd; ++i) ap[t * H * hd + hh * hd + i] += s[u] / z * vp[u * KV * hd + kh * hd + i];
+                }
+            }
+            h = h + linear(attn, w(p + "self_attn.o_proj.weight"), wIf(c.oProjBias, p + "self_attn.o_proj.bias"));
+            x = rmsNorm(h, w(p + "post_attention_layernorm.weight"));
+            auto g = linear(x, w(p + "mlp.gate_proj.weight"), wIf(c.mlpBias, p + "mlp.gate_proj.bias"));
+            auto u = linear(x, w(p + "mlp.up_proj.weight"), wIf(c.mlpBias, p + "mlp.up_proj.bias"));
+            auto act = g / (1 + at::exp(-g)) * u; // SiLU(g) * u
+            h = h + linear(act, w(p + "mlp.down_proj.weight"), wIf(c.mlpBias, p + "mlp.down_proj.bias"));
+        }
+        h = rmsNorm(h, w("model.norm.weight"));
+        auto head = ck.has("lm_head.weight") ? w("lm_head.weight") : embed;
+        return at::matmul(h, head.t());
+    }
+};
+
+} // namespace latmix::test
