@@ -1,12 +1,15 @@
 // The workbench shell: the Export action is present but disabled (with the reason as tooltip),
 // the status bar shows the runtime facts, Recent is kept in QSettings and can be cleared, the
-// theme choice is remembered. QSettings go to a throw-away test location.
+// theme choice is remembered, the Model dock can be toggled. QSettings go to a throw-away test
+// location. Opening checkpoints is tested in tst_modelsummaryview.
 #include "MainWindow.h"
+#include "ModelSummaryView.h"
 #include "MxExplorerView.h"
 #include "util/Runtime.h"
 
 #include <QAction>
 #include <QApplication>
+#include <QDockWidget>
 #include <QLabel>
 #include <QMenu>
 #include <QSettings>
@@ -41,7 +44,8 @@ private slots:
     void aboutNamesVersions();
     void recentRecordsAndClears();
     void recentIsDedupedAndCapped();
-    void openCheckpointExplains();
+    void startsWithoutModel();
+    void modelDockToggles();
     void explorerIsCentralAndToggles();
     void themeChoicePersists();
 };
@@ -134,19 +138,45 @@ void TestMainWindow::recentIsDedupedAndCapped() {
     QCOMPARE(recentEntries(w), recent);
 }
 
-void TestMainWindow::openCheckpointExplains() {
+void TestMainWindow::startsWithoutModel() {
     MainWindow w;
-    w.openCheckpoint(QStringLiteral("/models/tiny"));
-    QVERIFY2(w.statusBar()->currentMessage().contains(QStringLiteral("later version")),
-             qPrintable(w.statusBar()->currentMessage()));
-    QCOMPARE(w.recentCheckpoints().value(0), QStringLiteral("/models/tiny"));
+    QCOMPARE(w.windowTitle(), QStringLiteral("LATMiX Workbench"));
+    QVERIFY(w.currentModelDir().isEmpty());
+    QVERIFY(!w.currentModel());
+    QVERIFY(w.modelSummary() && !w.modelSummary()->hasModel());
+    QVERIFY(!w.isErrorBannerShown());
+    // A failed open is not remembered (the missing folder would clutter Recent forever).
+    QVERIFY(!w.openCheckpoint(QStringLiteral("/models/tiny-that-does-not-exist")));
+    QVERIFY(w.recentCheckpoints().isEmpty());
+    QVERIFY(w.errorBannerText().contains(QStringLiteral("/models/tiny-that-does-not-exist")));
+}
+
+void TestMainWindow::modelDockToggles() {
+    MainWindow w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QDockWidget* dock = w.modelDock();
+    QVERIFY(dock && dock->objectName() == QLatin1String("modelDock"));
+    QCOMPARE(dock->windowTitle(), QStringLiteral("Model"));
+    QVERIFY(w.dockWidgetArea(dock) == Qt::LeftDockWidgetArea);
+    QVERIFY(dock->isVisible());
+    // Leaves the explorer (its fixed 270 px controls plus the plots) most of the 1280 px.
+    QVERIFY2(dock->width() <= 400, qPrintable(QString::number(dock->width())));
+    QVERIFY2(w.explorerView()->width() >= 800, qPrintable(QString::number(w.explorerView()->width())));
+    auto* toggle = w.findChild<QAction*>(QStringLiteral("actionShowModel"));
+    QVERIFY(toggle && toggle->isCheckable() && toggle->isChecked());
+    toggle->trigger();
+    QVERIFY(!dock->isVisible());
+    toggle->trigger();
+    QVERIFY(dock->isVisible());
 }
 
 void TestMainWindow::explorerIsCentralAndToggles() {
     MainWindow w;
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
-    QCOMPARE(w.centralWidget(), static_cast<QWidget*>(w.explorerView()));
+    // The central area holds the (hidden) error banner above the explorer.
+    QVERIFY(w.centralWidget()->isAncestorOf(w.explorerView()));
     auto* toggle = w.findChild<QAction*>(QStringLiteral("actionShowExplorer"));
     QVERIFY(toggle && toggle->isCheckable() && toggle->isChecked());
     toggle->trigger();

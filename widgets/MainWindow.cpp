@@ -1,13 +1,21 @@
 #include "MainWindow.h"
 
-#include "MxExplorerView.h"
+// Core headers first (they include ATen/core/Tensor.h only, safe next to Qt's keywords).
+#include "model/Checkpoint.h"
 #include "util/Runtime.h"
+
+#include "ModelSummaryView.h"
+#include "MxExplorerView.h"
 
 #include <QAction>
 #include <QActionGroup>
 #include <QApplication>
 #include <QDir>
+#include <QDockWidget>
 #include <QFileDialog>
+#include <QFileInfo>
+#include <QFrame>
+#include <QHBoxLayout>
 #include <QImageReader>
 #include <QKeySequence>
 #include <QLabel>
@@ -18,6 +26,10 @@
 #include <QSettings>
 #include <QStatusBar>
 #include <QStyle>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include <exception>
 
 // Resources live in the static latmix_widgets library, whose rcc object the linker would drop
 // unless something references it; Q_INIT_RESOURCE must be used outside any namespace.
@@ -100,13 +112,74 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     systemStyleName(); // remember the platform style before any theme is applied
 
     m_explorer = new MxExplorerView(this);
-    setCentralWidget(m_explorer);
+    setCentralWidget(createCentralArea());
+    createModelDock();
 
     createMenus();
     createStatusBar();
     rebuildRecentMenu();
     setTheme(parseTheme(workbenchSettings().value(QLatin1String(kThemeKey)).toString()));
     resize(1280, 800);
+    // After resize(): the dock's share is set against the final window width.
+    resizeDocks({m_modelDock}, {310}, Qt::Horizontal);
+}
+
+QWidget* MainWindow::createCentralArea() {
+    // The banner sits in the central area rather than in a dock or the status bar: it must be
+    // seen at once, stay until dismissed and not cover the explorer's plots.
+    auto* area = new QWidget(this);
+    area->setObjectName(QStringLiteral("centralArea"));
+    auto* column = new QVBoxLayout(area);
+    column->setContentsMargins(0, 0, 0, 0);
+    column->setSpacing(0);
+
+    m_errorBanner = new QFrame(area);
+    m_errorBanner->setObjectName(QStringLiteral("errorBanner"));
+    // Fixed amber colours with dark text read the same on the light and the dark theme.
+    m_errorBanner->setStyleSheet(QStringLiteral(
+        "QFrame#errorBanner { background: #fff4e5; border: 1px solid #e8a33d; border-radius: 4px; }"
+        "QFrame#errorBanner QLabel { color: #4d2f00; background: transparent; border: none; }"
+        "QFrame#errorBanner QToolButton { color: #4d2f00; border: none; padding: 2px 6px; font-weight: bold; }"
+        "QFrame#errorBanner QToolButton:hover { background: #f6d6a8; border-radius: 3px; }"));
+    auto* row = new QHBoxLayout(m_errorBanner);
+    row->setContentsMargins(8, 6, 4, 6);
+    auto* icon = new QLabel(m_errorBanner);
+    icon->setObjectName(QStringLiteral("errorBannerIcon"));
+    icon->setPixmap(style()->standardIcon(QStyle::SP_MessageBoxWarning).pixmap(20, 20));
+    icon->setAlignment(Qt::AlignTop);
+    m_errorText = new QLabel(m_errorBanner);
+    m_errorText->setObjectName(QStringLiteral("errorBannerText"));
+    m_errorText->setTextFormat(Qt::PlainText); // paths and exception text, never markup
+    m_errorText->setWordWrap(true);
+    m_errorText->setTextInteractionFlags(Qt::TextSelectableByMouse); // for pasting into an issue
+    auto* close = new QToolButton(m_errorBanner);
+    close->setObjectName(QStringLiteral("errorBannerClose"));
+    close->setText(QStringLiteral("\u2715"));
+    close->setToolTip(tr("Dismiss"));
+    close->setAutoRaise(true);
+    connect(close, &QToolButton::clicked, this, &MainWindow::hideErrorBanner);
+    row->addWidget(icon);
+    row->addWidget(m_errorText, 1);
+    row->addWidget(close, 0, Qt::AlignTop);
+    m_errorBanner->hide();
+
+    auto* bannerMargin = new QVBoxLayout;
+    bannerMargin->setContentsMargins(6, 6, 6, 0);
+    bannerMargin->addWidget(m_errorBanner);
+    column->addLayout(bannerMargin);
+    column->addWidget(m_explorer, 1);
+    return area;
+}
+
+void MainWindow::createModelDock() {
+    m_modelDock = new QDockWidget(tr("Model"), this);
+    m_modelDock->setObjectName(QStringLiteral("modelDock"));
+    m_modelDock->setAllowedAreas(Qt::LeftDockWidgetArea | Qt::RightDockWidgetArea);
+    m_summary = new ModelSummaryView(m_modelDock);
+    // Room for "Memory, bfloat16:  24.7 MiB on CPU" without squeezing the explorer's plots.
+    m_summary->setMinimumWidth(260);
+    m_modelDock->setWidget(m_summary);
+    addDockWidget(Qt::LeftDockWidgetArea, m_modelDock);
 }
 
 void MainWindow::createMenus() {
@@ -146,6 +219,10 @@ void MainWindow::createMenus() {
     showExplorer->setCheckable(true);
     showExplorer->setChecked(true);
     connect(showExplorer, &QAction::toggled, m_explorer, &QWidget::setVisible);
+    QAction* showModel = m_modelDock->toggleViewAction();
+    showModel->setText(tr("&Model summary"));
+    showModel->setObjectName(QStringLiteral("actionShowModel"));
+    view->addAction(showModel);
 
     QMenu* themeMenu = view->addMenu(tr("&Theme"));
     themeMenu->setObjectName(QStringLiteral("menuTheme"));
@@ -215,12 +292,57 @@ void MainWindow::chooseCheckpoint() {
     if (!dir.isEmpty()) openCheckpoint(dir);
 }
 
-void MainWindow::openCheckpoint(const QString& path) {
-    addRecentCheckpoint(path);
-    statusBar()->showMessage(
-        tr("Checkpoint loading arrives in a later version; %1 was added to File › Open recent.")
-            .arg(QDir::toNativeSeparators(path)));
+bool MainWindow::openCheckpoint(const QString& path, bool remember) {
+    // One spelling per folder: Recent, the title and modelOpened all see the same path.
+    const QString dir = path.isEmpty() ? QString() : QDir::cleanPath(QFileInfo(path).absoluteFilePath());
+    std::shared_ptr<const latmix::model::Checkpoint> checkpoint;
+    // Restores the cursor on every way out, exceptions included.
+    struct BusyCursor {
+        BusyCursor() { QGuiApplication::setOverrideCursor(Qt::WaitCursor); }
+        ~BusyCursor() { QGuiApplication::restoreOverrideCursor(); }
+    } busy;
+    try {
+        // Memory-maps the safetensors and checks every tensor's shape: fast even for 8B models,
+        // so it runs here rather than in a job.
+        checkpoint = std::make_shared<const latmix::model::Checkpoint>(
+            latmix::model::Checkpoint::load(dir.toStdString()));
+    } catch (const std::exception& e) {
+        const QString why = QString::fromStdString(e.what());
+        // Core's messages name the folder already; say it here only where one does not.
+        showErrorBanner(!dir.isEmpty() && why.contains(dir)
+                            ? tr("Could not open the model: %1").arg(why)
+                            : tr("Could not open %1: %2").arg(QDir::toNativeSeparators(dir), why));
+        return false;
+    }
+    m_model = checkpoint;
+    m_modelDir = dir;
+    m_summary->setCheckpoint(checkpoint); // also reads the tokenizer: still busy
+
+    const QString name = QFileInfo(dir).fileName();
+    setWindowTitle(tr("%1 — LATMiX Workbench").arg(name));
+    if (remember) addRecentCheckpoint(dir);
+    hideErrorBanner(); // an earlier failure no longer describes what is shown
+    m_modelDock->show();
+    statusBar()->showMessage(tr("Opened %1: %2, %3 layers, %4 parameters")
+                                 .arg(QDir::toNativeSeparators(dir),
+                                      QString::fromStdString(checkpoint->config().architectureName))
+                                 .arg(checkpoint->config().numLayers)
+                                 .arg(ModelSummaryView::formatCount(checkpoint->parameterCount())));
+    emit modelOpened(dir);
+    return true;
 }
+
+void MainWindow::showErrorBanner(const QString& message) {
+    m_errorText->setText(message);
+    m_errorBanner->show();
+    statusBar()->showMessage(message);
+}
+
+void MainWindow::hideErrorBanner() { m_errorBanner->hide(); }
+
+bool MainWindow::isErrorBannerShown() const { return m_errorBanner->isVisibleTo(this); }
+
+QString MainWindow::errorBannerText() const { return m_errorText->text(); }
 
 QStringList MainWindow::recentCheckpoints() const {
     return workbenchSettings().value(QLatin1String(kRecentKey)).toStringList();

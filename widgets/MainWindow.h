@@ -1,17 +1,27 @@
 #pragma once
 // The workbench's main window: menus (File, View, Help), the MX format explorer as central
-// view and a status bar with the runtime facts (device, threads, libtorch version).
+// view, the open checkpoint's summary in the "Model" dock, an error banner above the central
+// view, and a status bar with the runtime facts (device, threads, libtorch version).
 #include <QIcon>
 #include <QMainWindow>
 #include <QStringList>
 
+#include <memory>
+
 class QAction;
 class QActionGroup;
+class QDockWidget;
+class QFrame;
 class QLabel;
 class QMenu;
 
+namespace latmix::model {
+class Checkpoint;
+}
+
 namespace latmix::gui {
 
+class ModelSummaryView;
 class MxExplorerView;
 
 class MainWindow : public QMainWindow {
@@ -26,6 +36,17 @@ public:
     static QIcon applicationIcon();
 
     MxExplorerView* explorerView() const { return m_explorer; }
+    ModelSummaryView* modelSummary() const { return m_summary; }
+    QDockWidget* modelDock() const { return m_modelDock; }
+
+    // The open checkpoint (nullptr before the first successful openCheckpoint) and its folder.
+    std::shared_ptr<const latmix::model::Checkpoint> currentModel() const { return m_model; }
+    QString currentModelDir() const { return m_modelDir; }
+
+    // The error banner above the central view: shown by a failed open (or showErrorBanner),
+    // hidden by its close button and by the next successful open.
+    bool isErrorBannerShown() const;
+    QString errorBannerText() const;
 
     // Recently opened checkpoint folders, newest first, as kept in QSettings
     // ("LATMiX", "Workbench", key recent/checkpoints).
@@ -37,13 +58,25 @@ public:
     QString aboutText() const;
 
 public slots:
-    // Records path in Recent and says in the status bar that loading comes in a later version.
-    void openCheckpoint(const QString& path);
+    // Loads the Hugging Face model folder at path (config.json + safetensors, memory-mapped) and
+    // makes it the current model: summary dock, window title, Recent, status bar, modelOpened.
+    // On failure keeps the previous model, shows why in the error banner and the status bar
+    // (never a modal dialog: scripted and offscreen runs must not block) and returns false.
+    // remember=false keeps a successful open out of Recent (the demo model opened at start
+    // would otherwise push the user's own folders down at every launch).
+    bool openCheckpoint(const QString& path, bool remember = true);
+    // Shows message in the non-modal error banner and the status bar.
+    void showErrorBanner(const QString& message);
+    void hideErrorBanner();
     void addRecentCheckpoint(const QString& path);
     void clearRecentCheckpoints();
     void setTheme(latmix::gui::MainWindow::Theme theme);
     // Re-reads device, thread count and libtorch version into the status bar labels.
     void refreshRuntimeInfo();
+
+signals:
+    // A checkpoint was opened; dir is its cleaned absolute folder path.
+    void modelOpened(const QString& dir);
 
 private slots:
     void chooseCheckpoint();
@@ -53,9 +86,17 @@ private slots:
 private:
     void createMenus();
     void createStatusBar();
+    void createModelDock();
+    QWidget* createCentralArea();
     void storeRecent(const QStringList& paths);
 
     MxExplorerView* m_explorer = nullptr;
+    ModelSummaryView* m_summary = nullptr;
+    QDockWidget* m_modelDock = nullptr;
+    QFrame* m_errorBanner = nullptr;
+    QLabel* m_errorText = nullptr;
+    std::shared_ptr<const latmix::model::Checkpoint> m_model;
+    QString m_modelDir;
     QMenu* m_recentMenu = nullptr;
     QAction* m_clearRecentAction = nullptr;
     QAction* m_exportAction = nullptr;

@@ -1,16 +1,21 @@
 // latmix-workbench: the Qt desktop workbench. A thin shell over latmix_widgets.
+#include "model/DemoModel.h"
+#include "util/Runtime.h"
+
 #include "MainWindow.h"
 #include "MxExplorerView.h"
-#include "util/Runtime.h"
 
 #include <QApplication>
 #include <QCommandLineOption>
 #include <QCommandLineParser>
+#include <QDir>
 #include <QPixmap>
+#include <QStandardPaths>
 #include <QtGlobal>
 
 #include <cstdio>
 #include <cstring>
+#include <exception>
 
 namespace {
 
@@ -34,6 +39,30 @@ void preferOffscreenWhenHeadless(int argc, char** argv) {
 int fail(const QString& message) {
     std::fprintf(stderr, "latmix-workbench: error: %s\n", qPrintable(message));
     return 2;
+}
+
+// The built-in demo model lives in the per-user data folder (~/.local/share/LATMiX/Workbench
+// on Linux), so the workbench starts with a real model to look at and no download or ../shared
+// data. writeDemoModel is deterministic and takes milliseconds: a missing or half-written
+// folder is simply written again. Returns the folder, or an empty string and why in *error.
+QString prepareDemoModel(QString* error) {
+    const QString base = QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation);
+    if (base.isEmpty()) {
+        *error = QStringLiteral("No writable data folder for the built-in demo model; open a model folder "
+                                "with File › Open checkpoint… or latmix-workbench MODEL_DIR");
+        return {};
+    }
+    const QString dir = base + QStringLiteral("/demo-model");
+    const QDir d(dir);
+    if (d.exists(QStringLiteral("config.json")) && d.exists(QStringLiteral("model.safetensors"))) return dir;
+    try {
+        latmix::model::writeDemoModel(dir.toStdString());
+    } catch (const std::exception& e) {
+        *error = QStringLiteral("Cannot write the built-in demo model to %1: %2")
+                     .arg(QDir::toNativeSeparators(dir), QString::fromStdString(e.what()));
+        return {};
+    }
+    return dir;
 }
 
 } // namespace
@@ -71,6 +100,11 @@ int main(int argc, char** argv) {
     parser.addOption(threadsOption);
     parser.addOption(screenshotOption);
     parser.addOption(formatOption);
+    parser.addPositionalArgument(
+        QStringLiteral("MODEL_DIR"),
+        QStringLiteral("Hugging Face model folder to open (config.json + model.safetensors). "
+                       "Without one, the built-in demo model is opened."),
+        QStringLiteral("[MODEL_DIR]"));
     parser.process(app); // exits on --help and unknown options
     if (parser.isSet(versionOption)) {
         std::printf("latmix-workbench %s (libtorch %s)\n", latmix::latmixVersion().c_str(),
@@ -83,11 +117,32 @@ int main(int argc, char** argv) {
     if (!ok || threads < 0)
         return fail(QStringLiteral("--threads expects a non-negative integer, got '%1'").arg(parser.value(threadsOption)));
     latmix::configureThreads(threads);
+    const QStringList positional = parser.positionalArguments();
+    if (positional.size() > 1)
+        return fail(QStringLiteral("expected at most one MODEL_DIR, got %1: %2")
+                        .arg(positional.size())
+                        .arg(positional.join(QStringLiteral(", "))));
 
     latmix::gui::MainWindow window;
     if (parser.isSet(formatOption) && !window.explorerView()->selectFormat(parser.value(formatOption)))
         return fail(QStringLiteral("unknown MX format '%1'; choose one of %2")
                         .arg(parser.value(formatOption), QString::fromStdString(latmix::mx::formatNameList())));
+
+    // A model that cannot be opened is shown in the window's error banner, not fatal: the
+    // user can pick another folder from there (and --screenshot still renders the window).
+    if (!positional.isEmpty()) {
+        if (!window.openCheckpoint(positional.first()))
+            std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(window.errorBannerText()));
+    } else {
+        QString error;
+        const QString demo = prepareDemoModel(&error);
+        // Not remembered in Recent: it opens at every start without arguments anyway.
+        if (demo.isEmpty())
+            window.showErrorBanner(error);
+        else if (!window.openCheckpoint(demo, /*remember=*/false))
+            error = window.errorBannerText();
+        if (!error.isEmpty()) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(error));
+    }
 
     if (parser.isSet(screenshotOption)) {
         const QString file = parser.value(screenshotOption);

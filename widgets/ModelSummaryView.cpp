@@ -1,0 +1,292 @@
+#include "ModelSummaryView.h"
+
+// Core headers first: they pull in ATen/core/Tensor.h only, which is safe next to Qt's keywords.
+#include "model/LlamaModel.h"
+#include "model/Tokenizer.h"
+#include "util/Runtime.h"
+
+#include <QDir>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLocale>
+#include <QEvent>
+#include <QStackedWidget>
+#include <QTreeWidget>
+#include <QVBoxLayout>
+
+#include <exception>
+
+namespace latmix::gui {
+namespace {
+
+using latmix::model::PointKind;
+
+constexpr PointKind kKinds[] = {PointKind::QkvInput, PointKind::OProjInput, PointKind::GateUpInput,
+                                PointKind::DownProjInput};
+
+// What each point feeds, for the tree's tooltips: the name alone ("gate_up.input") does not say
+// that two projections share the one activation.
+QString pointRole(PointKind kind) {
+    switch (kind) {
+    case PointKind::QkvInput: return ModelSummaryView::tr("input of q_proj, k_proj and v_proj (after input RMSNorm)");
+    case PointKind::OProjInput: return ModelSummaryView::tr("input of o_proj (attention output, heads × head_dim)");
+    case PointKind::GateUpInput: return ModelSummaryView::tr("input of gate_proj and up_proj (after post-attention RMSNorm)");
+    case PointKind::DownProjInput: return ModelSummaryView::tr("input of down_proj (SiLU(gate) · up)");
+    }
+    return {};
+}
+
+// IEC units (MiB) from QLocale: what file managers and `du -h` show for the same files.
+QString dataSize(qint64 bytes) { return QLocale().formattedDataSize(bytes, 1, QLocale::DataSizeIecFormat); }
+
+} // namespace
+
+ModelSummaryView::ModelSummaryView(QWidget* parent) : QWidget(parent) {
+    setObjectName(QStringLiteral("modelSummaryView"));
+
+    m_stack = new QStackedWidget(this);
+    m_stack->setObjectName(QStringLiteral("modelSummaryStack"));
+
+    auto* empty = new QLabel(tr("No model open.\n\nFile › Open checkpoint… opens a Hugging Face model folder "
+                                "(config.json + model.safetensors)."),
+                             m_stack);
+    empty->setObjectName(QStringLiteral("noModelLabel"));
+    empty->setAlignment(Qt::AlignCenter);
+    empty->setWordWrap(true);
+    m_stack->addWidget(empty);
+
+    auto* page = new QWidget(m_stack);
+    auto* column = new QVBoxLayout(page);
+    column->setContentsMargins(0, 0, 0, 0);
+    m_title = new QLabel(page);
+    m_title->setObjectName(QStringLiteral("modelTitle"));
+    m_title->setTextFormat(Qt::PlainText);
+    QFont big = m_title->font();
+    big.setBold(true);
+    big.setPointSizeF(big.pointSizeF() * 1.15);
+    m_title->setFont(big);
+    column->addWidget(m_title);
+
+    m_form = new QFormLayout;
+    m_form->setObjectName(QStringLiteral("modelFields"));
+    m_form->setLabelAlignment(Qt::AlignLeft);
+    m_form->setVerticalSpacing(3);
+    m_form->setRowWrapPolicy(QFormLayout::DontWrapRows);
+    column->addLayout(m_form);
+    addField(QStringLiteral("folder"), tr("Folder"), QString());
+    m_folderValue = findChild<QLabel*>(QStringLiteral("folderValue"));
+    // Ignored: a long path must not widen the dock; it is elided to the width it gets instead.
+    m_folderValue->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    m_folderValue->setMinimumWidth(40);
+    m_folderValue->installEventFilter(this);
+    addField(QStringLiteral("architecture"), tr("Architecture"), tr("config.json architectures[0]"));
+    addField(QStringLiteral("layers"), tr("Layers"), tr("num_hidden_layers"));
+    addField(QStringLiteral("hidden"), tr("Hidden size"), tr("hidden_size: width of the residual stream"));
+    addField(QStringLiteral("heads"), tr("Heads / KV heads"),
+             tr("num_attention_heads / num_key_value_heads (fewer KV heads: grouped-query attention)"));
+    addField(QStringLiteral("headDim"), tr("Head dim"), tr("head_dim (hidden_size / heads unless set)"));
+    addField(QStringLiteral("intermediate"), tr("Intermediate size"), tr("intermediate_size: width of the MLP"));
+    addField(QStringLiteral("vocab"), tr("Vocabulary"), tr("vocab_size"));
+    addField(QStringLiteral("parameters"), tr("Parameters"), QString());
+    addField(QStringLiteral("dtype"), tr("Stored dtype"), tr("config.json torch_dtype"));
+    addField(QStringLiteral("weightBytes"), tr("Weights on disk"), tr("Bytes of tensor data in the safetensors files"));
+    addField(QStringLiteral("memoryFloat32"), tr("Memory, float32"), QString());
+    addField(QStringLiteral("memoryBFloat16"), tr("Memory, bfloat16"), QString());
+    addField(QStringLiteral("tokenizer"), tr("Tokenizer"), QString());
+
+    auto* pointsTitle = new QLabel(tr("<b>Quantization points</b>"), page);
+    pointsTitle->setObjectName(QStringLiteral("pointsTitle"));
+    pointsTitle->setToolTip(tr("Activations that MX quantization rounds: four per layer, each entering linear layers"));
+    column->addSpacing(6);
+    column->addWidget(pointsTitle);
+    m_tree = new QTreeWidget(page);
+    m_tree->setObjectName(QStringLiteral("pointTree"));
+    m_tree->setColumnCount(2);
+    m_tree->setHeaderLabels({tr("Point"), tr("Width")});
+    m_tree->setUniformRowHeights(true);
+    m_tree->setAlternatingRowColors(true);
+    m_tree->header()->setStretchLastSection(false);
+    m_tree->header()->setSectionResizeMode(0, QHeaderView::Stretch);
+    m_tree->header()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+    column->addWidget(m_tree, 1);
+    m_stack->addWidget(page);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(6, 6, 6, 6);
+    layout->addWidget(m_stack);
+}
+
+void ModelSummaryView::addField(const QString& key, const QString& label, const QString& tip) {
+    auto* name = new QLabel(label + QLatin1Char(':'), this);
+    name->setObjectName(key + QStringLiteral("Label"));
+    name->setToolTip(tip);
+    auto* value = new QLabel(this);
+    value->setObjectName(key + QStringLiteral("Value"));
+    value->setTextFormat(Qt::PlainText);
+    // Numbers and paths are what people copy into notes and issues.
+    value->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    value->setToolTip(tip);
+    m_form->addRow(name, value);
+}
+
+void ModelSummaryView::setField(const QString& key, const QString& text, const QString& tip) {
+    auto* value = findChild<QLabel*>(key + QStringLiteral("Value"));
+    if (!value) return;
+    value->setText(text);
+    if (!tip.isEmpty()) value->setToolTip(tip);
+}
+
+QStringList ModelSummaryView::fieldKeys() {
+    return {QStringLiteral("folder"),        QStringLiteral("architecture"), QStringLiteral("layers"),
+            QStringLiteral("hidden"),        QStringLiteral("heads"),        QStringLiteral("headDim"),
+            QStringLiteral("intermediate"),  QStringLiteral("vocab"),        QStringLiteral("parameters"),
+            QStringLiteral("dtype"),         QStringLiteral("weightBytes"),  QStringLiteral("memoryFloat32"),
+            QStringLiteral("memoryBFloat16"), QStringLiteral("tokenizer")};
+}
+
+QString ModelSummaryView::fieldText(const QString& key) const {
+    if (!m_checkpoint) return {};
+    const auto* value = findChild<QLabel*>(key + QStringLiteral("Value"));
+    return value ? value->text() : QString();
+}
+
+QString ModelSummaryView::formatCount(qint64 n) {
+    const double v = static_cast<double>(n);
+    if (n >= 1'000'000'000) return QString::number(v / 1e9, 'f', 2) + QStringLiteral(" B");
+    if (n >= 1'000'000) return QString::number(v / 1e6, 'f', 2) + QStringLiteral(" M");
+    if (n >= 1'000) return QString::number(v / 1e3, 'f', 2) + QStringLiteral(" K");
+    return QString::number(n);
+}
+
+void ModelSummaryView::setCheckpoint(std::shared_ptr<const latmix::model::Checkpoint> checkpoint) {
+    m_checkpoint = std::move(checkpoint);
+    m_tree->clear();
+    if (!m_checkpoint) {
+        m_stack->setCurrentIndex(0);
+        return;
+    }
+    const auto& ck = *m_checkpoint;
+    const auto& c = ck.config();
+    const QString dir = QString::fromStdString(ck.dir());
+    const QString folderName = QFileInfo(QDir::cleanPath(dir)).fileName();
+
+    m_title->setText(folderName);
+    m_title->setToolTip(QDir::toNativeSeparators(dir));
+    m_folderPath = QDir::toNativeSeparators(dir);
+    m_folderValue->setToolTip(m_folderPath);
+    elideFolder();
+    setField(QStringLiteral("architecture"), QString::fromStdString(c.architectureName));
+    setField(QStringLiteral("layers"), QString::number(c.numLayers));
+    setField(QStringLiteral("hidden"), QString::number(c.hiddenSize));
+    setField(QStringLiteral("heads"), QStringLiteral("%1 / %2").arg(c.numHeads).arg(c.numKvHeads));
+    setField(QStringLiteral("headDim"), QString::number(c.headDim));
+    setField(QStringLiteral("intermediate"), QString::number(c.intermediateSize));
+    setField(QStringLiteral("vocab"), QString::number(c.vocabSize));
+
+    const qint64 params = ck.parameterCount();
+    setField(QStringLiteral("parameters"), formatCount(params),
+             tr("%1 parameters stored in the checkpoint%2")
+                 .arg(QLocale::c().toString(params),
+                      c.tieWordEmbeddings ? tr(" (lm_head shares the embedding: counted once)") : QString()));
+    setField(QStringLiteral("dtype"), QString::fromStdString(c.torchDtype));
+    setField(QStringLiteral("weightBytes"), dataSize(ck.weightBytes()),
+             tr("%1 bytes of tensor data in the safetensors files").arg(QLocale::c().toString(ck.weightBytes())));
+
+    // What LlamaModel will hold: every stored tensor once, in the run dtype. Float32 weights
+    // stored as float32 are used in place on the CPU (memory-mapped, no copy); everything else
+    // is converted once into new memory on the device. Activations come on top and depend on
+    // the batch, so they are left out.
+    const QString device = QString::fromStdString(latmix::deviceDescription());
+    const bool onCpu = device.compare(QLatin1String("CPU"), Qt::CaseInsensitive) == 0;
+    const bool mapped = onCpu && c.torchDtype == "float32";
+    const QString memTip = tr("Weights of the decoder in this dtype on %1 (the workbench's device); "
+                              "activations come on top.").arg(device);
+    setField(QStringLiteral("memoryFloat32"),
+             tr("%1 on %2").arg(dataSize(params * 4), device) + (mapped ? tr(" (mapped)") : QString()),
+             memTip + (mapped ? tr(" Float32 weights are read in place from the memory-mapped file: "
+                                   "no copy is made.") : QString()));
+    setField(QStringLiteral("memoryBFloat16"), tr("%1 on %2").arg(dataSize(params * 2), device), memTip);
+
+    QString detail;
+    setField(QStringLiteral("tokenizer"), tokenizerDescription(dir, &detail), detail);
+
+    fillTree(c);
+    m_stack->setCurrentIndex(1);
+}
+
+QString ModelSummaryView::tokenizerDescription(const QString& dir, QString* detail) const {
+    const QDir d(dir);
+    const bool hasFile = d.exists(QStringLiteral("tokenizer.json")) || d.exists(QStringLiteral("tokenizer.model"));
+    try {
+        const auto tok = latmix::model::Tokenizer::loadFromDir(dir.toStdString());
+        *detail = tr("%1 from %2, %3 tokens")
+                      .arg(QString::fromStdString(tok->kind()),
+                           d.exists(QStringLiteral("tokenizer.json")) ? QStringLiteral("tokenizer.json")
+                                                                      : QStringLiteral("tokenizer.model"))
+                      .arg(tok->vocabSize());
+        return QString::fromStdString(tok->kind());
+    } catch (const std::exception& e) {
+        // No tokenizer is normal for weight-only exports (llama2.c conversions); a tokenizer
+        // file that fails to load is a different problem and is named as such.
+        *detail = QString::fromStdString(e.what());
+        return hasFile ? tr("unreadable") : tr("none found");
+    }
+}
+
+void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {
+    m_tree->setUpdatesEnabled(false);
+    for (int layer = 0; layer < config.numLayers; ++layer) {
+        auto* layerItem = new QTreeWidgetItem(m_tree, {tr("Layer %1").arg(layer)});
+        const QString prefix = QStringLiteral("layers.%1.").arg(layer);
+        for (PointKind kind : kKinds) {
+            const QString name = QString::fromStdString(latmix::model::pointName(layer, kind));
+            const int width = latmix::model::pointWidth(config, kind);
+            // The layer is the parent; repeating "layers.N." in every row only costs dock width.
+            const QString shortName = name.startsWith(prefix) ? name.mid(prefix.size()) : name;
+            auto* item = new QTreeWidgetItem(layerItem, {shortName, QString::number(width)});
+            item->setData(0, Qt::UserRole, name);
+            item->setData(1, Qt::UserRole, width);
+            item->setTextAlignment(1, Qt::AlignRight | Qt::AlignVCenter);
+            item->setToolTip(0, QStringLiteral("%1\n%2").arg(name, pointRole(kind)));
+        }
+    }
+    // Small models open fully; for big ones the first layer shows what every layer holds
+    // (32 open layers would be 160 rows to scroll through).
+    if (config.numLayers <= 8)
+        m_tree->expandAll();
+    else if (m_tree->topLevelItemCount() > 0)
+        m_tree->topLevelItem(0)->setExpanded(true);
+    m_tree->setUpdatesEnabled(true);
+}
+
+bool ModelSummaryView::eventFilter(QObject* watched, QEvent* event) {
+    // The label's own resize (not ours): only then is the width the form layout gave it final.
+    if (watched == m_folderValue && event->type() == QEvent::Resize) elideFolder();
+    return QWidget::eventFilter(watched, event);
+}
+
+void ModelSummaryView::elideFolder() {
+    const int width = m_folderValue->width();
+    m_folderValue->setText(width > 40 ? m_folderValue->fontMetrics().elidedText(m_folderPath, Qt::ElideMiddle, width)
+                                      : m_folderPath);
+}
+
+int ModelSummaryView::pointCount() const {
+    int n = 0;
+    for (int i = 0; i < m_tree->topLevelItemCount(); ++i) n += m_tree->topLevelItem(i)->childCount();
+    return n;
+}
+
+int ModelSummaryView::pointWidthShown(const QString& pointName) const {
+    for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
+        const QTreeWidgetItem* layer = m_tree->topLevelItem(i);
+        for (int j = 0; j < layer->childCount(); ++j)
+            if (layer->child(j)->data(0, Qt::UserRole).toString() == pointName)
+                return layer->child(j)->text(1).toInt();
+    }
+    return -1;
+}
+
+} // namespace latmix::gui

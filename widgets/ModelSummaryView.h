@@ -1,0 +1,68 @@
+#pragma once
+// What the open checkpoint is: its architecture and shape from config.json, size on disk and in
+// memory, the tokenizer next to it, and the activation quantization points (SPEC §4) with their
+// widths, one branch per layer. Shown in the main window's "Model" dock.
+#include "model/Checkpoint.h"
+
+#include <QString>
+#include <QStringList>
+#include <QWidget>
+
+#include <memory>
+
+class QFormLayout;
+class QLabel;
+class QStackedWidget;
+class QTreeWidget;
+
+namespace latmix::gui {
+
+class ModelSummaryView : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit ModelSummaryView(QWidget* parent = nullptr);
+
+    // Shows checkpoint (kept alive here as long as it is shown); nullptr shows "No model open".
+    // Reads the tokenizer from the checkpoint's folder to name its kind.
+    void setCheckpoint(std::shared_ptr<const latmix::model::Checkpoint> checkpoint);
+    std::shared_ptr<const latmix::model::Checkpoint> checkpoint() const { return m_checkpoint; }
+    bool hasModel() const { return m_checkpoint != nullptr; }
+
+    // The keys of the summary's rows, in display order: folder, architecture, layers, hidden,
+    // heads, headDim, intermediate, vocab, parameters, dtype, weightBytes, memoryFloat32,
+    // memoryBFloat16, tokenizer. Each value is a QLabel named "<key>Value".
+    static QStringList fieldKeys();
+    // The text a row shows (empty when no model is open or the key is unknown). The folder row
+    // shows the full path, elided in the middle when the dock is narrower than it.
+    QString fieldText(const QString& key) const;
+
+    // Quantization points listed in the tree (4 per layer), read back from the tree itself.
+    int pointCount() const;
+    // The width the tree shows for a full point name ("layers.0.mlp.down_proj.input"); -1 if absent.
+    int pointWidthShown(const QString& pointName) const;
+    QTreeWidget* pointTree() const { return m_tree; }
+
+    // "864.38 K", "12.91 M", "1.24 B": parameter counts as people quote them.
+    static QString formatCount(qint64 n);
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override;
+
+private:
+    void elideFolder();
+    void addField(const QString& key, const QString& label, const QString& tip);
+    void setField(const QString& key, const QString& text, const QString& tip = QString());
+    void fillTree(const latmix::model::ModelConfig& config);
+    QString tokenizerDescription(const QString& dir, QString* detail) const;
+
+    std::shared_ptr<const latmix::model::Checkpoint> m_checkpoint;
+    QStackedWidget* m_stack = nullptr;
+    QLabel* m_title = nullptr;
+    QFormLayout* m_form = nullptr;
+    QTreeWidget* m_tree = nullptr;
+    QLabel* m_folderValue = nullptr;
+    QString m_folderPath; // native separators; shown elided in the middle to fit the dock
+};
+
+} // namespace latmix::gui
