@@ -33,6 +33,10 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
+    // Long numeric jobs want OpenMP threads that sleep between parallel regions (see Runtime.h);
+    // quick commands are not worth the second start-up.
+    for (auto* sub : app.get_subcommands())
+        if (sub->get_name() != "mx-quantize") latmix::preferPassiveOpenMpWait(argv);
     try {
         latmix::configureThreads(threads);
         for (auto* sub : app.get_subcommands()) return runners.at(sub)();

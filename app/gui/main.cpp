@@ -68,6 +68,7 @@ QString prepareDemoModel(QString* error) {
 } // namespace
 
 int main(int argc, char** argv) {
+    latmix::preferPassiveOpenMpWait(argv); // before Qt or libtorch start threads
     preferOffscreenWhenHeadless(argc, argv);
     QApplication app(argc, argv);
     QCoreApplication::setOrganizationName(QStringLiteral("LATMiX"));

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <thread>
+#include <unistd.h>
 
 namespace latmix {
 
@@ -24,6 +25,12 @@ int configureThreads(int requested) {
 }
 
 int threadCount() { return at::get_num_threads(); }
+
+void preferPassiveOpenMpWait(char** argv) {
+    if (std::getenv("OMP_WAIT_POLICY") != nullptr) return; // the user's choice, or done already
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv); // returns only on failure: carry on with spinning threads
+}
 
 std::string libtorchVersion() {
     return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
