@@ -1,5 +1,6 @@
 // Hugging Face model folders (SPEC §8): single-file and sharded checkpoints, parameter counts,
 // and the errors for incomplete folders.
+#include "TestData.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
 
@@ -19,10 +20,7 @@ using namespace latmix::model;
 
 namespace {
 
-QString dataDir() {
-    const QString d = QString::fromLocal8Bit(qgetenv("LATMIX_DATA_DIR"));
-    return d.isEmpty() ? QStringLiteral("/work/shared/data") : d;
-}
+using latmix::test::dataDir;
 
 QString modelDir(const QString& name) { return dataDir() + "/models/" + name; }
 

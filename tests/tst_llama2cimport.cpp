@@ -1,5 +1,6 @@
 // llama2.c legacy import (SPEC §8): stories260K.bin against the independently converted
 // stories260K-hf folder, tensor for tensor and bit for bit; malformed files fail cleanly.
+#include "TestData.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
 #include "model/Llama2cImport.h"
@@ -18,10 +19,7 @@ using namespace latmix::model;
 
 namespace {
 
-QString dataDir() {
-    const QString d = QString::fromLocal8Bit(qgetenv("LATMIX_DATA_DIR"));
-    return d.isEmpty() ? QStringLiteral("/work/shared/data") : d;
-}
+using latmix::test::dataDir;
 
 QByteArray readAll(const QString& path) {
     QFile f(path);

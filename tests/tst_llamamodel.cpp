@@ -2,6 +2,7 @@
 // for norms, RoPE and attention, plain matrix products for the linear layers, nothing shared
 // with core/model/LlamaModel.cpp. Real checkpoints from LATMIX_DATA_DIR, the built-in demo
 // model, and synthetic Qwen2 (q/k/v bias), Qwen3 (q/k norm) and Llama-3 (rope scaling) models.
+#include "TestData.h"
 #include "ReferenceLlama.h"
 
 #include "io/SafeTensors.h"
@@ -24,7 +25,7 @@ using model::ModelConfig;
 
 namespace {
 
-QString dataDir() { return QString::fromLocal8Bit(qgetenv("LATMIX_DATA_DIR")); }
+using latmix::test::dataDir;
 
 // A small synthetic checkpoint exercising the Qwen2/Qwen3/Llama-3 features.
 void writeSyntheticModel(const QString& dir, const std::string& arch, bool qkvBias, bool qkNorm, bool ropeScaling) {

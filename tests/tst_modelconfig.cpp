@@ -1,5 +1,6 @@
 // config.json parsing for the Llama family (SPEC §4): the real checkpoints, literal configs of
 // the other supported architectures, defaults, errors and the toJsonText round trip.
+#include "TestData.h"
 #include "model/ModelConfig.h"
 
 #include <QFile>
@@ -11,10 +12,7 @@ using namespace latmix::model;
 
 namespace {
 
-QString dataDir() {
-    const QString d = QString::fromLocal8Bit(qgetenv("LATMIX_DATA_DIR"));
-    return d.isEmpty() ? QStringLiteral("/work/shared/data") : d;
-}
+using latmix::test::dataDir;
 
 // Shortened but field-for-field real configs (values as published on the Hugging Face Hub).
 const char* kQwen2 = R"({

@@ -1,6 +1,7 @@
 // WikiText-2 text building and perplexity (SPEC §7): hand-worked text cases, a model whose
 // logits are all zero (perplexity = vocabulary size exactly), and real TinyStories models
 // against the float64 reference forward pass.
+#include "TestData.h"
 #include "ReferenceLlama.h"
 
 #include "eval/Perplexity.h"
@@ -21,7 +22,7 @@ using namespace latmix;
 
 namespace {
 
-QString dataDir() { return QString::fromLocal8Bit(qgetenv("LATMIX_DATA_DIR")); }
+using latmix::test::dataDir;
 
 void writeFile(const QString& path, const std::string& text) { std::ofstream(path.toStdString(), std::ios::binary) << text; }
 

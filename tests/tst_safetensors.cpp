@@ -1,5 +1,6 @@
 // safetensors reader/writer (SPEC §8): round trips of every dtype, validation of corrupt files,
 // atomic writes, and zero-copy mapping of a real checkpoint.
+#include "TestData.h"
 #include "TestSupport.h"
 
 #include "io/SafeTensors.h"
@@ -18,10 +19,7 @@ using namespace latmix::io;
 
 namespace {
 
-QString dataDir() {
-    const QString d = QString::fromLocal8Bit(qgetenv("LATMIX_DATA_DIR"));
-    return d.isEmpty() ? QStringLiteral("/work/shared/data") : d;
-}
+using latmix::test::dataDir;
 
 at::ScalarType typeOf(const QString& name) {
     static const std::map<QString, at::ScalarType> m = {

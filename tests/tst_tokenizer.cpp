@@ -3,6 +3,7 @@
 // ids (the reference) on every string; tok512.bin converted by convertLlama2cTokenizer must give
 // the ids worked out by hand from its vocabulary and the reference numbers in PROVENANCE.md;
 // loading picks the right implementation and fails with messages that name the file.
+#include "TestData.h"
 #include "model/BpeTokenizer.h"
 #include "model/SentencePieceTokenizer.h"
 #include "model/Tokenizer.h"
@@ -22,10 +23,7 @@ using namespace latmix::model;
 
 namespace {
 
-QString dataDir() {
-    const QString d = QString::fromLocal8Bit(qgetenv("LATMIX_DATA_DIR"));
-    return d.isEmpty() ? QStringLiteral("/work/shared/data") : d;
-}
+using latmix::test::dataDir;
 QString llama2Model() { return dataDir() + "/models/llama2-tokenizer-32k/tokenizer.model"; }
 QString tok512Bin() { return dataDir() + "/models/stories260K/tok512.bin"; }
 QString wikiRaw() { return dataDir() + "/wikitext-2/wiki.test.raw"; }
