@@ -1,6 +1,5 @@
 // Hugging Face model folders (SPEC §8): single-file and sharded checkpoints, parameter counts,
 // and the errors for incomplete folders.
-#include "TestData.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
 
@@ -14,6 +13,7 @@
 
 #include <fstream>
 #include <stdexcept>
+#include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 
 using namespace latmix;
 using namespace latmix::model;

@@ -1,6 +1,5 @@
 // llama2.c legacy import (SPEC §8): stories260K.bin against the independently converted
 // stories260K-hf folder, tensor for tensor and bit for bit; malformed files fail cleanly.
-#include "TestData.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
 #include "model/Llama2cImport.h"
@@ -13,6 +12,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 
 using namespace latmix;
 using namespace latmix::model;

@@ -2,7 +2,6 @@
 // for norms, RoPE and attention, plain matrix products for the linear layers, nothing shared
 // with core/model/LlamaModel.cpp. Real checkpoints from LATMIX_DATA_DIR, the built-in demo
 // model, and synthetic Qwen2 (q/k/v bias), Qwen3 (q/k norm) and Llama-3 (rope scaling) models.
-#include "TestData.h"
 #include "ReferenceLlama.h"
 
 #include "io/SafeTensors.h"
@@ -18,6 +17,7 @@
 #include <cmath>
 #include <fstream>
 #include <random>
+#include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 
 using namespace latmix;
 using model::Checkpoint;

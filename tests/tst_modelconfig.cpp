@@ -1,12 +1,12 @@
 // config.json parsing for the Llama family (SPEC §4): the real checkpoints, literal configs of
 // the other supported architectures, defaults, errors and the toJsonText round trip.
-#include "TestData.h"
 #include "model/ModelConfig.h"
 
 #include <QFile>
 #include <QtTest>
 
 #include <stdexcept>
+#include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 
 using namespace latmix::model;
 

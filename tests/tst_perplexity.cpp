@@ -1,7 +1,6 @@
 // WikiText-2 text building and perplexity (SPEC §7): hand-worked text cases, a model whose
 // logits are all zero (perplexity = vocabulary size exactly), and real TinyStories models
 // against the float64 reference forward pass.
-#include "TestData.h"
 #include "ReferenceLlama.h"
 
 #include "eval/Perplexity.h"
@@ -17,6 +16,7 @@
 #include <QtTest>
 
 #include <fstream>
+#include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 
 using namespace latmix;
 

@@ -1,6 +1,5 @@
 // safetensors reader/writer (SPEC §8): round trips of every dtype, validation of corrupt files,
 // atomic writes, and zero-copy mapping of a real checkpoint.
-#include "TestData.h"
 #include "TestSupport.h"
 
 #include "io/SafeTensors.h"
@@ -14,6 +13,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 
 using namespace latmix::io;
 

@@ -3,7 +3,6 @@
 // ids (the reference) on every string; tok512.bin converted by convertLlama2cTokenizer must give
 // the ids worked out by hand from its vocabulary and the reference numbers in PROVENANCE.md;
 // loading picks the right implementation and fails with messages that name the file.
-#include "TestData.h"
 #include "model/BpeTokenizer.h"
 #include "model/SentencePieceTokenizer.h"
 #include "model/Tokenizer.h"
@@ -18,6 +17,7 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 
 using namespace latmix::model;
 
