@@ -1,0 +1,33 @@
+#include "transforms/AffineTransform.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+namespace latmix::transforms {
+
+at::Tensor AffineTransform::forward(const at::Tensor& x) const {
+    const at::Tensor a = matrix().to(x.scalar_type());
+    auto y = at::matmul(x, a.t());
+    const at::Tensor v = bias();
+    return v.defined() ? y + v.to(x.scalar_type()) : y;
+}
+
+MatrixTransform::MatrixTransform(std::string name, at::Tensor a, bool orthogonal, at::Tensor v, std::string note)
+    : m_name(std::move(name)), m_a(std::move(a)), m_v(std::move(v)), m_orthogonal(orthogonal), m_note(std::move(note)) {
+    if (m_a.dim() != 2 || m_a.size(0) != m_a.size(1)) throw std::invalid_argument(m_name + ": A must be square");
+    if (!m_orthogonal) std::tie(m_lu, m_pivots) = at::linalg_lu_factor(m_a.to(at::kDouble));
+}
+
+std::int64_t MatrixTransform::dim() const { return m_a.size(0); }
+
+at::Tensor MatrixTransform::inverse(const at::Tensor& y) const {
+    auto z = m_v.defined() ? y - m_v.to(y.scalar_type()) : y;
+    if (m_orthogonal) return at::matmul(z, m_a.to(y.scalar_type())); // (A⁻ᵀ = A for orthogonal A)
+    // rows z: x Aᵀ = z  <=>  A xᵀ = zᵀ; solve with the stored LU factors.
+    auto flat = z.reshape({-1, dim()}).to(at::kDouble).t();
+    auto x = at::linalg_lu_solve(m_lu, m_pivots, flat).t();
+    return x.to(y.scalar_type()).reshape(y.sizes());
+}
+
+} // namespace latmix::transforms

@@ -1,0 +1,60 @@
+#pragma once
+// Affine transforms T(x) = A x + v acting on the last dimension of activations (SPEC §2):
+// for rows x (shape [..., d]) forward(x) = x Aᵀ + v and inverse(y) = (y - v) A⁻ᵀ, the inverse
+// always through transposes or triangular solves, never a generic matrix inverse.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace latmix::transforms {
+
+class AffineTransform {
+public:
+    virtual ~AffineTransform() = default;
+
+    virtual std::int64_t dim() const = 0;
+    virtual std::string name() const = 0; // e.g. "block-hadamard(32)", "learned-affine-lu"
+
+    // A, [d, d], float64 or float32; differentiable w.r.t. parameters() for learned transforms.
+    virtual at::Tensor matrix() const = 0;
+    // v, [d], or an undefined tensor when the transform has no bias.
+    virtual at::Tensor bias() const { return {}; }
+
+    virtual at::Tensor forward(const at::Tensor& x) const;       // x Aᵀ + v
+    virtual at::Tensor inverse(const at::Tensor& y) const = 0;   // (y - v) A⁻ᵀ
+
+    // Learnable leaf tensors (requires_grad), empty for fixed transforms.
+    virtual std::vector<at::Tensor> parameters() const { return {}; }
+    // log|s| of the diagonal of the LU/QR factorisation (SPEC §2), for the volume regulariser
+    // λ(Σ log|s_i|)²; undefined for transforms without one.
+    virtual at::Tensor logAbsScales() const { return {}; }
+
+    // Human-readable note on how a dimension that the block size does not divide was handled
+    // ("last block of 12 channels: Hadamard 12"); empty when nothing special happened.
+    virtual std::string remainderNote() const { return {}; }
+};
+
+// A fixed transform given by A and a way to undo it. When orthogonal is true the inverse uses
+// Aᵀ; otherwise A must be triangular-factorable and the inverse solves with an LU factorisation
+// computed once. Used for the fixed transforms and in tests.
+class MatrixTransform : public AffineTransform {
+public:
+    MatrixTransform(std::string name, at::Tensor a, bool orthogonal, at::Tensor v = {}, std::string note = {});
+    std::int64_t dim() const override;
+    std::string name() const override { return m_name; }
+    at::Tensor matrix() const override { return m_a; }
+    at::Tensor bias() const override { return m_v; }
+    at::Tensor inverse(const at::Tensor& y) const override;
+    std::string remainderNote() const override { return m_note; }
+
+private:
+    std::string m_name;
+    at::Tensor m_a, m_v, m_lu, m_pivots;
+    bool m_orthogonal;
+    std::string m_note;
+};
+
+} // namespace latmix::transforms
