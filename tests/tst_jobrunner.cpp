@@ -1,0 +1,85 @@
+// The GUI's job runner: core jobs run off the UI thread, progress and completion arrive as
+// signals in order, cancel and errors are reported, one job at a time.
+#include "JobRunner.h"
+
+#include <QSignalSpy>
+#include <QThread>
+#include <QtTest>
+
+#include <stdexcept>
+
+using latmix::gui::JobRunner;
+
+class TestJobRunner : public QObject {
+    Q_OBJECT
+private slots:
+    void reportsProgressThenFinishes() {
+        JobRunner runner;
+        QSignalSpy progress(&runner, &JobRunner::progressed);
+        QSignalSpy done(&runner, &JobRunner::finished);
+        Qt::HANDLE worker = nullptr;
+        QVERIFY(runner.start("count", [&](latmix::JobContext& job) {
+            worker = QThread::currentThreadId();
+            for (int i = 1; i <= 5; ++i) {
+                QThread::msleep(60); // above the throttle: every report gets through
+                job.progress(i / 5.0, "step " + std::to_string(i));
+            }
+        }));
+        QVERIFY(runner.isRunning());
+        QVERIFY(!runner.start("second", [](latmix::JobContext&) {})); // one at a time
+        QVERIFY(done.wait(5000));
+        QVERIFY(worker != QThread::currentThreadId());
+        QCOMPARE(done.first().at(0).toBool(), true);
+        QCOMPARE(progress.size(), 5);
+        QCOMPARE(progress.last().at(0).toDouble(), 1.0);
+        QCOMPARE(progress.last().at(1).toString(), QString("step 5"));
+        QCOMPARE(progress.at(2).at(1).toString(), QString("step 3"));
+        QVERIFY(progress.at(2).at(2).toDouble() >= 0); // an ETA once progress is known
+        QVERIFY(!runner.isRunning());
+    }
+
+    void outcomes_data() {
+        QTest::addColumn<int>("kind");
+        QTest::addColumn<bool>("ok");
+        QTest::addColumn<QString>("error");
+        QTest::newRow("cancelled") << 0 << false << "cancelled";
+        QTest::newRow("core error") << 1 << false << "bad checkpoint /x: config.json missing";
+    }
+    void outcomes() {
+        QFETCH(int, kind);
+        QFETCH(bool, ok);
+        QFETCH(QString, error);
+        JobRunner runner;
+        QSignalSpy done(&runner, &JobRunner::finished);
+        runner.start("job", [kind](latmix::JobContext& job) {
+            if (kind == 1) throw std::runtime_error("bad checkpoint /x: config.json missing");
+            for (;;) { // until cancelled
+                QThread::msleep(5);
+                job.checkCancelled();
+            }
+        });
+        if (kind == 0) {
+            QThread::msleep(30);
+            runner.cancel();
+        }
+        QVERIFY(done.wait(5000));
+        QCOMPARE(done.first().at(0).toBool(), ok);
+        QCOMPARE(done.first().at(1).toString(), error);
+    }
+
+    void destructorCancelsRunningJob() {
+        bool sawCancel = false;
+        {
+            JobRunner runner;
+            runner.start("long", [&](latmix::JobContext& job) {
+                while (!job.cancelRequested()) QThread::msleep(5);
+                sawCancel = true;
+            });
+            QThread::msleep(20);
+        } // must not hang or crash
+        QVERIFY(sawCancel);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestJobRunner)
+#include "tst_jobrunner.moc"
