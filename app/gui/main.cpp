@@ -2,6 +2,7 @@
 #include "model/DemoModel.h"
 #include "util/Runtime.h"
 
+#include "AnalysisPlots.h"
 #include "MainWindow.h"
 #include "MxExplorerView.h"
 
@@ -28,7 +29,7 @@ void preferOffscreenWhenHeadless(int argc, char** argv) {
         return;
     for (int i = 1; i < argc; ++i) {
         const char* a = argv[i];
-        if (std::strncmp(a, "--screenshot", 12) == 0 || std::strcmp(a, "--version") == 0 ||
+        if (std::strncmp(a, "--screenshot", 12) == 0 || std::strncmp(a, "--plot-analysis", 15) == 0 || std::strcmp(a, "--version") == 0 ||
             std::strcmp(a, "-v") == 0 || std::strncmp(a, "--help", 6) == 0 || std::strcmp(a, "-h") == 0) {
             qputenv("QT_QPA_PLATFORM", "offscreen");
             return;
@@ -63,6 +64,28 @@ QString prepareDemoModel(QString* error) {
         return {};
     }
     return dir;
+}
+
+// One PNG of per-block error and one of E(T) vs block size per quantization point; the file
+// names are the point names ("layers.2.mlp.down_proj.input-per-block.png").
+int plotAnalysis(const QString& json, const QString& outDir) {
+    using namespace latmix::gui;
+    QVector<PointCurves> points;
+    try {
+        points = AnalysisPlots::loadAnalysisJson(json);
+    } catch (const std::exception& e) {
+        return fail(QString::fromLocal8Bit(e.what()));
+    }
+    QDir().mkpath(outDir);
+    for (const auto& p : points) {
+        QString error;
+        const QString base = QDir(outDir).filePath(p.point);
+        if (!AnalysisPlots::savePerBlockErrorPng(p, base + "-per-block.png", &error) ||
+            !AnalysisPlots::saveBlockSizeSweepPng(p, base + "-sweep.png", &error))
+            return fail(error);
+        std::printf("latmix-workbench: wrote %s-per-block.png and %s-sweep.png\n", qPrintable(base), qPrintable(base));
+    }
+    return 0;
 }
 
 } // namespace
@@ -101,6 +124,14 @@ int main(int argc, char** argv) {
     parser.addOption(threadsOption);
     parser.addOption(screenshotOption);
     parser.addOption(formatOption);
+    const QCommandLineOption plotAnalysisOption(
+        QStringLiteral("plot-analysis"),
+        QStringLiteral("Render the plots of a `latmix analyze --json` file as PNGs into --out-dir and exit."),
+        QStringLiteral("JSON"));
+    const QCommandLineOption outDirOption(QStringLiteral("out-dir"), QStringLiteral("Folder for --plot-analysis."),
+                                          QStringLiteral("DIR"), QStringLiteral("."));
+    parser.addOption(plotAnalysisOption);
+    parser.addOption(outDirOption);
     parser.addPositionalArgument(
         QStringLiteral("MODEL_DIR"),
         QStringLiteral("Hugging Face model folder to open (config.json + model.safetensors). "
@@ -123,6 +154,8 @@ int main(int argc, char** argv) {
         return fail(QStringLiteral("expected at most one MODEL_DIR, got %1: %2")
                         .arg(positional.size())
                         .arg(positional.join(QStringLiteral(", "))));
+
+    if (parser.isSet(plotAnalysisOption)) return plotAnalysis(parser.value(plotAnalysisOption), parser.value(outDirOption));
 
     latmix::gui::MainWindow window;
     if (parser.isSet(formatOption) && !window.explorerView()->selectFormat(parser.value(formatOption)))

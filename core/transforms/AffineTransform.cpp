@@ -13,6 +13,14 @@ at::Tensor AffineTransform::forward(const at::Tensor& x) const {
     return v.defined() ? y + v.to(x.scalar_type()) : y;
 }
 
+void AffineTransform::initBiasFromMean(const at::Tensor&) {
+    throw std::logic_error(name() + " has no learned bias to initialise from the mean");
+}
+
+void AffineTransform::to(const at::Device&) {
+    throw std::logic_error(name() + " cannot be moved to another device");
+}
+
 MatrixTransform::MatrixTransform(std::string name, at::Tensor a, bool orthogonal, at::Tensor v, std::string note)
     : m_name(std::move(name)), m_a(std::move(a)), m_v(std::move(v)), m_orthogonal(orthogonal), m_note(std::move(note)) {
     if (m_a.dim() != 2 || m_a.size(0) != m_a.size(1)) throw std::invalid_argument(m_name + ": A must be square");
@@ -28,6 +36,15 @@ at::Tensor MatrixTransform::inverse(const at::Tensor& y) const {
     auto flat = z.reshape({-1, dim()}).to(at::kDouble).t();
     auto x = at::linalg_lu_solve(m_lu, m_pivots, flat).t();
     return x.to(y.scalar_type()).reshape(y.sizes());
+}
+
+void MatrixTransform::to(const at::Device& device) {
+    m_a = m_a.to(device);
+    if (m_v.defined()) m_v = m_v.to(device);
+    if (m_lu.defined()) {
+        m_lu = m_lu.to(device);
+        m_pivots = m_pivots.to(device);
+    }
 }
 
 } // namespace latmix::transforms

@@ -35,6 +35,15 @@ public:
     // Human-readable note on how a dimension that the block size does not divide was handled
     // ("last block of 12 channels: Hadamard 12"); empty when nothing special happened.
     virtual std::string remainderNote() const { return {}; }
+
+    // Sets a learned bias to v = -A·mean, so that T(mean) = 0 (SPEC §2 "-A·mean(x) on request");
+    // mean has d elements. Throws std::logic_error for transforms without a learned bias.
+    virtual void initBiasFromMean(const at::Tensor& mean);
+
+    // Moves every tensor (parameters included) to device. Learned transforms get new leaf
+    // tensors: call it before handing parameters() to an optimizer. The default throws
+    // std::logic_error (MatrixTransform and the learned transforms implement it).
+    virtual void to(const at::Device& device);
 };
 
 // A fixed transform given by A and a way to undo it. When orthogonal is true the inverse uses
@@ -49,6 +58,7 @@ public:
     at::Tensor bias() const override { return m_v; }
     at::Tensor inverse(const at::Tensor& y) const override;
     std::string remainderNote() const override { return m_note; }
+    void to(const at::Device& device) override;
 
 private:
     std::string m_name;

@@ -1,0 +1,91 @@
+#include "transforms/LuTransform.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <tuple>
+
+namespace latmix::transforms {
+namespace {
+
+at::Tensor leaf(const at::Tensor& t) { return t.detach().clone().set_requires_grad(true); }
+
+// Rows z [..., d] → [N, d] in the promoted dtype of y and the parameters (float64 stays float64).
+at::ScalarType workType(const at::Tensor& y, at::ScalarType p) { return at::promote_types(y.scalar_type(), p); }
+
+} // namespace
+
+LuTransform::LuTransform(const at::Tensor& init, bool withBias, at::ScalarType dtype, std::string name, std::string note)
+    : m_name(std::move(name)), m_note(std::move(note)) {
+    if (init.dim() != 2 || init.size(0) != init.size(1) || init.size(0) < 1)
+        throw std::invalid_argument(m_name + ": initial matrix must be square and non-empty");
+    if (dtype != at::kFloat && dtype != at::kDouble) throw std::invalid_argument(m_name + ": dtype must be float32 or float64");
+    const std::int64_t d = init.size(0);
+    at::Tensor p, l, u;
+    std::tie(p, l, u) = at::linalg_lu(init.detach().to(at::kDouble).cpu()); // init = P L U
+    const at::Tensor s = u.diagonal();
+    if (!at::all(s != 0).item<bool>()) throw std::invalid_argument(m_name + ": initial matrix is singular");
+    m_perm = p.argmax(1);        // P[i][perm[i]] = 1
+    m_invPerm = p.argmax(0);     // P[invPerm[j]][j] = 1
+    m_signs = at::sign(s).to(dtype);
+    m_lower = leaf(at::tril(l, -1).to(dtype));
+    m_upper = leaf(at::triu(u, 1).to(dtype));
+    m_logAbsS = leaf(at::log(at::abs(s)).to(dtype));
+    if (withBias) m_v = leaf(at::zeros({d}, at::TensorOptions().dtype(dtype)));
+}
+
+at::Tensor LuTransform::scales() const { return m_signs * at::exp(m_logAbsS); }
+
+at::Tensor LuTransform::lowerFactor() const {
+    return at::tril(m_lower, -1) + at::eye(dim(), m_lower.options().requires_grad(false));
+}
+
+at::Tensor LuTransform::upperFactor() const { return at::triu(m_upper, 1) + at::diag(scales()); }
+
+at::Tensor LuTransform::permutation() const {
+    auto eye = at::eye(dim(), m_lower.options().requires_grad(false));
+    return eye.index_select(0, m_perm);
+}
+
+at::Tensor LuTransform::matrix() const {
+    // P X = X[perm]: a row gather, exact and differentiable.
+    return at::matmul(lowerFactor(), upperFactor()).index_select(0, m_perm);
+}
+
+at::Tensor LuTransform::inverse(const at::Tensor& y) const {
+    // Rows: x Aᵀ = z with Aᵀ = Wᵀ Lᵀ Pᵀ (W = U + diag s)  ⇒  x Wᵀ Lᵀ = z P, and (z P)[:, j] = z[:, invPerm[j]].
+    const auto t = workType(y, dtype());
+    auto z = y.reshape({-1, dim()}).to(t);
+    if (m_v.defined()) z = z - m_v.to(t);
+    z = z.index_select(1, m_invPerm);
+    // c Lᵀ = z P: Lᵀ upper unitriangular; x Wᵀ = c: Wᵀ lower (SPEC §2: triangular solves only).
+    auto c = at::linalg_solve_triangular(lowerFactor().to(t).t(), z, /*upper=*/true, /*left=*/false, /*unitriangular=*/true);
+    auto x = at::linalg_solve_triangular(upperFactor().to(t).t(), c, /*upper=*/false, /*left=*/false);
+    return x.to(y.scalar_type()).reshape(y.sizes());
+}
+
+std::vector<at::Tensor> LuTransform::parameters() const {
+    std::vector<at::Tensor> p{m_lower, m_upper, m_logAbsS};
+    if (m_v.defined()) p.push_back(m_v);
+    return p;
+}
+
+void LuTransform::initBiasFromMean(const at::Tensor& mean) {
+    if (!m_v.defined()) AffineTransform::initBiasFromMean(mean);
+    if (mean.numel() != dim()) throw std::invalid_argument(m_name + ": mean must have " + std::to_string(dim()) + " elements");
+    at::NoGradGuard noGrad;
+    const auto a = matrix();
+    m_v.copy_(-at::matmul(a, mean.reshape({dim()}).to(a.options())));
+}
+
+void LuTransform::to(const at::Device& device) {
+    m_perm = m_perm.to(device);
+    m_invPerm = m_invPerm.to(device);
+    m_signs = m_signs.to(device);
+    m_lower = leaf(m_lower.to(device));
+    m_upper = leaf(m_upper.to(device));
+    m_logAbsS = leaf(m_logAbsS.to(device));
+    if (m_v.defined()) m_v = leaf(m_v.to(device));
+}
+
+} // namespace latmix::transforms

@@ -1,0 +1,51 @@
+#pragma once
+// Learned affine transform with the LU parametrisation (SPEC §2, paper Eq. "gen_inv_rep",
+// after Glow): A = P L (U + diag(s)), T(x) = A x + v.
+//   P      fixed permutation (from the LU factorisation of the initial matrix),
+//   L      unit lower triangular: learned strictly-lower part,
+//   U      learned strictly-upper part,
+//   s      = sign ⊙ exp(logAbsS): fixed signs, learned log|s| (so |det A| = Π|s| = exp Σ log|s|),
+//   v      optional learned bias (init 0, or -A·mean on request).
+// The learned leaves are full [d, d] tensors masked with tril(·, -1) / triu(·, 1) when A is built,
+// so entries outside the triangle get zero gradient and never matter.
+#include "transforms/AffineTransform.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace latmix::transforms {
+
+class LuTransform : public AffineTransform {
+public:
+    // Starts at A = init ([d, d], any float dtype, must be nonsingular): (P, L, U) = at::linalg_lu
+    // of init in float64, s = diag(U). Parameters are stored in dtype (float32 or float64).
+    LuTransform(const at::Tensor& init, bool withBias, at::ScalarType dtype = at::kFloat,
+                std::string name = "learned-affine-lu", std::string note = {});
+
+    std::int64_t dim() const override { return m_logAbsS.size(0); }
+    std::string name() const override { return m_name; }
+    at::Tensor matrix() const override;
+    at::Tensor bias() const override { return m_v; }
+    at::Tensor inverse(const at::Tensor& y) const override; // triangular solves, no inverse
+    std::vector<at::Tensor> parameters() const override;
+    at::Tensor logAbsScales() const override { return m_logAbsS; }
+    std::string remainderNote() const override { return m_note; }
+    void initBiasFromMean(const at::Tensor& mean) override;
+    void to(const at::Device& device) override;
+
+    bool hasBias() const { return m_v.defined(); }
+    at::ScalarType dtype() const { return m_logAbsS.scalar_type(); }
+    at::Tensor permutation() const; // P, [d, d] (P X = X[perm])
+    at::Tensor lowerFactor() const; // L, unit lower triangular
+    at::Tensor upperFactor() const; // U + diag(s)
+    at::Tensor scales() const;      // s = sign ⊙ exp(logAbsS)
+
+private:
+    std::string m_name, m_note;
+    at::Tensor m_perm, m_invPerm; // int64 [d]: (P X)[i] = X[perm[i]]
+    at::Tensor m_signs;           // fixed ±1, [d]
+    at::Tensor m_lower, m_upper, m_logAbsS, m_v; // leaves (m_v undefined without bias)
+};
+
+} // namespace latmix::transforms
