@@ -15,5 +15,6 @@ Runner addEvalCommand(CLI::App& app);
 Runner addCaptureCommand(CLI::App& app);
 Runner addDemoModelCommand(CLI::App& app);
 Runner addImportLlama2cCommand(CLI::App& app);
+Runner addAnalyzeCommand(CLI::App& app);
 
 } // namespace latmix::cli

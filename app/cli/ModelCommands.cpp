@@ -1,6 +1,7 @@
 // latmix eval / capture / demo-model / import-llama2c: checkpoints, perplexity, activations.
 #include "cli/CliProgress.h"
 #include "cli/Commands.h"
+#include "cli/DataPath.h"
 
 #include "eval/ActivationCapture.h"
 #include "eval/Perplexity.h"
@@ -27,17 +28,6 @@ namespace latmix::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Real data lives outside the project (SPEC: never committed); LATMIX_DATA_DIR points at it.
-std::string dataPath(const std::string& relative, const char* what) {
-    const char* dir = std::getenv("LATMIX_DATA_DIR");
-    const std::string base = dir && *dir ? dir : "../shared/data";
-    const std::string path = base + "/" + relative;
-    if (!fs::exists(path))
-        throw std::runtime_error(std::string(what) + " not found at '" + path +
-                                 "'; set LATMIX_DATA_DIR to the data folder or pass a file");
-    return path;
-}
 
 struct ModelOptions {
     std::string model, dtype = "float32", device = "auto";

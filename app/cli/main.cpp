@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     add(latmix::cli::addCaptureCommand);
     add(latmix::cli::addDemoModelCommand);
     add(latmix::cli::addImportLlama2cCommand);
+    add(latmix::cli::addAnalyzeCommand);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,217 @@
+#include "train/TransformAnalysis.h"
+
+#include "eval/ActivationCapture.h"
+#include "io/ActivationStore.h"
+#include "model/LlamaModel.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <regex>
+#include <stdexcept>
+
+namespace latmix::train {
+namespace {
+
+std::regex compilePointsRegex(const std::string& pattern) {
+    try {
+        return std::regex(pattern);
+    } catch (const std::regex_error& e) {
+        throw std::invalid_argument("invalid --points regex '" + pattern + "': " + e.what());
+    }
+}
+
+[[noreturn]] void noPointMatches(const std::string& pattern, const std::string& where) {
+    throw std::invalid_argument("no quantization point " + where + " matches '" + pattern +
+                                "'; points look like layers.0.self_attn.qkv.input, layers.0.mlp.down_proj.input");
+}
+
+// A slice [begin, begin + span) of the parent's progress; cancel goes straight through.
+class SubJob : public JobContext {
+public:
+    SubJob(JobContext& parent, double begin, double span, std::string prefix)
+        : m_parent(parent), m_begin(begin), m_span(span), m_prefix(std::move(prefix)) {}
+    void progress(double fraction, const std::string& message) override {
+        m_parent.progress(m_begin + m_span * fraction, m_prefix + " " + message);
+    }
+    bool cancelRequested() const override { return m_parent.cancelRequested(); }
+
+private:
+    JobContext& m_parent;
+    double m_begin, m_span;
+    std::string m_prefix;
+};
+
+// (layer, position in the layer) of a point name as model::pointName writes it, so that points
+// read from a run file (stored alphabetically) come out in the order the model computes them.
+std::pair<int, int> modelOrder(const std::string& point) {
+    static const char* kinds[] = {"self_attn.qkv", "self_attn.o_proj", "mlp.gate_up", "mlp.down_proj"};
+    const int layer = point.rfind("layers.", 0) == 0 ? std::atoi(point.c_str() + 7) : 0;
+    for (int k = 0; k < 4; ++k)
+        if (point.find(kinds[k]) != std::string::npos) return {layer, k};
+    return {layer, 4};
+}
+
+bool isBlockKind(const std::string& kind) { return kind == "block-hadamard" || kind == "block-orthogonal"; }
+
+at::Tensor cpuDouble(const at::Tensor& t) { return t.defined() ? t.detach().to(at::kCPU).to(at::kDouble) : t; }
+
+// Paper Fig. 2a: the block transform follows the MX block size; other transforms stay as built.
+std::vector<metrics::SweepPoint> sweep(const at::Tensor& x, const transforms::AffineTransform& t,
+                                       const std::string& kind, const AnalysisOptions& o) {
+    if (!isBlockKind(kind)) return metrics::blockSizeSweep(x, t, o.mx, o.sweepBlocks);
+    std::vector<metrics::SweepPoint> out;
+    for (int b : o.sweepBlocks) {
+        transforms::TransformOptions to = o.transform;
+        to.blockSize = b;
+        to.dtype = at::kDouble;
+        auto tb = transforms::makeTransform(kind, t.dim(), to);
+        if (!x.device().is_cpu()) tb->to(x.device());
+        auto one = metrics::blockSizeSweep(x, *tb, o.mx, {b});
+        out.insert(out.end(), one.begin(), one.end());
+    }
+    return out;
+}
+
+AnalysisEntry analyzeOne(const std::string& point, const at::Tensor& x, const std::string& kind,
+                         const AnalysisOptions& o, JobContext& job) {
+    AnalysisEntry e;
+    e.point = point;
+    e.kind = kind;
+    e.learned = transforms::isLearnedKind(kind);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+        transforms::TransformOptions to = o.transform;
+        to.blockSize = o.mx.blockSize;
+        // Fixed matrices in float64 so that the metrics see them exactly (an orthogonal matrix
+        // rounded to float32 is 1e-7 off orthogonal); learned ones train in the requested dtype.
+        if (!e.learned) to.dtype = at::kDouble;
+        auto t = transforms::makeTransform(kind, x.size(1), to);
+        if (!x.device().is_cpu()) t->to(x.device()); // transforms are built on the CPU
+        if (e.learned) {
+            LayerLocalOptions lo = o.training;
+            lo.mx = o.mx;
+            e.training = LayerLocalTrainer(lo).train(*t, x, job, point);
+        }
+        at::NoGradGuard noGrad;
+        e.report = metrics::analyzeTransform(point, x, *t, o.mx, {});
+        e.report.sweep = sweep(x, *t, kind, o);
+        if (e.learned) {
+            e.matrix = cpuDouble(t->matrix());
+            e.bias = cpuDouble(t->bias());
+            e.logAbsScales = cpuDouble(t->logAbsScales());
+        }
+    } catch (const JobCancelled&) {
+        throw;
+    } catch (const std::exception& ex) {
+        // SPEC §2: e.g. no Hadamard matrix of this width. The table shows it; the rest goes on.
+        e.error = ex.what();
+    }
+    e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return e;
+}
+
+} // namespace
+
+PointActivations captureActivationsInMemory(const model::LlamaModel& model, const std::vector<int>& calibrationIds,
+                                            const std::string& pointsRegex, int samples, int seqLen,
+                                            std::uint64_t seed, std::int64_t maxRows, JobContext& job) {
+    const std::regex pattern = compilePointsRegex(pointsRegex);
+    std::vector<std::string> names;
+    for (const auto& p : model::quantizationPointNames(model.config()))
+        if (std::regex_search(p, pattern)) names.push_back(p);
+    if (names.empty()) noPointMatches(pointsRegex, "of the model");
+    const auto windows = eval::sampleCalibrationWindows(calibrationIds, samples, seqLen, seed);
+    std::map<std::string, std::vector<at::Tensor>> parts;
+    std::int64_t rows = 0;
+    at::NoGradGuard noGrad;
+    for (size_t w = 0; w < windows.size() && (maxRows <= 0 || rows < maxRows); ++w) {
+        job.checkCancelled();
+        auto tokens = at::tensor(std::vector<std::int64_t>(windows[w].begin(), windows[w].end()), at::kLong).unsqueeze(0);
+        model.forward(tokens.to(model.device()), [&](const std::string& point, const at::Tensor& x) {
+            if (std::regex_search(point, pattern))
+                parts[point].push_back(x.reshape({-1, x.size(-1)}).to(at::kCPU).to(at::kFloat));
+            return x;
+        });
+        rows += seqLen;
+        job.progress(double(w + 1) / windows.size(), "window " + std::to_string(w + 1) + "/" + std::to_string(windows.size()));
+    }
+    PointActivations out;
+    for (const auto& name : names) {
+        auto x = at::cat(parts.at(name), 0);
+        if (maxRows > 0 && x.size(0) > maxRows) x = x.narrow(0, 0, maxRows);
+        out.emplace_back(name, x.contiguous());
+    }
+    return out;
+}
+
+PointActivations readActivations(const std::string& runFile, const std::string& pointsRegex, std::int64_t maxRows) {
+    const std::regex pattern = compilePointsRegex(pointsRegex);
+    const io::ActivationReader reader(runFile);
+    // Keep the model's order (layer, then kind) when the names are the usual ones.
+    std::vector<std::string> names;
+    for (const auto& p : reader.points())
+        if (std::regex_search(p, pattern)) names.push_back(p);
+    if (names.empty()) noPointMatches(pointsRegex, "in '" + runFile + "'");
+    std::stable_sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+        return modelOrder(a) < modelOrder(b);
+    });
+    PointActivations out;
+    for (const auto& name : names) out.emplace_back(name, reader.read(name, maxRows));
+    return out;
+}
+
+void validateAnalysisOptions(const AnalysisOptions& o) {
+    o.mx.validate();
+    const auto known = transforms::transformKinds();
+    if (o.kinds.empty()) throw std::invalid_argument("no transforms to analyze");
+    for (const auto& k : o.kinds)
+        if (std::find(known.begin(), known.end(), k) == known.end()) {
+            std::string list;
+            for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+            throw std::invalid_argument("unknown transform '" + k + "'; choose from " + list);
+        }
+    for (int b : o.sweepBlocks)
+        if (b < 1 || (b & (b - 1)) != 0)
+            throw std::invalid_argument("sweep block size " + std::to_string(b) + " is not a power of two");
+    LayerLocalOptions lo = o.training;
+    lo.mx = o.mx;
+    LayerLocalTrainer check(lo); // throws on bad training settings
+    (void)check;
+}
+
+AnalysisResult analyzeTransforms(const PointActivations& activations, const AnalysisOptions& o, JobContext& job) {
+    validateAnalysisOptions(o);
+    for (const auto& [point, x] : activations) metrics::requireFiniteActivations(x, point);
+
+    // Progress weights: a training step costs about as much as one full evaluation of the metrics.
+    auto weight = [&](const std::string& kind) {
+        return transforms::isLearnedKind(kind) ? double(o.training.steps) + 10.0 : 10.0;
+    };
+    double total = 0;
+    for (const auto& k : o.kinds) total += weight(k);
+    total *= static_cast<double>(activations.size());
+
+    const auto start = std::chrono::steady_clock::now();
+    AnalysisResult r;
+    double done = 0;
+    for (const auto& [point, xCpu] : activations) {
+        const at::Tensor x = xCpu.to(o.device);
+        r.points.push_back({point, {x.size(0), x.size(1)}});
+        for (const auto& kind : o.kinds) {
+            job.checkCancelled();
+            const double w = weight(kind);
+            SubJob sub(job, done / total, w / total, point + " " + kind);
+            sub.progress(0.0, "started");
+            r.entries.push_back(analyzeOne(point, x, kind, o, sub));
+            done += w;
+            job.progress(done / total, point + " " + kind + " done");
+        }
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return r;
+}
+
+} // namespace latmix::train

@@ -1,0 +1,79 @@
+#pragma once
+// The transform analysis of paper §3 / Fig. 2 as one job: for every quantization point and
+// every transform kind, build the transform (learned kinds: train it layer-locally on the
+// point's activations), then measure it with the SPEC §3 metrics. Used by `latmix analyze`;
+// the results go to io/AnalysisStore (HDF5 + JSON).
+#include "metrics/TransformMetrics.h"
+#include "train/LayerLocalTrainer.h"
+#include "transforms/LearnedTransforms.h"
+#include "util/Job.h"
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace latmix::model {
+class LlamaModel;
+}
+
+namespace latmix::train {
+
+// Activations of several points, rows [n, d] each, in point order.
+using PointActivations = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Runs the model over seeded calibration windows (eval::sampleCalibrationWindows) and keeps
+// the activations of the points matching pointsRegex in memory (float32, CPU), at most maxRows
+// rows per point (0: all). Progress per window; cancel between windows.
+PointActivations captureActivationsInMemory(const model::LlamaModel& model, const std::vector<int>& calibrationIds,
+                                            const std::string& pointsRegex, int samples, int seqLen,
+                                            std::uint64_t seed, std::int64_t maxRows = 0,
+                                            JobContext& job = silentJob());
+
+// The points of an activation run file (io/ActivationStore) matching pointsRegex.
+PointActivations readActivations(const std::string& runFile, const std::string& pointsRegex, std::int64_t maxRows = 0);
+
+struct AnalysisOptions {
+    mx::MxConfig mx;
+    std::vector<std::string> kinds;                          // transforms::makeTransform kinds
+    std::vector<int> sweepBlocks = metrics::defaultSweepBlockSizes();
+    transforms::TransformOptions transform;                  // blockSize is taken from mx.blockSize
+    LayerLocalOptions training;                              // its mx is taken from mx
+    c10::Device device = c10::kCPU;                          // where transforms train and run
+};
+
+// One point × one transform.
+struct AnalysisEntry {
+    std::string point, kind;
+    std::string error; // not empty: the transform could not be built or trained for this point
+    bool learned = false;
+    metrics::TransformReport report;
+    // Sweep semantics: fixed block-diagonal kinds are rebuilt with each sweep block size (the
+    // block transform follows the MX block, as in paper Fig. 2a); every other kind, learned ones
+    // included, is held fixed while the MX block size varies.
+    LayerLocalResult training;   // learned kinds
+    at::Tensor matrix, bias;     // learned kinds: A [d, d] and v [d] (undefined without bias), float64 CPU
+    at::Tensor logAbsScales;     // learned kinds with scales
+    double seconds = 0;
+};
+
+struct AnalysisResult {
+    std::vector<std::pair<std::string, std::pair<std::int64_t, std::int64_t>>> points; // name, (rows, dim)
+    std::vector<AnalysisEntry> entries; // point-major, kinds in the order given
+    double seconds = 0;
+};
+
+// Throws std::invalid_argument naming what is wrong (MX config, unknown kind listing the valid
+// ones, sweep block sizes, training settings); callers check before capturing anything.
+void validateAnalysisOptions(const AnalysisOptions& options);
+
+// Throws std::invalid_argument for invalid options (validateAnalysisOptions) (listing them) or non-finite activations
+// (naming the point); per point and transform, anything else that fails becomes an entry with
+// error set and the analysis goes on. Cancel throws JobCancelled between and inside trainings.
+AnalysisResult analyzeTransforms(const PointActivations& activations, const AnalysisOptions& options,
+                                 JobContext& job = silentJob());
+
+} // namespace latmix::train

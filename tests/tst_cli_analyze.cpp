@@ -1,0 +1,157 @@
+// `latmix analyze` as a user runs it: on the demo model with a small calibration text, the
+// table, the JSON and the HDF5 file; on bad arguments, one-line errors and no output files.
+#include <QDir>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+class TestCliAnalyze : public QObject {
+    Q_OBJECT
+
+    struct Result {
+        int exitCode;
+        QString out, err;
+    };
+
+    QTemporaryDir m_tmp;
+    QString m_model, m_calib;
+
+    static Result run(const QStringList& args) {
+        QProcess p;
+        p.start(QString::fromLocal8Bit(qgetenv("LATMIX_BIN_DIR")) + "/latmix", args);
+        if (!p.waitForStarted()) return {-1, {}, "could not start latmix: " + p.errorString()};
+        p.closeWriteChannel();
+        p.waitForFinished(300000);
+        return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
+                QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+    }
+
+    QStringList baseArgs(const QString& out) const {
+        return {"analyze", "--model", m_model, "--calib", m_calib, "--samples", "2", "--seqlen", "32", "--points",
+                "layers\\.0\\.(self_attn\\.qkv|mlp\\.down_proj)", "--format", "mxfp4", "--block", "32",
+                "--transforms", "none,block-hadamard,learned-affine-lu", "--steps", "5", "--out", out};
+    }
+
+private slots:
+    void initTestCase() {
+        if (qEnvironmentVariableIsEmpty("LATMIX_BIN_DIR")) QSKIP("LATMIX_BIN_DIR is not set (run through ctest)");
+        QVERIFY(m_tmp.isValid());
+        m_model = m_tmp.filePath("demo");
+        const Result r = run({"demo-model", m_model});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        m_calib = m_tmp.filePath("calib.txt");
+        QFile f(m_calib);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        for (int i = 0; i < 40; ++i)
+            f.write("The quick brown fox jumps over the lazy dog while the workbench measures errors. ");
+        f.close();
+    }
+
+    void analyzesDemoModel() {
+        const QString out = m_tmp.filePath("analysis.h5"), json = m_tmp.filePath("analysis.json");
+        const Result r = run(baseArgs(out) << "--json" << json);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY(QFile::exists(out));
+        QVERIFY(!QFile::exists(out + ".partial"));
+        // The table: a row per point and transform.
+        for (const char* row : {"layers.0.self_attn.qkv.input", "layers.0.mlp.down_proj.input"})
+            for (const char* kind : {"none", "block-hadamard", "learned-affine-lu"})
+                QVERIFY2(r.out.contains(QRegularExpression(QString("%1\\s+%2\\s+\\d").arg(QRegularExpression::escape(row), kind))),
+                         qPrintable(r.out));
+        QVERIFY(r.out.contains("E(T)"));
+        QVERIFY(r.out.contains("block-size sweep"));
+
+        QFile f(json);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        QJsonParseError error;
+        const QJsonDocument doc = QJsonDocument::fromJson(f.readAll(), &error);
+        QVERIFY2(!doc.isNull(), qPrintable(error.errorString()));
+        const QJsonObject root = doc.object();
+        QCOMPARE(root["attributes"].toObject()["format"].toString(), QString("mxfp4"));
+        const QJsonArray points = root["points"].toArray();
+        QCOMPARE(points.size(), 2);
+        QCOMPARE(points[0].toObject()["name"].toString(), QString("layers.0.self_attn.qkv.input"));
+        QCOMPARE(points[1].toObject()["name"].toString(), QString("layers.0.mlp.down_proj.input"));
+        for (const auto& p : points) {
+            const QJsonObject point = p.toObject();
+            QCOMPARE(point["rows"].toInt(), 64);
+            const QJsonArray transforms = point["transforms"].toArray();
+            QCOMPARE(transforms.size(), 3);
+            const QStringList kinds{"none", "block-hadamard", "learned-affine-lu"};
+            for (int i = 0; i < 3; ++i) {
+                const QJsonObject t = transforms[i].toObject();
+                QCOMPARE(t["kind"].toString(), kinds[i]);
+                QVERIFY2(!t.contains("error"), qPrintable(t["error"].toString()));
+                QVERIFY(t["mse"].toDouble() > 0);
+                const int dim = point["dim"].toInt();
+                QCOMPARE(t["per_block_error"].toArray().size(), (dim + 31) / 32);
+                QVERIFY(t["sweep"].toArray().size() >= 4); // 8 .. 64 at least (dims 128, 384)
+            }
+            QCOMPARE(transforms[0].toObject()["condition_number"].toDouble(), 1.0);
+            const QJsonObject training = transforms[2].toObject()["training"].toObject();
+            QCOMPARE(training["steps"].toInt(), 5);
+            QCOMPARE(training["history"].toObject()["loss"].toArray().size(), 5);
+        }
+    }
+
+    void readsActivationRunFile() {
+        const QString run1 = m_tmp.filePath("run.h5"), out = m_tmp.filePath("from-run.h5");
+        Result r = run({"capture", "--model", m_model, "--calib", m_calib, "--points", "layers\\.1\\.mlp\\.down_proj",
+                        "--samples", "1", "--seqlen", "32", "--out", run1});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        r = run({"analyze", "--activations", run1, "--transforms", "none,hadamard", "--out", out, "--max-rows", "16"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY(r.out.contains("16 rows per point"));
+        QVERIFY(r.out.contains(QRegularExpression("layers.1.mlp.down_proj.input\\s+hadamard\\s+\\d")));
+        QVERIFY(QFile::exists(out));
+    }
+
+    void rejectsBadArguments_data() {
+        QTest::addColumn<QStringList>("replace"); // option, value pairs replacing those of baseArgs
+        QTest::addColumn<QString>("messagePart");
+        QTest::newRow("unknown transform") << QStringList{"--transforms", "none,fancy"} << "unknown transform 'fancy'";
+        QTest::newRow("unknown format") << QStringList{"--format", "fp4"} << "unknown MX format 'fp4'";
+        QTest::newRow("block not power of two") << QStringList{"--block", "24"} << "block size 24 is not a power of two";
+        QTest::newRow("sweep block") << QStringList{"--sweep-blocks", "8,12"} << "--sweep-blocks: '12'";
+        QTest::newRow("no point matches") << QStringList{"--points", "layers\\.99\\."} << "no quantization point";
+        QTest::newRow("bad regex") << QStringList{"--points", "layers(("} << "invalid --points regex";
+        QTest::newRow("missing calibration") << QStringList{"--calib", "/nonexistent/calib.txt"} << "/nonexistent/calib.txt";
+        QTest::newRow("model and activations") << QStringList{"--activations", "run.h5"} << "exactly one of --model";
+        QTest::newRow("missing model") << QStringList{"--model", "/nonexistent/model"} << "/nonexistent/model";
+    }
+    void rejectsBadArguments() {
+        QFETCH(QStringList, replace);
+        QFETCH(QString, messagePart);
+        const QString out = m_tmp.filePath("bad.h5");
+        QStringList args = baseArgs(out);
+        for (int i = 0; i + 1 < replace.size(); i += 2) {
+            const int at = args.indexOf(replace[i]);
+            if (at >= 0) args[at + 1] = replace[i + 1];
+            else args << replace[i] << replace[i + 1];
+        }
+        const Result r = run(args);
+        QVERIFY(r.exitCode != 0);
+        QVERIFY2(r.err.contains(messagePart), qPrintable(r.err));
+        QVERIFY2(r.err.startsWith("latmix: error:"), qPrintable(r.err));
+        QCOMPARE(r.err.trimmed().count('\n'), 0); // one line: checked before any work starts
+        QVERIFY(!QFile::exists(out));
+        QVERIFY(!QFile::exists(out + ".partial"));
+    }
+
+    void missingOutIsAnError() {
+        QStringList args = baseArgs("x.h5");
+        args.removeLast();
+        args.removeLast();
+        const Result r = run(args);
+        QVERIFY(r.exitCode != 0);
+        QVERIFY2(r.err.contains("analyze needs --out"), qPrintable(r.err));
+        QCOMPARE(r.err.trimmed().count('\n'), 0);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCliAnalyze)
+#include "tst_cli_analyze.moc"

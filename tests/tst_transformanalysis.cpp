@@ -1,0 +1,147 @@
+// The analysis job behind `latmix analyze`: entries per point × transform, error rows for
+// transforms that cannot be built, the block-size sweep, and the HDF5 / JSON results.
+#include "io/AnalysisStore.h"
+#include "train/TransformAnalysis.h"
+#include "transforms/FixedTransforms.h"
+
+#include <ATen/ATen.h>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace latmix;
+
+namespace {
+
+at::Tensor rows(std::int64_t n, std::int64_t d, double seedShift) {
+    auto i = at::arange(n, at::kDouble).unsqueeze(1), j = at::arange(d, at::kDouble).unsqueeze(0);
+    auto x = at::sin(i * 0.37 + j * 1.13 + seedShift) * (1.0 + 0.1 * j);
+    x.select(1, 1).mul_(30.0); // an outlier channel
+    return x.to(at::kFloat);
+}
+
+train::AnalysisOptions options(std::vector<std::string> kinds) {
+    train::AnalysisOptions o;
+    o.mx = mx::makeConfig(mx::Format::MxFp4);
+    o.kinds = std::move(kinds);
+    o.training.steps = 4;
+    o.training.batchRows = 32;
+    return o;
+}
+
+class CancelAt : public JobContext {
+public:
+    explicit CancelAt(int n) : m_n(n) {}
+    void progress(double, const std::string&) override { ++m_seen; }
+    bool cancelRequested() const override { return m_seen >= m_n; }
+
+private:
+    int m_n, m_seen = 0;
+};
+
+} // namespace
+
+class TestTransformAnalysis : public QObject {
+    Q_OBJECT
+
+private slots:
+    void entriesPerPointAndTransform() {
+        const train::PointActivations acts{{"layers.0.self_attn.qkv.input", rows(64, 64, 0)},
+                                           {"layers.0.mlp.down_proj.input", rows(64, 128, 1)}};
+        const auto r = train::analyzeTransforms(acts, options({"none", "block-hadamard", "learned-affine-lu"}));
+        QCOMPARE(int(r.points.size()), 2);
+        QCOMPARE(r.points[1].second.second, int64_t(128));
+        QCOMPARE(int(r.entries.size()), 6);
+        const char* kinds[] = {"none", "block-hadamard", "learned-affine-lu"};
+        for (int i = 0; i < 6; ++i) {
+            const auto& e = r.entries[i];
+            QCOMPARE(QString::fromStdString(e.point), QString::fromStdString(acts[i / 3].first));
+            QCOMPARE(QString::fromStdString(e.kind), QString(kinds[i % 3]));
+            QVERIFY2(e.error.empty(), e.error.c_str());
+            QVERIFY(e.report.mse > 0);
+            QCOMPARE(e.learned, i % 3 == 2);
+        }
+        const auto& learned = r.entries[5];
+        QCOMPARE(int(learned.training.history.size()), 4);
+        QCOMPARE(learned.matrix.size(0), int64_t(128));
+        QVERIFY(learned.bias.defined());
+        QCOMPARE(learned.matrix.scalar_type(), at::kDouble);
+        // Sweep: 8..128 for d = 128 (256 skipped); at B = 32 it is E(T) itself.
+        QCOMPARE(int(r.entries[4].report.sweep.size()), 5);
+        for (const auto& e : {r.entries[3], r.entries[5]})
+            for (const auto& s : e.report.sweep)
+                if (s.blockSize == 32) QVERIFY(std::fabs(s.mse - e.report.mse) <= 1e-12 * e.report.mse);
+    }
+
+    void blockTransformsFollowTheSweepBlock() {
+        const auto x = rows(64, 64, 2);
+        const auto r = train::analyzeTransforms({{"p", x}}, options({"block-hadamard"}));
+        for (const auto& s : r.entries[0].report.sweep) {
+            auto c = mx::makeConfig(mx::Format::MxFp4);
+            c.blockSize = s.blockSize;
+            const auto t = transforms::makeBlockHadamard(64, s.blockSize, 0, at::kDouble);
+            QVERIFY(std::fabs(s.mse - metrics::transformationMse(x, *t, c)) <= 1e-12 * s.mse);
+        }
+    }
+
+    void unbuildableTransformIsAnErrorRow() {
+        // No Hadamard matrix of order 22 (not a multiple of 4): an error row, the rest goes on.
+        const auto r = train::analyzeTransforms({{"odd", rows(32, 22, 3)}}, options({"hadamard", "none"}));
+        QCOMPARE(int(r.entries.size()), 2);
+        QVERIFY(!r.entries[0].error.empty());
+        QVERIFY2(QString::fromStdString(r.entries[0].error).contains("22"), r.entries[0].error.c_str());
+        QVERIFY(r.entries[1].error.empty());
+    }
+
+    void invalidInputIsRejected() {
+        auto x = rows(16, 32, 4);
+        x[2][5] = std::nanf("");
+        try {
+            train::analyzeTransforms({{"layers.4.mlp.gate_up.input", x}}, options({"none"}));
+            QFAIL("NaN activations accepted");
+        } catch (const std::invalid_argument& e) {
+            QVERIFY2(QString(e.what()).contains("layers.4.mlp.gate_up.input"), e.what());
+        }
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, train::validateAnalysisOptions(options({"none", "fancy"})));
+        auto o = options({"none"});
+        o.sweepBlocks = {8, 12};
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, train::validateAnalysisOptions(o));
+    }
+
+    void cancelStops() {
+        CancelAt job(3);
+        QVERIFY_THROWS_EXCEPTION(JobCancelled, train::analyzeTransforms({{"p", rows(64, 64, 5)}},
+                                                                        options({"learned-affine-lu"}), job));
+    }
+
+    void writesHdf5AndJson() {
+        QTemporaryDir dir;
+        const auto r = train::analyzeTransforms({{"layers.0.mlp.down_proj.input", rows(64, 64, 6)}, {"odd", rows(16, 22, 7)}},
+                                                options({"hadamard", "learned-affine-lu"}));
+        const std::string h5 = dir.filePath("a.h5").toStdString(), js = dir.filePath("a.json").toStdString();
+        io::writeAnalysisHdf5(h5, r, {{"format", "mxfp4"}});
+        io::writeAnalysisJson(js, r, {{"format", "mxfp4"}});
+        QVERIFY(!QFile::exists(dir.filePath("a.h5.partial")));
+        const auto entries = io::analysisFileEntries(h5);
+        QCOMPARE(int(entries.size()), 4);
+        QVERIFY(std::find(entries.begin(), entries.end(), "layers.0.mlp.down_proj.input/learned-affine-lu") != entries.end());
+        QFile f(dir.filePath("a.json"));
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const auto doc = QJsonDocument::fromJson(f.readAll());
+        const auto points = doc.object()["points"].toArray();
+        QCOMPARE(points.size(), 2);
+        const auto odd = points[1].toObject()["transforms"].toArray();
+        QVERIFY(odd[0].toObject().contains("error"));
+        QVERIFY(odd[1].toObject()["mse"].toDouble() > 0);
+        const auto learned = points[0].toObject()["transforms"].toArray()[1].toObject();
+        QCOMPARE(learned["training"].toObject()["history"].toObject()["mse"].toArray().size(), 4);
+        // An unwritable place: an error naming the file, nothing left behind.
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, io::writeAnalysisHdf5("/nonexistent/dir/a.h5", r, {}));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestTransformAnalysis)
+#include "tst_transformanalysis.moc"
