@@ -8,6 +8,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -37,9 +38,10 @@ void prepare(QCustomPlot* p, const QString& title, const QString& xLabel, const 
     p->yAxis->setLabel(yLabel);
     p->yAxis->setScaleType(QCPAxis::stLogarithmic);
     p->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
-    p->yAxis->setNumberFormat("eb");
-    p->yAxis->setNumberPrecision(0);
+    p->yAxis->setNumberFormat("g"); // plain 0.035: the ranges here span one or two decades
+    p->yAxis->setNumberPrecision(2);
     p->legend->setVisible(true);
+    p->legend->setBrush(QColor(255, 255, 255, 190)); // curves stay visible behind it
     p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
 }
 
@@ -116,6 +118,9 @@ void drawPerBlockError(QCustomPlot* p, const PointCurves& c) {
         g->setData(x, t.perBlockError, true);
     }
     fitLogRange(p);
+    int blocks = 0;
+    for (const auto& t : c.transforms) blocks = std::max(blocks, static_cast<int>(t.perBlockError.size()));
+    p->xAxis->setRange(-0.5, blocks - 0.5); // centred steps reach half a block beyond the ends
 }
 
 void drawBlockSizeSweep(QCustomPlot* p, const PointCurves& c) {
