@@ -17,6 +17,16 @@ void AffineTransform::initBiasFromMean(const at::Tensor&) {
     throw std::logic_error(name() + " has no learned bias to initialise from the mean");
 }
 
+void AffineTransform::setBiasFromMean(const at::Tensor& mean) {
+    at::Tensor v = bias();
+    if (!v.defined()) AffineTransform::initBiasFromMean(mean);
+    if (mean.numel() != dim())
+        throw std::invalid_argument(name() + ": mean must have " + std::to_string(dim()) + " elements");
+    at::NoGradGuard noGrad;
+    const auto a = matrix();
+    v.copy_(-at::matmul(a, mean.reshape({dim()}).to(a.options())));
+}
+
 void AffineTransform::to(const at::Device&) {
     throw std::logic_error(name() + " cannot be moved to another device");
 }

@@ -44,6 +44,11 @@ public:
     // tensors: call it before handing parameters() to an optimizer. The default throws
     // std::logic_error (MatrixTransform and the learned transforms implement it).
     virtual void to(const at::Device& device);
+
+protected:
+    // The shared body of initBiasFromMean for transforms whose bias() is a learned leaf:
+    // writes -A·mean into it in place (no autograd record).
+    void setBiasFromMean(const at::Tensor& mean);
 };
 
 // A fixed transform given by A and a way to undo it. When orthogonal is true the inverse uses

@@ -78,11 +78,7 @@ std::vector<at::Tensor> QrTransform::parameters() const {
 }
 
 void QrTransform::initBiasFromMean(const at::Tensor& mean) {
-    if (!m_v.defined()) AffineTransform::initBiasFromMean(mean);
-    if (mean.numel() != dim()) throw std::invalid_argument(m_name + ": mean must have " + std::to_string(dim()) + " elements");
-    at::NoGradGuard noGrad;
-    const auto a = matrix();
-    m_v.copy_(-at::matmul(a, mean.reshape({dim()}).to(a.options())));
+    setBiasFromMean(mean);
 }
 
 void QrTransform::to(const at::Device& device) {
