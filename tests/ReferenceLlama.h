@@ -17,6 +17,11 @@ struct ReferenceLlama {
     const model::ModelConfig& c;
     explicit ReferenceLlama(const model::Checkpoint& k) : ck(k), c(k.config()) {}
 
+    // Optional T1 of the "transformed student" (SPEC §4/§5): the residual stream is A h + v, so
+    // every RMSNorm sees A h + v with γ = 1 and the linear layers get γ ⊙ A⁻¹(norm − v). Set
+    // t1A (float64 [d, d]) and t1v ([d] or undefined) to use it; A⁻¹ is a plain inverse here.
+    at::Tensor t1A, t1v;
+
     at::Tensor w(const std::string& name) const { return ck.weight(name).to(at::kDouble); }
     at::Tensor wIf(bool present, const std::string& name) const { return present ? w(name) : at::Tensor(); }
 
@@ -28,6 +33,16 @@ struct ReferenceLlama {
         for (int i = 0; i < n; ++i) x[i] = x[i] * inv * g[i];
     }
     at::Tensor rmsNorm(at::Tensor x, const at::Tensor& g) const { // rows of the last dim
+        if (t1A.defined() && x.size(-1) == t1A.size(0) && g.size(0) == c.hiddenSize) {
+            auto z = at::matmul(x, t1A.t());
+            if (t1v.defined()) z = z + t1v;
+            z = plainNorm(z, at::ones_like(g));
+            if (t1v.defined()) z = z - t1v;
+            return at::matmul(z, at::linalg_inv(t1A).t()) * g;
+        }
+        return plainNorm(x, g);
+    }
+    at::Tensor plainNorm(at::Tensor x, const at::Tensor& g) const {
         x = x.clone().contiguous();
         const int n = static_cast<int>(x.size(-1));
         double* p = x.data_ptr<double>();

@@ -142,6 +142,26 @@ private slots:
         QVERIFY2(rel <= (st == at::kDouble ? 1e-10 : 1e-5), qPrintable(QString("relative error %1").arg(rel)));
     }
 
+    // inverseMatrix() is A⁻¹ (checked against A and against inverse() on rows), for every kind.
+    void inverseMatrix_data() { roundTrip_data(); }
+    void inverseMatrix() {
+        QFETCH(QString, kind);
+        QFETCH(qint64, dim);
+        QFETCH(QString, dtype);
+        const auto st = dtypeOf(dtype);
+        auto t = make(kind, dim, st);
+        perturb(*t, 0.01, 13);
+        const auto a = t->matrix().detach().to(at::kDouble), ai = t->inverseMatrix().detach().to(at::kDouble);
+        const double tol = st == at::kDouble ? 1e-10 : 1e-4;
+        QVERIFY(maxAbs(at::matmul(ai, a) - at::eye(dim, at::kDouble)) <= tol);
+        // Rows: inverse(y) = (y - v) A⁻ᵀ.
+        const auto y = seededGaussian(4, dim, 3).to(st);
+        auto want = y.to(at::kDouble);
+        if (t->bias().defined()) want = want - t->bias().detach().to(at::kDouble);
+        want = at::matmul(want, ai.t());
+        QVERIFY(maxAbs(t->inverse(y).to(at::kDouble) - want) <= tol * std::max(1.0, maxAbs(want)));
+    }
+
     // |det A| = Π|s| (paper §3, the volume regulariser's premise), against LAPACK's slogdet.
     void determinant_data() {
         QTest::addColumn<QString>("kind");

@@ -62,6 +62,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> requiredTensors(const 
     }
     r.push_back({"model.norm.weight", {h}});
     if (!c.tieWordEmbeddings) r.push_back({"lm_head.weight", {c.vocabSize, h}});
+    if (c.lmHeadBias) r.push_back({"lm_head.bias", {c.vocabSize}});
     return r;
 }
 

@@ -1,6 +1,8 @@
 #include "model/LlamaModel.h"
 
 #include "model/Checkpoint.h"
+#include "mx/MxQuantizer.h"
+#include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
@@ -9,12 +11,6 @@
 #include <stdexcept>
 
 namespace latmix::model {
-
-struct LlamaModel::Layer {
-    at::Tensor inputNorm, postNorm, qNorm, kNorm;
-    at::Tensor wq, wk, wv, wo, bq, bk, bv, bo;
-    at::Tensor wGate, wUp, wDown, bGate, bUp, bDown;
-};
 
 namespace {
 
@@ -79,51 +75,135 @@ int pointWidth(const ModelConfig& c, PointKind kind) {
     }
 }
 
-LlamaModel::LlamaModel(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device device)
-    : m_config(ckpt.config()), m_dtype(dtype), m_device(device) {
-    if (dtype != at::kFloat && dtype != at::kBFloat16)
-        throw std::invalid_argument("the forward pass runs in float32 or bfloat16");
+LlamaWeights loadWeights(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device device) {
+    const ModelConfig& c = ckpt.config();
     const auto opts = at::TensorOptions().dtype(dtype).device(device);
     auto load = [&](const std::string& name) { return ckpt.weight(name).to(opts); };
     auto loadIf = [&](bool present, const std::string& name) { return present ? load(name) : at::Tensor(); };
-    m_embed = load("model.embed_tokens.weight");
-    m_finalNorm = load("model.norm.weight");
-    m_lmHead = m_config.tieWordEmbeddings && !ckpt.has("lm_head.weight") ? m_embed : load("lm_head.weight");
-    m_invFreq = inverseFrequencies(m_config); // float64, on the CPU
-    const ModelConfig& c = m_config;
+    LlamaWeights w;
+    w.embed = load("model.embed_tokens.weight");
+    w.finalNorm = load("model.norm.weight");
+    w.lmHead = c.tieWordEmbeddings && !ckpt.has("lm_head.weight") ? w.embed : load("lm_head.weight");
+    w.lmHeadBias = loadIf(c.lmHeadBias, "lm_head.bias");
     for (int l = 0; l < c.numLayers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
-        Layer w;
-        w.inputNorm = load(p + "input_layernorm.weight");
-        w.postNorm = load(p + "post_attention_layernorm.weight");
-        w.qNorm = loadIf(c.qkNorm, p + "self_attn.q_norm.weight");
-        w.kNorm = loadIf(c.qkNorm, p + "self_attn.k_norm.weight");
-        w.wq = load(p + "self_attn.q_proj.weight");
-        w.wk = load(p + "self_attn.k_proj.weight");
-        w.wv = load(p + "self_attn.v_proj.weight");
-        w.wo = load(p + "self_attn.o_proj.weight");
-        w.bq = loadIf(c.qkvBias, p + "self_attn.q_proj.bias");
-        w.bk = loadIf(c.qkvBias, p + "self_attn.k_proj.bias");
-        w.bv = loadIf(c.qkvBias, p + "self_attn.v_proj.bias");
-        w.bo = loadIf(c.oProjBias, p + "self_attn.o_proj.bias");
-        w.wGate = load(p + "mlp.gate_proj.weight");
-        w.wUp = load(p + "mlp.up_proj.weight");
-        w.wDown = load(p + "mlp.down_proj.weight");
-        w.bGate = loadIf(c.mlpBias, p + "mlp.gate_proj.bias");
-        w.bUp = loadIf(c.mlpBias, p + "mlp.up_proj.bias");
-        w.bDown = loadIf(c.mlpBias, p + "mlp.down_proj.bias");
-        m_layers.push_back(std::move(w));
+        LayerWeights y;
+        y.inputNorm = load(p + "input_layernorm.weight");
+        y.postNorm = load(p + "post_attention_layernorm.weight");
+        y.qNorm = loadIf(c.qkNorm, p + "self_attn.q_norm.weight");
+        y.kNorm = loadIf(c.qkNorm, p + "self_attn.k_norm.weight");
+        y.wq = load(p + "self_attn.q_proj.weight");
+        y.wk = load(p + "self_attn.k_proj.weight");
+        y.wv = load(p + "self_attn.v_proj.weight");
+        y.wo = load(p + "self_attn.o_proj.weight");
+        y.bq = loadIf(c.qkvBias, p + "self_attn.q_proj.bias");
+        y.bk = loadIf(c.qkvBias, p + "self_attn.k_proj.bias");
+        y.bv = loadIf(c.qkvBias, p + "self_attn.v_proj.bias");
+        y.bo = loadIf(c.oProjBias, p + "self_attn.o_proj.bias");
+        y.wGate = load(p + "mlp.gate_proj.weight");
+        y.wUp = load(p + "mlp.up_proj.weight");
+        y.wDown = load(p + "mlp.down_proj.weight");
+        y.bGate = loadIf(c.mlpBias, p + "mlp.gate_proj.bias");
+        y.bUp = loadIf(c.mlpBias, p + "mlp.up_proj.bias");
+        y.bDown = loadIf(c.mlpBias, p + "mlp.down_proj.bias");
+        w.layers.push_back(std::move(y));
     }
+    return w;
 }
 
-LlamaModel::~LlamaModel() = default;
-LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
+std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& c, const LlamaWeights& w) {
+    std::vector<std::pair<std::string, at::Tensor>> r;
+    auto add = [&](const std::string& name, const at::Tensor& t) {
+        if (t.defined()) r.emplace_back(name, t);
+    };
+    add("model.embed_tokens.weight", w.embed);
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+        const LayerWeights& y = w.layers[l];
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        add(p + "input_layernorm.weight", y.inputNorm);
+        add(p + "post_attention_layernorm.weight", y.postNorm);
+        add(p + "self_attn.q_norm.weight", y.qNorm);
+        add(p + "self_attn.k_norm.weight", y.kNorm);
+        add(p + "self_attn.q_proj.weight", y.wq);
+        add(p + "self_attn.k_proj.weight", y.wk);
+        add(p + "self_attn.v_proj.weight", y.wv);
+        add(p + "self_attn.o_proj.weight", y.wo);
+        add(p + "self_attn.q_proj.bias", y.bq);
+        add(p + "self_attn.k_proj.bias", y.bk);
+        add(p + "self_attn.v_proj.bias", y.bv);
+        add(p + "self_attn.o_proj.bias", y.bo);
+        add(p + "mlp.gate_proj.weight", y.wGate);
+        add(p + "mlp.up_proj.weight", y.wUp);
+        add(p + "mlp.down_proj.weight", y.wDown);
+        add(p + "mlp.gate_proj.bias", y.bGate);
+        add(p + "mlp.up_proj.bias", y.bUp);
+        add(p + "mlp.down_proj.bias", y.bDown);
+    }
+    add("model.norm.weight", w.finalNorm);
+    if (!c.tieWordEmbeddings || !w.lmHead.is_same(w.embed)) add("lm_head.weight", w.lmHead);
+    add("lm_head.bias", w.lmHeadBias);
+    return r;
+}
 
-at::Tensor LlamaModel::attention(const Layer& w, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                 int layer, const ActivationHook& hook) const {
-    const ModelConfig& c = m_config;
+LlamaWeights convertWeights(const LlamaWeights& w, const at::TensorOptions& options) {
+    auto cv = [&](const at::Tensor& t) { return t.defined() ? t.to(options) : t; };
+    LlamaWeights r;
+    r.embed = cv(w.embed);
+    r.finalNorm = cv(w.finalNorm);
+    r.lmHead = w.lmHead.is_same(w.embed) ? r.embed : cv(w.lmHead);
+    r.lmHeadBias = cv(w.lmHeadBias);
+    for (const LayerWeights& y : w.layers) {
+        LayerWeights z;
+        for (auto [dst, src] : {std::pair{&z.inputNorm, &y.inputNorm}, {&z.postNorm, &y.postNorm}, {&z.qNorm, &y.qNorm},
+                                {&z.kNorm, &y.kNorm}, {&z.wq, &y.wq}, {&z.wk, &y.wk}, {&z.wv, &y.wv}, {&z.wo, &y.wo},
+                                {&z.bq, &y.bq}, {&z.bk, &y.bk}, {&z.bv, &y.bv}, {&z.bo, &y.bo}, {&z.wGate, &y.wGate},
+                                {&z.wUp, &y.wUp}, {&z.wDown, &y.wDown}, {&z.bGate, &y.bGate}, {&z.bUp, &y.bUp},
+                                {&z.bDown, &y.bDown}})
+            *dst = cv(*src);
+        r.layers.push_back(std::move(z));
+    }
+    return r;
+}
+
+ForwardOptions forwardOptionsFor(const ModelConfig& c, at::ScalarType dtype, c10::Device device, bool quantizeActivations) {
+    ForwardOptions o;
+    if (!c.latmix) return o;
+    if (c.latmix->onlineHadamardBlock > 0) {
+        transforms::TransformOptions t;
+        t.blockSize = c.latmix->onlineHadamardBlock;
+        t.seed = c.latmix->onlineHadamardSeed;
+        t.dtype = at::kDouble;
+        o.onlineHadamardDown = transforms::makeTransform("block-hadamard", c.intermediateSize, t)
+                                   ->matrix()
+                                   .to(at::TensorOptions().dtype(dtype).device(device));
+    }
+    if (quantizeActivations) o.activationQuant = c.latmix->activationFormat;
+    return o;
+}
+
+RopeTables ropeTables(const ModelConfig& c, std::int64_t T, at::ScalarType dtype, c10::Device device) {
+    auto freqs = at::outer(at::arange(T, at::kDouble), inverseFrequencies(c));
+    auto angles = at::cat({freqs, freqs}, -1); // [T, hd], rotate-half layout
+    const auto opts = at::TensorOptions().dtype(dtype).device(device);
+    return {angles.cos().to(opts), angles.sin().to(opts)};
+}
+
+namespace {
+
+// What the linear(s) of a point get: T3 first (down_proj), MX quantization, then the hook.
+at::Tensor atPoint(const ForwardOptions& o, const at::Tensor& x, int layer, PointKind kind, const ActivationHook& hook) {
+    at::Tensor y = x;
+    if (kind == PointKind::DownProjInput && o.onlineHadamardDown.defined())
+        y = at::matmul(y, o.onlineHadamardDown.t());
+    if (o.activationQuant) y = mx::fakeQuantize(y, *o.activationQuant);
+    if (hook) y = hook(pointName(layer, kind), y);
+    return y;
+}
+
+at::Tensor attention(const ModelConfig& c, const LayerWeights& w, const ForwardOptions& o, const at::Tensor& x,
+                     const RopeTables& rope, int layer, const ActivationHook& hook) {
     const int64_t B = x.size(0), T = x.size(1), H = c.numHeads, KV = c.numKvHeads, hd = c.headDim;
-    auto in = hook ? hook(pointName(layer, PointKind::QkvInput), x) : x;
+    auto in = atPoint(o, x, layer, PointKind::QkvInput, hook);
     auto q = optionalLinear(in, w.wq, w.bq).view({B, T, H, hd});
     auto k = optionalLinear(in, w.wk, w.bk).view({B, T, KV, hd});
     auto v = optionalLinear(in, w.wv, w.bv).view({B, T, KV, hd});
@@ -134,6 +214,7 @@ at::Tensor LlamaModel::attention(const Layer& w, const at::Tensor& x, const at::
     q = q.transpose(1, 2); // [B, H, T, hd]
     k = k.transpose(1, 2);
     v = v.transpose(1, 2);
+    const auto cos = rope.cos.narrow(0, 0, T), sin = rope.sin.narrow(0, 0, T);
     q = q * cos + rotateHalf(q) * sin;
     k = k * cos + rotateHalf(k) * sin;
     if (KV != H) { // GQA: each key/value head serves H/KV consecutive query heads
@@ -145,39 +226,73 @@ at::Tensor LlamaModel::attention(const Layer& w, const at::Tensor& x, const at::
     scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
     auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type()); // float32 softmax, as HF
     auto out = at::matmul(probs, v).transpose(1, 2).reshape({B, T, H * hd});
-    if (hook) out = hook(pointName(layer, PointKind::OProjInput), out);
+    out = atPoint(o, out, layer, PointKind::OProjInput, hook);
     return optionalLinear(out, w.wo, w.bo);
 }
 
-at::Tensor LlamaModel::mlp(const Layer& w, const at::Tensor& x, int layer, const ActivationHook& hook) const {
-    auto in = hook ? hook(pointName(layer, PointKind::GateUpInput), x) : x;
+at::Tensor mlp(const LayerWeights& w, const ForwardOptions& o, const at::Tensor& x, int layer, const ActivationHook& hook) {
+    auto in = atPoint(o, x, layer, PointKind::GateUpInput, hook);
     auto g = at::silu(optionalLinear(in, w.wGate, w.bGate)) * optionalLinear(in, w.wUp, w.bUp);
-    if (hook) g = hook(pointName(layer, PointKind::DownProjInput), g);
+    g = atPoint(o, g, layer, PointKind::DownProjInput, hook);
     return optionalLinear(g, w.wDown, w.bDown);
 }
 
-at::Tensor LlamaModel::forward(const at::Tensor& tokens, const ActivationHook& hook) const {
+void checkTokens(const ModelConfig& c, const at::Tensor& tokens) {
     if (tokens.dim() != 2) throw std::invalid_argument("forward: tokens must be [batch, sequence]");
-    const int64_t B = tokens.size(0), T = tokens.size(1);
-    if (T > m_config.maxPositions)
-        throw std::invalid_argument("sequence of " + std::to_string(T) + " tokens exceeds the model's " +
-                                    std::to_string(m_config.maxPositions) + " positions");
-    auto ids = tokens.to(m_device, at::kLong);
-    if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= m_config.vocabSize))
-        throw std::invalid_argument("token id outside the vocabulary of " + std::to_string(m_config.vocabSize));
-    auto h = m_embed.index_select(0, ids.reshape({-1})).view({B, T, m_config.hiddenSize});
-    auto freqs = at::outer(at::arange(T, at::kDouble), m_invFreq);
-    auto angles = at::cat({freqs, freqs}, -1); // [T, hd], rotate-half layout
-    const auto opts = at::TensorOptions().dtype(m_dtype).device(m_device);
-    auto cos = angles.cos().to(opts), sin = angles.sin().to(opts);
-    for (size_t l = 0; l < m_layers.size(); ++l) {
-        const Layer& w = m_layers[l];
-        const int layer = static_cast<int>(l);
-        h = h + attention(w, rmsNorm(h, w.inputNorm, m_config.rmsNormEps), cos, sin, layer, hook);
-        h = h + mlp(w, rmsNorm(h, w.postNorm, m_config.rmsNormEps), layer, hook);
-    }
-    h = rmsNorm(h, m_finalNorm, m_config.rmsNormEps);
-    return at::linear(h, m_lmHead).to(at::kFloat);
+    if (tokens.size(1) > c.maxPositions)
+        throw std::invalid_argument("sequence of " + std::to_string(tokens.size(1)) + " tokens exceeds the model's " +
+                                    std::to_string(c.maxPositions) + " positions");
+    if (tokens.numel() > 0 && (tokens.min().item<int64_t>() < 0 || tokens.max().item<int64_t>() >= c.vocabSize))
+        throw std::invalid_argument("token id outside the vocabulary of " + std::to_string(c.vocabSize));
+}
+
+} // namespace
+
+at::Tensor embedTokens(const ModelConfig& c, const LlamaWeights& w, const at::Tensor& tokens) {
+    checkTokens(c, tokens);
+    auto ids = tokens.to(w.embed.device(), at::kLong);
+    return w.embed.index_select(0, ids.reshape({-1})).view({tokens.size(0), tokens.size(1), c.hiddenSize});
+}
+
+at::Tensor decoderLayer(const ModelConfig& c, const LayerWeights& w, const ForwardOptions& o, const at::Tensor& h,
+                        const RopeTables& rope, int layer, const ActivationHook& hook) {
+    auto x = h + attention(c, w, o, rmsNorm(h, w.inputNorm, c.rmsNormEps), rope, layer, hook);
+    return x + mlp(w, o, rmsNorm(x, w.postNorm, c.rmsNormEps), layer, hook);
+}
+
+at::Tensor lmHead(const ModelConfig& c, const LlamaWeights& w, const at::Tensor& h) {
+    return optionalLinear(rmsNorm(h, w.finalNorm, c.rmsNormEps), w.lmHead, w.lmHeadBias).to(at::kFloat);
+}
+
+at::Tensor forwardWith(const ModelConfig& c, const LlamaWeights& w, const ForwardOptions& o, const at::Tensor& tokens,
+                       const ActivationHook& hook) {
+    auto h = embedTokens(c, w, tokens);
+    const auto rope = ropeTables(c, tokens.size(1), w.embed.scalar_type(), w.embed.device());
+    for (size_t l = 0; l < w.layers.size(); ++l) h = decoderLayer(c, w.layers[l], o, h, rope, static_cast<int>(l), hook);
+    return lmHead(c, w, h);
+}
+
+LlamaModel::LlamaModel(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device device, bool quantizeActivations)
+    : m_config(ckpt.config()), m_dtype(dtype), m_device(device) {
+    if (dtype != at::kFloat && dtype != at::kBFloat16)
+        throw std::invalid_argument("the forward pass runs in float32 or bfloat16");
+    m_w = loadWeights(ckpt, dtype, device);
+    m_options = forwardOptionsFor(m_config, dtype, device, quantizeActivations);
+}
+
+LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, ForwardOptions options)
+    : m_config(std::move(config)), m_dtype(weights.embed.scalar_type()), m_device(weights.embed.device()),
+      m_w(std::move(weights)), m_options(std::move(options)) {
+    if (static_cast<int>(m_w.layers.size()) != m_config.numLayers)
+        throw std::invalid_argument("LlamaModel: " + std::to_string(m_w.layers.size()) + " layers of weights for a config of " +
+                                    std::to_string(m_config.numLayers));
+}
+
+LlamaModel::~LlamaModel() = default;
+LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
+
+at::Tensor LlamaModel::forward(const at::Tensor& tokens, const ActivationHook& hook) const {
+    return forwardWith(m_config, m_w, m_options, tokens, hook);
 }
 
 double LlamaModel::forwardFlops(std::int64_t tokens) const {

@@ -3,11 +3,13 @@
 // llama3 RoPE scaling), float32 or bfloat16, CPU or CUDA, with named hooks at every
 // activation quantization point of SPEC §4.
 #include "model/ModelConfig.h"
+#include "mx/MxFormat.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,15 +31,78 @@ int pointWidth(const ModelConfig& config, PointKind kind);
 // returns what the linear layers get (return x unchanged to observe only).
 using ActivationHook = std::function<at::Tensor(const std::string& point, const at::Tensor& x)>;
 
+// The tensors of one decoder layer, Hugging Face layout ([out, in] weights). Undefined tensors
+// are absent biases / norms (qNorm, kNorm: Qwen3 only).
+struct LayerWeights {
+    at::Tensor inputNorm, postNorm, qNorm, kNorm;
+    at::Tensor wq, wk, wv, wo, bq, bk, bv, bo;
+    at::Tensor wGate, wUp, wDown, bGate, bUp, bDown;
+};
+
+// Every tensor of the decoder. lmHead may share storage with embed (tied embeddings);
+// lmHeadBias is undefined unless a folded T1 bias created one (SPEC §4).
+struct LlamaWeights {
+    at::Tensor embed, finalNorm, lmHead, lmHeadBias;
+    std::vector<LayerWeights> layers;
+};
+
+// Reads the decoder's tensors (Hugging Face names) from a checkpoint. Float32 CPU tensors are
+// the memory-mapped ones (read-only: clone before editing in place); other dtypes or devices
+// are converted.
+LlamaWeights loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat, c10::Device device = c10::kCPU);
+// The same tensors under their Hugging Face names (ties resolved: lm_head.weight written when
+// it is not the embedding itself or when the config does not tie).
+std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& config, const LlamaWeights& w);
+// Every tensor converted (dtype and/or device).
+LlamaWeights convertWeights(const LlamaWeights& w, const at::TensorOptions& options);
+
+// What the forward pass does besides the weights: the online block Hadamard T3 on the down_proj
+// input (x → x T3ᵀ, SPEC §4) and MX fake quantization of the activations at the four points.
+// Order at a point: T3 (down_proj only), then quantization, then the hook, then the linear: the
+// hook sees exactly what the linear gets.
+struct ForwardOptions {
+    at::Tensor onlineHadamardDown; // [intermediate, intermediate] orthogonal, or undefined
+    std::optional<mx::MxConfig> activationQuant;
+};
+
+// The forward options a quantized run's config asks for (its "latmix" object): T3 built from
+// the block and seed, activation quantization from the activation format.
+ForwardOptions forwardOptionsFor(const ModelConfig& config, at::ScalarType dtype, c10::Device device,
+                                 bool quantizeActivations = true);
+
+// Cos/sin tables of RoPE for positions 0..T-1 ([T, head_dim], rotate-half layout).
+struct RopeTables {
+    at::Tensor cos, sin;
+};
+RopeTables ropeTables(const ModelConfig& config, std::int64_t T, at::ScalarType dtype, c10::Device device);
+
+// The pieces of a forward pass, for layer-by-layer work (GPTQ) and differentiable weights
+// (training): they work with whatever tensors w holds, autograd included.
+at::Tensor embedTokens(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& tokens);
+at::Tensor decoderLayer(const ModelConfig& config, const LayerWeights& w, const ForwardOptions& options,
+                        const at::Tensor& h, const RopeTables& rope, int layer, const ActivationHook& hook = nullptr);
+at::Tensor lmHead(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& h); // float32 logits
+at::Tensor forwardWith(const ModelConfig& config, const LlamaWeights& w, const ForwardOptions& options,
+                       const at::Tensor& tokens, const ActivationHook& hook = nullptr);
+
 class LlamaModel {
 public:
     // Float32 weights on the CPU are used in place (memory-mapped, no copy); other dtypes or
     // devices are converted once.
-    LlamaModel(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat, c10::Device device = c10::kCPU);
+    // A quantized run's model (config with a "latmix" object) gets its online Hadamard and
+    // activation quantization from the config; quantizeActivations = false leaves them out
+    // (weight-only evaluation; T3 stays: with exact arithmetic it changes nothing).
+    LlamaModel(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat, c10::Device device = c10::kCPU,
+               bool quantizeActivations = true);
+    // From tensors already in memory (folded or quantized weights); they must be in dtype on device.
+    LlamaModel(ModelConfig config, LlamaWeights weights, ForwardOptions options = {});
     ~LlamaModel();
     LlamaModel(LlamaModel&&) noexcept;
 
     const ModelConfig& config() const { return m_config; }
+    const LlamaWeights& weights() const { return m_w; }
+    const ForwardOptions& options() const { return m_options; }
+    void setOptions(ForwardOptions options) { m_options = std::move(options); }
     at::ScalarType dtype() const { return m_dtype; }
     c10::Device device() const { return m_device; }
 
@@ -48,16 +113,11 @@ public:
     double forwardFlops(std::int64_t tokens) const;
 
 private:
-    struct Layer;
     ModelConfig m_config;
     at::ScalarType m_dtype;
     c10::Device m_device;
-    at::Tensor m_embed, m_finalNorm, m_lmHead, m_invFreq;
-    std::vector<Layer> m_layers;
-
-    at::Tensor attention(const Layer& w, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                         int layer, const ActivationHook& hook) const;
-    at::Tensor mlp(const Layer& w, const at::Tensor& x, int layer, const ActivationHook& hook) const;
+    LlamaWeights m_w;
+    ForwardOptions m_options;
 };
 
 // Resolves "cpu", "cuda", "cuda:N" or "auto" (CUDA when available); throws with the choices.

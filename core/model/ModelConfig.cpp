@@ -226,6 +226,39 @@ ModelConfig ModelConfig::fromJsonText(const std::string& text, const std::string
     }
     }
 
+    if (present(j, "latmix")) {
+        const auto& l = j["latmix"];
+        if (!l.is_object()) fail(source, "\"latmix\" must be an object");
+        LatmixQuantization q;
+        if (present(l, "method") && l["method"].is_string()) q.method = l["method"].get<std::string>();
+        auto format = [&](const char* key) -> std::optional<mx::MxConfig> {
+            if (!present(l, key)) return std::nullopt;
+            const auto& f = l[key];
+            if (!f.is_object() || !present(f, "format") || !f["format"].is_string())
+                fail(source, std::string("latmix.") + key + " needs a \"format\" string");
+            try {
+                mx::MxConfig c = mx::makeConfig(mx::parseFormat(f["format"].get<std::string>()));
+                if (present(f, "block")) c.blockSize = getInt(f, "block", source);
+                if (present(f, "scale_mode")) c.scaleMode = mx::parseScaleMode(f["scale_mode"].get<std::string>());
+                c.validate();
+                return c;
+            } catch (const std::invalid_argument& e) {
+                fail(source, std::string("latmix.") + key + ": " + e.what());
+            }
+            return std::nullopt;
+        };
+        q.weightFormat = format("weight_format");
+        q.activationFormat = format("activation_format");
+        if (present(l, "online_hadamard")) {
+            const auto& h = l["online_hadamard"];
+            q.onlineHadamardBlock = getInt(h, "block", source);
+            if (q.onlineHadamardBlock < 1) fail(source, "latmix.online_hadamard.block must be positive");
+            if (present(h, "seed")) q.onlineHadamardSeed = h["seed"].get<std::uint64_t>();
+        }
+        c.lmHeadBias = getBool(l, "lm_head_bias", false, source);
+        c.latmix = q;
+    }
+
     // Sliding-window attention is not implemented: accept it only where it cannot take effect.
     // Mistral: sliding_window set (not null) and shorter than the context; Qwen2/3: only when
     // use_sliding_window is true.
@@ -292,6 +325,28 @@ std::string ModelConfig::toJsonText() const {
     if (eosTokenId >= 0) j["eos_token_id"] = eosTokenId;
     else j["eos_token_id"] = nullptr;
     j["torch_dtype"] = torchDtype;
+    if (latmix || lmHeadBias) {
+        auto format = [](const std::optional<mx::MxConfig>& f) {
+            if (!f) return nlohmann::ordered_json(nullptr);
+            nlohmann::ordered_json o;
+            o["format"] = mx::formatName(f->format);
+            o["block"] = f->blockSize;
+            o["scale_mode"] = mx::scaleModeName(f->scaleMode);
+            return o;
+        };
+        const LatmixQuantization q = latmix.value_or(LatmixQuantization{});
+        nlohmann::ordered_json l;
+        l["method"] = q.method;
+        l["weight_format"] = format(q.weightFormat);
+        l["activation_format"] = format(q.activationFormat);
+        if (q.onlineHadamardBlock > 0)
+            l["online_hadamard"] = {{"point", "mlp.down_proj.input"}, {"block", q.onlineHadamardBlock},
+                                    {"seed", q.onlineHadamardSeed}};
+        else
+            l["online_hadamard"] = nullptr;
+        l["lm_head_bias"] = lmHeadBias;
+        j["latmix"] = l;
+    }
     return j.dump(2) + "\n";
 }
 

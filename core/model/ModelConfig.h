@@ -1,5 +1,8 @@
 #pragma once
 // The parts of a Hugging Face config.json the decoder needs (Llama family, SPEC §4).
+#include "mx/MxFormat.h"
+
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +18,17 @@ struct RopeScaling {
     double lowFreqFactor = 1.0;
     double highFreqFactor = 4.0;
     int originalMaxPositions = 8192;
+};
+
+// The "latmix" object of a quantized run's config.json (core/export/RunModel): what a forward
+// pass must do online to reproduce the quantized model: the online block Hadamard T3 on the
+// down_proj input and the activation fake quantization at the four points of SPEC §4.
+struct LatmixQuantization {
+    std::string method;                         // "rtn", "latmix-lu", ...
+    std::optional<mx::MxConfig> weightFormat;   // how the stored weights were quantized
+    std::optional<mx::MxConfig> activationFormat;
+    int onlineHadamardBlock = 0;                // 0: no online Hadamard
+    std::uint64_t onlineHadamardSeed = 0;
 };
 
 struct ModelConfig {
@@ -39,6 +53,10 @@ struct ModelConfig {
     int bosTokenId = -1;
     int eosTokenId = -1;
     std::string torchDtype = "float32";
+    // lm_head carries a bias (a folded T1 with v1 != 0, SPEC §4); not a Hugging Face field: it
+    // lives in the "latmix" object.
+    bool lmHeadBias = false;
+    std::optional<LatmixQuantization> latmix;
 
     // Parse config.json text / file; throws std::runtime_error naming the file and the field,
     // and for an unsupported architecture naming it and listing the supported ones.

@@ -48,6 +48,12 @@ at::Tensor MatrixTransform::inverse(const at::Tensor& y) const {
     return x.to(y.scalar_type()).reshape(y.sizes());
 }
 
+at::Tensor MatrixTransform::inverseMatrix() const {
+    if (m_orthogonal) return m_a.t();
+    auto eye = at::eye(dim(), m_lu.options());
+    return at::linalg_lu_solve(m_lu, m_pivots, eye).to(m_a.scalar_type());
+}
+
 void MatrixTransform::to(const at::Device& device) {
     m_a = m_a.to(device);
     if (m_v.defined()) m_v = m_v.to(device);

@@ -25,6 +25,8 @@ public:
 
     virtual at::Tensor forward(const at::Tensor& x) const;       // x Aᵀ + v
     virtual at::Tensor inverse(const at::Tensor& y) const = 0;   // (y - v) A⁻ᵀ
+    // A⁻¹, [d, d], from the factors (triangular solves / transposes); differentiable like matrix().
+    virtual at::Tensor inverseMatrix() const = 0;
 
     // Learnable leaf tensors (requires_grad), empty for fixed transforms.
     virtual std::vector<at::Tensor> parameters() const { return {}; }
@@ -62,6 +64,7 @@ public:
     at::Tensor matrix() const override { return m_a; }
     at::Tensor bias() const override { return m_v; }
     at::Tensor inverse(const at::Tensor& y) const override;
+    at::Tensor inverseMatrix() const override;
     std::string remainderNote() const override { return m_note; }
     void to(const at::Device& device) override;
 

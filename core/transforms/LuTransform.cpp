@@ -64,6 +64,13 @@ at::Tensor LuTransform::inverse(const at::Tensor& y) const {
     return x.to(y.scalar_type()).reshape(y.sizes());
 }
 
+at::Tensor LuTransform::inverseMatrix() const {
+    // A⁻¹ = W⁻¹ L⁻¹ Pᵀ with (Pᵀ)[i][j] = [perm[j] == i].
+    auto pt = at::eye(dim(), m_lower.options().requires_grad(false)).index_select(1, m_perm);
+    auto x = at::linalg_solve_triangular(lowerFactor(), pt, /*upper=*/false, /*left=*/true, /*unitriangular=*/true);
+    return at::linalg_solve_triangular(upperFactor(), x, /*upper=*/true);
+}
+
 std::vector<at::Tensor> LuTransform::parameters() const {
     std::vector<at::Tensor> p{m_lower, m_upper, m_logAbsS};
     if (m_v.defined()) p.push_back(m_v);

@@ -67,6 +67,13 @@ at::Tensor QrTransform::inverse(const at::Tensor& y) const {
     return x.to(y.scalar_type()).reshape(y.sizes());
 }
 
+at::Tensor QrTransform::inverseMatrix() const {
+    // A⁻¹ = W⁻¹ Qᵀ (W = R + diag s upper triangular; rotation-only: Qᵀ).
+    auto qt = rotation().t();
+    if (rotationOnly()) return qt;
+    return at::linalg_solve_triangular(triangular(), qt, /*upper=*/true);
+}
+
 std::vector<at::Tensor> QrTransform::parameters() const {
     std::vector<at::Tensor> p{m_g};
     if (!rotationOnly()) {

@@ -28,6 +28,7 @@ public:
     at::Tensor matrix() const override;
     at::Tensor bias() const override { return m_v; }
     at::Tensor inverse(const at::Tensor& y) const override; // transposes + one triangular solve
+    at::Tensor inverseMatrix() const override;
     std::vector<at::Tensor> parameters() const override;
     at::Tensor logAbsScales() const override { return m_logAbsS; } // undefined for rotation-only
     std::string remainderNote() const override { return m_note; }

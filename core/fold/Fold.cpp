@@ -1,0 +1,154 @@
+#include "fold/Fold.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace latmix::fold {
+namespace {
+
+at::Tensor scaleColumns(const at::Tensor& w, const at::Tensor& gamma) { return w * gamma.to(w.scalar_type()).unsqueeze(0); }
+
+at::Tensor cast(const at::Tensor& t, const at::Tensor& like) { return t.to(like.scalar_type()).to(like.device()); }
+
+// Input side of a linear: W A⁻¹ and b − W A⁻¹ v.
+void foldInput(at::Tensor& w, at::Tensor& b, const AffineMatrices& t) {
+    w = at::matmul(w, cast(t.aInv, w));
+    if (t.v.defined()) {
+        auto shift = at::matmul(w, cast(t.v, w));
+        b = b.defined() ? b - shift : -shift;
+    }
+}
+
+// Output side of a linear writing the residual: A W and A b.
+void foldOutput(at::Tensor& w, at::Tensor& b, const AffineMatrices& t) {
+    const auto a = cast(t.a, w);
+    w = at::matmul(a, w);
+    if (b.defined()) b = at::matmul(a, b);
+}
+
+void checkSquare(const AffineMatrices& t, std::int64_t d, const std::string& what) {
+    if (!t.a.defined() || !t.aInv.defined()) throw std::invalid_argument(what + ": A and A⁻¹ are needed");
+    if (t.a.dim() != 2 || t.a.size(0) != d || t.a.size(1) != d || !t.aInv.sizes().equals(t.a.sizes()))
+        throw std::invalid_argument(what + ": A must be [" + std::to_string(d) + ", " + std::to_string(d) + "]");
+    if (t.v.defined() && (t.v.dim() != 1 || t.v.size(0) != d))
+        throw std::invalid_argument(what + ": v must have " + std::to_string(d) + " elements");
+}
+
+} // namespace
+
+model::LlamaWeights foldNorms(const model::ModelConfig&, const model::LlamaWeights& w) {
+    model::LlamaWeights r = w;
+    for (auto& y : r.layers) {
+        y.wq = scaleColumns(y.wq, y.inputNorm);
+        y.wk = scaleColumns(y.wk, y.inputNorm);
+        y.wv = scaleColumns(y.wv, y.inputNorm);
+        y.wGate = scaleColumns(y.wGate, y.postNorm);
+        y.wUp = scaleColumns(y.wUp, y.postNorm);
+        y.inputNorm = at::ones_like(y.inputNorm);
+        y.postNorm = at::ones_like(y.postNorm);
+    }
+    r.lmHead = scaleColumns(w.lmHead, w.finalNorm); // a new tensor: untied from the embedding
+    r.finalNorm = at::ones_like(w.finalNorm);
+    return r;
+}
+
+model::LlamaWeights applyT1(const model::ModelConfig& c, const model::LlamaWeights& w, const AffineMatrices& t) {
+    checkSquare(t, c.hiddenSize, "T1");
+    model::LlamaWeights r = w;
+    // Embedding rows e ↦ A e + v: E Aᵀ + v.
+    r.embed = at::matmul(w.embed, cast(t.a, w.embed).t());
+    if (t.v.defined()) r.embed = r.embed + cast(t.v, w.embed);
+    for (auto& y : r.layers) {
+        foldInput(y.wq, y.bq, t);
+        foldInput(y.wk, y.bk, t);
+        foldInput(y.wv, y.bv, t);
+        foldInput(y.wGate, y.bGate, t);
+        foldInput(y.wUp, y.bUp, t);
+        foldOutput(y.wo, y.bo, t);
+        foldOutput(y.wDown, y.bDown, t);
+    }
+    foldInput(r.lmHead, r.lmHeadBias, t);
+    return r;
+}
+
+model::LlamaWeights applyT2(const model::ModelConfig& c, const model::LlamaWeights& w, const std::vector<AffineMatrices>& t2) {
+    if (t2.size() != w.layers.size())
+        throw std::invalid_argument("T2: " + std::to_string(t2.size()) + " transforms for " + std::to_string(w.layers.size()) +
+                                    " layers");
+    const std::int64_t hd = c.headDim, H = c.numHeads, KV = c.numKvHeads, d = c.hiddenSize;
+    model::LlamaWeights r = w;
+    for (size_t l = 0; l < t2.size(); ++l) {
+        const AffineMatrices& t = t2[l];
+        if (!t.defined()) continue;
+        checkSquare(t, hd, "T2 of layer " + std::to_string(l));
+        auto& y = r.layers[l];
+        const auto a = cast(t.a, y.wv), ai = cast(t.aInv, y.wv);
+        // Values of each kv head: rows A2 W_v,h, bias A2 b_v,h + v2.
+        y.wv = at::matmul(a, y.wv.reshape({KV, hd, y.wv.size(1)})).reshape({KV * hd, y.wv.size(1)});
+        if (y.bv.defined()) y.bv = at::matmul(y.bv.reshape({KV, hd}), a.t()).reshape({KV * hd});
+        if (t.v.defined()) {
+            auto v = cast(t.v, y.wv).repeat({KV});
+            y.bv = y.bv.defined() ? y.bv + v : v;
+        }
+        // o_proj input columns per attention head: W_o,h A2⁻¹; bias − W_o blockdiag(A2⁻¹) v2.
+        y.wo = at::matmul(y.wo.reshape({d, H, hd}), ai).reshape({d, H * hd});
+        if (t.v.defined()) {
+            auto shift = at::matmul(y.wo, cast(t.v, y.wo).repeat({H}));
+            y.bo = y.bo.defined() ? y.bo - shift : -shift;
+        }
+    }
+    return r;
+}
+
+model::LlamaWeights applyT3(const model::LlamaWeights& w, const at::Tensor& t3) {
+    model::LlamaWeights r = w;
+    for (auto& y : r.layers) y.wDown = at::matmul(y.wDown, cast(t3, y.wDown).t());
+    return r;
+}
+
+model::LlamaWeights unfoldT3(const model::LlamaWeights& w, const at::Tensor& t3) {
+    model::LlamaWeights r = w;
+    for (auto& y : r.layers) y.wDown = at::matmul(y.wDown, cast(t3, y.wDown));
+    return r;
+}
+
+model::ModelConfig foldedConfig(const model::ModelConfig& config, model::LlamaWeights& w) {
+    model::ModelConfig c = config;
+    bool attn = false, mlp = false;
+    for (const auto& y : w.layers) {
+        attn = attn || y.bq.defined() || y.bk.defined() || y.bv.defined() || y.bo.defined();
+        mlp = mlp || y.bGate.defined() || y.bUp.defined() || y.bDown.defined();
+    }
+    auto fill = [](at::Tensor& b, const at::Tensor& weight) {
+        if (!b.defined()) b = at::zeros({weight.size(0)}, weight.options());
+    };
+    if (c.architecture == model::Architecture::Qwen2) {
+        // Qwen2's q/k/v always carry biases, o_proj never: a T2 bias cannot be expressed.
+        for (const auto& y : w.layers)
+            if (y.bo.defined())
+                throw std::invalid_argument("Qwen2 has no o_proj bias: use a T2 without bias for this architecture");
+    } else if (attn) {
+        c.qkvBias = c.oProjBias = true;
+        for (auto& y : w.layers) {
+            fill(y.bq, y.wq);
+            fill(y.bk, y.wk);
+            fill(y.bv, y.wv);
+            fill(y.bo, y.wo);
+        }
+    }
+    if (mlp) {
+        c.mlpBias = true;
+        for (auto& y : w.layers) {
+            fill(y.bGate, y.wGate);
+            fill(y.bUp, y.wUp);
+            fill(y.bDown, y.wDown);
+        }
+    }
+    c.tieWordEmbeddings = w.lmHead.is_same(w.embed) && c.tieWordEmbeddings;
+    c.lmHeadBias = w.lmHeadBias.defined();
+    return c;
+}
+
+} // namespace latmix::fold

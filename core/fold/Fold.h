@@ -1,0 +1,52 @@
+#pragma once
+// Folding transforms into the weights of a Llama-family decoder (SPEC §4). Every function here
+// is made of differentiable tensor operations: training (core/train) folds the learned T1/T2 into
+// the student's weights at every step, the pipeline folds the final ones once (in float64).
+//
+//   RMSNorm γ  → W·diag(γ) of the following linears (q,k,v / gate,up / lm_head), norms set to 1
+//   T1 (d_model, x ↦ A1 x + v1, one per model): embedding rows A1 w + v1; q,k,v,gate,up
+//              W A1⁻¹ with bias b − W A1⁻¹ v1; o_proj and down_proj A1 W, A1 b; lm_head W A1⁻¹
+//              with bias −W A1⁻¹ v1
+//   T2 (head_dim, one per layer, shared by all heads): value rows per kv head A2 W_v,h with
+//              bias A2 b_v,h + v2; o_proj columns per attention head W_o blockdiag(A2⁻¹) and
+//              bias b_o − W_o blockdiag(A2⁻¹) v2 (exact: attention rows sum to 1)
+//   T3 (intermediate, orthogonal, online): W_down T3ᵀ; the forward pass applies x ↦ x T3ᵀ to
+//              the down_proj input (model::ForwardOptions::onlineHadamardDown)
+#include "model/LlamaModel.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace latmix::fold {
+
+// A, A⁻¹ (computed by the transform with triangular solves / transposes) and v (undefined: no bias).
+struct AffineMatrices {
+    at::Tensor a, aInv, v;
+    bool defined() const { return a.defined(); }
+};
+
+// γ of input_layernorm into q/k/v, of post_attention_layernorm into gate/up, of the final norm
+// into lm_head; the norms become ones and lm_head is untied from the embedding.
+model::LlamaWeights foldNorms(const model::ModelConfig& config, const model::LlamaWeights& w);
+
+// T1 on weights whose norms are folded (foldNorms). Exact for orthogonal A1 with v1 = 0; otherwise
+// RMSNorm sees the transformed residual and the result only approximates the original model.
+model::LlamaWeights applyT1(const model::ModelConfig& config, const model::LlamaWeights& w, const AffineMatrices& t1);
+
+// T2 of every layer (t2.size() == layers; an undefined entry leaves that layer alone). Exact.
+model::LlamaWeights applyT2(const model::ModelConfig& config, const model::LlamaWeights& w,
+                            const std::vector<AffineMatrices>& t2);
+
+// W_down ← W_down T3ᵀ for every layer (t3 orthogonal [intermediate, intermediate]); the forward
+// pass must then apply T3 online (ForwardOptions::onlineHadamardDown = t3).
+model::LlamaWeights applyT3(const model::LlamaWeights& w, const at::Tensor& t3);
+// W_down ← W_down T3: undoes applyT3, for runtimes without the online Hadamard (export hf).
+model::LlamaWeights unfoldT3(const model::LlamaWeights& w, const at::Tensor& t3);
+
+// The config of folded weights: bias flags from the tensors present, lm_head untied, lm_head
+// bias. Hugging Face has one flag for q,k,v,o biases and one for gate,up,down: zero biases are
+// added to w where one of a group has a bias and another has none.
+model::ModelConfig foldedConfig(const model::ModelConfig& config, model::LlamaWeights& w);
+
+} // namespace latmix::fold
