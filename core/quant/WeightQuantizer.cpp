@@ -1,0 +1,388 @@
+#include "quant/WeightQuantizer.h"
+
+#include "mx/MxCodes.h"
+#include "mx/MxKernelCpu.h"
+#include "mx/MxQuantizer.h"
+#include "mx/MxReference.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+namespace latmix::quant {
+namespace {
+
+constexpr std::int64_t kMantissaUnit = std::int64_t{1} << 23; // one step of the float32 exponent field
+
+std::string shapeOf(const at::Tensor& t) {
+    std::ostringstream s;
+    s << '[';
+    for (std::int64_t d = 0; d < t.dim(); ++d) s << (d ? ", " : "") << t.size(d);
+    s << ']';
+    return s.str();
+}
+
+// 2^e for an int32 tensor e in [-126, 127] (normal range), built from the bits: exact on any device.
+at::Tensor pow2(const at::Tensor& e) { return ((e + 127) * kMantissaUnit).view(at::kFloat); }
+
+// Element rounding of SPEC §1 on float32 tensors, the same rule as core/mx: the spacing of the
+// binade holding |y| (at least the smallest normal binade's; INT: fixed), round half to even,
+// saturate to +-max, keep the sign. Every product below is by a power of two, hence exact.
+at::Tensor roundToElement(const at::Tensor& y, mx::ElementFormat f) {
+    const mx::ElementSpec& s = mx::elementSpec(f);
+    auto a = y.abs().contiguous();
+    auto e = at::div(a.view(at::kInt), kMantissaUnit, "floor") - 127; // floor(log2 a) for normal a
+    e = at::clamp(e, s.emin, s.isInteger ? 0 : 127);
+    auto k = e - s.mbits;
+    auto r = at::round(a * pow2(-k)); // half to even, as cvt.rn
+    return at::copysign(at::clamp_max(r * pow2(k), s.maxValue), y);
+}
+
+// s * Qe(x / s) elementwise, float32 (x and s broadcast). A true division, never a multiplication
+// by 1/s: for MX (s a power of two) both are exact-equal, for NVFP4 the kernel divides.
+at::Tensor onGrid(const at::Tensor& x, const at::Tensor& s, mx::ElementFormat f) {
+    return roundToElement(x / s, f) * s;
+}
+
+// Index [row, col] of the first non-finite value of a 2-D tensor, as text.
+std::string firstNonFinite(const at::Tensor& t2d) {
+    auto idx = at::nonzero(at::logical_not(at::isfinite(t2d))).cpu();
+    if (idx.size(0) == 0) return "none";
+    return "[" + std::to_string(idx[0][0].item<std::int64_t>()) + ", " + std::to_string(idx[0][1].item<std::int64_t>()) +
+           "]";
+}
+
+void checkWeight(const at::Tensor& w, const char* fn) {
+    if (!w.defined()) throw std::invalid_argument(std::string(fn) + ": the weight is undefined");
+    if (w.dim() != 2 || w.size(0) == 0 || w.size(1) == 0)
+        throw std::invalid_argument(std::string(fn) + ": the weight must be a non-empty 2-D [out, in] matrix, got " +
+                                    shapeOf(w));
+    if (!at::isFloatingType(w.scalar_type()))
+        throw std::invalid_argument(std::string(fn) + ": the weight must be a floating-point tensor");
+    const auto bad = at::logical_not(at::isfinite(w)).sum().item<std::int64_t>();
+    if (bad > 0)
+        throw std::invalid_argument(std::string(fn) + ": the weight " + shapeOf(w) + " holds " + std::to_string(bad) +
+                                    " NaN/Inf value(s), first at " + firstNonFinite(w));
+}
+
+void checkHessian(const at::Tensor& h, std::int64_t in, const char* fn) {
+    if (!h.defined()) throw std::invalid_argument(std::string(fn) + ": the Hessian is undefined");
+    if (h.dim() != 2 || h.size(0) != in || h.size(1) != in)
+        throw std::invalid_argument(std::string(fn) + ": the Hessian must be [in, in] = [" + std::to_string(in) + ", " +
+                                    std::to_string(in) + "], got " + shapeOf(h));
+    if (!at::isFloatingType(h.scalar_type()))
+        throw std::invalid_argument(std::string(fn) + ": the Hessian must be a floating-point tensor");
+    const auto bad = at::logical_not(at::isfinite(h)).sum().item<std::int64_t>();
+    if (bad > 0)
+        throw std::invalid_argument(std::string(fn) + ": the Hessian holds " + std::to_string(bad) +
+                                    " NaN/Inf value(s), first at " + firstNonFinite(h));
+    auto negative = at::nonzero(h.diagonal() < 0).cpu();
+    if (negative.size(0) > 0)
+        throw std::invalid_argument(std::string(fn) + ": the Hessian has negative diagonal entries (first at input " +
+                                    std::to_string(negative[0][0].item<std::int64_t>()) + "): not a Gram matrix");
+}
+
+// tr(D H D^T) / tr(W H W^T) with D = W - Q, float64; H undefined means the identity.
+double relativeError(const at::Tensor& w, const at::Tensor& q, const at::Tensor& h) {
+    auto W = w.detach().to(at::kCPU, at::kDouble);
+    auto D = W - q.to(at::kCPU, at::kDouble);
+    double num, den;
+    if (h.defined()) {
+        auto H = h.detach().to(at::kCPU, at::kDouble);
+        num = (at::mm(D, H) * D).sum().item<double>();
+        den = (at::mm(W, H) * W).sum().item<double>();
+    } else {
+        num = D.square().sum().item<double>();
+        den = W.square().sum().item<double>();
+    }
+    return den > 0 ? num / den : 0.0;
+}
+
+// Cholesky factor or a clear error naming the failing column.
+at::Tensor cholesky(const at::Tensor& a, bool upper, const char* what, double damping) {
+    at::Tensor l, info;
+    std::tie(l, info) = at::linalg_cholesky_ex(a, upper);
+    const auto k = info.item<std::int64_t>();
+    if (k != 0)
+        throw std::invalid_argument(std::string("quantizeGptq: ") + what +
+                                    " is not positive definite (Cholesky fails at order " + std::to_string(k) +
+                                    "); is the Hessian a Gram matrix? Raising the damping (now " +
+                                    std::to_string(damping) + ") helps");
+    return l;
+}
+
+QuantizedWeight finish(const at::Tensor& w, const at::Tensor& q, const GroupScales& gs, const mx::MxConfig& c,
+                       const at::Tensor& hessian) {
+    QuantizedWeight r;
+    r.dequantized = q.to(at::kCPU, at::kFloat).contiguous();
+    r.scales = gs.scales.to(at::kCPU, at::kFloat).contiguous();
+    r.packed = packWithScales(r.dequantized, r.scales, c, gs.globalScale);
+    r.relativeError = relativeError(w, r.dequantized, hessian);
+    return r;
+}
+
+} // namespace
+
+GroupScales staticScales(const at::Tensor& w, const mx::MxConfig& c) {
+    c.validate();
+    if (!w.defined() || w.dim() < 1) throw std::invalid_argument("staticScales: need a tensor [..., in]");
+    GroupScales g;
+    g.scales = mx::blockScales(w, c);
+    if (c.isNvfp4()) {
+        // The same FP32 tensor scale as mx::fakeQuantize / mx::pack compute (SPEC §1).
+        auto x = w.detach().to(at::kCPU, at::kFloat).contiguous();
+        g.globalScale = mx::cpu::nvfp4GlobalScale(x.data_ptr<float>(), x.numel());
+    }
+    return g;
+}
+
+at::Tensor quantizeWithScales(const at::Tensor& x, const at::Tensor& scales, const mx::MxConfig& c) {
+    c.validate();
+    if (!x.defined() || x.dim() < 1 || !at::isFloatingType(x.scalar_type()))
+        throw std::invalid_argument("quantizeWithScales: x must be a floating-point tensor [..., n]");
+    const std::int64_t n = x.size(-1), B = c.blockSize, nb = (n + B - 1) / B;
+    auto expected = x.sizes().vec();
+    expected.back() = nb;
+    if (!scales.defined() || scales.sizes().vec() != expected)
+        throw std::invalid_argument("quantizeWithScales: scales must have x's shape with the last dimension " +
+                                    std::to_string(nb) + " (one per group of " + std::to_string(B) + "), got " +
+                                    (scales.defined() ? shapeOf(scales) : std::string("undefined")));
+    auto s = scales.detach().to(x.device(), at::kFloat);
+    if (x.numel() == 0) return x.detach().to(at::kFloat).clone();
+    if (!at::logical_and(s > 0, at::isfinite(s)).all().item<bool>())
+        throw std::invalid_argument("quantizeWithScales: every scale must be positive and finite");
+    const std::int64_t rows = x.numel() / n;
+    auto x2 = x.detach().to(at::kFloat).reshape({rows, n});
+    if (nb * B != n) x2 = at::constant_pad_nd(x2, {0, nb * B - n}, 0); // partial group: padding is dropped below
+    auto q = onGrid(x2.reshape({rows, nb, B}), s.reshape({rows, nb, 1}), c.element()).reshape({rows, nb * B});
+    return q.narrow(1, 0, n).reshape(x.sizes()).contiguous();
+}
+
+mx::PackedTensor packWithScales(const at::Tensor& dequantized, const at::Tensor& scales, const mx::MxConfig& c,
+                                float globalScale) {
+    c.validate();
+    if (!dequantized.defined() || dequantized.dim() < 1 || !at::isFloatingType(dequantized.scalar_type()))
+        throw std::invalid_argument("packWithScales: values must be a floating-point tensor [..., n]");
+    const std::int64_t n = dequantized.size(-1), B = c.blockSize, nb = (n + B - 1) / B;
+    auto expected = dequantized.sizes().vec();
+    expected.back() = nb;
+    if (!scales.defined() || scales.sizes().vec() != expected)
+        throw std::invalid_argument("packWithScales: scales must have the values' shape with the last dimension " +
+                                    std::to_string(nb) + ", got " +
+                                    (scales.defined() ? shapeOf(scales) : std::string("undefined")));
+    const bool nv = c.isNvfp4();
+    if (nv && !(std::isfinite(globalScale) && globalScale > 0.0f))
+        throw std::invalid_argument("packWithScales: the NVFP4 global scale must be positive and finite");
+    if (!nv && globalScale != 1.0f)
+        throw std::invalid_argument("packWithScales: a global scale other than 1 applies to NVFP4 only");
+
+    auto x = dequantized.detach().to(at::kCPU, at::kFloat).contiguous().reshape({-1, n});
+    auto s = scales.detach().to(at::kCPU, at::kFloat).contiguous().reshape({-1, nb});
+    const std::int64_t rows = x.size(0);
+    auto scaleCodes = at::empty({rows, nb}, at::TensorOptions().dtype(at::kByte));
+    auto eff = at::empty({rows, nb}, at::TensorOptions().dtype(at::kFloat)); // scale as unpack rebuilds it
+    {
+        const float* sp = s.data_ptr<float>();
+        std::uint8_t* bp = scaleCodes.data_ptr<std::uint8_t>();
+        float* ep = eff.data_ptr<float>();
+        for (std::int64_t i = 0; i < rows * nb; ++i) {
+            const float sv = sp[i];
+            auto where = [&] {
+                return "scale " + std::to_string(sv) + " of row " + std::to_string(i / nb) + ", group " +
+                       std::to_string(i % nb);
+            };
+            if (!(std::isfinite(sv) && sv > 0.0f))
+                throw std::invalid_argument("packWithScales: " + where() + " is not positive and finite");
+            if (nv) {
+                const double sq = mx::ref::quantizeElement(static_cast<double>(sv) / globalScale, mx::ElementFormat::E4M3);
+                bp[i] = mx::encodeElement(sq, mx::ElementFormat::E4M3);
+                ep[i] = static_cast<float>(mx::decodeElement(bp[i], mx::ElementFormat::E4M3)) * globalScale;
+                if (!(sq > 0) || ep[i] != sv)
+                    throw std::invalid_argument("packWithScales: " + where() +
+                                                " is not an E4M3 value times the global scale");
+            } else {
+                int ex = 0;
+                const double m = std::frexp(static_cast<double>(sv), &ex);
+                const int e = ex - 1;
+                if (m != 0.5 || e < mx::kScaleExpMin || e > mx::kScaleExpMax)
+                    throw std::invalid_argument("packWithScales: " + where() + " is not a power of two in the E8M0 range");
+                bp[i] = mx::encodeE8M0(e);
+                ep[i] = sv;
+            }
+        }
+    }
+
+    const mx::ElementFormat elem = c.element();
+    auto codes = at::empty({rows, n}, at::TensorOptions().dtype(at::kByte));
+    std::atomic<std::int64_t> firstBad{std::numeric_limits<std::int64_t>::max()};
+    {
+        const float* xp = x.data_ptr<float>();
+        const float* ep = eff.data_ptr<float>();
+        std::uint8_t* cp = codes.data_ptr<std::uint8_t>();
+        at::parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t r0, std::int64_t r1) {
+            for (std::int64_t r = r0; r < r1; ++r)
+                for (std::int64_t j = 0; j < n; ++j) {
+                    const std::int64_t i = r * n + j;
+                    const float xv = xp[i], sv = ep[r * nb + j / B];
+                    bool ok = std::isfinite(xv);
+                    if (ok) {
+                        const double v = mx::ref::quantizeElement(static_cast<double>(xv) / sv, elem);
+                        // unpack computes decode(code) * scale in FP32: that product must give xv back.
+                        const float back = static_cast<float>(v) * sv;
+                        ok = std::memcmp(&back, &xv, sizeof xv) == 0 || (back == 0.0f && xv == 0.0f); // INT8: no -0
+                        if (ok) cp[i] = mx::encodeElement(v, elem);
+                    }
+                    if (!ok) {
+                        std::int64_t cur = firstBad.load();
+                        while (i < cur && !firstBad.compare_exchange_weak(cur, i)) {
+                        }
+                    }
+                }
+        });
+    }
+    if (firstBad.load() != std::numeric_limits<std::int64_t>::max()) {
+        const std::int64_t i = firstBad.load(), r = i / n, j = i % n;
+        throw std::invalid_argument("packWithScales: value " + std::to_string(x.data_ptr<float>()[i]) + " at row " +
+                                    std::to_string(r) + ", column " + std::to_string(j) +
+                                    " is not on the grid of its group scale " +
+                                    std::to_string(eff.data_ptr<float>()[r * nb + j / B]));
+    }
+
+    mx::PackedTensor p;
+    p.config = c;
+    p.lastDim = n;
+    p.globalScale = nv ? globalScale : 1.0f;
+    at::Tensor packedCodes = mx::elementSpec(elem).bits == 4 ? mx::packNibbles(codes) : codes;
+    auto codeShape = dequantized.sizes().vec();
+    codeShape.back() = packedCodes.size(1);
+    p.codes = packedCodes.reshape(codeShape);
+    p.scales = scaleCodes.reshape(expected);
+    return p;
+}
+
+QuantizedWeight quantizeRtn(const at::Tensor& w, const mx::MxConfig& c, const at::Tensor& hessian) {
+    c.validate();
+    checkWeight(w, "quantizeRtn");
+    if (hessian.defined()) checkHessian(hessian, w.size(1), "quantizeRtn");
+    auto wf = w.detach().to(at::kFloat);
+    const GroupScales gs = staticScales(wf, c);
+    return finish(w, quantizeWithScales(wf, gs.scales, c), gs, c, hessian);
+}
+
+QuantizedWeight quantizeGptq(const at::Tensor& w, const at::Tensor& hessian, const mx::MxConfig& c,
+                             const GptqOptions& o) {
+    c.validate();
+    checkWeight(w, "quantizeGptq");
+    const std::int64_t out = w.size(0), in = w.size(1);
+    checkHessian(hessian, in, "quantizeGptq");
+    if (!(std::isfinite(o.damping) && o.damping >= 0))
+        throw std::invalid_argument("quantizeGptq: damping must be finite and >= 0, got " + std::to_string(o.damping));
+    if (o.columnBlock < 1)
+        throw std::invalid_argument("quantizeGptq: columnBlock must be >= 1, got " + std::to_string(o.columnBlock));
+
+    // Working precision float64 throughout (updates, Cholesky); rounding onto the grid in float32.
+    const auto dev = w.device();
+    auto W = w.detach().to(at::kFloat).to(at::kDouble).clone(); // the float32 weight, exactly
+    auto H = hessian.detach().to(dev, at::kDouble).clone();
+
+    // Dead inputs (never active): H_ii = 1 and their weights 0, as GPTQ does.
+    auto dead = H.diagonal() == 0;
+    const std::int64_t deadCount = dead.sum().item<std::int64_t>();
+    if (deadCount > 0) {
+        H.diagonal().masked_fill_(dead, 1.0);
+        W.masked_fill_(dead.unsqueeze(0), 0.0);
+    }
+
+    // Static groups: scales from the full (dead-zeroed) W before the column loop, so that with
+    // act-order every weight still uses its own group's scale (GPTQ static_groups, MR-GPTQ).
+    const GroupScales gs = staticScales(W.to(at::kFloat), c);
+    auto colScale = gs.scales.to(dev, at::kFloat).repeat_interleave(c.blockSize, 1).narrow(1, 0, in);
+
+    at::Tensor perm;
+    if (o.actOrder) {
+        // Decreasing H_ii; a stable sort keeps ties in input order.
+        perm = std::get<1>(at::sort(H.diagonal(), /*stable=*/true, /*dim=*/0, /*descending=*/true));
+        W = W.index_select(1, perm);
+        H = H.index_select(0, perm).index_select(1, perm);
+        colScale = colScale.index_select(1, perm);
+    }
+    colScale = colScale.contiguous();
+
+    H.diagonal().add_(o.damping * H.diagonal().mean());
+    // Upper Cholesky factor U of H^-1 (H^-1 = U^T U): row i of U, divided by U_ii, is the OBS
+    // update of the remaining columns after column i is quantized.
+    auto L = cholesky(H, false, "the damped Hessian", o.damping);
+    auto U = cholesky(at::cholesky_inverse(L), true, "the inverse Hessian", o.damping);
+
+    const mx::ElementFormat elem = c.element();
+    auto Q = at::empty({out, in}, W.options().dtype(at::kFloat));
+    const std::int64_t bs = o.columnBlock;
+    for (std::int64_t i1 = 0; i1 < in; i1 += bs) {
+        const std::int64_t count = std::min(bs, in - i1);
+        auto W1 = W.narrow(1, i1, count).clone();
+        auto Err1 = at::empty({out, count}, W.options());
+        auto U1 = U.narrow(0, i1, count).narrow(1, i1, count);
+        for (std::int64_t i = 0; i < count; ++i) {
+            auto col = W1.select(1, i);
+            auto q = onGrid(col.to(at::kFloat), colScale.select(1, i1 + i), elem);
+            Q.select(1, i1 + i).copy_(q);
+            auto err = (col - q.to(at::kDouble)) / U1.select(0, i).select(0, i);
+            // Within the block: update the columns right of i (column i itself no longer matters).
+            if (i + 1 < count)
+                W1.narrow(1, i + 1, count - i - 1).addr_(err, U1.select(0, i).narrow(0, i + 1, count - i - 1), 1, -1);
+            Err1.select(1, i).copy_(err);
+        }
+        // Lazy batch update of everything right of the block.
+        if (i1 + count < in)
+            W.narrow(1, i1 + count, in - i1 - count)
+                .sub_(at::mm(Err1, U.narrow(0, i1, count).narrow(1, i1 + count, in - i1 - count)));
+    }
+    if (o.actOrder) Q = Q.index_select(1, at::argsort(perm));
+
+    QuantizedWeight r = finish(w, Q, gs, c, hessian);
+    r.deadInputs = deadCount;
+    return r;
+}
+
+HessianAccumulator::HessianAccumulator(std::int64_t in) : in_(in) {
+    if (in <= 0) throw std::invalid_argument("HessianAccumulator: the input width must be positive, got " + std::to_string(in));
+    sum_ = at::zeros({in, in}, at::TensorOptions().dtype(at::kDouble));
+}
+
+void HessianAccumulator::add(const at::Tensor& x) {
+    if (!x.defined() || x.dim() < 1 || x.size(-1) != in_)
+        throw std::invalid_argument("HessianAccumulator::add: activations must be [..., " + std::to_string(in_) +
+                                    "], got " + (x.defined() ? shapeOf(x) : std::string("undefined")));
+    if (!at::isFloatingType(x.scalar_type()))
+        throw std::invalid_argument("HessianAccumulator::add: activations must be floating point");
+    if (x.numel() == 0) return;
+    if (rows_ == 0 && sum_.device() != x.device()) sum_ = sum_.to(x.device()); // accumulate where the data lives
+    auto x2 = x.detach().reshape({-1, in_}).to(sum_.device(), at::kDouble);
+    const auto bad = at::logical_not(at::isfinite(x2)).sum().item<std::int64_t>();
+    if (bad > 0)
+        throw std::invalid_argument("HessianAccumulator::add: activations " + shapeOf(x) + " hold " +
+                                    std::to_string(bad) + " NaN/Inf value(s), first at row/input " + firstNonFinite(x2));
+    sum_.addmm_(x2.t(), x2);
+    rows_ += x2.size(0);
+}
+
+at::Tensor HessianAccumulator::hessian() const {
+    if (rows_ == 0) throw std::logic_error("HessianAccumulator::hessian: no activation rows were added");
+    return sum_ * (2.0 / static_cast<double>(rows_));
+}
+
+void HessianAccumulator::reset() {
+    rows_ = 0;
+    sum_.zero_();
+}
+
+} // namespace latmix::quant
