@@ -1,0 +1,75 @@
+#pragma once
+// Model-level learning of T1/T2 by KL distillation (SPEC §5): the student is the model with the
+// transforms folded into full-precision weights, the online T3 and MX fake quantization of the
+// activations at the four points; the teacher is the original model. Loss = KL(teacher ‖
+// student) of the next-token distributions at temperature τ + λ Σ_transforms (Σ log|s_i|)².
+// AdamW, linear warmup then cosine. Every step is reported (loss, KL, vol, lr, timings, and
+// every metricsEvery steps the §3 matrix metrics of A1 and of one chosen A2); the run file
+// (HDF5) holds the series, the current transforms and the optimizer state, rewritten
+// atomically every checkpointEvery steps, on cancel and at the end, so a run can be resumed.
+#include "model/LlamaModel.h"
+#include "mx/MxFormat.h"
+#include "train/ModelTransforms.h"
+#include "util/Job.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace latmix::train {
+
+struct DistillStep {
+    int step = 0; // 1-based
+    double loss = 0, kl = 0, vol = 0, lr = 0;
+    double seconds = 0; // whole step
+    double teacherSeconds = 0, studentSeconds = 0, backwardSeconds = 0, metricsSeconds = 0;
+    static constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+    // A1 and the tracked A2 (NaN on steps without metrics or without that transform)
+    double a1Condition = nan, a1Orthogonality = nan, a1OffBlock = nan;
+    double a2Condition = nan, a2Orthogonality = nan, a2OffBlock = nan;
+};
+
+struct DistillOptions {
+    std::optional<mx::MxConfig> activation = mx::MxConfig{}; // the student's activation quantization (none: off)
+    int steps = 1000;
+    int batch = 4;                 // sequences per step (SPEC: ≤ 8)
+    double lr = 1e-3;
+    double weightDecay = 0.0;      // see LayerLocalOptions::weightDecay
+    int warmupSteps = 100;         // clamped to steps / 10 for short runs
+    double warmupStartFactor = 0.1;
+    double temperature = 1.5;
+    double volumeWeight = 0.1;
+    int metricsEvery = 10;         // matrix metrics every k steps (and the last); 0: never
+    int trackedLayer = 0;          // whose A2 is tracked
+    int checkpointEvery = 50;      // run-file rewrite every k steps; 0: only on cancel and at the end
+    std::uint64_t seed = 0;        // batch draws: step k uses the same sequences on every run
+    std::string runFile;           // HDF5 run file ("" : none)
+    bool resume = false;           // continue from runFile's state
+    std::function<void(const DistillStep&)> onStep;
+};
+
+struct DistillResult {
+    std::vector<DistillStep> history; // every step, resumed steps included
+    int startStep = 0;                // steps restored from the run file
+    double seconds = 0;
+};
+
+// calibration: int64 [N, T] token windows. original: the model's weights as loaded (float32, on
+// the training device); transforms on the same device. Trains transforms in place.
+// Throws JobCancelled after writing the run file when cancelled; std::runtime_error when the
+// loss stops being finite.
+DistillResult distill(const model::ModelConfig& config, const model::LlamaWeights& original, const at::Tensor& calibration,
+                      ModelTransforms& transforms, const DistillOptions& options, JobContext& job = silentJob());
+
+// KL(p ‖ q) per token, averaged over tokens, of softmax(teacher/τ) and softmax(student/τ);
+// logits [..., V]. Exposed for tests.
+at::Tensor distillationKl(const at::Tensor& teacherLogits, const at::Tensor& studentLogits, double temperature);
+
+// The per-step series of a run file (for the GUI and reports).
+std::vector<DistillStep> readDistillSeries(const std::string& runFile);
+
+} // namespace latmix::train

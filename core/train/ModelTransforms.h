@@ -1,0 +1,71 @@
+#pragma once
+// The transforms of a whole model (SPEC §4): T1 (d_model, one), T2 (head_dim, one per layer)
+// and the fixed online block Hadamard T3 (intermediate). Built from a spec, folded into weights
+// (differentiably, for training), saved to and restored from transforms.h5.
+#include "fold/Fold.h"
+#include "model/LlamaModel.h"
+#include "transforms/AffineTransform.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace latmix::train {
+
+struct TransformSpec {
+    std::string t1Kind = "learned-affine-lu"; // any transforms::transformKinds() kind; "none": no T1
+    std::string t2Kind = "learned-affine-lu"; // "none": no T2
+    std::string init = "default";             // learned kinds (LearnedTransforms.h)
+    double noiseStd = 1e-3;
+    int blockSize = 32;                       // block-* kinds and block initialisations
+    std::uint64_t seed = 0;                   // T1 gets seed, T2 of layer l seed + 1 + l
+    int t3Block = 32;                         // 0: no T3
+    std::uint64_t t3Seed = 0;
+};
+
+class ModelTransforms {
+public:
+    ModelTransforms(const model::ModelConfig& config, TransformSpec spec);
+    ~ModelTransforms();
+    ModelTransforms(ModelTransforms&&) noexcept;
+    ModelTransforms& operator=(ModelTransforms&&) noexcept;
+
+    const TransformSpec& spec() const { return m_spec; }
+    transforms::AffineTransform* t1() const { return m_t1.get(); }
+    transforms::AffineTransform* t2(int layer) const;
+    int layers() const { return static_cast<int>(m_t2.size()); }
+    // T3, float64 [intermediate, intermediate] on the CPU; undefined without T3.
+    const at::Tensor& t3() const { return m_t3; }
+
+    std::vector<at::Tensor> parameters() const; // every learned leaf (T1 then T2 by layer)
+    bool learned() const { return !parameters().empty(); }
+    // Σ over transforms with scales of (Σ_i log|s_i|)² (SPEC §5 volume term, without λ).
+    at::Tensor volume() const;
+    void to(const at::Device& device);
+
+    // Norm-folded weights (fold::foldNorms) with T3 already applied → the student's weights with
+    // T1 and T2 folded in; differentiable w.r.t. parameters().
+    model::LlamaWeights fold(const model::ModelConfig& config, const model::LlamaWeights& base) const;
+
+    // transforms.h5: T1/A, T1/v, layers/<l>/T2/A, layers/<l>/T2/v (float64 matrices, what the
+    // folding used), params/<i> (the learned leaves, for an exact restore) and attributes
+    // (kinds, init, seeds, T3 block and seed). extra attributes are added (method, format...).
+    void save(const std::string& path, const std::map<std::string, std::string>& extra = {}) const;
+    // A spec read back from a transforms.h5, and the transforms it describes with the saved
+    // parameters restored. Throws naming the file when it does not match the config.
+    static TransformSpec readSpec(const std::string& path);
+    static ModelTransforms load(const model::ModelConfig& config, const std::string& path);
+    void setParameters(const std::vector<at::Tensor>& values); // copies values into parameters()
+
+private:
+    TransformSpec m_spec;
+    std::unique_ptr<transforms::AffineTransform> m_t1;
+    std::vector<std::unique_ptr<transforms::AffineTransform>> m_t2;
+    at::Tensor m_t3;
+};
+
+} // namespace latmix::train
