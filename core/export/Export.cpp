@@ -1,0 +1,634 @@
+// Export of a quantization run into hf / compressed-tensors folders (Export.h, SPEC §8).
+//
+// One plan describes the output: the config.json object and, per tensor of model.safetensors,
+// where its bytes come from (a run tensor in bf16, W_down · H in bf16, a zero bias, packed codes,
+// scale bytes, a global scale). The writer streams the tensors from the plan; the verifier
+// rebuilds the same plan from the run and compares every byte of the reloaded files with it, and
+// additionally unpacks the packed weights and compares them with the run's float32 weights.
+//
+// Where SPEC is silent, the compressed-tensors side follows the compressed-tensors library
+// (vllm-project/compressed-tensors) and the checkpoints llm-compressor writes:
+//  - quantization_config = {quant_method "compressed-tensors", format, quantization_status
+//    "compressed", config_groups {group_0: {targets ["Linear"], weights, input_activations,
+//    output_activations, format}}, ignore ["lm_head"], kv_cache_scheme, sparsity_config {},
+//    transform_config}; QuantizationArgs keys as its pydantic model serialises them
+//    (num_bits, type, symmetric, group_size, strategy, block_structure, dynamic, actorder,
+//    scale_dtype "torch.uint8" / "torch.float8_e4m3fn", zp_dtype, observer, observer_kwargs),
+//    with the values of its MXFP4 / NVFP4 preset schemes;
+//  - packing (fp4_quantized.py): two E2M1 codes per byte, even column in the low nibble, bit 3 the
+//    sign: identical to SPEC §1, so weight_packed is the run's codes byte for byte;
+//  - MXFP4 weight_scale: E8M0 bytes (2^(b-127)), uint8; NVFP4: weight_scale float8_e4m3fn and
+//    weight_global_scale float32 [1] in the compressed-tensors convention global = 448·6/amax,
+//    dequantized as q · scale / global; this workbench's g (SPEC §1) is amax/(448·6), so the file
+//    holds float32(1/g);
+//  - transform_config (compressed_tensors.transform): config_groups of TransformScheme {type,
+//    apply [TransformArgs {targets, location, inverse, ignore}], randomize, requires_grad,
+//    head_dim, precision}; the T3 is a "random-hadamard" with head_dim = block at location
+//    "input" of every down_proj.
+#include "export/Export.h"
+
+#include "export/ExportDetail.h"
+#include "export/RawSafeTensors.h"
+#include "export/RunModel.h"
+#include "model/Checkpoint.h"
+#include "mx/MxPack.h"
+#include "util/Runtime.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+namespace fs = std::filesystem;
+
+namespace latmix::exporting {
+namespace {
+
+using json = nlohmann::ordered_json;
+using detail::shapeText;
+
+constexpr const char* kLatmixJson = "latmix.json";
+constexpr const char* kTransformsH5 = "transforms.h5";
+constexpr const char* kT3File = "latmix_t3.safetensors";
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kConfigFile = "config.json";
+
+// Where one output tensor comes from.
+enum class Source { Bf16, Bf16FoldT3, ZeroBf16, Codes, Scales, GlobalScale };
+
+struct Item {
+    RawTensorSpec spec;
+    Source source = Source::Bf16;
+    std::string from; // run tensor name (Bf16, Bf16FoldT3) or linear prefix (Codes, Scales, GlobalScale)
+};
+
+struct Plan {
+    ExportFormat format = ExportFormat::Hf;
+    json config;
+    std::vector<Item> items;
+    std::vector<at::Tensor> t3Blocks; // diagonal blocks of H (float64), empty without T3
+    std::int64_t t3Block = 0;
+    std::vector<std::string> notes;
+    int packedLinears = 0;
+};
+
+std::vector<std::int64_t> sizesOf(const at::Tensor& t) { return t.sizes().vec(); }
+
+// Diagonal blocks of the block-diagonal H: [0,B), [B,2B), ..., the last one possibly smaller.
+std::vector<at::Tensor> diagonalBlocks(const at::Tensor& h, std::int64_t block) {
+    std::vector<at::Tensor> blocks;
+    const std::int64_t n = h.size(0);
+    for (std::int64_t s = 0; s < n; s += block) {
+        const std::int64_t e = std::min(n, s + block);
+        blocks.push_back(h.slice(0, s, e).slice(1, s, e).contiguous());
+    }
+    return blocks;
+}
+
+// W · H for the block-diagonal H, in float64, rounded once to float32: block by block so that a
+// large intermediate size never needs the dense n×n product.
+at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks) {
+    auto wd = w.to(at::kDouble);
+    auto out = at::empty_like(wd);
+    std::int64_t s = 0;
+    for (const auto& b : blocks) {
+        const std::int64_t e = s + b.size(0);
+        out.slice(1, s, e).copy_(wd.slice(1, s, e).mm(b));
+        s = e;
+    }
+    return out.to(at::kFloat);
+}
+
+std::string compressionFormat(const mx::MxConfig& f) {
+    switch (f.format) {
+    case mx::Format::MxFp4: return "mxfp4-pack-quantized";
+    case mx::Format::NvFp4: return "nvfp4-pack-quantized";
+    // compressed-tensors has no MX integer format. The tensors have the same structure as
+    // mxfp4-pack-quantized (nibbles, E8M0 bytes) but the codes are sign-magnitude INT4
+    // (step 0.25, SPEC §1): a name of its own keeps every loader from reading them as E2M1.
+    case mx::Format::MxInt4: return "mxint4-pack-quantized";
+    default:
+        throw std::runtime_error("the run's weights are " + f.describe() +
+                                 "; a compressed-tensors export holds 4-bit weights only (mxfp4, nvfp4, mxint4): "
+                                 "export this run with --format hf");
+    }
+}
+
+// QuantizationArgs of compressed-tensors for an MX format (values of its MXFP4 / NVFP4 presets).
+json quantArgs(const mx::MxConfig& f, bool activation) {
+    const auto& e = mx::elementSpec(f.element());
+    json o;
+    o["num_bits"] = e.bits;
+    o["type"] = e.isInteger ? "int" : "float";
+    o["symmetric"] = true;
+    o["group_size"] = f.blockSize;
+    o["strategy"] = f.isNvfp4() ? "tensor_group" : "group";
+    o["block_structure"] = nullptr;
+    // Activations: scales computed on the fly per block (and NVFP4's per-tensor scale per
+    // tensor), as this workbench's fake quantization does; weights: static.
+    o["dynamic"] = activation;
+    o["actorder"] = nullptr;
+    o["scale_dtype"] = f.isNvfp4() ? "torch.float8_e4m3fn" : "torch.uint8";
+    o["zp_dtype"] = nullptr;
+    o["observer"] = activation ? json(nullptr) : json("minmax");
+    o["observer_kwargs"] = json::object();
+    return o;
+}
+
+std::string utcNow() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runDir) {
+    Plan plan;
+    plan.format = format;
+    const model::ModelConfig rc = runModelConfig(run);
+    const auto& q = run.quant;
+    const bool ct = format == ExportFormat::CompressedTensors;
+    if (ct && !q.weightFormat)
+        throw std::runtime_error("run '" + runDir +
+                                 "' has unquantized weights (latmix.weight_format null); a compressed-tensors export "
+                                 "holds quantized weights: export it with --format hf");
+    const std::string fmtName = ct ? compressionFormat(*q.weightFormat) : "";
+
+    // config.json: the run's, without "latmix", bias flags for Hugging Face runtimes, bf16.
+    json j = json::parse(run.configJson);
+    j.erase("latmix");
+    auto has = [&](const std::string& n) { return run.tensors.count(n) != 0; };
+    const auto fix = detail::fixBiasFlags(j, has, /*forHfRuntime=*/true, "run '" + runDir + "' config.json");
+    j["torch_dtype"] = "bfloat16";
+    if (!fix.relabeledFrom.empty())
+        plan.notes.push_back(fix.relabeledFrom + " cannot hold the biases the folding created; the model is written "
+                             "as the equivalent LlamaForCausalLM with attention_bias / mlp_bias");
+    if (!fix.zeroBiases.empty())
+        plan.notes.push_back("Hugging Face has one bias flag for q,k,v,o and one for gate,up,down: " +
+                             std::to_string(fix.zeroBiases.size()) + " zero biases were added (e.g. '" +
+                             fix.zeroBiases.front().first + "')");
+
+    // T3.
+    std::vector<at::Tensor> blocks;
+    if (q.onlineHadamardBlock > 0) {
+        blocks = diagonalBlocks(onlineHadamardMatrix(q, rc.intermediateSize), q.onlineHadamardBlock);
+        plan.t3Blocks = blocks;
+        plan.t3Block = q.onlineHadamardBlock;
+    }
+
+    if (ct) {
+        const mx::MxConfig& wf = *q.weightFormat;
+        json groups;
+        json g0;
+        g0["targets"] = json::array({"Linear"});
+        g0["weights"] = quantArgs(wf, false);
+        g0["input_activations"] = q.activationFormat ? quantArgs(*q.activationFormat, true) : json(nullptr);
+        g0["output_activations"] = nullptr;
+        g0["format"] = fmtName;
+        groups["group_0"] = g0;
+        json qc;
+        qc["quant_method"] = "compressed-tensors";
+        qc["format"] = fmtName;
+        qc["quantization_status"] = "compressed";
+        qc["config_groups"] = groups;
+        qc["ignore"] = json::array({"lm_head"});
+        qc["kv_cache_scheme"] = nullptr;
+        qc["global_compression_ratio"] = nullptr;
+        qc["sparsity_config"] = json::object();
+        json tc = json::object();
+        if (q.onlineHadamardBlock > 0) {
+            json args;
+            args["targets"] = json::array({"re:.*mlp\\.down_proj$"});
+            args["location"] = "input";
+            args["inverse"] = false;
+            args["ignore"] = json::array();
+            json scheme;
+            scheme["type"] = "random-hadamard";
+            scheme["apply"] = json::array({args});
+            scheme["randomize"] = false; // one T3 shared by every layer
+            scheme["requires_grad"] = false;
+            scheme["head_dim"] = q.onlineHadamardBlock;
+            scheme["precision"] = "torch.float32";
+            tc["config_groups"] = {{"latmix_t3", scheme}};
+        }
+        qc["transform_config"] = tc;
+        j["quantization_config"] = qc;
+
+        if (wf.format == mx::Format::MxInt4)
+            plan.notes.push_back("compressed-tensors has no MX integer format: the weights are declared as 4-bit "
+                                 "int groups with E8M0 scales under the format name 'mxint4-pack-quantized' "
+                                 "(sign-magnitude codes, step 0.25, SPEC §1); compressed-tensors runtimes do not "
+                                 "load it, LATMiX does");
+        if (wf.scaleMode != mx::ScaleMode::Floor)
+            plan.notes.push_back("weights were quantized with scale mode '" + mx::scaleModeName(wf.scaleMode) +
+                                 "'; the stored scales are exact, but a runtime quantizing activations uses the "
+                                 "OCP floor rule");
+        if (wf.isNvfp4())
+            plan.notes.push_back("weight_global_scale holds 1/g (compressed-tensors convention: dequantized "
+                                 "value = q · weight_scale / weight_global_scale); LATMiX's own g = amax/2688 is "
+                                 "in the run's quantized.safetensors");
+        if (q.activationFormat) {
+            const auto af = q.activationFormat->format;
+            if (af != mx::Format::MxFp4 && af != mx::Format::NvFp4 && af != mx::Format::MxFp8E4M3)
+                plan.notes.push_back("activation format " + q.activationFormat->describe() +
+                                     " has no compressed-tensors preset; it is declared by num_bits/type/group_size "
+                                     "only (latmix.json has the exact format)");
+        }
+        std::set<std::int64_t> partial;
+        for (const auto& p : blockLinearPrefixes(rc)) {
+            const std::int64_t in = run.tensors.at(p + ".weight").size(1);
+            if (in % wf.blockSize) partial.insert(in);
+        }
+        for (auto in : partial)
+            plan.notes.push_back("input dimension " + std::to_string(in) + " is not a multiple of the group size " +
+                                 std::to_string(wf.blockSize) + ": its last group has " +
+                                 std::to_string(in % wf.blockSize) +
+                                 " columns (SPEC §1); compressed-tensors runtimes expect divisible shapes");
+        if (q.onlineHadamardBlock > 0)
+            plan.notes.push_back("down_proj weights stay in the online-Hadamard basis: a runtime must apply x ↦ x·Hᵀ "
+                                 "to the down_proj input. H has a random sign pattern per block (block " +
+                                 std::to_string(q.onlineHadamardBlock) + ", seed " +
+                                 std::to_string(q.onlineHadamardSeed) +
+                                 "), which compressed-tensors' own generator does not reproduce: its exact blocks "
+                                 "are in " + kT3File);
+        if (q.activationFormat)
+            plan.notes.push_back("activations are declared as dynamic " + q.activationFormat->describe() +
+                                 " quantization of the input of every block linear");
+    } else {
+        if (q.activationFormat)
+            plan.notes.push_back("activations are unquantized in this format (the run quantizes them as " +
+                                 q.activationFormat->describe() + "); it is the weight-only model");
+        else
+            plan.notes.push_back("activations are unquantized, as in the run");
+        if (q.onlineHadamardBlock > 0)
+            plan.notes.push_back("the online Hadamard T3 (block " + std::to_string(q.onlineHadamardBlock) + ", seed " +
+                                 std::to_string(q.onlineHadamardSeed) +
+                                 ") is folded back into down_proj (W_down · H): any runtime computes the run's "
+                                 "function without it, up to bf16 rounding");
+        if (q.weightFormat)
+            plan.notes.push_back("weights are the dequantized " + q.weightFormat->describe() +
+                                 " values rounded to bf16" +
+                                 (q.onlineHadamardBlock > 0 ? " (down_proj after the T3 fold-back)" : ""));
+    }
+    if (has("lm_head.bias"))
+        plan.notes.push_back("lm_head has a bias (folded T1 bias): model.safetensors has 'lm_head.bias', but Hugging "
+                             "Face LlamaForCausalLM ignores it (its lm_head is bias-free), so such runtimes compute "
+                             "slightly different logits");
+    plan.config = j;
+
+    // Tensors in the decoder's order.
+    const model::ModelConfig oc = model::ModelConfig::fromJsonText(j.dump(), "export config.json");
+    std::map<std::string, std::vector<std::int64_t>> zeros(fix.zeroBiases.begin(), fix.zeroBiases.end());
+    auto names = model::requiredTensors(oc);
+    if (has("lm_head.bias")) names.push_back({"lm_head.bias", sizesOf(run.tensors.at("lm_head.bias"))});
+    for (const auto& [name, shape] : names) {
+        const std::string linear = detail::blockLinearOfWeight(name);
+        if (ct && !linear.empty()) {
+            const auto& pk = run.packed.at(linear);
+            plan.items.push_back({{linear + ".weight_packed", "U8", sizesOf(pk.codes)}, Source::Codes, linear});
+            plan.items.push_back({{linear + ".weight_scale", pk.config.isNvfp4() ? "F8_E4M3" : "U8", sizesOf(pk.scales)},
+                                  Source::Scales, linear});
+            if (pk.config.isNvfp4())
+                plan.items.push_back({{linear + ".weight_global_scale", "F32", {1}}, Source::GlobalScale, linear});
+            ++plan.packedLinears;
+            continue;
+        }
+        const bool down = name.size() > 21 && name.compare(name.size() - 21, 21, ".mlp.down_proj.weight") == 0;
+        Source s = Source::Bf16;
+        if (!has(name)) {
+            if (!zeros.count(name))
+                throw std::runtime_error("run '" + runDir + "' lacks tensor '" + name + "' that the export needs");
+            s = Source::ZeroBf16;
+        } else if (down && !ct && !blocks.empty()) {
+            s = Source::Bf16FoldT3;
+        }
+        plan.items.push_back({{name, "BF16", shape}, s, name});
+    }
+    return plan;
+}
+
+at::Tensor produce(const Item& it, const RunModel& run, const Plan& plan) {
+    switch (it.source) {
+    case Source::Bf16: return run.tensors.at(it.from).to(at::kBFloat16);
+    case Source::Bf16FoldT3: return foldBackT3(run.tensors.at(it.from), plan.t3Blocks).to(at::kBFloat16);
+    case Source::ZeroBf16: return at::zeros(it.spec.shape, at::kBFloat16);
+    case Source::Codes: return run.packed.at(it.from).codes;
+    case Source::Scales: return run.packed.at(it.from).scales;
+    case Source::GlobalScale: return at::full({1}, 1.0f / run.packed.at(it.from).globalScale, at::kFloat);
+    }
+    return {};
+}
+
+void writeT3File(const std::string& path, const Plan& plan, const RunModel& run, std::int64_t dim) {
+    std::vector<RawTensorSpec> specs;
+    std::vector<at::Tensor> data;
+    const std::int64_t B = plan.t3Block;
+    std::vector<at::Tensor> full;
+    for (const auto& b : plan.t3Blocks)
+        if (b.size(0) == B) full.push_back(b);
+    if (!full.empty()) {
+        specs.push_back({"blocks", "F64", {static_cast<std::int64_t>(full.size()), B, B}});
+        data.push_back(at::stack(full));
+    }
+    if (plan.t3Blocks.back().size(0) != B) {
+        const auto& last = plan.t3Blocks.back();
+        specs.push_back({"last_block", "F64", sizesOf(last)});
+        data.push_back(last);
+    }
+    writeSafeTensorsStreamed(path, specs, [&](std::size_t i) { return data[i]; },
+                             {{"point", "mlp.down_proj.input"},
+                              {"dim", std::to_string(dim)},
+                              {"block", std::to_string(B)},
+                              {"seed", std::to_string(run.quant.onlineHadamardSeed)},
+                              {"layers", "all"},
+                              {"apply", "rows x of the down_proj input become x·Hᵀ, H = blockdiag(blocks[0], ..., "
+                                        "blocks[k-1], last_block); W_down is stored as W_down,orig·Hᵀ"}});
+}
+
+bool sameFileBytes(const std::string& a, const std::string& b) {
+    std::error_code ec1, ec2;
+    if (fs::file_size(a, ec1) != fs::file_size(b, ec2) || ec1 || ec2) return false;
+    std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
+    if (!fa || !fb) return false;
+    std::vector<char> ba(1 << 20), bb(1 << 20);
+    while (true) {
+        fa.read(ba.data(), static_cast<std::streamsize>(ba.size()));
+        fb.read(bb.data(), static_cast<std::streamsize>(bb.size()));
+        const auto n = fa.gcount();
+        if (n != fb.gcount()) return false;
+        if (n == 0) return true;
+        if (!std::equal(ba.begin(), ba.begin() + n, bb.begin())) return false;
+    }
+}
+
+ExportFormat detectFormat(const json& config) {
+    if (config.contains("quantization_config") && config["quantization_config"].is_object() &&
+        config["quantization_config"].value("quant_method", "") == "compressed-tensors")
+        return ExportFormat::CompressedTensors;
+    return ExportFormat::Hf;
+}
+
+// Compares the folder `dir` with the plan built from `run`. progress from..to on job.
+void verifyAgainst(const std::string& dir, const std::string& runModelDir, const RunModel& run, const Plan& plan,
+                   JobContext& job, double from, double to) {
+    const fs::path root(dir);
+    const std::string what = "export '" + dir + "'";
+    auto fail = [&](const std::string& m) -> void { throw std::runtime_error("verifying " + what + ": " + m); };
+
+    // config.json
+    const std::string configPath = (root / kConfigFile).string();
+    json config;
+    try {
+        config = json::parse(detail::readTextFile(configPath, "export config"));
+    } catch (const nlohmann::json::exception& e) {
+        fail(configPath + " is not valid JSON (" + e.what() + ")");
+    }
+    if (plan.format == ExportFormat::Hf && config.contains("latmix"))
+        fail(configPath + " has a \"latmix\" object; an hf export must be a plain Hugging Face config");
+    if (config != plan.config) fail(configPath + " differs from the config the run implies");
+    model::ModelConfig::fromJsonText(config.dump(), configPath); // loadable by this workbench
+
+    // model.safetensors
+    const RawSafeTensorsReader st((root / kModelFile).string());
+    std::set<std::string> planned;
+    for (const auto& it : plan.items) planned.insert(it.spec.name);
+    for (const auto& e : st.entries())
+        if (!planned.count(e.name)) fail(st.path() + " has an unexpected tensor '" + e.name + "'");
+    const mx::MxConfig* wf = run.quant.weightFormat ? &*run.quant.weightFormat : nullptr;
+    std::map<std::string, at::Tensor> codes; // linear → codes read back, waiting for the scales
+    for (std::size_t i = 0; i < plan.items.size(); ++i) {
+        job.checkCancelled();
+        const Item& it = plan.items[i];
+        job.progress(from + (to - from) * double(i) / double(plan.items.size()), "verifying " + it.spec.name);
+        if (!st.contains(it.spec.name)) fail(st.path() + " lacks tensor '" + it.spec.name + "'");
+        const auto& e = st.entry(it.spec.name);
+        if (e.dtype != it.spec.dtype || e.shape != it.spec.shape)
+            fail("tensor '" + it.spec.name + "' is " + e.dtype + " " + shapeText(e.shape) + ", expected " +
+                 it.spec.dtype + " " + shapeText(it.spec.shape));
+        const at::Tensor got = st.tensor(it.spec.name);
+        const at::Tensor want = produce(it, run, plan).contiguous();
+        if (detail::firstBitMismatch(got.view(want.scalar_type()), want).index >= 0)
+            fail("tensor '" + it.spec.name + "' differs from the run's " +
+                 (it.source == Source::Bf16FoldT3 ? std::string("W_down · H in bf16")
+                  : it.source == Source::Bf16     ? std::string("tensor in bf16")
+                                                  : std::string("data")));
+        if (it.source == Source::Codes) codes[it.from] = got;
+        if (it.source == Source::Scales) {
+            // The statement that matters: unpacking the export gives the run's weights bit for bit.
+            mx::PackedTensor pk;
+            pk.config = *wf;
+            pk.codes = codes.at(it.from);
+            pk.scales = got;
+            pk.globalScale = run.packed.at(it.from).globalScale;
+            const at::Tensor& w = run.tensors.at(it.from + ".weight");
+            pk.lastDim = w.size(1);
+            const auto m = detail::firstBitMismatch(mx::unpack(pk), w);
+            if (m.index >= 0) {
+                char buf[128];
+                std::snprintf(buf, sizeof buf, " (element %lld: %.9g vs %.9g)", static_cast<long long>(m.index), m.a, m.b);
+                fail("'" + it.from + ".weight_packed' / '.weight_scale' do not unpack to the run's '" + it.from +
+                     ".weight' bit for bit" + buf);
+            }
+        }
+    }
+
+    // latmix_t3.safetensors
+    if (plan.format == ExportFormat::CompressedTensors && !plan.t3Blocks.empty()) {
+        const RawSafeTensorsReader t3((root / kT3File).string());
+        std::int64_t k = 0;
+        if (t3.contains("blocks")) {
+            const auto b = t3.tensor("blocks");
+            for (std::int64_t i = 0; i < b.size(0); ++i, ++k)
+                if (!at::equal(b[i], plan.t3Blocks.at(k))) fail(t3.path() + ": block " + std::to_string(k) + " differs from H");
+        }
+        if (t3.contains("last_block")) {
+            if (!at::equal(t3.tensor("last_block"), plan.t3Blocks.at(k))) fail(t3.path() + ": last_block differs from H");
+            ++k;
+        }
+        if (k != static_cast<std::int64_t>(plan.t3Blocks.size())) fail(t3.path() + " does not hold every block of H");
+    }
+
+    // latmix.json, transforms.h5, tokenizer files
+    json lj;
+    try {
+        lj = json::parse(detail::readTextFile((root / kLatmixJson).string(), "export run record"));
+    } catch (const nlohmann::json::exception& e) {
+        fail(std::string(kLatmixJson) + " is not valid JSON (" + e.what() + ")");
+    }
+    if (!lj.contains("export") || !lj["export"].is_object() ||
+        lj["export"].value("format", "") != exportFormatName(plan.format))
+        fail(std::string(kLatmixJson) + " has no \"export\" entry for format " + exportFormatName(plan.format));
+    const fs::path runRoot = fs::path(runModelDir).parent_path();
+    std::error_code ec;
+    if (fs::is_regular_file(runRoot / kTransformsH5, ec) &&
+        !sameFileBytes((runRoot / kTransformsH5).string(), (root / kTransformsH5).string()))
+        fail(std::string(kTransformsH5) + " is missing or differs from the run's");
+    for (const auto& name : tokenizerFileNames())
+        if (fs::is_regular_file(fs::path(runModelDir) / name, ec) &&
+            !sameFileBytes((fs::path(runModelDir) / name).string(), (root / name).string()))
+            fail("tokenizer file '" + name + "' is missing or differs from the run's");
+    job.progress(to, "verified");
+}
+
+// Refuses output folders that would destroy the run.
+void checkOutDir(const std::string& runDir, const std::string& outDir, bool overwrite) {
+    if (outDir.empty()) throw std::runtime_error("no output folder given; pass --out DIR");
+    std::error_code ec;
+    const fs::path run = fs::weakly_canonical(runDir, ec);
+    const fs::path out = fs::weakly_canonical(outDir, ec);
+    auto inside = [](const fs::path& a, const fs::path& b) { // a == b or a under b
+        auto ai = a.begin(), bi = b.begin();
+        for (; bi != b.end() && !bi->empty(); ++ai, ++bi)
+            if (ai == a.end() || *ai != *bi) return false;
+        return true;
+    };
+    if (inside(run, out) || inside(out, run / "model"))
+        throw std::runtime_error("output folder '" + outDir + "' would replace the run '" + runDir +
+                                 "' or its model; choose a folder outside them");
+    if (fs::exists(fs::symlink_status(outDir, ec))) {
+        if (!fs::is_directory(outDir, ec))
+            throw std::runtime_error("output path '" + outDir + "' exists and is not a folder; choose another path");
+        if (!fs::is_empty(outDir, ec) && !overwrite)
+            throw std::runtime_error("output folder '" + outDir +
+                                     "' exists and is not empty; choose a new folder or pass --overwrite (it is "
+                                     "replaced only after the export succeeded)");
+    }
+}
+
+std::uint64_t folderBytes(const std::string& dir, std::vector<std::string>* files) {
+    std::uint64_t total = 0;
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) {
+        if (!e.is_regular_file()) continue;
+        total += e.file_size();
+        names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    if (files) *files = names;
+    return total;
+}
+
+} // namespace
+
+ExportFormat parseExportFormat(std::string_view name) {
+    if (name == "hf") return ExportFormat::Hf;
+    if (name == "compressed-tensors") return ExportFormat::CompressedTensors;
+    throw std::invalid_argument("unknown export format '" + std::string(name) + "'; choose one of " + exportFormatList());
+}
+
+std::string exportFormatName(ExportFormat f) { return f == ExportFormat::Hf ? "hf" : "compressed-tensors"; }
+std::string exportFormatList() { return "hf, compressed-tensors"; }
+
+ExportReport exportRun(const std::string& runDir, ExportFormat format, const std::string& outDir, JobContext& job,
+                       const ExportOptions& options) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::error_code ec;
+    if (runDir.empty() || !fs::is_directory(runDir, ec))
+        throw std::runtime_error("run folder '" + runDir +
+                                 "' does not exist; give the folder a `latmix quantize` run wrote (with model/ and "
+                                 "latmix.json)");
+    checkOutDir(runDir, outDir, options.overwrite);
+    const std::string modelDir = (fs::path(runDir) / "model").string();
+    job.progress(0.0, "reading run");
+    const RunModel run = readRunModel(modelDir);
+    const std::string latmixPath = (fs::path(runDir) / kLatmixJson).string();
+    if (!fs::is_regular_file(latmixPath, ec))
+        throw std::runtime_error("run record '" + latmixPath +
+                                 "' is missing; every export carries the run's latmix.json (SPEC §8): is '" + runDir +
+                                 "' a complete `latmix quantize` run folder?");
+    json record;
+    try {
+        record = json::parse(detail::readTextFile(latmixPath, "run record"));
+    } catch (const nlohmann::json::exception& e) {
+        throw std::runtime_error("run record '" + latmixPath + "' is not valid JSON (" + e.what() + ")");
+    }
+    if (!record.is_object()) throw std::runtime_error("run record '" + latmixPath + "' is not a JSON object");
+    job.checkCancelled();
+    const Plan plan = buildPlan(run, format, runDir);
+    const model::ModelConfig rc = runModelConfig(run);
+
+    ExportReport report;
+    report.runDir = runDir;
+    report.outDir = outDir;
+    report.format = format;
+    report.notes = plan.notes;
+    report.packedLinears = plan.packedLinears;
+    report.tensors = static_cast<int>(plan.items.size());
+
+    const std::string tmp = detail::makeTempSibling(outDir);
+    try {
+        const fs::path root(tmp);
+        detail::writeTextFile((root / kConfigFile).string(), plan.config.dump(2) + "\n");
+        std::vector<RawTensorSpec> specs;
+        for (const auto& it : plan.items) specs.push_back(it.spec);
+        const double writeEnd = 0.6;
+        writeSafeTensorsStreamed(
+            (root / kModelFile).string(), specs,
+            [&](std::size_t i) {
+                job.checkCancelled();
+                job.progress(0.05 + (writeEnd - 0.05) * double(i) / double(specs.size()),
+                             "tensor " + std::to_string(i + 1) + "/" + std::to_string(specs.size()) + " " +
+                                 specs[i].name);
+                return produce(plan.items[i], run, plan);
+            },
+            {{"format", "pt"}});
+        if (format == ExportFormat::CompressedTensors && !plan.t3Blocks.empty())
+            writeT3File((root / kT3File).string(), plan, run, rc.intermediateSize);
+        detail::copyTokenizerFiles(modelDir, tmp);
+        json exp;
+        exp["format"] = exportFormatName(format);
+        exp["time"] = utcNow();
+        exp["latmix_version"] = latmixVersion();
+        exp["run_dir"] = fs::absolute(runDir).lexically_normal().string();
+        exp["notes"] = plan.notes;
+        record["export"] = exp;
+        detail::writeTextFile((root / kLatmixJson).string(), record.dump(2) + "\n");
+        const fs::path h5 = fs::path(runDir) / kTransformsH5;
+        if (fs::is_regular_file(h5, ec)) {
+            fs::copy_file(h5, root / kTransformsH5, fs::copy_options::overwrite_existing, ec);
+            if (ec) throw std::runtime_error("cannot copy '" + h5.string() + "': " + ec.message());
+        }
+        job.checkCancelled();
+        verifyAgainst(tmp, modelDir, run, plan, job, writeEnd, 0.99);
+        report.bytes = folderBytes(tmp, &report.files);
+        job.checkCancelled();
+        checkOutDir(runDir, outDir, options.overwrite); // still true after the work
+        detail::replaceDirectory(tmp, outDir);
+    } catch (...) {
+        detail::removeTreeQuietly(tmp);
+        throw;
+    }
+    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    job.progress(1.0, "done");
+    return report;
+}
+
+void verifyExport(const std::string& outDir, const std::string& runDir) {
+    const std::string modelDir = (fs::path(runDir) / "model").string();
+    const RunModel run = readRunModel(modelDir);
+    std::error_code ec;
+    if (!fs::is_directory(outDir, ec))
+        throw std::runtime_error("export folder '" + outDir + "' does not exist");
+    json config;
+    try {
+        config = json::parse(detail::readTextFile((fs::path(outDir) / kConfigFile).string(), "export config"));
+    } catch (const nlohmann::json::exception& e) {
+        throw std::runtime_error("export config '" + (fs::path(outDir) / kConfigFile).string() +
+                                 "' is not valid JSON (" + e.what() + ")");
+    }
+    const Plan plan = buildPlan(run, detectFormat(config), runDir);
+    verifyAgainst(outDir, modelDir, run, plan, silentJob(), 0.0, 1.0);
+}
+
+} // namespace latmix::exporting

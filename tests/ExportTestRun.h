@@ -1,0 +1,71 @@
+#pragma once
+// A small quantization run built the way `latmix quantize` lays it out (core/export/RunModel.h),
+// for the export tests: every tensor of a Hugging Face model, W_down moved into the
+// online-Hadamard basis (W_down · Hᵀ, block 32, seed 1234), every block linear RTN-quantized with
+// mx::pack and its unpacked values used as the weight; RUN_DIR/latmix.json and a stand-in
+// RUN_DIR/transforms.h5 beside model/. No Qt here (include it before Qt headers).
+#include "export/RunModel.h"
+#include "model/Checkpoint.h"
+#include "mx/MxPack.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace latmix::test {
+
+inline std::string readFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+inline void writeFile(const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary) << text;
+}
+
+struct RunVariant {
+    mx::MxConfig weights;
+    bool extraBiases = false; // untied lm_head with a bias and one q_proj bias (what folding creates)
+};
+
+// Writes runDir/{model/, latmix.json, transforms.h5} from the model folder `source`; returns the
+// RunModel handed to writeRunModel.
+inline exporting::RunModel buildRun(const std::string& source, const std::string& runDir, const RunVariant& v,
+                                    const std::string& tokenizerDir) {
+    const model::Checkpoint ck = model::Checkpoint::load(source);
+    exporting::RunModel run;
+    run.configJson = readFile(source + "/config.json");
+    run.quant.method = "rtn";
+    run.quant.weightFormat = v.weights;
+    run.quant.activationFormat = v.weights;
+    run.quant.onlineHadamardBlock = 32;
+    run.quant.onlineHadamardSeed = 1234;
+    for (const auto& n : ck.names()) run.tensors[n] = ck.weight(n).to(at::kFloat).clone();
+    const auto& c = ck.config();
+    if (v.extraBiases) {
+        run.tensors["lm_head.weight"] = run.tensors.at("model.embed_tokens.weight").clone();
+        run.tensors["lm_head.bias"] = at::linspace(-0.5, 0.5, c.vocabSize, at::kFloat);
+        run.tensors["model.layers.1.self_attn.q_proj.bias"] =
+            at::linspace(-0.1, 0.1, std::int64_t(c.numHeads) * c.headDim, at::kFloat);
+    }
+    const at::Tensor h = exporting::onlineHadamardMatrix(run.quant, c.intermediateSize);
+    for (const auto& p : exporting::blockLinearPrefixes(c)) {
+        at::Tensor w = run.tensors.at(p + ".weight");
+        if (p.find("down_proj") != std::string::npos) w = w.to(at::kDouble).mm(h.t()).to(at::kFloat);
+        mx::PackedTensor pk = mx::pack(w, v.weights);
+        run.tensors[p + ".weight"] = mx::unpack(pk);
+        run.packed[p] = std::move(pk);
+    }
+    std::filesystem::create_directories(runDir);
+    exporting::writeRunModel(runDir + "/model", run, tokenizerDir);
+    writeFile(runDir + "/latmix.json", R"({"method": "rtn", "seeds": {"t3": 1234}, "versions": {"latmix": "test"}})");
+    writeFile(runDir + "/transforms.h5", std::string("\x89HDF\r\n\x1a\n fake transforms", 24));
+    return run;
+}
+
+} // namespace latmix::test
