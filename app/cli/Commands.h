@@ -16,5 +16,7 @@ Runner addCaptureCommand(CLI::App& app);
 Runner addDemoModelCommand(CLI::App& app);
 Runner addImportLlama2cCommand(CLI::App& app);
 Runner addAnalyzeCommand(CLI::App& app);
+Runner addQuantizeCommand(CLI::App& app);
+Runner addExportCommand(CLI::App& app);
 
 } // namespace latmix::cli

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
     add(latmix::cli::addDemoModelCommand);
     add(latmix::cli::addImportLlama2cCommand);
     add(latmix::cli::addAnalyzeCommand);
+    add(latmix::cli::addQuantizeCommand);
+    add(latmix::cli::addExportCommand);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,120 @@
+// latmix quantize: a Hugging Face model → a folded, W4A4 MX-quantized run (SPEC §4–§6).
+#include "cli/CliProgress.h"
+#include "cli/Commands.h"
+#include "cli/DataPath.h"
+
+#include "eval/Perplexity.h"
+#include "model/Tokenizer.h"
+#include "mx/MxFormat.h"
+#include "quant/Pipeline.h"
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <stdexcept>
+
+namespace latmix::cli {
+namespace {
+
+struct QuantizeCli {
+    quant::QuantizeOptions q;
+    std::string model, format = "mxfp4", scaleMode = "floor", calib, out;
+    int block = 0;
+};
+
+int runQuantize(QuantizeCli& o) {
+    quant::methodSpec(o.q.method); // unknown method: fail before loading anything
+    o.q.format = mx::makeConfig(mx::parseFormat(o.format), mx::parseScaleMode(o.scaleMode));
+    if (o.block > 0) o.q.format.blockSize = o.block;
+    o.q.format.validate();
+    if (o.q.steps < 1) throw std::invalid_argument("--steps must be at least 1");
+    const auto tok = model::Tokenizer::loadFromDir(o.model);
+    // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
+    o.q.calibSource = o.calib.empty() ? dataPath("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
+    const auto calibIds = tok->encode(eval::readTextFile(o.q.calibSource), false);
+    std::vector<int> evalIds;
+    if (o.q.evalSeqLen > 0) {
+        o.q.evalSource = dataPath("wikitext-2/wiki.test.raw", "WikiText-2 test split");
+        evalIds = eval::tokenizeForEvaluation(*tok, eval::wikiText2TestText(o.q.evalSource));
+    }
+    CliProgress progress("quantize " + o.q.method);
+    const auto r = quant::runQuantize(o.model, calibIds, evalIds, o.out, o.q, progress);
+
+    std::printf("run          %s (method %s, %s)\n", o.out.c_str(), o.q.method.c_str(), o.q.format.describe().c_str());
+    if (!r.training.history.empty()) {
+        const auto& first = r.training.history.front();
+        const auto& last = r.training.history.back();
+        double teacher = 0, student = 0, backward = 0, metrics = 0, total = 0;
+        for (const auto& s : r.training.history) {
+            teacher += s.teacherSeconds, student += s.studentSeconds, backward += s.backwardSeconds;
+            metrics += s.metricsSeconds, total += s.seconds;
+        }
+        const double n = static_cast<double>(r.training.history.size());
+        std::printf("training     %zu steps, KL %.4f -> %.4f, %.1f s\n", r.training.history.size(), first.kl, last.kl,
+                    r.trainSeconds);
+        std::printf("step time    %.3f s: teacher %.3f, student %.3f, backward %.3f, metrics %.3f (means)\n", total / n,
+                    teacher / n, student / n, backward / n, metrics / n);
+    }
+    std::map<std::string, std::pair<double, int>> perLinear;
+    double seconds = 0;
+    for (const auto& l : r.linears) {
+        perLinear[l.linear].first += l.relativeError;
+        perLinear[l.linear].second += 1;
+        seconds += l.seconds;
+    }
+    std::printf("weights      %s, %.1f s (%.2f s per layer)\n", quant::methodSpec(o.q.method).gptq ? "GPTQ" : "RTN",
+                r.quantizeSeconds, r.linears.empty() ? 0.0 : r.quantizeSeconds / (r.linears.size() / 7.0));
+    for (const auto& [name, v] : perLinear)
+        std::printf("  %-18s mean relative error %.5f\n", name.c_str(), v.first / v.second);
+    if (r.fpPerplexity > 0)
+        std::printf("perplexity   FP %.3f   W4A4 %.3f   weights only %.3f   (WikiText-2 test, seqlen %d)\n",
+                    r.fpPerplexity, r.quantizedPerplexity, r.weightOnlyPerplexity, o.q.evalSeqLen);
+    if (r.foldedPerplexity > 0)
+        std::printf("folded FP    %.3f (transforms folded, nothing quantized; %+.2f%% vs FP)\n", r.foldedPerplexity,
+                    100.0 * (r.foldedPerplexity / r.fpPerplexity - 1));
+    std::printf("time         %.1f s total, peak resident %.0f MiB\n", r.totalSeconds, r.peakRssMb);
+    return 0;
+}
+
+} // namespace
+
+Runner addQuantizeCommand(CLI::App& app) {
+    auto o = std::make_shared<QuantizeCli>();
+    auto* cmd = app.add_subcommand("quantize", "quantize a model with one of the paper's methods (folded W4A4 MX run)");
+    cmd->add_option("--model", o->model, "Hugging Face model folder")->required();
+    cmd->add_option("--method", o->q.method, "one of " + quant::methodNameList())->required();
+    cmd->add_option("--format", o->format, "mxfp4, mxint4, nvfp4 (weights and activations)")->capture_default_str();
+    cmd->add_option("--block", o->block, "block size (default: the format's)");
+    cmd->add_option("--scale-mode", o->scaleMode, "floor, ceil or even")->capture_default_str();
+    cmd->add_option("--out", o->out, "run folder to write")->required();
+    cmd->add_option("--steps", o->q.steps, "training steps (learned methods)")->capture_default_str();
+    cmd->add_option("--batch", o->q.batch, "sequences per training step")->capture_default_str();
+    cmd->add_option("--lr", o->q.lr, "peak learning rate")->capture_default_str();
+    cmd->add_option("--warmup", o->q.warmupSteps, "warmup steps (at most steps/10)")->capture_default_str();
+    cmd->add_option("--temperature", o->q.temperature, "distillation temperature tau")->capture_default_str();
+    cmd->add_option("--volume-weight", o->q.volumeWeight, "lambda of the volume regulariser")->capture_default_str();
+    cmd->add_option("--calib", o->calib, "calibration text (default LATMIX_DATA_DIR/wikitext-2/wiki.valid.tokens)");
+    cmd->add_option("--calib-samples", o->q.calibSamples, "calibration windows")->capture_default_str();
+    cmd->add_option("--seqlen", o->q.seqLen, "calibration window length")->capture_default_str();
+    cmd->add_option("--seed", o->q.seed, "seed of windows, initialisations, batches and T3")->capture_default_str();
+    cmd->add_option("--device", o->q.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+    cmd->add_flag("--act-order", o->q.gptq.actOrder, "GPTQ: inputs by decreasing Hessian diagonal");
+    cmd->add_option("--damping", o->q.gptq.damping, "GPTQ damping (fraction of mean diag H)")->capture_default_str();
+    cmd->add_option("--metrics-every", o->q.metricsEvery, "matrix metrics every k steps (0: never)")->capture_default_str();
+    cmd->add_option("--checkpoint-every", o->q.checkpointEvery, "training state saved every k steps")->capture_default_str();
+    cmd->add_flag("--resume", o->q.resume, "continue the training saved in RUN_DIR/train.h5");
+    cmd->add_option("--eval-seqlen", o->q.evalSeqLen, "WikiText-2 test perplexity window (0: no evaluation)")
+        ->capture_default_str();
+    cmd->add_option("--eval-windows", o->q.evalWindows, "evaluation windows (0: all)")->capture_default_str();
+    o->q.device = "auto";
+    o->q.evalSeqLen = 0;
+    return [o] {
+        o->q.commandLine = "latmix quantize --model " + o->model + " --method " + o->q.method + " --format " + o->format +
+                           " --steps " + std::to_string(o->q.steps) + " --calib-samples " +
+                           std::to_string(o->q.calibSamples) + " --seqlen " + std::to_string(o->q.seqLen) + " --seed " +
+                           std::to_string(o->q.seed) + " --out " + o->out;
+        return runQuantize(*o);
+    };
+}
+
+} // namespace latmix::cli

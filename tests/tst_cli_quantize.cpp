@@ -1,0 +1,115 @@
+// `latmix quantize` and `latmix eval` as a user runs them: the demo model quantized with
+// LATMiX-LU, the run's files, its JSON record, evaluation of the run's model, resume of the
+// training, and one-line errors for bad arguments.
+#include <QDir>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+class TestCliQuantize : public QObject {
+    Q_OBJECT
+
+    struct Result {
+        int exitCode;
+        QString out, err;
+    };
+
+    QTemporaryDir m_tmp;
+    QString m_model, m_calib;
+
+    static Result run(const QStringList& args) {
+        QProcess p;
+        p.start(QString::fromLocal8Bit(qgetenv("LATMIX_BIN_DIR")) + "/latmix", args);
+        if (!p.waitForStarted()) return {-1, {}, "could not start latmix: " + p.errorString()};
+        p.closeWriteChannel();
+        p.waitForFinished(300000);
+        return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
+                QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+    }
+
+    QStringList quantizeArgs(const QString& out, const QString& method, int steps) const {
+        return {"quantize", "--model", m_model, "--method", method, "--format", "mxfp4", "--steps", QString::number(steps),
+                "--calib", m_calib, "--calib-samples", "4", "--seqlen", "32", "--batch", "2", "--device", "cpu",
+                "--checkpoint-every", "2", "--out", out};
+    }
+
+    static QJsonObject readJson(const QString& path) {
+        QFile f(path);
+        if (!f.open(QIODevice::ReadOnly)) return {};
+        return QJsonDocument::fromJson(f.readAll()).object();
+    }
+
+private slots:
+    void initTestCase() {
+        if (qEnvironmentVariableIsEmpty("LATMIX_BIN_DIR")) QSKIP("LATMIX_BIN_DIR is not set (run through ctest)");
+        QVERIFY(m_tmp.isValid());
+        m_model = m_tmp.filePath("demo");
+        const Result r = run({"demo-model", m_model});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        m_calib = m_tmp.filePath("calib.txt");
+        QFile f(m_calib);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        for (int i = 0; i < 40; ++i) f.write("The quick brown fox jumps over the lazy dog while the workbench measures errors. ");
+        f.close();
+    }
+
+    void quantizesAndEvaluates_data() {
+        QTest::addColumn<QString>("method");
+        QTest::newRow("latmix-lu") << "latmix-lu";
+        QTest::newRow("mr-gptq") << "mr-gptq";
+        QTest::newRow("rtn") << "rtn";
+    }
+    void quantizesAndEvaluates() {
+        QFETCH(QString, method);
+        const QString out = m_tmp.filePath("run-" + method);
+        const Result r = run(quantizeArgs(out, method, 4));
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY(r.out.contains("run "));
+        const QJsonObject j = readJson(out + "/latmix.json");
+        QCOMPARE(j["method"].toString(), method);
+        QCOMPARE(j["format"].toObject()["format"].toString(), QString("mxfp4"));
+        const int layers = readJson(m_model + "/config.json")["num_hidden_layers"].toInt();
+        QVERIFY(layers > 0);
+        QCOMPARE(j["linears"].toArray().size(), 7 * layers);
+        QVERIFY(QFile::exists(out + "/model/config.json"));
+        QCOMPARE(QFile::exists(out + "/train.h5"), method.startsWith("latmix"));
+        // The run's model evaluates like any model folder (its W4A4 settings come from config.json).
+        const Result e = run({"eval", "--model", out + "/model", "--dataset", m_calib, "--seqlen", "32", "--device", "cpu"});
+        QVERIFY2(e.exitCode == 0, qPrintable(e.err));
+        QVERIFY(e.out.contains("perplexity"));
+    }
+
+    // A finished run resumed with more steps continues from its saved state.
+    void resumesTraining() {
+        const QString out = m_tmp.filePath("run-resume");
+        QVERIFY(run(quantizeArgs(out, "latmix-lu", 2)).exitCode == 0);
+        const Result r = run(quantizeArgs(out, "latmix-lu", 4) << "--resume");
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QCOMPARE(readJson(out + "/latmix.json")["training"].toObject()["resumed_from_step"].toInt(), 2);
+    }
+
+    void badArguments_data() {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("unknown method") << QStringList{"--method", "awq"} << "latmix-lu";
+        QTest::newRow("unknown format") << QStringList{"--format", "mxfp5"} << "mxfp4";
+        QTest::newRow("missing model") << QStringList{"--model", "/nonexistent/model"} << "/nonexistent/model";
+    }
+    void badArguments() {
+        QFETCH(QStringList, args);
+        QFETCH(QString, message);
+        QStringList a = quantizeArgs(m_tmp.filePath("bad"), "latmix-lu", 2);
+        for (int i = 0; i + 1 < args.size(); i += 2) a[a.indexOf(args[i]) + 1] = args[i + 1];
+        const Result r = run(a);
+        QVERIFY(r.exitCode != 0);
+        QVERIFY2(r.err.contains(message), qPrintable(r.err));
+        QVERIFY(!QFile::exists(m_tmp.filePath("bad/model")));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCliQuantize)
+#include "tst_cli_quantize.moc"
