@@ -53,7 +53,7 @@ inline exporting::RunModel buildRun(const std::string& source, const std::string
         run.tensors["model.layers.1.self_attn.q_proj.bias"] =
             at::linspace(-0.1, 0.1, std::int64_t(c.numHeads) * c.headDim, at::kFloat);
     }
-    const at::Tensor h = exporting::onlineHadamardMatrix(run.quant, c.intermediateSize);
+    const at::Tensor h = exporting::onlineHadamard(run.quant, c.intermediateSize).dense();
     for (const auto& p : exporting::blockLinearPrefixes(c)) {
         at::Tensor w = run.tensors.at(p + ".weight");
         if (p.find("down_proj") != std::string::npos) w = w.to(at::kDouble).mm(h.t()).to(at::kFloat);

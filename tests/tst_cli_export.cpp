@@ -11,7 +11,7 @@
 #include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 #include <QDir>
 #include <QFile>
-#include <QProcess>
+#include "CliRunner.h"
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -20,23 +20,12 @@ using namespace latmix;
 class TestCliExport : public QObject {
     Q_OBJECT
 
-    struct Result {
-        int exitCode;
-        QString out, err;
-    };
+    using Result = latmix::test::CliResult;
 
     QTemporaryDir m_tmp;
     QString m_run;
 
-    static Result run(const QStringList& args) {
-        QProcess p;
-        p.start(QString::fromLocal8Bit(qgetenv("LATMIX_BIN_DIR")) + "/latmix", args);
-        if (!p.waitForStarted()) return {-1, {}, "could not start latmix: " + p.errorString()};
-        p.closeWriteChannel();
-        p.waitForFinished(120000);
-        return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-                QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
-    }
+    static Result run(const QStringList& args) { return latmix::test::runLatmix(args, 120000); }
 
 private slots:
     void initTestCase() {

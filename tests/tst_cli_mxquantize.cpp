@@ -1,26 +1,14 @@
 // `latmix mx-quantize` as a user runs it: golden outputs, packed bytes, clear errors.
-#include <QProcess>
+#include "CliRunner.h"
 #include <QTemporaryDir>
 #include <QtTest>
 
 class TestCliMxQuantize : public QObject {
     Q_OBJECT
 
-    struct Result {
-        int exitCode;
-        QString out, err;
-    };
+    using Result = latmix::test::CliResult;
 
-    static Result run(const QStringList& args, const QByteArray& input) {
-        QProcess p;
-        p.start(QString::fromLocal8Bit(qgetenv("LATMIX_BIN_DIR")) + "/latmix", args);
-        if (!p.waitForStarted()) return {-1, {}, "could not start latmix: " + p.errorString()};
-        p.write(input);
-        p.closeWriteChannel();
-        p.waitForFinished(60000);
-        return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-                QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
-    }
+    static Result run(const QStringList& args, const QByteArray& input) { return latmix::test::runLatmix(args, 60000, input); }
 
 private slots:
     void initTestCase() {

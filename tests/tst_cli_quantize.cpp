@@ -6,30 +6,19 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
-#include <QProcess>
+#include "CliRunner.h"
 #include <QTemporaryDir>
 #include <QtTest>
 
 class TestCliQuantize : public QObject {
     Q_OBJECT
 
-    struct Result {
-        int exitCode;
-        QString out, err;
-    };
+    using Result = latmix::test::CliResult;
 
     QTemporaryDir m_tmp;
     QString m_model, m_calib;
 
-    static Result run(const QStringList& args) {
-        QProcess p;
-        p.start(QString::fromLocal8Bit(qgetenv("LATMIX_BIN_DIR")) + "/latmix", args);
-        if (!p.waitForStarted()) return {-1, {}, "could not start latmix: " + p.errorString()};
-        p.closeWriteChannel();
-        p.waitForFinished(300000);
-        return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-                QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
-    }
+    static Result run(const QStringList& args) { return latmix::test::runLatmix(args, 300000); }
 
     QStringList quantizeArgs(const QString& out, const QString& method, int steps) const {
         return {"quantize", "--model", m_model, "--method", method, "--format", "mxfp4", "--steps", QString::number(steps),

@@ -278,7 +278,7 @@ private slots:
 
         // The exact T3 blocks: 5 of 32 and the last one of 12, as in H.
         const RawSafeTensorsReader tf((out + "/latmix_t3.safetensors").toStdString());
-        const at::Tensor h = onlineHadamardMatrix(r.quant, 172);
+        const at::Tensor h = onlineHadamard(r.quant, 172).dense();
         const at::Tensor blocks = tf.tensor("blocks");
         QCOMPARE(blocks.sizes().vec(), (std::vector<std::int64_t>{5, 32, 32}));
         for (int b = 0; b < 5; ++b) QVERIFY(at::equal(blocks[b], h.slice(0, 32 * b, 32 * b + 32).slice(1, 32 * b, 32 * b + 32)));
@@ -321,7 +321,7 @@ private slots:
         QCOMPARE(j["attention_bias"].get<bool>(), variant.endsWith("-biases"));
 
         // Every tensor: bf16 of the run's, W_down with T3 folded back (W_down · H).
-        const at::Tensor h = onlineHadamardMatrix(r.quant, 172);
+        const at::Tensor h = onlineHadamard(r.quant, 172).dense();
         for (const auto& name : ck.names()) {
             const at::Tensor got = ck.weight(name);
             QCOMPARE(got.scalar_type(), at::kBFloat16);

@@ -7,6 +7,7 @@
 #include "fold/Fold.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
+#include "transforms/FixedTransforms.h"
 #include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
@@ -95,10 +96,7 @@ private slots:
         }
         model::ForwardOptions options;
         if (t3) {
-            transforms::TransformOptions o;
-            o.seed = 9;
-            o.dtype = at::kDouble;
-            const auto h = transforms::makeTransform("block-hadamard", c.intermediateSize, o)->matrix();
+            const auto h = transforms::blockHadamard(c.intermediateSize, 32, 9);
             w = fold::applyT3(w, h);
             options.onlineHadamardDown = h.to(at::kFloat);
         }
@@ -152,9 +150,7 @@ private slots:
         const QString dir = test::dataDir() + "/models/stories260K-hf";
         if (!QFile::exists(dir + "/config.json")) QSKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
         const auto ck = model::Checkpoint::load(dir.toStdString());
-        transforms::TransformOptions o;
-        o.dtype = at::kDouble;
-        const auto h = transforms::makeTransform("block-hadamard", ck.config().intermediateSize, o)->matrix();
+        const auto h = transforms::blockHadamard(ck.config().intermediateSize, 32, 0);
         const auto w = model::loadWeights(ck, at::kDouble);
         const auto back = fold::unfoldT3(fold::applyT3(w, h), h);
         for (size_t l = 0; l < w.layers.size(); ++l) QVERIFY(maxRelative(back.layers[l].wDown, w.layers[l].wDown) < 1e-12);

@@ -145,6 +145,24 @@ private slots:
         QVERIFY(err > 0); // really computed in bfloat16
     }
 
+    // Layer-wise offload: layers held elsewhere (here: float64 in host memory, a stand-in for
+    // host RAM when the pass runs on a GPU) are converted as the pass reaches them. float32 →
+    // float64 → float32 is exact, so the logits are bit-identical; offloadLayers keeps the
+    // embeddings in the compute dtype and the layers on the CPU.
+    void offloadedLayersGiveTheSameLogits() {
+        const Checkpoint ck = Checkpoint::load(modelDir("synthetic-qwen2").toStdString());
+        const model::LlamaModel plain(ck);
+        auto ids = at::arange(24, at::kLong).remainder(ck.config().vocabSize).unsqueeze(0);
+        auto w = model::loadWeights(ck);
+        for (auto& y : w.layers) y = model::convertLayer(y, at::TensorOptions().dtype(at::kDouble));
+        const model::LlamaModel held(ck.config(), w);
+        QCOMPARE(held.weights().layers[0].wq.scalar_type(), at::kDouble);
+        QVERIFY(at::equal(held.forward(ids), plain.forward(ids)));
+        const model::LlamaModel offloaded(ck, at::kFloat, c10::kCPU, true, /*offload=*/true);
+        QVERIFY(offloaded.weights().layers[0].wq.device().is_cpu());
+        QVERIFY(at::equal(offloaded.forward(ids), plain.forward(ids)));
+    }
+
     void hooksSeeEveryPoint() {
         const Checkpoint ck = Checkpoint::load(modelDir("synthetic-qwen2").toStdString());
         const model::LlamaModel m(ck);

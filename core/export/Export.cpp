@@ -83,17 +83,6 @@ struct Plan {
 
 std::vector<std::int64_t> sizesOf(const at::Tensor& t) { return t.sizes().vec(); }
 
-// Diagonal blocks of the block-diagonal H: [0,B), [B,2B), ..., the last one possibly smaller.
-std::vector<at::Tensor> diagonalBlocks(const at::Tensor& h, std::int64_t block) {
-    std::vector<at::Tensor> blocks;
-    const std::int64_t n = h.size(0);
-    for (std::int64_t s = 0; s < n; s += block) {
-        const std::int64_t e = std::min(n, s + block);
-        blocks.push_back(h.slice(0, s, e).slice(1, s, e).contiguous());
-    }
-    return blocks;
-}
-
 // W · H for the block-diagonal H, in float64, rounded once to float32: block by block so that a
 // large intermediate size never needs the dense n×n product.
 at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks) {
@@ -182,7 +171,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
     // T3.
     std::vector<at::Tensor> blocks;
     if (q.onlineHadamardBlock > 0) {
-        blocks = diagonalBlocks(onlineHadamardMatrix(q, rc.intermediateSize), q.onlineHadamardBlock);
+        blocks = onlineHadamard(q, rc.intermediateSize).diagonalBlocks();
         plan.t3Blocks = blocks;
         plan.t3Block = q.onlineHadamardBlock;
     }

@@ -111,15 +111,6 @@ void writeTextFile(const std::string& path, const std::string& text) {
     if (!out) throw std::runtime_error("cannot write '" + path + "'; check free disk space and permissions");
 }
 
-nlohmann::ordered_json formatJson(const std::optional<mx::MxConfig>& f) {
-    if (!f) return nullptr;
-    nlohmann::ordered_json o;
-    o["format"] = mx::formatName(f->format);
-    o["block"] = f->blockSize;
-    o["scale_mode"] = mx::scaleModeName(f->scaleMode);
-    return o;
-}
-
 std::string shapeText(const std::vector<std::int64_t>& s) {
     std::string t = "[";
     for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);

@@ -53,8 +53,6 @@ struct BiasFix {
 BiasFix fixBiasFlags(nlohmann::ordered_json& j, const std::function<bool(const std::string&)>& has,
                      bool forHfRuntime, const std::string& source);
 
-// {"format": "mxfp4", "block": 32, "scale_mode": "floor"} or null.
-nlohmann::ordered_json formatJson(const std::optional<mx::MxConfig>& f);
 
 // "[a, b]" for error messages.
 std::string shapeText(const std::vector<std::int64_t>& shape);

@@ -2,9 +2,10 @@
 #include "export/RunModel.h"
 
 #include "export/ExportDetail.h"
+#include "model/LatmixJson.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
-#include "transforms/LearnedTransforms.h"
+#include "transforms/FixedTransforms.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -70,16 +71,7 @@ void checkPacked(const std::string& prefix, const mx::PackedTensor& p, const at:
 }
 
 nlohmann::ordered_json latmixObject(const model::LatmixQuantization& q, bool lmHeadBias, const std::string& relabeledFrom) {
-    nlohmann::ordered_json l;
-    l["method"] = q.method;
-    l["weight_format"] = detail::formatJson(q.weightFormat);
-    l["activation_format"] = detail::formatJson(q.activationFormat);
-    if (q.onlineHadamardBlock > 0)
-        l["online_hadamard"] = {{"point", "mlp.down_proj.input"}, {"block", q.onlineHadamardBlock},
-                                {"seed", q.onlineHadamardSeed}};
-    else
-        l["online_hadamard"] = nullptr;
-    l["lm_head_bias"] = lmHeadBias;
+    nlohmann::ordered_json l = model::latmixJson(q, lmHeadBias);
     if (!relabeledFrom.empty()) l["source_architecture"] = relabeledFrom;
     return l;
 }
@@ -102,13 +94,9 @@ std::vector<std::string> blockLinearPrefixes(const model::ModelConfig& c) {
     return r;
 }
 
-at::Tensor onlineHadamardMatrix(const model::LatmixQuantization& q, std::int64_t n) {
+transforms::BlockDiagonal onlineHadamard(const model::LatmixQuantization& q, std::int64_t n) {
     if (q.onlineHadamardBlock <= 0) return {};
-    transforms::TransformOptions o;
-    o.blockSize = q.onlineHadamardBlock;
-    o.seed = q.onlineHadamardSeed;
-    o.dtype = at::kDouble;
-    return transforms::makeTransform("block-hadamard", n, o)->matrix().to(at::kDouble);
+    return transforms::blockHadamard(n, q.onlineHadamardBlock, q.onlineHadamardSeed);
 }
 
 model::ModelConfig runModelConfig(const RunModel& run) {

@@ -14,7 +14,7 @@
 //   model.safetensors     float32, Hugging Face names: the folded, dequantized weights and the
 //                         biases. W_down is stored in the online-Hadamard basis: the runtime maps
 //                         the down_proj input x ↦ x Hᵀ before quantizing it, and W_down here is
-//                         W_down,orig · Hᵀ (then quantized); H = onlineHadamardMatrix(...).
+//                         W_down,orig · Hᵀ (then quantized); H = onlineHadamard(...).
 //                         "lm_head.bias" is present iff lm_head_bias.
 //   quantized.safetensors for every block linear P (q,k,v,o,gate,up,down of every layer) when
 //                         weight_format is set: "P.weight_packed" uint8 (mx::PackedTensor codes),
@@ -25,6 +25,7 @@
 //   tokenizer files       copied from the source model folder (tokenizerFileNames()).
 #include "model/ModelConfig.h"
 #include "mx/MxPack.h"
+#include "transforms/BlockDiagonal.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -81,9 +82,9 @@ model::ModelConfig runModelConfig(const RunModel& run);
 // every layer, in model order.
 std::vector<std::string> blockLinearPrefixes(const model::ModelConfig& config);
 
-// T3 of a run: makeTransform("block-hadamard", intermediate, {block, seed}).matrix(), float64
-// [n, n], orthogonal; undefined when quant has no online Hadamard.
-at::Tensor onlineHadamardMatrix(const model::LatmixQuantization& quant, std::int64_t intermediateSize);
+// T3 of a run: transforms::blockHadamard(intermediate, block, seed), float64, orthogonal, kept
+// as its blocks; undefined when quant has no online Hadamard.
+transforms::BlockDiagonal onlineHadamard(const model::LatmixQuantization& quant, std::int64_t intermediateSize);
 
 // Tokenizer-side files copied along with a model: tokenizer.json, tokenizer.model,
 // tokenizer_config.json, special_tokens_map.json, added_tokens.json, vocab.json, merges.txt,

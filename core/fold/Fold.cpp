@@ -102,15 +102,15 @@ model::LlamaWeights applyT2(const model::ModelConfig& c, const model::LlamaWeigh
     return r;
 }
 
-model::LlamaWeights applyT3(const model::LlamaWeights& w, const at::Tensor& t3) {
+model::LlamaWeights applyT3(const model::LlamaWeights& w, const transforms::BlockDiagonal& t3) {
     model::LlamaWeights r = w;
-    for (auto& y : r.layers) y.wDown = at::matmul(y.wDown, cast(t3, y.wDown).t());
+    for (auto& y : r.layers) y.wDown = t3.to(y.wDown.options()).apply(y.wDown); // rows of W_down: W T3ᵀ
     return r;
 }
 
-model::LlamaWeights unfoldT3(const model::LlamaWeights& w, const at::Tensor& t3) {
+model::LlamaWeights unfoldT3(const model::LlamaWeights& w, const transforms::BlockDiagonal& t3) {
     model::LlamaWeights r = w;
-    for (auto& y : r.layers) y.wDown = at::matmul(y.wDown, cast(t3, y.wDown));
+    for (auto& y : r.layers) y.wDown = t3.transposed().to(y.wDown.options()).apply(y.wDown); // W T3
     return r;
 }
 

@@ -40,9 +40,9 @@ model::LlamaWeights applyT2(const model::ModelConfig& config, const model::Llama
 
 // W_down ← W_down T3ᵀ for every layer (t3 orthogonal [intermediate, intermediate]); the forward
 // pass must then apply T3 online (ForwardOptions::onlineHadamardDown = t3).
-model::LlamaWeights applyT3(const model::LlamaWeights& w, const at::Tensor& t3);
+model::LlamaWeights applyT3(const model::LlamaWeights& w, const transforms::BlockDiagonal& t3);
 // W_down ← W_down T3: undoes applyT3, for runtimes without the online Hadamard (export hf).
-model::LlamaWeights unfoldT3(const model::LlamaWeights& w, const at::Tensor& t3);
+model::LlamaWeights unfoldT3(const model::LlamaWeights& w, const transforms::BlockDiagonal& t3);
 
 // The config of folded weights: bias flags from the tensors present, lm_head untied, lm_head
 // bias. Hugging Face has one flag for q,k,v,o biases and one for gate,up,down: zero biases are

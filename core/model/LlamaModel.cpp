@@ -2,6 +2,7 @@
 
 #include "model/Checkpoint.h"
 #include "mx/MxQuantizer.h"
+#include "transforms/FixedTransforms.h"
 #include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
@@ -145,23 +146,40 @@ std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& 
     return r;
 }
 
-LlamaWeights convertWeights(const LlamaWeights& w, const at::TensorOptions& options) {
+LayerWeights convertLayer(const LayerWeights& y, const at::TensorOptions& options) {
+    auto cv = [&](const at::Tensor& t) { return t.defined() ? t.to(options) : t; };
+    LayerWeights z;
+    for (auto [dst, src] : {std::pair{&z.inputNorm, &y.inputNorm}, {&z.postNorm, &y.postNorm}, {&z.qNorm, &y.qNorm},
+                            {&z.kNorm, &y.kNorm}, {&z.wq, &y.wq}, {&z.wk, &y.wk}, {&z.wv, &y.wv}, {&z.wo, &y.wo},
+                            {&z.bq, &y.bq}, {&z.bk, &y.bk}, {&z.bv, &y.bv}, {&z.bo, &y.bo}, {&z.wGate, &y.wGate},
+                            {&z.wUp, &y.wUp}, {&z.wDown, &y.wDown}, {&z.bGate, &y.bGate}, {&z.bUp, &y.bUp},
+                            {&z.bDown, &y.bDown}})
+        *dst = cv(*src);
+    return z;
+}
+
+namespace {
+LlamaWeights convertTopLevel(const LlamaWeights& w, const at::TensorOptions& options) {
     auto cv = [&](const at::Tensor& t) { return t.defined() ? t.to(options) : t; };
     LlamaWeights r;
     r.embed = cv(w.embed);
     r.finalNorm = cv(w.finalNorm);
     r.lmHead = w.lmHead.is_same(w.embed) ? r.embed : cv(w.lmHead);
     r.lmHeadBias = cv(w.lmHeadBias);
-    for (const LayerWeights& y : w.layers) {
-        LayerWeights z;
-        for (auto [dst, src] : {std::pair{&z.inputNorm, &y.inputNorm}, {&z.postNorm, &y.postNorm}, {&z.qNorm, &y.qNorm},
-                                {&z.kNorm, &y.kNorm}, {&z.wq, &y.wq}, {&z.wk, &y.wk}, {&z.wv, &y.wv}, {&z.wo, &y.wo},
-                                {&z.bq, &y.bq}, {&z.bk, &y.bk}, {&z.bv, &y.bv}, {&z.bo, &y.bo}, {&z.wGate, &y.wGate},
-                                {&z.wUp, &y.wUp}, {&z.wDown, &y.wDown}, {&z.bGate, &y.bGate}, {&z.bUp, &y.bUp},
-                                {&z.bDown, &y.bDown}})
-            *dst = cv(*src);
-        r.layers.push_back(std::move(z));
-    }
+    return r;
+}
+} // namespace
+
+LlamaWeights convertWeights(const LlamaWeights& w, const at::TensorOptions& options) {
+    LlamaWeights r = convertTopLevel(w, options);
+    for (const LayerWeights& y : w.layers) r.layers.push_back(convertLayer(y, options));
+    return r;
+}
+
+LlamaWeights offloadLayers(const LlamaWeights& w, const at::TensorOptions& compute) {
+    LlamaWeights r = convertTopLevel(w, compute);
+    const auto home = compute.device(c10::kCPU);
+    for (const LayerWeights& y : w.layers) r.layers.push_back(convertLayer(y, home));
     return r;
 }
 
@@ -169,12 +187,8 @@ ForwardOptions forwardOptionsFor(const ModelConfig& c, at::ScalarType dtype, c10
     ForwardOptions o;
     if (!c.latmix) return o;
     if (c.latmix->onlineHadamardBlock > 0) {
-        transforms::TransformOptions t;
-        t.blockSize = c.latmix->onlineHadamardBlock;
-        t.seed = c.latmix->onlineHadamardSeed;
-        t.dtype = at::kDouble;
-        o.onlineHadamardDown = transforms::makeTransform("block-hadamard", c.intermediateSize, t)
-                                   ->matrix()
+        o.onlineHadamardDown = transforms::blockHadamard(c.intermediateSize, c.latmix->onlineHadamardBlock,
+                                                         c.latmix->onlineHadamardSeed)
                                    .to(at::TensorOptions().dtype(dtype).device(device));
     }
     if (quantizeActivations) o.activationQuant = c.latmix->activationFormat;
@@ -193,8 +207,7 @@ namespace {
 // What the linear(s) of a point get: T3 first (down_proj), MX quantization, then the hook.
 at::Tensor atPoint(const ForwardOptions& o, const at::Tensor& x, int layer, PointKind kind, const ActivationHook& hook) {
     at::Tensor y = x;
-    if (kind == PointKind::DownProjInput && o.onlineHadamardDown.defined())
-        y = at::matmul(y, o.onlineHadamardDown.t());
+    if (kind == PointKind::DownProjInput) y = o.onlineHadamardDown.apply(y);
     if (o.activationQuant) y = mx::fakeQuantize(y, *o.activationQuant);
     if (hook) y = hook(pointName(layer, kind), y);
     return y;
@@ -268,15 +281,22 @@ at::Tensor forwardWith(const ModelConfig& c, const LlamaWeights& w, const Forwar
                        const ActivationHook& hook) {
     auto h = embedTokens(c, w, tokens);
     const auto rope = ropeTables(c, tokens.size(1), w.embed.scalar_type(), w.embed.device());
-    for (size_t l = 0; l < w.layers.size(); ++l) h = decoderLayer(c, w.layers[l], o, h, rope, static_cast<int>(l), hook);
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+        const LayerWeights& y = w.layers[l];
+        // Offloaded (or differently typed) layers are brought to the hidden state one at a time.
+        const bool resident = y.wq.device() == h.device() && y.wq.scalar_type() == h.scalar_type();
+        h = decoderLayer(c, resident ? y : convertLayer(y, h.options()), o, h, rope, static_cast<int>(l), hook);
+    }
     return lmHead(c, w, h);
 }
 
-LlamaModel::LlamaModel(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device device, bool quantizeActivations)
+LlamaModel::LlamaModel(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device device, bool quantizeActivations,
+                       bool offload)
     : m_config(ckpt.config()), m_dtype(dtype), m_device(device) {
     if (dtype != at::kFloat && dtype != at::kBFloat16)
         throw std::invalid_argument("the forward pass runs in float32 or bfloat16");
-    m_w = loadWeights(ckpt, dtype, device);
+    m_w = offload ? offloadLayers(loadWeights(ckpt, dtype, c10::kCPU), at::TensorOptions().dtype(dtype).device(device))
+                  : loadWeights(ckpt, dtype, device);
     m_options = forwardOptionsFor(m_config, dtype, device, quantizeActivations);
 }
 

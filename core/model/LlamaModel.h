@@ -4,6 +4,7 @@
 // activation quantization point of SPEC §4.
 #include "model/ModelConfig.h"
 #include "mx/MxFormat.h"
+#include "transforms/BlockDiagonal.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -55,13 +56,18 @@ LlamaWeights loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype = at
 std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& config, const LlamaWeights& w);
 // Every tensor converted (dtype and/or device).
 LlamaWeights convertWeights(const LlamaWeights& w, const at::TensorOptions& options);
+LayerWeights convertLayer(const LayerWeights& w, const at::TensorOptions& options);
+// Layer-wise offload for models larger than device memory: embeddings, final norm and lm_head
+// converted to `compute`, the decoder layers kept in host memory (CPU, compute's dtype).
+// forwardWith brings each layer to the device when it runs and drops it afterwards.
+LlamaWeights offloadLayers(const LlamaWeights& w, const at::TensorOptions& compute);
 
 // What the forward pass does besides the weights: the online block Hadamard T3 on the down_proj
 // input (x → x T3ᵀ, SPEC §4) and MX fake quantization of the activations at the four points.
 // Order at a point: T3 (down_proj only), then quantization, then the hook, then the linear: the
 // hook sees exactly what the linear gets.
 struct ForwardOptions {
-    at::Tensor onlineHadamardDown; // [intermediate, intermediate] orthogonal, or undefined
+    transforms::BlockDiagonal onlineHadamardDown; // T3: [intermediate]² block-diagonal orthogonal, or undefined
     std::optional<mx::MxConfig> activationQuant;
 };
 
@@ -82,6 +88,8 @@ at::Tensor embedTokens(const ModelConfig& config, const LlamaWeights& w, const a
 at::Tensor decoderLayer(const ModelConfig& config, const LayerWeights& w, const ForwardOptions& options,
                         const at::Tensor& h, const RopeTables& rope, int layer, const ActivationHook& hook = nullptr);
 at::Tensor lmHead(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& h); // float32 logits
+// Layers whose tensors are on another device or in another dtype than the embeddings are
+// converted one at a time as the pass reaches them (layer-wise offload).
 at::Tensor forwardWith(const ModelConfig& config, const LlamaWeights& w, const ForwardOptions& options,
                        const at::Tensor& tokens, const ActivationHook& hook = nullptr);
 
@@ -92,8 +100,10 @@ public:
     // A quantized run's model (config with a "latmix" object) gets its online Hadamard and
     // activation quantization from the config; quantizeActivations = false leaves them out
     // (weight-only evaluation; T3 stays: with exact arithmetic it changes nothing).
+    // offload: the decoder layers stay in host memory and visit the device one at a time
+    // (offloadLayers), for models larger than the device's memory.
     LlamaModel(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat, c10::Device device = c10::kCPU,
-               bool quantizeActivations = true);
+               bool quantizeActivations = true, bool offload = false);
     // From tensors already in memory (folded or quantized weights); they must be in dtype on device.
     LlamaModel(ModelConfig config, LlamaWeights weights, ForwardOptions options = {});
     ~LlamaModel();

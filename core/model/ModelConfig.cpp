@@ -3,6 +3,7 @@
 // the transformers configuration classes (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config),
 // as SPEC's preamble asks where it is silent.
 #include "model/ModelConfig.h"
+#include "model/LatmixJson.h"
 
 #include <nlohmann/json.hpp>
 
@@ -326,28 +327,32 @@ std::string ModelConfig::toJsonText() const {
     else j["eos_token_id"] = nullptr;
     j["torch_dtype"] = torchDtype;
     if (latmix || lmHeadBias) {
-        auto format = [](const std::optional<mx::MxConfig>& f) {
-            if (!f) return nlohmann::ordered_json(nullptr);
-            nlohmann::ordered_json o;
-            o["format"] = mx::formatName(f->format);
-            o["block"] = f->blockSize;
-            o["scale_mode"] = mx::scaleModeName(f->scaleMode);
-            return o;
-        };
-        const LatmixQuantization q = latmix.value_or(LatmixQuantization{});
-        nlohmann::ordered_json l;
-        l["method"] = q.method;
-        l["weight_format"] = format(q.weightFormat);
-        l["activation_format"] = format(q.activationFormat);
-        if (q.onlineHadamardBlock > 0)
-            l["online_hadamard"] = {{"point", "mlp.down_proj.input"}, {"block", q.onlineHadamardBlock},
-                                    {"seed", q.onlineHadamardSeed}};
-        else
-            l["online_hadamard"] = nullptr;
-        l["lm_head_bias"] = lmHeadBias;
-        j["latmix"] = l;
+        j["latmix"] = latmixJson(latmix.value_or(LatmixQuantization{}), lmHeadBias);
     }
     return j.dump(2) + "\n";
+}
+
+nlohmann::ordered_json mxConfigJson(const std::optional<mx::MxConfig>& f) {
+    if (!f) return nullptr;
+    nlohmann::ordered_json o;
+    o["format"] = mx::formatName(f->format);
+    o["block"] = f->blockSize;
+    o["scale_mode"] = mx::scaleModeName(f->scaleMode);
+    return o;
+}
+
+nlohmann::ordered_json latmixJson(const LatmixQuantization& q, bool lmHeadBias) {
+    nlohmann::ordered_json l;
+    l["method"] = q.method;
+    l["weight_format"] = mxConfigJson(q.weightFormat);
+    l["activation_format"] = mxConfigJson(q.activationFormat);
+    if (q.onlineHadamardBlock > 0)
+        l["online_hadamard"] = {{"point", "mlp.down_proj.input"}, {"block", q.onlineHadamardBlock},
+                                {"seed", q.onlineHadamardSeed}};
+    else
+        l["online_hadamard"] = nullptr;
+    l["lm_head_bias"] = lmHeadBias;
+    return l;
 }
 
 } // namespace latmix::model

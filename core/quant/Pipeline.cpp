@@ -3,6 +3,7 @@
 #include "eval/ActivationCapture.h"
 #include "eval/Perplexity.h"
 #include "export/RunModel.h"
+#include "model/LatmixJson.h"
 #include "fold/Fold.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
@@ -47,10 +48,6 @@ private:
     double m_lo, m_hi;
     std::string m_prefix;
 };
-
-nlohmann::json formatJson(const mx::MxConfig& c) {
-    return {{"format", mx::formatName(c.format)}, {"block", c.blockSize}, {"scale_mode", mx::scaleModeName(c.scaleMode)}};
-}
 
 std::string isoNow() {
     const std::time_t t = std::time(nullptr);
@@ -113,7 +110,11 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     std::vector<int64_t> flat;
     for (const auto& w : windows) flat.insert(flat.end(), w.begin(), w.end());
     const at::Tensor calib = at::tensor(flat, at::kLong).reshape({o.calibSamples, seqLen});
-    const model::LlamaWeights original = model::loadWeights(ck, at::kFloat, device);
+    // With offload the layers live on the CPU (memory-mapped float32) and visit the device one
+    // at a time; the embeddings, final norm and lm_head stay on the device.
+    const c10::Device home = o.offload ? c10::Device(c10::kCPU) : device;
+    const model::LlamaWeights original = o.offload ? model::offloadLayers(model::loadWeights(ck, at::kFloat, home), fopts)
+                                                   : model::loadWeights(ck, at::kFloat, device);
 
     // 1. Transforms (and their training).
     std::unique_ptr<train::ModelTransforms> transforms;
@@ -144,8 +145,10 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
             d.runFile = (fs::path(runDir) / "train.h5").string();
             d.resume = o.resume;
             d.onStep = onStep;
+            d.onMatrices = o.onMatrices;
             SubJob sub(job, 0.0, 0.7, "training: ");
-            r.training = train::distill(c, original, calib, *transforms, d, sub);
+            r.training = train::distill(c, o.offload ? model::convertWeights(original, fopts) : original, calib,
+                                        *transforms, d, sub);
             r.trainSeconds = since(t0);
         }
         transforms->save((fs::path(runDir) / "transforms.h5").string(), {{"method", method.name}});
@@ -157,10 +160,11 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     {
         at::NoGradGuard g;
         if (method.transformed) {
-            auto w = fold::foldNorms(c, model::convertWeights(original, at::TensorOptions().dtype(at::kDouble).device(device)));
+            if (o.offload) transforms->to(home); // fold in host memory
+            auto w = fold::foldNorms(c, model::convertWeights(original, at::TensorOptions().dtype(at::kDouble).device(home)));
             w = fold::applyT3(w, transforms->t3());
             w = transforms->fold(c, w);
-            folded = model::convertWeights(w, fopts);
+            folded = o.offload ? model::offloadLayers(w, fopts) : model::convertWeights(w, fopts);
             options.onlineHadamardDown = transforms->t3().to(fopts);
         } else {
             folded = original;
@@ -193,7 +197,9 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     std::map<std::string, mx::PackedTensor> packed;
     for (int l = 0; l < c.numLayers; ++l) {
         job.checkCancelled();
-        model::LayerWeights& y = folded.layers[static_cast<size_t>(l)];
+        // The layer on the device for this step (a no-op without offload), written back after.
+        model::LayerWeights& yHome = folded.layers[static_cast<size_t>(l)];
+        model::LayerWeights y = model::convertLayer(yHome, fopts);
         std::map<model::PointKind, std::unique_ptr<HessianAccumulator>> acc;
         const model::PointKind kinds[] = {model::PointKind::QkvInput, model::PointKind::OProjInput,
                                           model::PointKind::GateUpInput, model::PointKind::DownProjInput};
@@ -243,6 +249,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
                                                    rope, l));
             h = at::cat(next, 0);
         }
+        yHome = model::convertLayer(y, fopts.device(home));
         qjob.progress(double(l + 1) / c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(c.numLayers));
     }
     r.quantizeSeconds = since(tq);
@@ -273,13 +280,13 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
         p.seqLen = o.evalSeqLen;
         p.maxWindows = o.evalWindows;
         SubJob e1(job, 0.9, 0.93, "perplexity FP: ");
-        r.fpPerplexity = eval::evaluatePerplexity(model::LlamaModel(ck, at::kFloat, device), evalIds, p, e1).perplexity;
+        r.fpPerplexity = eval::evaluatePerplexity(model::LlamaModel(ck, at::kFloat, device, true, o.offload), evalIds, p, e1).perplexity;
         const auto qck = model::Checkpoint::load(modelOut);
         SubJob e2(job, 0.93, 0.97, "perplexity W4A4: ");
-        r.quantizedPerplexity = eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, device), evalIds, p, e2).perplexity;
+        r.quantizedPerplexity = eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, device, true, o.offload), evalIds, p, e2).perplexity;
         SubJob e3(job, 0.97, 1.0, "perplexity weights only: ");
         r.weightOnlyPerplexity =
-            eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, device, false), evalIds, p, e3).perplexity;
+            eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, device, false, o.offload), evalIds, p, e3).perplexity;
         r.evalSeconds += since(te);
     }
     r.totalSeconds = since(start);
@@ -294,9 +301,10 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     j["model"] = fs::absolute(modelDir).string();
     j["method"] = method.name;
     j["method_description"] = method.description;
-    j["format"] = formatJson(o.format);
+    j["format"] = model::mxConfigJson(o.format);
     j["seed"] = o.seed;
     j["device"] = o.device;
+    j["offload"] = o.offload;
     j["calibration"] = {{"source", o.calibSource}, {"samples", o.calibSamples}, {"seqlen", seqLen}};
     if (method.transformed)
         j["transforms"] = {{"t1", method.t1Kind}, {"t2", method.t2Kind}, {"init", method.init},

@@ -48,6 +48,12 @@ struct QuantizeOptions {
     std::uint64_t seed = 0;      // windows, transforms init, batch draws; T3 uses seed too
     GptqOptions gptq;
     std::string device = "cpu";
+    // Layer-wise offload: the decoder layers stay in host memory and go to the device one at a
+    // time for folding, GPTQ and evaluation, so a model larger than device memory can be
+    // quantized. Training (learned methods) still needs the whole model on the device.
+    bool offload = false;
+    // Live matrices during training (see train::DistillOptions::onMatrices).
+    std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
     int evalSeqLen = 0;          // WikiText-2 perplexity of FP and quantized model; 0: none
     int evalWindows = 0;         // 0: all
     std::string commandLine;     // recorded in latmix.json

@@ -256,6 +256,15 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
             s.a1Condition = m1.cond, s.a1Orthogonality = m1.orth, s.a1OffBlock = m1.off;
             s.a2Condition = m2.cond, s.a2Orthogonality = m2.orth, s.a2OffBlock = m2.off;
             s.metricsSeconds = since(t3);
+            if (o.onMatrices) {
+                auto copy = [](const transforms::AffineTransform* t) {
+                    at::NoGradGuard g;
+                    return t ? t->matrix().detach().to(at::TensorOptions().dtype(at::kFloat).device(at::kCPU)).clone()
+                             : at::Tensor();
+                };
+                o.onMatrices(s.step, copy(transforms.t1()),
+                             transforms.layers() > o.trackedLayer ? copy(transforms.t2(o.trackedLayer)) : at::Tensor());
+            }
         }
         s.seconds = since(t0);
         r.history.push_back(s);

@@ -50,6 +50,9 @@ struct DistillOptions {
     std::string runFile;           // HDF5 run file ("" : none)
     bool resume = false;           // continue from runFile's state
     std::function<void(const DistillStep&)> onStep;
+    // On the steps with matrix metrics: float32 CPU copies of A1 and of the tracked layer's A2
+    // (undefined where that transform is absent), for live heatmaps.
+    std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
 };
 
 struct DistillResult {

@@ -1,6 +1,7 @@
 #include "train/ModelTransforms.h"
 
 #include "io/TensorFile.h"
+#include "transforms/FixedTransforms.h"
 #include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
@@ -33,11 +34,7 @@ ModelTransforms::ModelTransforms(const model::ModelConfig& c, TransformSpec spec
     m_t1 = build(m_spec.t1Kind, c.hiddenSize, m_spec, m_spec.seed);
     for (int l = 0; l < c.numLayers; ++l) m_t2.push_back(build(m_spec.t2Kind, c.headDim, m_spec, m_spec.seed + 1 + l));
     if (m_spec.t3Block > 0) {
-        transforms::TransformOptions o;
-        o.blockSize = m_spec.t3Block;
-        o.seed = m_spec.t3Seed;
-        o.dtype = at::kDouble;
-        m_t3 = transforms::makeTransform("block-hadamard", c.intermediateSize, o)->matrix();
+        m_t3 = transforms::blockHadamard(c.intermediateSize, m_spec.t3Block, m_spec.t3Seed);
     }
 }
 

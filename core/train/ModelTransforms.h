@@ -38,8 +38,8 @@ public:
     transforms::AffineTransform* t1() const { return m_t1.get(); }
     transforms::AffineTransform* t2(int layer) const;
     int layers() const { return static_cast<int>(m_t2.size()); }
-    // T3, float64 [intermediate, intermediate] on the CPU; undefined without T3.
-    const at::Tensor& t3() const { return m_t3; }
+    // T3: block-diagonal [intermediate]², float64 on the CPU, kept as its blocks; undefined without T3.
+    const transforms::BlockDiagonal& t3() const { return m_t3; }
 
     std::vector<at::Tensor> parameters() const; // every learned leaf (T1 then T2 by layer)
     bool learned() const { return !parameters().empty(); }
@@ -65,7 +65,7 @@ private:
     TransformSpec m_spec;
     std::unique_ptr<transforms::AffineTransform> m_t1;
     std::vector<std::unique_ptr<transforms::AffineTransform>> m_t2;
-    at::Tensor m_t3;
+    transforms::BlockDiagonal m_t3;
 };
 
 } // namespace latmix::train

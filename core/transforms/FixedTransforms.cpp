@@ -108,7 +108,7 @@ at::Tensor randomOrthogonalMatrix(std::int64_t n, std::uint64_t seed) {
     return SeededStream(seed).randomOrthogonal(n);
 }
 
-at::Tensor blockHadamardMatrix(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note) {
+BlockDiagonal blockHadamard(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note) {
     checkDim(dim, "block-hadamard");
     checkBlock(block, "block-hadamard");
     if (!hasHadamard(block))
@@ -116,7 +116,7 @@ at::Tensor blockHadamardMatrix(std::int64_t dim, std::int64_t block, std::uint64
                                     " has no Hadamard matrix; use a power of two such as 32");
     SeededStream rng(seed);
     std::string n;
-    const std::int64_t rest = dim % block;
+    const std::int64_t full = dim / block, rest = dim % block;
     // SPEC §1/§2: the remainder is a smaller block, Hadamard where its size has one, else identity.
     if (rest != 0) {
         n = "last block of " + std::to_string(rest) + " channels: ";
@@ -124,10 +124,17 @@ at::Tensor blockHadamardMatrix(std::int64_t dim, std::int64_t block, std::uint64
                                : "identity (no Hadamard matrix of order " + std::to_string(rest) + ")";
     }
     if (note) *note = n;
-    return blockDiagonal(dim, block, [&](std::int64_t size) {
-        if (size == block || hasHadamard(size)) return rng.randomHadamard(size);
-        return at::eye(size, at::kDouble);
-    });
+    at::Tensor blocks, tail;
+    if (full > 0) {
+        blocks = at::empty({full, block, block}, at::kDouble);
+        for (std::int64_t i = 0; i < full; ++i) blocks[i].copy_(rng.randomHadamard(block));
+    }
+    if (rest != 0) tail = hasHadamard(rest) ? rng.randomHadamard(rest) : at::eye(rest, at::kDouble);
+    return {blocks, tail};
+}
+
+at::Tensor blockHadamardMatrix(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note) {
+    return blockHadamard(dim, block, seed, note).dense();
 }
 
 at::Tensor blockOrthogonalMatrix(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note) {

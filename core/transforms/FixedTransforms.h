@@ -7,6 +7,7 @@
 // differs between libtorch versions: the same seed gives the same matrix on every build.
 // All matrices are generated in float64; the factories convert to the requested dtype.
 #include "transforms/AffineTransform.h"
+#include "transforms/BlockDiagonal.h"
 
 #include <cstdint>
 #include <memory>
@@ -32,6 +33,8 @@ at::Tensor randomOrthogonalMatrix(std::int64_t n, std::uint64_t seed);
 // orthogonal block. *note (if given) receives the description of that last block, or "".
 // Throws std::invalid_argument when block < 1 or (Hadamard) block has no Hadamard matrix.
 at::Tensor blockHadamardMatrix(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note = nullptr);
+// The same matrix as its blocks (the online T3 of SPEC §4 without the dense n×n).
+BlockDiagonal blockHadamard(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note = nullptr);
 at::Tensor blockOrthogonalMatrix(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note = nullptr);
 
 // ---- Transforms (MatrixTransform, orthogonal: inverse through Aᵀ).

@@ -1,0 +1,80 @@
+#include "transforms/BlockDiagonal.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace latmix::transforms {
+
+BlockDiagonal::BlockDiagonal(at::Tensor blocks, at::Tensor tail) : m_blocks(std::move(blocks)), m_tail(std::move(tail)) {
+    if (m_blocks.defined() && (m_blocks.dim() != 3 || m_blocks.size(0) < 1 || m_blocks.size(1) != m_blocks.size(2)))
+        throw std::invalid_argument("BlockDiagonal: blocks must be [nb >= 1, b, b]");
+    if (m_tail.defined() && (m_tail.dim() != 2 || m_tail.size(0) != m_tail.size(1)))
+        throw std::invalid_argument("BlockDiagonal: the last block must be square");
+    if (m_blocks.defined() && m_tail.defined() && m_tail.size(0) >= m_blocks.size(1))
+        throw std::invalid_argument("BlockDiagonal: the last block must be smaller than the others");
+}
+
+std::int64_t BlockDiagonal::size() const {
+    return (m_blocks.defined() ? m_blocks.size(0) * m_blocks.size(1) : 0) + (m_tail.defined() ? m_tail.size(0) : 0);
+}
+
+std::int64_t BlockDiagonal::blockSize() const {
+    return m_blocks.defined() ? m_blocks.size(1) : (m_tail.defined() ? m_tail.size(0) : 0);
+}
+
+std::vector<at::Tensor> BlockDiagonal::diagonalBlocks() const {
+    std::vector<at::Tensor> r;
+    if (m_blocks.defined())
+        for (std::int64_t i = 0; i < m_blocks.size(0); ++i) r.push_back(m_blocks[i]);
+    if (m_tail.defined()) r.push_back(m_tail);
+    return r;
+}
+
+BlockDiagonal BlockDiagonal::to(const at::TensorOptions& options) const {
+    return {m_blocks.defined() ? m_blocks.to(options) : at::Tensor(), m_tail.defined() ? m_tail.to(options) : at::Tensor()};
+}
+
+BlockDiagonal BlockDiagonal::transposed() const {
+    return {m_blocks.defined() ? m_blocks.transpose(1, 2).contiguous() : at::Tensor(),
+            m_tail.defined() ? m_tail.t().contiguous() : at::Tensor()};
+}
+
+at::Tensor BlockDiagonal::dense() const {
+    if (!defined()) return {};
+    const auto& any = m_blocks.defined() ? m_blocks : m_tail;
+    auto d = at::zeros({size(), size()}, any.options());
+    std::int64_t start = 0;
+    for (const auto& b : diagonalBlocks()) {
+        d.narrow(0, start, b.size(0)).narrow(1, start, b.size(0)).copy_(b);
+        start += b.size(0);
+    }
+    return d;
+}
+
+at::Tensor BlockDiagonal::apply(const at::Tensor& x) const {
+    if (!defined()) return x;
+    const std::int64_t n = size();
+    if (x.dim() < 1 || x.size(-1) != n)
+        throw std::invalid_argument("BlockDiagonal::apply: last dimension " + std::to_string(x.dim() ? x.size(-1) : 0) +
+                                    " does not match the matrix size " + std::to_string(n));
+    std::vector<std::int64_t> lead(x.sizes().begin(), x.sizes().end() - 1);
+    const std::int64_t rows = x.numel() / std::max<std::int64_t>(n, 1);
+    std::vector<at::Tensor> parts;
+    std::int64_t main = 0;
+    if (m_blocks.defined()) {
+        const std::int64_t nb = m_blocks.size(0), b = m_blocks.size(1);
+        main = nb * b;
+        // [rows, nb, b] → [nb, rows, b] · blockᵀ → back; one batched matmul, no dense n×n.
+        auto xm = x.narrow(-1, 0, main).reshape({rows, nb, b}).transpose(0, 1);
+        auto y = at::bmm(xm, m_blocks.transpose(1, 2)).transpose(0, 1);
+        auto shape = lead;
+        shape.push_back(main);
+        parts.push_back(y.reshape(shape));
+    }
+    if (m_tail.defined()) parts.push_back(at::matmul(x.narrow(-1, main, n - main), m_tail.t()));
+    return parts.size() == 1 ? parts[0] : at::cat(parts, -1);
+}
+
+} // namespace latmix::transforms
