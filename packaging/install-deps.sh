@@ -3,7 +3,7 @@
 # Uses sudo when not run as root; does nothing when everything is already installed.
 set -eu
 PACKAGES="g++ cmake ninja-build ccache pkg-config \
-  qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev \
+  qt6-base-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev \
   libtorch-dev libopenblas0-pthread libhdf5-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev libpcre2-dev \
   xvfb xauth dpkg-dev file"
 

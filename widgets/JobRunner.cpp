@@ -17,7 +17,8 @@ public:
         const qint64 now = m_clock.elapsed();
         if (fraction < 1.0 && now - m_lastPost < 50) return; // throttle, never drop the last one
         m_lastPost = now;
-        const double eta = fraction > 0 ? now / 1000.0 * (1.0 - fraction) / fraction : -1.0;
+        const double busy = (now - pausedMs()) / 1000.0;
+        const double eta = fraction > 0 ? busy * (1.0 - fraction) / fraction : -1.0;
         const QString text = QString::fromStdString(message);
         QPointer<JobRunner> runner = m_runner;
         QMetaObject::invokeMethod(
@@ -27,12 +28,46 @@ public:
             },
             Qt::QueuedConnection);
     }
-    bool cancelRequested() const override { return m_cancel.load(); }
-    void requestCancel() { m_cancel = true; }
+    // The job's safe point: blocks here while paused.
+    bool cancelRequested() const override {
+        if (m_paused.load() && !m_cancel.load()) {
+            std::unique_lock<std::mutex> lock(m_mutex);
+            m_wake.wait(lock, [this] { return !m_paused.load() || m_cancel.load(); });
+        }
+        return m_cancel.load();
+    }
+    void requestCancel() {
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_cancel = true;
+        }
+        m_wake.notify_all();
+    }
+    void setPaused(bool paused) {
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            if (paused == m_paused.load()) return;
+            m_paused = paused;
+            const qint64 now = m_clock.elapsed();
+            if (paused) m_pausedSince = now;
+            else m_pausedTotal += now - m_pausedSince;
+        }
+        m_wake.notify_all();
+    }
+    bool paused() const { return m_paused.load(); }
 
 private:
+    qint64 pausedMs() const {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        return m_pausedTotal + (m_paused.load() ? m_clock.elapsed() - m_pausedSince : 0);
+    }
+
     JobRunner* m_runner;
     std::atomic<bool> m_cancel{false};
+    std::atomic<bool> m_paused{false};
+    mutable std::mutex m_mutex;
+    mutable std::condition_variable m_wake;
+    qint64 m_pausedSince = 0, m_pausedTotal = 0;
     QElapsedTimer m_clock;
     qint64 m_lastPost = -1000;
 };
@@ -77,6 +112,12 @@ bool JobRunner::start(const QString& title, Work work) {
 void JobRunner::cancel() {
     if (m_context) m_context->requestCancel();
 }
+
+void JobRunner::setPaused(bool paused) {
+    if (m_context) m_context->setPaused(paused);
+}
+
+bool JobRunner::isPaused() const { return m_context && m_thread && m_context->paused(); }
 
 void JobRunner::onThreadDone() {
     m_thread->wait();

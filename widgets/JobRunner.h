@@ -11,6 +11,8 @@
 #include <QThread>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <functional>
 #include <memory>
 
@@ -31,8 +33,13 @@ public:
     // Starts work on a new thread; returns false (and does nothing) while a job runs.
     bool start(const QString& title, Work work);
 
+    bool isPaused() const;
+
 public slots:
     void cancel(); // the job stops at its next checkCancelled()
+    // Pausing holds the job at its next checkCancelled() (a safe point: between training steps,
+    // layers, windows) until resumed or cancelled; paused time does not count towards the ETA.
+    void setPaused(bool paused);
 
 signals:
     void started(const QString& title);

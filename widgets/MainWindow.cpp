@@ -4,13 +4,20 @@
 #include "model/Checkpoint.h"
 #include "util/Runtime.h"
 
+#include "CalibrationView.h"
+#include "ExportDialog.h"
 #include "ModelSummaryView.h"
 #include "MxExplorerView.h"
+#include "TrainingDashboard.h"
 
 #include <QAction>
 #include <QActionGroup>
 #include <QApplication>
 #include <QDir>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QMimeData>
+#include <QTabWidget>
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -112,7 +119,15 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     systemStyleName(); // remember the platform style before any theme is applied
 
     m_explorer = new MxExplorerView(this);
+    m_calibration = new CalibrationView(this);
     setCentralWidget(createCentralArea());
+    setAcceptDrops(true);
+    connect(this, &MainWindow::modelOpened, m_calibration, &CalibrationView::setModelDir);
+    connect(m_calibration, &CalibrationView::errorOccurred, this, &MainWindow::showErrorBanner);
+    connect(m_calibration, &CalibrationView::runFinished, this, [this](bool ok, const QString& dir, const QString& message) {
+        statusBar()->showMessage(message);
+        if (ok) setExportRun(dir);
+    });
     createModelDock();
 
     createMenus();
@@ -167,7 +182,12 @@ QWidget* MainWindow::createCentralArea() {
     bannerMargin->setContentsMargins(6, 6, 6, 0);
     bannerMargin->addWidget(m_errorBanner);
     column->addLayout(bannerMargin);
-    column->addWidget(m_explorer, 1);
+    m_tabs = new QTabWidget(area);
+    m_tabs->setObjectName(QStringLiteral("viewTabs"));
+    m_tabs->setDocumentMode(true);
+    m_tabs->addTab(m_explorer, tr("MX format explorer"));
+    m_tabs->addTab(m_calibration, tr("Calibration"));
+    column->addWidget(m_tabs, 1);
     return area;
 }
 
@@ -193,6 +213,10 @@ void MainWindow::createMenus() {
     open->setShortcut(QKeySequence::Open);
     open->setStatusTip(tr("Choose a checkpoint folder (Hugging Face layout)"));
 
+    QAction* openRun = file->addAction(tr("Open r&un…"), this, &MainWindow::chooseRun);
+    openRun->setObjectName(QStringLiteral("actionOpenRun"));
+    openRun->setStatusTip(tr("Open a finished run folder: its training curves and its export"));
+
     m_recentMenu = file->addMenu(tr("Open &recent"));
     m_recentMenu->setObjectName(QStringLiteral("menuRecent"));
     m_clearRecentAction = new QAction(tr("&Clear recent"), this);
@@ -200,10 +224,11 @@ void MainWindow::createMenus() {
     connect(m_clearRecentAction, &QAction::triggered, this, &MainWindow::clearRecentCheckpoints);
 
     file->addSeparator();
-    m_exportAction = file->addAction(tr("&Export…"));
+    m_exportAction = file->addAction(tr("&Export quantized model…"), this, [this] { showExportDialog(); });
     m_exportAction->setObjectName(QStringLiteral("actionExport"));
+    m_exportAction->setShortcut(QKeySequence(tr("Ctrl+E")));
     m_exportAction->setEnabled(false);
-    m_exportAction->setToolTip(tr("Quantize a model first: nothing to export yet"));
+    m_exportAction->setToolTip(tr("Nothing to export yet: run a calibration (Calibration tab) or open a finished run"));
     m_exportAction->setStatusTip(m_exportAction->toolTip());
 
     file->addSeparator();
@@ -216,9 +241,10 @@ void MainWindow::createMenus() {
     view->setObjectName(QStringLiteral("menuView"));
     QAction* showExplorer = view->addAction(tr("MX format &explorer"));
     showExplorer->setObjectName(QStringLiteral("actionShowExplorer"));
-    showExplorer->setCheckable(true);
-    showExplorer->setChecked(true);
-    connect(showExplorer, &QAction::toggled, m_explorer, &QWidget::setVisible);
+    connect(showExplorer, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_explorer); });
+    QAction* showCalibration = view->addAction(tr("&Calibration dashboard"));
+    showCalibration->setObjectName(QStringLiteral("actionShowCalibration"));
+    connect(showCalibration, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_calibration); });
     QAction* showModel = m_modelDock->toggleViewAction();
     showModel->setText(tr("&Model summary"));
     showModel->setObjectName(QStringLiteral("actionShowModel"));
@@ -413,6 +439,81 @@ void MainWindow::setTheme(Theme theme) {
     for (QAction* a : m_themeGroup->actions())
         if (a->data().toInt() == static_cast<int>(theme)) a->setChecked(true);
     workbenchSettings().setValue(QLatin1String(kThemeKey), themeName(theme));
+}
+
+void MainWindow::chooseRun() {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open run folder"), m_exportRunDir);
+    if (!dir.isEmpty()) openRun(dir);
+}
+
+bool MainWindow::openRun(const QString& runDir) {
+    const QString dir = QDir::cleanPath(QFileInfo(runDir).absoluteFilePath());
+    if (!QFileInfo::exists(dir + QStringLiteral("/latmix.json"))) {
+        showErrorBanner(tr("%1 is not a finished run: it has no latmix.json (runs are written by Calibration or "
+                           "`latmix quantize --out RUN_DIR`)")
+                            .arg(QDir::toNativeSeparators(dir)));
+        return false;
+    }
+    const QString trainFile = dir + QStringLiteral("/train.h5");
+    if (QFileInfo::exists(trainFile)) {
+        QString error;
+        if (!m_calibration->dashboard()->addOverlay(trainFile, &error)) {
+            showErrorBanner(error);
+            return false;
+        }
+        m_tabs->setCurrentWidget(m_calibration);
+    }
+    setExportRun(dir);
+    hideErrorBanner();
+    statusBar()->showMessage(tr("Opened run %1").arg(QDir::toNativeSeparators(dir)));
+    return true;
+}
+
+void MainWindow::setExportRun(const QString& runDir) {
+    m_exportRunDir = runDir;
+    m_exportAction->setEnabled(!runDir.isEmpty());
+    m_exportAction->setToolTip(runDir.isEmpty() ? tr("Nothing to export yet")
+                                                : tr("Export the run %1").arg(QDir::toNativeSeparators(runDir)));
+    m_exportAction->setStatusTip(m_exportAction->toolTip());
+}
+
+ExportDialog* MainWindow::showExportDialog() {
+    if (m_exportRunDir.isEmpty()) return nullptr;
+    auto* dialog = new ExportDialog(m_exportRunDir, this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &ExportDialog::exportFinished, this, [this](bool ok, const QString& out, const QString& message) {
+        statusBar()->showMessage(ok ? tr("Exported to %1").arg(QDir::toNativeSeparators(out)) : message);
+    });
+    dialog->show();
+    return dialog;
+}
+
+namespace {
+// The folder a dropped URL names: a folder itself, or the folder of a .safetensors file.
+QString droppedModelDir(const QMimeData* mime) {
+    if (!mime || !mime->hasUrls() || mime->urls().size() != 1) return {};
+    const QUrl url = mime->urls().first();
+    if (!url.isLocalFile()) return {};
+    const QFileInfo fi(url.toLocalFile());
+    if (fi.isDir()) return fi.absoluteFilePath();
+    if (fi.suffix().compare(QLatin1String("safetensors"), Qt::CaseInsensitive) == 0) return fi.absolutePath();
+    return {};
+}
+} // namespace
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+    if (!droppedModelDir(event->mimeData()).isEmpty()) event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+    const QString dir = droppedModelDir(event->mimeData());
+    if (dir.isEmpty()) return;
+    event->acceptProposedAction();
+    // A run folder opens as a run, anything else as a checkpoint.
+    if (QFileInfo::exists(dir + QStringLiteral("/latmix.json")) && QFileInfo::exists(dir + QStringLiteral("/model")))
+        openRun(dir);
+    else
+        openCheckpoint(dir);
 }
 
 } // namespace latmix::gui

@@ -14,6 +14,7 @@ class QDockWidget;
 class QFrame;
 class QLabel;
 class QMenu;
+class QTabWidget;
 
 namespace latmix::model {
 class Checkpoint;
@@ -21,6 +22,8 @@ class Checkpoint;
 
 namespace latmix::gui {
 
+class CalibrationView;
+class ExportDialog;
 class ModelSummaryView;
 class MxExplorerView;
 
@@ -36,6 +39,11 @@ public:
     static QIcon applicationIcon();
 
     MxExplorerView* explorerView() const { return m_explorer; }
+    CalibrationView* calibrationView() const { return m_calibration; }
+    QTabWidget* viewTabs() const { return m_tabs; }
+    QAction* exportAction() const { return m_exportAction; }
+    // The run folder File › Export quantized model… exports (the last finished or opened run).
+    QString exportRunDir() const { return m_exportRunDir; }
     ModelSummaryView* modelSummary() const { return m_summary; }
     QDockWidget* modelDock() const { return m_modelDock; }
 
@@ -73,13 +81,26 @@ public slots:
     void setTheme(latmix::gui::MainWindow::Theme theme);
     // Re-reads device, thread count and libtorch version into the status bar labels.
     void refreshRuntimeInfo();
+    // Opens a finished run folder (latmix.json, train.h5, model/): its training curves join the
+    // dashboard as an overlay and it becomes what Export exports. False (banner) on a bad folder.
+    bool openRun(const QString& runDir);
+    // Makes runDir the export source: enables File › Export quantized model….
+    void setExportRun(const QString& runDir);
+    // Opens the (non-modal) export dialog for the current run; nullptr while there is none.
+    ExportDialog* showExportDialog();
 
 signals:
     // A checkpoint was opened; dir is its cleaned absolute folder path.
     void modelOpened(const QString& dir);
 
+protected:
+    // Dropping a model folder or a .safetensors file (its folder is opened) onto the window.
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
+
 private slots:
     void chooseCheckpoint();
+    void chooseRun();
     void showAbout();
     void rebuildRecentMenu();
 
@@ -91,6 +112,9 @@ private:
     void storeRecent(const QStringList& paths);
 
     MxExplorerView* m_explorer = nullptr;
+    CalibrationView* m_calibration = nullptr;
+    QTabWidget* m_tabs = nullptr;
+    QString m_exportRunDir;
     ModelSummaryView* m_summary = nullptr;
     QDockWidget* m_modelDock = nullptr;
     QFrame* m_errorBanner = nullptr;

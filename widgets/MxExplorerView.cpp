@@ -1,5 +1,8 @@
 #include "MxExplorerView.h"
 
+#include "PlotExport.h"
+#include "PlotStyle.h"
+
 #include "metrics/BlockError.h"
 #include "mx/MxQuantizer.h"
 
@@ -91,6 +94,8 @@ MxExplorerView::MxExplorerView(QWidget* parent) : QWidget(parent) {
     m_errorPlot->setObjectName(QStringLiteral("errorPlot"));
     setupSignalPlot();
     setupErrorPlot();
+    PlotExport::enableContextMenu(m_signalPlot);
+    PlotExport::enableContextMenu(m_errorPlot);
 
     auto* plots = new QSplitter(Qt::Vertical, this);
     plots->setObjectName(QStringLiteral("plotSplitter"));
@@ -447,31 +452,7 @@ void MxExplorerView::applyErrorScale() {
 }
 
 void MxExplorerView::applyPlotTheme() {
-    // Plots draw themselves, so they follow the widget palette by hand (light/dark theme).
-    const QPalette pal = palette();
-    const QColor bg = pal.color(QPalette::Base), fg = pal.color(QPalette::Text);
-    QColor grid = fg;
-    grid.setAlpha(45);
-    for (QCustomPlot* p : {m_signalPlot, m_errorPlot}) {
-        p->setBackground(bg);
-        for (QCPAxis* axis : {p->xAxis, p->yAxis}) {
-            axis->setBasePen(QPen(fg));
-            axis->setTickPen(QPen(fg));
-            axis->setSubTickPen(QPen(fg));
-            axis->setTickLabelColor(fg);
-            axis->setLabelColor(fg);
-            axis->grid()->setPen(QPen(grid, 1, Qt::DotLine));
-            axis->grid()->setZeroLinePen(QPen(grid, 1, Qt::DotLine));
-        }
-        // y = 0 is the one reference line worth emphasising (values round towards it).
-        QColor zero = fg;
-        zero.setAlpha(110);
-        p->yAxis->grid()->setZeroLinePen(QPen(zero, 1));
-        p->legend->setBrush(Qt::NoBrush);
-        p->legend->setTextColor(fg);
-        if (auto* title = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0)))
-            title->setTextColor(fg);
-    }
+    for (QCustomPlot* p : {m_signalPlot, m_errorPlot}) PlotStyle::apply(p, palette());
 }
 
 void MxExplorerView::changeEvent(QEvent* event) {

@@ -3,6 +3,7 @@
 #include "util/Runtime.h"
 
 #include "AnalysisPlots.h"
+#include "CalibrationView.h"
 #include "MainWindow.h"
 #include "MxExplorerView.h"
 
@@ -10,6 +11,8 @@
 #include <QCommandLineOption>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QEventLoop>
+#include <QTabWidget>
 #include <QPixmap>
 #include <QStandardPaths>
 #include <QtGlobal>
@@ -132,6 +135,22 @@ int main(int argc, char** argv) {
                                           QStringLiteral("DIR"), QStringLiteral("."));
     parser.addOption(plotAnalysisOption);
     parser.addOption(outDirOption);
+    const QCommandLineOption viewOption(QStringLiteral("view"),
+                                        QStringLiteral("View shown first: explorer or calibration."), QStringLiteral("NAME"));
+    const QCommandLineOption openRunOption(QStringLiteral("open-run"),
+                                           QStringLiteral("Open a finished run folder (its curves, its export)."),
+                                           QStringLiteral("RUN_DIR"));
+    const QCommandLineOption calibrateOption(
+        QStringLiteral("calibrate"),
+        QStringLiteral("Start a calibration of the model with METHOD (e.g. latmix-lu) at once; with --screenshot, "
+                       "the screenshot is taken when it has finished."),
+        QStringLiteral("METHOD"));
+    const QCommandLineOption stepsOption(QStringLiteral("steps"), QStringLiteral("Training steps for --calibrate."),
+                                         QStringLiteral("N"), QStringLiteral("40"));
+    parser.addOption(viewOption);
+    parser.addOption(openRunOption);
+    parser.addOption(calibrateOption);
+    parser.addOption(stepsOption);
     parser.addPositionalArgument(
         QStringLiteral("MODEL_DIR"),
         QStringLiteral("Hugging Face model folder to open (config.json + model.safetensors). "
@@ -176,6 +195,42 @@ int main(int argc, char** argv) {
         else if (!window.openCheckpoint(demo, /*remember=*/false))
             error = window.errorBannerText();
         if (!error.isEmpty()) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(error));
+    }
+
+    if (parser.isSet(openRunOption) && !window.openRun(parser.value(openRunOption)))
+        std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(window.errorBannerText()));
+    if (parser.isSet(viewOption)) {
+        const QString v = parser.value(viewOption);
+        if (v == QLatin1String("calibration"))
+            window.viewTabs()->setCurrentWidget(window.calibrationView());
+        else if (v == QLatin1String("explorer"))
+            window.viewTabs()->setCurrentWidget(window.explorerView());
+        else
+            return fail(QStringLiteral("unknown view '%1'; choose explorer or calibration").arg(v));
+    }
+    if (parser.isSet(calibrateOption)) {
+        auto* calibration = window.calibrationView();
+        const int steps = parser.value(stepsOption).toInt(&ok);
+        if (!ok || steps < 1) return fail(QStringLiteral("--steps expects a positive integer"));
+        calibration->setMethod(parser.value(calibrateOption));
+        calibration->setSteps(steps);
+        window.viewTabs()->setCurrentWidget(calibration);
+        QString error;
+        if (!calibration->start(&error)) return fail(error);
+        if (parser.isSet(screenshotOption)) {
+            // Wait for the run (the window's event loop keeps the dashboard live meanwhile).
+            QEventLoop loop;
+            bool finished = false;
+            QObject::connect(calibration, &latmix::gui::CalibrationView::runFinished, &loop,
+                             [&](bool done, const QString&, const QString& message) {
+                                 finished = true;
+                                 if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
+                                 loop.quit();
+                             });
+            window.resize(1280, 800);
+            window.show();
+            if (!finished) loop.exec();
+        }
     }
 
     if (parser.isSet(screenshotOption)) {

@@ -1,0 +1,229 @@
+// The workbench's calibration workflow as a user drives it (offscreen): open a model, run a
+// short LATMiX calibration from the Calibration tab, check that the dashboard's curves hold
+// exactly the values the core reported (the run's train.h5) and its heatmap the trained A1
+// (transforms.h5), pause / cancel, reopen the run as an overlay, and export through
+// File › Export quantized model… with the export reloading.
+#include "export/Export.h"
+#include "model/Checkpoint.h"
+#include "model/DemoModel.h"
+#include "train/Distillation.h"
+#include "train/ModelTransforms.h"
+#include "transforms/AffineTransform.h"
+
+#include <ATen/ATen.h>
+
+#include "CalibrationView.h"
+#include "ExportDialog.h"
+#include "JobRunner.h"
+#include "MainWindow.h"
+#include "TrainingDashboard.h"
+
+#include <QAction>
+#include <QDir>
+#include <QFile>
+#include <QPushButton>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+
+using namespace latmix;
+using latmix::gui::CalibrationView;
+using latmix::gui::ExportDialog;
+using latmix::gui::MainWindow;
+using latmix::gui::TrainingDashboard;
+
+class TestCalibrationView : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    QString m_model;
+
+    void configure(CalibrationView* v, const QString& runDir, const QString& method, int steps) {
+        v->setMethod(method);
+        v->setFormat(QStringLiteral("mxfp4"));
+        v->setSteps(steps);
+        v->setCalibration(4, 32, 2);
+        v->setEvalWindows(0);
+        v->setCalibrationText(QString()); // the built-in text: no ../shared needed
+        v->setRunDir(runDir);
+    }
+
+    // Runs a calibration to the end; returns the run folder.
+    QString runCalibration(MainWindow& w, const QString& name, const QString& method, int steps) {
+        CalibrationView* v = w.calibrationView();
+        const QString runDir = m_tmp.filePath(name);
+        configure(v, runDir, method, steps);
+        QSignalSpy done(v, &CalibrationView::runFinished);
+        QString error;
+        if (!v->start(&error)) qFatal("cannot start: %s", qPrintable(error));
+        if (!done.wait(300000)) qFatal("calibration did not finish");
+        const auto args = done.takeFirst();
+        if (!args.at(0).toBool()) qFatal("calibration failed: %s", qPrintable(args.at(2).toString()));
+        return runDir;
+    }
+
+private slots:
+    void initTestCase() {
+        QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).clear();
+        QVERIFY(m_tmp.isValid());
+        m_model = m_tmp.filePath(QStringLiteral("demo"));
+        model::writeDemoModel(m_model.toStdString());
+    }
+    void cleanupTestCase() { QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).clear(); }
+
+    // The curves received exactly the core's per-step values; the heatmap shows the trained A1.
+    void curvesEqualCoreValues_data() {
+        QTest::addColumn<QString>("method");
+        QTest::newRow("latmix-lu") << "latmix-lu";
+        QTest::newRow("latmix-qr") << "latmix-qr";
+    }
+    void curvesEqualCoreValues() {
+        QFETCH(QString, method);
+        MainWindow w;
+        QVERIFY(w.openCheckpoint(m_model, false));
+        QVERIFY(!w.exportAction()->isEnabled());
+        TrainingDashboard* board = w.calibrationView()->dashboard();
+        board->setHeatmapInterval(0);
+        const QString run = runCalibration(w, "run-" + method, method, 6);
+
+        const auto series = train::readDistillSeries((run + "/train.h5").toStdString());
+        QCOMPARE(int(series.size()), 6);
+        const QVector<double> loss = board->plottedValues(0, "loss"), kl = board->plottedValues(0, "kl"),
+                              lr = board->plottedValues(0, "lr"), vol = board->plottedValues(0, "vol");
+        QCOMPARE(loss.size(), 6);
+        for (int i = 0; i < 6; ++i) {
+            QCOMPARE(loss[i], series[size_t(i)].loss);
+            QCOMPARE(kl[i], series[size_t(i)].kl);
+            QCOMPARE(lr[i], series[size_t(i)].lr);
+            QCOMPARE(vol[i], series[size_t(i)].vol);
+        }
+        // Matrix metrics only on the metrics steps (1, every 10th, the last): 1 and 6 here.
+        QCOMPARE(board->plottedSteps(0, "a1_orth"), (QVector<double>{1, 6}));
+        QCOMPARE(board->plottedValues(0, "a1_orth").last(), series.back().a1Orthogonality);
+        QCOMPARE(board->plottedValues(0, "a2_cond").last(), series.back().a2Condition);
+
+        // Heatmap: the final A1, as saved in transforms.h5 (float32 copy of the float64 matrix).
+        QTRY_COMPARE(board->heatmapStep(), 6);
+        const auto ck = model::Checkpoint::load(m_model.toStdString());
+        const auto t = train::ModelTransforms::load(ck.config(), (run + "/transforms.h5").toStdString());
+        const at::Tensor a1 = t.t1()->matrix().detach().to(at::kDouble);
+        const QVector<double> cells = board->heatmapValues(false);
+        QCOMPARE(cells.size(), int(a1.numel()));
+        const int n = int(a1.size(0));
+        double worst = 0;
+        for (int r = 0; r < n; ++r)
+            for (int c = 0; c < n; ++c) worst = std::max(worst, std::abs(cells[r * n + c] - a1[r][c].item<double>()));
+        QVERIFY2(worst < 1e-6, qPrintable(QString("heatmap vs A1: %1").arg(worst)));
+        // The off-block map is A1 with its 32×32 diagonal blocks zeroed.
+        const QVector<double> off = board->heatmapValues(true);
+        QCOMPARE(off[0], 0.0);
+        QCOMPARE(off[40], cells[40]); // row 0, column 40: outside the first block
+
+        // The finished run is what File › Export exports.
+        QVERIFY(w.exportAction()->isEnabled());
+        QCOMPARE(w.exportRunDir(), QDir(run).absolutePath());
+    }
+
+    // Cancel stops the run at the next step and keeps a consistent run file; pause holds it.
+    void pauseAndCancel() {
+        MainWindow w;
+        QVERIFY(w.openCheckpoint(m_model, false));
+        CalibrationView* v = w.calibrationView();
+        TrainingDashboard* board = v->dashboard();
+        configure(v, m_tmp.filePath("run-cancel"), "latmix-lu", 500);
+        QSignalSpy done(v, &CalibrationView::runFinished);
+        QVERIFY(v->start());
+        QTRY_VERIFY_WITH_TIMEOUT(board->plottedValues(0, "loss").size() >= 2, 120000);
+        board->findChild<QPushButton*>("pauseButton")->click();
+        QVERIFY(v->runner()->isPaused());
+        QTest::qWait(300); // a step in flight finishes, then the job holds
+        const int held = board->plottedValues(0, "loss").size();
+        QTest::qWait(1500);
+        QCOMPARE(board->plottedValues(0, "loss").size(), held);
+        board->findChild<QPushButton*>("pauseButton")->click();
+        QVERIFY(!v->runner()->isPaused());
+        QTRY_VERIFY_WITH_TIMEOUT(board->plottedValues(0, "loss").size() > held, 60000);
+        board->findChild<QPushButton*>("cancelButton")->click();
+        QVERIFY(done.wait(120000));
+        QCOMPARE(done.first().at(0).toBool(), false);
+        QVERIFY(board->statusText().startsWith("Cancelled"));
+        QVERIFY(!w.exportAction()->isEnabled()); // nothing finished to export
+        const auto series = train::readDistillSeries(m_tmp.filePath("run-cancel/train.h5").toStdString());
+        QVERIFY(series.size() >= size_t(held));
+        QVERIFY(!QFile::exists(m_tmp.filePath("run-cancel/latmix.json")));
+    }
+
+    // A finished run reopened from its folder joins the dashboard as an overlay; export through
+    // the File menu's action writes a folder that reloads and verifies against the run.
+    void reopenRunAndExport_data() {
+        QTest::addColumn<QString>("format");
+        QTest::newRow("hf") << "hf";
+        QTest::newRow("compressed-tensors") << "compressed-tensors";
+    }
+    void reopenRunAndExport() {
+        QFETCH(QString, format);
+        const QString run = m_tmp.filePath("run-export");
+        if (!QFile::exists(run + "/latmix.json")) {
+            MainWindow first;
+            QVERIFY(first.openCheckpoint(m_model, false));
+            runCalibration(first, "run-export", "latmix-lu", 3);
+        }
+        MainWindow w;
+        QVERIFY(!w.exportAction()->isEnabled());
+        QVERIFY(w.openRun(run));
+        TrainingDashboard* board = w.calibrationView()->dashboard();
+        QCOMPARE(board->runCount(), 1);
+        const auto series = train::readDistillSeries((run + "/train.h5").toStdString());
+        QCOMPARE(board->plottedValues(0, "kl").size(), int(series.size()));
+        QCOMPARE(board->plottedValues(0, "kl").last(), series.back().kl);
+
+        QVERIFY(w.exportAction()->isEnabled());
+        w.exportAction()->trigger();
+        auto* dialog = w.findChild<ExportDialog*>();
+        QVERIFY(dialog);
+        const QString out = m_tmp.filePath("export-" + format);
+        dialog->setFormat(format);
+        dialog->setDestination(out);
+        QSignalSpy finished(dialog, &ExportDialog::exportFinished);
+        QVERIFY(dialog->startExport());
+        QVERIFY(finished.wait(120000));
+        QVERIFY2(finished.first().at(0).toBool(), qPrintable(dialog->resultText()));
+        QVERIFY(dialog->resultText().contains("Verified"));
+        // Independently of the dialog: the folder reloads and matches the run.
+        exporting::verifyExport(out.toStdString(), run.toStdString());
+        QVERIFY(QFile::exists(out + "/config.json") && QFile::exists(out + "/latmix.json"));
+        if (format == "hf") {
+            const auto ck = model::Checkpoint::load(out.toStdString());
+            QCOMPARE(ck.config().numLayers, 4);
+        }
+        // A second export to the same folder without "replace" fails and leaves it intact.
+        QSignalSpy again(dialog, &ExportDialog::exportFinished);
+        QVERIFY(dialog->startExport());
+        QVERIFY(again.wait(120000));
+        QCOMPARE(again.first().at(0).toBool(), false);
+        QVERIFY(QFile::exists(out + "/config.json"));
+    }
+
+    // A folder that is not a run: banner, nothing enabled, the window keeps working.
+    void badRunShowsBanner() {
+        MainWindow w;
+        QVERIFY(!w.openRun(m_model));
+        QVERIFY(w.isErrorBannerShown());
+        QVERIFY(w.errorBannerText().contains("latmix.json"));
+        QVERIFY(!w.exportAction()->isEnabled());
+    }
+
+    // Without a model the Run button refuses with a message instead of failing later.
+    void runNeedsAModel() {
+        MainWindow w;
+        QString error;
+        QVERIFY(!w.calibrationView()->start(&error));
+        QVERIFY(error.contains("Open a model"));
+    }
+};
+
+QTEST_MAIN(TestCalibrationView)
+#include "tst_calibrationview.moc"

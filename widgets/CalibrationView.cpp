@@ -1,0 +1,369 @@
+// ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
+#include <ATen/ATen.h>
+
+#include "CalibrationView.h"
+
+#include "JobRunner.h"
+#include "TrainingDashboard.h"
+
+#include "eval/Perplexity.h"
+#include "model/Tokenizer.h"
+#include "util/Runtime.h"
+
+#include <QComboBox>
+#include <QDateTime>
+#include <QDir>
+#include <QDoubleSpinBox>
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPointer>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QSettings>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace latmix::gui {
+
+namespace {
+
+QSettings settings() { return QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")); }
+
+QString dataDir() {
+    const QByteArray env = qgetenv("LATMIX_DATA_DIR");
+    return env.isEmpty() ? QStringLiteral("../shared/data") : QString::fromLocal8Bit(env);
+}
+
+QSpinBox* spin(QWidget* parent, const char* name, int lo, int hi, int value, const QString& tip) {
+    auto* s = new QSpinBox(parent);
+    s->setObjectName(QLatin1String(name));
+    s->setRange(lo, hi);
+    s->setValue(value);
+    s->setToolTip(tip);
+    return s;
+}
+
+QDoubleSpinBox* dspin(QWidget* parent, const char* name, double lo, double hi, double value, int decimals,
+                      const QString& tip) {
+    auto* s = new QDoubleSpinBox(parent);
+    s->setObjectName(QLatin1String(name));
+    s->setRange(lo, hi);
+    s->setDecimals(decimals);
+    s->setSingleStep(std::pow(10.0, -decimals + 1) / 2);
+    s->setValue(value);
+    s->setToolTip(tip);
+    return s;
+}
+
+} // namespace
+
+CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
+    setObjectName(QStringLiteral("calibrationView"));
+    m_runner = new JobRunner(this);
+    m_dashboard = new TrainingDashboard(this);
+
+    auto* form = new QWidget(this);
+    form->setObjectName(QStringLiteral("calibrationForm"));
+    auto* column = new QVBoxLayout(form);
+    column->setContentsMargins(0, 0, 0, 0);
+
+    auto* methodBox = new QGroupBox(tr("Method"), form);
+    auto* mf = new QFormLayout(methodBox);
+    m_method = new QComboBox(methodBox);
+    m_method->setObjectName(QStringLiteral("methodCombo"));
+    for (const auto& m : latmix::quant::methods()) {
+        m_method->addItem(QString::fromStdString(m.name), QString::fromStdString(m.name));
+        m_method->setItemData(m_method->count() - 1, QString::fromStdString(m.description), Qt::ToolTipRole);
+    }
+    m_method->setCurrentText(QStringLiteral("latmix-lu"));
+    mf->addRow(tr("&Method:"), m_method);
+    m_format = new QComboBox(methodBox);
+    m_format->setObjectName(QStringLiteral("formatCombo"));
+    m_format->addItems({QStringLiteral("mxfp4"), QStringLiteral("mxint4"), QStringLiteral("nvfp4")});
+    m_format->setToolTip(tr("W4A4 format of weights and activations (block 32, floor scales; nvfp4: block 16)"));
+    mf->addRow(tr("&Format:"), m_format);
+    column->addWidget(methodBox);
+
+    auto* trainBox = new QGroupBox(tr("Training (learned methods)"), form);
+    auto* tf = new QFormLayout(trainBox);
+    m_steps = spin(trainBox, "stepsSpin", 1, 100000, 100, tr("Optimizer steps (the paper uses 1000)"));
+    tf->addRow(tr("&Steps:"), m_steps);
+    m_batch = spin(trainBox, "batchSpin", 1, 64, 2, tr("Calibration windows per step"));
+    tf->addRow(tr("&Batch:"), m_batch);
+    m_lr = dspin(trainBox, "lrSpin", 1e-6, 1.0, 1e-3, 5, tr("AdamW learning rate (peak of the cosine schedule)"));
+    tf->addRow(tr("&Learning rate:"), m_lr);
+    m_temperature = dspin(trainBox, "temperatureSpin", 0.1, 10.0, 1.5, 2, tr("Distillation temperature τ"));
+    tf->addRow(tr("&Temperature:"), m_temperature);
+    m_volumeWeight = dspin(trainBox, "volumeWeightSpin", 0.0, 10.0, 0.1, 3, tr("Weight λ of the volume term"));
+    tf->addRow(tr("&Volume weight:"), m_volumeWeight);
+    m_metricsEvery = spin(trainBox, "metricsEverySpin", 1, 1000, 10, tr("Matrix metrics and heatmaps every k steps"));
+    tf->addRow(tr("Metrics every:"), m_metricsEvery);
+    column->addWidget(trainBox);
+
+    auto* dataBox = new QGroupBox(tr("Data and device"), form);
+    auto* df = new QFormLayout(dataBox);
+    auto* textRow = new QHBoxLayout;
+    m_calibText = new QLineEdit(dataBox);
+    m_calibText->setObjectName(QStringLiteral("calibrationTextEdit"));
+    m_calibText->setPlaceholderText(tr("built-in text"));
+    m_calibText->setToolTip(tr("Calibration text (a training-side split, e.g. wiki.valid.tokens; never the test text)"));
+    auto* browseText = new QToolButton(dataBox);
+    browseText->setText(QStringLiteral("…"));
+    connect(browseText, &QToolButton::clicked, this, [this] {
+        const QString f = QFileDialog::getOpenFileName(this, tr("Calibration text"), m_calibText->text());
+        if (!f.isEmpty()) m_calibText->setText(f);
+    });
+    textRow->addWidget(m_calibText);
+    textRow->addWidget(browseText);
+    df->addRow(tr("Text:"), textRow);
+    m_samples = spin(dataBox, "samplesSpin", 1, 4096, 16, tr("Calibration windows drawn from the text"));
+    df->addRow(tr("&Windows:"), m_samples);
+    m_seqLen = spin(dataBox, "seqLenSpin", 8, 8192, 64, tr("Tokens per calibration window"));
+    df->addRow(tr("Window &length:"), m_seqLen);
+    m_seed = spin(dataBox, "seedSpin", 0, 1 << 30, 0, tr("Seed of the windows, the initial transforms and T3"));
+    df->addRow(tr("S&eed:"), m_seed);
+    m_evalWindows = spin(dataBox, "evalWindowsSpin", 0, 100000, 0,
+                         tr("WikiText-2 test windows for perplexity after quantization (0: none); needs "
+                            "LATMIX_DATA_DIR/wikitext-2/wiki.test.raw"));
+    df->addRow(tr("E&val windows:"), m_evalWindows);
+    m_device = new QComboBox(dataBox);
+    m_device->setObjectName(QStringLiteral("deviceCombo"));
+    for (const auto& d : latmix::availableDevices()) m_device->addItem(QString::fromStdString(d));
+    m_device->setToolTip(tr("Where training and GPTQ run"));
+    df->addRow(tr("&Device:"), m_device);
+    auto* dirRow = new QHBoxLayout;
+    m_runDirEdit = new QLineEdit(dataBox);
+    m_runDirEdit->setObjectName(QStringLiteral("runDirEdit"));
+    m_runDirEdit->setPlaceholderText(tr("new folder under the data location"));
+    auto* browseDir = new QToolButton(dataBox);
+    browseDir->setText(QStringLiteral("…"));
+    connect(browseDir, &QToolButton::clicked, this, [this] {
+        const QString d = QFileDialog::getExistingDirectory(this, tr("Run folder"), m_runDirEdit->text());
+        if (!d.isEmpty()) m_runDirEdit->setText(d);
+    });
+    dirRow->addWidget(m_runDirEdit);
+    dirRow->addWidget(browseDir);
+    df->addRow(tr("Run folder:"), dirRow);
+    column->addWidget(dataBox);
+
+    m_run = new QPushButton(tr("&Run calibration"), form);
+    m_run->setObjectName(QStringLiteral("runButton"));
+    m_run->setEnabled(false);
+    m_run->setToolTip(tr("Open a model first"));
+    column->addWidget(m_run);
+    column->addStretch(1);
+
+    auto* scroll = new QScrollArea(this);
+    scroll->setWidget(form);
+    scroll->setWidgetResizable(true);
+    scroll->setFixedWidth(260);
+    scroll->setFrameShape(QFrame::NoFrame);
+
+    auto* row = new QHBoxLayout(this);
+    row->addWidget(scroll);
+    row->addWidget(m_dashboard, 1);
+
+    connect(m_run, &QPushButton::clicked, this, [this] { start(); });
+    connect(m_dashboard, &TrainingDashboard::pauseToggled, m_runner, &JobRunner::setPaused);
+    connect(m_dashboard, &TrainingDashboard::cancelRequested, m_runner, &JobRunner::cancel);
+    connect(m_runner, &JobRunner::progressed, m_dashboard, &TrainingDashboard::setProgress);
+    connect(m_runner, &JobRunner::finished, this, [this](bool ok, const QString& error) {
+        const QString dir = m_activeRunDir;
+        const QString message = ok ? tr("Finished: %1").arg(QDir::toNativeSeparators(dir))
+                                   : error == QLatin1String("cancelled")
+                                         ? tr("Cancelled; the run file keeps the finished steps (%1)").arg(dir)
+                                         : tr("Calibration failed: %1").arg(error);
+        m_dashboard->finishRun(ok, message);
+        if (ok) m_lastRunDir = dir;
+        m_run->setEnabled(!m_modelDir.isEmpty());
+        if (!ok && error != QLatin1String("cancelled")) emit errorOccurred(message);
+        emit runFinished(ok, dir, message);
+    });
+    loadSettings();
+}
+
+CalibrationView::~CalibrationView() { saveSettings(); }
+
+void CalibrationView::setModelDir(const QString& dir) {
+    m_modelDir = dir;
+    const bool can = !dir.isEmpty() && !m_runner->isRunning();
+    m_run->setEnabled(can);
+    m_run->setToolTip(dir.isEmpty() ? tr("Open a model first") : tr("Quantize %1 with the settings above").arg(dir));
+}
+
+latmix::quant::QuantizeOptions CalibrationView::options() const {
+    latmix::quant::QuantizeOptions o;
+    o.method = m_method->currentText().toStdString();
+    o.format = latmix::mx::makeConfig(latmix::mx::parseFormat(m_format->currentText().toStdString()));
+    o.steps = m_steps->value();
+    o.batch = m_batch->value();
+    o.lr = m_lr->value();
+    o.temperature = m_temperature->value();
+    o.volumeWeight = m_volumeWeight->value();
+    o.metricsEvery = m_metricsEvery->value();
+    o.calibSamples = m_samples->value();
+    o.seqLen = m_seqLen->value();
+    o.seed = static_cast<std::uint64_t>(m_seed->value());
+    o.device = m_device->currentText().toStdString();
+    o.evalWindows = m_evalWindows->value();
+    o.evalSeqLen = o.evalWindows > 0 ? 256 : 0;
+    return o;
+}
+
+void CalibrationView::setMethod(const QString& method) { m_method->setCurrentText(method); }
+void CalibrationView::setFormat(const QString& format) { m_format->setCurrentText(format); }
+void CalibrationView::setSteps(int steps) { m_steps->setValue(steps); }
+void CalibrationView::setCalibration(int samples, int seqLen, int batch) {
+    m_samples->setValue(samples);
+    m_seqLen->setValue(seqLen);
+    m_batch->setValue(batch);
+}
+void CalibrationView::setEvalWindows(int windows) { m_evalWindows->setValue(windows); }
+void CalibrationView::setCalibrationText(const QString& path) { m_calibText->setText(path); }
+void CalibrationView::setRunDir(const QString& dir) { m_runDirEdit->setText(dir); }
+QString CalibrationView::runDir() const { return m_runDirEdit->text(); }
+
+QString CalibrationView::defaultRunDir() const {
+    const QString base = QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + QStringLiteral("/runs");
+    return base + QLatin1Char('/') + QFileInfo(m_modelDir).fileName() + QLatin1Char('-') + m_method->currentText() +
+           QLatin1Char('-') + m_format->currentText() + QLatin1Char('-') +
+           QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"));
+}
+
+bool CalibrationView::start(QString* error) {
+    auto fail = [&](const QString& why) {
+        if (error) *error = why;
+        emit errorOccurred(why);
+        return false;
+    };
+    if (m_modelDir.isEmpty()) return fail(tr("Open a model before running a calibration"));
+    if (m_runner->isRunning()) return fail(tr("A calibration is already running; cancel it first"));
+    latmix::quant::QuantizeOptions o;
+    try {
+        o = options();
+        o.format.validate();
+        latmix::quant::methodSpec(o.method);
+    } catch (const std::exception& e) {
+        return fail(tr("Invalid settings: %1").arg(QString::fromLocal8Bit(e.what())));
+    }
+    // The calibration text: the chosen file, else the built-in text (resources).
+    std::string text;
+    const QString textPath = m_calibText->text().trimmed();
+    if (textPath.isEmpty()) {
+        QFile f(QStringLiteral(":/text/calibration.txt"));
+        if (!f.open(QIODevice::ReadOnly)) return fail(tr("The built-in calibration text is missing from this build"));
+        text = f.readAll().toStdString();
+        o.calibSource = "built-in calibration text";
+    } else {
+        QFile f(textPath);
+        if (!f.open(QIODevice::ReadOnly))
+            return fail(tr("Cannot read the calibration text %1: %2").arg(textPath, f.errorString()));
+        text = f.readAll().toStdString();
+        o.calibSource = QFileInfo(textPath).absoluteFilePath().toStdString();
+    }
+    QString evalPath;
+    if (o.evalWindows > 0) {
+        evalPath = dataDir() + QStringLiteral("/wikitext-2/wiki.test.raw");
+        if (!QFile::exists(evalPath))
+            return fail(tr("Perplexity evaluation needs the WikiText-2 test text at %1; set LATMIX_DATA_DIR or set "
+                           "Eval windows to 0")
+                            .arg(evalPath));
+        o.evalSource = evalPath.toStdString();
+    }
+    QString dir = m_runDirEdit->text().trimmed();
+    if (dir.isEmpty()) dir = defaultRunDir();
+    if (!QDir().mkpath(dir)) return fail(tr("Cannot create the run folder %1").arg(dir));
+    if (QFile::exists(dir + QStringLiteral("/latmix.json")))
+        return fail(tr("%1 already holds a finished run; choose another run folder").arg(dir));
+    m_activeRunDir = QDir(dir).absolutePath();
+    o.commandLine = "latmix-workbench calibration";
+    saveSettings();
+
+    const auto spec = latmix::quant::methodSpec(o.method);
+    m_dashboard->beginRun(QFileInfo(m_activeRunDir).fileName(), spec.learned ? o.steps : 0, o.format.blockSize);
+    QPointer<TrainingDashboard> board = m_dashboard;
+    o.onMatrices = [board](int step, const at::Tensor& a1, const at::Tensor& a2) {
+        QMetaObject::invokeMethod(
+            board, [board, step, a1, a2] { if (board) board->setMatrices(step, a1, a2); }, Qt::QueuedConnection);
+    };
+    const std::string modelDir = m_modelDir.toStdString(), runDir = m_activeRunDir.toStdString(),
+                      evalFile = evalPath.toStdString();
+    const bool started = m_runner->start(tr("Calibration %1").arg(m_method->currentText()), [=](latmix::JobContext& job) {
+        const auto tok = latmix::model::Tokenizer::loadFromDir(modelDir);
+        const auto calibIds = tok->encode(text, false);
+        if (calibIds.size() < static_cast<size_t>(o.seqLen) + 1)
+            throw std::runtime_error("the calibration text has " + std::to_string(calibIds.size()) +
+                                     " tokens, fewer than one window of " + std::to_string(o.seqLen) +
+                                     "; choose a longer text or a shorter window length");
+        std::vector<int> evalIds;
+        if (!evalFile.empty())
+            evalIds = latmix::eval::tokenizeForEvaluation(*tok, latmix::eval::wikiText2TestText(evalFile));
+        latmix::quant::runQuantize(modelDir, calibIds, evalIds, runDir, o, job, [board](const latmix::train::DistillStep& s) {
+            QMetaObject::invokeMethod(
+                board, [board, s] { if (board) board->addStep(s); }, Qt::QueuedConnection);
+        });
+    });
+    if (!started) return fail(tr("A calibration is already running; cancel it first"));
+    m_run->setEnabled(false);
+    emit runStarted(m_activeRunDir);
+    return true;
+}
+
+void CalibrationView::saveSettings() const {
+    QSettings s = settings();
+    s.beginGroup(QStringLiteral("calibration"));
+    s.setValue(QStringLiteral("method"), m_method->currentText());
+    s.setValue(QStringLiteral("format"), m_format->currentText());
+    s.setValue(QStringLiteral("steps"), m_steps->value());
+    s.setValue(QStringLiteral("batch"), m_batch->value());
+    s.setValue(QStringLiteral("lr"), m_lr->value());
+    s.setValue(QStringLiteral("temperature"), m_temperature->value());
+    s.setValue(QStringLiteral("volumeWeight"), m_volumeWeight->value());
+    s.setValue(QStringLiteral("metricsEvery"), m_metricsEvery->value());
+    s.setValue(QStringLiteral("samples"), m_samples->value());
+    s.setValue(QStringLiteral("seqLen"), m_seqLen->value());
+    s.setValue(QStringLiteral("seed"), m_seed->value());
+    s.setValue(QStringLiteral("evalWindows"), m_evalWindows->value());
+    s.setValue(QStringLiteral("device"), m_device->currentText());
+    s.setValue(QStringLiteral("calibrationText"), m_calibText->text());
+    s.endGroup();
+}
+
+void CalibrationView::loadSettings() {
+    QSettings s = settings();
+    s.beginGroup(QStringLiteral("calibration"));
+    auto text = [&](const char* key, QComboBox* c) {
+        const QString v = s.value(QLatin1String(key)).toString();
+        if (!v.isEmpty() && c->findText(v) >= 0) c->setCurrentText(v);
+    };
+    text("method", m_method);
+    text("format", m_format);
+    text("device", m_device);
+    auto number = [&](const char* key, QSpinBox* b) { b->setValue(s.value(QLatin1String(key), b->value()).toInt()); };
+    auto real = [&](const char* key, QDoubleSpinBox* b) { b->setValue(s.value(QLatin1String(key), b->value()).toDouble()); };
+    number("steps", m_steps);
+    number("batch", m_batch);
+    number("metricsEvery", m_metricsEvery);
+    number("samples", m_samples);
+    number("seqLen", m_seqLen);
+    number("seed", m_seed);
+    number("evalWindows", m_evalWindows);
+    real("lr", m_lr);
+    real("temperature", m_temperature);
+    real("volumeWeight", m_volumeWeight);
+    m_calibText->setText(s.value(QStringLiteral("calibrationText")).toString());
+    s.endGroup();
+}
+
+} // namespace latmix::gui

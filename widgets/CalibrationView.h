@@ -1,0 +1,76 @@
+#pragma once
+// The calibration tab: a form with the run's settings (method, MX format, training
+// hyperparameters, calibration text, device, run folder) beside the live TrainingDashboard.
+// "Run" quantizes the open model with quant::runQuantize on a worker thread (JobRunner); the
+// dashboard receives every training step and the A1/A2 matrices; the finished run folder can
+// be exported (File › Export quantized model…) or reopened later as a run file overlay.
+// The form is remembered in QSettings (group "calibration").
+#include "quant/Pipeline.h"
+
+#include <QString>
+#include <QWidget>
+
+class QComboBox;
+class QDoubleSpinBox;
+class QLineEdit;
+class QPushButton;
+class QSpinBox;
+
+namespace latmix::gui {
+
+class JobRunner;
+class TrainingDashboard;
+
+class CalibrationView : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit CalibrationView(QWidget* parent = nullptr);
+    ~CalibrationView() override;
+
+    TrainingDashboard* dashboard() const { return m_dashboard; }
+    JobRunner* runner() const { return m_runner; }
+
+    // The model to calibrate (MainWindow::modelOpened); empty: the Run button is disabled.
+    void setModelDir(const QString& dir);
+    QString modelDir() const { return m_modelDir; }
+
+    // The options the form describes (format validated when the run starts).
+    latmix::quant::QuantizeOptions options() const;
+    // Form setters for scripted use and tests.
+    void setMethod(const QString& method);
+    void setFormat(const QString& format);
+    void setSteps(int steps);
+    void setCalibration(int samples, int seqLen, int batch);
+    void setEvalWindows(int windows); // 0: no perplexity evaluation
+    void setCalibrationText(const QString& path); // empty: the built-in text
+    void setRunDir(const QString& dir);           // empty: a new folder under the data location
+    QString runDir() const;
+
+    // The folder of the last run that finished (empty before).
+    QString lastRunDir() const { return m_lastRunDir; }
+
+    // Starts the run; false with *error (also emitted as errorOccurred) when it cannot start.
+    bool start(QString* error = nullptr);
+
+signals:
+    void runStarted(const QString& runDir);
+    void runFinished(bool ok, const QString& runDir, const QString& message);
+    void errorOccurred(const QString& message);
+
+private:
+    void saveSettings() const;
+    void loadSettings();
+    QString defaultRunDir() const;
+
+    QString m_modelDir, m_lastRunDir, m_activeRunDir;
+    TrainingDashboard* m_dashboard = nullptr;
+    JobRunner* m_runner = nullptr;
+    QComboBox *m_method, *m_format, *m_device;
+    QSpinBox *m_steps, *m_batch, *m_samples, *m_seqLen, *m_seed, *m_evalWindows, *m_metricsEvery;
+    QDoubleSpinBox *m_lr, *m_temperature, *m_volumeWeight;
+    QLineEdit *m_calibText, *m_runDirEdit;
+    QPushButton* m_run;
+};
+
+} // namespace latmix::gui

@@ -1,0 +1,161 @@
+#include "ExportDialog.h"
+
+#include "JobRunner.h"
+
+#include "export/Export.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QLocale>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include <memory>
+
+namespace latmix::gui {
+
+ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(parent), m_runDir(runDir) {
+    setObjectName(QStringLiteral("exportDialog"));
+    setWindowTitle(tr("Export quantized model"));
+    m_runner = new JobRunner(this);
+
+    auto* column = new QVBoxLayout(this);
+    auto* form = new QFormLayout;
+    auto* run = new QLabel(QDir::toNativeSeparators(runDir), this);
+    run->setObjectName(QStringLiteral("exportRunLabel"));
+    run->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    form->addRow(tr("Run:"), run);
+    m_format = new QComboBox(this);
+    m_format->setObjectName(QStringLiteral("exportFormatCombo"));
+    m_format->addItem(tr("Hugging Face (bf16, T3 folded back)"), QStringLiteral("hf"));
+    m_format->addItem(tr("compressed-tensors (packed MX codes + scales)"), QStringLiteral("compressed-tensors"));
+    form->addRow(tr("&Format:"), m_format);
+    auto* destRow = new QHBoxLayout;
+    m_dest = new QLineEdit(this);
+    m_dest->setObjectName(QStringLiteral("exportDestinationEdit"));
+    m_dest->setText(runDir + QStringLiteral("-export"));
+    auto* browse = new QToolButton(this);
+    browse->setText(QStringLiteral("…"));
+    connect(browse, &QToolButton::clicked, this, [this] {
+        const QString d = QFileDialog::getSaveFileName(this, tr("Export to folder"), m_dest->text());
+        if (!d.isEmpty()) m_dest->setText(d);
+    });
+    destRow->addWidget(m_dest);
+    destRow->addWidget(browse);
+    form->addRow(tr("&Destination:"), destRow);
+    m_overwrite = new QCheckBox(tr("Replace an existing folder (after the export succeeded)"), this);
+    m_overwrite->setObjectName(QStringLiteral("exportOverwriteCheck"));
+    form->addRow(QString(), m_overwrite);
+    column->addLayout(form);
+
+    m_progress = new QProgressBar(this);
+    m_progress->setObjectName(QStringLiteral("exportProgress"));
+    m_progress->setRange(0, 1000);
+    m_progress->setValue(0);
+    column->addWidget(m_progress);
+    m_status = new QLabel(this);
+    m_status->setObjectName(QStringLiteral("exportStatus"));
+    column->addWidget(m_status);
+    m_result = new QLabel(this);
+    m_result->setObjectName(QStringLiteral("exportResult"));
+    m_result->setWordWrap(true);
+    m_result->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    column->addWidget(m_result, 1);
+
+    auto* buttons = new QHBoxLayout;
+    buttons->addStretch(1);
+    m_export = new QPushButton(tr("&Export"), this);
+    m_export->setObjectName(QStringLiteral("exportButton"));
+    m_export->setDefault(true);
+    m_cancel = new QPushButton(tr("&Cancel export"), this);
+    m_cancel->setObjectName(QStringLiteral("exportCancelButton"));
+    m_cancel->setEnabled(false);
+    m_close = new QPushButton(tr("C&lose"), this);
+    m_close->setObjectName(QStringLiteral("exportCloseButton"));
+    buttons->addWidget(m_export);
+    buttons->addWidget(m_cancel);
+    buttons->addWidget(m_close);
+    column->addLayout(buttons);
+    resize(620, 300);
+
+    connect(m_export, &QPushButton::clicked, this, &ExportDialog::startExport);
+    connect(m_cancel, &QPushButton::clicked, m_runner, &JobRunner::cancel);
+    connect(m_close, &QPushButton::clicked, this, &QDialog::reject);
+    connect(m_runner, &JobRunner::progressed, this, [this](double f, const QString& message, double) {
+        m_progress->setValue(static_cast<int>(f * 1000));
+        m_status->setText(message);
+    });
+}
+
+void ExportDialog::setFormat(const QString& format) {
+    const int i = m_format->findData(format);
+    if (i >= 0) m_format->setCurrentIndex(i);
+}
+void ExportDialog::setDestination(const QString& dir) { m_dest->setText(dir); }
+void ExportDialog::setOverwrite(bool overwrite) { m_overwrite->setChecked(overwrite); }
+QString ExportDialog::destination() const { return m_dest->text(); }
+QString ExportDialog::resultText() const { return m_result->text(); }
+bool ExportDialog::isRunning() const { return m_runner->isRunning(); }
+
+bool ExportDialog::startExport() {
+    const QString out = QDir::cleanPath(m_dest->text().trimmed());
+    if (out.isEmpty()) {
+        m_result->setText(tr("Choose a destination folder"));
+        return false;
+    }
+    m_ok = false;
+    const std::string runDir = m_runDir.toStdString(), outDir = out.toStdString(),
+                      format = m_format->currentData().toString().toStdString();
+    latmix::exporting::ExportOptions options;
+    options.overwrite = m_overwrite->isChecked();
+    auto report = std::make_shared<latmix::exporting::ExportReport>();
+    m_result->setText(QString());
+    m_progress->setValue(0);
+    const bool started = m_runner->start(tr("Export"), [=](latmix::JobContext& job) {
+        *report = latmix::exporting::exportRun(runDir, latmix::exporting::parseExportFormat(format), outDir, job, options);
+        job.progress(1.0, "verifying the export");
+        latmix::exporting::verifyExport(outDir, runDir);
+    });
+    if (!started) return false;
+    m_export->setEnabled(false);
+    m_close->setEnabled(false);
+    m_cancel->setEnabled(true);
+    connect(m_runner, &JobRunner::finished, this, [this, out, report](bool ok, const QString& error) {
+        disconnect(m_runner, &JobRunner::finished, this, nullptr);
+        m_export->setEnabled(true);
+        m_close->setEnabled(true);
+        m_cancel->setEnabled(false);
+        m_ok = ok;
+        QString message;
+        if (ok) {
+            m_progress->setValue(1000);
+            message = tr("Exported %1 tensors (%2 packed linears, %3) to %4 in %5 s.\nVerified: the export reloads and "
+                         "equals the run's quantized weights.")
+                          .arg(report->tensors)
+                          .arg(report->packedLinears)
+                          .arg(QLocale().formattedDataSize(static_cast<qint64>(report->bytes)))
+                          .arg(QDir::toNativeSeparators(out))
+                          .arg(report->seconds, 0, 'f', 1);
+            for (const auto& n : report->notes) message += QStringLiteral("\n• ") + QString::fromStdString(n);
+            m_status->setText(tr("done"));
+        } else {
+            message = error == QLatin1String("cancelled") ? tr("Export cancelled; nothing was written to %1").arg(out)
+                                                          : tr("Export failed: %1").arg(error);
+            m_status->setText(error == QLatin1String("cancelled") ? tr("cancelled") : tr("failed"));
+        }
+        m_result->setText(message);
+        emit exportFinished(ok, out, message);
+    });
+    return true;
+}
+
+} // namespace latmix::gui

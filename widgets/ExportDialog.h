@@ -1,0 +1,57 @@
+#pragma once
+// File › Export quantized model…: a finished run folder exported as a Hugging Face (bf16) or
+// compressed-tensors (packed MX) model (core/export, SPEC §8) on a worker thread, with
+// progress, cancel, and the result of the post-export verification (the export reloaded and
+// compared with the run) shown in the dialog. Nothing is left under the destination name when
+// the export fails or is cancelled (core writes to a temporary folder and renames).
+#include <QDialog>
+#include <QString>
+
+class QCheckBox;
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+
+namespace latmix::gui {
+
+class JobRunner;
+
+class ExportDialog : public QDialog {
+    Q_OBJECT
+
+public:
+    explicit ExportDialog(const QString& runDir, QWidget* parent = nullptr);
+
+    void setFormat(const QString& format); // "hf" | "compressed-tensors"
+    void setDestination(const QString& dir);
+    void setOverwrite(bool overwrite);
+    QString destination() const;
+    QString resultText() const;
+    bool isRunning() const;
+    // Outcome of the last export: true once exported and verified.
+    bool succeeded() const { return m_ok; }
+
+public slots:
+    bool startExport();
+
+signals:
+    void exportFinished(bool ok, const QString& outDir, const QString& message);
+
+private:
+    QString m_runDir;
+    bool m_ok = false;
+    JobRunner* m_runner;
+    QComboBox* m_format;
+    QLineEdit* m_dest;
+    QCheckBox* m_overwrite;
+    QProgressBar* m_progress;
+    QLabel* m_status;
+    QLabel* m_result;
+    QPushButton* m_export;
+    QPushButton* m_cancel;
+    QPushButton* m_close;
+};
+
+} // namespace latmix::gui

@@ -1,0 +1,472 @@
+// ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
+#include <ATen/ATen.h>
+
+#include "TrainingDashboard.h"
+
+#include "PlotExport.h"
+#include "PlotStyle.h"
+
+#include <qcustomplot.h>
+
+#include <QDoubleSpinBox>
+#include <QEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <exception>
+#include <map>
+
+namespace latmix::gui {
+
+namespace {
+
+using latmix::train::DistillStep;
+
+struct Quantity {
+    const char* name;
+    const char* label;
+    double DistillStep::*field;
+    bool smoothed;   // loss, KL and vol follow the smoothing; lr and the matrix metrics do not
+    bool rightAxis;  // condition numbers: right axis (another scale)
+    Qt::PenStyle style;
+};
+
+const std::vector<Quantity>& quantityTable() {
+    static const std::vector<Quantity> q = {
+        {"loss", "loss", &DistillStep::loss, true, false, Qt::SolidLine},
+        {"kl", "KL", &DistillStep::kl, true, false, Qt::DashLine},
+        {"vol", "volume term", &DistillStep::vol, true, false, Qt::SolidLine},
+        {"lr", "learning rate", &DistillStep::lr, false, false, Qt::SolidLine},
+        {"a1_orth", "‖AᵀA − I‖", &DistillStep::a1Orthogonality, false, false, Qt::SolidLine},
+        {"a1_offblock", "off-block", &DistillStep::a1OffBlock, false, false, Qt::DashLine},
+        {"a1_cond", "κ (right)", &DistillStep::a1Condition, false, true, Qt::DotLine},
+        {"a2_orth", "‖AᵀA − I‖", &DistillStep::a2Orthogonality, false, false, Qt::SolidLine},
+        {"a2_offblock", "off-block", &DistillStep::a2OffBlock, false, false, Qt::DashLine},
+        {"a2_cond", "κ (right)", &DistillStep::a2Condition, false, true, Qt::DotLine},
+    };
+    return q;
+}
+
+const QColor kRunColors[] = {QColor(0x1f, 0x77, 0xb4), QColor(0xd6, 0x27, 0x28), QColor(0x2c, 0xa0, 0x2c),
+                             QColor(0x94, 0x67, 0xbd), QColor(0xff, 0x7f, 0x0e), QColor(0x8c, 0x56, 0x4b)};
+
+QCustomPlot* makePlot(QWidget* parent, const QString& objectName, const QString& title, const QString& yLabel) {
+    auto* p = new QCustomPlot(parent);
+    p->setObjectName(objectName);
+    p->setMinimumSize(160, 150);
+    p->plotLayout()->insertRow(0);
+    p->plotLayout()->addElement(0, 0, new QCPTextElement(p, title, QFont(p->font().family(), 9, QFont::Bold)));
+    p->xAxis->setLabel(QObject::tr("step"));
+    p->yAxis->setLabel(yLabel);
+    p->legend->setVisible(true);
+    p->legend->setFont(QFont(p->font().family(), 7));
+    p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    PlotExport::enableContextMenu(p);
+    return p;
+}
+
+QString etaText(double seconds) {
+    if (seconds < 0 || !std::isfinite(seconds)) return QObject::tr("ETA unknown");
+    const int s = static_cast<int>(std::lround(seconds));
+    if (s >= 3600) return QObject::tr("ETA %1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
+    if (s >= 60) return QObject::tr("ETA %1 min %2 s").arg(s / 60).arg(s % 60);
+    return QObject::tr("ETA %1 s").arg(s);
+}
+
+// Average-pools a square matrix to at most `cells` per side for display (A1 of a 4096-wide model
+// would be 16 M cells); returns float64 CPU.
+at::Tensor forDisplay(const at::Tensor& m, int cells) {
+    at::Tensor d = m.to(at::kDouble);
+    const int64_t n = d.size(0);
+    if (n <= cells) return d;
+    const int64_t f = (n + cells - 1) / cells, padded = f * ((n + f - 1) / f);
+    if (padded != n) d = at::constant_pad_nd(d, {0, padded - n, 0, padded - n}, 0.0);
+    return d.reshape({padded / f, f, padded / f, f}).mean({1, 3});
+}
+
+} // namespace
+
+QStringList TrainingDashboard::quantities() {
+    QStringList r;
+    for (const auto& q : quantityTable()) r << QString::fromLatin1(q.name);
+    return r;
+}
+
+TrainingDashboard::TrainingDashboard(QWidget* parent) : QWidget(parent) {
+    setObjectName(QStringLiteral("trainingDashboard"));
+    auto* root = new QVBoxLayout(this);
+
+    // Header: run, progress with ETA, pause, cancel, smoothing, overlays.
+    auto* header = new QHBoxLayout;
+    m_title = new QLabel(tr("<b>Calibration</b> — no run yet"), this);
+    m_title->setObjectName(QStringLiteral("dashboardTitle"));
+    m_title->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    m_title->setMinimumWidth(120);
+    header->addWidget(m_title, 1);
+    m_progress = new QProgressBar(this);
+    m_progress->setObjectName(QStringLiteral("trainingProgress"));
+    m_progress->setRange(0, 1000);
+    m_progress->setTextVisible(true);
+    m_progress->setFormat(QStringLiteral("%p%"));
+    header->addWidget(m_progress, 2);
+    m_pause = new QPushButton(tr("&Pause"), this);
+    m_pause->setObjectName(QStringLiteral("pauseButton"));
+    m_pause->setCheckable(true);
+    m_pause->setEnabled(false);
+    m_pause->setToolTip(tr("Hold the run at its next step; press again to go on"));
+    header->addWidget(m_pause);
+    m_cancel = new QPushButton(tr("&Cancel"), this);
+    m_cancel->setObjectName(QStringLiteral("cancelButton"));
+    m_cancel->setEnabled(false);
+    m_cancel->setToolTip(tr("Stop the run; its run file keeps every finished step (resume from the command line)"));
+    header->addWidget(m_cancel);
+    root->addLayout(header);
+
+    auto* options = new QHBoxLayout;
+    m_status = new QLabel(this);
+    m_status->setObjectName(QStringLiteral("dashboardStatus"));
+    m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    // Long paths must not widen the window: the label shrinks (clipped), the tooltip has it all.
+    m_status->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    options->addWidget(m_status, 1);
+    options->addWidget(new QLabel(tr("Smoothing:"), this));
+    m_smoothingBox = new QDoubleSpinBox(this);
+    m_smoothingBox->setObjectName(QStringLiteral("smoothingBox"));
+    m_smoothingBox->setRange(0.0, 0.99);
+    m_smoothingBox->setSingleStep(0.1);
+    m_smoothingBox->setDecimals(2);
+    m_smoothingBox->setToolTip(tr("Exponential moving average of loss, KL and volume term (0: raw values)"));
+    options->addWidget(m_smoothingBox);
+    auto* overlay = new QPushButton(tr("Add run &file…"), this);
+    overlay->setObjectName(QStringLiteral("addOverlayButton"));
+    overlay->setToolTip(tr("Overlay the curves of a finished run (its train.h5)"));
+    options->addWidget(overlay);
+    auto* clear = new QPushButton(tr("Clear overlays"), this);
+    clear->setObjectName(QStringLiteral("clearOverlaysButton"));
+    options->addWidget(clear);
+    root->addLayout(options);
+
+    m_lossPlot = makePlot(this, QStringLiteral("lossPlot"), tr("Loss, KL"), tr("loss"));
+    m_lossPlot->yAxis->setScaleType(QCPAxis::stLogarithmic);
+    m_lossPlot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    m_volPlot = makePlot(this, QStringLiteral("volumePlot"), tr("Volume term"), tr("vol"));
+    m_lrPlot = makePlot(this, QStringLiteral("lrPlot"), tr("Learning rate"), tr("lr"));
+    m_a1Plot = makePlot(this, QStringLiteral("a1MetricsPlot"), tr("A1 metrics"), tr("norm"));
+    m_a2Plot = makePlot(this, QStringLiteral("a2MetricsPlot"), tr("A2 metrics (layer 0)"), tr("norm"));
+    for (QCustomPlot* p : {m_a1Plot, m_a2Plot}) {
+        p->yAxis2->setVisible(true);
+        p->yAxis2->setLabel(tr("condition number"));
+    }
+    m_heatPlot = makePlot(this, QStringLiteral("a1HeatmapPlot"), tr("A1"), tr("row"));
+    m_offPlot = makePlot(this, QStringLiteral("a1OffBlockPlot"), tr("A1 off-block"), tr("row"));
+    for (QCustomPlot* p : {m_heatPlot, m_offPlot}) {
+        p->setMinimumWidth(130);
+        p->xAxis->ticker()->setTickCount(3);
+        p->yAxis->ticker()->setTickCount(3);
+        p->xAxis->setLabel(tr("column"));
+        p->legend->setVisible(false);
+        p->yAxis->setRangeReversed(true); // row 0 at the top, as a matrix is read
+    }
+
+    auto* grid = new QGridLayout;
+    grid->addWidget(m_lossPlot, 0, 0);
+    grid->addWidget(m_volPlot, 0, 1);
+    grid->addWidget(m_lrPlot, 0, 2);
+    grid->addWidget(m_a1Plot, 1, 0);
+    grid->addWidget(m_a2Plot, 1, 1);
+    auto* heat = new QHBoxLayout;
+    heat->addWidget(m_heatPlot);
+    heat->addWidget(m_offPlot);
+    grid->addLayout(heat, 1, 2);
+    for (int c = 0; c < 3; ++c) grid->setColumnStretch(c, 1);
+    root->addLayout(grid, 1);
+
+    m_replotTimer = new QTimer(this);
+    m_replotTimer->setSingleShot(true);
+    m_replotTimer->setInterval(100);
+    connect(m_replotTimer, &QTimer::timeout, this, [this] {
+        for (QCustomPlot* p : {m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot}) p->replot(QCustomPlot::rpQueuedReplot);
+    });
+    m_heatmapTimer = new QTimer(this);
+    m_heatmapTimer->setSingleShot(true);
+    connect(m_heatmapTimer, &QTimer::timeout, this, &TrainingDashboard::drawHeatmaps);
+    m_heatmapClock.start();
+
+    connect(m_pause, &QPushButton::toggled, this, [this](bool paused) {
+        m_pause->setText(paused ? tr("&Resume") : tr("&Pause"));
+        emit pauseToggled(paused);
+    });
+    connect(m_cancel, &QPushButton::clicked, this, &TrainingDashboard::cancelRequested);
+    connect(m_smoothingBox, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &TrainingDashboard::setSmoothing);
+    connect(overlay, &QPushButton::clicked, this, [this] {
+        const QString f = QFileDialog::getOpenFileName(this, tr("Overlay a run"), QString(), tr("Run files (train.h5 *.h5)"));
+        if (f.isEmpty()) return;
+        QString error;
+        if (!addOverlay(f, &error)) m_status->setText(error);
+    });
+    connect(clear, &QPushButton::clicked, this, &TrainingDashboard::clearOverlays);
+    applyTheme();
+    rebuildGraphs();
+}
+
+void TrainingDashboard::beginRun(const QString& name, int totalSteps, int blockSize) {
+    if (m_liveRun >= 0) m_runs.erase(m_runs.begin() + m_liveRun);
+    Run r;
+    r.name = name;
+    r.live = true;
+    r.color = kRunColors[m_runs.size() % (sizeof kRunColors / sizeof kRunColors[0])];
+    m_runs.push_back(std::move(r));
+    m_liveRun = static_cast<int>(m_runs.size()) - 1;
+    m_running = true;
+    m_totalSteps = totalSteps;
+    m_blockSize = blockSize > 0 ? blockSize : 32;
+    m_a1 = m_a2 = at::Tensor();
+    m_matrixStep = m_heatmapStep = -1;
+    m_title->setText(tr("<b>Calibration</b> — %1").arg(name.toHtmlEscaped()));
+    m_progress->setValue(0);
+    m_status->setText(tr("starting…"));
+    m_pause->setChecked(false);
+    m_pause->setEnabled(true);
+    m_cancel->setEnabled(true);
+    for (QCustomPlot* p : {m_heatPlot, m_offPlot}) {
+        p->clearPlottables();
+        p->replot();
+    }
+    rebuildGraphs();
+}
+
+void TrainingDashboard::addStep(const DistillStep& step) {
+    if (m_liveRun < 0) beginRun(tr("run"), 0, m_blockSize);
+    m_runs[static_cast<size_t>(m_liveRun)].steps.push_back(step);
+    rebuildGraphs();
+}
+
+void TrainingDashboard::setMatrices(int step, const at::Tensor& a1, const at::Tensor& a2) {
+    m_a1 = a1;
+    m_a2 = a2;
+    m_matrixStep = step;
+    // Throttled: at most one heatmap redraw per interval, the latest matrices always drawn.
+    const qint64 since = m_heatmapClock.elapsed();
+    if (m_heatmapStep < 0 || since >= m_heatmapIntervalMs) {
+        m_heatmapTimer->stop();
+        drawHeatmaps();
+    } else if (!m_heatmapTimer->isActive()) {
+        m_heatmapTimer->start(static_cast<int>(m_heatmapIntervalMs - since));
+    }
+}
+
+void TrainingDashboard::setProgress(double fraction, const QString& message, double etaSeconds) {
+    m_progress->setValue(static_cast<int>(std::lround(std::clamp(fraction, 0.0, 1.0) * 1000)));
+    m_status->setText(message + QStringLiteral(" — ") + (isPaused() ? tr("paused") : etaText(etaSeconds)));
+}
+
+void TrainingDashboard::finishRun(bool ok, const QString& message) {
+    m_running = false;
+    m_pause->setChecked(false);
+    m_pause->setEnabled(false);
+    m_cancel->setEnabled(false);
+    if (ok) m_progress->setValue(1000);
+    m_status->setText(message);
+    m_status->setToolTip(message);
+    if (m_heatmapTimer->isActive()) {
+        m_heatmapTimer->stop();
+        drawHeatmaps();
+    }
+}
+
+bool TrainingDashboard::addOverlay(const QString& runFile, QString* error) {
+    Run r;
+    try {
+        r.steps = latmix::train::readDistillSeries(runFile.toStdString());
+    } catch (const std::exception& e) {
+        if (error) *error = tr("Cannot overlay %1: %2").arg(runFile, QString::fromLocal8Bit(e.what()));
+        return false;
+    }
+    if (r.steps.empty()) {
+        if (error) *error = tr("Cannot overlay %1: the run file holds no training steps").arg(runFile);
+        return false;
+    }
+    const QFileInfo fi(runFile);
+    r.name = fi.dir().dirName() + QLatin1Char('/') + fi.fileName();
+    r.color = kRunColors[m_runs.size() % (sizeof kRunColors / sizeof kRunColors[0])];
+    m_runs.push_back(std::move(r));
+    rebuildGraphs();
+    return true;
+}
+
+void TrainingDashboard::clearOverlays() {
+    std::vector<Run> keep;
+    for (auto& r : m_runs)
+        if (r.live) keep.push_back(std::move(r));
+    m_runs = std::move(keep);
+    m_liveRun = m_runs.empty() ? -1 : 0;
+    rebuildGraphs();
+}
+
+void TrainingDashboard::setSmoothing(double alpha) {
+    alpha = std::clamp(alpha, 0.0, 0.99);
+    if (alpha == m_smoothing) return;
+    m_smoothing = alpha;
+    if (m_smoothingBox->value() != alpha) m_smoothingBox->setValue(alpha);
+    rebuildGraphs();
+}
+
+static QCustomPlot* plotOf(const TrainingDashboard* d, const QString& q) {
+    if (q == QLatin1String("loss") || q == QLatin1String("kl")) return d->lossPlot();
+    if (q == QLatin1String("vol")) return d->volumePlot();
+    if (q == QLatin1String("lr")) return d->lrPlot();
+    return q.startsWith(QLatin1String("a1")) ? d->a1Plot() : d->a2Plot();
+}
+
+void TrainingDashboard::rebuildGraphs() {
+    for (QCustomPlot* p : {m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot}) p->clearGraphs();
+    for (size_t ri = 0; ri < m_runs.size(); ++ri) {
+        const Run& run = m_runs[ri];
+        for (const Quantity& q : quantityTable()) {
+            const QString qn = QString::fromLatin1(q.name);
+            QCustomPlot* p = plotOf(this, qn);
+            QCPGraph* g = p->addGraph(p->xAxis, q.rightAxis ? p->yAxis2 : p->yAxis);
+            // One run: the legend names the quantities (the run is in the title); several: run too.
+            QString runLabel = run.name;
+            if (runLabel.size() > 22) runLabel = QStringLiteral("…") + runLabel.right(21);
+            g->setName(m_runs.size() == 1 ? QString::fromUtf8(q.label)
+                                          : runLabel + QStringLiteral(": ") + QString::fromUtf8(q.label));
+            g->setProperty("run", static_cast<int>(ri));
+            g->setProperty("quantity", qn);
+            QPen pen(run.color, run.live ? 1.6 : 1.0, q.style);
+            g->setPen(pen);
+            QVector<double> x, y;
+            double ema = 0;
+            bool first = true;
+            for (const auto& s : run.steps) {
+                const double v = s.*(q.field);
+                if (!std::isfinite(v)) continue; // metrics exist only every k steps
+                double shown = v;
+                if (q.smoothed && m_smoothing > 0) {
+                    ema = first ? v : m_smoothing * ema + (1 - m_smoothing) * v;
+                    shown = ema;
+                }
+                first = false;
+                x << s.step;
+                y << shown;
+            }
+            g->setData(x, y, true);
+        }
+    }
+    for (QCustomPlot* p : {m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot}) {
+        bool found = false;
+        const QCPRange xr = p->graphCount() ? p->graph(0)->getKeyRange(found) : QCPRange();
+        p->rescaleAxes();
+        if (m_totalSteps > 0 && m_running) p->xAxis->setRange(0, std::max<double>(m_totalSteps, xr.upper));
+        (void)found;
+    }
+    scheduleReplot();
+}
+
+void TrainingDashboard::scheduleReplot() {
+    if (!m_replotTimer->isActive()) m_replotTimer->start();
+}
+
+void TrainingDashboard::drawHeatmaps() {
+    if (!m_a1.defined()) return;
+    m_heatmapClock.restart();
+    m_heatmapStep = m_matrixStep;
+    const at::Tensor a = forDisplay(m_a1, 256);
+    // Off-block part: A1 with its B×B diagonal blocks zeroed (SPEC §3's off-block norm).
+    at::Tensor off = m_a1.to(at::kDouble).clone();
+    const int64_t n = off.size(0);
+    for (int64_t s = 0; s < n; s += m_blockSize) {
+        const int64_t e = std::min<int64_t>(n, s + m_blockSize);
+        off.slice(0, s, e).slice(1, s, e).zero_();
+    }
+    off = forDisplay(off, 256);
+    auto draw = [&](QCustomPlot* p, const at::Tensor& m, const QString& title) {
+        p->clearPlottables();
+        const int cells = static_cast<int>(m.size(0));
+        auto* map = new QCPColorMap(p->xAxis, p->yAxis);
+        map->setName(title);
+        map->data()->setSize(cells, cells);
+        map->data()->setRange(QCPRange(0, n - 1), QCPRange(0, n - 1));
+        const at::Tensor c = m.contiguous();
+        const double* v = c.data_ptr<double>();
+        double mx = 0;
+        for (int r = 0; r < cells; ++r)
+            for (int col = 0; col < cells; ++col) {
+                const double x = v[r * cells + col];
+                map->data()->setCell(col, r, x);
+                mx = std::max(mx, std::abs(x));
+            }
+        map->setGradient(QCPColorGradient::gpPolar);
+        map->setDataRange(QCPRange(-std::max(mx, 1e-12), std::max(mx, 1e-12)));
+        map->setInterpolate(false);
+        p->rescaleAxes();
+        if (auto* t = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0)))
+            t->setText(QStringLiteral("%1, step %2").arg(title).arg(m_heatmapStep));
+        p->setToolTip(tr("%1 at step %2; colour scale ±%3 (blue negative, red positive)").arg(title).arg(m_heatmapStep).arg(mx, 0, 'g', 3));
+        p->replot(QCustomPlot::rpQueuedReplot);
+    };
+    draw(m_heatPlot, a, tr("A1"));
+    draw(m_offPlot, off, tr("A1 off-block"));
+}
+
+QVector<double> TrainingDashboard::plottedValues(int run, const QString& quantity) const {
+    QCustomPlot* p = plotOf(this, quantity);
+    for (int i = 0; i < p->graphCount(); ++i) {
+        QCPGraph* g = p->graph(i);
+        if (g->property("run").toInt() != run || g->property("quantity").toString() != quantity) continue;
+        QVector<double> r;
+        for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) r << it->value;
+        return r;
+    }
+    return {};
+}
+
+QVector<double> TrainingDashboard::plottedSteps(int run, const QString& quantity) const {
+    QCustomPlot* p = plotOf(this, quantity);
+    for (int i = 0; i < p->graphCount(); ++i) {
+        QCPGraph* g = p->graph(i);
+        if (g->property("run").toInt() != run || g->property("quantity").toString() != quantity) continue;
+        QVector<double> r;
+        for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) r << it->key;
+        return r;
+    }
+    return {};
+}
+
+QVector<double> TrainingDashboard::heatmapValues(bool offBlock) const {
+    QCustomPlot* p = offBlock ? m_offPlot : m_heatPlot;
+    QVector<double> r;
+    for (int i = 0; i < p->plottableCount(); ++i)
+        if (auto* m = qobject_cast<QCPColorMap*>(p->plottable(i))) {
+            QCPColorMapData* d = m->data();
+            for (int y = 0; y < d->valueSize(); ++y)
+                for (int x = 0; x < d->keySize(); ++x) r << d->cell(x, y);
+        }
+    return r;
+}
+
+QString TrainingDashboard::statusText() const { return m_status->text(); }
+bool TrainingDashboard::isPaused() const { return m_pause->isChecked(); }
+
+void TrainingDashboard::changeEvent(QEvent* event) {
+    QWidget::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange) applyTheme();
+}
+
+void TrainingDashboard::applyTheme() {
+    for (QCustomPlot* p : {m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot, m_heatPlot, m_offPlot}) {
+        PlotStyle::apply(p, palette());
+        p->replot(QCustomPlot::rpQueuedReplot);
+    }
+}
+
+} // namespace latmix::gui
