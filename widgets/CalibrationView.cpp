@@ -34,7 +34,17 @@
 #include <cmath>
 #include <stdexcept>
 
+// The resources live in the static widgets library: make sure they are registered (outside
+// any namespace, as Q_INIT_RESOURCE requires).
+static void initCalibrationResources() { Q_INIT_RESOURCE(resources); }
+
 namespace latmix::gui {
+
+QByteArray builtInCalibrationText() {
+    initCalibrationResources();
+    QFile f(QStringLiteral(":/text/calibration.txt"));
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
 
 namespace {
 
@@ -261,9 +271,9 @@ bool CalibrationView::start(QString* error) {
     std::string text;
     const QString textPath = m_calibText->text().trimmed();
     if (textPath.isEmpty()) {
-        QFile f(QStringLiteral(":/text/calibration.txt"));
-        if (!f.open(QIODevice::ReadOnly)) return fail(tr("The built-in calibration text is missing from this build"));
-        text = f.readAll().toStdString();
+        const QByteArray builtIn = builtInCalibrationText();
+        if (builtIn.isEmpty()) return fail(tr("The built-in calibration text is missing from this build"));
+        text = builtIn.toStdString();
         o.calibSource = "built-in calibration text";
     } else {
         QFile f(textPath);

@@ -7,6 +7,7 @@
 // The form is remembered in QSettings (group "calibration").
 #include "quant/Pipeline.h"
 
+#include <QByteArray>
 #include <QString>
 #include <QWidget>
 
@@ -19,6 +20,10 @@ class QSpinBox;
 namespace latmix::gui {
 
 class JobRunner;
+
+// The short calibration text compiled into the workbench (resources/text/calibration.txt): the
+// default when no file is chosen, so nothing depends on downloaded data.
+QByteArray builtInCalibrationText();
 class TrainingDashboard;
 
 class CalibrationView : public QWidget {

@@ -5,6 +5,7 @@
 #include "util/Runtime.h"
 
 #include "CalibrationView.h"
+#include "ComparisonView.h"
 #include "ExportDialog.h"
 #include "ModelSummaryView.h"
 #include "MxExplorerView.h"
@@ -120,7 +121,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
     m_explorer = new MxExplorerView(this);
     m_calibration = new CalibrationView(this);
+    m_comparison = new ComparisonView(this);
     setCentralWidget(createCentralArea());
+    connect(this, &MainWindow::modelOpened, m_comparison, &ComparisonView::setModelDir);
+    connect(m_comparison, &ComparisonView::errorOccurred, this, &MainWindow::showErrorBanner);
     setAcceptDrops(true);
     connect(this, &MainWindow::modelOpened, m_calibration, &CalibrationView::setModelDir);
     connect(m_calibration, &CalibrationView::errorOccurred, this, &MainWindow::showErrorBanner);
@@ -186,6 +190,7 @@ QWidget* MainWindow::createCentralArea() {
     m_tabs->setObjectName(QStringLiteral("viewTabs"));
     m_tabs->setDocumentMode(true);
     m_tabs->addTab(m_explorer, tr("MX format explorer"));
+    m_tabs->addTab(m_comparison, tr("Transform comparison"));
     m_tabs->addTab(m_calibration, tr("Calibration"));
     column->addWidget(m_tabs, 1);
     return area;
@@ -242,6 +247,9 @@ void MainWindow::createMenus() {
     QAction* showExplorer = view->addAction(tr("MX format &explorer"));
     showExplorer->setObjectName(QStringLiteral("actionShowExplorer"));
     connect(showExplorer, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_explorer); });
+    QAction* showComparison = view->addAction(tr("&Transform comparison"));
+    showComparison->setObjectName(QStringLiteral("actionShowComparison"));
+    connect(showComparison, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_comparison); });
     QAction* showCalibration = view->addAction(tr("&Calibration dashboard"));
     showCalibration->setObjectName(QStringLiteral("actionShowCalibration"));
     connect(showCalibration, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_calibration); });

@@ -23,6 +23,7 @@ class Checkpoint;
 namespace latmix::gui {
 
 class CalibrationView;
+class ComparisonView;
 class ExportDialog;
 class ModelSummaryView;
 class MxExplorerView;
@@ -40,6 +41,7 @@ public:
 
     MxExplorerView* explorerView() const { return m_explorer; }
     CalibrationView* calibrationView() const { return m_calibration; }
+    ComparisonView* comparisonView() const { return m_comparison; }
     QTabWidget* viewTabs() const { return m_tabs; }
     QAction* exportAction() const { return m_exportAction; }
     // The run folder File › Export quantized model… exports (the last finished or opened run).
@@ -113,6 +115,7 @@ private:
 
     MxExplorerView* m_explorer = nullptr;
     CalibrationView* m_calibration = nullptr;
+    ComparisonView* m_comparison = nullptr;
     QTabWidget* m_tabs = nullptr;
     QString m_exportRunDir;
     ModelSummaryView* m_summary = nullptr;

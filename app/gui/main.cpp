@@ -4,6 +4,7 @@
 
 #include "AnalysisPlots.h"
 #include "CalibrationView.h"
+#include "ComparisonView.h"
 #include "MainWindow.h"
 #include "MxExplorerView.h"
 
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
     parser.addOption(plotAnalysisOption);
     parser.addOption(outDirOption);
     const QCommandLineOption viewOption(QStringLiteral("view"),
-                                        QStringLiteral("View shown first: explorer or calibration."), QStringLiteral("NAME"));
+                                        QStringLiteral("View shown first: explorer, comparison or calibration."), QStringLiteral("NAME"));
     const QCommandLineOption openRunOption(QStringLiteral("open-run"),
                                            QStringLiteral("Open a finished run folder (its curves, its export)."),
                                            QStringLiteral("RUN_DIR"));
@@ -147,6 +148,12 @@ int main(int argc, char** argv) {
         QStringLiteral("METHOD"));
     const QCommandLineOption stepsOption(QStringLiteral("steps"), QStringLiteral("Training steps for --calibrate."),
                                          QStringLiteral("N"), QStringLiteral("40"));
+    const QCommandLineOption compareOption(
+        QStringLiteral("compare"),
+        QStringLiteral("Compare the transforms at POINT (e.g. layers.1.mlp.down_proj.input) and draw the per-block "
+                       "error of that point in every layer; with --screenshot, taken when both are done."),
+        QStringLiteral("POINT"));
+    parser.addOption(compareOption);
     parser.addOption(viewOption);
     parser.addOption(openRunOption);
     parser.addOption(calibrateOption);
@@ -205,8 +212,29 @@ int main(int argc, char** argv) {
             window.viewTabs()->setCurrentWidget(window.calibrationView());
         else if (v == QLatin1String("explorer"))
             window.viewTabs()->setCurrentWidget(window.explorerView());
+        else if (v == QLatin1String("comparison"))
+            window.viewTabs()->setCurrentWidget(window.comparisonView());
         else
-            return fail(QStringLiteral("unknown view '%1'; choose explorer or calibration").arg(v));
+            return fail(QStringLiteral("unknown view '%1'; choose explorer, comparison or calibration").arg(v));
+    }
+    if (parser.isSet(compareOption)) {
+        auto* comparison = window.comparisonView();
+        if (!comparison->selectPoint(parser.value(compareOption)))
+            return fail(QStringLiteral("the model has no quantization point '%1'").arg(parser.value(compareOption)));
+        window.viewTabs()->setCurrentWidget(comparison);
+        QEventLoop loop;
+        QString error;
+        QObject::connect(comparison, &latmix::gui::ComparisonView::comparisonFinished, &loop,
+                         [&](bool done, const QString& message) {
+                             if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
+                             loop.quit();
+                         });
+        window.resize(1280, 800);
+        window.show();
+        if (!comparison->compare(&error)) return fail(error);
+        loop.exec();
+        if (!comparison->compareAcrossLayers(QStringLiteral("none"), &error)) return fail(error);
+        loop.exec();
     }
     if (parser.isSet(calibrateOption)) {
         auto* calibration = window.calibrationView();

@@ -1,0 +1,137 @@
+// The transform comparison tab on the demo model (offscreen): the metrics table holds exactly
+// what core's analysis computes on the same activations, sorts numerically, and the layer ×
+// block heatmap holds core's per-block errors of every layer.
+#include "model/Checkpoint.h"
+#include "model/DemoModel.h"
+#include "model/LlamaModel.h"
+#include "train/TransformAnalysis.h"
+
+#include <ATen/ATen.h>
+
+#include "ComparisonView.h"
+#include "MainWindow.h"
+
+#include <qcustomplot.h>
+
+#include <QSettings>
+#include <QSignalSpy>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+
+using namespace latmix;
+using latmix::gui::ComparisonView;
+using latmix::gui::MainWindow;
+
+class TestComparisonView : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    QString m_model;
+
+    static int rowOf(QTableWidget* t, const QString& kind) {
+        for (int r = 0; r < t->rowCount(); ++r)
+            if (t->item(r, 0)->text() == kind) return r;
+        return -1;
+    }
+
+private slots:
+    void initTestCase() {
+        QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).clear();
+        m_model = m_tmp.filePath("demo");
+        model::writeDemoModel(m_model.toStdString());
+    }
+
+    void tableEqualsCore_data() {
+        QTest::addColumn<QString>("point");
+        QTest::addColumn<QString>("format");
+        QTest::newRow("down_proj mxfp4") << "layers.1.mlp.down_proj.input" << "mxfp4";
+        QTest::newRow("qkv mxint4") << "layers.0.self_attn.qkv.input" << "mxint4";
+    }
+    void tableEqualsCore() {
+        QFETCH(QString, point);
+        QFETCH(QString, format);
+        MainWindow w;
+        QVERIFY(w.openCheckpoint(m_model, false));
+        ComparisonView* v = w.comparisonView();
+        QVERIFY(v->selectPoint(point));
+        v->setFormat(format);
+        v->setTransforms({"none", "hadamard", "block-hadamard", "learned-affine-lu"});
+        v->setCalibration(4, 32, 10);
+        QSignalSpy done(v, &ComparisonView::comparisonFinished);
+        QVERIFY(v->compare());
+        QVERIFY(done.wait(120000));
+        QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
+
+        // The same analysis, run here directly on core.
+        const auto ck = model::Checkpoint::load(m_model.toStdString());
+        const model::LlamaModel m(ck);
+        QString re = point;
+        re.replace(".", "\\.");
+        const auto acts = train::captureActivationsInMemory(m, ComparisonView::calibrationIds(m_model.toStdString()),
+                                                            ("^" + re + "$").toStdString(), 4, 32, 0);
+        const auto want = train::analyzeTransforms(acts, v->analysisOptions());
+        QTableWidget* t = v->table();
+        QCOMPARE(t->rowCount(), 4);
+        for (const auto& e : want.entries) {
+            QVERIFY2(e.error.empty(), e.error.c_str());
+            const int r = rowOf(t, QString::fromStdString(e.kind));
+            QVERIFY(r >= 0);
+            auto cell = [&](int c) { return t->item(r, c)->data(Qt::UserRole).toDouble(); };
+            QCOMPARE(cell(1), e.report.mse);
+            QCOMPARE(cell(2), e.report.perBlockMean);
+            QCOMPARE(cell(3), e.report.perBlockMax);
+            QCOMPARE(cell(4), e.report.bound);
+            QCOMPARE(cell(5), e.report.spectral.conditionNumber);
+            QCOMPARE(cell(6), e.report.spectral.orthogonalityDeviation);
+            QCOMPARE(cell(7), e.report.offBlockNorm);
+        }
+        // Per-block curve of "none" is core's per-block vector.
+        QCOMPARE(v->perBlockPlot()->graphCount(), 4);
+        // Sorting by E(T) orders the rows numerically.
+        t->sortItems(1, Qt::AscendingOrder);
+        for (int r = 1; r < t->rowCount(); ++r)
+            QVERIFY(t->item(r - 1, 1)->data(Qt::UserRole).toDouble() <= t->item(r, 1)->data(Qt::UserRole).toDouble());
+    }
+
+    void heatmapAcrossLayers() {
+        MainWindow w;
+        QVERIFY(w.openCheckpoint(m_model, false));
+        ComparisonView* v = w.comparisonView();
+        QVERIFY(v->selectPoint("layers.2.mlp.down_proj.input"));
+        v->setCalibration(4, 32, 10);
+        QSignalSpy done(v, &ComparisonView::comparisonFinished);
+        QVERIFY(v->compareAcrossLayers("block-hadamard"));
+        QVERIFY(done.wait(120000));
+        QVERIFY(done.first().at(0).toBool());
+        QCOMPARE(v->heatmapPoints(), (QStringList{"layers.0.mlp.down_proj.input", "layers.1.mlp.down_proj.input",
+                                                   "layers.2.mlp.down_proj.input", "layers.3.mlp.down_proj.input"}));
+        const auto ck = model::Checkpoint::load(m_model.toStdString());
+        const model::LlamaModel m(ck);
+        const auto acts = train::captureActivationsInMemory(m, ComparisonView::calibrationIds(m_model.toStdString()),
+                                                            "^layers\\.[0-9]+\\.mlp\\.down_proj\\.input$", 4, 32, 0);
+        auto options = v->analysisOptions();
+        options.kinds = {"block-hadamard"};
+        options.sweepBlocks.clear();
+        const auto want = train::analyzeTransforms(acts, options);
+        const auto rows = v->heatmapRows();
+        QCOMPARE(rows.size(), 4);
+        for (int l = 0; l < 4; ++l) {
+            const at::Tensor pb = want.entries[size_t(l)].report.perBlock;
+            QCOMPARE(rows[l].size(), int(pb.numel())); // 384 / 32 = 12 blocks
+            for (int b = 0; b < rows[l].size(); ++b) QCOMPARE(rows[l][b], pb[b].item<double>());
+        }
+    }
+
+    void noModelNoRun() {
+        ComparisonView v;
+        QString error;
+        QVERIFY(!v.compare(&error));
+        QVERIFY(error.contains("Open a model"));
+    }
+};
+
+QTEST_MAIN(TestComparisonView)
+#include "tst_comparisonview.moc"

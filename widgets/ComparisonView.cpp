@@ -1,0 +1,456 @@
+// ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
+#include <ATen/ATen.h>
+
+#include "ComparisonView.h"
+
+#include "AnalysisPlots.h"
+#include "CalibrationView.h"
+#include "JobRunner.h"
+#include "PlotExport.h"
+#include "PlotStyle.h"
+
+#include "model/Checkpoint.h"
+#include "model/LlamaModel.h"
+#include "model/Tokenizer.h"
+#include "mx/MxFormat.h"
+
+#include <qcustomplot.h>
+
+#include <QComboBox>
+#include <QEvent>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QListWidget>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+
+namespace latmix::gui {
+
+namespace {
+
+// A table cell that sorts by its number, not its text.
+class NumberItem : public QTableWidgetItem {
+public:
+    explicit NumberItem(double v) : QTableWidgetItem(std::isfinite(v) ? QString::number(v, 'g', 5) : QStringLiteral("—")) {
+        setData(Qt::UserRole, v);
+        setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+    }
+    bool operator<(const QTableWidgetItem& other) const override {
+        return data(Qt::UserRole).toDouble() < other.data(Qt::UserRole).toDouble();
+    }
+};
+
+const char* const kColumns[] = {"Transform", "E(T)", "per-block mean", "per-block max", "bound",
+                                "κ(A)",      "‖AᵀA − I‖σ", "off-block", "seconds"};
+
+// "layers.3.mlp.down_proj.input" → "mlp.down_proj.input"
+QString pointKind(const QString& point) {
+    const int a = point.indexOf('.'), b = point.indexOf('.', a + 1);
+    return b > 0 ? point.mid(b + 1) : point;
+}
+
+std::string exactRegex(const QString& literal) {
+    QString r = literal;
+    r.replace(QLatin1Char('.'), QStringLiteral("\\."));
+    return ("^" + r + "$").toStdString();
+}
+
+QVector<double> toVector(const at::Tensor& t) {
+    QVector<double> v;
+    if (!t.defined()) return v;
+    const at::Tensor c = t.to(at::kDouble).contiguous();
+    v.reserve(static_cast<int>(c.numel()));
+    for (int64_t i = 0; i < c.numel(); ++i) v << c.data_ptr<double>()[i];
+    return v;
+}
+
+} // namespace
+
+std::vector<int> ComparisonView::calibrationIds(const std::string& modelDir) {
+    const QByteArray text = builtInCalibrationText();
+    if (text.isEmpty()) throw std::runtime_error("the built-in calibration text is missing from this build");
+    return latmix::model::Tokenizer::loadFromDir(modelDir)->encode(text.toStdString(), false);
+}
+
+ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
+    setObjectName(QStringLiteral("comparisonView"));
+    m_runner = new JobRunner(this);
+
+    auto* form = new QWidget(this);
+    form->setFixedWidth(260);
+    auto* column = new QVBoxLayout(form);
+    column->setContentsMargins(0, 0, 0, 0);
+    auto* pointBox = new QGroupBox(tr("Quantization point"), form);
+    auto* pf = new QFormLayout(pointBox);
+    m_point = new QComboBox(pointBox);
+    m_point->setObjectName(QStringLiteral("pointCombo"));
+    pf->addRow(tr("&Point:"), m_point);
+    m_format = new QComboBox(pointBox);
+    m_format->setObjectName(QStringLiteral("comparisonFormatCombo"));
+    for (const auto& f : latmix::mx::allFormats()) m_format->addItem(QString::fromLatin1(f.name));
+    m_format->setCurrentText(QStringLiteral("mxfp4"));
+    pf->addRow(tr("&Format:"), m_format);
+    m_samples = new QSpinBox(pointBox);
+    m_samples->setObjectName(QStringLiteral("comparisonSamplesSpin"));
+    m_samples->setRange(1, 4096);
+    m_samples->setValue(8);
+    pf->addRow(tr("&Windows:"), m_samples);
+    m_seqLen = new QSpinBox(pointBox);
+    m_seqLen->setObjectName(QStringLiteral("comparisonSeqLenSpin"));
+    m_seqLen->setRange(8, 8192);
+    m_seqLen->setValue(64);
+    pf->addRow(tr("Window &length:"), m_seqLen);
+    m_steps = new QSpinBox(pointBox);
+    m_steps->setObjectName(QStringLiteral("comparisonStepsSpin"));
+    m_steps->setRange(1, 100000);
+    m_steps->setValue(100);
+    m_steps->setToolTip(tr("Layer-local training steps of the learned kinds"));
+    pf->addRow(tr("Learned &steps:"), m_steps);
+    column->addWidget(pointBox);
+
+    auto* kindsBox = new QGroupBox(tr("Transforms"), form);
+    auto* kl = new QVBoxLayout(kindsBox);
+    m_kinds = new QListWidget(kindsBox);
+    m_kinds->setObjectName(QStringLiteral("transformList"));
+    for (const auto& k : latmix::transforms::transformKinds()) {
+        auto* item = new QListWidgetItem(QString::fromStdString(k), m_kinds);
+        item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
+        const bool on = k == "none" || k == "hadamard" || k == "block-hadamard" || k == "learned-affine-lu";
+        item->setCheckState(on ? Qt::Checked : Qt::Unchecked);
+    }
+    kl->addWidget(m_kinds);
+    column->addWidget(kindsBox, 1);
+    m_compare = new QPushButton(tr("&Compare transforms"), form);
+    m_compare->setObjectName(QStringLiteral("compareButton"));
+    column->addWidget(m_compare);
+
+    auto* layersBox = new QGroupBox(tr("Across layers"), form);
+    auto* lf = new QFormLayout(layersBox);
+    m_heatmapKind = new QComboBox(layersBox);
+    m_heatmapKind->setObjectName(QStringLiteral("heatmapKindCombo"));
+    m_heatmapKind->addItems({QStringLiteral("none"), QStringLiteral("hadamard"), QStringLiteral("block-hadamard"),
+                             QStringLiteral("orthogonal"), QStringLiteral("block-orthogonal")});
+    lf->addRow(tr("T&ransform:"), m_heatmapKind);
+    m_acrossLayers = new QPushButton(tr("Per-block error of every &layer"), layersBox);
+    m_acrossLayers->setObjectName(QStringLiteral("acrossLayersButton"));
+    m_acrossLayers->setToolTip(tr("The current point's kind in every layer, with the transform above"));
+    lf->addRow(m_acrossLayers);
+    column->addWidget(layersBox);
+    m_status = new QLabel(form);
+    m_status->setObjectName(QStringLiteral("comparisonStatus"));
+    m_status->setWordWrap(true);
+    column->addWidget(m_status);
+
+    m_table = new QTableWidget(0, int(sizeof kColumns / sizeof kColumns[0]), this);
+    m_table->setObjectName(QStringLiteral("metricsTable"));
+    QStringList headers;
+    for (const char* c : kColumns) headers << QString::fromUtf8(c);
+    m_table->setHorizontalHeaderLabels(headers);
+    m_table->setSortingEnabled(true);
+    m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table->verticalHeader()->setVisible(false);
+
+    auto plot = [this](const char* name) {
+        auto* p = new QCustomPlot(this);
+        p->setObjectName(QLatin1String(name));
+        p->setMinimumSize(220, 180);
+        PlotExport::enableContextMenu(p);
+        return p;
+    };
+    m_perBlockPlot = plot("perBlockPlot");
+    m_sweepPlot = plot("sweepPlot");
+    m_heatmapPlot = plot("layerHeatmapPlot");
+    m_heatmapPlot->plotLayout()->insertRow(0);
+    m_heatmapPlot->plotLayout()->addElement(0, 0, new QCPTextElement(m_heatmapPlot, tr("Per-block error across layers")));
+    m_heatmapPlot->xAxis->setLabel(tr("MX block index"));
+    m_heatmapPlot->yAxis->setLabel(tr("layer"));
+    {
+        QSharedPointer<QCPAxisTickerFixed> integers(new QCPAxisTickerFixed);
+        integers->setTickStep(1.0);
+        integers->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+        m_heatmapPlot->yAxis->setTicker(integers);
+    }
+
+    auto* plots = new QSplitter(Qt::Vertical, this);
+    plots->addWidget(m_table);
+    auto* row = new QSplitter(Qt::Horizontal, plots);
+    row->addWidget(m_perBlockPlot);
+    row->addWidget(m_sweepPlot);
+    plots->addWidget(row);
+    plots->addWidget(m_heatmapPlot);
+    plots->setStretchFactor(0, 1);
+    plots->setStretchFactor(1, 2);
+    plots->setStretchFactor(2, 2);
+
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(form);
+    layout->addWidget(plots, 1);
+
+    connect(m_compare, &QPushButton::clicked, this, [this] { compare(); });
+    connect(m_acrossLayers, &QPushButton::clicked, this, [this] { compareAcrossLayers(m_heatmapKind->currentText()); });
+    connect(m_runner, &JobRunner::progressed, this, [this](double f, const QString& message, double) {
+        m_status->setText(QStringLiteral("%1% %2").arg(int(f * 100)).arg(message));
+    });
+    for (QCustomPlot* p : {m_perBlockPlot, m_sweepPlot, m_heatmapPlot}) PlotStyle::apply(p, palette());
+    setModelDir(QString());
+}
+
+void ComparisonView::setModelDir(const QString& dir) {
+    m_modelDir = dir;
+    m_point->clear();
+    if (!dir.isEmpty()) {
+        try {
+            const auto ck = latmix::model::Checkpoint::load(dir.toStdString());
+            for (const auto& p : latmix::model::quantizationPointNames(ck.config())) m_point->addItem(QString::fromStdString(p));
+        } catch (const std::exception& e) {
+            m_status->setText(QString::fromLocal8Bit(e.what()));
+        }
+    }
+    const bool can = m_point->count() > 0;
+    m_compare->setEnabled(can);
+    m_acrossLayers->setEnabled(can);
+    m_compare->setToolTip(can ? QString() : tr("Open a model first"));
+}
+
+bool ComparisonView::selectPoint(const QString& point) {
+    const int i = m_point->findText(point);
+    if (i >= 0) m_point->setCurrentIndex(i);
+    return i >= 0;
+}
+
+void ComparisonView::setTransforms(const QStringList& kinds) {
+    for (int i = 0; i < m_kinds->count(); ++i)
+        m_kinds->item(i)->setCheckState(kinds.contains(m_kinds->item(i)->text()) ? Qt::Checked : Qt::Unchecked);
+}
+
+void ComparisonView::setFormat(const QString& format) { m_format->setCurrentText(format); }
+
+void ComparisonView::setCalibration(int samples, int seqLen, int steps) {
+    m_samples->setValue(samples);
+    m_seqLen->setValue(seqLen);
+    m_steps->setValue(steps);
+}
+
+QString ComparisonView::currentPoint() const { return m_point->currentText(); }
+int ComparisonView::samples() const { return m_samples->value(); }
+int ComparisonView::seqLen() const { return m_seqLen->value(); }
+
+QStringList ComparisonView::checkedTransforms() const {
+    QStringList r;
+    for (int i = 0; i < m_kinds->count(); ++i)
+        if (m_kinds->item(i)->checkState() == Qt::Checked) r << m_kinds->item(i)->text();
+    return r;
+}
+
+latmix::train::AnalysisOptions ComparisonView::analysisOptions() const {
+    latmix::train::AnalysisOptions o;
+    o.mx = latmix::mx::makeConfig(latmix::mx::parseFormat(m_format->currentText().toStdString()));
+    for (const QString& k : checkedTransforms()) o.kinds.push_back(k.toStdString());
+    o.transform.blockSize = o.mx.blockSize;
+    o.training.mx = o.mx;
+    o.training.steps = m_steps->value();
+    return o;
+}
+
+bool ComparisonView::compare(QString* error) {
+    auto fail = [&](const QString& why) {
+        if (error) *error = why;
+        m_status->setText(why);
+        emit errorOccurred(why);
+        return false;
+    };
+    if (m_modelDir.isEmpty() || currentPoint().isEmpty()) return fail(tr("Open a model first"));
+    if (m_runner->isRunning()) return fail(tr("A comparison is already running"));
+    latmix::train::AnalysisOptions options;
+    try {
+        options = analysisOptions();
+        if (options.kinds.empty()) throw std::invalid_argument("tick at least one transform");
+        latmix::train::validateAnalysisOptions(options);
+    } catch (const std::exception& e) {
+        return fail(tr("Invalid settings: %1").arg(QString::fromLocal8Bit(e.what())));
+    }
+    const std::string modelDir = m_modelDir.toStdString(), regex = exactRegex(currentPoint());
+    const int samples = m_samples->value(), seqLen = m_seqLen->value();
+    auto result = std::make_shared<latmix::train::AnalysisResult>();
+    const bool started = m_runner->start(tr("Compare transforms"), [=](latmix::JobContext& job) {
+        const auto ck = latmix::model::Checkpoint::load(modelDir);
+        const latmix::model::LlamaModel model(ck);
+        const auto acts = latmix::train::captureActivationsInMemory(model, calibrationIds(modelDir), regex, samples,
+                                                                    seqLen, 0, 0, job);
+        *result = latmix::train::analyzeTransforms(acts, options, job);
+    });
+    if (!started) return fail(tr("A comparison is already running"));
+    m_compare->setEnabled(false);
+    m_acrossLayers->setEnabled(false);
+    connect(m_runner, &JobRunner::finished, this, [this, result](bool ok, const QString& message) {
+        disconnect(m_runner, &JobRunner::finished, this, nullptr);
+        m_compare->setEnabled(true);
+        m_acrossLayers->setEnabled(true);
+        if (ok) {
+            m_result = std::move(*result);
+            showResult();
+            m_status->setText(tr("Compared %1 transforms in %2 s").arg(m_result.entries.size()).arg(m_result.seconds, 0, 'f', 1));
+        } else {
+            m_status->setText(tr("Comparison failed: %1").arg(message));
+            if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
+        }
+        emit comparisonFinished(ok, m_status->text());
+    });
+    return true;
+}
+
+void ComparisonView::showResult() {
+    m_table->setSortingEnabled(false);
+    m_table->setRowCount(0);
+    PointCurves curves;
+    for (const auto& e : m_result.entries) {
+        const int row = m_table->rowCount();
+        m_table->insertRow(row);
+        auto* name = new QTableWidgetItem(QString::fromStdString(e.kind));
+        name->setToolTip(e.error.empty() ? QString::fromStdString(e.report.transform) : QString::fromStdString(e.error));
+        m_table->setItem(row, 0, name);
+        const auto& r = e.report;
+        const double nan = std::nan("");
+        const bool ok = e.error.empty();
+        const double values[] = {ok ? r.mse : nan,
+                                 ok ? r.perBlockMean : nan,
+                                 ok ? r.perBlockMax : nan,
+                                 ok ? r.bound : nan,
+                                 ok ? r.spectral.conditionNumber : nan,
+                                 ok ? r.spectral.orthogonalityDeviation : nan,
+                                 ok ? r.offBlockNorm : nan,
+                                 e.seconds};
+        for (int c = 0; c < 8; ++c) m_table->setItem(row, c + 1, new NumberItem(values[c]));
+        if (!ok) continue;
+        curves.point = QString::fromStdString(e.point);
+        curves.format = QString::fromStdString(r.config.describe());
+        TransformCurves tc;
+        tc.transform = QString::fromStdString(e.kind);
+        tc.perBlockError = toVector(r.perBlock);
+        for (const auto& s : r.sweep) {
+            tc.sweepBlocks << s.blockSize;
+            tc.sweepMse << s.mse;
+        }
+        curves.transforms << tc;
+    }
+    m_table->setSortingEnabled(true);
+    AnalysisPlots::drawPerBlockError(m_perBlockPlot, curves);
+    AnalysisPlots::drawBlockSizeSweep(m_sweepPlot, curves);
+    // Short titles: the point and format are in the form beside the plots.
+    const QString shortTitles[] = {tr("Per-block error E_B vs block index"), tr("E(T) vs MX block size")};
+    int i = 0;
+    for (QCustomPlot* p : {m_perBlockPlot, m_sweepPlot}) {
+        if (auto* t = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0))) t->setText(shortTitles[i]);
+        ++i;
+        p->yAxis->setLabel(QString());
+        p->legend->setFont(QFont(font().family(), 7));
+        PlotStyle::apply(p, palette());
+        p->replot();
+    }
+}
+
+bool ComparisonView::compareAcrossLayers(const QString& kind, QString* error) {
+    auto fail = [&](const QString& why) {
+        if (error) *error = why;
+        m_status->setText(why);
+        emit errorOccurred(why);
+        return false;
+    };
+    if (m_modelDir.isEmpty() || currentPoint().isEmpty()) return fail(tr("Open a model first"));
+    if (m_runner->isRunning()) return fail(tr("A comparison is already running"));
+    latmix::train::AnalysisOptions options;
+    try {
+        options = analysisOptions();
+        options.kinds = {kind.toStdString()};
+        options.sweepBlocks.clear();
+        latmix::train::validateAnalysisOptions(options);
+    } catch (const std::exception& e) {
+        return fail(tr("Invalid settings: %1").arg(QString::fromLocal8Bit(e.what())));
+    }
+    const QString suffix = pointKind(currentPoint());
+    QString pattern = suffix;
+    pattern.replace(QLatin1Char('.'), QStringLiteral("\\."));
+    const std::string modelDir = m_modelDir.toStdString(), regex = ("^layers\\.[0-9]+\\." + pattern + "$").toStdString();
+    const int samples = m_samples->value(), seqLen = m_seqLen->value();
+    auto result = std::make_shared<latmix::train::AnalysisResult>();
+    const bool started = m_runner->start(tr("Per-block error across layers"), [=](latmix::JobContext& job) {
+        const auto ck = latmix::model::Checkpoint::load(modelDir);
+        const latmix::model::LlamaModel model(ck);
+        const auto acts = latmix::train::captureActivationsInMemory(model, calibrationIds(modelDir), regex, samples,
+                                                                    seqLen, 0, 0, job);
+        *result = latmix::train::analyzeTransforms(acts, options, job);
+    });
+    if (!started) return fail(tr("A comparison is already running"));
+    m_compare->setEnabled(false);
+    m_acrossLayers->setEnabled(false);
+    connect(m_runner, &JobRunner::finished, this, [this, result, kind](bool ok, const QString& message) {
+        disconnect(m_runner, &JobRunner::finished, this, nullptr);
+        m_compare->setEnabled(true);
+        m_acrossLayers->setEnabled(true);
+        if (ok) {
+            QStringList points;
+            QVector<QVector<double>> rows;
+            for (const auto& e : result->entries) {
+                if (!e.error.empty()) continue;
+                points << QString::fromStdString(e.point);
+                rows << toVector(e.report.perBlock);
+            }
+            showHeatmap(points, rows, kind);
+            m_status->setText(tr("Per-block error of %1 points with %2").arg(points.size()).arg(kind));
+        } else {
+            m_status->setText(tr("Across layers failed: %1").arg(message));
+            if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
+        }
+        emit comparisonFinished(ok, m_status->text());
+    });
+    return true;
+}
+
+void ComparisonView::showHeatmap(const QStringList& points, const QVector<QVector<double>>& rows, const QString& kind) {
+    m_heatmapPoints = points;
+    QCustomPlot* p = m_heatmapPlot;
+    p->clearPlottables();
+    for (int i = p->plotLayout()->elementCount() - 1; i >= 0; --i)
+        if (auto* scale = qobject_cast<QCPColorScale*>(p->plotLayout()->elementAt(i))) p->plotLayout()->remove(scale);
+    p->plotLayout()->simplify();
+    if (rows.isEmpty()) {
+        p->replot();
+        return;
+    }
+    const int blocks = rows.first().size(), layers = rows.size();
+    auto* map = new QCPColorMap(p->xAxis, p->yAxis);
+    map->setName(tr("log10 per-block error, %1").arg(kind));
+    map->data()->setSize(blocks, layers);
+    map->data()->setRange(QCPRange(0, blocks - 1), QCPRange(0, layers - 1));
+    for (int l = 0; l < layers; ++l)
+        for (int b = 0; b < blocks && b < rows[l].size(); ++b)
+            map->data()->setCell(b, l, std::log10(std::max(rows[l][b], 1e-30)));
+    auto* scale = new QCPColorScale(p);
+    p->plotLayout()->addElement(1, 1, scale);
+    scale->setLabel(tr("log10 E_B"));
+    map->setColorScale(scale);
+    map->setGradient(QCPColorGradient::gpThermal);
+    map->rescaleDataRange(true);
+    map->setInterpolate(false);
+    if (auto* t = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0)))
+        t->setText(tr("Per-block error across layers: %1, %2").arg(pointKind(points.first()), kind));
+    p->rescaleAxes();
+    p->replot();
+    m_heatmapRows = rows;
+}
+
+QVector<QVector<double>> ComparisonView::heatmapRows() const { return m_heatmapRows; }
+
+} // namespace latmix::gui
