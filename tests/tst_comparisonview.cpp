@@ -10,6 +10,7 @@
 
 #include "ComparisonView.h"
 #include "MainWindow.h"
+#include "ModelSummaryView.h"
 
 #include <qcustomplot.h>
 
@@ -106,6 +107,7 @@ private slots:
         QVERIFY(v->compareAcrossLayers("block-hadamard"));
         QVERIFY(done.wait(120000));
         QVERIFY(done.first().at(0).toBool());
+        QCOMPARE(w.modelSummary()->pointMetricName(), QString("E(T), block-hadamard"));
         QCOMPARE(v->heatmapPoints(), (QStringList{"layers.0.mlp.down_proj.input", "layers.1.mlp.down_proj.input",
                                                    "layers.2.mlp.down_proj.input", "layers.3.mlp.down_proj.input"}));
         const auto ck = model::Checkpoint::load(m_model.toStdString());
@@ -119,6 +121,9 @@ private slots:
         const auto rows = v->heatmapRows();
         QCOMPARE(rows.size(), 4);
         for (int l = 0; l < 4; ++l) {
+            // The model dock's point tree shows each layer's E(T) with block-hadamard.
+            QCOMPARE(w.modelSummary()->pointMetricShown(QString("layers.%1.mlp.down_proj.input").arg(l)),
+                     want.entries[size_t(l)].report.mse);
             const at::Tensor pb = want.entries[size_t(l)].report.perBlock;
             QCOMPARE(rows[l].size(), int(pb.numel())); // 384 / 32 = 12 blocks
             for (int b = 0; b < rows[l].size(); ++b) QCOMPARE(rows[l][b], pb[b].item<double>());

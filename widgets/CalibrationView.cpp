@@ -103,6 +103,17 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     m_format->addItems({QStringLiteral("mxfp4"), QStringLiteral("mxint4"), QStringLiteral("nvfp4")});
     m_format->setToolTip(tr("W4A4 format of weights and activations (block 32, floor scales; nvfp4: block 16)"));
     mf->addRow(tr("&Format:"), m_format);
+    m_block = new QComboBox(methodBox);
+    m_block->setObjectName(QStringLiteral("blockCombo"));
+    m_block->addItem(tr("format default"), 0);
+    for (int b : {8, 16, 32, 64, 128}) m_block->addItem(QString::number(b), b);
+    m_block->setToolTip(tr("MX block size (default: 32; 16 for nvfp4)"));
+    mf->addRow(tr("&Block size:"), m_block);
+    m_scaleMode = new QComboBox(methodBox);
+    m_scaleMode->setObjectName(QStringLiteral("scaleModeCombo"));
+    m_scaleMode->addItems({QStringLiteral("floor"), QStringLiteral("ceil"), QStringLiteral("even")});
+    m_scaleMode->setToolTip(tr("Shared-scale rounding: floor (OCP), ceil, even (torchao)"));
+    mf->addRow(tr("S&cale mode:"), m_scaleMode);
     column->addWidget(methodBox);
 
     auto* trainBox = new QGroupBox(tr("Training (learned methods)"), form);
@@ -152,6 +163,13 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     for (const auto& d : latmix::availableDevices()) m_device->addItem(QString::fromStdString(d));
     m_device->setToolTip(tr("Where training and GPTQ run"));
     df->addRow(tr("&Device:"), m_device);
+    m_defaultThreads = latmix::threadCount();
+    m_threads = spin(dataBox, "threadsSpin", 1, 1024, m_defaultThreads, tr("libtorch CPU threads"));
+    df->addRow(tr("T&hreads:"), m_threads);
+    connect(m_threads, qOverload<int>(&QSpinBox::valueChanged), this, [this](int n) {
+        latmix::configureThreads(n);
+        emit threadsChanged(latmix::threadCount());
+    });
     auto* dirRow = new QHBoxLayout;
     m_runDirEdit = new QLineEdit(dataBox);
     m_runDirEdit->setObjectName(QStringLiteral("runDirEdit"));
@@ -215,7 +233,9 @@ void CalibrationView::setModelDir(const QString& dir) {
 latmix::quant::QuantizeOptions CalibrationView::options() const {
     latmix::quant::QuantizeOptions o;
     o.method = m_method->currentText().toStdString();
-    o.format = latmix::mx::makeConfig(latmix::mx::parseFormat(m_format->currentText().toStdString()));
+    o.format = latmix::mx::makeConfig(latmix::mx::parseFormat(m_format->currentText().toStdString()),
+                                      latmix::mx::parseScaleMode(m_scaleMode->currentText().toStdString()));
+    if (m_block->currentData().toInt() > 0) o.format.blockSize = m_block->currentData().toInt();
     o.steps = m_steps->value();
     o.batch = m_batch->value();
     o.lr = m_lr->value();
@@ -346,6 +366,13 @@ void CalibrationView::saveSettings() const {
     s.setValue(QStringLiteral("seed"), m_seed->value());
     s.setValue(QStringLiteral("evalWindows"), m_evalWindows->value());
     s.setValue(QStringLiteral("device"), m_device->currentText());
+    s.setValue(QStringLiteral("block"), m_block->currentData().toInt());
+    s.setValue(QStringLiteral("scaleMode"), m_scaleMode->currentText());
+    // Only a count the user chose is remembered: otherwise LATMIX_THREADS / the core count decide.
+    if (m_threads->value() != m_defaultThreads)
+        s.setValue(QStringLiteral("threads"), m_threads->value());
+    else
+        s.remove(QStringLiteral("threads"));
     s.setValue(QStringLiteral("calibrationText"), m_calibText->text());
     s.endGroup();
 }
@@ -360,6 +387,11 @@ void CalibrationView::loadSettings() {
     text("method", m_method);
     text("format", m_format);
     text("device", m_device);
+    text("scaleMode", m_scaleMode);
+    const int block = m_block->findData(s.value(QStringLiteral("block"), 0).toInt());
+    if (block >= 0) m_block->setCurrentIndex(block);
+    // A thread count chosen earlier applies again (latmix-workbench --threads N overrides it).
+    if (s.contains(QStringLiteral("threads"))) m_threads->setValue(s.value(QStringLiteral("threads")).toInt());
     auto number = [&](const char* key, QSpinBox* b) { b->setValue(s.value(QLatin1String(key), b->value()).toInt()); };
     auto real = [&](const char* key, QDoubleSpinBox* b) { b->setValue(s.value(QLatin1String(key), b->value()).toDouble()); };
     number("steps", m_steps);

@@ -59,6 +59,7 @@ public:
     bool start(QString* error = nullptr);
 
 signals:
+    void threadsChanged(int threads); // libtorch threads were set from the form
     void runStarted(const QString& runDir);
     void runFinished(bool ok, const QString& runDir, const QString& message);
     void errorOccurred(const QString& message);
@@ -71,7 +72,9 @@ private:
     QString m_modelDir, m_lastRunDir, m_activeRunDir;
     TrainingDashboard* m_dashboard = nullptr;
     JobRunner* m_runner = nullptr;
-    QComboBox *m_method, *m_format, *m_device;
+    QComboBox *m_method, *m_format, *m_device, *m_block, *m_scaleMode;
+    QSpinBox* m_threads;
+    int m_defaultThreads = 1;
     QSpinBox *m_steps, *m_batch, *m_samples, *m_seqLen, *m_seed, *m_evalWindows, *m_metricsEvery;
     QDoubleSpinBox *m_lr, *m_temperature, *m_volumeWeight;
     QLineEdit *m_calibText, *m_runDirEdit;

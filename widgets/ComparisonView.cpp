@@ -301,6 +301,13 @@ bool ComparisonView::compare(QString* error) {
         if (ok) {
             m_result = std::move(*result);
             showResult();
+            // The point's E(T) without a transform (or with the first one) joins the model tree.
+            const latmix::train::AnalysisEntry* chosen = nullptr;
+            for (const auto& e : m_result.entries)
+                if (e.error.empty() && (!chosen || e.kind == "none")) chosen = &e;
+            if (chosen)
+                emit pointMetricsKnown(tr("E(T), %1").arg(QString::fromStdString(chosen->kind)),
+                                       {{QString::fromStdString(chosen->point), chosen->report.mse}});
             m_status->setText(tr("Compared %1 transforms in %2 s").arg(m_result.entries.size()).arg(m_result.seconds, 0, 'f', 1));
         } else {
             m_status->setText(tr("Comparison failed: %1").arg(message));
@@ -402,11 +409,14 @@ bool ComparisonView::compareAcrossLayers(const QString& kind, QString* error) {
         if (ok) {
             QStringList points;
             QVector<QVector<double>> rows;
+            QMap<QString, double> mse;
             for (const auto& e : result->entries) {
                 if (!e.error.empty()) continue;
                 points << QString::fromStdString(e.point);
                 rows << toVector(e.report.perBlock);
+                mse[QString::fromStdString(e.point)] = e.report.mse;
             }
+            emit pointMetricsKnown(tr("E(T), %1").arg(kind), mse);
             showHeatmap(points, rows, kind);
             m_status->setText(tr("Per-block error of %1 points with %2").arg(points.size()).arg(kind));
         } else {

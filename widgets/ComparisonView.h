@@ -9,6 +9,7 @@
 // Work runs on a worker thread (JobRunner); results are core's numbers, unchanged.
 #include "train/TransformAnalysis.h"
 
+#include <QMap>
 #include <QString>
 #include <QStringList>
 #include <QVector>
@@ -68,6 +69,8 @@ public:
 
 signals:
     void comparisonFinished(bool ok, const QString& message);
+    // E(T) per point for one transform, once measured (colours the model's point tree).
+    void pointMetricsKnown(const QString& metric, const QMap<QString, double>& values);
     void errorOccurred(const QString& message);
 
 private:

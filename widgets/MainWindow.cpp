@@ -125,9 +125,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     setCentralWidget(createCentralArea());
     connect(this, &MainWindow::modelOpened, m_comparison, &ComparisonView::setModelDir);
     connect(m_comparison, &ComparisonView::errorOccurred, this, &MainWindow::showErrorBanner);
+    connect(m_comparison, &ComparisonView::pointMetricsKnown, this,
+            [this](const QString& metric, const QMap<QString, double>& values) { m_summary->setPointMetric(metric, values); });
     setAcceptDrops(true);
     connect(this, &MainWindow::modelOpened, m_calibration, &CalibrationView::setModelDir);
     connect(m_calibration, &CalibrationView::errorOccurred, this, &MainWindow::showErrorBanner);
+    connect(m_calibration, &CalibrationView::threadsChanged, this, [this] {
+        if (m_threadsLabel) refreshRuntimeInfo();
+    });
     connect(m_calibration, &CalibrationView::runFinished, this, [this](bool ok, const QString& dir, const QString& message) {
         statusBar()->showMessage(message);
         if (ok) setExportRun(dir);

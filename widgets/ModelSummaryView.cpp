@@ -16,7 +16,9 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
+#include <cmath>
 #include <exception>
+#include <limits>
 
 namespace latmix::gui {
 namespace {
@@ -237,6 +239,9 @@ QString ModelSummaryView::tokenizerDescription(const QString& dir, QString* deta
 
 void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {
     m_tree->setUpdatesEnabled(false);
+    m_metricName.clear();
+    m_metric.clear();
+    m_tree->setColumnCount(2);
     for (int layer = 0; layer < config.numLayers; ++layer) {
         auto* layerItem = new QTreeWidgetItem(m_tree, {tr("Layer %1").arg(layer)});
         const QString prefix = QStringLiteral("layers.%1.").arg(layer);
@@ -287,6 +292,56 @@ int ModelSummaryView::pointWidthShown(const QString& pointName) const {
                 return layer->child(j)->text(1).toInt();
     }
     return -1;
+}
+
+void ModelSummaryView::setPointMetric(const QString& metric, const QMap<QString, double>& values) {
+    if (metric != m_metricName) {
+        m_metricName = metric;
+        m_metric.clear();
+    }
+    for (auto it = values.begin(); it != values.end(); ++it)
+        if (std::isfinite(it.value()) && it.value() > 0) m_metric[it.key()] = it.value();
+    if (m_metric.isEmpty()) return;
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (double v : m_metric) {
+        lo = std::min(lo, std::log10(v));
+        hi = std::max(hi, std::log10(v));
+    }
+    m_tree->setColumnCount(3);
+    m_tree->setHeaderLabels({tr("Point"), tr("Width"), metric});
+    m_tree->header()->setSectionResizeMode(2, QHeaderView::ResizeToContents);
+    for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
+        QTreeWidgetItem* layer = m_tree->topLevelItem(i);
+        for (int j = 0; j < layer->childCount(); ++j) {
+            QTreeWidgetItem* item = layer->child(j);
+            const auto it = m_metric.find(item->data(0, Qt::UserRole).toString());
+            if (it == m_metric.end()) {
+                item->setText(2, QString());
+                for (int c = 0; c < 3; ++c) item->setBackground(c, QBrush());
+                continue;
+            }
+            const double t = hi > lo ? (std::log10(it.value()) - lo) / (hi - lo) : 0.0;
+            // Green (low) → red (high), pale enough for dark text on both themes.
+            const QColor colour = QColor::fromHsvF((1.0 - t) / 3.0, 0.45, 0.95);
+            item->setText(2, QString::number(it.value(), 'g', 3));
+            item->setData(2, Qt::UserRole, it.value());
+            item->setTextAlignment(2, Qt::AlignRight | Qt::AlignVCenter);
+            for (int c = 0; c < 3; ++c) {
+                item->setBackground(c, colour);
+                item->setForeground(c, QColor(Qt::black));
+            }
+        }
+    }
+}
+
+double ModelSummaryView::pointMetricShown(const QString& pointName) const {
+    for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
+        const QTreeWidgetItem* layer = m_tree->topLevelItem(i);
+        for (int j = 0; j < layer->childCount(); ++j)
+            if (layer->child(j)->data(0, Qt::UserRole).toString() == pointName && !layer->child(j)->text(2).isEmpty())
+                return layer->child(j)->data(2, Qt::UserRole).toDouble();
+    }
+    return std::numeric_limits<double>::quiet_NaN();
 }
 
 } // namespace latmix::gui

@@ -4,6 +4,7 @@
 // widths, one branch per layer. Shown in the main window's "Model" dock.
 #include "model/Checkpoint.h"
 
+#include <QMap>
 #include <QString>
 #include <QStringList>
 #include <QWidget>
@@ -43,6 +44,14 @@ public:
     int pointWidthShown(const QString& pointName) const;
     QTreeWidget* pointTree() const { return m_tree; }
 
+    // Colours the points by a metric once it is known (the transform comparison's E(T)): a
+    // third column with the value and a background from green (lowest) to red (highest) on a
+    // log scale over the points that have a value. Values for the same metric name accumulate;
+    // another name starts afresh. Cleared when another checkpoint is shown.
+    void setPointMetric(const QString& metric, const QMap<QString, double>& values);
+    QString pointMetricName() const { return m_metricName; }
+    double pointMetricShown(const QString& pointName) const; // NaN when the point has none
+
     // "864.38 K", "12.91 M", "1.24 B": parameter counts as people quote them.
     static QString formatCount(qint64 n);
 
@@ -63,6 +72,8 @@ private:
     QTreeWidget* m_tree = nullptr;
     QLabel* m_folderValue = nullptr;
     QString m_folderPath; // native separators; shown elided in the middle to fit the dock
+    QString m_metricName;
+    QMap<QString, double> m_metric;
 };
 
 } // namespace latmix::gui

@@ -184,6 +184,11 @@ int main(int argc, char** argv) {
     if (parser.isSet(plotAnalysisOption)) return plotAnalysis(parser.value(plotAnalysisOption), parser.value(outDirOption));
 
     latmix::gui::MainWindow window;
+    // An explicit --threads wins over the thread count remembered in the settings.
+    if (parser.isSet(threadsOption)) {
+        latmix::configureThreads(threads);
+        window.refreshRuntimeInfo();
+    }
     if (parser.isSet(formatOption) && !window.explorerView()->selectFormat(parser.value(formatOption)))
         return fail(QStringLiteral("unknown MX format '%1'; choose one of %2")
                         .arg(parser.value(formatOption), QString::fromStdString(latmix::mx::formatNameList())));
