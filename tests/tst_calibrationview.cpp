@@ -7,6 +7,7 @@
 #include "model/Checkpoint.h"
 #include "model/DemoModel.h"
 #include "train/Distillation.h"
+#include "metrics/TransformMetrics.h"
 #include "train/ModelTransforms.h"
 #include "transforms/AffineTransform.h"
 
@@ -144,6 +145,24 @@ private slots:
         // The finished run is what File › Export exports.
         QVERIFY(w.exportAction()->isEnabled());
         QCOMPARE(w.exportRunDir(), QDir(run).absolutePath());
+    }
+
+    // The A2 the dashboard follows is the chosen layer's: its final orthogonality deviation is
+    // that of layer 2's trained T2 in transforms.h5, computed here from the matrix.
+    void trackedLayerA2() {
+        MainWindow w;
+        QVERIFY(w.openCheckpoint(m_model, false));
+        CalibrationView* v = w.calibrationView();
+        v->setTrackedLayer(2);
+        const QString run = runCalibration(w, "run-track2", "latmix-qr", 3);
+        const auto ck = model::Checkpoint::load(m_model.toStdString());
+        const auto t = train::ModelTransforms::load(ck.config(), (run + "/transforms.h5").toStdString());
+        const at::Tensor a2 = t.t2(2)->matrix().detach().to(at::kDouble);
+        const double want = metrics::orthogonalityDeviation(a2);
+        const double got = v->dashboard()->plottedValues(0, "a2_orth").last();
+        QVERIFY2(std::abs(got - want) <= 1e-9 * std::max(1.0, want), qPrintable(QString("%1 vs %2").arg(got).arg(want)));
+        const double layer0 = metrics::orthogonalityDeviation(t.t2(0)->matrix().detach().to(at::kDouble));
+        QVERIFY(std::abs(got - layer0) > 1e-9); // really another layer's matrix
     }
 
     // Cancel stops the run at the next step and keeps a consistent run file; pause holds it.

@@ -87,12 +87,19 @@ private slots:
         QTest::newRow("unknown method") << QStringList{"--method", "awq"} << "latmix-lu";
         QTest::newRow("unknown format") << QStringList{"--format", "mxfp5"} << "mxfp4";
         QTest::newRow("missing model") << QStringList{"--model", "/nonexistent/model"} << "/nonexistent/model";
+        QTest::newRow("tracked layer out of range") << QStringList{"--track-layer", "9"} << "tracked layer 9 is not a layer";
     }
     void badArguments() {
         QFETCH(QStringList, args);
         QFETCH(QString, message);
         QStringList a = quantizeArgs(m_tmp.filePath("bad"), "latmix-lu", 2);
-        for (int i = 0; i + 1 < args.size(); i += 2) a[a.indexOf(args[i]) + 1] = args[i + 1];
+        for (int i = 0; i + 1 < args.size(); i += 2) {
+            const int at = a.indexOf(args[i]);
+            if (at >= 0)
+                a[at + 1] = args[i + 1];
+            else
+                a << args[i] << args[i + 1];
+        }
         const Result r = run(a);
         QVERIFY(r.exitCode != 0);
         QVERIFY2(r.err.contains(message), qPrintable(r.err));

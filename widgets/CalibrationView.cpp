@@ -7,6 +7,7 @@
 #include "TrainingDashboard.h"
 
 #include "eval/Perplexity.h"
+#include "model/ModelConfig.h"
 #include "model/Tokenizer.h"
 #include "util/Runtime.h"
 
@@ -130,6 +131,8 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     tf->addRow(tr("&Volume weight:"), m_volumeWeight);
     m_metricsEvery = spin(trainBox, "metricsEverySpin", 1, 1000, 10, tr("Matrix metrics and heatmaps every k steps"));
     tf->addRow(tr("Metrics every:"), m_metricsEvery);
+    m_trackedLayer = spin(trainBox, "trackedLayerSpin", 0, 0, 0, tr("Layer whose T2 (A2) the dashboard follows"));
+    tf->addRow(tr("A2 of &layer:"), m_trackedLayer);
     column->addWidget(trainBox);
 
     auto* dataBox = new QGroupBox(tr("Data and device"), form);
@@ -225,6 +228,14 @@ CalibrationView::~CalibrationView() { saveSettings(); }
 
 void CalibrationView::setModelDir(const QString& dir) {
     m_modelDir = dir;
+    int layers = 1;
+    try {
+        if (!dir.isEmpty())
+            layers = latmix::model::ModelConfig::fromFile((QDir(dir).filePath(QStringLiteral("config.json"))).toStdString()).numLayers;
+    } catch (const std::exception&) {
+        // A folder MainWindow opened has a readable config; nothing to do otherwise.
+    }
+    m_trackedLayer->setMaximum(std::max(0, layers - 1));
     const bool can = !dir.isEmpty() && !m_runner->isRunning();
     m_run->setEnabled(can);
     m_run->setToolTip(dir.isEmpty() ? tr("Open a model first") : tr("Quantize %1 with the settings above").arg(dir));
@@ -242,6 +253,7 @@ latmix::quant::QuantizeOptions CalibrationView::options() const {
     o.temperature = m_temperature->value();
     o.volumeWeight = m_volumeWeight->value();
     o.metricsEvery = m_metricsEvery->value();
+    o.trackedLayer = m_trackedLayer->value();
     o.calibSamples = m_samples->value();
     o.seqLen = m_seqLen->value();
     o.seed = static_cast<std::uint64_t>(m_seed->value());
@@ -260,6 +272,7 @@ void CalibrationView::setCalibration(int samples, int seqLen, int batch) {
     m_batch->setValue(batch);
 }
 void CalibrationView::setEvalWindows(int windows) { m_evalWindows->setValue(windows); }
+void CalibrationView::setTrackedLayer(int layer) { m_trackedLayer->setValue(layer); }
 void CalibrationView::setCalibrationText(const QString& path) { m_calibText->setText(path); }
 void CalibrationView::setRunDir(const QString& dir) { m_runDirEdit->setText(dir); }
 QString CalibrationView::runDir() const { return m_runDirEdit->text(); }
@@ -322,6 +335,7 @@ bool CalibrationView::start(QString* error) {
 
     const auto spec = latmix::quant::methodSpec(o.method);
     m_dashboard->beginRun(QFileInfo(m_activeRunDir).fileName(), spec.learned ? o.steps : 0, o.format.blockSize);
+    m_dashboard->setTrackedLayer(o.trackedLayer);
     QPointer<TrainingDashboard> board = m_dashboard;
     o.onMatrices = [board](int step, const at::Tensor& a1, const at::Tensor& a2) {
         QMetaObject::invokeMethod(

@@ -48,6 +48,7 @@ public:
     void setSteps(int steps);
     void setCalibration(int samples, int seqLen, int batch);
     void setEvalWindows(int windows); // 0: no perplexity evaluation
+    void setTrackedLayer(int layer);  // whose A2 the dashboard shows
     void setCalibrationText(const QString& path); // empty: the built-in text
     void setRunDir(const QString& dir);           // empty: a new folder under the data location
     QString runDir() const;
@@ -75,6 +76,7 @@ private:
     QComboBox *m_method, *m_format, *m_device, *m_block, *m_scaleMode;
     QSpinBox* m_threads;
     int m_defaultThreads = 1;
+    QSpinBox* m_trackedLayer;
     QSpinBox *m_steps, *m_batch, *m_samples, *m_seqLen, *m_seed, *m_evalWindows, *m_metricsEvery;
     QDoubleSpinBox *m_lr, *m_temperature, *m_volumeWeight;
     QLineEdit *m_calibText, *m_runDirEdit;

@@ -244,6 +244,12 @@ void TrainingDashboard::beginRun(const QString& name, int totalSteps, int blockS
     rebuildGraphs();
 }
 
+void TrainingDashboard::setTrackedLayer(int layer) {
+    if (auto* t = qobject_cast<QCPTextElement*>(m_a2Plot->plotLayout()->element(0, 0)))
+        t->setText(tr("A2 metrics (layer %1)").arg(layer));
+    m_a2Plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
 void TrainingDashboard::addStep(const DistillStep& step) {
     if (m_liveRun < 0) beginRun(tr("run"), 0, m_blockSize);
     m_runs[static_cast<size_t>(m_liveRun)].steps.push_back(step);

@@ -55,6 +55,8 @@ public:
     void setSmoothing(double alpha);
     double smoothing() const { return m_smoothing; }
     void setHeatmapInterval(int ms) { m_heatmapIntervalMs = ms; }
+    // The layer whose A2 the run reports (titles the A2 plot).
+    void setTrackedLayer(int layer);
 
     // What the plots hold (read back from QCustomPlot's data), for tests: the y values of
     // quantity for run index (0: the first run added).

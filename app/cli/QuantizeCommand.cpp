@@ -103,6 +103,8 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_option("--metrics-every", o->q.metricsEvery, "matrix metrics every k steps (0: never)")->capture_default_str();
     cmd->add_option("--checkpoint-every", o->q.checkpointEvery, "training state saved every k steps")->capture_default_str();
     cmd->add_flag("--resume", o->q.resume, "continue the training saved in RUN_DIR/train.h5");
+    cmd->add_option("--track-layer", o->q.trackedLayer, "layer whose A2 metrics the training reports")
+        ->capture_default_str();
     cmd->add_flag("--offload", o->q.offload,
                   "keep the decoder layers in host memory, one at a time on the device (models larger than its memory)");
     cmd->add_option("--eval-seqlen", o->q.evalSeqLen, "WikiText-2 test perplexity window (0: no evaluation)")

@@ -100,6 +100,9 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     if (o.calibSamples < 1 || o.seqLen < 2) throw std::invalid_argument("need at least one calibration window of 2+ tokens");
     const auto ck = model::Checkpoint::load(modelDir);
     const model::ModelConfig& c = ck.config();
+    if (o.trackedLayer < 0 || o.trackedLayer >= c.numLayers)
+        throw std::invalid_argument("tracked layer " + std::to_string(o.trackedLayer) + " is not a layer of " + modelDir +
+                                    " (0.." + std::to_string(c.numLayers - 1) + ")");
     const c10::Device device = model::parseDevice(o.device);
     const auto fopts = at::TensorOptions().dtype(at::kFloat).device(device);
     fs::create_directories(runDir);
@@ -146,6 +149,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
             d.resume = o.resume;
             d.onStep = onStep;
             d.onMatrices = o.onMatrices;
+            d.trackedLayer = o.trackedLayer;
             SubJob sub(job, 0.0, 0.7, "training: ");
             r.training = train::distill(c, o.offload ? model::convertWeights(original, fopts) : original, calib,
                                         *transforms, d, sub);

@@ -52,6 +52,7 @@ struct QuantizeOptions {
     // time for folding, GPTQ and evaluation, so a model larger than device memory can be
     // quantized. Training (learned methods) still needs the whole model on the device.
     bool offload = false;
+    int trackedLayer = 0;        // whose A2 the training reports (metrics, live heatmap)
     // Live matrices during training (see train::DistillOptions::onMatrices).
     std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
     int evalSeqLen = 0;          // WikiText-2 perplexity of FP and quantized model; 0: none
