@@ -245,6 +245,43 @@ private slots:
         QVERIFY(QFile::exists(out + "/config.json"));
     }
 
+    // A model whose weights hold NaNs: the run stops with a message in the window's banner that
+    // names the cause, the window keeps working and nothing is offered for export.
+    void nanWeightsShowInBanner() {
+        const QString dir = m_tmp.filePath("nan-model");
+        model::writeDemoModel(dir.toStdString());
+        QFile f(dir + "/model.safetensors");
+        QVERIFY(f.open(QIODevice::ReadWrite));
+        quint64 headerLen = 0;
+        QCOMPARE(f.read(reinterpret_cast<char*>(&headerLen), 8), qint64(8)); // little-endian u64
+        // Every float of the tensor data from the middle of the file on becomes NaN.
+        const qint64 start = 8 + qint64(headerLen), size = f.size();
+        const qint64 from = start + ((size - start) / 2) / 4 * 4;
+        QByteArray nan;
+        const quint32 bits = 0x7fc00000u;
+        for (qint64 i = from; i + 4 <= size; i += 4) nan.append(reinterpret_cast<const char*>(&bits), 4);
+        QVERIFY(f.seek(from));
+        QCOMPARE(f.write(nan), qint64(nan.size()));
+        f.close();
+
+        MainWindow w;
+        QVERIFY(w.openCheckpoint(dir, false));
+        CalibrationView* v = w.calibrationView();
+        configure(v, m_tmp.filePath("run-nan"), "latmix-lu", 5);
+        QSignalSpy done(v, &CalibrationView::runFinished);
+        QVERIFY(v->start());
+        QVERIFY(done.wait(120000));
+        QCOMPARE(done.first().at(0).toBool(), false);
+        QVERIFY(w.isErrorBannerShown());
+        const QString text = w.errorBannerText();
+        QVERIFY2(text.startsWith("Calibration failed") &&
+                     (text.contains("diverged") || text.contains("finite") || text.contains("NaN")),
+                 qPrintable(text));
+        QVERIFY(!w.exportAction()->isEnabled());
+        QVERIFY(v->start()); // the workbench is still usable: a new run starts
+        QVERIFY(done.wait(120000));
+    }
+
     // A folder that is not a run: banner, nothing enabled, the window keeps working.
     void badRunShowsBanner() {
         MainWindow w;

@@ -196,6 +196,17 @@ void TestModelSummaryView::failedOpenKeepsPreviousModel_data() {
     QFile::remove(noWeights + QStringLiteral("/config.json"));
     QVERIFY(QFile::copy(m_demo + QStringLiteral("/config.json"), noWeights + QStringLiteral("/config.json")));
     QTest::newRow("no weights") << noWeights << QStringLiteral("no weights");
+
+    // A real checkpoint of an architecture the decoder does not implement.
+    const QString gpt2 = m_tmp.filePath(QStringLiteral("gpt2"));
+    QVERIFY(QDir().mkpath(gpt2));
+    QFile::remove(gpt2 + QStringLiteral("/model.safetensors"));
+    QVERIFY(QFile::copy(m_demo + QStringLiteral("/model.safetensors"), gpt2 + QStringLiteral("/model.safetensors")));
+    QFile g(gpt2 + QStringLiteral("/config.json"));
+    QVERIFY(g.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    g.write("{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", \"n_embd\": 128}");
+    g.close();
+    QTest::newRow("unsupported architecture") << gpt2 << QStringLiteral("unsupported architecture 'GPT2LMHeadModel'");
 }
 
 void TestModelSummaryView::failedOpenKeepsPreviousModel() {
