@@ -122,7 +122,7 @@ void TestModelSummaryView::opensCheckpoint() {
 
     const Checkpoint ck = Checkpoint::load(dir.toStdString());
     const auto& c = ck.config();
-    const ModelSummaryView* s = w.modelSummary();
+    ModelSummaryView* s = w.modelSummary();
     QVERIFY(s->hasModel());
     QCOMPARE(s->fieldText(QStringLiteral("architecture")), QString::fromStdString(c.architectureName));
     QCOMPARE(s->fieldText(QStringLiteral("layers")), QString::number(c.numLayers));
@@ -139,6 +139,14 @@ void TestModelSummaryView::opensCheckpoint() {
     QVERIFY(!s->fieldText(QStringLiteral("weightBytes")).isEmpty());
     QVERIFY(s->fieldText(QStringLiteral("memoryFloat32")).contains(QString::fromStdString(latmix::deviceDescription())));
     QVERIFY(!s->fieldText(QStringLiteral("memoryBFloat16")).isEmpty());
+    // The estimate follows the device chosen for runs: 2 bytes per parameter in bfloat16, a
+    // converted copy (not the mapped file) on a GPU.
+    s->setDevice(QStringLiteral("cuda:1"));
+    QVERIFY2(s->fieldText(QStringLiteral("memoryBFloat16")).endsWith(QStringLiteral(" on cuda:1")),
+             qPrintable(s->fieldText(QStringLiteral("memoryBFloat16"))));
+    QVERIFY(!s->fieldText(QStringLiteral("memoryFloat32")).contains(QStringLiteral("mapped")));
+    s->setDevice(QStringLiteral("cpu"));
+    QVERIFY(s->fieldText(QStringLiteral("memoryFloat32")).contains(QStringLiteral(" on CPU")));
     for (const QString& key : ModelSummaryView::fieldKeys())
         QVERIFY2(s->findChild<QLabel*>(key + QStringLiteral("Value")), qPrintable(key));
 

@@ -166,6 +166,7 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     for (const auto& d : latmix::availableDevices()) m_device->addItem(QString::fromStdString(d));
     m_device->setToolTip(tr("Where training and GPTQ run"));
     df->addRow(tr("&Device:"), m_device);
+    connect(m_device, &QComboBox::currentTextChanged, this, &CalibrationView::deviceChanged);
     m_defaultThreads = latmix::threadCount();
     m_threads = spin(dataBox, "threadsSpin", 1, 1024, m_defaultThreads, tr("libtorch CPU threads"));
     df->addRow(tr("T&hreads:"), m_threads);
@@ -276,6 +277,7 @@ void CalibrationView::setTrackedLayer(int layer) { m_trackedLayer->setValue(laye
 void CalibrationView::setCalibrationText(const QString& path) { m_calibText->setText(path); }
 void CalibrationView::setRunDir(const QString& dir) { m_runDirEdit->setText(dir); }
 QString CalibrationView::runDir() const { return m_runDirEdit->text(); }
+QString CalibrationView::device() const { return m_device->currentText(); }
 
 QString CalibrationView::defaultRunDir() const {
     const QString base = QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + QStringLiteral("/runs");

@@ -52,6 +52,7 @@ public:
     void setCalibrationText(const QString& path); // empty: the built-in text
     void setRunDir(const QString& dir);           // empty: a new folder under the data location
     QString runDir() const;
+    QString device() const;
 
     // The folder of the last run that finished (empty before).
     QString lastRunDir() const { return m_lastRunDir; }
@@ -61,6 +62,8 @@ public:
 
 signals:
     void threadsChanged(int threads); // libtorch threads were set from the form
+    void deviceChanged(const QString& device);
+
     void runStarted(const QString& runDir);
     void runFinished(bool ok, const QString& runDir, const QString& message);
     void errorOccurred(const QString& message);

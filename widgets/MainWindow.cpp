@@ -138,6 +138,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         if (ok) setExportRun(dir);
     });
     createModelDock();
+    // The Model dock estimates memory for the device runs use.
+    m_summary->setDevice(m_calibration->device());
+    connect(m_calibration, &CalibrationView::deviceChanged, m_summary, &ModelSummaryView::setDevice);
 
     createMenus();
     createStatusBar();

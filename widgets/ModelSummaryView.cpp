@@ -196,20 +196,7 @@ void ModelSummaryView::setCheckpoint(std::shared_ptr<const latmix::model::Checkp
     setField(QStringLiteral("weightBytes"), dataSize(ck.weightBytes()),
              tr("%1 bytes of tensor data in the safetensors files").arg(QLocale::c().toString(ck.weightBytes())));
 
-    // What LlamaModel will hold: every stored tensor once, in the run dtype. Float32 weights
-    // stored as float32 are used in place on the CPU (memory-mapped, no copy); everything else
-    // is converted once into new memory on the device. Activations come on top and depend on
-    // the batch, so they are left out.
-    const QString device = QString::fromStdString(latmix::deviceDescription());
-    const bool onCpu = device.compare(QLatin1String("CPU"), Qt::CaseInsensitive) == 0;
-    const bool mapped = onCpu && c.torchDtype == "float32";
-    const QString memTip = tr("Weights of the decoder in this dtype on %1 (the workbench's device); "
-                              "activations come on top.").arg(device);
-    setField(QStringLiteral("memoryFloat32"),
-             tr("%1 on %2").arg(dataSize(params * 4), device) + (mapped ? tr(" (mapped)") : QString()),
-             memTip + (mapped ? tr(" Float32 weights are read in place from the memory-mapped file: "
-                                   "no copy is made.") : QString()));
-    setField(QStringLiteral("memoryBFloat16"), tr("%1 on %2").arg(dataSize(params * 2), device), memTip);
+    updateMemoryRows();
 
     QString detail;
     setField(QStringLiteral("tokenizer"), tokenizerDescription(dir, &detail), detail);
@@ -235,6 +222,32 @@ QString ModelSummaryView::tokenizerDescription(const QString& dir, QString* deta
         *detail = QString::fromStdString(e.what());
         return hasFile ? tr("unreadable") : tr("none found");
     }
+}
+
+void ModelSummaryView::setDevice(const QString& device) {
+    m_device = device;
+    updateMemoryRows();
+}
+
+void ModelSummaryView::updateMemoryRows() {
+    if (!m_checkpoint) return;
+    const auto& c = m_checkpoint->config();
+    const qint64 params = m_checkpoint->parameterCount();
+    // What LlamaModel will hold: every stored tensor once, in the run dtype. Float32 weights
+    // stored as float32 are used in place on the CPU (memory-mapped, no copy); everything else
+    // is converted once into new memory on the device. Activations come on top and depend on
+    // the batch, so they are left out.
+    QString device = m_device.isEmpty() ? QString::fromStdString(latmix::deviceDescription()) : m_device;
+    if (device.compare(QLatin1String("cpu"), Qt::CaseInsensitive) == 0) device = QStringLiteral("CPU");
+    const bool onCpu = device.compare(QLatin1String("CPU"), Qt::CaseInsensitive) == 0;
+    const bool mapped = onCpu && c.torchDtype == "float32";
+    const QString memTip = tr("Weights of the decoder in this dtype on %1 (the device chosen for runs); "
+                              "activations come on top.").arg(device);
+    setField(QStringLiteral("memoryFloat32"),
+             tr("%1 on %2").arg(dataSize(params * 4), device) + (mapped ? tr(" (mapped)") : QString()),
+             memTip + (mapped ? tr(" Float32 weights are read in place from the memory-mapped file: "
+                                   "no copy is made.") : QString()));
+    setField(QStringLiteral("memoryBFloat16"), tr("%1 on %2").arg(dataSize(params * 2), device), memTip);
 }
 
 void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {

@@ -52,6 +52,10 @@ public:
     QString pointMetricName() const { return m_metricName; }
     double pointMetricShown(const QString& pointName) const; // NaN when the point has none
 
+    // The device the memory rows are estimated for ("cpu", "cuda:0"; empty: libtorch's default).
+    void setDevice(const QString& device);
+    QString device() const { return m_device; }
+
     // "864.38 K", "12.91 M", "1.24 B": parameter counts as people quote them.
     static QString formatCount(qint64 n);
 
@@ -63,6 +67,7 @@ private:
     void addField(const QString& key, const QString& label, const QString& tip);
     void setField(const QString& key, const QString& text, const QString& tip = QString());
     void fillTree(const latmix::model::ModelConfig& config);
+    void updateMemoryRows();
     QString tokenizerDescription(const QString& dir, QString* detail) const;
 
     std::shared_ptr<const latmix::model::Checkpoint> m_checkpoint;
@@ -72,6 +77,7 @@ private:
     QTreeWidget* m_tree = nullptr;
     QLabel* m_folderValue = nullptr;
     QString m_folderPath; // native separators; shown elided in the middle to fit the dock
+    QString m_device;
     QString m_metricName;
     QMap<QString, double> m_metric;
 };
