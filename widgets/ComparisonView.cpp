@@ -17,6 +17,7 @@
 #include <qcustomplot.h>
 
 #include <QComboBox>
+#include <QDir>
 #include <QEvent>
 #include <QFormLayout>
 #include <QGroupBox>
@@ -212,8 +213,9 @@ void ComparisonView::setModelDir(const QString& dir) {
     m_point->clear();
     if (!dir.isEmpty()) {
         try {
-            const auto ck = latmix::model::Checkpoint::load(dir.toStdString());
-            for (const auto& p : latmix::model::quantizationPointNames(ck.config())) m_point->addItem(QString::fromStdString(p));
+            // config.json is enough for the point names (the window has loaded the checkpoint).
+            const auto config = latmix::model::ModelConfig::fromFile(QDir(dir).filePath(QStringLiteral("config.json")).toStdString());
+            for (const auto& p : latmix::model::quantizationPointNames(config)) m_point->addItem(QString::fromStdString(p));
         } catch (const std::exception& e) {
             m_status->setText(QString::fromLocal8Bit(e.what()));
         }
@@ -264,7 +266,9 @@ latmix::train::AnalysisOptions ComparisonView::analysisOptions() const {
     return o;
 }
 
-bool ComparisonView::compare(QString* error) {
+bool ComparisonView::runAnalysis(const QString& title, const QString& failurePrefix, const std::string& regex,
+                                 const std::function<void(latmix::train::AnalysisOptions&)>& adjust, QString* error,
+                                 std::function<void(latmix::train::AnalysisResult&&)> done) {
     auto fail = [&](const QString& why) {
         if (error) *error = why;
         m_status->setText(why);
@@ -276,15 +280,16 @@ bool ComparisonView::compare(QString* error) {
     latmix::train::AnalysisOptions options;
     try {
         options = analysisOptions();
+        if (adjust) adjust(options);
         if (options.kinds.empty()) throw std::invalid_argument("tick at least one transform");
         latmix::train::validateAnalysisOptions(options);
     } catch (const std::exception& e) {
         return fail(tr("Invalid settings: %1").arg(QString::fromLocal8Bit(e.what())));
     }
-    const std::string modelDir = m_modelDir.toStdString(), regex = exactRegex(currentPoint());
+    const std::string modelDir = m_modelDir.toStdString();
     const int samples = m_samples->value(), seqLen = m_seqLen->value();
     auto result = std::make_shared<latmix::train::AnalysisResult>();
-    const bool started = m_runner->start(tr("Compare transforms"), [=](latmix::JobContext& job) {
+    const bool started = m_runner->start(title, [=](latmix::JobContext& job) {
         const auto ck = latmix::model::Checkpoint::load(modelDir);
         const latmix::model::LlamaModel model(ck);
         const auto acts = latmix::train::captureActivationsInMemory(model, calibrationIds(modelDir), regex, samples,
@@ -294,28 +299,37 @@ bool ComparisonView::compare(QString* error) {
     if (!started) return fail(tr("A comparison is already running"));
     m_compare->setEnabled(false);
     m_acrossLayers->setEnabled(false);
-    connect(m_runner, &JobRunner::finished, this, [this, result](bool ok, const QString& message) {
+    connect(m_runner, &JobRunner::finished, this, [this, result, failurePrefix, done](bool ok, const QString& message) {
         disconnect(m_runner, &JobRunner::finished, this, nullptr);
         m_compare->setEnabled(true);
         m_acrossLayers->setEnabled(true);
         if (ok) {
-            m_result = std::move(*result);
-            showResult();
-            // The point's E(T) without a transform (or with the first one) joins the model tree.
-            const latmix::train::AnalysisEntry* chosen = nullptr;
-            for (const auto& e : m_result.entries)
-                if (e.error.empty() && (!chosen || e.kind == "none")) chosen = &e;
-            if (chosen)
-                emit pointMetricsKnown(tr("E(T), %1").arg(QString::fromStdString(chosen->kind)),
-                                       {{QString::fromStdString(chosen->point), chosen->report.mse}});
-            m_status->setText(tr("Compared %1 transforms in %2 s").arg(m_result.entries.size()).arg(m_result.seconds, 0, 'f', 1));
+            done(std::move(*result));
         } else {
-            m_status->setText(tr("Comparison failed: %1").arg(message));
+            m_status->setText(failurePrefix + message);
             if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
         }
         emit comparisonFinished(ok, m_status->text());
     });
     return true;
+}
+
+bool ComparisonView::compare(QString* error) {
+    return runAnalysis(tr("Compare transforms"), tr("Comparison failed: "), exactRegex(currentPoint()), nullptr, error,
+                       [this](latmix::train::AnalysisResult&& result) {
+                           m_result = std::move(result);
+                           showResult();
+                           // The point's E(T) without a transform (or with the first one) joins the model tree.
+                           const latmix::train::AnalysisEntry* chosen = nullptr;
+                           for (const auto& e : m_result.entries)
+                               if (e.error.empty() && (!chosen || e.kind == "none")) chosen = &e;
+                           if (chosen)
+                               emit pointMetricsKnown(tr("E(T), %1").arg(QString::fromStdString(chosen->kind)),
+                                                      {{QString::fromStdString(chosen->point), chosen->report.mse}});
+                           m_status->setText(tr("Compared %1 transforms in %2 s")
+                                                 .arg(m_result.entries.size())
+                                                 .arg(m_result.seconds, 0, 'f', 1));
+                       });
 }
 
 void ComparisonView::showResult() {
@@ -369,63 +383,28 @@ void ComparisonView::showResult() {
 }
 
 bool ComparisonView::compareAcrossLayers(const QString& kind, QString* error) {
-    auto fail = [&](const QString& why) {
-        if (error) *error = why;
-        m_status->setText(why);
-        emit errorOccurred(why);
-        return false;
+    const auto oneFixedKind = [&kind](latmix::train::AnalysisOptions& o) {
+        o.kinds = {kind.toStdString()};
+        o.sweepBlocks.clear(); // the heatmap needs the per-block errors only
     };
-    if (m_modelDir.isEmpty() || currentPoint().isEmpty()) return fail(tr("Open a model first"));
-    if (m_runner->isRunning()) return fail(tr("A comparison is already running"));
-    latmix::train::AnalysisOptions options;
-    try {
-        options = analysisOptions();
-        options.kinds = {kind.toStdString()};
-        options.sweepBlocks.clear();
-        latmix::train::validateAnalysisOptions(options);
-    } catch (const std::exception& e) {
-        return fail(tr("Invalid settings: %1").arg(QString::fromLocal8Bit(e.what())));
-    }
-    const QString suffix = pointKind(currentPoint());
-    QString pattern = suffix;
+    QString pattern = pointKind(currentPoint());
     pattern.replace(QLatin1Char('.'), QStringLiteral("\\."));
-    const std::string modelDir = m_modelDir.toStdString(), regex = ("^layers\\.[0-9]+\\." + pattern + "$").toStdString();
-    const int samples = m_samples->value(), seqLen = m_seqLen->value();
-    auto result = std::make_shared<latmix::train::AnalysisResult>();
-    const bool started = m_runner->start(tr("Per-block error across layers"), [=](latmix::JobContext& job) {
-        const auto ck = latmix::model::Checkpoint::load(modelDir);
-        const latmix::model::LlamaModel model(ck);
-        const auto acts = latmix::train::captureActivationsInMemory(model, calibrationIds(modelDir), regex, samples,
-                                                                    seqLen, 0, 0, job);
-        *result = latmix::train::analyzeTransforms(acts, options, job);
-    });
-    if (!started) return fail(tr("A comparison is already running"));
-    m_compare->setEnabled(false);
-    m_acrossLayers->setEnabled(false);
-    connect(m_runner, &JobRunner::finished, this, [this, result, kind](bool ok, const QString& message) {
-        disconnect(m_runner, &JobRunner::finished, this, nullptr);
-        m_compare->setEnabled(true);
-        m_acrossLayers->setEnabled(true);
-        if (ok) {
-            QStringList points;
-            QVector<QVector<double>> rows;
-            QMap<QString, double> mse;
-            for (const auto& e : result->entries) {
-                if (!e.error.empty()) continue;
-                points << QString::fromStdString(e.point);
-                rows << toVector(e.report.perBlock);
-                mse[QString::fromStdString(e.point)] = e.report.mse;
-            }
-            emit pointMetricsKnown(tr("E(T), %1").arg(kind), mse);
-            showHeatmap(points, rows, kind);
-            m_status->setText(tr("Per-block error of %1 points with %2").arg(points.size()).arg(kind));
-        } else {
-            m_status->setText(tr("Across layers failed: %1").arg(message));
-            if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
-        }
-        emit comparisonFinished(ok, m_status->text());
-    });
-    return true;
+    const std::string regex = ("^layers\\.[0-9]+\\." + pattern + "$").toStdString();
+    return runAnalysis(tr("Per-block error across layers"), tr("Across layers failed: "), regex, oneFixedKind, error,
+                       [this, kind](latmix::train::AnalysisResult&& result) {
+                           QStringList points;
+                           QVector<QVector<double>> rows;
+                           QMap<QString, double> mse;
+                           for (const auto& e : result.entries) {
+                               if (!e.error.empty()) continue;
+                               points << QString::fromStdString(e.point);
+                               rows << toVector(e.report.perBlock);
+                               mse[QString::fromStdString(e.point)] = e.report.mse;
+                           }
+                           emit pointMetricsKnown(tr("E(T), %1").arg(kind), mse);
+                           showHeatmap(points, rows, kind);
+                           m_status->setText(tr("Per-block error of %1 points with %2").arg(points.size()).arg(kind));
+                       });
 }
 
 void ComparisonView::showHeatmap(const QStringList& points, const QVector<QVector<double>>& rows, const QString& kind) {

@@ -15,6 +15,9 @@
 #include <QVector>
 #include <QWidget>
 
+#include <functional>
+#include <string>
+
 class QComboBox;
 class QCustomPlot;
 class QLabel;
@@ -74,6 +77,11 @@ signals:
     void errorOccurred(const QString& message);
 
 private:
+    // Captures the activations of the points matching regex and analyses them on the worker
+    // thread; done() gets the result on this thread. Shared by compare and compareAcrossLayers.
+    bool runAnalysis(const QString& title, const QString& failurePrefix, const std::string& regex,
+                     const std::function<void(latmix::train::AnalysisOptions&)>& adjust, QString* error,
+                     std::function<void(latmix::train::AnalysisResult&&)> done);
     void showResult();
     void showHeatmap(const QStringList& points, const QVector<QVector<double>>& rows, const QString& kind);
 
