@@ -5,6 +5,7 @@
 
 #include "JobRunner.h"
 #include "TrainingDashboard.h"
+#include "WorkbenchSettings.h"
 
 #include "eval/Perplexity.h"
 #include "model/ModelConfig.h"
@@ -49,7 +50,6 @@ QByteArray builtInCalibrationText() {
 
 namespace {
 
-QSettings settings() { return QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")); }
 
 QString dataDir() {
     const QByteArray env = qgetenv("LATMIX_DATA_DIR");
@@ -367,7 +367,7 @@ bool CalibrationView::start(QString* error) {
 }
 
 void CalibrationView::saveSettings() const {
-    QSettings s = settings();
+    QSettings s = workbenchSettings();
     s.beginGroup(QStringLiteral("calibration"));
     s.setValue(QStringLiteral("method"), m_method->currentText());
     s.setValue(QStringLiteral("format"), m_format->currentText());
@@ -394,7 +394,7 @@ void CalibrationView::saveSettings() const {
 }
 
 void CalibrationView::loadSettings() {
-    QSettings s = settings();
+    QSettings s = workbenchSettings();
     s.beginGroup(QStringLiteral("calibration"));
     auto text = [&](const char* key, QComboBox* c) {
         const QString v = s.value(QLatin1String(key)).toString();

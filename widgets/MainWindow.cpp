@@ -10,6 +10,7 @@
 #include "ModelSummaryView.h"
 #include "MxExplorerView.h"
 #include "TrainingDashboard.h"
+#include "WorkbenchSettings.h"
 
 #include <QAction>
 #include <QActionGroup>
@@ -49,7 +50,6 @@ namespace {
 const char* const kRecentKey = "recent/checkpoints";
 const char* const kThemeKey = "view/theme";
 
-QSettings workbenchSettings() { return QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")); }
 
 QString themeName(MainWindow::Theme t) {
     switch (t) {

@@ -424,28 +424,27 @@ void TrainingDashboard::drawHeatmaps() {
     draw(m_offPlot, off, tr("A1 off-block"));
 }
 
+// The graph drawing quantity for run (graphs carry both as properties), or nullptr.
+static QCPGraph* graphOf(const TrainingDashboard* d, int run, const QString& quantity) {
+    QCustomPlot* p = plotOf(d, quantity);
+    for (int i = 0; i < p->graphCount(); ++i)
+        if (p->graph(i)->property("run").toInt() == run && p->graph(i)->property("quantity").toString() == quantity)
+            return p->graph(i);
+    return nullptr;
+}
+
 QVector<double> TrainingDashboard::plottedValues(int run, const QString& quantity) const {
-    QCustomPlot* p = plotOf(this, quantity);
-    for (int i = 0; i < p->graphCount(); ++i) {
-        QCPGraph* g = p->graph(i);
-        if (g->property("run").toInt() != run || g->property("quantity").toString() != quantity) continue;
-        QVector<double> r;
+    QVector<double> r;
+    if (const QCPGraph* g = graphOf(this, run, quantity))
         for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) r << it->value;
-        return r;
-    }
-    return {};
+    return r;
 }
 
 QVector<double> TrainingDashboard::plottedSteps(int run, const QString& quantity) const {
-    QCustomPlot* p = plotOf(this, quantity);
-    for (int i = 0; i < p->graphCount(); ++i) {
-        QCPGraph* g = p->graph(i);
-        if (g->property("run").toInt() != run || g->property("quantity").toString() != quantity) continue;
-        QVector<double> r;
+    QVector<double> r;
+    if (const QCPGraph* g = graphOf(this, run, quantity))
         for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) r << it->key;
-        return r;
-    }
-    return {};
+    return r;
 }
 
 QVector<double> TrainingDashboard::heatmapValues(bool offBlock) const {
