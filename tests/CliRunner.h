@@ -1,6 +1,7 @@
 #pragma once
 // Runs the built `latmix` executable (LATMIX_BIN_DIR) the way a user would, for the CLI tests.
 #include <QByteArray>
+#include <QFile>
 #include <QProcess>
 #include <QString>
 #include <QStringList>
@@ -26,6 +27,15 @@ inline CliResult runLatmix(const QStringList& args, int timeoutMs, const QByteAr
     }
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
             QString::fromUtf8(p.readAllStandardError())};
+}
+
+// A small calibration text for the CLI tests (one sentence, 40 times); false if unwritable.
+inline bool writeCalibrationText(const QString& path) {
+    QFile f(path);
+    if (!f.open(QIODevice::WriteOnly)) return false;
+    for (int i = 0; i < 40; ++i) f.write("The quick brown fox jumps over the lazy dog while the workbench measures errors. ");
+    f.close(); // flushes: a failed write shows in error()
+    return f.error() == QFileDevice::NoError;
 }
 
 } // namespace latmix::test

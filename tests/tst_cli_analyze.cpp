@@ -33,11 +33,7 @@ private slots:
         const Result r = run({"demo-model", m_model});
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
         m_calib = m_tmp.filePath("calib.txt");
-        QFile f(m_calib);
-        QVERIFY(f.open(QIODevice::WriteOnly));
-        for (int i = 0; i < 40; ++i)
-            f.write("The quick brown fox jumps over the lazy dog while the workbench measures errors. ");
-        f.close();
+        QVERIFY(latmix::test::writeCalibrationText(m_calib));
     }
 
     void analyzesDemoModel() {
