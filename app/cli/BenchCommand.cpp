@@ -8,6 +8,7 @@
 #include "util/Runtime.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <chrono>

@@ -4,6 +4,7 @@
 #include "model/LlamaModel.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <chrono>
 #include <random>

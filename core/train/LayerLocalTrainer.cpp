@@ -4,6 +4,7 @@
 #include "transforms/AffineTransform.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/optim/adamw.h> // the one optimizer header core uses (narrow, no torch/torch.h)
 
 #include <algorithm>

@@ -5,6 +5,7 @@
 #include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <stdexcept>
 

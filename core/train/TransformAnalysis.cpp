@@ -5,6 +5,7 @@
 #include "model/LlamaModel.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <chrono>

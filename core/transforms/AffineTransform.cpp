@@ -1,6 +1,7 @@
 #include "transforms/AffineTransform.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <stdexcept>
 
