@@ -326,9 +326,20 @@ private slots:
             const at::Tensor got = ck.weight(name);
             QCOMPARE(got.scalar_type(), at::kBFloat16);
             at::Tensor want;
-            if (name.find("mlp.down_proj.weight") != std::string::npos)
-                want = r.tensors.at(name).to(at::kDouble).mm(h).to(at::kFloat).to(at::kBFloat16);
-            else if (r.tensors.count(name))
+            if (name.find("mlp.down_proj.weight") != std::string::npos) {
+                // W_down · H in float64 (dense here, block by block in the export): the two sums
+                // differ by float64 rounding, at most ~1e-16 of Σ|w||h| per entry (more than that
+                // of the value itself where terms cancel), so the bf16 result is the same except
+                // where the exact value lies within 1e-12·Σ|w||h| of a rounding boundary; there
+                // either neighbour is right.
+                const auto wd = r.tensors.at(name).to(at::kDouble);
+                const auto exact = wd.mm(h), tol = 1e-12 * wd.abs().mm(h.abs());
+                auto bf16 = [](const at::Tensor& x) { return x.to(at::kFloat).to(at::kBFloat16).to(at::kDouble); };
+                const auto g = got.to(at::kDouble);
+                QVERIFY2(at::logical_and(g >= bf16(exact - tol), g <= bf16(exact + tol)).all().item<bool>(), name.c_str());
+                QVERIFY2(g.ne(bf16(exact)).sum().item<int64_t>() <= got.numel() / 100, name.c_str());
+                continue;
+            } else if (r.tensors.count(name))
                 want = r.tensors.at(name).to(at::kBFloat16);
             else
                 want = at::zeros(got.sizes(), at::kBFloat16); // a completed bias group

@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
     int threads = 0;
     app.add_option("--threads", threads,
                    "libtorch threads (default: LATMIX_THREADS, else the number of cores)");
-    app.set_version_flag("--version", latmix::latmixVersion() + " (libtorch " + latmix::libtorchVersion() + ")");
+    app.set_version_flag("--version", latmix::latmixVersion() + " (libtorch " + latmix::libtorchVersion() + ", BLAS " +
+                                          (latmix::blasLibrary().empty() ? "none" : latmix::blasLibrary()) + ")");
 
     std::map<CLI::App*, latmix::cli::Runner> runners;
     auto add = [&](latmix::cli::Runner (*registerFn)(CLI::App&)) {

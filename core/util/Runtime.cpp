@@ -8,6 +8,7 @@
 #endif
 
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 #include <unistd.h>
 
@@ -26,8 +27,25 @@ int configureThreads(int requested) {
 
 int threadCount() { return at::get_num_threads(); }
 
+std::string blasLibrary() {
+    std::ifstream maps("/proc/self/maps");
+    std::string line, blas;
+    while (std::getline(maps, line)) {
+        const auto slash = line.find('/');
+        if (slash == std::string::npos) continue;
+        const std::string path = line.substr(slash);
+        const std::string name = path.substr(path.rfind('/') + 1);
+        if (name.rfind("libopenblas", 0) == 0) return path; // the implementation behind libblas.so.3
+        if (name.rfind("libblas.so", 0) == 0 && blas.empty()) blas = path;
+    }
+    return blas;
+}
+
+bool blasSharesOpenMpPool() { return blasLibrary().find("/openblas-openmp/") != std::string::npos; }
+
 void preferPassiveOpenMpWait(char** argv) {
     if (std::getenv("OMP_WAIT_POLICY") != nullptr) return; // the user's choice, or done already
+    if (blasSharesOpenMpPool()) return;
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
     execv("/proc/self/exe", argv); // returns only on failure: carry on with spinning threads
 }

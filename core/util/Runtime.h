@@ -10,11 +10,19 @@ namespace latmix {
 int configureThreads(int requested = 0);
 int threadCount();
 
-// libtorch's OpenMP threads spin after each parallel region while OpenBLAS (pthreads) starts its
-// own threads for the next matmul: on a few cores they fight, and a float32 forward pass runs
-// at half speed. libgomp reads OMP_WAIT_POLICY only when it is loaded, before main, so when it
-// is unset this sets it to PASSIVE and re-executes the program once (argv as main got it).
-// Returns normally when nothing was to be done or the re-exec failed.
+// The BLAS library loaded in this process (the path of libopenblas*.so / libblas.so.3 in
+// /proc/self/maps), or "" when none is. The executables ask for the OpenMP OpenBLAS
+// (core/CMakeLists.txt says why); this tells whether they got it.
+std::string blasLibrary();
+bool blasSharesOpenMpPool(); // true for the OpenMP build of OpenBLAS
+
+// When the BLAS runs its own pthreads (the pthread OpenBLAS, e.g. libopenblas0-openmp not
+// installed), libtorch's OpenMP threads spin after each parallel region while OpenBLAS's wait for
+// the next matmul: on a few cores they fight, and a float32 forward runs at half speed, training
+// on libtorch 2.x up to 30x slower. libgomp reads OMP_WAIT_POLICY only when it is loaded, before
+// main, so in that case, when it is unset, this sets it to PASSIVE and re-executes the program
+// once (argv as main got it). With the OpenMP OpenBLAS there is one pool and spinning is faster:
+// nothing is done. Returns normally when nothing was to be done or the re-exec failed.
 void preferPassiveOpenMpWait(char** argv);
 
 std::string libtorchVersion(); // e.g. "1.13.0"
