@@ -3,6 +3,7 @@
 // training, and one-line errors for bad arguments.
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -85,11 +86,16 @@ private slots:
         QTest::newRow("unknown format") << QStringList{"--format", "mxfp5"} << "mxfp4";
         QTest::newRow("missing model") << QStringList{"--model", "/nonexistent/model"} << "/nonexistent/model";
         QTest::newRow("tracked layer out of range") << QStringList{"--track-layer", "9"} << "tracked layer 9 is not a layer";
+        // No machine has 64 GPUs: a CPU-only libtorch and a CUDA one both refuse, naming what exists.
+        QTest::newRow("absent CUDA device") << QStringList{"--device", "cuda:63"}
+                                            << "device 'cuda:63' is not available: ";
+        QTest::newRow("malformed device") << QStringList{"--device", "cuda:x"} << "unknown device 'cuda:x'";
     }
     void badArguments() {
         QFETCH(QStringList, args);
         QFETCH(QString, message);
-        QStringList a = quantizeArgs(m_tmp.filePath("bad"), "latmix-lu", 2);
+        const QString out = m_tmp.filePath(QString("bad-") + QTest::currentDataTag());
+        QStringList a = quantizeArgs(out, "latmix-lu", 2);
         for (int i = 0; i + 1 < args.size(); i += 2) {
             const int at = a.indexOf(args[i]);
             if (at >= 0)
@@ -100,7 +106,10 @@ private slots:
         const Result r = run(a);
         QVERIFY(r.exitCode != 0);
         QVERIFY2(r.err.contains(message), qPrintable(r.err));
-        QVERIFY(!QFile::exists(m_tmp.filePath("bad/model")));
+        QVERIFY2(r.err.trimmed().count('\n') == 0, qPrintable("not one line: " + r.err)); // no backtrace
+        QVERIFY2(!QFileInfo::exists(out), "a refused run wrote its folder"); // nothing written
+        if (QTest::currentDataTag() == QByteArray("absent CUDA device"))
+            QVERIFY2(r.err.contains("(available: cpu"), qPrintable(r.err));
     }
 };
 

@@ -10,6 +10,7 @@
 #include "model/Llama2cImport.h"
 #include "model/LlamaModel.h"
 #include "model/Tokenizer.h"
+#include "util/TorchCompat.h"
 #include "util/Runtime.h"
 
 #include <ATen/ATen.h>
@@ -73,13 +74,16 @@ int runEval(const EvalOptions& o) {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage); // ru_maxrss is in KiB on Linux
     const double peakMiB = usage.ru_maxrss / 1024.0, weightsMiB = ck.weightBytes() / 1048576.0;
-    std::printf("memory      peak resident %.1f MiB, weights %.1f MiB\n", peakMiB, weightsMiB);
+    const double gpuMiB = device.is_cuda() ? compat::cudaPeakAllocatedBytes(device.index()) / 1048576.0 : 0.0;
+    std::printf("memory      peak resident %.1f MiB, weights %.1f MiB", peakMiB, weightsMiB);
+    if (device.is_cuda()) std::printf(", peak GPU %.1f MiB", gpuMiB);
+    std::printf("\n");
     if (!o.json.empty()) {
         nlohmann::json j = {{"model", o.m.model}, {"dataset", path}, {"perplexity", r.perplexity},
                             {"mean_nll", r.meanNll}, {"tokens", r.tokens}, {"windows", r.windows},
                             {"seqlen", r.seqLen}, {"seconds", r.seconds}, {"tokens_per_second", r.tokensPerSecond},
                             {"dtype", o.m.dtype}, {"device", device.str()}, {"threads", threadCount()},
-                            {"peak_rss_mib", peakMiB}, {"weights_mib", weightsMiB},
+                            {"peak_rss_mib", peakMiB}, {"peak_gpu_mib", gpuMiB}, {"weights_mib", weightsMiB},
                             {"latmix_version", latmixVersion()}, {"libtorch_version", libtorchVersion()}};
         std::ofstream(o.json) << j.dump(2) << "\n";
     }

@@ -72,7 +72,9 @@ int runQuantize(QuantizeCli& o) {
     if (r.foldedPerplexity > 0)
         std::printf("folded FP    %.3f (transforms folded, nothing quantized; %+.2f%% vs FP)\n", r.foldedPerplexity,
                     100.0 * (r.foldedPerplexity / r.fpPerplexity - 1));
-    std::printf("time         %.1f s total, peak resident %.0f MiB\n", r.totalSeconds, r.peakRssMb);
+    std::printf("time         %.1f s total, peak resident %.0f MiB", r.totalSeconds, r.peakRssMb);
+    if (r.peakGpuMb > 0) std::printf(", peak GPU %.0f MiB", r.peakGpuMb);
+    std::printf("\n");
     return 0;
 }
 

@@ -2,8 +2,10 @@
 
 #include "model/LlamaModel.h"
 #include "model/Tokenizer.h"
+#include "util/OutOfMemory.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <chrono>
 #include <cmath>
@@ -60,11 +62,14 @@ PerplexityResult evaluatePerplexity(const model::LlamaModel& model, const std::v
     at::NoGradGuard noGrad;
     for (int w = 0; w < windows; ++w) {
         job.checkCancelled();
-        auto window = all.narrow(0, static_cast<int64_t>(w) * r.seqLen, r.seqLen).unsqueeze(0);
-        auto logits = model.forward(window).squeeze(0); // [L, V] float32
-        auto targets = window.squeeze(0).narrow(0, 1, r.seqLen - 1).to(logits.device());
-        auto nll = at::cross_entropy_loss(logits.narrow(0, 0, r.seqLen - 1), targets, {}, at::Reduction::Sum);
-        nllSum += nll.to(at::kDouble).item<double>();
+        const std::string stage = "evaluation window " + std::to_string(w + 1) + "/" + std::to_string(windows);
+        nllSum += guardMemory(stage, "evaluate with --offload (one layer on the device at a time) or a shorter window (--seqlen)", [&] {
+            auto window = all.narrow(0, static_cast<int64_t>(w) * r.seqLen, r.seqLen).unsqueeze(0);
+            auto logits = model.forward(window).squeeze(0); // [L, V] float32
+            auto targets = window.squeeze(0).narrow(0, 1, r.seqLen - 1).to(logits.device());
+            auto nll = at::cross_entropy_loss(logits.narrow(0, 0, r.seqLen - 1), targets, {}, at::Reduction::Sum);
+            return nll.to(at::kDouble).item<double>();
+        });
         r.tokens += r.seqLen - 1;
         job.progress(double(w + 1) / windows, "window " + std::to_string(w + 1) + "/" + std::to_string(windows));
     }

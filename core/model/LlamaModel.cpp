@@ -6,7 +6,9 @@
 #include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h> // at::hasCUDA
 #include <torch/cuda.h>
+#include <torch/version.h> // TORCH_VERSION
 
 #include <cmath>
 #include <stdexcept>
@@ -325,17 +327,26 @@ double LlamaModel::forwardFlops(std::int64_t tokens) const {
 
 c10::Device parseDevice(const std::string& name) {
     if (name == "auto") return torch::cuda::is_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
-    if (name != "cpu" && name.rfind("cuda", 0) != 0)
-        throw std::invalid_argument("unknown device '" + name + "'; use cpu, cuda, cuda:N or auto");
-    c10::Device d(name);
-    if (d.is_cuda()) {
-        const auto n = static_cast<int>(torch::cuda::device_count());
-        if (n == 0) throw std::invalid_argument("device '" + name + "': this build or machine has no CUDA device; use --device cpu");
-        if (d.has_index() && d.index() >= n)
-            throw std::invalid_argument("device '" + name + "': only " + std::to_string(n) + " CUDA device(s)");
-        if (!d.has_index()) d = c10::Device(c10::kCUDA, 0);
+    const std::string use = "; use cpu, cuda, cuda:N or auto";
+    if (name != "cpu" && name.rfind("cuda", 0) != 0) throw std::invalid_argument("unknown device '" + name + "'" + use);
+    c10::Device d(c10::kCPU);
+    try {
+        d = c10::Device(name);
+    } catch (const std::exception&) { // c10's own message carries a backtrace
+        throw std::invalid_argument("unknown device '" + name + "'" + use);
     }
-    return d;
+    if (!d.is_cuda()) return d;
+    const auto n = static_cast<int>(torch::cuda::device_count());
+    if (!d.has_index()) d = c10::Device(c10::kCUDA, 0);
+    if (d.index() < n) return d;
+    std::string available = "cpu";
+    for (int i = 0; i < n; ++i) available += ", cuda:" + std::to_string(i);
+    const std::string why = !at::hasCUDA() ? "this libtorch " + std::string(TORCH_VERSION) + " is a CPU-only build"
+                            : n == 0       ? "libtorch sees no CUDA device (driver loaded? CUDA_VISIBLE_DEVICES?)"
+                                           : "this machine has " + std::to_string(n) + " CUDA device(s)";
+    throw std::invalid_argument("device '" + name + "' is not available: " + why + " (available: " + available +
+                                "); choose one of those with --device" +
+                                (at::hasCUDA() ? "" : ", or build against a CUDA libtorch (README, \"GPU\")"));
 }
 
 at::ScalarType parseDtype(const std::string& name) {

@@ -8,9 +8,12 @@
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
 #include "train/ModelTransforms.h"
+#include "util/OutOfMemory.h"
 #include "util/Runtime.h"
+#include "util/TorchCompat.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -91,6 +94,11 @@ const MethodSpec& methodSpec(const std::string& name) {
     throw std::invalid_argument("unknown method '" + name + "'; use one of " + methodNameList());
 }
 
+// Out of memory while quantizing a layer: the layer's activations of all calibration windows are
+// on the device at once (GPTQ's Hessians need them); the run folder has no latmix.json yet.
+static const char* const kLayerAdvice =
+    "rerun with --offload (one layer on the device at a time) or fewer calibration windows (--calib-samples)";
+
 QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& calibIds, const std::vector<int>& evalIds,
                            const std::string& runDir, const QuantizeOptions& o, JobContext& job,
                            std::function<void(const train::DistillStep&)> onStep) {
@@ -107,6 +115,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     const auto fopts = at::TensorOptions().dtype(at::kFloat).device(device);
     fs::create_directories(runDir);
     QuantizeResult r;
+    if (device.is_cuda()) compat::resetCudaPeakMemory(device.index());
 
     const int seqLen = std::min(o.seqLen, c.maxPositions);
     const auto windows = eval::sampleCalibrationWindows(calibIds, o.calibSamples, seqLen, o.seed);
@@ -208,7 +217,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
         const model::PointKind kinds[] = {model::PointKind::QkvInput, model::PointKind::OProjInput,
                                           model::PointKind::GateUpInput, model::PointKind::DownProjInput};
         for (auto k : kinds) acc[k] = std::make_unique<HessianAccumulator>(model::pointWidth(c, k));
-        {
+        guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerAdvice, [&] {
             at::NoGradGuard g;
             for (int64_t b = 0; b < h.size(0); b += chunk) {
                 const auto hb = h.narrow(0, b, std::min<int64_t>(chunk, h.size(0) - b));
@@ -218,7 +227,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
                     return x;
                 });
             }
-        }
+        });
         struct Job1 {
             const char* name;
             at::Tensor* w;
@@ -237,7 +246,14 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
             const std::string prefix = "model.layers." + std::to_string(l) + "." + lin.name;
             QuantizedWeight q;
             try {
-                q = method.gptq ? quantizeGptq(*lin.w, hess, o.format, o.gptq) : quantizeRtn(lin.w->cpu(), o.format, hess.cpu());
+                q = guardMemory(std::string(method.gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
+                                    std::to_string(l) + ")",
+                                kLayerAdvice, [&] {
+                                    return method.gptq ? quantizeGptq(*lin.w, hess, o.format, o.gptq)
+                                                       : quantizeRtn(lin.w->cpu(), o.format, hess.cpu());
+                                });
+            } catch (const OutOfMemory&) {
+                throw;
             } catch (const std::exception& e) {
                 throw std::runtime_error(prefix + ".weight: " + e.what());
             }
@@ -245,14 +261,14 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
             packed[prefix] = q.packed;
             r.linears.push_back({l, lin.name, q.relativeError, since(t0)});
         }
-        {
+        guardMemory("the quantized forward of layer " + std::to_string(l), kLayerAdvice, [&] {
             at::NoGradGuard g;
             std::vector<at::Tensor> next;
             for (int64_t b = 0; b < h.size(0); b += chunk)
                 next.push_back(model::decoderLayer(c, y, options, h.narrow(0, b, std::min<int64_t>(chunk, h.size(0) - b)),
                                                    rope, l));
             h = at::cat(next, 0);
-        }
+        });
         yHome = model::convertLayer(y, fopts.device(home));
         qjob.progress(double(l + 1) / c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(c.numLayers));
     }
@@ -295,6 +311,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     }
     r.totalSeconds = since(start);
     r.peakRssMb = peakRssMb();
+    if (device.is_cuda()) r.peakGpuMb = compat::cudaPeakAllocatedBytes(device.index()) / 1048576.0;
 
     // 6. latmix.json: enough to reproduce the run.
     nlohmann::ordered_json j;
@@ -337,6 +354,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     j["seconds"] = {{"train", r.trainSeconds}, {"quantize", r.quantizeSeconds}, {"eval", r.evalSeconds},
                     {"total", r.totalSeconds}};
     j["peak_rss_mb"] = r.peakRssMb;
+    if (device.is_cuda()) j["peak_gpu_mb"] = r.peakGpuMb;
     const fs::path out = fs::path(runDir) / "latmix.json";
     const fs::path tmp = out.string() + ".partial";
     {

@@ -74,6 +74,7 @@ struct QuantizeResult {
     double foldedPerplexity = 0; // transformed methods: folded, unquantized (paper Table 3 check)
     double trainSeconds = 0, quantizeSeconds = 0, evalSeconds = 0, totalSeconds = 0;
     double peakRssMb = 0;
+    double peakGpuMb = 0; // peak of libtorch's CUDA allocator on the run's device (0 on the CPU)
     train::DistillResult training;
 };
 

@@ -4,8 +4,10 @@
 #include "io/TensorFile.h"
 #include "metrics/TransformMetrics.h"
 #include "train/LayerLocalTrainer.h" // scheduleFactor
+#include "util/OutOfMemory.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <chrono>
 #include <cmath>
@@ -219,29 +221,42 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         DistillStep s;
         s.step = k + 1;
         s.lr = o.lr * scheduleFactor(k, o.steps, warmup, o.warmupStartFactor);
-        const auto idx = at::tensor(batchOf(o.seed, k, n, o.batch), at::kLong);
-        const auto tokens = calibration.index_select(0, idx).to(device);
-        at::Tensor teacher;
-        {
-            at::NoGradGuard g;
-            teacher = model::forwardWith(c, original, {}, tokens);
+        // One step on the device. Out of memory here names the step; before AdamW touched the
+        // parameters the run file is saved at the last finished step, so --resume goes on from
+        // there; during AdamW's update the state may be half-stepped and the last checkpoint stays.
+        const std::string stage = "training step " + std::to_string(s.step) + "/" + std::to_string(o.steps);
+        bool updating = false;
+        try {
+            guardMemory(stage, "rerun with a smaller --batch, or --offload; the run folder is resumable with --resume", [&] {
+                const auto idx = at::tensor(batchOf(o.seed, k, n, o.batch), at::kLong);
+                const auto tokens = calibration.index_select(0, idx).to(device);
+                at::Tensor teacher;
+                {
+                    at::NoGradGuard g;
+                    teacher = model::forwardWith(c, original, {}, tokens);
+                }
+                s.teacherSeconds = since(t0);
+                const auto t1 = Clock::now();
+                const auto studentWeights = transforms.fold(c, base);
+                const auto student = model::forwardWith(c, studentWeights, studentOptions, tokens);
+                const auto kl = distillationKl(teacher, student, o.temperature);
+                const auto vol = transforms.volume().to(kl.device());
+                const auto loss = kl + o.volumeWeight * vol;
+                s.studentSeconds = since(t1);
+                const auto t2 = Clock::now();
+                opt.zeroGrad();
+                loss.backward();
+                updating = true;
+                opt.step(s.lr);
+                s.loss = loss.item<double>();
+                s.kl = kl.item<double>();
+                s.vol = vol.item<double>();
+                s.backwardSeconds = since(t2);
+            });
+        } catch (const OutOfMemory&) {
+            if (!updating) save(k, "out of memory");
+            throw;
         }
-        s.teacherSeconds = since(t0);
-        const auto t1 = Clock::now();
-        const auto studentWeights = transforms.fold(c, base);
-        const auto student = model::forwardWith(c, studentWeights, studentOptions, tokens);
-        const auto kl = distillationKl(teacher, student, o.temperature);
-        const auto vol = transforms.volume().to(kl.device());
-        const auto loss = kl + o.volumeWeight * vol;
-        s.studentSeconds = since(t1);
-        const auto t2 = Clock::now();
-        opt.zeroGrad();
-        loss.backward();
-        opt.step(s.lr);
-        s.loss = loss.item<double>();
-        s.kl = kl.item<double>();
-        s.vol = vol.item<double>();
-        s.backwardSeconds = since(t2);
         if (!std::isfinite(s.loss)) {
             save(k, "diverged");
             throw std::runtime_error("distillation diverged at step " + std::to_string(s.step) + " (loss " +

@@ -1,0 +1,33 @@
+#pragma once
+// Out of memory inside a long job, said in the job's words: which stage ran out (a training
+// step, a GPTQ layer, an evaluation window), what libtorch said, and the way out. Core jobs run
+// each such stage through guardMemory(); the CLI prints the message, the GUI shows it in its
+// banner. Only the message is ours: the memory is freed by unwinding, as the tensors go.
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace latmix {
+
+class OutOfMemory : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Called inside a catch block: an out-of-memory error of libtorch (c10::OutOfMemoryError, CUDA's
+// caching allocator) or of the host (std::bad_alloc) becomes OutOfMemory
+// "out of memory in <stage>: <libtorch's first line>; <advice>"; any other exception is
+// rethrown unchanged.
+[[noreturn]] void rethrowAsOutOfMemory(const std::string& stage, const std::string& advice);
+
+// f() run as `stage`, its out-of-memory errors reported as above.
+template <class F>
+decltype(auto) guardMemory(const std::string& stage, const std::string& advice, F&& f) {
+    try {
+        return std::forward<F>(f)();
+    } catch (...) {
+        rethrowAsOutOfMemory(stage, advice);
+    }
+}
+
+} // namespace latmix
