@@ -22,8 +22,9 @@ inline bool sameFloat(float a, float b) {
     return (std::isnan(a) && std::isnan(b)) || bitsOf(a) == bitsOf(b);
 }
 
+// The values as floats; t may live on any device (copied to the CPU first).
 inline std::vector<float> toVector(const at::Tensor& t) {
-    auto c = t.detach().to(at::kFloat).contiguous();
+    auto c = t.detach().to(at::kCPU, at::kFloat).contiguous();
     return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
 }
 

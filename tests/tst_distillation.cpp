@@ -1,6 +1,7 @@
 // KL distillation of T1/T2 (SPEC §5) on stories260K: the loss against a float64 KL written here,
 // an exact start (orthogonal init, quantization off → KL 0), learning (the KL falls under MXFP4),
 // determinism for a seed, and resume after a cancel giving the very same parameters.
+#include "DeviceRows.h"
 #include "TestSupport.h"
 
 #include "eval/ActivationCapture.h"
@@ -54,6 +55,27 @@ train::DistillOptions quickOptions(int steps) {
     o.metricsEvery = 5;
     o.seed = 3;
     return o;
+}
+
+// One distillation step (MXFP4 activations, seed 3) with the weights and transforms on `device`:
+// the step's numbers, and the learned parameters before and after it (CPU copies).
+struct OneStep {
+    train::DistillStep step;
+    std::vector<at::Tensor> before, after;
+};
+OneStep oneStep(const Fixture& f, const std::string& kind, c10::Device device) {
+    train::TransformSpec spec;
+    spec.t1Kind = spec.t2Kind = kind;
+    train::ModelTransforms t(f.ck->config(), spec);
+    t.to(device); // before distill takes parameters(): to() makes new leaves
+    OneStep r;
+    for (const auto& p : t.parameters()) r.before.push_back(test::onCpu(p).clone());
+    auto o = quickOptions(1);
+    o.metricsEvery = 0;
+    const auto w = model::convertWeights(f.w, at::TensorOptions().dtype(at::kFloat).device(device));
+    r.step = train::distill(f.ck->config(), w, f.calib, t, o).history.at(0);
+    for (const auto& p : t.parameters()) r.after.push_back(test::onCpu(p));
+    return r;
 }
 
 } // namespace
@@ -160,6 +182,52 @@ private slots:
         const auto pd = d.parameters();
         for (size_t i = 0; i < pa.size(); ++i) QVERIFY2(at::equal(pa[i], pd[i]), qPrintable(QString("parameter %1").arg(i)));
         QCOMPARE(int(train::readDistillSeries(run).size()), 12);
+    }
+
+    // One training step on cuda:0 against the same step on the CPU (same seed, same batch, same
+    // start). Tolerances: loss and KL within 1e-3 relative (+1e-6 absolute): float32 forwards that
+    // differ in summation order, where an activation landing on the other side of an MXFP4
+    // rounding boundary moves the KL a little. Parameters: AdamW's first step moves each entry by
+    // lr·g/(|g|+eps), at most lr in size, so entries agree to 1e-6 (+1e-6·|p|, float32 rounding)
+    // unless a gradient near 0 changed sign; at least 99% of the entries must agree that closely
+    // and every entry within 2·lr. The cpu rows compare two CPU runs (exactly equal).
+    void oneStepMatchesCpu_data() {
+        QTest::addColumn<QString>("kind");
+        test::addDeviceColumn();
+        for (const char* kind : {"learned-affine-lu", "learned-affine-qr"})
+            for (const QString& dev : test::testDevices())
+                QTest::addRow("%s %s", kind, qPrintable(dev)) << QString(kind) << dev;
+    }
+    void oneStepMatchesCpu() {
+        QFETCH(QString, kind);
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
+        Fixture f;
+        if (!loadFixture(f)) QSKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        const OneStep d = oneStep(f, kind.toStdString(), dev), c = oneStep(f, kind.toStdString(), c10::kCPU);
+        auto close = [](double a, double b) { return std::abs(a - b) <= 1e-3 * std::abs(b) + 1e-6; };
+        QVERIFY2(close(d.step.kl, c.step.kl) && close(d.step.loss, c.step.loss),
+                 qPrintable(QString("%1: KL %2 loss %3; CPU: KL %4 loss %5")
+                                .arg(device).arg(d.step.kl, 0, 'g', 9).arg(d.step.loss, 0, 'g', 9)
+                                .arg(c.step.kl, 0, 'g', 9).arg(c.step.loss, 0, 'g', 9)));
+        QVERIFY(c.step.kl > 1e-4); // MXFP4 makes the student differ: the step has something to learn
+        QCOMPARE(d.after.size(), c.after.size());
+        const double lr = c.step.lr;
+        std::int64_t total = 0, agree = 0, moved = 0;
+        for (size_t i = 0; i < c.after.size(); ++i) {
+            QVERIFY(at::equal(d.before[i], c.before[i])); // the same start
+            const auto diff = (d.after[i] - c.after[i]).abs();
+            QVERIFY2(diff.max().item<double>() <= 2 * lr * (1 + 1e-3),
+                     qPrintable(QString("parameter %1 differs by %2 > 2 lr").arg(i).arg(diff.max().item<double>())));
+            agree += (diff <= 1e-6 + 1e-6 * c.after[i].abs()).sum().item<std::int64_t>();
+            moved += (c.after[i] != c.before[i]).sum().item<std::int64_t>();
+            total += diff.numel();
+        }
+        qInfo("%s: KL %.9g (CPU %.9g), %lld of %lld entries agree, %lld moved", qPrintable(device), d.step.kl, c.step.kl,
+              static_cast<long long>(agree), static_cast<long long>(total), static_cast<long long>(moved));
+        QVERIFY(moved > total / 4); // the step did move the parameters
+        QVERIFY2(agree >= 0.99 * double(total),
+                 qPrintable(QString("%1 of %2 parameter entries agree with the CPU's").arg(agree).arg(total)));
     }
 
     // transforms.h5 round trip: the restored transforms have the same matrices.

@@ -2,6 +2,7 @@
 // any affine T2 and the online T3 leave the logits unchanged; a general affine T1 folds into a
 // model equal to the "transformed student" computed independently (float64 ReferenceLlama whose
 // RMSNorms see A1 h + v1).
+#include "DeviceRows.h"
 #include "ReferenceLlama.h"
 
 #include "fold/Fold.h"
@@ -11,6 +12,7 @@
 #include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <QtTest>
 
 #include <memory>
@@ -51,6 +53,35 @@ AffineMatrices matricesOf(const transforms::AffineTransform& t) {
     return {t.matrix().detach(), t.inverseMatrix().detach(), t.bias().defined() ? t.bias().detach() : at::Tensor()};
 }
 
+// Logits (float32, CPU copies) of the original model and of the model with γ, T1 (v1 = 0), T2
+// of every layer and T3 folded, both loaded, folded (float64) and run on `device`.
+struct FoldRun {
+    at::Tensor original, folded;
+};
+FoldRun runFold(const model::Checkpoint& ck, const QString& t1, const QString& t2, bool t3, const at::Tensor& tokens,
+                c10::Device device, bool* attentionBiases = nullptr) {
+    const auto& c = ck.config();
+    const model::LlamaModel original(ck, at::kFloat, device);
+    auto w = fold::foldNorms(c, model::loadWeights(ck, at::kDouble, device));
+    if (!t1.isEmpty()) w = fold::applyT1(c, w, matricesOf(*perturbed(t1.toStdString(), c.hiddenSize, 5, 0.05)));
+    if (!t2.isEmpty()) {
+        std::vector<AffineMatrices> m;
+        for (int l = 0; l < c.numLayers; ++l)
+            m.push_back(matricesOf(*perturbed(t2.toStdString(), c.headDim, 100 + l, 0.05)));
+        w = fold::applyT2(c, w, m);
+    }
+    model::ForwardOptions options;
+    if (t3) {
+        const auto h = transforms::blockHadamard(c.intermediateSize, 32, 9);
+        w = fold::applyT3(w, h);
+        options.onlineHadamardDown = h.to(at::TensorOptions().dtype(at::kFloat).device(device));
+    }
+    const auto fc = fold::foldedConfig(c, w);
+    if (attentionBiases) *attentionBiases = fc.oProjBias && fc.qkvBias;
+    const model::LlamaModel student(fc, model::convertWeights(w, at::TensorOptions().dtype(at::kFloat).device(device)), options);
+    return {test::onCpu(original.forward(tokens)), test::onCpu(student.forward(tokens))};
+}
+
 } // namespace
 
 class TestFold : public QObject {
@@ -61,51 +92,46 @@ private slots:
         QTest::addColumn<QString>("t1");     // "", or a transform kind for T1 with v1 = 0
         QTest::addColumn<QString>("t2");     // "", or a transform kind for every layer's T2
         QTest::addColumn<bool>("t3");
-        for (const char* m : {"stories260K-hf", "brownpy-13M"}) {
-            QTest::addRow("%s norms only", m) << m << "" << "" << false;
-            QTest::addRow("%s hadamard T1", m) << m << "hadamard" << "" << false;
-            QTest::addRow("%s orthogonal T1", m) << m << "orthogonal" << "" << false;
-            QTest::addRow("%s learned rotation T1", m) << m << "learned-rotation" << "" << false;
-            QTest::addRow("%s affine-lu T2", m) << m << "" << "learned-affine-lu" << false;
-            QTest::addRow("%s affine-qr T2", m) << m << "" << "learned-affine-qr" << false;
-            QTest::addRow("%s T3 online", m) << m << "" << "" << true;
-            QTest::addRow("%s hadamard T1 + lu T2 + T3", m) << m << "hadamard" << "learned-affine-lu" << true;
-        }
+        test::addDeviceColumn();
+        for (const char* m : {"stories260K-hf", "brownpy-13M"})
+            for (const QString& dev : test::testDevices()) { // the cpu rows keep their old names
+                const QByteArray d = dev == "cpu" ? QByteArray() : " " + dev.toUtf8();
+                QTest::addRow("%s norms only%s", m, d.constData()) << m << "" << "" << false << dev;
+                QTest::addRow("%s hadamard T1%s", m, d.constData()) << m << "hadamard" << "" << false << dev;
+                QTest::addRow("%s orthogonal T1%s", m, d.constData()) << m << "orthogonal" << "" << false << dev;
+                QTest::addRow("%s learned rotation T1%s", m, d.constData()) << m << "learned-rotation" << "" << false << dev;
+                QTest::addRow("%s affine-lu T2%s", m, d.constData()) << m << "" << "learned-affine-lu" << false << dev;
+                QTest::addRow("%s affine-qr T2%s", m, d.constData()) << m << "" << "learned-affine-qr" << false << dev;
+                QTest::addRow("%s T3 online%s", m, d.constData()) << m << "" << "" << true << dev;
+                QTest::addRow("%s hadamard T1 + lu T2 + T3%s", m, d.constData())
+                    << m << "hadamard" << "learned-affine-lu" << true << dev;
+            }
     }
-    // SPEC §4 / issue: unchanged logits, max relative error < 1e-4 (float32 forward).
+    // SPEC §4 / issue: unchanged logits, max relative error < 1e-4 (float32 forward), on the CPU
+    // and on cuda:0 (model loaded there, the fold in float64 there, the folded model run there).
+    // On cuda:0 also: its logits against the CPU's, original and folded model each, < 2e-5
+    // (float32 forwards each within 1e-5 of the float64 reference, tst_llamamodel).
     void exactFolds() {
         QFETCH(QString, model);
         QFETCH(QString, t1);
         QFETCH(QString, t2);
         QFETCH(bool, t3);
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
         const QString dir = test::dataDir() + "/models/" + model;
         if (!QFile::exists(dir + "/config.json")) QSKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
         const auto ck = model::Checkpoint::load(dir.toStdString());
-        const auto& c = ck.config();
-        const model::LlamaModel original(ck);
-        const auto tokens = sampleTokens(c.vocabSize, 48, 3);
-        const auto want = original.forward(tokens);
-
-        auto w = fold::foldNorms(c, model::loadWeights(ck, at::kDouble));
-        if (!t1.isEmpty()) w = fold::applyT1(c, w, matricesOf(*perturbed(t1.toStdString(), c.hiddenSize, 5, 0.05)));
-        if (!t2.isEmpty()) {
-            std::vector<AffineMatrices> m;
-            for (int l = 0; l < c.numLayers; ++l)
-                m.push_back(matricesOf(*perturbed(t2.toStdString(), c.headDim, 100 + l, 0.05)));
-            w = fold::applyT2(c, w, m);
-        }
-        model::ForwardOptions options;
-        if (t3) {
-            const auto h = transforms::blockHadamard(c.intermediateSize, 32, 9);
-            w = fold::applyT3(w, h);
-            options.onlineHadamardDown = h.to(at::kFloat);
-        }
-        auto folded = w;
-        const auto fc = fold::foldedConfig(c, folded);
-        const model::LlamaModel student(fc, model::convertWeights(folded, at::TensorOptions().dtype(at::kFloat)), options);
-        const double rel = maxRelative(student.forward(tokens), want);
+        const auto tokens = sampleTokens(ck.config().vocabSize, 48, 3);
+        bool biases = false;
+        const FoldRun r = runFold(ck, t1, t2, t3, tokens, dev, &biases);
+        const double rel = maxRelative(r.folded, r.original);
         QVERIFY2(rel < 1e-4, qPrintable(QString("max relative logit error %1").arg(rel)));
-        if (!t2.isEmpty() && t2.contains("affine")) QVERIFY(fc.oProjBias && fc.qkvBias);
+        if (!t2.isEmpty() && t2.contains("affine")) QVERIFY(biases);
+        if (dev.is_cpu()) return;
+        const FoldRun cpu = runFold(ck, t1, t2, t3, tokens, c10::kCPU);
+        const double original = maxRelative(r.original, cpu.original), folded = maxRelative(r.folded, cpu.folded);
+        QVERIFY2(original < 2e-5 && folded < 2e-5,
+                 qPrintable(QString("%1 vs CPU logits: original %2, folded %3").arg(device).arg(original).arg(folded)));
     }
 
     void affineT1MatchesTransformedStudent_data() {

@@ -1,6 +1,7 @@
 // MX fake quantization of tensors: hand-worked golden blocks and bit-for-bit agreement of the
 // CPU kernel and the tensor-ops path with the scalar reference (SPEC §1), plus the
 // straight-through gradient.
+#include "DeviceRows.h"
 #include "TestSupport.h"
 
 #include "mx/MxQuantizer.h"
@@ -130,36 +131,41 @@ private slots:
         }
     }
 
+    // Every backend on every device it runs on: the CPU kernel on the CPU, the tensor ops on the
+    // CPU and on cuda:0 (rows "... tensor ops cuda:0", skipped without CUDA). Tolerance: none, bit
+    // for bit with the scalar reference (any NaN equals any NaN) on every device.
     void agreesWithReference_data() {
         QTest::addColumn<QString>("format");
         QTest::addColumn<QString>("mode");
         QTest::addColumn<int>("block");
         QTest::addColumn<Backend>("backend");
-        for (const auto& f : allFormats()) {
-            for (const char* mode : {"floor", "ceil", "even"}) {
-                if (f.nvfp4 && QString(mode) != "floor") continue; // NVFP4 has no scale mode
-                for (Backend b : {Backend::CpuKernel, Backend::TensorOps}) {
-                    const char* bn = b == Backend::CpuKernel ? "cpu kernel" : "tensor ops";
-                    QTest::addRow("%s %s B%d %s", f.name, mode, f.defaultBlock, bn)
-                        << QString(f.name) << QString(mode) << f.defaultBlock << b;
-                }
-            }
-        }
-        for (int block : {8, 64, 256})
-            for (Backend b : {Backend::CpuKernel, Backend::TensorOps})
-                QTest::addRow("mxfp4 floor B%d %s", block, b == Backend::CpuKernel ? "cpu kernel" : "tensor ops")
-                    << "mxfp4" << "floor" << block << b;
+        addDeviceColumn();
+        auto add = [](const char* name, const char* mode, int block) {
+            QTest::addRow("%s %s B%d cpu kernel", name, mode, block) << QString(name) << QString(mode) << block
+                                                                      << Backend::CpuKernel << QString("cpu");
+            for (const QString& dev : testDevices()) // the cpu rows keep their old names
+                QTest::addRow("%s %s B%d tensor ops%s", name, mode, block, dev == "cpu" ? "" : qPrintable(" " + dev))
+                    << QString(name) << QString(mode) << block << Backend::TensorOps << dev;
+        };
+        for (const auto& f : allFormats())
+            for (const char* mode : {"floor", "ceil", "even"})
+                if (!f.nvfp4 || QString(mode) == "floor") add(f.name, mode, f.defaultBlock); // NVFP4 has no scale mode
+        for (int block : {8, 64, 256}) add("mxfp4", "floor", block);
     }
     void agreesWithReference() {
         QFETCH(QString, format);
         QFETCH(QString, mode);
         QFETCH(int, block);
         QFETCH(Backend, backend);
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
         const MxConfig c{parseFormat(format.toStdString()), block, parseScaleMode(mode.toStdString())};
         const int64_t rows = 100, cols = 1000; // 1e5 values; 1000 = 31*32 + 8: a partial block per row
         const std::vector<float> x = stressValues(rows, cols, 12345 + block);
         const std::vector<float> want = ref::fakeQuantize(x, cols, c);
-        const std::vector<float> got = toVector(fakeQuantize(toTensor(x).reshape({rows, cols}), c, backend));
+        const at::Tensor y = fakeQuantize(toTensor(x).reshape({rows, cols}).to(dev), c, backend);
+        QVERIFY2(y.device() == dev, y.device().str().c_str()); // "returns x's dtype and device"
+        const std::vector<float> got = toVector(y);
         const long long bad = firstMismatch(got, want);
         QVERIFY2(bad < 0, qPrintable(describeMismatch(x, got, want, bad)));
         // The data must exercise saturation, rounding and NaN blocks, or agreement means little.

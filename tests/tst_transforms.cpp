@@ -1,11 +1,14 @@
 // Fixed and learned affine transforms (SPEC §2): orthogonality, exact inverses through
 // triangular solves, |det A| = Π|s|, gradients through LU / QR (matrix exponential) and the
 // inverses, block-diagonal remainders, seeding, initialisations (paper Table 10).
+#include "DeviceRows.h"
+
 #include "transforms/FixedTransforms.h"
 #include "transforms/Hadamard.h"
 #include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <QtTest>
 
 #include <cmath>
@@ -13,6 +16,7 @@
 #include <stdexcept>
 
 using namespace latmix::transforms;
+using namespace latmix::test;
 
 namespace {
 
@@ -109,53 +113,78 @@ private slots:
         QVERIFY(!t->logAbsScales().defined());
     }
 
-    // T⁻¹(T(x)) = x with the bias, perturbed parameters and a batch of rows shaped [2, 3, d].
+    // T⁻¹(T(x)) = x with the bias, perturbed parameters and a batch of rows shaped [2, 3, d], on
+    // the CPU and on cuda:0 (the transform perturbed on the CPU, then moved with to()).
+    // Tolerances, relative to the largest value: forward = x Aᵀ + v 1e-5 (float32) / 1e-12
+    // (float64); round trip 1e-5 / 1e-10 on every device; the device's forward against the CPU's
+    // 1e-5 / 1e-12 (float32: A = L·U or Q0·expm(G)·R is built on the device, other summation order).
     void roundTrip_data() {
         QTest::addColumn<QString>("kind");
         QTest::addColumn<qint64>("dim");
         QTest::addColumn<QString>("dtype");
+        addDeviceColumn();
         for (const auto& kind : transformKinds())
             for (auto d : kSizes)
                 for (const char* dt : {"float32", "float64"})
-                    QTest::addRow("%s %lld %s", kind.c_str(), static_cast<long long>(d), dt)
-                        << QString::fromStdString(kind) << qint64(d) << QString(dt);
+                    for (const QString& dev : testDevices()) // the cpu rows keep their old names
+                        QTest::addRow("%s %lld %s%s", kind.c_str(), static_cast<long long>(d), dt,
+                                      dev == "cpu" ? "" : qPrintable(" " + dev))
+                            << QString::fromStdString(kind) << qint64(d) << QString(dt) << dev;
     }
     void roundTrip() {
         QFETCH(QString, kind);
         QFETCH(qint64, dim);
         QFETCH(QString, dtype);
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
         const auto st = dtypeOf(dtype);
+        const double tol = st == at::kDouble ? 1e-12 : 1e-5;
         auto t = make(kind, dim, st);
         perturb(*t, 0.01, 11);
-        const auto x = (seededGaussian(6, dim, 5) * 3.0).to(st).reshape({2, 3, dim});
+        const auto xCpu = (seededGaussian(6, dim, 5) * 3.0).to(st).reshape({2, 3, dim});
+        const auto yCpu = t->forward(xCpu).detach();
+        t->to(dev);
+        const auto x = xCpu.to(dev);
         const auto y = t->forward(x);
         QCOMPARE(y.sizes(), x.sizes());
         QCOMPARE(y.scalar_type(), st);
+        QVERIFY(y.device() == dev);
         // forward = x Aᵀ + v
         auto want = at::matmul(x, t->matrix().detach().t());
         if (t->bias().defined()) want = want + t->bias().detach();
-        QVERIFY(maxAbs(y - want) <= (st == at::kDouble ? 1e-12 : 1e-5) * maxAbs(want));
+        QVERIFY(maxAbs(y - want) <= tol * maxAbs(want));
+        const double vsCpu = maxRelativeDiff(y, yCpu);
+        QVERIFY2(vsCpu <= tol, qPrintable(QString("forward on %1 vs CPU: relative %2").arg(device).arg(vsCpu)));
         const auto back = t->inverse(y);
         QCOMPARE(back.sizes(), x.sizes());
         QCOMPARE(back.scalar_type(), st);
+        QVERIFY(back.device() == dev);
         const double rel = maxAbs(back - x) / maxAbs(x);
         QVERIFY2(rel <= (st == at::kDouble ? 1e-10 : 1e-5), qPrintable(QString("relative error %1").arg(rel)));
     }
 
-    // inverseMatrix() is A⁻¹ (checked against A and against inverse() on rows), for every kind.
+    // inverseMatrix() is A⁻¹ (checked against A and against inverse() on rows), for every kind, on
+    // the CPU and on cuda:0 (tolerance 1e-4 float32 / 1e-10 float64, relative to max(1, |x|max),
+    // also for the device's A⁻¹ against the CPU's).
     void inverseMatrix_data() { roundTrip_data(); }
     void inverseMatrix() {
         QFETCH(QString, kind);
         QFETCH(qint64, dim);
         QFETCH(QString, dtype);
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
         const auto st = dtypeOf(dtype);
         auto t = make(kind, dim, st);
         perturb(*t, 0.01, 13);
+        const auto aiCpu = t->inverseMatrix().detach().to(at::kDouble);
+        t->to(dev);
         const auto a = t->matrix().detach().to(at::kDouble), ai = t->inverseMatrix().detach().to(at::kDouble);
+        QVERIFY(ai.device() == dev);
         const double tol = st == at::kDouble ? 1e-10 : 1e-4;
-        QVERIFY(maxAbs(at::matmul(ai, a) - at::eye(dim, at::kDouble)) <= tol);
+        QVERIFY(maxAbs(at::matmul(ai, a) - at::eye(dim, a.options())) <= tol);
+        QVERIFY(maxAbs(ai.cpu() - aiCpu) <= tol * std::max(1.0, maxAbs(aiCpu)));
         // Rows: inverse(y) = (y - v) A⁻ᵀ.
-        const auto y = seededGaussian(4, dim, 3).to(st);
+        const auto y = seededGaussian(4, dim, 3).to(st).to(dev);
         auto want = y.to(at::kDouble);
         if (t->bias().defined()) want = want - t->bias().detach().to(at::kDouble);
         want = at::matmul(want, ai.t());

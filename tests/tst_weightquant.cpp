@@ -1,6 +1,7 @@
 // Weight quantization (SPEC §6): RTN and MX-aware GPTQ with static group scales, checked against
 // core/mx (fakeQuantize, blockScales, pack), a naive float64 column-by-column GPTQ written here
 // with the explicit inverse-Hessian update, and the output error on correlated inputs.
+#include "DeviceRows.h"
 #include "TestSupport.h"
 
 #include "mx/MxPack.h"
@@ -310,6 +311,55 @@ private slots:
                 saturated += std::fabs(e) == maxElem;
             }
         QVERIFY(saturated > 0); // the group maxima map to +-max (floor scales), so the check has teeth
+    }
+
+    // GPTQ with w and H on cuda:0 against GPTQ on the CPU (both float64 with float32 rounding onto
+    // the grid). The static scales come from core/mx (tensor ops there, bit for bit with the CPU
+    // kernel): identical. The working weights differ only by float64 rounding (Cholesky, matmul
+    // order), which changes a code only where a value sits at a rounding tie, and such a change
+    // propagates along its row: tolerance >= 99.9% bitwise-identical quantized values, relative
+    // output error within 1e-3 of the CPU's (relative). The cpu rows compare two CPU runs (exact).
+    void gptqOnDeviceMatchesCpu_data() {
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<int>("in");
+        QTest::addColumn<bool>("actOrder");
+        addDeviceColumn();
+        for (const QString& dev : testDevices()) {
+            QTest::addRow("mxfp4 in 256 %s", qPrintable(dev)) << "mxfp4" << 256 << false << dev;
+            QTest::addRow("mxint4 in 256 act-order %s", qPrintable(dev)) << "mxint4" << 256 << true << dev;
+            QTest::addRow("nvfp4 in 172 act-order %s", qPrintable(dev)) << "nvfp4" << 172 << true << dev;
+        }
+    }
+    void gptqOnDeviceMatchesCpu() {
+        QFETCH(QString, format);
+        QFETCH(int, in);
+        QFETCH(bool, actOrder);
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
+        const MxConfig c = configOf(format);
+        const auto w = makeWeight(64, in, 111);
+        auto x = correlatedInputs(512, in, 112);
+        x.select(1, 5).zero_(); // a dead input
+        const auto h = gram(x);
+        quant::GptqOptions o;
+        o.columnBlock = 64; // several lazy blocks
+        o.actOrder = actOrder;
+        const auto cpu = quant::quantizeGptq(w, h, c, o);
+        const auto got = quant::quantizeGptq(w.to(dev), h.to(dev), c, o);
+        QVERIFY(got.dequantized.device().is_cpu() && got.scales.device().is_cpu()); // results come back on the CPU
+        QCOMPARE(got.deadInputs, cpu.deadInputs);
+        QCOMPARE(mismatch(got.scales, cpu.scales), -1LL);
+        QVERIFY(at::equal(got.packed.scales, cpu.packed.scales));
+        QCOMPARE(bitsOf(got.packed.globalScale), bitsOf(cpu.packed.globalScale));
+        const auto a = toVector(got.dequantized), b = toVector(cpu.dequantized);
+        QCOMPARE(a.size(), b.size());
+        std::size_t same = 0;
+        for (std::size_t i = 0; i < a.size(); ++i) same += sameFloat(a[i], b[i]);
+        QVERIFY2(double(same) >= 0.999 * double(a.size()),
+                 qPrintable(QString("%1 of %2 quantized values equal the CPU's").arg(same).arg(a.size())));
+        QVERIFY2(std::fabs(got.relativeError - cpu.relativeError) <= 1e-3 * cpu.relativeError,
+                 qPrintable(QString("relative error %1 vs CPU %2").arg(got.relativeError).arg(cpu.relativeError)));
+        QVERIFY(!at::equal(cpu.dequantized, quant::quantizeRtn(w, c).dequantized)); // GPTQ did propagate errors
     }
 
     // Dead inputs (H_ii == 0) are dropped: weight 0, finite everything else, counted.
