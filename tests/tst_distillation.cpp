@@ -141,10 +141,16 @@ private slots:
         train::ModelTransforms t(f.ck->config(), spec);
         auto o = quickOptions(40);
         o.batch = 8; // every step sees all windows: the loss curve is not batch noise
+        // At quickOptions' 1e-2, LU's first steps overshoot (KL 0.067 -> 0.094 before it falls)
+        // and the 40-step drop was 11% on libtorch 1.13 but 6% on 2.6 (another summation order);
+        // at 5e-3 it is 13-20% on both.
+        o.lr = 5e-3;
         const auto r = train::distill(f.ck->config(), f.w, f.calib, t, o);
         QCOMPARE(int(r.history.size()), 40);
         double first = 0, last = 0;
         for (int i = 0; i < 5; ++i) first += r.history[size_t(i)].kl, last += r.history[size_t(35 + i)].kl;
+        { QString all; for (const auto& s : r.history) all += QString::number(s.kl, 'g', 5) + " "; qInfo("DEBUGKL %s", qPrintable(all)); }
+        qInfo("KL of the first 5 steps %.5f, of the last 5 %.5f (ratio %.3f)", first / 5, last / 5, last / first);
         QVERIFY2(last < 0.9 * first, qPrintable(QString("KL first %1 last %2").arg(first / 5).arg(last / 5)));
         QVERIFY(std::isfinite(r.history[4].a1Condition) && std::isfinite(r.history[4].a2OffBlock));
         QVERIFY(std::isnan(r.history[5].a1Condition));
