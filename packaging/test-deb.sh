@@ -26,8 +26,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Both executables from /usr/bin, not from the build folder.
+# Every Depends: of the package is satisfied (dpkg-shlibdeps named this release's packages):
+# one alternative of each item installed or provided.
+dpkg-deb --field "$DEB" Depends | tr ',' '\n' | while IFS= read -r item; do
+  ok=no
+  for alt in $(printf '%s\n' "$item" | tr '|' '\n' | sed 's/(.*//; s/ //g'); do
+    dpkg-query -W -f='${Status}' "$alt" 2>/dev/null | grep -q "ok installed" && ok=yes
+    [ $ok = yes ] || ! dpkg-query -W -f='${Provides}\n' | tr ',' '\n' | sed 's/(.*//; s/ //g' | grep -qx "$alt" || ok=yes
+  done
+  [ $ok = yes ] || { echo "test-deb: Depends item '$item' is not satisfied on this system"; exit 1; }
+done || exit 1
+
+# Both executables from /usr/bin, not from the build folder; latmix runs on the OpenMP OpenBLAS.
 /usr/bin/latmix --version
+/usr/bin/latmix --version | grep -q "BLAS .*/openblas-openmp/" || { echo "test-deb: /usr/bin/latmix does not load the OpenMP OpenBLAS"; exit 1; }
 /usr/bin/latmix demo-model "$WORK/demo" > /dev/null
 /usr/bin/latmix eval --model "$WORK/demo" --dataset "$WORK/demo/config.json" --seqlen 16 --max-windows 2
 /usr/bin/latmix-workbench --version

@@ -1,0 +1,101 @@
+#!/bin/sh
+# Runs a command (default: the README's test command) on Debian 13 "trixie" (libtorch 2.6,
+# Qt 6.8, GCC 14) in a minimal chroot made with debootstrap, on a copy of this working tree,
+# with ../shared beside it. CI runs it after the Debian 12 run on the host; developers run it
+# by hand the same way:
+#     sudo sh packaging/debian13-chroot.sh            # the README's test command
+#     sudo sh packaging/debian13-chroot.sh 'cd build && ctest -R tst_fold'   # anything else
+# Needs root (debootstrap, mount, chroot). The chroot is kept between local runs in
+# $LATMIX_CHROOT (default ~/.cache/latmix/debian13-chroot): its packages, its build folder and
+# its ccache survive, so a second run rebuilds only what changed. With CI=true (CI starts
+# clean) a fresh chroot is made in a temporary folder and removed at the end.
+# Environment: LATMIX_CHROOT (folder), LATMIX_MIRROR (Debian mirror, default deb.debian.org).
+set -eu
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+SHARED=$(cd "$SRC/.." && pwd)/shared
+MIRROR=${LATMIX_MIRROR:-http://deb.debian.org/debian}
+[ "$(id -u)" -eq 0 ] || { echo "debian13-chroot: needs root (debootstrap, mount, chroot); run it with sudo" >&2; exit 2; }
+
+if [ $# -gt 0 ]; then CMD="$*"; else CMD=$(sh "$SRC/packaging/readme-test-command.sh"); fi
+
+if [ "${CI:-}" = true ]; then
+  ROOT=$(mktemp -d /var/tmp/latmix-debian13.XXXXXX)
+  KEEP=no
+else
+  ROOT=${LATMIX_CHROOT:-${HOME:-/root}/.cache/latmix/debian13-chroot}
+  KEEP=yes
+fi
+
+mounted() { grep -q " $1 " /proc/mounts; }
+cleanup() {
+  status=$?
+  for m in "$ROOT/work/shared" "$ROOT/dev/pts" "$ROOT/dev" "$ROOT/sys" "$ROOT/proc"; do
+    mounted "$m" && { umount "$m" 2>/dev/null || umount -l "$m"; }
+  done
+  if [ "$KEEP" = no ]; then
+    # Never remove a folder with anything still mounted below it (that would reach the host's
+    # /dev or ../shared).
+    if grep -q " $ROOT/" /proc/mounts; then
+      echo "debian13-chroot: mounts left under $ROOT, not removing it" >&2
+    else
+      rm -rf "$ROOT"
+    fi
+  fi
+  exit $status
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if ! command -v debootstrap > /dev/null; then
+  echo "debian13-chroot: installing debootstrap"
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap
+fi
+
+# 1. A minimal trixie, made once (under a temporary name: an interrupted debootstrap is never
+#    taken for a finished chroot).
+if [ ! -f "$ROOT/etc/debian_version" ]; then
+  echo "debian13-chroot: debootstrap trixie into $ROOT"
+  rm -rf "$ROOT.part"
+  debootstrap --variant=minbase trixie "$ROOT.part" "$MIRROR" > "$ROOT.debootstrap.log" 2>&1 ||
+    { tail -n 20 "$ROOT.debootstrap.log"; echo "debian13-chroot: debootstrap failed (log: $ROOT.debootstrap.log)" >&2; exit 1; }
+  rm -f "$ROOT.debootstrap.log"
+  [ "$KEEP" = yes ] || rmdir "$ROOT"
+  mv "$ROOT.part" "$ROOT"
+  # No daemons start inside the chroot when packages are installed.
+  printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"
+  chmod +x "$ROOT/usr/sbin/policy-rc.d"
+fi
+cat /etc/resolv.conf > "$ROOT/etc/resolv.conf" 2>/dev/null || true
+
+# 2. This working tree (tracked and untracked-not-ignored files) at /work/main, by content: a
+#    file whose content changed gets a new time (so ninja rebuilds what depends on it), one that
+#    did not keeps its old one (so the kept build folder rebuilds only what changed); files gone
+#    here are deleted there. ../shared is mounted read-only at /work/shared, where the tests look
+#    by default.
+if ! command -v rsync > /dev/null; then
+  echo "debian13-chroot: installing rsync"
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends rsync
+fi
+mkdir -p "$ROOT/work/main" "$ROOT/work/shared"
+(cd "$SRC" && git ls-files --cached --others --exclude-standard | while IFS= read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done | sort -u) \
+  > "$ROOT/work/.files"
+rsync --checksum --files-from="$ROOT/work/.files" "$SRC/" "$ROOT/work/main/"
+(cd "$ROOT/work/main" && find . -path ./build -prune -o -type f -print | sed 's|^\./||' | sort) |
+  comm -23 - "$ROOT/work/.files" | (cd "$ROOT/work/main" && xargs -r -d '\n' rm -f --)
+rm -f "$ROOT/work/.files"
+
+mount --bind /proc "$ROOT/proc"
+mount --bind /sys "$ROOT/sys"
+mount --bind /dev "$ROOT/dev"
+mount --bind /dev/pts "$ROOT/dev/pts"
+if [ -d "$SHARED" ]; then
+  mount --bind "$SHARED" "$ROOT/work/shared"
+  mount -o remount,bind,ro "$ROOT/work/shared"
+else
+  echo "debian13-chroot: no $SHARED: tests that need its data will skip"
+fi
+
+echo "debian13-chroot: $(cat "$ROOT/etc/debian_version") in $ROOT: $CMD"
+chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  LANG=C.UTF-8 CI="${CI:-}" TERM=dumb CCACHE_DIR=/root/.cache/ccache \
+  /bin/sh -c "cd /work/main && $CMD"
