@@ -29,7 +29,10 @@ if [ "$CUDA" = yes ]; then
     echo "install-deps: Debian 12 has no CUDA build of libtorch. Use PyTorch's libtorch with -DTorch_DIR (README, \"GPU\"), or Debian 13's libtorch-cuda-dev." >&2
     exit 2
   fi
-  TORCH=libtorch-cuda-dev # CUDA 12.4 build of libtorch 2.6, in contrib (it replaces libtorch-dev)
+  # CUDA 12.4 build of libtorch 2.6, in contrib (it replaces libtorch-dev). libtorch's CMake
+  # package needs the CUDA toolkit (nvcc) to configure, hence nvidia-cuda-toolkit (non-free).
+  # nvidia-cudnn, which it depends on, downloads cuDNN from NVIDIA while installing.
+  TORCH="libtorch-cuda-dev nvidia-cuda-toolkit"
 fi
 # Same package names on both releases, except what the release's own versions pick
 # (libtorch1.13 / libtorch2.6, libhdf5-cpp-103-1 / -310, ... come in as dependencies).
