@@ -71,7 +71,7 @@ cat /etc/resolv.conf > "$ROOT/etc/resolv.conf" 2>/dev/null || true
 #    file whose content changed gets a new time (so ninja rebuilds what depends on it), one that
 #    did not keeps its old one (so the kept build folder rebuilds only what changed); files gone
 #    here are deleted there. ../shared is mounted read-only at /work/shared, where the tests look
-#    by default.
+#    by default. Build folders (build*/, ignored by git) stay.
 if ! command -v rsync > /dev/null; then
   echo "debian13-chroot: installing rsync"
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends rsync
@@ -80,7 +80,7 @@ mkdir -p "$ROOT/work/main" "$ROOT/work/shared"
 (cd "$SRC" && git ls-files --cached --others --exclude-standard | while IFS= read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done | sort -u) \
   > "$ROOT/work/.files"
 rsync --checksum --files-from="$ROOT/work/.files" "$SRC/" "$ROOT/work/main/"
-(cd "$ROOT/work/main" && find . -path ./build -prune -o -type f -print | sed 's|^\./||' | sort) |
+(cd "$ROOT/work/main" && find . -path './build*' -prune -o -type f -print | sed 's|^\./||' | sort) |
   comm -23 - "$ROOT/work/.files" | (cd "$ROOT/work/main" && xargs -r -d '\n' rm -f --)
 rm -f "$ROOT/work/.files"
 
