@@ -19,7 +19,7 @@ bool blasSharesOpenMpPool(); // true for the OpenMP build of OpenBLAS
 // When the BLAS runs its own pthreads (the pthread OpenBLAS, e.g. libopenblas0-openmp not
 // installed), libtorch's OpenMP threads spin after each parallel region while OpenBLAS's wait for
 // the next matmul: on a few cores they fight, and a float32 forward runs at half speed, training
-// on libtorch 2.x up to 30x slower. libgomp reads OMP_WAIT_POLICY only when it is loaded, before
+// on libtorch 2.x up to 50x slower. libgomp reads OMP_WAIT_POLICY only when it is loaded, before
 // main, so in that case, when it is unset, this sets it to PASSIVE and re-executes the program
 // once (argv as main got it). With the OpenMP OpenBLAS there is one pool and spinning is faster:
 // nothing is done. Returns normally when nothing was to be done or the re-exec failed.
