@@ -63,7 +63,8 @@ PerplexityResult evaluatePerplexity(const model::LlamaModel& model, const std::v
     for (int w = 0; w < windows; ++w) {
         job.checkCancelled();
         const std::string stage = "evaluation window " + std::to_string(w + 1) + "/" + std::to_string(windows);
-        nllSum += guardMemory(stage, "evaluate with --offload (one layer on the device at a time) or a shorter window (--seqlen)", [&] {
+        nllSum += guardMemory(stage, "evaluate with a shorter window (latmix eval --seqlen, latmix quantize --eval-seqlen) or, in latmix "
+                                    "quantize, with --offload (one layer on the device at a time)", [&] {
             auto window = all.narrow(0, static_cast<int64_t>(w) * r.seqLen, r.seqLen).unsqueeze(0);
             auto logits = model.forward(window).squeeze(0); // [L, V] float32
             auto targets = window.squeeze(0).narrow(0, 1, r.seqLen - 1).to(logits.device());

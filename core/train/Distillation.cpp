@@ -227,7 +227,8 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         const std::string stage = "training step " + std::to_string(s.step) + "/" + std::to_string(o.steps);
         bool updating = false;
         try {
-            guardMemory(stage, "rerun with a smaller --batch, or --offload; the run folder is resumable with --resume", [&] {
+            guardMemory(stage, "rerun with a smaller --batch or a shorter --seqlen (training keeps the whole model on the device, "
+                        "also with --offload); the run folder is resumable with --resume", [&] {
                 const auto idx = at::tensor(batchOf(o.seed, k, n, o.batch), at::kLong);
                 const auto tokens = calibration.index_select(0, idx).to(device);
                 at::Tensor teacher;
