@@ -35,10 +35,10 @@ cleanup() {
   if [ "$KEEP" = no ]; then
     # Never remove a folder with anything still mounted below it (that would reach the host's
     # /dev or ../shared).
-    if grep -q " $ROOT/" /proc/mounts; then
+    if grep -q -e " $ROOT/" -e " $ROOT.part/" /proc/mounts; then
       echo "debian13-chroot: mounts left under $ROOT, not removing it" >&2
     else
-      rm -rf "$ROOT"
+      rm -rf "$ROOT" "$ROOT.part" "$ROOT.debootstrap.log"
     fi
   fi
   exit $status
@@ -56,6 +56,7 @@ fi
 if [ ! -f "$ROOT/etc/debian_version" ]; then
   echo "debian13-chroot: debootstrap trixie into $ROOT"
   rm -rf "$ROOT.part"
+  mkdir -p "$(dirname "$ROOT")"
   debootstrap --variant=minbase trixie "$ROOT.part" "$MIRROR" > "$ROOT.debootstrap.log" 2>&1 ||
     { tail -n 20 "$ROOT.debootstrap.log"; echo "debian13-chroot: debootstrap failed (log: $ROOT.debootstrap.log)" >&2; exit 1; }
   rm -f "$ROOT.debootstrap.log"
