@@ -6,17 +6,17 @@
 // libtorch or this machine has no CUDA. With CUDA the rows run on cuda:0 and compare with the CPU;
 // the cpu rows run the same code on the CPU (where the comparison is with itself, exact).
 // Include this header before <QtTest>: Qt's `slots`/`signals` macros break ATen headers.
+#include "model/LlamaModel.h" // parseDevice
+
 #include <ATen/ATen.h>
-#include <ATen/Context.h> // at::hasCUDA
 #include <c10/core/Device.h>
-#include <torch/cuda.h>   // torch::cuda::is_available, device_count
 
 #include <QString>
 #include <QStringList>
 #include <QtTest>
 
 #include <algorithm>
-#include <exception>
+#include <stdexcept>
 
 namespace latmix::test {
 
@@ -25,29 +25,21 @@ inline QStringList testDevices() { return {QStringLiteral("cpu"), QStringLiteral
 
 inline void addDeviceColumn() { QTest::addColumn<QString>("device"); }
 
-// Why the named device cannot run here; empty when it can.
+// Why the named device cannot run here (empty when it can): the reason core's parseDevice gives
+// the CLI (CPU-only libtorch, no device visible, too few devices). A malformed name is not a
+// reason to skip: deviceNamed throws and the row fails (a typo in the rows).
 inline QString deviceUnavailable(const QString& name) {
-    c10::Device d(c10::kCPU);
     try {
-        d = c10::Device(name.toStdString());
-    } catch (const std::exception&) {
-        return {}; // not a skip: deviceNamed throws and the row fails (a typo in the rows)
+        model::parseDevice(name.toStdString());
+    } catch (const std::invalid_argument& e) {
+        const QString why = QString::fromStdString(e.what());
+        if (why.contains(QStringLiteral(" is not available: "))) return QStringLiteral("CUDA not available: ") + why;
     }
-    if (!d.is_cuda()) return {};
-    if (!at::hasCUDA())
-        return QStringLiteral("CUDA not available: this libtorch is a CPU-only build (%1 needs a CUDA libtorch and GPU)").arg(name);
-    if (!torch::cuda::is_available()) return QStringLiteral("CUDA not available: no CUDA device visible (%1)").arg(name);
-    const auto n = static_cast<int>(torch::cuda::device_count());
-    if (d.has_index() && d.index() >= n)
-        return QStringLiteral("CUDA not available: %1 asked for, this machine has %2 CUDA device(s)").arg(name).arg(n);
     return {};
 }
 
 // The device of a name that deviceUnavailable accepted ("cuda" means cuda:0).
-inline c10::Device deviceNamed(const QString& name) {
-    c10::Device d(name.toStdString());
-    return d.is_cuda() && !d.has_index() ? c10::Device(c10::kCUDA, 0) : d;
-}
+inline c10::Device deviceNamed(const QString& name) { return model::parseDevice(name.toStdString()); }
 
 // A CPU copy (detached), for comparisons and data_ptr access.
 inline at::Tensor onCpu(const at::Tensor& t) { return t.detach().to(at::kCPU); }
