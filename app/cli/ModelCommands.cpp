@@ -10,8 +10,8 @@
 #include "model/Llama2cImport.h"
 #include "model/LlamaModel.h"
 #include "model/Tokenizer.h"
-#include "util/TorchCompat.h"
 #include "util/Runtime.h"
+#include "util/TorchCompat.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <string>
 
 int main(int argc, char** argv) {
     CLI::App app{"latmix: LATMiX quantization workbench, command line"};
@@ -14,8 +15,12 @@ int main(int argc, char** argv) {
     int threads = 0;
     app.add_option("--threads", threads,
                    "libtorch threads (default: LATMIX_THREADS, else the number of cores)");
-    app.set_version_flag("--version", latmix::latmixVersion() + " (libtorch " + latmix::libtorchVersion() + ", BLAS " +
-                                          (latmix::blasLibrary().empty() ? "none" : latmix::blasLibrary()) + ")");
+    // Built when asked for: the BLAS is looked up in /proc/self/maps.
+    app.set_version_flag("--version", [] {
+        const std::string blas = latmix::blasLibrary();
+        return latmix::latmixVersion() + " (libtorch " + latmix::libtorchVersion() + ", BLAS " +
+               (blas.empty() ? "none" : blas) + ")";
+    });
 
     std::map<CLI::App*, latmix::cli::Runner> runners;
     auto add = [&](latmix::cli::Runner (*registerFn)(CLI::App&)) {
