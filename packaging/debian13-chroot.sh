@@ -98,5 +98,5 @@ fi
 
 echo "debian13-chroot: $(cat "$ROOT/etc/debian_version") in $ROOT: $CMD"
 chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  LANG=C.UTF-8 CI="${CI:-}" TERM=dumb CCACHE_DIR=/root/.cache/ccache \
+  LANG=C.UTF-8 CI="${CI:-}" TERM=dumb CCACHE_DIR=/root/.cache/ccache LATMIX_REQUIRE_DATA="${LATMIX_REQUIRE_DATA:-}" \
   /bin/sh -c "cd /work/main && $CMD"

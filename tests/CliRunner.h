@@ -1,10 +1,25 @@
 #pragma once
-// Runs the built `latmix` executable (LATMIX_BIN_DIR) the way a user would, for the CLI tests.
+// The CLI tests run the `latmix` command line in process (runLatmixInProcess: latmix_cli's
+// cli::run with stdin, stdout and stderr redirected to files), and the built executable
+// (LATMIX_BIN_DIR) once per command the way a user would (runLatmix), so that both the commands'
+// behaviour and the shipped binary are covered without paying a process start per row.
+#include "cli/Cli.h"
+
 #include <QByteArray>
 #include <QFile>
 #include <QProcess>
 #include <QString>
 #include <QStringList>
+#include <QTemporaryDir>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <stdio_ext.h>
+#include <unistd.h>
 
 namespace latmix::test {
 
@@ -27,6 +42,59 @@ inline CliResult runLatmix(const QStringList& args, int timeoutMs, const QByteAr
     }
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
             QString::fromUtf8(p.readAllStandardError())};
+}
+
+// The same command in this process: exit status, and what it wrote to stdout and stderr.
+inline CliResult runLatmixInProcess(const QStringList& args, const QByteArray& input = {}) {
+    QTemporaryDir dir;
+    const QByteArray in = dir.filePath("stdin").toLocal8Bit(), out = dir.filePath("stdout").toLocal8Bit(),
+                     err = dir.filePath("stderr").toLocal8Bit();
+    {
+        QFile f(QString::fromLocal8Bit(in));
+        if (!f.open(QIODevice::WriteOnly) || f.write(input) != input.size()) return {-1, {}, "cannot write " + f.fileName()};
+    }
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const int saved[3] = {::dup(0), ::dup(1), ::dup(2)};
+    const int fds[3] = {::open(in.constData(), O_RDONLY), ::open(out.constData(), O_WRONLY | O_CREAT | O_TRUNC, 0600),
+                        ::open(err.constData(), O_WRONLY | O_CREAT | O_TRUNC, 0600)};
+    for (int i = 0; i < 3; ++i) {
+        ::dup2(fds[i], i);
+        ::close(fds[i]);
+    }
+    auto resetStdin = [] {
+        __fpurge(stdin); // drop what stdio buffered from the other file
+        std::clearerr(stdin);
+        std::cin.clear();
+    };
+    resetStdin();
+    std::vector<std::string> storage{"latmix"};
+    for (const QString& a : args) storage.push_back(a.toStdString());
+    std::vector<char*> argv;
+    for (auto& a : storage) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int code = -1;
+    try {
+        code = latmix::cli::run(static_cast<int>(storage.size()), argv.data(), /*mayReexec=*/false);
+    } catch (...) {
+        code = -1; // cli::run reports every error itself; an escaping exception is a defect
+    }
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    for (int i = 0; i < 3; ++i) {
+        ::dup2(saved[i], i);
+        ::close(saved[i]);
+    }
+    resetStdin();
+    auto readAll = [](const QByteArray& path) {
+        QFile f(QString::fromLocal8Bit(path));
+        return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+    };
+    return {code, readAll(out), readAll(err)};
 }
 
 // A small calibration text for the CLI tests (one sentence, 40 times); false if unwritable.

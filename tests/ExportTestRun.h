@@ -4,7 +4,8 @@
 // online-Hadamard basis (W_down · Hᵀ, block 32, seed 1234), every block linear RTN-quantized with
 // mx::pack and its unpacked values used as the weight; RUN_DIR/latmix.json and a stand-in
 // RUN_DIR/transforms.h5 beside model/. No Qt here (include it before Qt headers).
-#include "export/RunModel.h"
+#include "model/TensorNames.h"
+#include "run/RunModel.h"
 #include "model/Checkpoint.h"
 #include "mx/MxPack.h"
 
@@ -35,16 +36,16 @@ struct RunVariant {
 
 // Writes runDir/{model/, latmix.json, transforms.h5} from the model folder `source`; returns the
 // RunModel handed to writeRunModel.
-inline exporting::RunModel buildRun(const std::string& source, const std::string& runDir, const RunVariant& v,
+inline run::RunModel buildRun(const std::string& source, const std::string& runDir, const RunVariant& v,
                                     const std::string& tokenizerDir) {
     const model::Checkpoint ck = model::Checkpoint::load(source);
-    exporting::RunModel run;
+    run::RunModel run;
     run.configJson = readFile(source + "/config.json");
     run.quant.method = "rtn";
     run.quant.weightFormat = v.weights;
     run.quant.activationFormat = v.weights;
-    run.quant.onlineHadamardBlock = 32;
-    run.quant.onlineHadamardSeed = 1234;
+    run.quant.t3Block = 32;
+    run.quant.t3Seed = 1234;
     for (const auto& n : ck.names()) run.tensors[n] = ck.weight(n).to(at::kFloat).clone();
     const auto& c = ck.config();
     if (v.extraBiases) {
@@ -53,8 +54,8 @@ inline exporting::RunModel buildRun(const std::string& source, const std::string
         run.tensors["model.layers.1.self_attn.q_proj.bias"] =
             at::linspace(-0.1, 0.1, std::int64_t(c.numHeads) * c.headDim, at::kFloat);
     }
-    const at::Tensor h = exporting::onlineHadamard(run.quant, c.intermediateSize).dense();
-    for (const auto& p : exporting::blockLinearPrefixes(c)) {
+    const at::Tensor h = run::t3Transform(run.quant, c.intermediateSize).dense();
+    for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) {
         at::Tensor w = run.tensors.at(p + ".weight");
         if (p.find("down_proj") != std::string::npos) w = w.to(at::kDouble).mm(h.t()).to(at::kFloat);
         mx::PackedTensor pk = mx::pack(w, v.weights);
@@ -62,7 +63,7 @@ inline exporting::RunModel buildRun(const std::string& source, const std::string
         run.packed[p] = std::move(pk);
     }
     std::filesystem::create_directories(runDir);
-    exporting::writeRunModel(runDir + "/model", run, tokenizerDir);
+    run::writeRunModel(runDir + "/model", run, tokenizerDir);
     writeFile(runDir + "/latmix.json", R"({"method": "rtn", "seeds": {"t3": 1234}, "versions": {"latmix": "test"}})");
     writeFile(runDir + "/transforms.h5", std::string("\x89HDF\r\n\x1a\n fake transforms", 24));
     return run;

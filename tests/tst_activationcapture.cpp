@@ -1,9 +1,10 @@
 // Calibration windows and activation capture to HDF5 run files, read back and compared with
 // what a forward hook sees for the same windows.
 #include "eval/ActivationCapture.h"
+#include "model/Capture.h"
 #include "io/ActivationStore.h"
 #include "model/Checkpoint.h"
-#include "model/DemoModel.h"
+#include "import/DemoModel.h"
 #include "model/LlamaModel.h"
 
 #include <ATen/ATen.h>
@@ -23,16 +24,16 @@ class TestActivationCapture : public QObject {
 
 private slots:
     void initTestCase() {
-        model::writeDemoModel(m_tmp.filePath("demo").toStdString());
+        importing::writeDemoModel(m_tmp.filePath("demo").toStdString());
         m_ck = std::make_unique<model::Checkpoint>(model::Checkpoint::load(m_tmp.filePath("demo").toStdString()));
         m_ids.resize(5000);
         for (size_t i = 0; i < m_ids.size(); ++i) m_ids[i] = static_cast<int>((i * 31 + i / 7) % m_ck->config().vocabSize);
     }
 
     void windowsAreSlicesAndSeeded() {
-        const auto a = eval::sampleCalibrationWindows(m_ids, 6, 100, 1);
-        const auto b = eval::sampleCalibrationWindows(m_ids, 6, 100, 1);
-        const auto c = eval::sampleCalibrationWindows(m_ids, 6, 100, 2);
+        const auto a = model::sampleCalibrationWindows(m_ids, 6, 100, 1);
+        const auto b = model::sampleCalibrationWindows(m_ids, 6, 100, 1);
+        const auto c = model::sampleCalibrationWindows(m_ids, 6, 100, 2);
         QCOMPARE(a, b);
         QVERIFY(a != c);
         for (const auto& w : a) {
@@ -40,7 +41,7 @@ private slots:
             auto it = std::search(m_ids.begin(), m_ids.end(), w.begin(), w.end());
             QVERIFY(it != m_ids.end());
         }
-        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, eval::sampleCalibrationWindows(m_ids, 1, 6000, 0));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, model::sampleCalibrationWindows(m_ids, 1, 6000, 0));
     }
 
     void capturedEqualsHook_data() {
@@ -72,7 +73,7 @@ private slots:
         QCOMPARE(QString::fromStdString(reader.attributes().at("model")), QString("demo"));
         QCOMPARE(QString::fromStdString(reader.attributes().at("seed")), QString("5"));
         // The same windows through a hook, concatenated per point.
-        const auto windows = eval::sampleCalibrationWindows(m_ids, 3, 40, 5);
+        const auto windows = model::sampleCalibrationWindows(m_ids, 3, 40, 5);
         std::map<std::string, std::vector<at::Tensor>> seen;
         for (const auto& w : windows)
             m.forward(at::tensor(std::vector<int64_t>(w.begin(), w.end()), at::kLong).unsqueeze(0),

@@ -4,6 +4,9 @@
 #include <ATen/ATen.h>
 #include <QtTest>
 
+#include <cmath>
+#include <limits>
+
 class TestBlockError : public QObject {
     Q_OBJECT
 private slots:
@@ -34,6 +37,35 @@ private slots:
         auto e = latmix::metrics::perBlockError(tx, tq, block);
         QCOMPARE(e.size(0), int64_t(expected.size()));
         for (int i = 0; i < expected.size(); ++i) QCOMPARE(e[i].item<double>(), expected[i]);
+    }
+
+    // MSE and SQNR of the whole tensor, worked by hand.
+    void errorSummary_data() {
+        QTest::addColumn<QList<double>>("x");
+        QTest::addColumn<QList<double>>("xq");
+        QTest::addColumn<double>("mse");
+        QTest::addColumn<double>("sqnrDb"); // inf: no error; nan: no signal
+        // noise 0+1 = 1 over 2 values, signal 1+4 = 5: 10 log10 5
+        QTest::newRow("one error") << QList<double>{1, 2} << QList<double>{1, 1} << 0.5 << 10.0 * std::log10(5.0);
+        // noise 4·0.25 = 1, signal 4·100: 10 log10 400
+        QTest::newRow("every value off") << QList<double>{10, -10, 10, -10} << QList<double>{9.5, -9.5, 9.5, -9.5} << 0.25
+                                         << 10.0 * std::log10(400.0);
+        QTest::newRow("exact") << QList<double>{3, -4} << QList<double>{3, -4} << 0.0
+                               << std::numeric_limits<double>::infinity();
+        QTest::newRow("no signal") << QList<double>{0, 0} << QList<double>{1, 0} << 0.5
+                                   << std::numeric_limits<double>::quiet_NaN();
+    }
+    void errorSummary() {
+        QFETCH(QList<double>, x);
+        QFETCH(QList<double>, xq);
+        QFETCH(double, mse);
+        QFETCH(double, sqnrDb);
+        const auto e = latmix::metrics::errorSummary(at::tensor(std::vector<double>(x.begin(), x.end())),
+                                                     at::tensor(std::vector<double>(xq.begin(), xq.end())));
+        QCOMPARE(e.mse, mse);
+        if (std::isnan(sqnrDb)) QVERIFY(std::isnan(e.sqnrDb));
+        else if (std::isinf(sqnrDb)) QVERIFY(std::isinf(e.sqnrDb) && e.sqnrDb > 0);
+        else QVERIFY2(std::abs(e.sqnrDb - sqnrDb) < 1e-12, qPrintable(QString::number(e.sqnrDb)));
     }
 };
 

@@ -4,7 +4,7 @@
 // single_word), non-ASCII text through the bytes-to-unicode alphabet; and a Metaspace
 // (SentencePiece-style) tokenizer. Every expectation here was also checked against Hugging Face
 // tokenizers 0.23 on the same JSON (outside the test suite, which does not depend on it).
-#include "model/BpeTokenizer.h"
+#include "tokenizer/BpeTokenizer.h"
 
 #include <QDir>
 #include <QFile>
@@ -14,7 +14,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-using namespace latmix::model;
+using namespace latmix::tokenizer;
 
 namespace {
 

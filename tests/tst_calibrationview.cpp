@@ -5,7 +5,7 @@
 // File › Export quantized model… with the export reloading.
 #include "export/Export.h"
 #include "model/Checkpoint.h"
-#include "model/DemoModel.h"
+#include "import/DemoModel.h"
 #include "train/Distillation.h"
 #include "metrics/TransformMetrics.h"
 #include "train/ModelTransforms.h"
@@ -75,13 +75,13 @@ private slots:
         QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).clear();
         QVERIFY(m_tmp.isValid());
         m_model = m_tmp.filePath(QStringLiteral("demo"));
-        model::writeDemoModel(m_model.toStdString());
+        importing::writeDemoModel(m_model.toStdString());
         // The real pretrained stories260K, when ../shared/data is there: imported as a user would.
         const QString bin = test::dataDir() + "/models/stories260K/stories260K.bin";
         if (QFile::exists(bin)) {
-            const auto r = test::runLatmix({"import-llama2c", bin, test::dataDir() + "/models/stories260K/tok512.bin",
-                                            m_tmp.filePath("stories260K")},
-                                           120000);
+            const auto r = test::runLatmixInProcess({"import-llama2c", bin,
+                                                     test::dataDir() + "/models/stories260K/tok512.bin",
+                                                     m_tmp.filePath("stories260K")});
             QVERIFY2(r.exitCode == 0, qPrintable(r.err));
             m_stories = m_tmp.filePath("stories260K");
         }
@@ -101,7 +101,7 @@ private slots:
         QFETCH(QString, method);
         const QString dir = model == "demo" ? m_model : m_stories;
         if (dir.isEmpty())
-            QSKIP(qPrintable("stories260K not found under " + test::dataDir() + "/models (set LATMIX_DATA_DIR)"));
+            LATMIX_DATA_SKIP(qPrintable("stories260K not found under " + test::dataDir() + "/models (set LATMIX_DATA_DIR)"));
         MainWindow w;
         QVERIFY(w.openCheckpoint(dir, false));
         QVERIFY(!w.exportAction()->isEnabled());
@@ -249,7 +249,7 @@ private slots:
     // names the cause, the window keeps working and nothing is offered for export.
     void nanWeightsShowInBanner() {
         const QString dir = m_tmp.filePath("nan-model");
-        model::writeDemoModel(dir.toStdString());
+        importing::writeDemoModel(dir.toStdString());
         QFile f(dir + "/model.safetensors");
         QVERIFY(f.open(QIODevice::ReadWrite));
         quint64 headerLen = 0;

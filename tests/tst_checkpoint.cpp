@@ -77,7 +77,7 @@ private slots:
         QFETCH(qint64, params);
         QFETCH(int, tensors);
         const QString dir = modelDir(model);
-        if (!QFile::exists(dir + "/config.json")) QSKIP(qPrintable("not found: " + dir + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(dir + "/config.json")) LATMIX_DATA_SKIP(qPrintable("not found: " + dir + " (set LATMIX_DATA_DIR)"));
         const Checkpoint ck = Checkpoint::load(dir.toStdString());
         QCOMPARE(ck.dir(), dir.toStdString());
         const qint64 want = params >= 0 ? params : expectedParams(ck.config());
@@ -109,7 +109,7 @@ private slots:
     void sharded() {
         QFETCH(QString, model);
         const QString src = modelDir(model);
-        if (!QFile::exists(src + "/config.json")) QSKIP(qPrintable("not found: " + src + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(src + "/config.json")) LATMIX_DATA_SKIP(qPrintable("not found: " + src + " (set LATMIX_DATA_DIR)"));
         QTemporaryDir tmp;
         const QString dst = tmp.filePath("sharded");
         makeSharded(src, dst);
@@ -137,12 +137,14 @@ private slots:
         QTest::newRow("wrong shape") << "wrong shape"
                                      << QStringList{"model.norm.weight", "has shape [63]", "implies [64]"};
         QTest::newRow("bad config") << "bad config" << QStringList{"unsupported architecture 'BertModel'"};
+        QTest::newRow("integer weights") << "int weights"
+                                         << QStringList{"model.norm.weight", "is I32", "F32, BF16 or F16"};
     }
     void errors() {
         QFETCH(QString, damage);
         QFETCH(QStringList, phrases);
         const QString src = modelDir("stories260K-hf");
-        if (!QFile::exists(src + "/config.json")) QSKIP(qPrintable("not found: " + src + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(src + "/config.json")) LATMIX_DATA_SKIP(qPrintable("not found: " + src + " (set LATMIX_DATA_DIR)"));
         QTemporaryDir tmp;
         QString dir = tmp.filePath("model");
         if (damage == "no folder") {
@@ -164,13 +166,14 @@ private slots:
                 QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
                 f.write(R"({"architectures": ["BertModel"], "hidden_size": 64})");
             }
-            if (damage == "no tensor" || damage == "wrong shape") {
+            if (damage == "no tensor" || damage == "wrong shape" || damage == "int weights") {
                 auto f = io::SafeTensorsFile::open((src + "/model.safetensors").toStdString());
                 std::vector<std::pair<std::string, at::Tensor>> t;
                 for (const auto& e : f->entries()) {
                     if (damage == "no tensor" && e.name == "model.layers.4.mlp.up_proj.weight") continue;
                     auto w = f->tensor(e.name);
                     if (damage == "wrong shape" && e.name == "model.norm.weight") w = w.slice(0, 0, 63);
+                    if (damage == "int weights" && e.name == "model.norm.weight") w = w.to(at::kInt);
                     t.emplace_back(e.name, w);
                 }
                 io::writeSafeTensors((dir + "/model.safetensors").toStdString(), t);
@@ -190,7 +193,7 @@ private slots:
 
     void unknownWeightNamesTensorAndFolder() {
         const QString src = modelDir("stories260K-hf");
-        if (!QFile::exists(src + "/config.json")) QSKIP(qPrintable("not found: " + src + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(src + "/config.json")) LATMIX_DATA_SKIP(qPrintable("not found: " + src + " (set LATMIX_DATA_DIR)"));
         const Checkpoint ck = Checkpoint::load(src.toStdString());
         try {
             ck.weight("lm_head.weight");

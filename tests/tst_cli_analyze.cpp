@@ -17,7 +17,7 @@ class TestCliAnalyze : public QObject {
     QTemporaryDir m_tmp;
     QString m_model, m_calib;
 
-    static Result run(const QStringList& args) { return latmix::test::runLatmix(args, 300000); }
+    static Result run(const QStringList& args) { return latmix::test::runLatmixInProcess(args); }
 
     QStringList baseArgs(const QString& out) const {
         return {"analyze", "--model", m_model, "--calib", m_calib, "--samples", "2", "--seqlen", "32", "--points",
@@ -27,7 +27,6 @@ class TestCliAnalyze : public QObject {
 
 private slots:
     void initTestCase() {
-        if (qEnvironmentVariableIsEmpty("LATMIX_BIN_DIR")) QSKIP("LATMIX_BIN_DIR is not set (run through ctest)");
         QVERIFY(m_tmp.isValid());
         m_model = m_tmp.filePath("demo");
         const Result r = run({"demo-model", m_model});

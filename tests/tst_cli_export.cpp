@@ -25,13 +25,12 @@ class TestCliExport : public QObject {
     QTemporaryDir m_tmp;
     QString m_run;
 
-    static Result run(const QStringList& args) { return latmix::test::runLatmix(args, 120000); }
+    static Result run(const QStringList& args) { return latmix::test::runLatmixInProcess(args); }
 
 private slots:
     void initTestCase() {
-        if (qEnvironmentVariableIsEmpty("LATMIX_BIN_DIR")) QSKIP("LATMIX_BIN_DIR is not set (run through ctest)");
         const QString source = test::dataDir() + "/models/stories260K-hf";
-        if (!QFile::exists(source + "/config.json")) QSKIP(qPrintable("not found: " + source + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(source + "/config.json")) LATMIX_DATA_SKIP(qPrintable("not found: " + source + " (set LATMIX_DATA_DIR)"));
         QVERIFY(m_tmp.isValid());
         m_run = m_tmp.filePath("run");
         test::RunVariant v;

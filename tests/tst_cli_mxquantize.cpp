@@ -1,4 +1,5 @@
-// `latmix mx-quantize` as a user runs it: golden outputs, packed bytes, clear errors.
+// `latmix mx-quantize` (in process): golden outputs, packed bytes, clear errors. And the built
+// executable once per command (binarySmoke).
 #include "CliRunner.h"
 #include <QTemporaryDir>
 #include <QtTest>
@@ -8,11 +9,32 @@ class TestCliMxQuantize : public QObject {
 
     using Result = latmix::test::CliResult;
 
-    static Result run(const QStringList& args, const QByteArray& input) { return latmix::test::runLatmix(args, 60000, input); }
+    static Result run(const QStringList& args, const QByteArray& input) {
+        return latmix::test::runLatmixInProcess(args, input);
+    }
 
 private slots:
-    void initTestCase() {
-        if (qEnvironmentVariableIsEmpty("LATMIX_BIN_DIR")) QSKIP("LATMIX_BIN_DIR is not set (run through ctest)");
+    // The shipped binary starts, parses and runs: every command's help, and mx-quantize for real
+    // (golden output as in dequantizes()). The other CLI tests run their commands in process.
+    void binarySmoke_data() {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QByteArray>("input");
+        QTest::addColumn<QString>("expectedOut"); // substring
+        for (const char* c : {"mx-quantize", "bench", "eval", "capture", "demo-model", "import-llama2c", "analyze",
+                              "quantize", "export"})
+            QTest::addRow("%s --help", c) << QStringList{c, "--help"} << QByteArray() << QString(c);
+        QTest::newRow("mx-quantize ties") << QStringList{"mx-quantize", "--format", "mxfp4"} << QByteArray("4 0.25 0.75")
+                                          << "4\n0\n1\n";
+        QTest::newRow("--version") << QStringList{"--version"} << QByteArray() << "libtorch";
+    }
+    void binarySmoke() {
+        QFETCH(QStringList, args);
+        QFETCH(QByteArray, input);
+        QFETCH(QString, expectedOut);
+        if (qEnvironmentVariableIsEmpty("LATMIX_BIN_DIR")) QFAIL("LATMIX_BIN_DIR is not set (run through ctest)");
+        const Result r = latmix::test::runLatmix(args, 60000, input);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.out.contains(expectedOut), qPrintable(r.out));
     }
 
     void dequantizes_data() {

@@ -19,7 +19,7 @@ class TestCliQuantize : public QObject {
     QTemporaryDir m_tmp;
     QString m_model, m_calib;
 
-    static Result run(const QStringList& args) { return latmix::test::runLatmix(args, 300000); }
+    static Result run(const QStringList& args) { return latmix::test::runLatmixInProcess(args); }
 
     QStringList quantizeArgs(const QString& out, const QString& method, int steps) const {
         return {"quantize", "--model", m_model, "--method", method, "--format", "mxfp4", "--steps", QString::number(steps),
@@ -35,7 +35,6 @@ class TestCliQuantize : public QObject {
 
 private slots:
     void initTestCase() {
-        if (qEnvironmentVariableIsEmpty("LATMIX_BIN_DIR")) QSKIP("LATMIX_BIN_DIR is not set (run through ctest)");
         QVERIFY(m_tmp.isValid());
         m_model = m_tmp.filePath("demo");
         const Result r = run({"demo-model", m_model});

@@ -2,7 +2,7 @@
 // what core's analysis computes on the same activations, sorts numerically, and the layer ×
 // block heatmap holds core's per-block errors of every layer.
 #include "model/Checkpoint.h"
-#include "model/DemoModel.h"
+#include "import/DemoModel.h"
 #include "model/LlamaModel.h"
 #include "train/TransformAnalysis.h"
 
@@ -42,7 +42,7 @@ private slots:
     void initTestCase() {
         QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).clear();
         m_model = m_tmp.filePath("demo");
-        model::writeDemoModel(m_model.toStdString());
+        importing::writeDemoModel(m_model.toStdString());
     }
 
     void tableEqualsCore_data() {
@@ -89,8 +89,19 @@ private slots:
             QCOMPARE(cell(6), e.report.spectral.orthogonalityDeviation);
             QCOMPARE(cell(7), e.report.offBlockNorm);
         }
-        // Per-block curve of "none" is core's per-block vector.
+        // One per-block curve per transform, each core's per-block vector.
         QCOMPARE(v->perBlockPlot()->graphCount(), 4);
+        for (const auto& e : want.entries) {
+            QCPGraph* g = nullptr;
+            for (int i = 0; i < v->perBlockPlot()->graphCount(); ++i)
+                if (v->perBlockPlot()->graph(i)->name() == QString::fromStdString(e.kind)) g = v->perBlockPlot()->graph(i);
+            QVERIFY2(g, e.kind.c_str());
+            const auto pb = e.report.perBlock.to(at::kDouble).contiguous();
+            QCOMPARE(g->data()->size(), int(pb.numel()));
+            int k = 0;
+            for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it, ++k)
+                QCOMPARE(it->value, pb[k].item<double>());
+        }
         // Sorting by E(T) orders the rows numerically.
         t->sortItems(1, Qt::AscendingOrder);
         for (int r = 1; r < t->rowCount(); ++r)

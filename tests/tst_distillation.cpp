@@ -114,7 +114,7 @@ private slots:
     void exactStartHasZeroKl() {
         QFETCH(QString, kind);
         Fixture f;
-        if (!loadFixture(f)) QSKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         train::TransformSpec spec;
         spec.t1Kind = spec.t2Kind = kind.toStdString();
         spec.init = "hadamard";
@@ -135,7 +135,7 @@ private slots:
     void klFallsWhileTraining() {
         QFETCH(QString, kind);
         Fixture f;
-        if (!loadFixture(f)) QSKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         train::TransformSpec spec;
         spec.t1Kind = spec.t2Kind = kind.toStdString();
         train::ModelTransforms t(f.ck->config(), spec);
@@ -161,7 +161,7 @@ private slots:
     // exactly where the uninterrupted run ends.
     void resumeAfterCancelIsExact() {
         Fixture f;
-        if (!loadFixture(f)) QSKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         QTemporaryDir tmp;
         train::TransformSpec spec;
         auto o = quickOptions(12);
@@ -209,7 +209,7 @@ private slots:
         QFETCH(QString, device);
         LATMIX_REQUIRE_DEVICE(dev, device);
         Fixture f;
-        if (!loadFixture(f)) QSKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         const OneStep d = oneStep(f, kind.toStdString(), dev), c = oneStep(f, kind.toStdString(), c10::kCPU);
         auto close = [](double a, double b) { return std::abs(a - b) <= 1e-3 * std::abs(b) + 1e-6; };
         QVERIFY2(close(d.step.kl, c.step.kl) && close(d.step.loss, c.step.loss),
@@ -239,7 +239,7 @@ private slots:
     // transforms.h5 round trip: the restored transforms have the same matrices.
     void saveLoadTransforms() {
         Fixture f;
-        if (!loadFixture(f)) QSKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         QTemporaryDir tmp;
         train::TransformSpec spec;
         spec.seed = 17;

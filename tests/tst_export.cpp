@@ -9,8 +9,8 @@
 #include "ExportTestRun.h"
 
 #include "export/Export.h"
-#include "export/RawSafeTensors.h"
-#include "export/RunModel.h"
+#include "io/SafeTensors.h"
+#include "run/RunModel.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
@@ -35,6 +35,7 @@
 
 using namespace latmix;
 using namespace latmix::exporting;
+using namespace latmix::run;
 namespace fs = std::filesystem;
 
 namespace {
@@ -123,7 +124,7 @@ class TestExport : public QObject {
 private slots:
     void initTestCase() {
         QVERIFY(m_tmp.isValid());
-        if (!haveData()) QSKIP(qPrintable("not found: " + sourceModel() + " (set LATMIX_DATA_DIR)"));
+        if (!haveData()) LATMIX_DATA_SKIP(qPrintable("not found: " + sourceModel() + " (set LATMIX_DATA_DIR)"));
         // stories260K-hf has no tokenizer files: a stand-in checks that they travel along.
         m_tokenizer = m_tmp.filePath("tokenizer-src");
         QDir().mkpath(m_tokenizer);
@@ -150,10 +151,10 @@ private slots:
         QCOMPARE(read.quant.method, std::string("rtn"));
         QCOMPARE(read.quant.weightFormat->format, v.weights.format);
         QCOMPARE(read.quant.weightFormat->blockSize, v.weights.blockSize);
-        QCOMPARE(read.quant.onlineHadamardBlock, 32);
-        QCOMPARE(read.quant.onlineHadamardSeed, std::uint64_t(1234));
+        QCOMPARE(read.quant.t3Block, 32);
+        QCOMPARE(read.quant.t3Seed, std::uint64_t(1234));
         const auto j = nlohmann::json::parse(read.configJson);
-        QCOMPARE(j["latmix"]["online_hadamard"]["point"].get<std::string>(), std::string("mlp.down_proj.input"));
+        QCOMPARE(j["latmix"]["t3"]["point"].get<std::string>(), std::string("mlp.down_proj.input"));
         QCOMPARE(j["latmix"]["lm_head_bias"].get<bool>(), v.extraBiases);
         QCOMPARE(j["tie_word_embeddings"].get<bool>(), !v.extraBiases);
         QCOMPARE(j["attention_bias"].get<bool>(), v.extraBiases);
@@ -215,39 +216,39 @@ private slots:
         QVERIFY(tempSiblings(out).isEmpty());
 
         // Packed tensors, read back independently of the exporter's verification.
-        const RawSafeTensorsReader st((out + "/model.safetensors").toStdString());
-        for (const auto& p : blockLinearPrefixes(runModelConfig(r))) {
+        const auto st = io::SafeTensorsFile::open((out + "/model.safetensors").toStdString());
+        for (const auto& p : model::names::blockLinearPrefixes(runModelConfig(r).numLayers)) {
             const at::Tensor& w = r.tensors.at(p + ".weight");
-            const auto& codes = st.entry(p + ".weight_packed");
-            const auto& scales = st.entry(p + ".weight_scale");
+            const auto& codes = st->entry(p + ".weight_packed");
+            const auto& scales = st->entry(p + ".weight_scale");
             QCOMPARE(codes.dtype, std::string("U8"));
             QCOMPARE(codes.shape, (std::vector<std::int64_t>{w.size(0), (w.size(1) + 1) / 2}));
             QCOMPARE(scales.dtype, std::string(wf.isNvfp4() ? "F8_E4M3" : "U8"));
             QCOMPARE(scales.shape, (std::vector<std::int64_t>{w.size(0), (w.size(1) + wf.blockSize - 1) / wf.blockSize}));
-            QVERIFY(!st.contains(p + ".weight"));
+            QVERIFY(!st->contains(p + ".weight"));
             mx::PackedTensor pk;
             pk.config = wf;
-            pk.codes = st.tensor(p + ".weight_packed");
-            pk.scales = st.tensor(p + ".weight_scale");
+            pk.codes = st->tensor(p + ".weight_packed");
+            pk.scales = st->tensor(p + ".weight_scale");
             pk.lastDim = w.size(1);
             if (wf.isNvfp4()) {
-                const float stored = st.tensor(p + ".weight_global_scale").item<float>();
+                const float stored = st->tensor(p + ".weight_global_scale").template item<float>();
                 const float g = r.packed.at(p).globalScale;
                 QCOMPARE(test::bitsOf(stored), test::bitsOf(1.0f / g)); // compressed-tensors: 448·6/amax
                 pk.globalScale = g;
             } else {
-                QVERIFY(!st.contains(p + ".weight_global_scale"));
+                QVERIFY(!st->contains(p + ".weight_global_scale"));
             }
             QVERIFY2(bitsEqual(mx::unpack(pk), w), p.c_str()); // bit for bit the run's weights
         }
         // Everything else bf16: the run's tensors rounded.
         for (const char* n : {"model.embed_tokens.weight", "model.norm.weight", "model.layers.2.input_layernorm.weight"}) {
-            QCOMPARE(st.entry(n).dtype, std::string("BF16"));
-            QVERIFY2(bitsEqual(st.tensor(n), r.tensors.at(n).to(at::kBFloat16)), n);
+            QCOMPARE(st->entry(n).dtype, std::string("BF16"));
+            QVERIFY2(bitsEqual(st->tensor(n), r.tensors.at(n).to(at::kBFloat16)), n);
         }
         if (variant.endsWith("-biases")) {
-            QVERIFY(bitsEqual(st.tensor("lm_head.bias"), r.tensors.at("lm_head.bias").to(at::kBFloat16)));
-            QVERIFY(st.contains("model.layers.0.self_attn.o_proj.bias"));
+            QVERIFY(bitsEqual(st->tensor("lm_head.bias"), r.tensors.at("lm_head.bias").to(at::kBFloat16)));
+            QVERIFY(st->contains("model.layers.0.self_attn.o_proj.bias"));
         }
 
         // config.json
@@ -277,13 +278,13 @@ private slots:
         QCOMPARE(t3["apply"][0]["targets"][0].get<std::string>(), std::string("re:.*mlp\\.down_proj$"));
 
         // The exact T3 blocks: 5 of 32 and the last one of 12, as in H.
-        const RawSafeTensorsReader tf((out + "/latmix_t3.safetensors").toStdString());
-        const at::Tensor h = onlineHadamard(r.quant, 172).dense();
-        const at::Tensor blocks = tf.tensor("blocks");
+        const auto tf = io::SafeTensorsFile::open((out + "/latmix_t3.safetensors").toStdString());
+        const at::Tensor h = t3Transform(r.quant, 172).dense();
+        const at::Tensor blocks = tf->tensor("blocks");
         QCOMPARE(blocks.sizes().vec(), (std::vector<std::int64_t>{5, 32, 32}));
         for (int b = 0; b < 5; ++b) QVERIFY(at::equal(blocks[b], h.slice(0, 32 * b, 32 * b + 32).slice(1, 32 * b, 32 * b + 32)));
-        QVERIFY(at::equal(tf.tensor("last_block"), h.slice(0, 160, 172).slice(1, 160, 172)));
-        QCOMPARE(tf.metadata().at("seed"), std::string("1234"));
+        QVERIFY(at::equal(tf->tensor("last_block"), h.slice(0, 160, 172).slice(1, 160, 172)));
+        QCOMPARE(tf->metadata().at("seed"), std::string("1234"));
 
         // Side files.
         const auto lj = nlohmann::json::parse(readFile((out + "/latmix.json").toStdString()));
@@ -321,7 +322,7 @@ private slots:
         QCOMPARE(j["attention_bias"].get<bool>(), variant.endsWith("-biases"));
 
         // Every tensor: bf16 of the run's, W_down with T3 folded back (W_down · H).
-        const at::Tensor h = onlineHadamard(r.quant, 172).dense();
+        const at::Tensor h = t3Transform(r.quant, 172).dense();
         for (const auto& name : ck.names()) {
             const at::Tensor got = ck.weight(name);
             QCOMPARE(got.scalar_type(), at::kBFloat16);
@@ -598,11 +599,11 @@ private slots:
         const std::string path = (out + "/model.safetensors").toStdString();
         std::uint64_t at;
         {
-            const RawSafeTensorsReader st(path);
+            const auto st = io::SafeTensorsFile::open(path);
             std::uint64_t headerLen = 0;
             const std::string head = readFile(path).substr(0, 8);
             for (int i = 7; i >= 0; --i) headerLen = (headerLen << 8) | static_cast<unsigned char>(head[i]);
-            at = 8 + headerLen + st.entry("model.layers.1.mlp.gate_proj.weight_scale").begin + 3;
+            at = 8 + headerLen + st->entry("model.layers.1.mlp.gate_proj.weight_scale").begin + 3;
         }
         {
             std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);

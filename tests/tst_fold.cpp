@@ -74,7 +74,7 @@ FoldRun runFold(const model::Checkpoint& ck, const QString& t1, const QString& t
     if (t3) {
         const auto h = transforms::blockHadamard(c.intermediateSize, 32, 9);
         w = fold::applyT3(w, h);
-        options.onlineHadamardDown = h.to(at::TensorOptions().dtype(at::kFloat).device(device));
+        options.t3 = h.to(at::TensorOptions().dtype(at::kFloat).device(device));
     }
     const auto fc = fold::foldedConfig(c, w);
     if (attentionBiases) *attentionBiases = fc.oProjBias && fc.qkvBias;
@@ -119,7 +119,7 @@ private slots:
         QFETCH(QString, device);
         LATMIX_REQUIRE_DEVICE(dev, device);
         const QString dir = test::dataDir() + "/models/" + model;
-        if (!QFile::exists(dir + "/config.json")) QSKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(dir + "/config.json")) LATMIX_DATA_SKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
         const auto ck = model::Checkpoint::load(dir.toStdString());
         const auto tokens = sampleTokens(ck.config().vocabSize, 48, 3);
         bool biases = false;
@@ -147,7 +147,7 @@ private slots:
         QFETCH(QString, model);
         QFETCH(QString, kind);
         const QString dir = test::dataDir() + "/models/" + model;
-        if (!QFile::exists(dir + "/config.json")) QSKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(dir + "/config.json")) LATMIX_DATA_SKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
         const auto ck = model::Checkpoint::load(dir.toStdString());
         const auto& c = ck.config();
         auto t = perturbed(kind.toStdString(), c.hiddenSize, 21, 0.05);
@@ -174,7 +174,7 @@ private slots:
     // unfoldT3 undoes applyT3 (export hf folds T3 back into W_down).
     void unfoldT3RoundTrip() {
         const QString dir = test::dataDir() + "/models/stories260K-hf";
-        if (!QFile::exists(dir + "/config.json")) QSKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(dir + "/config.json")) LATMIX_DATA_SKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
         const auto ck = model::Checkpoint::load(dir.toStdString());
         const auto h = transforms::blockHadamard(ck.config().intermediateSize, 32, 0);
         const auto w = model::loadWeights(ck, at::kDouble);
@@ -184,7 +184,7 @@ private slots:
 
     void badShapesThrow() {
         const QString dir = test::dataDir() + "/models/stories260K-hf";
-        if (!QFile::exists(dir + "/config.json")) QSKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(dir + "/config.json")) LATMIX_DATA_SKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
         const auto ck = model::Checkpoint::load(dir.toStdString());
         const auto w = model::loadWeights(ck, at::kDouble);
         const auto eye = at::eye(ck.config().hiddenSize + 1, at::kDouble);

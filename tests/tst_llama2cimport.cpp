@@ -2,7 +2,7 @@
 // stories260K-hf folder, tensor for tensor and bit for bit; malformed files fail cleanly.
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
-#include "model/Llama2cImport.h"
+#include "import/Llama2cImport.h"
 
 #include <ATen/ATen.h>
 #include <QDir>
@@ -16,6 +16,7 @@
 
 using namespace latmix;
 using namespace latmix::model;
+using namespace latmix::importing;
 
 namespace {
 
@@ -61,7 +62,7 @@ private slots:
         const QString bin = dataDir() + "/models/stories260K/stories260K.bin";
         const QString hf = dataDir() + "/models/stories260K-hf";
         if (!QFile::exists(bin) || !QFile::exists(hf + "/model.safetensors"))
-            QSKIP(qPrintable("stories260K not found under " + dataDir() + " (set LATMIX_DATA_DIR)"));
+            LATMIX_DATA_SKIP(qPrintable("stories260K not found under " + dataDir() + " (set LATMIX_DATA_DIR)"));
         QTemporaryDir tmp;
         const QString out = tmp.filePath("imported/stories260K");
         importLlama2cWeights(bin.toStdString(), out.toStdString());

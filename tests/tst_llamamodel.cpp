@@ -6,7 +6,7 @@
 
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
-#include "model/DemoModel.h"
+#include "import/DemoModel.h"
 #include "model/LlamaModel.h"
 
 #include <ATen/ATen.h>
@@ -90,7 +90,7 @@ class TestLlamaModel : public QObject {
     QString modelDir(const QString& name) {
         if (name == "demo") {
             const QString dir = m_tmp.filePath("demo");
-            if (!QDir(dir).exists()) model::writeDemoModel(dir.toStdString());
+            if (!QDir(dir).exists()) importing::writeDemoModel(dir.toStdString());
             return dir;
         }
         if (name.startsWith("synthetic-")) {
@@ -121,7 +121,7 @@ private slots:
         QFETCH(int, tokens);
         const QString dir = modelDir(model);
         if (!model.startsWith("synthetic") && model != "demo" && !QDir(dir).exists())
-            QSKIP(qPrintable("model folder not found: " + dir + " (set LATMIX_DATA_DIR)"));
+            LATMIX_DATA_SKIP(qPrintable("model folder not found: " + dir + " (set LATMIX_DATA_DIR)"));
         const Checkpoint ck = Checkpoint::load(dir.toStdString());
         std::mt19937_64 rng(7);
         std::vector<int64_t> ids(static_cast<size_t>(tokens));

@@ -101,7 +101,7 @@ private slots:
         ModelConfig c;
         if (source.startsWith("file:")) {
             const QString path = dataDir() + "/" + source.mid(5);
-            if (!QFile::exists(path)) QSKIP(qPrintable("not found: " + path + " (set LATMIX_DATA_DIR)"));
+            if (!QFile::exists(path)) LATMIX_DATA_SKIP(qPrintable("not found: " + path + " (set LATMIX_DATA_DIR)"));
             c = ModelConfig::fromFile(path.toStdString());
         } else {
             c = ModelConfig::fromJsonText(source.toStdString());
@@ -229,16 +229,21 @@ private slots:
     // Sliding windows that cannot take effect are accepted (Mistral v0.2+ and Qwen ship them).
     void harmlessSlidingWindow_data() {
         QTest::addColumn<QString>("json");
+        QTest::addColumn<int>("hidden");
+        QTest::addColumn<int>("maxPositions");
         QTest::newRow("mistral window = context")
             << R"({"architectures": ["MistralForCausalLM"], "sliding_window": 4096, "max_position_embeddings": 4096,
                    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
-                   "vocab_size": 100})";
-        QTest::newRow("qwen2 window off") << kQwen2;
+                   "vocab_size": 100})" << 64 << 4096;
+        QTest::newRow("qwen2 window off") << kQwen2 << 896 << 32768;
     }
     void harmlessSlidingWindow() {
         QFETCH(QString, json);
+        QFETCH(int, hidden);
+        QFETCH(int, maxPositions);
         const auto c = ModelConfig::fromJsonText(json.toStdString());
-        QVERIFY(c.hiddenSize > 0);
+        QCOMPARE(c.hiddenSize, hidden);
+        QCOMPARE(c.maxPositions, maxPositions); // full attention over the whole context
     }
 
     void supportedList() {

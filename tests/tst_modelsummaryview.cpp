@@ -4,12 +4,14 @@
 // the previous model in place, says why in a non-modal banner naming the folder, and stays out
 // of Recent. Real checkpoints come from $LATMIX_DATA_DIR/models; those rows skip without it.
 #include "model/Checkpoint.h"
-#include "model/DemoModel.h"
+#include "import/DemoModel.h"
 #include "model/LlamaModel.h"
 #include "util/Runtime.h"
 
 #include "MainWindow.h"
 #include "ModelSummaryView.h"
+
+#include "TestData.h"
 
 #include <QApplication>
 #include <QDir>
@@ -80,7 +82,7 @@ void TestModelSummaryView::initTestCase() {
     latmix::configureThreads(2);
     QVERIFY(m_tmp.isValid());
     m_demo = m_tmp.filePath(QStringLiteral("demo-model"));
-    latmix::model::writeDemoModel(m_demo.toStdString());
+    latmix::importing::writeDemoModel(m_demo.toStdString());
 }
 
 void TestModelSummaryView::emptyViewSaysNoModel() {
@@ -110,9 +112,9 @@ void TestModelSummaryView::opensCheckpoint() {
     QFETCH(QString, dir);
     QFETCH(QString, tokenizer);
     if (QByteArray(QTest::currentDataTag()) == "demo-model") dir = m_demo;
-    if (dir.isEmpty()) QSKIP("LATMIX_DATA_DIR is not set: run through ctest or point it at the shared data folder");
+    if (dir.isEmpty()) LATMIX_DATA_SKIP("LATMIX_DATA_DIR is not set: run through ctest or point it at the shared data folder");
     if (!QFile::exists(dir + QStringLiteral("/config.json")))
-        QSKIP(qPrintable(QStringLiteral("checkpoint not found: %1 (set LATMIX_DATA_DIR to the shared data folder)")
+        LATMIX_DATA_SKIP(qPrintable(QStringLiteral("checkpoint not found: %1 (set LATMIX_DATA_DIR to the shared data folder)")
                              .arg(dir)));
 
     MainWindow w;
@@ -284,7 +286,7 @@ void TestModelSummaryView::longFolderPathIsElided() {
     QString deep = m_tmp.path();
     for (int i = 0; i < 8; ++i) deep += QStringLiteral("/a-rather-long-folder-name-%1").arg(i);
     deep += QStringLiteral("/demo-model");
-    latmix::model::writeDemoModel(deep.toStdString());
+    latmix::importing::writeDemoModel(deep.toStdString());
     MainWindow w;
     w.resize(1280, 800);
     w.show();

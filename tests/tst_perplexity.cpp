@@ -7,9 +7,9 @@
 #include "eval/Perplexity.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
-#include "model/Llama2cImport.h"
+#include "import/Llama2cImport.h"
 #include "model/LlamaModel.h"
-#include "model/Tokenizer.h"
+#include "tokenizer/Tokenizer.h"
 
 #include <ATen/ATen.h>
 #include <QDir>
@@ -124,18 +124,18 @@ private slots:
         QFETCH(int, seqLen);
         QFETCH(int, windows);
         const QString raw = dataDir() + "/wikitext-2/wiki.test.raw";
-        if (!QFile::exists(raw)) QSKIP(qPrintable("WikiText-2 not found at " + raw + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(raw)) LATMIX_DATA_SKIP(qPrintable("WikiText-2 not found at " + raw + " (set LATMIX_DATA_DIR)"));
         QString dir = dataDir() + "/models/" + model;
         if (model == "stories260K") { // llama2.c original: import it with its tokenizer first
             const QString out = m_tmp.filePath("stories260K-imported");
             if (!QDir(out).exists()) {
-                model::importLlama2cWeights((dir + "/stories260K.bin").toStdString(), out.toStdString());
-                model::convertLlama2cTokenizer((dir + "/tok512.bin").toStdString(), (out + "/tokenizer.json").toStdString());
+                importing::importLlama2cWeights((dir + "/stories260K.bin").toStdString(), out.toStdString());
+                tokenizer::convertLlama2cTokenizer((dir + "/tok512.bin").toStdString(), (out + "/tokenizer.json").toStdString());
             }
             dir = out;
         }
         const auto ck = model::Checkpoint::load(dir.toStdString());
-        const auto tok = model::Tokenizer::loadFromDir(dir.toStdString());
+        const auto tok = tokenizer::Tokenizer::loadFromDir(dir.toStdString());
         const auto ids = eval::tokenizeForEvaluation(*tok, eval::wikiText2TestText(raw.toStdString()));
         QVERIFY(ids.size() > 100000); // the whole test split was read
         QCOMPARE(ids[0], tok->bosId()); // Llama tokenizers add BOS by default, once
@@ -163,11 +163,11 @@ private slots:
         QFETCH(QString, device);
         LATMIX_REQUIRE_DEVICE(dev, device);
         const QString raw = dataDir() + "/wikitext-2/wiki.test.raw";
-        if (!QFile::exists(raw)) QSKIP(qPrintable("WikiText-2 not found at " + raw + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(raw)) LATMIX_DATA_SKIP(qPrintable("WikiText-2 not found at " + raw + " (set LATMIX_DATA_DIR)"));
         const QString dir = dataDir() + "/models/" + model;
-        if (!QFile::exists(dir + "/config.json")) QSKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(dir + "/config.json")) LATMIX_DATA_SKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
         const auto ck = model::Checkpoint::load(dir.toStdString());
-        const auto tok = model::Tokenizer::loadFromDir(dir.toStdString());
+        const auto tok = tokenizer::Tokenizer::loadFromDir(dir.toStdString());
         // The windows come from the start of the text: tokenizing 64 KB of it is plenty.
         const auto ids = eval::tokenizeForEvaluation(*tok, eval::wikiText2TestText(raw.toStdString()).substr(0, 65536));
         QVERIFY(ids.size() >= size_t(seqLen) * windows);

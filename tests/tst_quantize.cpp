@@ -3,11 +3,14 @@
 // GPTQ's layer errors are below RTN's; transformed methods record their transforms.
 #include "TestSupport.h"
 
-#include "export/RunModel.h"
+#include "run/RunModel.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
 #include "mx/MxQuantizer.h"
-#include "quant/Pipeline.h"
+#include "eval/Perplexity.h"
+#include "fold/Fold.h"
+#include "run/QuantizeRun.h"
+#include "train/ModelTransforms.h"
 
 #include <ATen/ATen.h>
 #include <QFile>
@@ -28,8 +31,8 @@ std::vector<int> randomIds(int n, int vocab, std::uint64_t seed) {
     return ids;
 }
 
-quant::QuantizeOptions options(const QString& method, const QString& format) {
-    quant::QuantizeOptions o;
+run::QuantizeOptions options(const QString& method, const QString& format) {
+    run::QuantizeOptions o;
     o.method = method.toStdString();
     o.format = mx::makeConfig(mx::parseFormat(format.toStdString()));
     o.steps = 4;
@@ -45,7 +48,7 @@ quant::QuantizeOptions options(const QString& method, const QString& format) {
 
 QString modelDir() { return test::dataDir() + "/models/stories260K-hf"; }
 
-double layerErrorSum(const quant::QuantizeResult& r) {
+double layerErrorSum(const run::QuantizeResult& r) {
     double s = 0;
     for (const auto& l : r.linears) s += l.relativeError;
     return s;
@@ -59,18 +62,18 @@ private slots:
     void everyMethodWritesALoadableRun_data() {
         QTest::addColumn<QString>("method");
         QTest::addColumn<QString>("format");
-        for (const auto& m : quant::methods())
+        for (const auto& m : run::methods())
             for (const char* f : {"mxfp4", "mxint4"}) QTest::addRow("%s %s", m.name.c_str(), f) << QString::fromStdString(m.name) << f;
         QTest::newRow("latmix-lu nvfp4") << "latmix-lu" << "nvfp4";
     }
     void everyMethodWritesALoadableRun() {
         QFETCH(QString, method);
         QFETCH(QString, format);
-        if (!QFile::exists(modelDir() + "/config.json")) QSKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        if (!QFile::exists(modelDir() + "/config.json")) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         QTemporaryDir tmp;
-        const auto& spec = quant::methodSpec(method.toStdString());
+        const auto& spec = run::methodSpec(method.toStdString());
         const auto ids = randomIds(4000, 512, 2);
-        const auto r = quant::runQuantize(modelDir().toStdString(), ids, randomIds(400, 512, 3), tmp.path().toStdString(),
+        const auto r = run::runQuantize(modelDir().toStdString(), ids, randomIds(400, 512, 3), tmp.path().toStdString(),
                                           options(method, format));
         QCOMPARE(int(r.linears.size()), 5 * 7);
         for (const auto& l : r.linears) QVERIFY2(std::isfinite(l.relativeError) && l.relativeError < 1.0, l.linear.c_str());
@@ -82,20 +85,47 @@ private slots:
         const auto ck = model::Checkpoint::load(tmp.filePath("model").toStdString());
         QVERIFY(ck.config().latmix.has_value());
         QCOMPARE(ck.config().latmix->method, method.toStdString());
-        QCOMPARE(ck.config().latmix->onlineHadamardBlock > 0, spec.transformed);
-        const auto run = exporting::readRunModel(tmp.filePath("model").toStdString());
+        QCOMPARE(ck.config().latmix->t3Block > 0, spec.transformed);
+        const auto run = run::readRunModel(tmp.filePath("model").toStdString());
         QCOMPARE(int(run.packed.size()), 5 * 7);
         QVERIFY(r.fpPerplexity > 1 && std::isfinite(r.quantizedPerplexity) && r.quantizedPerplexity > 1);
+
+        // Paper Table 3's check on the folded, unquantized model.
+        if (!spec.transformed) {
+            QCOMPARE(r.foldedPerplexity, 0.0); // nothing folded, nothing measured
+        } else if (spec.t1Kind.find("affine") == std::string::npos) {
+            // Orthogonal T1/T2 (and T3): the folded model computes the original function.
+            QVERIFY2(std::abs(r.foldedPerplexity / r.fpPerplexity - 1) < 0.01,
+                     qPrintable(QString("folded %1 vs FP %2").arg(r.foldedPerplexity).arg(r.fpPerplexity)));
+        } else {
+            // Affine T1: RMSNorm sees the transformed residual, so the folded model is the
+            // trained student (SPEC §5) without activation quantization, not the original. Rebuild
+            // that student independently from transforms.h5 (float32 folding) and compare.
+            const auto base = model::Checkpoint::load(modelDir().toStdString());
+            const auto t = train::ModelTransforms::load(base.config(), tmp.filePath("transforms.h5").toStdString());
+            at::NoGradGuard noGrad;
+            auto w = fold::applyT3(fold::foldNorms(base.config(), model::loadWeights(base, at::kFloat)), t.t3());
+            w = t.fold(base.config(), w);
+            const model::ModelConfig fc = fold::foldedConfig(base.config(), w);
+            model::ForwardOptions fo;
+            fo.t3 = t.t3().to(at::TensorOptions().dtype(at::kFloat));
+            eval::PerplexityOptions p;
+            p.seqLen = options(method, format).evalSeqLen;
+            p.maxWindows = options(method, format).evalWindows;
+            const double student = eval::evaluatePerplexity(model::LlamaModel(fc, w, fo), randomIds(400, 512, 3), p).perplexity;
+            QVERIFY2(std::abs(r.foldedPerplexity / student - 1) < 1e-3,
+                     qPrintable(QString("folded %1 vs student %2").arg(r.foldedPerplexity).arg(student)));
+        }
     }
 
     // The reloaded RTN run computes exactly what the original model computes with its block
     // linears fake-quantized (mx::fakeQuantize) and MX activations at the four points.
     void rtnRunEqualsFakeQuantizedModel() {
-        if (!QFile::exists(modelDir() + "/config.json")) QSKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        if (!QFile::exists(modelDir() + "/config.json")) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         QTemporaryDir tmp;
         auto o = options("rtn", "mxfp4");
         o.evalSeqLen = 0;
-        quant::runQuantize(modelDir().toStdString(), randomIds(4000, 512, 2), {}, tmp.path().toStdString(), o);
+        run::runQuantize(modelDir().toStdString(), randomIds(4000, 512, 2), {}, tmp.path().toStdString(), o);
         const auto ck = model::Checkpoint::load(modelDir().toStdString());
         auto w = model::loadWeights(ck);
         for (auto& y : w.layers)
@@ -118,14 +148,14 @@ private slots:
     }
     void gptqBeatsRtnLayerwise() {
         QFETCH(QString, format);
-        if (!QFile::exists(modelDir() + "/config.json")) QSKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        if (!QFile::exists(modelDir() + "/config.json")) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         QTemporaryDir a, b;
         auto o = options("rtn", format);
         o.evalSeqLen = 0;
         const auto ids = randomIds(4000, 512, 2);
-        const auto rtn = quant::runQuantize(modelDir().toStdString(), ids, {}, a.path().toStdString(), o);
+        const auto rtn = run::runQuantize(modelDir().toStdString(), ids, {}, a.path().toStdString(), o);
         o.method = "gptq";
-        const auto gptq = quant::runQuantize(modelDir().toStdString(), ids, {}, b.path().toStdString(), o);
+        const auto gptq = run::runQuantize(modelDir().toStdString(), ids, {}, b.path().toStdString(), o);
         QVERIFY2(layerErrorSum(gptq) < 0.9 * layerErrorSum(rtn),
                  qPrintable(QString("GPTQ %1 RTN %2").arg(layerErrorSum(gptq)).arg(layerErrorSum(rtn))));
     }
@@ -140,18 +170,18 @@ private slots:
     }
     void offloadGivesTheSameRun() {
         QFETCH(QString, method);
-        if (!QFile::exists(modelDir() + "/config.json")) QSKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        if (!QFile::exists(modelDir() + "/config.json")) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         QTemporaryDir a, b;
         auto o = options(method, "mxfp4");
         const auto ids = randomIds(4000, 512, 2), evalIds = randomIds(400, 512, 3);
-        const auto plain = quant::runQuantize(modelDir().toStdString(), ids, evalIds, a.path().toStdString(), o);
+        const auto plain = run::runQuantize(modelDir().toStdString(), ids, evalIds, a.path().toStdString(), o);
         o.offload = true;
-        const auto off = quant::runQuantize(modelDir().toStdString(), ids, evalIds, b.path().toStdString(), o);
+        const auto off = run::runQuantize(modelDir().toStdString(), ids, evalIds, b.path().toStdString(), o);
         QCOMPARE(off.quantizedPerplexity, plain.quantizedPerplexity);
         QCOMPARE(off.weightOnlyPerplexity, plain.weightOnlyPerplexity);
         QCOMPARE(off.fpPerplexity, plain.fpPerplexity);
-        const auto ra = exporting::readRunModel(a.filePath("model").toStdString());
-        const auto rb = exporting::readRunModel(b.filePath("model").toStdString());
+        const auto ra = run::readRunModel(a.filePath("model").toStdString());
+        const auto rb = run::readRunModel(b.filePath("model").toStdString());
         QCOMPARE(ra.packed.size(), rb.packed.size());
         for (const auto& [name, p] : ra.packed) {
             QVERIFY2(at::equal(p.codes, rb.packed.at(name).codes), name.c_str());
@@ -160,7 +190,7 @@ private slots:
     }
 
     void unknownMethodIsRejected() {
-        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, quant::methodSpec("awq"));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, run::methodSpec("awq"));
     }
 };
 

@@ -3,9 +3,9 @@
 // ids (the reference) on every string; tok512.bin converted by convertLlama2cTokenizer must give
 // the ids worked out by hand from its vocabulary and the reference numbers in PROVENANCE.md;
 // loading picks the right implementation and fails with messages that name the file.
-#include "model/BpeTokenizer.h"
-#include "model/SentencePieceTokenizer.h"
-#include "model/Tokenizer.h"
+#include "tokenizer/BpeTokenizer.h"
+#include "tokenizer/SentencePieceTokenizer.h"
+#include "tokenizer/Tokenizer.h"
 
 #include <QDir>
 #include <QElapsedTimer>
@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 
-using namespace latmix::model;
+using namespace latmix::tokenizer;
 
 namespace {
 
@@ -113,7 +113,7 @@ private slots:
     }
     void llama2MatchesSentencePiece() {
         QFETCH(QString, text);
-        if (!llama2()) QSKIP(qPrintable("Llama 2 tokenizer.model not found at " + llama2Model() + " (set LATMIX_DATA_DIR)"));
+        if (!llama2()) LATMIX_DATA_SKIP(qPrintable("Llama 2 tokenizer.model not found at " + llama2Model() + " (set LATMIX_DATA_DIR)"));
         const std::string s = text.toStdString();
         const auto want = m_sp->encode(s, false);
         const auto got = m_llama2->encode(s, false);
@@ -134,8 +134,8 @@ private slots:
     }
 
     void llama2MatchesSentencePieceOnWikiTextLines() {
-        if (!llama2()) QSKIP(qPrintable("Llama 2 tokenizer.model not found at " + llama2Model() + " (set LATMIX_DATA_DIR)"));
-        if (!QFile::exists(wikiRaw())) QSKIP(qPrintable("WikiText-2 not found at " + wikiRaw() + " (set LATMIX_DATA_DIR)"));
+        if (!llama2()) LATMIX_DATA_SKIP(qPrintable("Llama 2 tokenizer.model not found at " + llama2Model() + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(wikiRaw())) LATMIX_DATA_SKIP(qPrintable("WikiText-2 not found at " + wikiRaw() + " (set LATMIX_DATA_DIR)"));
         std::istringstream in(readAll(wikiRaw()));
         std::string line;
         int compared = 0;
@@ -157,8 +157,8 @@ private slots:
 
     // The whole test split in one call (one 1.3 MB "word": no pre-tokenizer splits it).
     void llama2MatchesSentencePieceOnWholeWikiText() {
-        if (!llama2()) QSKIP(qPrintable("Llama 2 tokenizer.model not found at " + llama2Model() + " (set LATMIX_DATA_DIR)"));
-        if (!QFile::exists(wikiRaw())) QSKIP(qPrintable("WikiText-2 not found at " + wikiRaw() + " (set LATMIX_DATA_DIR)"));
+        if (!llama2()) LATMIX_DATA_SKIP(qPrintable("Llama 2 tokenizer.model not found at " + llama2Model() + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(wikiRaw())) LATMIX_DATA_SKIP(qPrintable("WikiText-2 not found at " + wikiRaw() + " (set LATMIX_DATA_DIR)"));
         const std::string text = readAll(wikiRaw());
         QElapsedTimer t;
         t.start();
@@ -174,7 +174,7 @@ private slots:
     }
 
     void llama2Properties() {
-        if (!llama2()) QSKIP(qPrintable("Llama 2 tokenizer.model not found at " + llama2Model() + " (set LATMIX_DATA_DIR)"));
+        if (!llama2()) LATMIX_DATA_SKIP(qPrintable("Llama 2 tokenizer.model not found at " + llama2Model() + " (set LATMIX_DATA_DIR)"));
         QCOMPARE(m_llama2->vocabSize(), 32000);
         QCOMPARE(m_sp->vocabSize(), 32000);
         QCOMPARE(m_llama2->bosId(), 1);
@@ -209,14 +209,14 @@ private slots:
     void tok512HandWorked() {
         QFETCH(QString, text);
         QFETCH(QList<int>, ids);
-        if (!tok512()) QSKIP(qPrintable("tok512.bin not found at " + tok512Bin() + " (set LATMIX_DATA_DIR)"));
+        if (!tok512()) LATMIX_DATA_SKIP(qPrintable("tok512.bin not found at " + tok512Bin() + " (set LATMIX_DATA_DIR)"));
         const auto got = m_tok512->encode(text.toStdString(), false);
         QCOMPARE(show(got), show(std::vector<int>(ids.begin(), ids.end())));
         QCOMPARE(QString::fromStdString(m_tok512->decode(got)), text);
     }
 
     void tok512RoundTrip() {
-        if (!tok512()) QSKIP(qPrintable("tok512.bin not found at " + tok512Bin() + " (set LATMIX_DATA_DIR)"));
+        if (!tok512()) LATMIX_DATA_SKIP(qPrintable("tok512.bin not found at " + tok512Bin() + " (set LATMIX_DATA_DIR)"));
         const std::string s = "Once upon a time, there was a little girl named Lily.";
         const auto ids = m_tok512->encode(s, true);
         QCOMPARE(ids.front(), 1);
@@ -232,8 +232,8 @@ private slots:
     // PROVENANCE.md's reference tokenisation of the whole wiki.test.raw with tok512 (a NumPy
     // llama2.c-style encoder): 809,289 ids, dummy prefix, no BOS, these first 24.
     void tok512WholeWikiText() {
-        if (!tok512()) QSKIP(qPrintable("tok512.bin not found at " + tok512Bin() + " (set LATMIX_DATA_DIR)"));
-        if (!QFile::exists(wikiRaw())) QSKIP(qPrintable("WikiText-2 not found at " + wikiRaw() + " (set LATMIX_DATA_DIR)"));
+        if (!tok512()) LATMIX_DATA_SKIP(qPrintable("tok512.bin not found at " + tok512Bin() + " (set LATMIX_DATA_DIR)"));
+        if (!QFile::exists(wikiRaw())) LATMIX_DATA_SKIP(qPrintable("WikiText-2 not found at " + wikiRaw() + " (set LATMIX_DATA_DIR)"));
         const auto ids = m_tok512->encode(readAll(wikiRaw()), false);
         QCOMPARE(ids.size(), std::size_t(809289));
         const std::vector<int> first = {410, 410, 13, 410, 64, 410, 461, 414, 430, 285, 413, 368,
@@ -242,7 +242,7 @@ private slots:
     }
 
     void loadFromDirPicksImplementation() {
-        if (!llama2()) QSKIP(qPrintable("Llama 2 tokenizer.model not found at " + llama2Model() + " (set LATMIX_DATA_DIR)"));
+        if (!llama2()) LATMIX_DATA_SKIP(qPrintable("Llama 2 tokenizer.model not found at " + llama2Model() + " (set LATMIX_DATA_DIR)"));
         // Only tokenizer.model: libsentencepiece.
         auto sp = Tokenizer::loadFromDir(QFileInfo(llama2Model()).absolutePath().toStdString());
         QCOMPARE(QString::fromStdString(sp->kind()), QStringLiteral("sentencepiece"));

@@ -421,16 +421,34 @@ private slots:
         QVERIFY(t->bias().requires_grad() && t->bias().is_leaf());
     }
 
+    // to(device): the matrix, bias and learnable leaves move, the function stays. On the device a
+    // transform already lives on, nothing is copied: an optimizer holding parameters() keeps
+    // training the transform's own leaves.
+    void moveToDevice_data() {
+        QTest::addColumn<QString>("kind");
+        addDeviceColumn();
+        for (const char* k : {"learned-affine-qr", "learned-affine-lu", "block-hadamard"})
+            for (const auto& d : testDevices()) QTest::addRow("%s %s", k, qPrintable(d)) << k << d;
+    }
     void moveToDevice() {
-        auto t = make("learned-affine-qr", 32, at::kDouble);
-        perturb(*t, 0.05, 2);
-        const auto before = t->matrix().detach().clone();
-        t->to(at::Device(at::kCPU));
-        QVERIFY(at::equal(t->matrix().detach(), before));
-        for (const auto& p : t->parameters()) QVERIFY(p.requires_grad() && p.is_leaf());
-        auto f = make("block-hadamard", 32, at::kFloat);
-        f->to(at::Device(at::kCPU));
-        QCOMPARE(f->dim(), std::int64_t(32));
+        QFETCH(QString, kind);
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
+        auto t = make(kind, 32, at::kDouble);
+        if (!t->parameters().empty()) perturb(*t, 0.05, 2);
+        const auto x = seededGaussian(5, 32, 3);
+        const auto want = t->forward(x).detach().clone();
+        const auto before = t->parameters();
+        t->to(dev);
+        QCOMPARE(t->matrix().device(), dev);
+        QVERIFY(maxRelativeDiff(t->forward(x.to(dev)), want) < 1e-12);
+        const auto after = t->parameters();
+        QCOMPARE(after.size(), before.size());
+        for (std::size_t i = 0; i < after.size(); ++i) {
+            QCOMPARE(after[i].device(), dev);
+            QVERIFY(after[i].requires_grad() && after[i].is_leaf());
+            if (dev.is_cpu()) QVERIFY(after[i].is_same(before[i]));
+        }
     }
 };
 

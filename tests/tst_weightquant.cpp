@@ -11,7 +11,6 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <QElapsedTimer>
 #include <QtTest>
 
 #include <cmath>
@@ -404,22 +403,6 @@ private slots:
     }
 
     // Timing on a stories110M-sized down_proj (only with LATMIX_BENCH set).
-    void gptqTiming() {
-        if (!qEnvironmentVariableIsSet("LATMIX_BENCH")) QSKIP("set LATMIX_BENCH=1 to time GPTQ on [768, 2048]");
-        const auto w = makeWeight(768, 2048, 101);
-        QElapsedTimer t;
-        t.start();
-        quant::HessianAccumulator acc(2048);
-        acc.add(correlatedInputs(4096, 2048, 102));
-        const auto h = acc.hessian();
-        const qint64 tHessian = t.restart();
-        const auto rtn = quant::quantizeRtn(w, configOf("mxfp4"), h);
-        const qint64 tRtn = t.restart();
-        const auto g = quant::quantizeGptq(w, h, configOf("mxfp4"));
-        qInfo("Hessian %lld ms, RTN %lld ms, GPTQ %lld ms; relative error RTN %.4g GPTQ %.4g", tHessian, tRtn,
-              t.elapsed(), rtn.relativeError, g.relativeError);
-        QVERIFY(g.relativeError < rtn.relativeError);
-    }
 
     // Bad inputs are rejected with messages that say what is wrong.
     void badInputs() {

@@ -1,4 +1,5 @@
 // ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
+#include "util/DataPath.h"
 #include <ATen/ATen.h>
 
 #include "CalibrationView.h"
@@ -9,7 +10,6 @@
 
 #include "eval/Perplexity.h"
 #include "model/ModelConfig.h"
-#include "model/Tokenizer.h"
 #include "util/Runtime.h"
 
 #include <QComboBox>
@@ -51,10 +51,7 @@ QByteArray builtInCalibrationText() {
 namespace {
 
 
-QString dataDir() {
-    const QByteArray env = qgetenv("LATMIX_DATA_DIR");
-    return env.isEmpty() ? QStringLiteral("../shared/data") : QString::fromLocal8Bit(env);
-}
+QString dataDir() { return QString::fromStdString(latmix::util::dataDir()); }
 
 QSpinBox* spin(QWidget* parent, const char* name, int lo, int hi, int value, const QString& tip) {
     auto* s = new QSpinBox(parent);
@@ -93,7 +90,7 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     auto* mf = new QFormLayout(methodBox);
     m_method = new QComboBox(methodBox);
     m_method->setObjectName(QStringLiteral("methodCombo"));
-    for (const auto& m : latmix::quant::methods()) {
+    for (const auto& m : latmix::run::methods()) {
         m_method->addItem(QString::fromStdString(m.name), QString::fromStdString(m.name));
         m_method->setItemData(m_method->count() - 1, QString::fromStdString(m.description), Qt::ToolTipRole);
     }
@@ -242,8 +239,8 @@ void CalibrationView::setModelDir(const QString& dir) {
     m_run->setToolTip(dir.isEmpty() ? tr("Open a model first") : tr("Quantize %1 with the settings above").arg(dir));
 }
 
-latmix::quant::QuantizeOptions CalibrationView::options() const {
-    latmix::quant::QuantizeOptions o;
+latmix::run::QuantizeOptions CalibrationView::options() const {
+    latmix::run::QuantizeOptions o;
     o.method = m_method->currentText().toStdString();
     o.format = latmix::mx::makeConfig(latmix::mx::parseFormat(m_format->currentText().toStdString()),
                                       latmix::mx::parseScaleMode(m_scaleMode->currentText().toStdString()));
@@ -294,11 +291,11 @@ bool CalibrationView::start(QString* error) {
     };
     if (m_modelDir.isEmpty()) return fail(tr("Open a model before running a calibration"));
     if (m_runner->isRunning()) return fail(tr("A calibration is already running; cancel it first"));
-    latmix::quant::QuantizeOptions o;
+    latmix::run::QuantizeOptions o;
     try {
         o = options();
         o.format.validate();
-        latmix::quant::methodSpec(o.method);
+        latmix::run::methodSpec(o.method);
     } catch (const std::exception& e) {
         return fail(tr("Invalid settings: %1").arg(QString::fromLocal8Bit(e.what())));
     }
@@ -335,7 +332,7 @@ bool CalibrationView::start(QString* error) {
     o.commandLine = "latmix-workbench calibration";
     saveSettings();
 
-    const auto spec = latmix::quant::methodSpec(o.method);
+    const auto spec = latmix::run::methodSpec(o.method);
     m_dashboard->beginRun(QFileInfo(m_activeRunDir).fileName(), spec.learned ? o.steps : 0, o.format.blockSize);
     m_dashboard->setTrackedLayer(o.trackedLayer);
     QPointer<TrainingDashboard> board = m_dashboard;
@@ -346,16 +343,8 @@ bool CalibrationView::start(QString* error) {
     const std::string modelDir = m_modelDir.toStdString(), runDir = m_activeRunDir.toStdString(),
                       evalFile = evalPath.toStdString();
     const bool started = m_runner->start(tr("Calibration %1").arg(m_method->currentText()), [=](latmix::JobContext& job) {
-        const auto tok = latmix::model::Tokenizer::loadFromDir(modelDir);
-        const auto calibIds = tok->encode(text, false);
-        if (calibIds.size() < static_cast<size_t>(o.seqLen) + 1)
-            throw std::runtime_error("the calibration text has " + std::to_string(calibIds.size()) +
-                                     " tokens, fewer than one window of " + std::to_string(o.seqLen) +
-                                     "; choose a longer text or a shorter window length");
-        std::vector<int> evalIds;
-        if (!evalFile.empty())
-            evalIds = latmix::eval::tokenizeForEvaluation(*tok, latmix::eval::wikiText2TestText(evalFile));
-        latmix::quant::runQuantize(modelDir, calibIds, evalIds, runDir, o, job, [board](const latmix::train::DistillStep& s) {
+        const auto ids = latmix::run::tokenizeRunInputs(modelDir, text, evalFile, o.seqLen);
+        latmix::run::runQuantize(modelDir, ids.calibIds, ids.evalIds, runDir, o, job, [board](const latmix::train::DistillStep& s) {
             QMetaObject::invokeMethod(
                 board, [board, s] { if (board) board->addStep(s); }, Qt::QueuedConnection);
         });

@@ -1,11 +1,11 @@
 #pragma once
 // The calibration tab: a form with the run's settings (method, MX format, training
 // hyperparameters, calibration text, device, run folder) beside the live TrainingDashboard.
-// "Run" quantizes the open model with quant::runQuantize on a worker thread (JobRunner); the
+// "Run" quantizes the open model with run::runQuantize on a worker thread (JobRunner); the
 // dashboard receives every training step and the A1/A2 matrices; the finished run folder can
 // be exported (File › Export quantized model…) or reopened later as a run file overlay.
 // The form is remembered in QSettings (group "calibration").
-#include "quant/Pipeline.h"
+#include "run/QuantizeRun.h"
 
 #include <QByteArray>
 #include <QString>
@@ -41,7 +41,7 @@ public:
     QString modelDir() const { return m_modelDir; }
 
     // The options the form describes (format validated when the run starts).
-    latmix::quant::QuantizeOptions options() const;
+    latmix::run::QuantizeOptions options() const;
     // Form setters for scripted use and tests.
     void setMethod(const QString& method);
     void setFormat(const QString& format);

@@ -11,7 +11,8 @@
 
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
-#include "model/Tokenizer.h"
+#include "run/ModelAnalysis.h"
+#include "tokenizer/Tokenizer.h"
 #include "mx/MxFormat.h"
 
 #include <qcustomplot.h>
@@ -80,7 +81,7 @@ QVector<double> toVector(const at::Tensor& t) {
 std::vector<int> ComparisonView::calibrationIds(const std::string& modelDir) {
     const QByteArray text = builtInCalibrationText();
     if (text.isEmpty()) throw std::runtime_error("the built-in calibration text is missing from this build");
-    return latmix::model::Tokenizer::loadFromDir(modelDir)->encode(text.toStdString(), false);
+    return latmix::tokenizer::Tokenizer::loadFromDir(modelDir)->encode(text.toStdString(), false);
 }
 
 ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
@@ -288,12 +289,18 @@ bool ComparisonView::runAnalysis(const QString& title, const QString& failurePre
     }
     const std::string modelDir = m_modelDir.toStdString();
     const int samples = m_samples->value(), seqLen = m_seqLen->value();
+    const QByteArray builtIn = builtInCalibrationText();
+    if (builtIn.isEmpty()) return fail(tr("The built-in calibration text is missing from this build"));
+    const std::string calibrationText = builtIn.toStdString();
     auto result = std::make_shared<latmix::train::AnalysisResult>();
     const bool started = m_runner->start(title, [=](latmix::JobContext& job) {
-        const auto ck = latmix::model::Checkpoint::load(modelDir);
-        const latmix::model::LlamaModel model(ck);
-        const auto acts = latmix::train::captureActivationsInMemory(model, calibrationIds(modelDir), regex, samples,
-                                                                    seqLen, 0, 0, job);
+        latmix::run::ModelCapture request;
+        request.modelDir = modelDir;
+        request.calibrationText = calibrationText;
+        request.pointsRegex = regex;
+        request.samples = samples;
+        request.seqLen = seqLen;
+        const auto acts = latmix::run::captureModelActivations(request, job);
         *result = latmix::train::analyzeTransforms(acts, options, job);
     });
     if (!started) return fail(tr("A comparison is already running"));

@@ -2,7 +2,7 @@
 
 // Core headers first: they pull in ATen/core/Tensor.h only, which is safe next to Qt's keywords.
 #include "model/LlamaModel.h"
-#include "model/Tokenizer.h"
+#include "tokenizer/Tokenizer.h"
 #include "util/Runtime.h"
 
 #include <QDir>
@@ -209,7 +209,7 @@ QString ModelSummaryView::tokenizerDescription(const QString& dir, QString* deta
     const QDir d(dir);
     const bool hasFile = d.exists(QStringLiteral("tokenizer.json")) || d.exists(QStringLiteral("tokenizer.model"));
     try {
-        const auto tok = latmix::model::Tokenizer::loadFromDir(dir.toStdString());
+        const auto tok = latmix::tokenizer::Tokenizer::loadFromDir(dir.toStdString());
         *detail = tr("%1 from %2, %3 tokens")
                       .arg(QString::fromStdString(tok->kind()),
                            d.exists(QStringLiteral("tokenizer.json")) ? QStringLiteral("tokenizer.json")
@@ -231,23 +231,19 @@ void ModelSummaryView::setDevice(const QString& device) {
 
 void ModelSummaryView::updateMemoryRows() {
     if (!m_checkpoint) return;
-    const auto& c = m_checkpoint->config();
-    const qint64 params = m_checkpoint->parameterCount();
-    // What LlamaModel will hold: every stored tensor once, in the run dtype. Float32 weights
-    // stored as float32 are used in place on the CPU (memory-mapped, no copy); everything else
-    // is converted once into new memory on the device. Activations come on top and depend on
-    // the batch, so they are left out.
     QString device = m_device.isEmpty() ? QString::fromStdString(latmix::deviceDescription()) : m_device;
     if (device.compare(QLatin1String("cpu"), Qt::CaseInsensitive) == 0) device = QStringLiteral("CPU");
     const bool onCpu = device.compare(QLatin1String("CPU"), Qt::CaseInsensitive) == 0;
-    const bool mapped = onCpu && c.torchDtype == "float32";
+    const auto f32 = latmix::model::weightMemory(*m_checkpoint, at::kFloat, onCpu);
+    const auto bf16 = latmix::model::weightMemory(*m_checkpoint, at::kBFloat16, onCpu);
+    const bool mapped = f32.mappedInPlace;
     const QString memTip = tr("Weights of the decoder in this dtype on %1 (the device chosen for runs); "
                               "activations come on top.").arg(device);
     setField(QStringLiteral("memoryFloat32"),
-             tr("%1 on %2").arg(dataSize(params * 4), device) + (mapped ? tr(" (mapped)") : QString()),
+             tr("%1 on %2").arg(dataSize(f32.bytes), device) + (mapped ? tr(" (mapped)") : QString()),
              memTip + (mapped ? tr(" Float32 weights are read in place from the memory-mapped file: "
                                    "no copy is made.") : QString()));
-    setField(QStringLiteral("memoryBFloat16"), tr("%1 on %2").arg(dataSize(params * 2), device), memTip);
+    setField(QStringLiteral("memoryBFloat16"), tr("%1 on %2").arg(dataSize(bf16.bytes), device), memTip);
 }
 
 void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {

@@ -324,10 +324,8 @@ void MxExplorerView::recompute() {
         const at::Tensor xt = at::from_blob(x.data(), {n}, at::kFloat).clone();
         const at::Tensor xq = latmix::mx::fakeQuantize(xt, cfg).to(at::kFloat).contiguous();
         const at::Tensor eb = latmix::metrics::perBlockError(xt, xq, cfg.blockSize).to(at::kDouble).contiguous();
-        const at::Tensor diff = xt.to(at::kDouble) - xq.to(at::kDouble);
-        const double mse = diff.pow(2).mean().item<double>();
-        const double signal = xt.to(at::kDouble).pow(2).sum().item<double>();
-        const double noise = diff.pow(2).sum().item<double>();
+        const latmix::metrics::ErrorSummary summary = latmix::metrics::errorSummary(xt, xq);
+        const double mse = summary.mse;
 
         const float* xqp = xq.data_ptr<float>();
         const double* ebp = eb.data_ptr<double>();
@@ -368,8 +366,8 @@ void MxExplorerView::recompute() {
         text += nb == 1 ? tr("1 block") : tr("%1 blocks").arg(nb);
         if (tail != 0) text += tr(" (last one partial: %1 values)").arg(tail);
         text += QStringLiteral("<br>") + tr("MSE: %1").arg(sci(mse));
-        text += QStringLiteral("<br>") + tr("SQNR: %1").arg(noise > 0.0 && signal > 0.0
-                                                            ? QString::number(10.0 * std::log10(signal / noise), 'f', 2) + QStringLiteral(" dB")
+        text += QStringLiteral("<br>") + tr("SQNR: %1").arg(std::isfinite(summary.sqnrDb)
+                                                            ? QString::number(summary.sqnrDb, 'f', 2) + QStringLiteral(" dB")
                                                             : QStringLiteral("∞"));
         text += QStringLiteral("<br>") + tr("Max block error: %1 (block %2)").arg(sci(maxErr)).arg(worstBlock);
         m_summaryLabel->setText(text);

@@ -1,5 +1,7 @@
 #include "PlotExport.h"
 
+#include "util/AtomicFile.h"
+
 #include <qcustomplot.h>
 
 #include <QFile>
@@ -27,20 +29,17 @@ QString seriesName(const QCPAbstractPlottable* p, int index) {
     return p->name().isEmpty() ? QStringLiteral("series %1").arg(index + 1) : p->name();
 }
 
-// QCustomPlot writes PNG and PDF straight to the path: write to a sibling temporary name and
-// rename it over the destination once the writer succeeded.
+// QCustomPlot writes PNG and PDF straight to the path: write to core's temporary name
+// (util/AtomicFile) and rename it over the destination once the writer succeeded.
 template <typename Write>
 QString writeViaTemporary(const QString& path, Write&& write) {
-    const QString tmp = path + QStringLiteral(".part");
-    QFile::remove(tmp);
-    if (!write(tmp)) {
-        QFile::remove(tmp);
+    latmix::util::AtomicFile file(path.toStdString());
+    if (!write(QString::fromStdString(file.tempPath())))
         return QStringLiteral("Cannot write %1: check the folder exists and is writable").arg(path);
-    }
-    QFile::remove(path);
-    if (!QFile::rename(tmp, path)) {
-        QFile::remove(tmp);
-        return QStringLiteral("Cannot move the exported file into place at %1").arg(path);
+    try {
+        file.commit();
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
     }
     return {};
 }

@@ -1,6 +1,7 @@
 // ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
 #include <ATen/ATen.h>
 
+#include "metrics/TransformMetrics.h"
 #include "TrainingDashboard.h"
 
 #include "PlotExport.h"
@@ -388,13 +389,8 @@ void TrainingDashboard::drawHeatmaps() {
     m_heatmapStep = m_matrixStep;
     const at::Tensor a = forDisplay(m_a1, 256);
     // Off-block part: A1 with its B×B diagonal blocks zeroed (SPEC §3's off-block norm).
-    at::Tensor off = m_a1.to(at::kDouble).clone();
-    const int64_t n = off.size(0);
-    for (int64_t s = 0; s < n; s += m_blockSize) {
-        const int64_t e = std::min<int64_t>(n, s + m_blockSize);
-        off.slice(0, s, e).slice(1, s, e).zero_();
-    }
-    off = forDisplay(off, 256);
+    const at::Tensor off = forDisplay(latmix::metrics::offBlockPart(m_a1, m_blockSize), 256);
+    const int64_t n = m_a1.size(0);
     auto draw = [&](QCustomPlot* p, const at::Tensor& m, const QString& title) {
         p->clearPlottables();
         const int cells = static_cast<int>(m.size(0));

@@ -3,13 +3,14 @@
 // deviation, off-block norm and the block-size sweep for each point × transform (SPEC §3).
 #include "cli/CliProgress.h"
 #include "cli/Commands.h"
-#include "cli/DataPath.h"
+#include "util/DataPath.h"
 
 #include "eval/Perplexity.h"
-#include "io/AnalysisStore.h"
+#include "run/AnalysisStore.h"
+#include "run/ModelAnalysis.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
-#include "model/Tokenizer.h"
+#include "tokenizer/Tokenizer.h"
 #include "mx/MxFormat.h"
 #include "train/TransformAnalysis.h"
 #include "util/Runtime.h"
@@ -81,21 +82,19 @@ void validate(const AnalyzeOptions& o) {
     if (o.maxRows < 0) throw std::invalid_argument("--max-rows must be >= 0 (0: all rows)");
 }
 
-train::PointActivations loadActivations(const AnalyzeOptions& o, io::Attributes& attrs) {
+train::PointActivations loadActivations(const AnalyzeOptions& o, run::Attributes& attrs) {
     if (!o.activations.empty()) {
         attrs["activations"] = o.activations;
         return train::readActivations(o.activations, o.points, o.maxRows);
     }
-    const auto ck = model::Checkpoint::load(o.model);
-    const model::LlamaModel m(ck, model::parseDtype(o.dtype), model::parseDevice(o.device));
-    const auto tok = model::Tokenizer::loadFromDir(o.model);
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
-    const std::string calib = o.calib.empty() ? dataPath("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
-    const auto ids = tok->encode(eval::readTextFile(calib), false);
+    const std::string calib = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
     attrs.insert({{"model", o.model}, {"calibration", calib}, {"samples", std::to_string(o.samples)},
                   {"seqlen", std::to_string(o.seqLen)}, {"dtype", o.dtype}});
     CliProgress progress("capture");
-    return train::captureActivationsInMemory(m, ids, o.points, o.samples, o.seqLen, o.seed, o.maxRows, progress);
+    return run::captureModelActivations({o.model, eval::readTextFile(calib), o.points, o.samples, o.seqLen, o.seed,
+                                         o.maxRows, model::parseDtype(o.dtype), o.device},
+                                        progress);
 }
 
 std::string number(double v) {
@@ -162,7 +161,7 @@ int runAnalyze(const AnalyzeOptions& o) {
     train::validateAnalysisOptions(a); // before the capture: bad arguments cost nothing
     const auto start = std::chrono::steady_clock::now();
 
-    io::Attributes attrs{{"format", mx::formatName(a.mx.format)},
+    run::Attributes attrs{{"format", mx::formatName(a.mx.format)},
                          {"block", std::to_string(a.mx.blockSize)},
                          {"scale_mode", mx::scaleModeName(a.mx.scaleMode)},
                          {"points_regex", o.points},
@@ -185,8 +184,8 @@ int runAnalyze(const AnalyzeOptions& o) {
         CliProgress progress("analyze");
         r = train::analyzeTransforms(activations, a, progress);
     }
-    io::writeAnalysisHdf5(o.out, r, attrs);
-    if (!o.json.empty()) io::writeAnalysisJson(o.json, r, attrs);
+    run::writeAnalysisHdf5(o.out, r, attrs);
+    if (!o.json.empty()) run::writeAnalysisJson(o.json, r, attrs);
 
     std::printf("%s, %zu points, %zu transforms, %lld rows per point\n", a.mx.describe().c_str(),
                 activations.size(), a.kinds.size(), static_cast<long long>(r.points.front().second.first));

@@ -1,10 +1,12 @@
-// latmix bench mx: bandwidth of MX fake quantization next to a plain tensor copy.
+// latmix bench: mx (bandwidth of MX fake quantization next to a plain tensor copy), forward
+// (a model's forward pass), gptq (Hessian, RTN and GPTQ of one weight).
 #include "cli/Commands.h"
 
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
 #include "mx/MxKernelCpu.h"
 #include "mx/MxQuantizer.h"
+#include "quant/WeightQuantizer.h"
 #include "util/Runtime.h"
 
 #include <ATen/ATen.h>
@@ -105,21 +107,51 @@ int runForward(const BenchOptions& o) {
     return 0;
 }
 
+// One [rows, cols] weight (Gaussian, seeded) and 2·cols calibration rows with correlated channels
+// (a shared low-rank part, as real activations have): time to build the Hessian, RTN and GPTQ,
+// and their relative errors (GPTQ should be well below RTN there).
+int runGptq(const BenchOptions& o) {
+    const std::int64_t rows = 768, cols = 2048, samples = 2 * cols;
+    const auto device = model::parseDevice(o.device);
+    const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+    at::manual_seed(101);
+    const at::Tensor w = at::randn({rows, cols}, opts) * 0.02;
+    const at::Tensor x = (at::randn({samples, 64}, opts).mm(at::randn({64, cols}, opts)) + 0.3 * at::randn({samples, cols}, opts));
+    const mx::MxConfig c = mx::makeConfig(mx::Format::MxFp4);
+    std::printf("GPTQ of a [%lld, %lld] weight, %s, %lld calibration rows, %s, %d threads, best of %d\n",
+                static_cast<long long>(rows), static_cast<long long>(cols), c.describe().c_str(),
+                static_cast<long long>(samples), device.str().c_str(), threadCount(), o.repeat);
+    at::Tensor h;
+    const double tH = bestSeconds(o.repeat, [&] {
+        quant::HessianAccumulator acc(cols);
+        acc.add(x);
+        h = acc.hessian();
+    });
+    quant::QuantizedWeight rtn, gptq;
+    const double tR = bestSeconds(o.repeat, [&] { rtn = quant::quantizeRtn(w.cpu(), c, h.cpu()); });
+    const double tG = bestSeconds(o.repeat, [&] { gptq = quant::quantizeGptq(w, h, c); });
+    std::printf("%-10s %12s %16s\n", "step", "ms", "relative error");
+    std::printf("%-10s %12.1f %16s\n", "hessian", tH * 1e3, "");
+    std::printf("%-10s %12.1f %16.4g\n", "rtn", tR * 1e3, rtn.relativeError);
+    std::printf("%-10s %12.1f %16.4g\n", "gptq", tG * 1e3, gptq.relativeError);
+    return 0;
+}
+
 } // namespace
 
 Runner addBenchCommand(CLI::App& app) {
     auto o = std::make_shared<BenchOptions>();
     auto* cmd = app.add_subcommand("bench", "benchmarks that print a table");
-    cmd->add_option("what", o->what, "what to benchmark: mx (MX kernels) or forward (model forward pass)")
-        ->check(CLI::IsMember({"mx", "forward"}))
+    cmd->add_option("what", o->what, "what to benchmark: mx (MX kernels), forward (model forward pass) or gptq")
+        ->check(CLI::IsMember({"mx", "forward", "gptq"}))
         ->capture_default_str();
     cmd->add_option("--model", o->model, "forward: Hugging Face model folder");
     cmd->add_option("--seqlen", o->seqLen, "forward: tokens per forward pass")->capture_default_str();
-    cmd->add_option("--device", o->device, "forward: cpu, cuda, cuda:N or auto")->capture_default_str();
+    cmd->add_option("--device", o->device, "forward, gptq: cpu, cuda, cuda:N or auto")->capture_default_str();
     cmd->add_option("--elements", o->elements, "tensor size in elements")->capture_default_str();
     cmd->add_option("--repeat", o->repeat, "timed repetitions (best is reported)")->capture_default_str();
     cmd->add_flag("--tensor-ops", o->tensorOps, "also time the device-generic tensor-ops path");
-    return [o] { return o->what == "forward" ? runForward(*o) : runMx(*o); };
+    return [o] { return o->what == "forward" ? runForward(*o) : o->what == "gptq" ? runGptq(*o) : runMx(*o); };
 }
 
 } // namespace latmix::cli

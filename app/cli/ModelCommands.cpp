@@ -1,15 +1,15 @@
 // latmix eval / capture / demo-model / import-llama2c: checkpoints, perplexity, activations.
 #include "cli/CliProgress.h"
 #include "cli/Commands.h"
-#include "cli/DataPath.h"
+#include "util/DataPath.h"
 
 #include "eval/ActivationCapture.h"
 #include "eval/Perplexity.h"
 #include "model/Checkpoint.h"
-#include "model/DemoModel.h"
-#include "model/Llama2cImport.h"
+#include "import/DemoModel.h"
+#include "import/Llama2cImport.h"
 #include "model/LlamaModel.h"
-#include "model/Tokenizer.h"
+#include "tokenizer/Tokenizer.h"
 #include "util/Runtime.h"
 #include "util/TorchCompat.h"
 
@@ -59,9 +59,9 @@ int runEval(const EvalOptions& o) {
     const auto ck = model::Checkpoint::load(o.m.model);
     const auto device = model::parseDevice(o.m.device);
     const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), device);
-    const auto tok = model::Tokenizer::loadFromDir(o.m.model);
+    const auto tok = tokenizer::Tokenizer::loadFromDir(o.m.model);
     const bool wiki = o.dataset == "wikitext2";
-    const std::string path = wiki ? dataPath("wikitext-2/wiki.test.raw", "WikiText-2 test split") : o.dataset;
+    const std::string path = wiki ? util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split") : o.dataset;
     const std::string text = wiki ? eval::wikiText2TestText(path) : eval::readTextFile(path);
     const auto ids = eval::tokenizeForEvaluation(*tok, text);
     CliProgress progress("eval");
@@ -100,9 +100,9 @@ struct CaptureCliOptions {
 int runCapture(const CaptureCliOptions& o) {
     const auto ck = model::Checkpoint::load(o.m.model);
     const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), model::parseDevice(o.m.device));
-    const auto tok = model::Tokenizer::loadFromDir(o.m.model);
+    const auto tok = tokenizer::Tokenizer::loadFromDir(o.m.model);
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
-    const std::string calib = o.calib.empty() ? dataPath("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
+    const std::string calib = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
     const auto ids = tok->encode(eval::readTextFile(calib), false);
     CliProgress progress("capture");
     const auto r = eval::captureActivations(
@@ -118,16 +118,7 @@ int runCapture(const CaptureCliOptions& o) {
 // ---- import-llama2c ----
 int runImport(const std::string& bin, const std::string& tokenizer, const std::string& dir) {
     if (fs::exists(dir)) throw std::runtime_error("output folder '" + dir + "' exists; choose a new folder");
-    const std::string staging = dir + ".partial";
-    fs::remove_all(staging);
-    try {
-        model::importLlama2cWeights(bin, staging);
-        model::convertLlama2cTokenizer(tokenizer, staging + "/tokenizer.json");
-    } catch (...) {
-        fs::remove_all(staging); // nothing half-written is left looking like a model
-        throw;
-    }
-    fs::rename(staging, dir);
+    importing::importLlama2cWeights(bin, dir, tokenizer); // nothing half-written is left looking like a model
     std::printf("imported %s -> %s (%s)\n", bin.c_str(), dir.c_str(), describe(model::Checkpoint::load(dir)).c_str());
     return 0;
 }
@@ -168,7 +159,7 @@ Runner addDemoModelCommand(CLI::App& app) {
     cmd->add_option("DIR", *dir, "output folder")->required();
     cmd->add_option("--seed", *seed, "weight seed")->capture_default_str();
     return [dir, seed] {
-        model::writeDemoModel(*dir, *seed);
+        importing::writeDemoModel(*dir, *seed);
         std::printf("wrote demo model to %s (%s)\n", dir->c_str(), describe(model::Checkpoint::load(*dir)).c_str());
         return 0;
     };

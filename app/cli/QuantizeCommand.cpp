@@ -1,12 +1,11 @@
 // latmix quantize: a Hugging Face model → a folded, W4A4 MX-quantized run (SPEC §4–§6).
 #include "cli/CliProgress.h"
 #include "cli/Commands.h"
-#include "cli/DataPath.h"
+#include "util/DataPath.h"
 
 #include "eval/Perplexity.h"
-#include "model/Tokenizer.h"
 #include "mx/MxFormat.h"
-#include "quant/Pipeline.h"
+#include "run/QuantizeRun.h"
 
 #include <cstdio>
 #include <map>
@@ -17,28 +16,23 @@ namespace latmix::cli {
 namespace {
 
 struct QuantizeCli {
-    quant::QuantizeOptions q;
+    run::QuantizeOptions q;
     std::string model, format = "mxfp4", scaleMode = "floor", calib, out;
     int block = 0;
 };
 
 int runQuantize(QuantizeCli& o) {
-    quant::methodSpec(o.q.method); // unknown method: fail before loading anything
+    run::methodSpec(o.q.method); // unknown method: fail before loading anything
     o.q.format = mx::makeConfig(mx::parseFormat(o.format), mx::parseScaleMode(o.scaleMode));
     if (o.block > 0) o.q.format.blockSize = o.block;
     o.q.format.validate();
     if (o.q.steps < 1) throw std::invalid_argument("--steps must be at least 1");
-    const auto tok = model::Tokenizer::loadFromDir(o.model);
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
-    o.q.calibSource = o.calib.empty() ? dataPath("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
-    const auto calibIds = tok->encode(eval::readTextFile(o.q.calibSource), false);
-    std::vector<int> evalIds;
-    if (o.q.evalSeqLen > 0) {
-        o.q.evalSource = dataPath("wikitext-2/wiki.test.raw", "WikiText-2 test split");
-        evalIds = eval::tokenizeForEvaluation(*tok, eval::wikiText2TestText(o.q.evalSource));
-    }
+    o.q.calibSource = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
+    if (o.q.evalSeqLen > 0) o.q.evalSource = util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split");
+    const auto ids = run::tokenizeRunInputs(o.model, eval::readTextFile(o.q.calibSource), o.q.evalSource, o.q.seqLen);
     CliProgress progress("quantize " + o.q.method);
-    const auto r = quant::runQuantize(o.model, calibIds, evalIds, o.out, o.q, progress);
+    const auto r = run::runQuantize(o.model, ids.calibIds, ids.evalIds, o.out, o.q, progress);
 
     std::printf("run          %s (method %s, %s)\n", o.out.c_str(), o.q.method.c_str(), o.q.format.describe().c_str());
     if (!r.training.history.empty()) {
@@ -62,7 +56,7 @@ int runQuantize(QuantizeCli& o) {
         perLinear[l.linear].second += 1;
         seconds += l.seconds;
     }
-    std::printf("weights      %s, %.1f s (%.2f s per layer)\n", quant::methodSpec(o.q.method).gptq ? "GPTQ" : "RTN",
+    std::printf("weights      %s, %.1f s (%.2f s per layer)\n", run::methodSpec(o.q.method).gptq ? "GPTQ" : "RTN",
                 r.quantizeSeconds, r.linears.empty() ? 0.0 : r.quantizeSeconds / (r.linears.size() / 7.0));
     for (const auto& [name, v] : perLinear)
         std::printf("  %-18s mean relative error %.5f\n", name.c_str(), v.first / v.second);
@@ -84,7 +78,7 @@ Runner addQuantizeCommand(CLI::App& app) {
     auto o = std::make_shared<QuantizeCli>();
     auto* cmd = app.add_subcommand("quantize", "quantize a model with one of the paper's methods (folded W4A4 MX run)");
     cmd->add_option("--model", o->model, "Hugging Face model folder")->required();
-    cmd->add_option("--method", o->q.method, "one of " + quant::methodNameList())->required();
+    cmd->add_option("--method", o->q.method, "one of " + run::methodNameList())->required();
     cmd->add_option("--format", o->format, "mxfp4, mxint4, nvfp4 (weights and activations)")->capture_default_str();
     cmd->add_option("--block", o->block, "block size (default: the format's)");
     cmd->add_option("--scale-mode", o->scaleMode, "floor, ceil or even")->capture_default_str();

@@ -1,5 +1,5 @@
 // latmix-workbench: the Qt desktop workbench. A thin shell over latmix_widgets.
-#include "model/DemoModel.h"
+#include "import/DemoModel.h"
 #include "util/Runtime.h"
 
 #include "AnalysisPlots.h"
@@ -61,7 +61,7 @@ QString prepareDemoModel(QString* error) {
     const QDir d(dir);
     if (d.exists(QStringLiteral("config.json")) && d.exists(QStringLiteral("model.safetensors"))) return dir;
     try {
-        latmix::model::writeDemoModel(dir.toStdString());
+        latmix::importing::writeDemoModel(dir.toStdString());
     } catch (const std::exception& e) {
         *error = QStringLiteral("Cannot write the built-in demo model to %1: %2")
                      .arg(QDir::toNativeSeparators(dir), QString::fromStdString(e.what()));

@@ -1,5 +1,6 @@
 #pragma once
-// Calibration windows and activation capture at the quantization points (SPEC §4, §5).
+// Activation capture at the quantization points (SPEC §4, §5) to an HDF5 run file
+// (io/ActivationStore), over seeded calibration windows (model/Capture).
 #include "util/Job.h"
 
 #include <cstdint>
@@ -12,11 +13,6 @@ class LlamaModel;
 }
 
 namespace latmix::eval {
-
-// n windows of len tokens at random starts in ids, from a seeded 64-bit Mersenne Twister
-// (the same windows on every platform for the same seed). Throws if ids is shorter than len.
-std::vector<std::vector<int>> sampleCalibrationWindows(const std::vector<int>& ids, int n, int len,
-                                                       std::uint64_t seed);
 
 struct CaptureOptions {
     std::string pointsRegex = ".*"; // ECMAScript regex searched in point names
@@ -32,7 +28,7 @@ struct CaptureResult {
     double seconds = 0;
 };
 
-// Runs the model over the windows and streams the activations at the matching points to an
+// Runs the model over model::sampleCalibrationWindows(calibrationIds, samples, seqLen, seed) and streams the activations at the matching points to an
 // HDF5 run file, one window at a time (memory stays bounded). Progress per window; cancel
 // between windows removes the partial file. attributes go to the file's root (model, config).
 CaptureResult captureActivations(const model::LlamaModel& model, const std::vector<int>& calibrationIds,

@@ -1,7 +1,7 @@
 #include "eval/Perplexity.h"
 
 #include "model/LlamaModel.h"
-#include "model/Tokenizer.h"
+#include "tokenizer/Tokenizer.h"
 #include "util/OutOfMemory.h"
 
 #include <ATen/ATen.h>
@@ -42,8 +42,8 @@ std::string wikiText2TestText(const std::string& rawPath) {
     return out;
 }
 
-std::vector<int> tokenizeForEvaluation(const model::Tokenizer& tokenizer, const std::string& text) {
-    return tokenizer.encode(text, tokenizer.addsBosByDefault());
+std::vector<int> tokenizeForEvaluation(const tokenizer::Tokenizer& tok, const std::string& text) {
+    return tok.encode(text, tok.addsBosByDefault());
 }
 
 PerplexityResult evaluatePerplexity(const model::LlamaModel& model, const std::vector<int>& ids,

@@ -8,8 +8,10 @@
 
 namespace latmix::model {
 class LlamaModel;
-class Tokenizer;
 } // namespace latmix::model
+namespace latmix::tokenizer {
+class Tokenizer;
+} // namespace latmix::tokenizer
 
 namespace latmix::eval {
 
@@ -21,7 +23,7 @@ std::string wikiText2TestText(const std::string& rawPath);
 std::string readTextFile(const std::string& path);
 
 // Tokenize once, with BOS only if the tokenizer adds one by default (once at the start).
-std::vector<int> tokenizeForEvaluation(const model::Tokenizer& tokenizer, const std::string& text);
+std::vector<int> tokenizeForEvaluation(const tokenizer::Tokenizer& tok, const std::string& text);
 
 struct PerplexityOptions {
     int seqLen = 2048;    // capped at the model's max positions

@@ -27,10 +27,15 @@
 //    "input" of every down_proj.
 #include "export/Export.h"
 
-#include "export/ExportDetail.h"
-#include "export/RawSafeTensors.h"
-#include "export/RunModel.h"
+#include "io/SafeTensors.h"
+#include "run/RunModel.h"
 #include "model/Checkpoint.h"
+#include "model/ConfigJson.h"
+#include "model/TensorNames.h"
+#include "tokenizer/Tokenizer.h"
+#include "util/AtomicFile.h"
+#include "util/BitCompare.h"
+#include "util/Text.h"
 #include "mx/MxPack.h"
 #include "util/Runtime.h"
 
@@ -51,10 +56,12 @@
 namespace fs = std::filesystem;
 
 namespace latmix::exporting {
+namespace names = model::names;
+using namespace latmix::run; // the run model an export reads
 namespace {
 
 using json = nlohmann::ordered_json;
-using detail::shapeText;
+using util::shapeText;
 
 constexpr const char* kLatmixJson = "latmix.json";
 constexpr const char* kTransformsH5 = "transforms.h5";
@@ -66,7 +73,7 @@ constexpr const char* kConfigFile = "config.json";
 enum class Source { Bf16, Bf16FoldT3, ZeroBf16, Codes, Scales, GlobalScale };
 
 struct Item {
-    RawTensorSpec spec;
+    io::TensorSpec spec;
     Source source = Source::Bf16;
     std::string from; // run tensor name (Bf16, Bf16FoldT3) or linear prefix (Codes, Scales, GlobalScale)
 };
@@ -158,7 +165,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
     json j = json::parse(run.configJson);
     j.erase("latmix");
     auto has = [&](const std::string& n) { return run.tensors.count(n) != 0; };
-    const auto fix = detail::fixBiasFlags(j, has, /*forHfRuntime=*/true, "run '" + runDir + "' config.json");
+    const auto fix = model::fixBiasFlags(j, has, /*forHfRuntime=*/true, "run '" + runDir + "' config.json");
     j["torch_dtype"] = "bfloat16";
     if (!fix.relabeledFrom.empty())
         plan.notes.push_back(fix.relabeledFrom + " cannot hold the biases the folding created; the model is written "
@@ -170,10 +177,10 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
 
     // T3.
     std::vector<at::Tensor> blocks;
-    if (q.onlineHadamardBlock > 0) {
-        blocks = onlineHadamard(q, rc.intermediateSize).diagonalBlocks();
+    if (q.t3Block > 0) {
+        blocks = t3Transform(q, rc.intermediateSize).diagonalBlocks();
         plan.t3Blocks = blocks;
-        plan.t3Block = q.onlineHadamardBlock;
+        plan.t3Block = q.t3Block;
     }
 
     if (ct) {
@@ -196,7 +203,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
         qc["global_compression_ratio"] = nullptr;
         qc["sparsity_config"] = json::object();
         json tc = json::object();
-        if (q.onlineHadamardBlock > 0) {
+        if (q.t3Block > 0) {
             json args;
             args["targets"] = json::array({"re:.*mlp\\.down_proj$"});
             args["location"] = "input";
@@ -207,7 +214,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
             scheme["apply"] = json::array({args});
             scheme["randomize"] = false; // one T3 shared by every layer
             scheme["requires_grad"] = false;
-            scheme["head_dim"] = q.onlineHadamardBlock;
+            scheme["head_dim"] = q.t3Block;
             scheme["precision"] = "torch.float32";
             tc["config_groups"] = {{"latmix_t3", scheme}};
         }
@@ -235,7 +242,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
                                      "only (latmix.json has the exact format)");
         }
         std::set<std::int64_t> partial;
-        for (const auto& p : blockLinearPrefixes(rc)) {
+        for (const auto& p : model::names::blockLinearPrefixes(rc.numLayers)) {
             const std::int64_t in = run.tensors.at(p + ".weight").size(1);
             if (in % wf.blockSize) partial.insert(in);
         }
@@ -244,11 +251,11 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
                                  std::to_string(wf.blockSize) + ": its last group has " +
                                  std::to_string(in % wf.blockSize) +
                                  " columns (SPEC §1); compressed-tensors runtimes expect divisible shapes");
-        if (q.onlineHadamardBlock > 0)
+        if (q.t3Block > 0)
             plan.notes.push_back("down_proj weights stay in the online-Hadamard basis: a runtime must apply x ↦ x·Hᵀ "
                                  "to the down_proj input. H has a random sign pattern per block (block " +
-                                 std::to_string(q.onlineHadamardBlock) + ", seed " +
-                                 std::to_string(q.onlineHadamardSeed) +
+                                 std::to_string(q.t3Block) + ", seed " +
+                                 std::to_string(q.t3Seed) +
                                  "), which compressed-tensors' own generator does not reproduce: its exact blocks "
                                  "are in " + kT3File);
         if (q.activationFormat)
@@ -260,17 +267,17 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
                                  q.activationFormat->describe() + "); it is the weight-only model");
         else
             plan.notes.push_back("activations are unquantized, as in the run");
-        if (q.onlineHadamardBlock > 0)
-            plan.notes.push_back("the online Hadamard T3 (block " + std::to_string(q.onlineHadamardBlock) + ", seed " +
-                                 std::to_string(q.onlineHadamardSeed) +
+        if (q.t3Block > 0)
+            plan.notes.push_back("the online Hadamard T3 (block " + std::to_string(q.t3Block) + ", seed " +
+                                 std::to_string(q.t3Seed) +
                                  ") is folded back into down_proj (W_down · H): any runtime computes the run's "
                                  "function without it, up to bf16 rounding");
         if (q.weightFormat)
             plan.notes.push_back("weights are the dequantized " + q.weightFormat->describe() +
                                  " values rounded to bf16" +
-                                 (q.onlineHadamardBlock > 0 ? " (down_proj after the T3 fold-back)" : ""));
+                                 (q.t3Block > 0 ? " (down_proj after the T3 fold-back)" : ""));
     }
-    if (has("lm_head.bias"))
+    if (has(names::kLmHeadBias))
         plan.notes.push_back("lm_head has a bias (folded T1 bias): model.safetensors has 'lm_head.bias', but Hugging "
                              "Face LlamaForCausalLM ignores it (its lm_head is bias-free), so such runtimes compute "
                              "slightly different logits");
@@ -280,9 +287,9 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
     const model::ModelConfig oc = model::ModelConfig::fromJsonText(j.dump(), "export config.json");
     std::map<std::string, std::vector<std::int64_t>> zeros(fix.zeroBiases.begin(), fix.zeroBiases.end());
     auto names = model::requiredTensors(oc);
-    if (has("lm_head.bias")) names.push_back({"lm_head.bias", sizesOf(run.tensors.at("lm_head.bias"))});
+    if (has(names::kLmHeadBias)) names.push_back({names::kLmHeadBias, sizesOf(run.tensors.at(names::kLmHeadBias))});
     for (const auto& [name, shape] : names) {
-        const std::string linear = detail::blockLinearOfWeight(name);
+        const std::string linear = model::names::blockLinearOfWeight(name);
         if (ct && !linear.empty()) {
             const auto& pk = run.packed.at(linear);
             plan.items.push_back({{linear + ".weight_packed", "U8", sizesOf(pk.codes)}, Source::Codes, linear});
@@ -320,7 +327,7 @@ at::Tensor produce(const Item& it, const RunModel& run, const Plan& plan) {
 }
 
 void writeT3File(const std::string& path, const Plan& plan, const RunModel& run, std::int64_t dim) {
-    std::vector<RawTensorSpec> specs;
+    std::vector<io::TensorSpec> specs;
     std::vector<at::Tensor> data;
     const std::int64_t B = plan.t3Block;
     std::vector<at::Tensor> full;
@@ -335,11 +342,11 @@ void writeT3File(const std::string& path, const Plan& plan, const RunModel& run,
         specs.push_back({"last_block", "F64", sizesOf(last)});
         data.push_back(last);
     }
-    writeSafeTensorsStreamed(path, specs, [&](std::size_t i) { return data[i]; },
+    io::writeSafeTensorsStreamed(path, specs, [&](std::size_t i) { return data[i]; },
                              {{"point", "mlp.down_proj.input"},
                               {"dim", std::to_string(dim)},
                               {"block", std::to_string(B)},
-                              {"seed", std::to_string(run.quant.onlineHadamardSeed)},
+                              {"seed", std::to_string(run.quant.t3Seed)},
                               {"layers", "all"},
                               {"apply", "rows x of the down_proj input become x·Hᵀ, H = blockdiag(blocks[0], ..., "
                                         "blocks[k-1], last_block); W_down is stored as W_down,orig·Hᵀ"}});
@@ -379,7 +386,7 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
     const std::string configPath = (root / kConfigFile).string();
     json config;
     try {
-        config = json::parse(detail::readTextFile(configPath, "export config"));
+        config = json::parse(util::readTextFile(configPath, "export config"));
     } catch (const nlohmann::json::exception& e) {
         fail(configPath + " is not valid JSON (" + e.what() + ")");
     }
@@ -389,25 +396,25 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
     model::ModelConfig::fromJsonText(config.dump(), configPath); // loadable by this workbench
 
     // model.safetensors
-    const RawSafeTensorsReader st((root / kModelFile).string());
+    const auto st = io::SafeTensorsFile::open((root / kModelFile).string());
     std::set<std::string> planned;
     for (const auto& it : plan.items) planned.insert(it.spec.name);
-    for (const auto& e : st.entries())
-        if (!planned.count(e.name)) fail(st.path() + " has an unexpected tensor '" + e.name + "'");
+    for (const auto& e : st->entries())
+        if (!planned.count(e.name)) fail(st->path() + " has an unexpected tensor '" + e.name + "'");
     const mx::MxConfig* wf = run.quant.weightFormat ? &*run.quant.weightFormat : nullptr;
     std::map<std::string, at::Tensor> codes; // linear → codes read back, waiting for the scales
     for (std::size_t i = 0; i < plan.items.size(); ++i) {
         job.checkCancelled();
         const Item& it = plan.items[i];
         job.progress(from + (to - from) * double(i) / double(plan.items.size()), "verifying " + it.spec.name);
-        if (!st.contains(it.spec.name)) fail(st.path() + " lacks tensor '" + it.spec.name + "'");
-        const auto& e = st.entry(it.spec.name);
+        if (!st->contains(it.spec.name)) fail(st->path() + " lacks tensor '" + it.spec.name + "'");
+        const auto& e = st->entry(it.spec.name);
         if (e.dtype != it.spec.dtype || e.shape != it.spec.shape)
             fail("tensor '" + it.spec.name + "' is " + e.dtype + " " + shapeText(e.shape) + ", expected " +
                  it.spec.dtype + " " + shapeText(it.spec.shape));
-        const at::Tensor got = st.tensor(it.spec.name);
+        const at::Tensor got = st->tensor(it.spec.name);
         const at::Tensor want = produce(it, run, plan).contiguous();
-        if (detail::firstBitMismatch(got.view(want.scalar_type()), want).index >= 0)
+        if (util::firstBitMismatch(got.view(want.scalar_type()), want).index >= 0)
             fail("tensor '" + it.spec.name + "' differs from the run's " +
                  (it.source == Source::Bf16FoldT3 ? std::string("W_down · H in bf16")
                   : it.source == Source::Bf16     ? std::string("tensor in bf16")
@@ -422,7 +429,7 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
             pk.globalScale = run.packed.at(it.from).globalScale;
             const at::Tensor& w = run.tensors.at(it.from + ".weight");
             pk.lastDim = w.size(1);
-            const auto m = detail::firstBitMismatch(mx::unpack(pk), w);
+            const auto m = util::firstBitMismatch(mx::unpack(pk), w);
             if (m.index >= 0) {
                 char buf[128];
                 std::snprintf(buf, sizeof buf, " (element %lld: %.9g vs %.9g)", static_cast<long long>(m.index), m.a, m.b);
@@ -434,24 +441,24 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
 
     // latmix_t3.safetensors
     if (plan.format == ExportFormat::CompressedTensors && !plan.t3Blocks.empty()) {
-        const RawSafeTensorsReader t3((root / kT3File).string());
+        const auto t3 = io::SafeTensorsFile::open((root / kT3File).string());
         std::int64_t k = 0;
-        if (t3.contains("blocks")) {
-            const auto b = t3.tensor("blocks");
+        if (t3->contains("blocks")) {
+            const auto b = t3->tensor("blocks");
             for (std::int64_t i = 0; i < b.size(0); ++i, ++k)
-                if (!at::equal(b[i], plan.t3Blocks.at(k))) fail(t3.path() + ": block " + std::to_string(k) + " differs from H");
+                if (!at::equal(b[i], plan.t3Blocks.at(k))) fail(t3->path() + ": block " + std::to_string(k) + " differs from H");
         }
-        if (t3.contains("last_block")) {
-            if (!at::equal(t3.tensor("last_block"), plan.t3Blocks.at(k))) fail(t3.path() + ": last_block differs from H");
+        if (t3->contains("last_block")) {
+            if (!at::equal(t3->tensor("last_block"), plan.t3Blocks.at(k))) fail(t3->path() + ": last_block differs from H");
             ++k;
         }
-        if (k != static_cast<std::int64_t>(plan.t3Blocks.size())) fail(t3.path() + " does not hold every block of H");
+        if (k != static_cast<std::int64_t>(plan.t3Blocks.size())) fail(t3->path() + " does not hold every block of H");
     }
 
     // latmix.json, transforms.h5, tokenizer files
     json lj;
     try {
-        lj = json::parse(detail::readTextFile((root / kLatmixJson).string(), "export run record"));
+        lj = json::parse(util::readTextFile((root / kLatmixJson).string(), "export run record"));
     } catch (const nlohmann::json::exception& e) {
         fail(std::string(kLatmixJson) + " is not valid JSON (" + e.what() + ")");
     }
@@ -463,7 +470,7 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
     if (fs::is_regular_file(runRoot / kTransformsH5, ec) &&
         !sameFileBytes((runRoot / kTransformsH5).string(), (root / kTransformsH5).string()))
         fail(std::string(kTransformsH5) + " is missing or differs from the run's");
-    for (const auto& name : tokenizerFileNames())
+    for (const auto& name : tokenizer::tokenizerFileNames())
         if (fs::is_regular_file(fs::path(runModelDir) / name, ec) &&
             !sameFileBytes((fs::path(runModelDir) / name).string(), (root / name).string()))
             fail("tokenizer file '" + name + "' is missing or differs from the run's");
@@ -538,7 +545,7 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
                                  "' a complete `latmix quantize` run folder?");
     json record;
     try {
-        record = json::parse(detail::readTextFile(latmixPath, "run record"));
+        record = json::parse(util::readTextFile(latmixPath, "run record"));
     } catch (const nlohmann::json::exception& e) {
         throw std::runtime_error("run record '" + latmixPath + "' is not valid JSON (" + e.what() + ")");
     }
@@ -555,14 +562,14 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
     report.packedLinears = plan.packedLinears;
     report.tensors = static_cast<int>(plan.items.size());
 
-    const std::string tmp = detail::makeTempSibling(outDir);
+    const std::string tmp = util::makeTempSibling(outDir);
     try {
         const fs::path root(tmp);
-        detail::writeTextFile((root / kConfigFile).string(), plan.config.dump(2) + "\n");
-        std::vector<RawTensorSpec> specs;
+        util::writeTextFile((root / kConfigFile).string(), plan.config.dump(2) + "\n");
+        std::vector<io::TensorSpec> specs;
         for (const auto& it : plan.items) specs.push_back(it.spec);
         const double writeEnd = 0.6;
-        writeSafeTensorsStreamed(
+        io::writeSafeTensorsStreamed(
             (root / kModelFile).string(), specs,
             [&](std::size_t i) {
                 job.checkCancelled();
@@ -574,7 +581,7 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
             {{"format", "pt"}});
         if (format == ExportFormat::CompressedTensors && !plan.t3Blocks.empty())
             writeT3File((root / kT3File).string(), plan, run, rc.intermediateSize);
-        detail::copyTokenizerFiles(modelDir, tmp);
+        tokenizer::copyTokenizerFiles(modelDir, tmp);
         json exp;
         exp["format"] = exportFormatName(format);
         exp["time"] = utcNow();
@@ -582,7 +589,7 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
         exp["run_dir"] = fs::absolute(runDir).lexically_normal().string();
         exp["notes"] = plan.notes;
         record["export"] = exp;
-        detail::writeTextFile((root / kLatmixJson).string(), record.dump(2) + "\n");
+        util::writeTextFile((root / kLatmixJson).string(), record.dump(2) + "\n");
         const fs::path h5 = fs::path(runDir) / kTransformsH5;
         if (fs::is_regular_file(h5, ec)) {
             fs::copy_file(h5, root / kTransformsH5, fs::copy_options::overwrite_existing, ec);
@@ -593,9 +600,9 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
         report.bytes = folderBytes(tmp, &report.files);
         job.checkCancelled();
         checkOutDir(runDir, outDir, options.overwrite); // still true after the work
-        detail::replaceDirectory(tmp, outDir);
+        util::replaceDirectory(tmp, outDir);
     } catch (...) {
-        detail::removeTreeQuietly(tmp);
+        util::removeTreeQuietly(tmp);
         throw;
     }
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -611,7 +618,7 @@ void verifyExport(const std::string& outDir, const std::string& runDir) {
         throw std::runtime_error("export folder '" + outDir + "' does not exist");
     json config;
     try {
-        config = json::parse(detail::readTextFile((fs::path(outDir) / kConfigFile).string(), "export config"));
+        config = json::parse(util::readTextFile((fs::path(outDir) / kConfigFile).string(), "export config"));
     } catch (const nlohmann::json::exception& e) {
         throw std::runtime_error("export config '" + (fs::path(outDir) / kConfigFile).string() +
                                  "' is not valid JSON (" + e.what() + ")");

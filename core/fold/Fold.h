@@ -11,7 +11,7 @@
 //              bias A2 b_v,h + v2; o_proj columns per attention head W_o blockdiag(A2⁻¹) and
 //              bias b_o − W_o blockdiag(A2⁻¹) v2 (exact: attention rows sum to 1)
 //   T3 (intermediate, orthogonal, online): W_down T3ᵀ; the forward pass applies x ↦ x T3ᵀ to
-//              the down_proj input (model::ForwardOptions::onlineHadamardDown)
+//              the down_proj input (model::ForwardOptions::t3)
 #include "model/LlamaModel.h"
 
 #include <ATen/core/Tensor.h>
@@ -39,7 +39,7 @@ model::LlamaWeights applyT2(const model::ModelConfig& config, const model::Llama
                             const std::vector<AffineMatrices>& t2);
 
 // W_down ← W_down T3ᵀ for every layer (t3 orthogonal [intermediate, intermediate]); the forward
-// pass must then apply T3 online (ForwardOptions::onlineHadamardDown = t3).
+// pass must then apply T3 online (ForwardOptions::t3 = t3).
 model::LlamaWeights applyT3(const model::LlamaWeights& w, const transforms::BlockDiagonal& t3);
 // W_down ← W_down T3: undoes applyT3, for runtimes without the online Hadamard (export hf).
 model::LlamaWeights unfoldT3(const model::LlamaWeights& w, const transforms::BlockDiagonal& t3);

@@ -1,5 +1,7 @@
 #include "io/ActivationStore.h"
 
+#include "util/AtomicFile.h"
+
 #include <ATen/ATen.h>
 #include <H5Cpp.h>
 
@@ -32,6 +34,8 @@ bool isBfloat16(const H5::DataSet& ds) {
 } // namespace
 
 struct ActivationWriter::Impl {
+    explicit Impl(const std::string& p) : out(p), path(p), partial(out.tempPath()) {}
+    util::AtomicFile out; // removes the partial file unless finish() committed it
     std::string path, partial;
     bool bf16 = false;
     bool finished = false;
@@ -41,9 +45,7 @@ struct ActivationWriter::Impl {
 
 ActivationWriter::ActivationWriter(const std::string& path, bool bfloat16,
                                    const std::map<std::string, std::string>& attributes)
-    : m(std::make_unique<Impl>()) {
-    m->path = path;
-    m->partial = path + ".partial";
+    : m(std::make_unique<Impl>(path)) {
     m->bf16 = bfloat16;
     try {
         m->file = H5::H5File(m->partial, H5F_ACC_TRUNC);
@@ -62,7 +64,6 @@ ActivationWriter::~ActivationWriter() {
             m->file.close();
         } catch (...) {
         }
-        std::remove(m->partial.c_str());
     }
 }
 
@@ -112,8 +113,7 @@ void ActivationWriter::writeTokens(const at::Tensor& tokens) {
 void ActivationWriter::finish() {
     m->group.close();
     m->file.close();
-    if (std::rename(m->partial.c_str(), m->path.c_str()) != 0)
-        throw std::runtime_error("cannot rename '" + m->partial + "' to '" + m->path + "'");
+    m->out.commit();
     m->finished = true;
 }
 

@@ -7,6 +7,9 @@
 // a message instead of a crash or garbage weights later.
 #include "io/SafeTensors.h"
 
+#include "util/AtomicFile.h"
+#include "util/Text.h"
+
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -25,6 +28,8 @@
 
 namespace latmix::io {
 
+using util::shapeText;
+
 // The read-only mapping of one file. Tensors returned by tensor() hold a shared_ptr to it, so
 // the mapping outlives the SafeTensorsFile when weights are still in use.
 struct SafeTensorsFile::Mapping {
@@ -38,35 +43,23 @@ struct SafeTensorsFile::Mapping {
 
 namespace {
 
-struct DtypeInfo {
-    const char* name;
-    at::ScalarType type;
-    std::size_t itemSize;
-};
+using DtypeInfo = SafeTensorsDtype;
 
-// The dtypes libtorch 1.13 and 2.x both have. The safetensors spec also knows U16/U32/U64 and
-// the FP8 types, which 1.13 cannot represent; they are rejected by name.
+// The safetensors dtypes (huggingface/safetensors' Dtype). Those libtorch lacks are kept as bytes.
 const DtypeInfo kDtypes[] = {
-    {"F64", at::kDouble, 8}, {"F32", at::kFloat, 4},  {"F16", at::kHalf, 2},   {"BF16", at::kBFloat16, 2},
-    {"I64", at::kLong, 8},   {"I32", at::kInt, 4},    {"I16", at::kShort, 2},  {"I8", at::kChar, 1},
-    {"U8", at::kByte, 1},    {"BOOL", at::kBool, 1},
+    {"F64", 8, true, at::kDouble},    {"F32", 4, true, at::kFloat},     {"F16", 2, true, at::kHalf},
+    {"BF16", 2, true, at::kBFloat16}, {"I64", 8, true, at::kLong},      {"I32", 4, true, at::kInt},
+    {"I16", 2, true, at::kShort},     {"I8", 1, true, at::kChar},       {"U8", 1, true, at::kByte},
+    {"BOOL", 1, true, at::kBool},     {"F8_E4M3", 1, false, at::kByte}, {"F8_E5M2", 1, false, at::kByte},
+    {"U16", 2, false, at::kByte},     {"U32", 4, false, at::kByte},     {"U64", 8, false, at::kByte},
 };
 
-const DtypeInfo* dtypeByName(const std::string& name) {
-    for (const auto& d : kDtypes)
-        if (name == d.name) return &d;
-    return nullptr;
-}
-
-const DtypeInfo* dtypeByType(at::ScalarType t) {
-    for (const auto& d : kDtypes)
-        if (t == d.type) return &d;
-    return nullptr;
-}
+const DtypeInfo* dtypeByName(const std::string& name) { return safeTensorsDtype(name); }
 
 std::string supportedDtypeList() {
     std::string s;
     for (const auto& d : kDtypes) {
+        if (!d.inLibtorch) continue;
         if (!s.empty()) s += ", ";
         s += d.name;
     }
@@ -83,11 +76,6 @@ std::string supportedDtypeList() {
 
 const char* kRedownload = "the file is corrupt or truncated; download or export it again";
 
-std::string shapeText(const std::vector<int64_t>& shape) {
-    std::string s = "[";
-    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-    return s + "]";
-}
 
 std::uint64_t readU64(const nlohmann::json& v, const std::string& path, const std::string& tensor,
                       const char* field) {
@@ -109,8 +97,8 @@ SafeTensorEntry parseEntry(const std::string& path, const std::string& name, con
     e.dtype = v["dtype"].get<std::string>();
     const DtypeInfo* dt = dtypeByName(e.dtype);
     if (!dt)
-        failTensor(path, name, "unknown or unsupported dtype '" + e.dtype + "' (supported: " + supportedDtypeList() +
-                                   "); convert the checkpoint to one of these, e.g. F32 or BF16");
+        failTensor(path, name, "unknown dtype '" + e.dtype + "' (safetensors defines " + supportedDtypeList() +
+                                   ", U16, U32, U64, F8_E4M3, F8_E5M2); " + kRedownload);
     const auto& shape = v["shape"];
     if (!shape.is_array()) failTensor(path, name, "'shape' is not an array; " + std::string(kRedownload));
     // Element count with overflow check: a hostile header must not wrap around to a small size.
@@ -160,6 +148,18 @@ void writeAll(int fd, const void* data, std::size_t n, const std::string& path) 
 }
 
 } // namespace
+
+const SafeTensorsDtype* safeTensorsDtype(const std::string& name) {
+    for (const auto& d : kDtypes)
+        if (name == d.name) return &d;
+    return nullptr;
+}
+
+const SafeTensorsDtype* safeTensorsDtype(at::ScalarType type) {
+    for (const auto& d : kDtypes)
+        if (d.inLibtorch && type == d.type) return &d;
+    return nullptr;
+}
 
 std::shared_ptr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -260,6 +260,8 @@ const SafeTensorEntry& SafeTensorsFile::entry(const std::string& name) const {
 at::Tensor SafeTensorsFile::tensor(const std::string& name) const {
     const SafeTensorEntry& e = entry(name);
     const DtypeInfo* dt = dtypeByName(e.dtype); // validated in open()
+    if (!dt->inLibtorch && dt->itemSize != 1)
+        failTensor(m_path, name, "dtype " + e.dtype + " has no libtorch type; read its bytes() instead");
     const auto options = at::TensorOptions().dtype(dt->type).device(at::kCPU);
     if (e.end == e.begin) return at::empty(e.shape, options);
     const unsigned char* p = m_map->bytes() + m_dataStart + e.begin;
@@ -277,76 +279,108 @@ at::Tensor SafeTensorsFile::tensor(const std::string& name) const {
     return t;
 }
 
-void writeSafeTensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-    // Build and validate everything before creating any file, so that an unsupported dtype or
-    // a duplicate name leaves the folder untouched.
+at::Tensor SafeTensorsFile::bytes(const std::string& name) const {
+    const SafeTensorEntry& e = entry(name);
+    const auto options = at::TensorOptions().dtype(at::kByte).device(at::kCPU);
+    const auto n = static_cast<std::int64_t>(e.end - e.begin);
+    if (n == 0) return at::empty({0}, options);
+    std::shared_ptr<Mapping> keep = m_map;
+    return at::from_blob(const_cast<unsigned char*>(m_map->bytes() + m_dataStart + e.begin), {n},
+                         [keep](void*) mutable { keep.reset(); }, options);
+}
+
+void writeSafeTensorsStreamed(const std::string& path, const std::vector<TensorSpec>& specs,
+                              const std::function<at::Tensor(std::size_t)>& produce,
+                              const std::map<std::string, std::string>& metadata) {
+    auto fail = [&](const std::string& what) -> void {
+        throw std::runtime_error("writing safetensors file '" + path + "': " + what);
+    };
+    // Build and validate the whole header before creating any file, so that a bad name or dtype
+    // leaves the folder untouched.
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
     if (!metadata.empty()) {
         nlohmann::ordered_json m = nlohmann::ordered_json::object();
         for (const auto& [k, v] : metadata) m[k] = v;
         header["__metadata__"] = m;
     }
-    std::vector<at::Tensor> data;
-    data.reserve(tensors.size());
+    std::vector<std::uint64_t> sizes;
     std::unordered_set<std::string> seen;
     std::uint64_t offset = 0;
-    for (const auto& [name, t] : tensors) {
-        if (name == "__metadata__" || name.empty())
-            throw std::runtime_error("writeSafeTensors '" + path + "': invalid tensor name '" + name + "'");
-        if (!seen.insert(name).second)
-            throw std::runtime_error("writeSafeTensors '" + path + "': tensor '" + name +
-                                     "' appears twice; names must be unique");
-        if (!t.defined())
-            throw std::runtime_error("writeSafeTensors '" + path + "': tensor '" + name + "' is undefined");
-        const DtypeInfo* dt = dtypeByType(t.scalar_type());
-        if (!dt)
-            throw std::runtime_error("writeSafeTensors '" + path + "': tensor '" + name + "' has dtype " +
-                                     std::string(c10::toString(t.scalar_type())) +
-                                     ", which safetensors files here cannot hold (supported: " + supportedDtypeList() +
-                                     "); convert it first");
-        auto c = t.detach().to(at::kCPU).contiguous();
-        const std::uint64_t bytes = static_cast<std::uint64_t>(c.numel()) * dt->itemSize;
+    for (const auto& t : specs) {
+        if (t.name.empty() || t.name == "__metadata__") fail("invalid tensor name '" + t.name + "'");
+        if (!seen.insert(t.name).second) fail("tensor '" + t.name + "' appears twice; names must be unique");
+        const DtypeInfo* d = dtypeByName(t.dtype);
+        if (!d) fail("tensor '" + t.name + "': unknown dtype '" + t.dtype + "'");
+        std::uint64_t bytes = d->itemSize;
+        for (auto n : t.shape) {
+            if (n < 0) fail("tensor '" + t.name + "': negative dimension in shape " + shapeText(t.shape));
+            const auto u = static_cast<std::uint64_t>(n);
+            if (u != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / u)
+                fail("tensor '" + t.name + "': shape " + shapeText(t.shape) + " overflows");
+            bytes *= u;
+        }
         nlohmann::ordered_json e;
-        e["dtype"] = dt->name;
-        e["shape"] = c.sizes().vec();
+        e["dtype"] = t.dtype;
+        e["shape"] = t.shape;
         e["data_offsets"] = {offset, offset + bytes};
-        header[name] = e;
+        header[t.name] = e;
+        sizes.push_back(bytes);
         offset += bytes;
-        data.push_back(std::move(c));
     }
     std::string text = header.dump();
     // Pad with spaces to a multiple of 8 so that the data section (and with it every tensor of
     // an element size up to 8) starts aligned, which lets readers map instead of copy.
     text.append((8 - (8 + text.size()) % 8) % 8, ' ');
 
-    std::string tmp = path + ".tmp-XXXXXX";
-    const int fd = ::mkstemp(tmp.data());
+    util::AtomicFile file(path);
+    const std::string& tmp = file.tempPath();
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        throw std::runtime_error("writeSafeTensors: cannot create a temporary file next to '" + path +
-                                 "': " + std::strerror(errno) + "; check that the folder exists and is writable");
+        throw std::runtime_error("cannot create '" + tmp + "': " + std::strerror(errno) +
+                                 "; check that the folder exists and is writable");
     bool open = true;
     try {
-        ::fchmod(fd, 0644); // mkstemp creates 0600; a model file is meant to be shared
         unsigned char len[8];
-        std::uint64_t n = text.size();
+        const std::uint64_t n = text.size();
         for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
         writeAll(fd, len, 8, tmp);
         writeAll(fd, text.data(), text.size(), tmp);
-        for (const auto& c : data)
-            if (c.numel() > 0)
-                writeAll(fd, c.data_ptr(), static_cast<std::size_t>(c.numel()) * c.element_size(), tmp);
-        if (::fsync(fd) != 0)
-            throw std::runtime_error("cannot flush '" + tmp + "' to disk: " + std::strerror(errno));
+        for (std::size_t i = 0; i < specs.size(); ++i) {
+            at::Tensor t = produce(i);
+            if (!t.defined()) fail("tensor '" + specs[i].name + "' was not produced");
+            t = t.detach().to(at::kCPU).contiguous();
+            const auto bytes = static_cast<std::uint64_t>(t.numel()) * t.element_size();
+            if (bytes != sizes[i])
+                fail("tensor '" + specs[i].name + "' has " + std::to_string(bytes) + " bytes, its header entry (" +
+                     specs[i].dtype + " " + shapeText(specs[i].shape) + ") says " + std::to_string(sizes[i]));
+            if (bytes) writeAll(fd, t.data_ptr(), static_cast<std::size_t>(bytes), tmp);
+        }
+        if (::fsync(fd) != 0) throw std::runtime_error("cannot flush '" + tmp + "' to disk: " + std::strerror(errno));
         open = false;
         if (::close(fd) != 0) throw std::runtime_error("cannot close '" + tmp + "': " + std::strerror(errno));
-        if (::rename(tmp.c_str(), path.c_str()) != 0)
-            throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
     } catch (...) {
         if (open) ::close(fd);
-        ::unlink(tmp.c_str());
-        throw;
+        throw; // ~AtomicFile removes the temporary file
     }
+    file.commit();
+}
+
+void writeSafeTensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+    std::vector<TensorSpec> specs;
+    specs.reserve(tensors.size());
+    for (const auto& [name, t] : tensors) {
+        if (!t.defined())
+            throw std::runtime_error("writing safetensors file '" + path + "': tensor '" + name + "' is undefined");
+        const DtypeInfo* dt = safeTensorsDtype(t.scalar_type());
+        if (!dt)
+            throw std::runtime_error("writing safetensors file '" + path + "': tensor '" + name + "' has dtype " +
+                                     std::string(c10::toString(t.scalar_type())) +
+                                     ", which safetensors files here cannot hold (supported: " + supportedDtypeList() +
+                                     "); convert it first");
+        specs.push_back({name, dt->name, t.sizes().vec()});
+    }
+    writeSafeTensorsStreamed(path, specs, [&](std::size_t i) { return tensors[i].second; }, metadata);
 }
 
 } // namespace latmix::io

@@ -1,9 +1,12 @@
 #pragma once
-// safetensors files (SPEC §8): read through a read-only memory map, validated before any data
-// is touched; written atomically (temporary name, then rename).
+// safetensors files (SPEC §8), the one reader and writer: read through a read-only memory map,
+// validated before any data is touched; written one tensor at a time (so an export never holds a
+// second copy of a model) and atomically (util/AtomicFile).
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,6 +14,18 @@
 #include <vector>
 
 namespace latmix::io {
+
+// A safetensors dtype: its name, bytes per element and, when libtorch 1.13 and 2.x both have it,
+// the libtorch type. F8_E4M3 / F8_E5M2 (NVFP4 block scales) and U16/U32/U64 have none here.
+struct SafeTensorsDtype {
+    const char* name;
+    std::size_t itemSize;
+    bool inLibtorch;
+    at::ScalarType type; // when inLibtorch
+};
+// nullptr for a name the format does not define / a type no safetensors dtype holds.
+const SafeTensorsDtype* safeTensorsDtype(const std::string& name);
+const SafeTensorsDtype* safeTensorsDtype(at::ScalarType type);
 
 struct SafeTensorEntry {
     std::string name;
@@ -37,8 +52,11 @@ public:
     const SafeTensorEntry& entry(const std::string& name) const; // throws naming file + tensor
 
     // A CPU tensor of the stored dtype viewing the mapped bytes (no copy when aligned); it
-    // keeps the mapping alive. Read-only memory: clone before writing into it.
+    // keeps the mapping alive. Read-only memory: clone before writing into it. F8_E4M3 and
+    // F8_E5M2 come back as uint8 codes of the stored shape; U16/U32/U64 throw (read bytes()).
     at::Tensor tensor(const std::string& name) const;
+    // The stored bytes of a tensor, uint8 [nbytes], viewing the mapping.
+    at::Tensor bytes(const std::string& name) const;
 
 private:
     SafeTensorsFile() = default;
@@ -51,8 +69,23 @@ private:
     std::map<std::string, std::string> m_metadata;
 };
 
-// Writes CPU tensors (F32, F16, BF16, I8, U8, I32, I64, BOOL) in the given order, header padded
-// to 8 bytes, to a temporary name in the same folder, then renames it over `path`.
+// One tensor of a file to write: the header entry.
+struct TensorSpec {
+    std::string name;
+    std::string dtype; // safetensors dtype name
+    std::vector<std::int64_t> shape;
+};
+
+// Writes the tensors in the order given: produce(i) returns the data of specs[i] (any device)
+// whose byte size equals numel(shape) * itemSize(dtype); its bytes are written as they are, so
+// a uint8 tensor can carry F8_E4M3 codes. Header padded to 8 bytes; written under a temporary
+// name and renamed over `path` at the end. Throws naming the file and tensor.
+void writeSafeTensorsStreamed(const std::string& path, const std::vector<TensorSpec>& specs,
+                              const std::function<at::Tensor(std::size_t)>& produce,
+                              const std::map<std::string, std::string>& metadata = {});
+
+// Writes tensors (F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL) in the given order through
+// writeSafeTensorsStreamed.
 void writeSafeTensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

@@ -1,5 +1,7 @@
 #include "io/TensorFile.h"
 
+#include "util/AtomicFile.h"
+
 #include <ATen/ATen.h>
 #include <H5Cpp.h>
 
@@ -60,9 +62,9 @@ void collect(const H5::Group& g, const std::string& prefix, TensorFileContents& 
 
 void writeTensorFile(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                      const std::map<std::string, std::string>& attributes) {
-    const std::string partial = path + ".partial-" + std::to_string(::getpid());
+    util::AtomicFile out(path); // removes the partial file on any exception
     try {
-        H5::H5File file(partial, H5F_ACC_TRUNC);
+        H5::H5File file(out.tempPath(), H5F_ACC_TRUNC);
         for (const auto& [name, tensor] : tensors) {
             if (!tensor.defined()) continue;
             const at::Tensor t = tensor.detach().cpu().contiguous();
@@ -81,18 +83,9 @@ void writeTensorFile(const std::string& path, const std::vector<std::pair<std::s
         }
         file.close();
     } catch (const H5::Exception& e) {
-        std::remove(partial.c_str());
         throw std::runtime_error("cannot write '" + path + "': " + e.getDetailMsg());
-    } catch (...) {
-        std::remove(partial.c_str());
-        throw;
     }
-    std::error_code ec;
-    std::filesystem::rename(partial, path, ec);
-    if (ec) {
-        std::remove(partial.c_str());
-        throw std::runtime_error("cannot write '" + path + "': " + ec.message());
-    }
+    out.commit();
 }
 
 TensorFileContents readTensorFile(const std::string& path) {

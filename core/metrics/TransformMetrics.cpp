@@ -144,15 +144,18 @@ double inverseSpectralNormSquared(const at::Tensor& a) { return spectralSummary(
 double conditionNumber(const at::Tensor& a) { return spectralSummary(a).conditionNumber; }
 double orthogonalityDeviation(const at::Tensor& a) { return spectralSummary(a).orthogonalityDeviation; }
 
-double offBlockNorm(const at::Tensor& a, int blockSize) {
+at::Tensor offBlockPart(const at::Tensor& a, int blockSize) {
     requireBlock(blockSize);
     if (a.dim() != 2 || a.size(0) != a.size(1)) throw std::invalid_argument("transform matrix must be square [d, d]");
     at::NoGradGuard noGrad;
     const std::int64_t d = a.size(0);
     auto block = at::arange(d, at::kLong).div(blockSize, "floor");
     auto sameBlock = block.unsqueeze(1).eq(block.unsqueeze(0));
-    auto off = a.detach().to(at::kDouble).to(at::kCPU).masked_fill(sameBlock, 0.0);
-    return singularValues(off).max().item<double>();
+    return a.detach().to(at::kDouble).to(at::kCPU).masked_fill(sameBlock, 0.0);
+}
+
+double offBlockNorm(const at::Tensor& a, int blockSize) {
+    return singularValues(offBlockPart(a, blockSize)).max().item<double>();
 }
 
 double errorBound(double inverseNormSquared, const at::Tensor& m) {

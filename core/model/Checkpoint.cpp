@@ -6,6 +6,8 @@
 #include "model/Checkpoint.h"
 
 #include "io/SafeTensors.h"
+#include "model/TensorNames.h"
+#include "util/Text.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -18,51 +20,42 @@
 namespace fs = std::filesystem;
 
 namespace latmix::model {
-namespace {
-
-std::string shapeText(const std::vector<int64_t>& s) {
-    std::string t = "[";
-    for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + "]";
-}
-
-} // namespace
-
+using util::shapeText;
 std::vector<std::pair<std::string, std::vector<int64_t>>> requiredTensors(const ModelConfig& c) {
     const int64_t h = c.hiddenSize, inter = c.intermediateSize, hd = c.headDim;
     const int64_t q = int64_t(c.numHeads) * hd, kv = int64_t(c.numKvHeads) * hd;
     std::vector<std::pair<std::string, std::vector<int64_t>>> r;
-    r.push_back({"model.embed_tokens.weight", {c.vocabSize, h}});
+    r.push_back({names::kEmbed, {c.vocabSize, h}});
     for (int i = 0; i < c.numLayers; ++i) {
-        const std::string p = "model.layers." + std::to_string(i) + ".";
-        r.push_back({p + "input_layernorm.weight", {h}});
-        r.push_back({p + "self_attn.q_proj.weight", {q, h}});
-        r.push_back({p + "self_attn.k_proj.weight", {kv, h}});
-        r.push_back({p + "self_attn.v_proj.weight", {kv, h}});
-        r.push_back({p + "self_attn.o_proj.weight", {h, q}});
+        const std::string p = names::layerPrefix(i);
+        r.push_back({p + names::kInputNorm + ".weight", {h}});
+        r.push_back({p + names::kQProj + ".weight", {q, h}});
+        r.push_back({p + names::kKProj + ".weight", {kv, h}});
+        r.push_back({p + names::kVProj + ".weight", {kv, h}});
+        r.push_back({p + names::kOProj + ".weight", {h, q}});
         if (c.qkvBias) {
-            r.push_back({p + "self_attn.q_proj.bias", {q}});
-            r.push_back({p + "self_attn.k_proj.bias", {kv}});
-            r.push_back({p + "self_attn.v_proj.bias", {kv}});
+            r.push_back({p + names::kQProj + ".bias", {q}});
+            r.push_back({p + names::kKProj + ".bias", {kv}});
+            r.push_back({p + names::kVProj + ".bias", {kv}});
         }
-        if (c.oProjBias) r.push_back({p + "self_attn.o_proj.bias", {h}});
+        if (c.oProjBias) r.push_back({p + names::kOProj + ".bias", {h}});
         if (c.qkNorm) {
-            r.push_back({p + "self_attn.q_norm.weight", {hd}});
-            r.push_back({p + "self_attn.k_norm.weight", {hd}});
+            r.push_back({p + names::kQNorm + ".weight", {hd}});
+            r.push_back({p + names::kKNorm + ".weight", {hd}});
         }
-        r.push_back({p + "post_attention_layernorm.weight", {h}});
-        r.push_back({p + "mlp.gate_proj.weight", {inter, h}});
-        r.push_back({p + "mlp.up_proj.weight", {inter, h}});
-        r.push_back({p + "mlp.down_proj.weight", {h, inter}});
+        r.push_back({p + names::kPostAttentionNorm + ".weight", {h}});
+        r.push_back({p + names::kGateProj + ".weight", {inter, h}});
+        r.push_back({p + names::kUpProj + ".weight", {inter, h}});
+        r.push_back({p + names::kDownProj + ".weight", {h, inter}});
         if (c.mlpBias) {
-            r.push_back({p + "mlp.gate_proj.bias", {inter}});
-            r.push_back({p + "mlp.up_proj.bias", {inter}});
-            r.push_back({p + "mlp.down_proj.bias", {h}});
+            r.push_back({p + names::kGateProj + ".bias", {inter}});
+            r.push_back({p + names::kUpProj + ".bias", {inter}});
+            r.push_back({p + names::kDownProj + ".bias", {h}});
         }
     }
-    r.push_back({"model.norm.weight", {h}});
-    if (!c.tieWordEmbeddings) r.push_back({"lm_head.weight", {c.vocabSize, h}});
-    if (c.lmHeadBias) r.push_back({"lm_head.bias", {c.vocabSize}});
+    r.push_back({names::kFinalNorm, {h}});
+    if (!c.tieWordEmbeddings) r.push_back({names::kLmHead, {c.vocabSize, h}});
+    if (c.lmHeadBias) r.push_back({names::kLmHeadBias, {c.vocabSize}});
     return r;
 }
 
@@ -147,6 +140,10 @@ Checkpoint Checkpoint::load(const std::string& dir) {
                                      " layers)");
         }
         const auto& e = it->second->entry(name);
+        if (e.dtype != "F32" && e.dtype != "BF16" && e.dtype != "F16" && e.dtype != "F64")
+            throw std::runtime_error("model folder '" + dir + "': tensor '" + name + "' is " + e.dtype +
+                                     "; the decoder reads F32, BF16 or F16 weights (SPEC §8): convert the "
+                                     "checkpoint, or load a quantized export through its run folder");
         if (e.shape != shape)
             throw std::runtime_error("model folder '" + dir + "': tensor '" + name + "' has shape " +
                                      shapeText(e.shape) + " but config.json implies " + shapeText(shape) +
@@ -160,7 +157,7 @@ bool Checkpoint::has(const std::string& name) const { return m_fileOf.count(name
 at::Tensor Checkpoint::weight(const std::string& name) const {
     auto it = m_fileOf.find(name);
     if (it == m_fileOf.end()) {
-        const bool tiedHead = name == "lm_head.weight" && m_config.tieWordEmbeddings;
+        const bool tiedHead = name == names::kLmHead && m_config.tieWordEmbeddings;
         throw std::runtime_error("model folder '" + m_dir + "' has no tensor '" + name + "'" +
                                  (tiedHead ? " (tie_word_embeddings: use model.embed_tokens.weight)"
                                            : "; check has() or names() for what the checkpoint holds"));
@@ -192,6 +189,13 @@ std::int64_t Checkpoint::weightBytes() const {
         n += static_cast<std::int64_t>(e.end - e.begin);
     }
     return n;
+}
+
+WeightMemory weightMemory(const Checkpoint& ck, at::ScalarType dtype, bool onCpu) {
+    WeightMemory m;
+    m.bytes = ck.parameterCount() * static_cast<std::int64_t>(c10::elementSize(dtype));
+    m.mappedInPlace = onCpu && dtype == at::kFloat && ck.config().torchDtype == "float32";
+    return m;
 }
 
 } // namespace latmix::model

@@ -44,4 +44,14 @@ private:
 // only when the config calls for them.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> requiredTensors(const ModelConfig& config);
 
+// The memory model::LlamaModel takes for a checkpoint's weights in dtype: every stored tensor
+// once (activations come on top, they depend on the batch). Float32 weights stored as float32
+// are used in place on the CPU (mappedInPlace: read from the memory-mapped file, no copy);
+// everything else is converted once into new memory on the device.
+struct WeightMemory {
+    std::int64_t bytes = 0;
+    bool mappedInPlace = false;
+};
+WeightMemory weightMemory(const Checkpoint& checkpoint, at::ScalarType dtype, bool onCpu);
+
 } // namespace latmix::model

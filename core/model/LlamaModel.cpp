@@ -1,9 +1,9 @@
 #include "model/LlamaModel.h"
+#include "model/TensorNames.h"
 
 #include "model/Checkpoint.h"
 #include "mx/MxQuantizer.h"
 #include "transforms/FixedTransforms.h"
-#include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h> // at::hasCUDA
@@ -84,31 +84,31 @@ LlamaWeights loadWeights(const Checkpoint& ckpt, at::ScalarType dtype, c10::Devi
     auto load = [&](const std::string& name) { return ckpt.weight(name).to(opts); };
     auto loadIf = [&](bool present, const std::string& name) { return present ? load(name) : at::Tensor(); };
     LlamaWeights w;
-    w.embed = load("model.embed_tokens.weight");
-    w.finalNorm = load("model.norm.weight");
-    w.lmHead = c.tieWordEmbeddings && !ckpt.has("lm_head.weight") ? w.embed : load("lm_head.weight");
-    w.lmHeadBias = loadIf(c.lmHeadBias, "lm_head.bias");
+    w.embed = load(names::kEmbed);
+    w.finalNorm = load(names::kFinalNorm);
+    w.lmHead = c.tieWordEmbeddings && !ckpt.has(names::kLmHead) ? w.embed : load(names::kLmHead);
+    w.lmHeadBias = loadIf(c.lmHeadBias, names::kLmHeadBias);
     for (int l = 0; l < c.numLayers; ++l) {
-        const std::string p = "model.layers." + std::to_string(l) + ".";
+        const std::string p = names::layerPrefix(l);
         LayerWeights y;
-        y.inputNorm = load(p + "input_layernorm.weight");
-        y.postNorm = load(p + "post_attention_layernorm.weight");
-        y.qNorm = loadIf(c.qkNorm, p + "self_attn.q_norm.weight");
-        y.kNorm = loadIf(c.qkNorm, p + "self_attn.k_norm.weight");
-        y.wq = load(p + "self_attn.q_proj.weight");
-        y.wk = load(p + "self_attn.k_proj.weight");
-        y.wv = load(p + "self_attn.v_proj.weight");
-        y.wo = load(p + "self_attn.o_proj.weight");
-        y.bq = loadIf(c.qkvBias, p + "self_attn.q_proj.bias");
-        y.bk = loadIf(c.qkvBias, p + "self_attn.k_proj.bias");
-        y.bv = loadIf(c.qkvBias, p + "self_attn.v_proj.bias");
-        y.bo = loadIf(c.oProjBias, p + "self_attn.o_proj.bias");
-        y.wGate = load(p + "mlp.gate_proj.weight");
-        y.wUp = load(p + "mlp.up_proj.weight");
-        y.wDown = load(p + "mlp.down_proj.weight");
-        y.bGate = loadIf(c.mlpBias, p + "mlp.gate_proj.bias");
-        y.bUp = loadIf(c.mlpBias, p + "mlp.up_proj.bias");
-        y.bDown = loadIf(c.mlpBias, p + "mlp.down_proj.bias");
+        y.inputNorm = load(p + names::kInputNorm + ".weight");
+        y.postNorm = load(p + names::kPostAttentionNorm + ".weight");
+        y.qNorm = loadIf(c.qkNorm, p + names::kQNorm + ".weight");
+        y.kNorm = loadIf(c.qkNorm, p + names::kKNorm + ".weight");
+        y.wq = load(p + names::kQProj + ".weight");
+        y.wk = load(p + names::kKProj + ".weight");
+        y.wv = load(p + names::kVProj + ".weight");
+        y.wo = load(p + names::kOProj + ".weight");
+        y.bq = loadIf(c.qkvBias, p + names::kQProj + ".bias");
+        y.bk = loadIf(c.qkvBias, p + names::kKProj + ".bias");
+        y.bv = loadIf(c.qkvBias, p + names::kVProj + ".bias");
+        y.bo = loadIf(c.oProjBias, p + names::kOProj + ".bias");
+        y.wGate = load(p + names::kGateProj + ".weight");
+        y.wUp = load(p + names::kUpProj + ".weight");
+        y.wDown = load(p + names::kDownProj + ".weight");
+        y.bGate = loadIf(c.mlpBias, p + names::kGateProj + ".bias");
+        y.bUp = loadIf(c.mlpBias, p + names::kUpProj + ".bias");
+        y.bDown = loadIf(c.mlpBias, p + names::kDownProj + ".bias");
         w.layers.push_back(std::move(y));
     }
     return w;
@@ -119,32 +119,32 @@ std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& 
     auto add = [&](const std::string& name, const at::Tensor& t) {
         if (t.defined()) r.emplace_back(name, t);
     };
-    add("model.embed_tokens.weight", w.embed);
+    add(names::kEmbed, w.embed);
     for (size_t l = 0; l < w.layers.size(); ++l) {
         const LayerWeights& y = w.layers[l];
-        const std::string p = "model.layers." + std::to_string(l) + ".";
-        add(p + "input_layernorm.weight", y.inputNorm);
-        add(p + "post_attention_layernorm.weight", y.postNorm);
-        add(p + "self_attn.q_norm.weight", y.qNorm);
-        add(p + "self_attn.k_norm.weight", y.kNorm);
-        add(p + "self_attn.q_proj.weight", y.wq);
-        add(p + "self_attn.k_proj.weight", y.wk);
-        add(p + "self_attn.v_proj.weight", y.wv);
-        add(p + "self_attn.o_proj.weight", y.wo);
-        add(p + "self_attn.q_proj.bias", y.bq);
-        add(p + "self_attn.k_proj.bias", y.bk);
-        add(p + "self_attn.v_proj.bias", y.bv);
-        add(p + "self_attn.o_proj.bias", y.bo);
-        add(p + "mlp.gate_proj.weight", y.wGate);
-        add(p + "mlp.up_proj.weight", y.wUp);
-        add(p + "mlp.down_proj.weight", y.wDown);
-        add(p + "mlp.gate_proj.bias", y.bGate);
-        add(p + "mlp.up_proj.bias", y.bUp);
-        add(p + "mlp.down_proj.bias", y.bDown);
+        const std::string p = names::layerPrefix(l);
+        add(p + names::kInputNorm + ".weight", y.inputNorm);
+        add(p + names::kPostAttentionNorm + ".weight", y.postNorm);
+        add(p + names::kQNorm + ".weight", y.qNorm);
+        add(p + names::kKNorm + ".weight", y.kNorm);
+        add(p + names::kQProj + ".weight", y.wq);
+        add(p + names::kKProj + ".weight", y.wk);
+        add(p + names::kVProj + ".weight", y.wv);
+        add(p + names::kOProj + ".weight", y.wo);
+        add(p + names::kQProj + ".bias", y.bq);
+        add(p + names::kKProj + ".bias", y.bk);
+        add(p + names::kVProj + ".bias", y.bv);
+        add(p + names::kOProj + ".bias", y.bo);
+        add(p + names::kGateProj + ".weight", y.wGate);
+        add(p + names::kUpProj + ".weight", y.wUp);
+        add(p + names::kDownProj + ".weight", y.wDown);
+        add(p + names::kGateProj + ".bias", y.bGate);
+        add(p + names::kUpProj + ".bias", y.bUp);
+        add(p + names::kDownProj + ".bias", y.bDown);
     }
-    add("model.norm.weight", w.finalNorm);
-    if (!c.tieWordEmbeddings || !w.lmHead.is_same(w.embed)) add("lm_head.weight", w.lmHead);
-    add("lm_head.bias", w.lmHeadBias);
+    add(names::kFinalNorm, w.finalNorm);
+    if (!c.tieWordEmbeddings || !w.lmHead.is_same(w.embed)) add(names::kLmHead, w.lmHead);
+    add(names::kLmHeadBias, w.lmHeadBias);
     return r;
 }
 
@@ -188,9 +188,9 @@ LlamaWeights offloadLayers(const LlamaWeights& w, const at::TensorOptions& compu
 ForwardOptions forwardOptionsFor(const ModelConfig& c, at::ScalarType dtype, c10::Device device, bool quantizeActivations) {
     ForwardOptions o;
     if (!c.latmix) return o;
-    if (c.latmix->onlineHadamardBlock > 0) {
-        o.onlineHadamardDown = transforms::blockHadamard(c.intermediateSize, c.latmix->onlineHadamardBlock,
-                                                         c.latmix->onlineHadamardSeed)
+    if (c.latmix->t3Block > 0) {
+        o.t3 = transforms::blockHadamard(c.intermediateSize, c.latmix->t3Block,
+                                                         c.latmix->t3Seed)
                                    .to(at::TensorOptions().dtype(dtype).device(device));
     }
     if (quantizeActivations) o.activationQuant = c.latmix->activationFormat;
@@ -209,7 +209,7 @@ namespace {
 // What the linear(s) of a point get: T3 first (down_proj), MX quantization, then the hook.
 at::Tensor atPoint(const ForwardOptions& o, const at::Tensor& x, int layer, PointKind kind, const ActivationHook& hook) {
     at::Tensor y = x;
-    if (kind == PointKind::DownProjInput) y = o.onlineHadamardDown.apply(y);
+    if (kind == PointKind::DownProjInput) y = o.t3.apply(y);
     if (o.activationQuant) y = mx::fakeQuantize(y, *o.activationQuant);
     if (hook) y = hook(pointName(layer, kind), y);
     return y;

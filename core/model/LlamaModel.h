@@ -67,7 +67,7 @@ LlamaWeights offloadLayers(const LlamaWeights& w, const at::TensorOptions& compu
 // Order at a point: T3 (down_proj only), then quantization, then the hook, then the linear: the
 // hook sees exactly what the linear gets.
 struct ForwardOptions {
-    transforms::BlockDiagonal onlineHadamardDown; // T3: [intermediate]² block-diagonal orthogonal, or undefined
+    transforms::BlockDiagonal t3; // T3: [intermediate]² block-diagonal orthogonal, or undefined
     std::optional<mx::MxConfig> activationQuant;
 };
 
@@ -112,7 +112,6 @@ public:
     const ModelConfig& config() const { return m_config; }
     const LlamaWeights& weights() const { return m_w; }
     const ForwardOptions& options() const { return m_options; }
-    void setOptions(ForwardOptions options) { m_options = std::move(options); }
     at::ScalarType dtype() const { return m_dtype; }
     c10::Device device() const { return m_device; }
 

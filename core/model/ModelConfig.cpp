@@ -3,7 +3,7 @@
 // the transformers configuration classes (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config),
 // as SPEC's preamble asks where it is silent.
 #include "model/ModelConfig.h"
-#include "model/LatmixJson.h"
+#include "model/ConfigJson.h"
 
 #include <nlohmann/json.hpp>
 
@@ -250,11 +250,11 @@ ModelConfig ModelConfig::fromJsonText(const std::string& text, const std::string
         };
         q.weightFormat = format("weight_format");
         q.activationFormat = format("activation_format");
-        if (present(l, "online_hadamard")) {
-            const auto& h = l["online_hadamard"];
-            q.onlineHadamardBlock = getInt(h, "block", source);
-            if (q.onlineHadamardBlock < 1) fail(source, "latmix.online_hadamard.block must be positive");
-            if (present(h, "seed")) q.onlineHadamardSeed = h["seed"].get<std::uint64_t>();
+        if (present(l, "t3")) {
+            const auto& h = l["t3"];
+            q.t3Block = getInt(h, "block", source);
+            if (q.t3Block < 1) fail(source, "latmix.t3.block must be positive");
+            if (present(h, "seed")) q.t3Seed = h["seed"].get<std::uint64_t>();
         }
         c.lmHeadBias = getBool(l, "lm_head_bias", false, source);
         c.latmix = q;
@@ -346,11 +346,11 @@ nlohmann::ordered_json latmixJson(const LatmixQuantization& q, bool lmHeadBias) 
     l["method"] = q.method;
     l["weight_format"] = mxConfigJson(q.weightFormat);
     l["activation_format"] = mxConfigJson(q.activationFormat);
-    if (q.onlineHadamardBlock > 0)
-        l["online_hadamard"] = {{"point", "mlp.down_proj.input"}, {"block", q.onlineHadamardBlock},
-                                {"seed", q.onlineHadamardSeed}};
+    if (q.t3Block > 0)
+        l["t3"] = {{"point", "mlp.down_proj.input"}, {"block", q.t3Block},
+                                {"seed", q.t3Seed}};
     else
-        l["online_hadamard"] = nullptr;
+        l["t3"] = nullptr;
     l["lm_head_bias"] = lmHeadBias;
     return l;
 }

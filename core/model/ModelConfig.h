@@ -27,8 +27,8 @@ struct LatmixQuantization {
     std::string method;                         // "rtn", "latmix-lu", ...
     std::optional<mx::MxConfig> weightFormat;   // how the stored weights were quantized
     std::optional<mx::MxConfig> activationFormat;
-    int onlineHadamardBlock = 0;                // 0: no online Hadamard
-    std::uint64_t onlineHadamardSeed = 0;
+    int t3Block = 0;                // T3 (SPEC §4: online block Hadamard on the down_proj input); 0: none
+    std::uint64_t t3Seed = 0;
 };
 
 struct ModelConfig {

@@ -32,16 +32,6 @@ at::Tensor exponentOf(const at::Tensor& a) {
     return at::div(a.contiguous().view(at::kInt), kMantissaUnit, "floor") - 127;
 }
 
-// Tensor version of the element grid rounding (see MxKernelCpu's ElementGrid).
-at::Tensor quantizeOnGrid(const at::Tensor& y, ElementFormat f) {
-    const ElementSpec& s = elementSpec(f);
-    auto a = y.abs();
-    auto e = at::clamp(exponentOf(a), s.emin, s.isInteger ? 0 : 127);
-    auto k = e - s.mbits;
-    auto r = at::round(a * pow2(-k)); // round half to even
-    return at::copysign(at::clamp_max(r * pow2(k), s.maxValue), y);
-}
-
 // Shared exponent per block from the block maxima (finite, >= 0), SPEC §1.
 at::Tensor sharedExponents(const at::Tensor& amax, ElementFormat f, ScaleMode mode) {
     const ElementSpec& s = elementSpec(f);
@@ -100,12 +90,12 @@ Quantized quantizeTensorOps(const at::Tensor& x2d, const MxConfig& c, bool wantS
         auto g = gamax / deviceScalar(kNvfp4GlobalDivisor, x2d);
         g = at::where(g > 0, g, at::ones_like(g));
         auto s = at::clamp((amax / deviceScalar(6.0f, x2d)) / g, kNvfp4ScaleMin, kNvfp4ScaleMax);
-        scale = quantizeOnGrid(s, ElementFormat::E4M3) * g;
-        q = quantizeOnGrid(blocks / scale, elem) * scale;
+        scale = roundToElement(s, ElementFormat::E4M3) * g;
+        q = roundToElement(blocks / scale, elem) * scale;
     } else {
         auto e = sharedExponents(amax, elem, c.scaleMode);
         scale = pow2(e);
-        q = quantizeOnGrid(blocks * pow2(-e), elem) * scale;
+        q = roundToElement(blocks * pow2(-e), elem) * scale;
     }
     const auto nan = at::full({}, std::numeric_limits<float>::quiet_NaN(), q.options());
     q = at::where(finite, q, nan).reshape({rows, nb * B});
@@ -187,6 +177,16 @@ at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend) 
     if (shape.empty()) shape.push_back(1);
     shape.back() = r.scales.size(1);
     return r.scales.reshape(shape);
+}
+
+// The same rule as MxKernelCpu's ElementGrid, on tensors.
+at::Tensor roundToElement(const at::Tensor& y, ElementFormat f) {
+    const ElementSpec& s = elementSpec(f);
+    auto a = y.abs();
+    auto e = at::clamp(exponentOf(a), s.emin, s.isInteger ? 0 : 127);
+    auto k = e - s.mbits;
+    auto r = at::round(a * pow2(-k)); // round half to even
+    return at::copysign(at::clamp_max(r * pow2(k), s.maxValue), y);
 }
 
 } // namespace latmix::mx

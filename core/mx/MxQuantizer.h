@@ -22,4 +22,10 @@ at::Tensor fakeQuantize(const at::Tensor& x, const MxConfig& c, Backend backend 
 // shape [..., ceil(n/B)], float32, NaN for blocks holding NaN/Inf.
 at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend = Backend::Auto);
 
+// The element rounding of SPEC §1 on a float32 tensor (any device), elementwise: the spacing of
+// the binade holding |y| (at least the smallest normal binade's; INT formats: fixed), round half
+// to even, saturate to +-max, keep the sign. Every product inside is by a power of two, hence
+// exact. The one tensor implementation: fakeQuantize and quant/'s GPTQ/RTN both round with it.
+at::Tensor roundToElement(const at::Tensor& y, ElementFormat f);
+
 } // namespace latmix::mx

@@ -3,6 +3,7 @@
 #include "mx/MxCodes.h"
 #include "mx/MxKernelCpu.h"
 #include "mx/MxQuantizer.h"
+#include "util/Text.h"
 #include "mx/MxReference.h"
 
 #include <ATen/ATen.h>
@@ -21,36 +22,11 @@
 namespace latmix::quant {
 namespace {
 
-constexpr std::int64_t kMantissaUnit = std::int64_t{1} << 23; // one step of the float32 exponent field
-
-std::string shapeOf(const at::Tensor& t) {
-    std::ostringstream s;
-    s << '[';
-    for (std::int64_t d = 0; d < t.dim(); ++d) s << (d ? ", " : "") << t.size(d);
-    s << ']';
-    return s.str();
-}
-
-// 2^e for an int32 tensor e in [-126, 127] (normal range), built from the bits: exact on any device.
-at::Tensor pow2(const at::Tensor& e) { return ((e + 127) * kMantissaUnit).view(at::kFloat); }
-
-// Element rounding of SPEC §1 on float32 tensors, the same rule as core/mx: the spacing of the
-// binade holding |y| (at least the smallest normal binade's; INT: fixed), round half to even,
-// saturate to +-max, keep the sign. Every product below is by a power of two, hence exact.
-at::Tensor roundToElement(const at::Tensor& y, mx::ElementFormat f) {
-    const mx::ElementSpec& s = mx::elementSpec(f);
-    auto a = y.abs().contiguous();
-    auto e = at::div(a.view(at::kInt), kMantissaUnit, "floor") - 127; // floor(log2 a) for normal a
-    e = at::clamp(e, s.emin, s.isInteger ? 0 : 127);
-    auto k = e - s.mbits;
-    auto r = at::round(a * pow2(-k)); // half to even, as cvt.rn
-    return at::copysign(at::clamp_max(r * pow2(k), s.maxValue), y);
-}
 
 // s * Qe(x / s) elementwise, float32 (x and s broadcast). A true division, never a multiplication
 // by 1/s: for MX (s a power of two) both are exact-equal, for NVFP4 the kernel divides.
 at::Tensor onGrid(const at::Tensor& x, const at::Tensor& s, mx::ElementFormat f) {
-    return roundToElement(x / s, f) * s;
+    return mx::roundToElement(x / s, f) * s;
 }
 
 // Index [row, col] of the first non-finite value of a 2-D tensor, as text.
@@ -65,12 +41,12 @@ void checkWeight(const at::Tensor& w, const char* fn) {
     if (!w.defined()) throw std::invalid_argument(std::string(fn) + ": the weight is undefined");
     if (w.dim() != 2 || w.size(0) == 0 || w.size(1) == 0)
         throw std::invalid_argument(std::string(fn) + ": the weight must be a non-empty 2-D [out, in] matrix, got " +
-                                    shapeOf(w));
+                                    util::shapeText(w.sizes().vec()));
     if (!at::isFloatingType(w.scalar_type()))
         throw std::invalid_argument(std::string(fn) + ": the weight must be a floating-point tensor");
     const auto bad = at::logical_not(at::isfinite(w)).sum().item<std::int64_t>();
     if (bad > 0)
-        throw std::invalid_argument(std::string(fn) + ": the weight " + shapeOf(w) + " holds " + std::to_string(bad) +
+        throw std::invalid_argument(std::string(fn) + ": the weight " + util::shapeText(w.sizes().vec()) + " holds " + std::to_string(bad) +
                                     " NaN/Inf value(s), first at " + firstNonFinite(w));
 }
 
@@ -78,7 +54,7 @@ void checkHessian(const at::Tensor& h, std::int64_t in, const char* fn) {
     if (!h.defined()) throw std::invalid_argument(std::string(fn) + ": the Hessian is undefined");
     if (h.dim() != 2 || h.size(0) != in || h.size(1) != in)
         throw std::invalid_argument(std::string(fn) + ": the Hessian must be [in, in] = [" + std::to_string(in) + ", " +
-                                    std::to_string(in) + "], got " + shapeOf(h));
+                                    std::to_string(in) + "], got " + util::shapeText(h.sizes().vec()));
     if (!at::isFloatingType(h.scalar_type()))
         throw std::invalid_argument(std::string(fn) + ": the Hessian must be a floating-point tensor");
     const auto bad = at::logical_not(at::isfinite(h)).sum().item<std::int64_t>();
@@ -155,7 +131,7 @@ at::Tensor quantizeWithScales(const at::Tensor& x, const at::Tensor& scales, con
     if (!scales.defined() || scales.sizes().vec() != expected)
         throw std::invalid_argument("quantizeWithScales: scales must have x's shape with the last dimension " +
                                     std::to_string(nb) + " (one per group of " + std::to_string(B) + "), got " +
-                                    (scales.defined() ? shapeOf(scales) : std::string("undefined")));
+                                    (scales.defined() ? util::shapeText(scales.sizes().vec()) : std::string("undefined")));
     auto s = scales.detach().to(x.device(), at::kFloat);
     if (x.numel() == 0) return x.detach().to(at::kFloat).clone();
     if (!at::logical_and(s > 0, at::isfinite(s)).all().item<bool>())
@@ -178,7 +154,7 @@ mx::PackedTensor packWithScales(const at::Tensor& dequantized, const at::Tensor&
     if (!scales.defined() || scales.sizes().vec() != expected)
         throw std::invalid_argument("packWithScales: scales must have the values' shape with the last dimension " +
                                     std::to_string(nb) + ", got " +
-                                    (scales.defined() ? shapeOf(scales) : std::string("undefined")));
+                                    (scales.defined() ? util::shapeText(scales.sizes().vec()) : std::string("undefined")));
     const bool nv = c.isNvfp4();
     if (nv && !(std::isfinite(globalScale) && globalScale > 0.0f))
         throw std::invalid_argument("packWithScales: the NVFP4 global scale must be positive and finite");
@@ -361,7 +337,7 @@ HessianAccumulator::HessianAccumulator(std::int64_t in) : in_(in) {
 void HessianAccumulator::add(const at::Tensor& x) {
     if (!x.defined() || x.dim() < 1 || x.size(-1) != in_)
         throw std::invalid_argument("HessianAccumulator::add: activations must be [..., " + std::to_string(in_) +
-                                    "], got " + (x.defined() ? shapeOf(x) : std::string("undefined")));
+                                    "], got " + (x.defined() ? util::shapeText(x.sizes().vec()) : std::string("undefined")));
     if (!at::isFloatingType(x.scalar_type()))
         throw std::invalid_argument("HessianAccumulator::add: activations must be floating point");
     if (x.numel() == 0) return;
@@ -369,7 +345,7 @@ void HessianAccumulator::add(const at::Tensor& x) {
     auto x2 = x.detach().reshape({-1, in_}).to(sum_.device(), at::kDouble);
     const auto bad = at::logical_not(at::isfinite(x2)).sum().item<std::int64_t>();
     if (bad > 0)
-        throw std::invalid_argument("HessianAccumulator::add: activations " + shapeOf(x) + " hold " +
+        throw std::invalid_argument("HessianAccumulator::add: activations " + util::shapeText(x.sizes().vec()) + " hold " +
                                     std::to_string(bad) + " NaN/Inf value(s), first at row/input " + firstNonFinite(x2));
     sum_.addmm_(x2.t(), x2);
     rows_ += x2.size(0);

@@ -175,7 +175,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         base = fold::foldNorms(c, original);
         if (transforms.t3().defined()) {
             base = fold::applyT3(base, transforms.t3());
-            studentOptions.onlineHadamardDown = transforms.t3().to(fopts);
+            studentOptions.t3 = transforms.t3().to(fopts);
         }
     }
     studentOptions.activationQuant = o.activation;

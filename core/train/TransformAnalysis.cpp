@@ -1,7 +1,7 @@
 #include "train/TransformAnalysis.h"
 
-#include "eval/ActivationCapture.h"
 #include "io/ActivationStore.h"
+#include "model/Capture.h"
 #include "model/LlamaModel.h"
 
 #include <ATen/ATen.h>
@@ -10,40 +10,10 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
-#include <regex>
 #include <stdexcept>
 
 namespace latmix::train {
 namespace {
-
-std::regex compilePointsRegex(const std::string& pattern) {
-    try {
-        return std::regex(pattern);
-    } catch (const std::regex_error& e) {
-        throw std::invalid_argument("invalid --points regex '" + pattern + "': " + e.what());
-    }
-}
-
-[[noreturn]] void noPointMatches(const std::string& pattern, const std::string& where) {
-    throw std::invalid_argument("no quantization point " + where + " matches '" + pattern +
-                                "'; points look like layers.0.self_attn.qkv.input, layers.0.mlp.down_proj.input");
-}
-
-// A slice [begin, begin + span) of the parent's progress; cancel goes straight through.
-class SubJob : public JobContext {
-public:
-    SubJob(JobContext& parent, double begin, double span, std::string prefix)
-        : m_parent(parent), m_begin(begin), m_span(span), m_prefix(std::move(prefix)) {}
-    void progress(double fraction, const std::string& message) override {
-        m_parent.progress(m_begin + m_span * fraction, m_prefix + " " + message);
-    }
-    bool cancelRequested() const override { return m_parent.cancelRequested(); }
-
-private:
-    JobContext& m_parent;
-    double m_begin, m_span;
-    std::string m_prefix;
-};
 
 // (layer, position in the layer) of a point name as model::pointName writes it, so that points
 // read from a run file (stored alphabetically) come out in the order the model computes them.
@@ -119,26 +89,15 @@ AnalysisEntry analyzeOne(const std::string& point, const at::Tensor& x, const st
 PointActivations captureActivationsInMemory(const model::LlamaModel& model, const std::vector<int>& calibrationIds,
                                             const std::string& pointsRegex, int samples, int seqLen,
                                             std::uint64_t seed, std::int64_t maxRows, JobContext& job) {
-    const std::regex pattern = compilePointsRegex(pointsRegex);
-    std::vector<std::string> names;
-    for (const auto& p : model::quantizationPointNames(model.config()))
-        if (std::regex_search(p, pattern)) names.push_back(p);
-    if (names.empty()) noPointMatches(pointsRegex, "of the model");
-    const auto windows = eval::sampleCalibrationWindows(calibrationIds, samples, seqLen, seed);
+    const auto names = model::matchingPoints(model::quantizationPointNames(model.config()), pointsRegex, "of the model");
+    const auto windows = model::sampleCalibrationWindows(calibrationIds, samples, seqLen, seed);
     std::map<std::string, std::vector<at::Tensor>> parts;
-    std::int64_t rows = 0;
-    at::NoGradGuard noGrad;
-    for (size_t w = 0; w < windows.size() && (maxRows <= 0 || rows < maxRows); ++w) {
-        job.checkCancelled();
-        auto tokens = at::tensor(std::vector<std::int64_t>(windows[w].begin(), windows[w].end()), at::kLong).unsqueeze(0);
-        model.forward(tokens.to(model.device()), [&](const std::string& point, const at::Tensor& x) {
-            if (std::regex_search(point, pattern))
-                parts[point].push_back(x.reshape({-1, x.size(-1)}).to(at::kCPU).to(at::kFloat));
-            return x;
-        });
-        rows += seqLen;
-        job.progress(double(w + 1) / windows.size(), "window " + std::to_string(w + 1) + "/" + std::to_string(windows.size()));
-    }
+    model::captureWindows(
+        model, windows, names,
+        [&](std::size_t, const std::string& point, const at::Tensor& rows) {
+            parts[point].push_back(rows.to(at::kCPU).to(at::kFloat));
+        },
+        job, [&](std::size_t done) { return maxRows > 0 && static_cast<std::int64_t>(done) * seqLen >= maxRows; });
     PointActivations out;
     for (const auto& name : names) {
         auto x = at::cat(parts.at(name), 0);
@@ -149,13 +108,9 @@ PointActivations captureActivationsInMemory(const model::LlamaModel& model, cons
 }
 
 PointActivations readActivations(const std::string& runFile, const std::string& pointsRegex, std::int64_t maxRows) {
-    const std::regex pattern = compilePointsRegex(pointsRegex);
     const io::ActivationReader reader(runFile);
     // Keep the model's order (layer, then kind) when the names are the usual ones.
-    std::vector<std::string> names;
-    for (const auto& p : reader.points())
-        if (std::regex_search(p, pattern)) names.push_back(p);
-    if (names.empty()) noPointMatches(pointsRegex, "in '" + runFile + "'");
+    auto names = model::matchingPoints(reader.points(), pointsRegex, "in '" + runFile + "'");
     std::stable_sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
         return modelOrder(a) < modelOrder(b);
     });
@@ -204,7 +159,7 @@ AnalysisResult analyzeTransforms(const PointActivations& activations, const Anal
         for (const auto& kind : o.kinds) {
             job.checkCancelled();
             const double w = weight(kind);
-            SubJob sub(job, done / total, w / total, point + " " + kind);
+            SubJob sub(job, done / total, (done + w) / total, point + " " + kind + " ");
             sub.progress(0.0, "started");
             r.entries.push_back(analyzeOne(point, x, kind, o, sub));
             done += w;

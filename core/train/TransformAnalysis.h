@@ -25,7 +25,7 @@ namespace latmix::train {
 // Activations of several points, rows [n, d] each, in point order.
 using PointActivations = std::vector<std::pair<std::string, at::Tensor>>;
 
-// Runs the model over seeded calibration windows (eval::sampleCalibrationWindows) and keeps
+// Runs the model over seeded calibration windows (model::sampleCalibrationWindows) and keeps
 // the activations of the points matching pointsRegex in memory (float32, CPU), at most maxRows
 // rows per point (0: all). Progress per window; cancel between windows.
 PointActivations captureActivationsInMemory(const model::LlamaModel& model, const std::vector<int>& calibrationIds,

@@ -82,6 +82,7 @@ void LuTransform::initBiasFromMean(const at::Tensor& mean) {
 }
 
 void LuTransform::to(const at::Device& device) {
+    if (m_lower.device() == device) return; // already there: keep the leaves an optimizer may hold
     m_perm = m_perm.to(device);
     m_invPerm = m_invPerm.to(device);
     m_signs = m_signs.to(device);

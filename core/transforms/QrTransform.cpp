@@ -89,6 +89,7 @@ void QrTransform::initBiasFromMean(const at::Tensor& mean) {
 }
 
 void QrTransform::to(const at::Device& device) {
+    if (m_g.device() == device) return; // already there: keep the leaves an optimizer may hold
     m_q0 = m_q0.to(device);
     m_g = leaf(m_g.to(device));
     if (!rotationOnly()) {

@@ -38,7 +38,6 @@ public:
     bool rotationOnly() const { return !m_logAbsS.defined(); }
     bool hasBias() const { return m_v.defined(); }
     at::ScalarType dtype() const { return m_q0.scalar_type(); }
-    at::Tensor initialRotation() const { return m_q0; } // Q0
     at::Tensor rotation() const;   // Q = Q0 expm((G − Gᵀ)/2)
     at::Tensor triangular() const; // R + diag(s) (identity for rotation-only)
     at::Tensor scales() const;     // s (ones for rotation-only)

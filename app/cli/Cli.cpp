@@ -1,0 +1,66 @@
+// latmix: the headless CLI. Everything the workbench does is reachable from here.
+#include "cli/Cli.h"
+#include "cli/Commands.h"
+
+#include "util/Job.h"
+#include "util/Runtime.h"
+
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <string>
+
+namespace latmix::cli {
+
+int run(int argc, char** argv, bool mayReexec) {
+    CLI::App app{"latmix: LATMiX quantization workbench, command line"};
+    app.require_subcommand(1);
+    int threads = 0;
+    app.add_option("--threads", threads,
+                   "libtorch threads (default: LATMIX_THREADS, else the number of cores)");
+    // Built when asked for: the BLAS is looked up in /proc/self/maps.
+    app.set_version_flag("--version", [] {
+        const std::string blas = latmix::blasLibrary();
+        return latmix::latmixVersion() + " (libtorch " + latmix::libtorchVersion() + ", BLAS " +
+               (blas.empty() ? "none" : blas) + ")";
+    });
+
+    std::map<CLI::App*, latmix::cli::Runner> runners;
+    auto add = [&](latmix::cli::Runner (*registerFn)(CLI::App&)) {
+        auto runner = registerFn(app);
+        runners[app.get_subcommands({}).back()] = runner;
+    };
+    add(latmix::cli::addMxQuantizeCommand);
+    add(latmix::cli::addBenchCommand);
+    add(latmix::cli::addEvalCommand);
+    add(latmix::cli::addCaptureCommand);
+    add(latmix::cli::addDemoModelCommand);
+    add(latmix::cli::addImportLlama2cCommand);
+    add(latmix::cli::addAnalyzeCommand);
+    add(latmix::cli::addQuantizeCommand);
+    add(latmix::cli::addExportCommand);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    // Long numeric jobs want OpenMP threads that sleep between parallel regions (see Runtime.h);
+    // quick commands are not worth the second start-up.
+    if (mayReexec)
+        for (auto* sub : app.get_subcommands())
+            if (sub->get_name() != "mx-quantize") latmix::preferPassiveOpenMpWait(argv);
+    try {
+        latmix::configureThreads(threads);
+        for (auto* sub : app.get_subcommands()) return runners.at(sub)();
+    } catch (const latmix::JobCancelled&) {
+        std::fprintf(stderr, "latmix: cancelled\n");
+        return 130;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "latmix: error: %s\n", e.what());
+        return 1;
+    }
+    return 1;
+}
+
+} // namespace latmix::cli

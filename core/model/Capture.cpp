@@ -1,0 +1,73 @@
+#include "model/Capture.h"
+
+#include "model/LlamaModel.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <random>
+#include <regex>
+#include <set>
+#include <stdexcept>
+
+namespace latmix::model {
+
+std::vector<std::vector<int>> sampleCalibrationWindows(const std::vector<int>& ids, int n, int len,
+                                                       std::uint64_t seed) {
+    if (len < 1 || n < 0) throw std::invalid_argument("calibration: need samples >= 0 and sequence length >= 1");
+    if (ids.size() < static_cast<std::size_t>(len))
+        throw std::invalid_argument("calibration text has " + std::to_string(ids.size()) +
+                                    " tokens, fewer than one window of " + std::to_string(len));
+    std::mt19937_64 rng(seed);
+    const std::uint64_t starts = ids.size() - static_cast<std::size_t>(len) + 1;
+    std::vector<std::vector<int>> windows;
+    for (int i = 0; i < n; ++i) {
+        const auto s = static_cast<std::size_t>(rng() % starts); // raw draws: identical on every library
+        windows.emplace_back(ids.begin() + s, ids.begin() + s + len);
+    }
+    return windows;
+}
+
+std::vector<std::string> matchingPoints(const std::vector<std::string>& points, const std::string& pointsRegex,
+                                        const std::string& where) {
+    std::regex pattern;
+    try {
+        pattern = std::regex(pointsRegex);
+    } catch (const std::regex_error& e) {
+        throw std::invalid_argument("invalid --points regex '" + pointsRegex + "': " + e.what());
+    }
+    std::vector<std::string> out;
+    for (const auto& p : points)
+        if (std::regex_search(p, pattern)) out.push_back(p);
+    if (out.empty())
+        throw std::invalid_argument("no quantization point " + (where.empty() ? "" : where + " ") + "matches '" +
+                                    pointsRegex +
+                                    "'; points look like layers.0.self_attn.qkv.input, layers.0.mlp.down_proj.input");
+    return out;
+}
+
+void captureWindows(const LlamaModel& model, const std::vector<std::vector<int>>& windows,
+                    const std::vector<std::string>& points, const CaptureSink& sink, JobContext& job,
+                    const std::function<bool(std::size_t)>& stopAfter) {
+    const std::set<std::string> wanted(points.begin(), points.end());
+    at::NoGradGuard noGrad;
+    for (std::size_t w = 0; w < windows.size(); ++w) {
+        job.checkCancelled();
+        const auto tokens =
+            at::tensor(std::vector<std::int64_t>(windows[w].begin(), windows[w].end()), at::kLong).unsqueeze(0);
+        model.forward(tokens.to(model.device()), [&](const std::string& point, const at::Tensor& x) {
+            if (wanted.count(point)) {
+                if (!at::isfinite(x).all().item<bool>())
+                    throw std::runtime_error("non-finite activations at " + point + " in calibration window " +
+                                             std::to_string(w) + ": the model or its weights are broken");
+                sink(w, point, x.reshape({-1, x.size(-1)}));
+            }
+            return x;
+        });
+        job.progress(double(w + 1) / windows.size(),
+                     "window " + std::to_string(w + 1) + "/" + std::to_string(windows.size()));
+        if (stopAfter && stopAfter(w + 1)) break;
+    }
+}
+
+} // namespace latmix::model

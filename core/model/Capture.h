@@ -1,0 +1,42 @@
+#pragma once
+// The one capture loop: run the model over calibration windows and hand the activations at the
+// quantization points (SPEC §4) to a sink. eval/ActivationCapture streams them to an HDF5 run
+// file; train/TransformAnalysis keeps them in memory; both go through captureWindows().
+#include "util/Job.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace latmix::model {
+
+class LlamaModel;
+
+// n windows of len tokens at random starts in ids, from a seeded 64-bit Mersenne Twister
+// (the same windows on every platform for the same seed). Throws if ids is shorter than len.
+std::vector<std::vector<int>> sampleCalibrationWindows(const std::vector<int>& ids, int n, int len,
+                                                       std::uint64_t seed);
+
+// The names among `points` that the ECMAScript regex pointsRegex finds (std::regex_search), in
+// the order given. Throws std::invalid_argument for an invalid regex or when none matches
+// (`where` says of what: "of the model", "in 'run.h5'").
+std::vector<std::string> matchingPoints(const std::vector<std::string>& points, const std::string& pointsRegex,
+                                        const std::string& where);
+
+// Receives the activations of one point in one window: rows [window length, dim] on the model's
+// device, finite (checked before the call).
+using CaptureSink = std::function<void(std::size_t window, const std::string& point, const at::Tensor& rows)>;
+
+// Runs the model (no gradients) over each window in turn and calls sink for each of `points`.
+// Throws std::runtime_error naming the point and window for non-finite activations. Progress
+// per window; cancel between windows (JobCancelled). stopAfter(windowsDone), when given, ends
+// the loop early once it returns true.
+void captureWindows(const LlamaModel& model, const std::vector<std::vector<int>>& windows,
+                    const std::vector<std::string>& points, const CaptureSink& sink, JobContext& job = silentJob(),
+                    const std::function<bool(std::size_t)>& stopAfter = nullptr);
+
+} // namespace latmix::model

@@ -1,0 +1,100 @@
+#pragma once
+// `latmix quantize`: a Hugging Face model to a folded, W4A4 MX-quantized run with one of the
+// paper's methods (SPEC §6), written to RUN_DIR:
+//   RUN_DIR/model/         the quantized model (core/export/RunModel.h): loads with
+//                          model::Checkpoint, evaluates with `latmix eval`, exports with `latmix export`
+//   RUN_DIR/transforms.h5  T1, T2 per layer, T3 seed (learned and fixed methods)
+//   RUN_DIR/train.h5       training series, state for --resume (learned methods)
+//   RUN_DIR/latmix.json    the run's configuration, seeds, versions, per-layer GPTQ errors,
+//                          perplexities and timings
+#include "mx/MxFormat.h"
+#include "quant/WeightQuantizer.h"
+#include "train/Distillation.h"
+#include "util/Job.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace latmix::run {
+
+// The methods of the paper (SPEC §6) and what each does.
+struct MethodSpec {
+    std::string name;
+    std::string t1Kind, t2Kind, init; // "none": no transform
+    bool learned = false;             // T1/T2 trained by distillation
+    bool gptq = false;                // GPTQ (else RTN)
+    bool transformed = false;         // γ folded, T1/T2/T3 in place (RTN and GPTQ: nothing folded)
+    std::string description;
+};
+const std::vector<MethodSpec>& methods();
+const MethodSpec& methodSpec(const std::string& name); // throws std::invalid_argument listing the names
+std::string methodNameList();
+
+struct QuantizeOptions {
+    std::string method = "latmix-lu";
+    mx::MxConfig format;         // weights and activations (W4A4)
+    int steps = 1000;            // training steps (learned methods)
+    int batch = 4;
+    double lr = 1e-3;
+    double temperature = 1.5;
+    double volumeWeight = 0.1;
+    int warmupSteps = 100;
+    int metricsEvery = 10;
+    int checkpointEvery = 50;
+    bool resume = false;
+    int calibSamples = 64;       // calibration windows (training and GPTQ)
+    int seqLen = 256;
+    std::uint64_t seed = 0;      // windows, transforms init, batch draws; T3 uses seed too
+    quant::GptqOptions gptq;
+    std::string device = "cpu";
+    // Layer-wise offload: the decoder layers stay in host memory and go to the device one at a
+    // time for folding, GPTQ and evaluation, so a model larger than device memory can be
+    // quantized. Training (learned methods) still needs the whole model on the device.
+    bool offload = false;
+    int trackedLayer = 0;        // whose A2 the training reports (metrics, live heatmap)
+    // Live matrices during training (see train::DistillOptions::onMatrices).
+    std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
+    int evalSeqLen = 0;          // WikiText-2 perplexity of FP and quantized model; 0: none
+    int evalWindows = 0;         // 0: all
+    std::string commandLine;     // recorded in latmix.json
+    std::string calibSource, evalSource; // file names, recorded
+};
+
+struct LinearReport {
+    int layer = 0;
+    std::string linear; // "q_proj", ...
+    double relativeError = 0;
+    double seconds = 0;
+};
+
+struct QuantizeResult {
+    std::vector<LinearReport> linears;
+    double fpPerplexity = 0, quantizedPerplexity = 0, weightOnlyPerplexity = 0; // 0: not evaluated
+    double foldedPerplexity = 0; // transformed methods: folded, unquantized (paper Table 3 check)
+    double trainSeconds = 0, quantizeSeconds = 0, evalSeconds = 0, totalSeconds = 0;
+    double peakRssMb = 0;
+    double peakGpuMb = 0; // peak of libtorch's CUDA allocator on the run's device (0 on the CPU)
+    train::DistillResult training;
+};
+
+// The token ids a run reads, tokenized with the model folder's tokenizer (the one sequence the
+// CLI and the GUI both use): calibration ids from calibText (SPEC §5: a training-side split,
+// never the text perplexity is measured on), evaluation ids from the WikiText-2 test file at
+// wikiTestPath as SPEC §7 builds it (empty path: none). Throws std::runtime_error when the
+// calibration text is shorter than one window of seqLen tokens.
+struct RunTokens {
+    std::vector<int> calibIds, evalIds;
+};
+RunTokens tokenizeRunInputs(const std::string& modelDir, const std::string& calibText, const std::string& wikiTestPath,
+                            int seqLen);
+
+// calibIds: tokenized calibration text (never the evaluation split); evalIds: tokenized
+// WikiText-2 test (SPEC §7) or empty. Progress: training, then quantization layer by layer,
+// then evaluation; cancel stops at the next step/layer, leaving a resumable train.h5 and no
+// RUN_DIR/model.
+QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& calibIds, const std::vector<int>& evalIds,
+                           const std::string& runDir, const QuantizeOptions& options, JobContext& job = silentJob(),
+                           std::function<void(const train::DistillStep&)> onStep = nullptr);
+
+} // namespace latmix::run

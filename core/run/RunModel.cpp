@@ -1,0 +1,280 @@
+// The model folder of a quantization run (RunModel.h): writer, reader and their validation.
+#include "run/RunModel.h"
+
+#include "model/TensorNames.h"
+#include "tokenizer/Tokenizer.h"
+#include "util/AtomicFile.h"
+#include "util/BitCompare.h"
+#include "util/Text.h"
+#include "model/ConfigJson.h"
+#include "io/SafeTensors.h"
+#include "model/Checkpoint.h"
+#include "transforms/FixedTransforms.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <stdexcept>
+
+namespace fs = std::filesystem;
+
+namespace latmix::run {
+namespace names = model::names;
+namespace {
+
+using util::shapeText;
+
+std::string join(const fs::path& a, const char* b) { return (a / b).string(); }
+
+bool sameConfig(const mx::MxConfig& a, const mx::MxConfig& b) {
+    return a.format == b.format && a.blockSize == b.blockSize && a.scaleMode == b.scaleMode;
+}
+
+// Shapes a packed weight of [out, in] must have.
+std::vector<std::int64_t> codesShape(const mx::MxConfig& c, std::int64_t out, std::int64_t in) {
+    const bool nibbles = mx::elementSpec(c.element()).bits == 4;
+    return {out, nibbles ? (in + 1) / 2 : in};
+}
+std::vector<std::int64_t> scalesShape(const mx::MxConfig& c, std::int64_t out, std::int64_t in) {
+    return {out, (in + c.blockSize - 1) / c.blockSize};
+}
+
+// Throws when p does not unpack to w bit for bit (or is malformed). where: "…" for messages.
+void checkPacked(const std::string& prefix, const mx::PackedTensor& p, const at::Tensor& w, const mx::MxConfig& want,
+                 const std::string& where, const std::string& fix) {
+    const std::int64_t out = w.size(0), in = w.size(1);
+    if (!sameConfig(p.config, want))
+        throw std::runtime_error(where + ": packed weight '" + prefix + "' is " + p.config.describe() +
+                                 ", but latmix.weight_format is " + want.describe() + "; " + fix);
+    if (!p.codes.defined() || p.codes.scalar_type() != at::kByte || p.codes.sizes().vec() != codesShape(want, out, in))
+        throw std::runtime_error(where + ": '" + prefix + ".weight_packed' must be uint8 " +
+                                 shapeText(codesShape(want, out, in)) + " for weight " + shapeText({out, in}) +
+                                 (p.codes.defined() ? ", got " + std::string(c10::toString(p.codes.scalar_type())) +
+                                                          " " + shapeText(p.codes.sizes().vec())
+                                                    : std::string(", got nothing")) +
+                                 "; " + fix);
+    if (!p.scales.defined() || p.scales.scalar_type() != at::kByte ||
+        p.scales.sizes().vec() != scalesShape(want, out, in))
+        throw std::runtime_error(where + ": '" + prefix + ".weight_scale' must be uint8 " +
+                                 shapeText(scalesShape(want, out, in)) + "; " + fix);
+    if (p.lastDim != in)
+        throw std::runtime_error(where + ": packed weight '" + prefix + "' has " + std::to_string(p.lastDim) +
+                                 " columns, the weight " + std::to_string(in) + "; " + fix);
+    const at::Tensor u = mx::unpack(p);
+    const auto m = util::firstBitMismatch(u, w.to(at::kFloat));
+    if (m.index >= 0) {
+        const std::int64_t r = m.index / in, col = m.index % in;
+        char buf[160];
+        std::snprintf(buf, sizeof buf, " at [%lld, %lld]: %.9g unpacked vs %.9g stored", static_cast<long long>(r),
+                      static_cast<long long>(col), m.a, m.b);
+        throw std::runtime_error(where + ": packed weight '" + prefix + "' does not unpack to '" + prefix +
+                                 ".weight' bit for bit" + buf + "; " + fix);
+    }
+}
+
+nlohmann::ordered_json latmixObject(const model::LatmixQuantization& q, bool lmHeadBias, const std::string& relabeledFrom) {
+    nlohmann::ordered_json l = model::latmixJson(q, lmHeadBias);
+    if (!relabeledFrom.empty()) l["source_architecture"] = relabeledFrom;
+    return l;
+}
+
+} // namespace
+
+transforms::BlockDiagonal t3Transform(const model::LatmixQuantization& q, std::int64_t n) {
+    if (q.t3Block <= 0) return {};
+    return transforms::blockHadamard(n, q.t3Block, q.t3Seed);
+}
+
+model::ModelConfig runModelConfig(const RunModel& run) {
+    return model::ModelConfig::fromJsonText(run.configJson, "run model config.json");
+}
+
+void writeRunModel(const std::string& dir, const RunModel& run, const std::string& tokenizerSourceDir) {
+    const std::string where = "writing run model '" + dir + "'";
+    const std::string fix = "this is a bug in the code that built the run model";
+    nlohmann::ordered_json j;
+    try {
+        j = nlohmann::ordered_json::parse(run.configJson);
+    } catch (const nlohmann::json::exception& e) {
+        throw std::runtime_error(where + ": configJson is not valid JSON (" + e.what() + ")");
+    }
+    if (!j.is_object()) throw std::runtime_error(where + ": configJson is not a JSON object");
+    j.erase("latmix");
+    const auto& q = run.quant;
+    if (q.method.empty()) throw std::runtime_error(where + ": quant.method is empty; name the method (\"rtn\", \"latmix-lu\", ...)");
+    try {
+        if (q.weightFormat) q.weightFormat->validate();
+        if (q.activationFormat) q.activationFormat->validate();
+    } catch (const std::invalid_argument& e) {
+        throw std::runtime_error(where + ": " + e.what());
+    }
+    if (q.t3Block < 0) throw std::runtime_error(where + ": online Hadamard block must be >= 0");
+
+    auto has = [&](const std::string& n) { return run.tensors.count(n) != 0; };
+    const auto fixup = model::fixBiasFlags(j, has, /*forHfRuntime=*/false, where);
+    j["torch_dtype"] = "float32";
+    j["latmix"] = latmixObject(q, has(names::kLmHeadBias), fixup.relabeledFrom);
+    const std::string configText = j.dump(2) + "\n";
+    const model::ModelConfig c = model::ModelConfig::fromJsonText(configText, where + " (config.json)");
+
+    // The tensors in the order the decoder lists them, float32, zero biases added.
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    std::set<std::string> expected;
+    std::map<std::string, std::vector<std::int64_t>> zeros(fixup.zeroBiases.begin(), fixup.zeroBiases.end());
+    for (const auto& [name, shape] : model::requiredTensors(c)) {
+        expected.insert(name);
+        at::Tensor t;
+        auto it = run.tensors.find(name);
+        if (it != run.tensors.end()) {
+            t = it->second;
+            if (!t.defined() || !at::isFloatingType(t.scalar_type()))
+                throw std::runtime_error(where + ": tensor '" + name + "' must be a floating-point tensor");
+            if (t.sizes().vec() != shape)
+                throw std::runtime_error(where + ": tensor '" + name + "' has shape " + shapeText(t.sizes().vec()) +
+                                         ", the config implies " + shapeText(shape));
+            t = t.detach().to(at::kCPU).to(at::kFloat).contiguous();
+        } else if (zeros.count(name)) {
+            t = at::zeros(shape, at::kFloat);
+        } else {
+            throw std::runtime_error(where + ": tensor '" + name + "' " + shapeText(shape) + " is missing; a " +
+                                     c.architectureName + " model with this config needs it");
+        }
+        out.emplace_back(name, t);
+    }
+    for (const auto& [name, t] : run.tensors)
+        if (!expected.count(name))
+            throw std::runtime_error(where + ": tensor '" + name + "' is not part of a " + c.architectureName +
+                                     " model with this config (attention_bias " +
+                                     (c.qkvBias || c.oProjBias ? "true" : "false") + ", mlp_bias " +
+                                     (c.mlpBias ? "true" : "false") + ", tie_word_embeddings " +
+                                     (c.tieWordEmbeddings ? "true" : "false") + "); remove it or fix the config");
+
+    // Packed weights: exactly the block linears, unpacking to the float32 weights bit for bit.
+    std::vector<std::pair<std::string, at::Tensor>> packedOut;
+    if (q.weightFormat) {
+        std::map<std::string, at::Tensor> byName(out.begin(), out.end());
+        std::set<std::string> prefixes;
+        for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) {
+            prefixes.insert(p);
+            auto it = run.packed.find(p);
+            if (it == run.packed.end())
+                throw std::runtime_error(where + ": no packed weight for '" + p +
+                                         "'; every block linear is quantized when latmix.weight_format is set");
+            const auto& pk = it->second;
+            checkPacked(p, pk, byName.at(p + ".weight"), *q.weightFormat, where, fix);
+            packedOut.emplace_back(p + ".weight_packed", pk.codes.contiguous());
+            packedOut.emplace_back(p + ".weight_scale", pk.scales.contiguous());
+            if (q.weightFormat->isNvfp4())
+                packedOut.emplace_back(p + ".weight_global_scale", at::full({1}, pk.globalScale, at::kFloat));
+        }
+        for (const auto& [p, pk] : run.packed)
+            if (!prefixes.count(p))
+                throw std::runtime_error(where + ": packed weight '" + p + "' is not a block linear of this model");
+    } else if (!run.packed.empty()) {
+        throw std::runtime_error(where + ": packed weights given (e.g. '" + run.packed.begin()->first +
+                                 "') but quant.weightFormat is unset");
+    }
+
+    const std::string tmp = util::makeTempSibling(dir);
+    try {
+        util::writeTextFile(join(tmp, kRunConfigFile), configText);
+        io::writeSafeTensors(join(tmp, kRunWeightsFile), out, {{"format", "pt"}});
+        if (!packedOut.empty()) io::writeSafeTensors(join(tmp, kRunPackedFile), packedOut, {{"format", "latmix-mx"}});
+        tokenizer::copyTokenizerFiles(tokenizerSourceDir, tmp);
+        util::replaceDirectory(tmp, dir);
+    } catch (...) {
+        util::removeTreeQuietly(tmp);
+        throw;
+    }
+}
+
+RunModel readRunModel(const std::string& dir) {
+    const fs::path root(dir);
+    std::error_code ec;
+    if (!fs::is_directory(root, ec))
+        throw std::runtime_error("run model folder '" + dir +
+                                 "' does not exist; give the folder of a `latmix quantize` run (RUN_DIR, whose "
+                                 "model/ holds config.json, model.safetensors and quantized.safetensors)");
+    const std::string again = "the run folder is incomplete or damaged: run `latmix quantize` again";
+    RunModel run;
+    const std::string configPath = join(root, kRunConfigFile);
+    run.configJson = util::readTextFile(configPath, "run model config");
+    const model::ModelConfig c = model::ModelConfig::fromJsonText(run.configJson, configPath);
+    if (!c.latmix)
+        throw std::runtime_error(configPath + " has no \"latmix\" object, so '" + dir +
+                                 "' is a plain Hugging Face folder, not the model of a quantization run; "
+                                 "quantize it with `latmix quantize` first");
+    run.quant = *c.latmix;
+
+    const std::string weightsPath = join(root, kRunWeightsFile);
+    if (!fs::is_regular_file(weightsPath, ec))
+        throw std::runtime_error("run model weights '" + weightsPath + "' are missing; " + again);
+    const auto file = io::SafeTensorsFile::open(weightsPath);
+    std::set<std::string> expected;
+    for (const auto& [name, shape] : model::requiredTensors(c)) {
+        expected.insert(name);
+        if (!file->contains(name))
+            throw std::runtime_error(weightsPath + ": tensor '" + name + "' " + shapeText(shape) +
+                                     " is missing; " + again);
+        const auto& e = file->entry(name);
+        if (e.dtype != "F32" || e.shape != shape)
+            throw std::runtime_error(weightsPath + ": tensor '" + name + "' is " + e.dtype + " " + shapeText(e.shape) +
+                                     ", expected F32 " + shapeText(shape) + "; " + again);
+        run.tensors[name] = file->tensor(name);
+    }
+    for (const auto& e : file->entries())
+        if (!expected.count(e.name))
+            throw std::runtime_error(weightsPath + ": tensor '" + e.name + "' does not belong to a " +
+                                     c.architectureName + " model with this config.json; " + again);
+
+    const std::string packedPath = join(root, kRunPackedFile);
+    const bool packedExists = fs::is_regular_file(packedPath, ec);
+    if (!run.quant.weightFormat) {
+        if (packedExists)
+            throw std::runtime_error(packedPath + " exists, but " + configPath +
+                                     " says the weights are unquantized (latmix.weight_format null); " + again);
+        return run;
+    }
+    const mx::MxConfig wf = *run.quant.weightFormat;
+    if (!packedExists)
+        throw std::runtime_error("packed weights '" + packedPath + "' are missing, but " + configPath +
+                                 " says the weights are quantized (" + wf.describe() + "); " + again);
+    const auto pf = io::SafeTensorsFile::open(packedPath);
+    std::set<std::string> packedNames;
+    auto get = [&](const std::string& name, const char* dtype) {
+        packedNames.insert(name);
+        if (!pf->contains(name))
+            throw std::runtime_error(packedPath + ": tensor '" + name + "' is missing; " + again);
+        if (pf->entry(name).dtype != dtype)
+            throw std::runtime_error(packedPath + ": tensor '" + name + "' is " + pf->entry(name).dtype +
+                                     ", expected " + dtype + "; " + again);
+        return pf->tensor(name);
+    };
+    for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) {
+        const at::Tensor& w = run.tensors.at(p + ".weight");
+        mx::PackedTensor pk;
+        pk.config = wf;
+        pk.lastDim = w.size(1);
+        pk.codes = get(p + ".weight_packed", "U8");
+        pk.scales = get(p + ".weight_scale", "U8");
+        if (wf.isNvfp4()) {
+            const at::Tensor g = get(p + ".weight_global_scale", "F32");
+            if (g.numel() != 1)
+                throw std::runtime_error(packedPath + ": tensor '" + p + ".weight_global_scale' must hold one value; " +
+                                         again);
+            pk.globalScale = g.reshape({-1})[0].item<float>();
+        }
+        checkPacked(p, pk, w, wf, packedPath, again);
+        run.packed[p] = std::move(pk);
+    }
+    for (const auto& e : pf->entries())
+        if (!packedNames.count(e.name))
+            throw std::runtime_error(packedPath + ": tensor '" + e.name + "' is not a packed block-linear weight of "
+                                     "this model; " + again);
+    return run;
+}
+
+} // namespace latmix::run

@@ -1,0 +1,85 @@
+#pragma once
+// The model of a quantization run, RUN_DIR/model/ (SPEC §8). `latmix quantize` writes it, eval
+// loads it like any Hugging Face folder (model::Checkpoint), `latmix export` turns it into an hf
+// or compressed-tensors folder. Layout:
+//
+//   config.json           Hugging Face config of the folded model (attention_bias / mlp_bias set
+//                         when biases exist, tie_word_embeddings false when lm_head was untied,
+//                         torch_dtype float32) plus a "latmix" object:
+//                           {"method": "latmix-lu",
+//                            "weight_format": {"format": "mxfp4", "block": 32, "scale_mode": "floor"} | null,
+//                            "activation_format": {same keys} | null,
+//                            "t3": {"point": "mlp.down_proj.input", "block": 32, "seed": 1234} | null,
+//                            "lm_head_bias": true | false}
+//   model.safetensors     float32, Hugging Face names: the folded, dequantized weights and the
+//                         biases. W_down is stored in the online-Hadamard basis: the runtime maps
+//                         the down_proj input x ↦ x Hᵀ before quantizing it, and W_down here is
+//                         W_down,orig · Hᵀ (then quantized); H = t3Transform(...).
+//                         "lm_head.bias" is present iff lm_head_bias.
+//   quantized.safetensors for every block linear P (q,k,v,o,gate,up,down of every layer) when
+//                         weight_format is set: "P.weight_packed" uint8 (mx::PackedTensor codes),
+//                         "P.weight_scale" uint8 (scale bytes: E8M0, NVFP4 E4M3), for NVFP4
+//                         "P.weight_global_scale" float32 [1] (this workbench's g = amax/(448·6),
+//                         SPEC §1). mx::unpack of these equals P.weight of model.safetensors bit
+//                         for bit.
+//   tokenizer files       copied from the source model folder (tokenizerFileNames()).
+#include "model/ModelConfig.h"
+#include "mx/MxPack.h"
+#include "transforms/BlockDiagonal.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace latmix::run {
+
+inline constexpr const char* kRunConfigFile = "config.json";
+inline constexpr const char* kRunWeightsFile = "model.safetensors";
+inline constexpr const char* kRunPackedFile = "quantized.safetensors";
+
+struct RunModel {
+    // config.json text. writeRunModel takes any Hugging Face config of the model (the source
+    // model's is fine) and sets what the tensors and `quant` determine: the "latmix" object,
+    // tie_word_embeddings (false when "lm_head.weight" is given), attention_bias / mlp_bias and
+    // torch_dtype; every other key is kept. readRunModel returns the file's text.
+    std::string configJson;
+    // The "latmix" object. lm_head_bias is not in it: it is true iff tensors has "lm_head.bias".
+    model::LatmixQuantization quant;
+    // Float32 tensors with Hugging Face names (other floating types are converted on write).
+    // A bias group (q,k,v,o / gate,up,down) with some biases missing is completed with zeros on
+    // write, because Hugging Face has one flag per group.
+    std::map<std::string, at::Tensor> tensors;
+    // Packed weights by linear prefix ("model.layers.0.self_attn.q_proj"); empty iff
+    // quant.weightFormat is unset.
+    std::map<std::string, mx::PackedTensor> packed;
+};
+
+// Writes dir (normally RUN_DIR/model) atomically: everything goes into a temporary sibling
+// folder that replaces dir only once complete, so dir never holds a partial model. Validates
+// first and throws std::runtime_error naming the tensor and what to do: tensors missing / extra /
+// of the wrong shape for the config, packed weights that do not unpack to their float32 weight
+// bit for bit, packed formats that differ from quant.weightFormat. tokenizerSourceDir: folder
+// whose tokenizer files are copied ("" = none).
+// A Qwen2 model whose o_proj or MLP gets a bias (folded transforms) cannot be expressed as
+// Qwen2ForCausalLM (its o_proj and MLP are bias-free); it is written as the equivalent
+// LlamaForCausalLM with attention_bias / mlp_bias ("latmix"."source_architecture" keeps the
+// original name). A Qwen3 model with MLP biases is rejected with an error naming the tensor.
+void writeRunModel(const std::string& dir, const RunModel& run, const std::string& tokenizerSourceDir = "");
+
+// Reads and validates dir: missing config.json / model.safetensors / quantized.safetensors, a
+// config without "latmix" object, missing or extra tensors, non-float32 tensors and packed
+// weights whose unpacked values differ from the float32 weight all throw std::runtime_error
+// naming the file and tensor. Float32 tensors are memory-mapped views (read-only).
+RunModel readRunModel(const std::string& dir);
+
+// The parsed config of a run model (ModelConfig::fromJsonText of configJson).
+model::ModelConfig runModelConfig(const RunModel& run);
+
+// T3 of a run: transforms::blockHadamard(intermediate, block, seed), float64, orthogonal, kept
+// as its blocks; undefined when quant has no online Hadamard.
+transforms::BlockDiagonal t3Transform(const model::LatmixQuantization& quant, std::int64_t intermediateSize);
+
+} // namespace latmix::run

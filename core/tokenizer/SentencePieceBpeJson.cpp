@@ -1,0 +1,142 @@
+#include "tokenizer/SentencePieceBpeJson.h"
+
+#include "tokenizer/Utf8.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+
+namespace latmix::tokenizer {
+
+namespace {
+
+using ojson = nlohmann::ordered_json; // keeps vocab in id order in the file
+const char* const kSpace = "\xE2\x96\x81"; // "▁"
+
+ojson stringPattern(const std::string& s) { return ojson{{"String", s}}; }
+
+} // namespace
+
+void writeSentencePieceBpeJson(const std::vector<SpmPiece>& pieces, const SpmJsonOptions& options,
+                               const std::string& jsonOut, const std::string& source) {
+    using T = SpmPiece::Type;
+    const int n = static_cast<int>(pieces.size());
+    std::unordered_map<std::string, int> idOf;
+    idOf.reserve(pieces.size());
+    int unkId = -1;
+    bool hasBytes = false;
+    for (int id = 0; id < n; ++id) {
+        const auto& p = pieces[static_cast<std::size_t>(id)];
+        if (p.piece.empty() || !utf8::isValid(p.piece))
+            throw std::runtime_error(source + ": piece " + std::to_string(id) + " is empty or not valid UTF-8");
+        if (!idOf.emplace(p.piece, id).second)
+            throw std::runtime_error(source + ": piece '" + p.piece + "' occurs twice (ids " +
+                                     std::to_string(idOf[p.piece]) + " and " + std::to_string(id) + ")");
+        if (p.type == T::Unknown && unkId < 0) unkId = id;
+        hasBytes = hasBytes || p.type == T::Byte;
+    }
+    if (unkId < 0) throw std::runtime_error(source + ": no unknown piece (<unk>)");
+    const auto checkId = [&](int id, const char* what) {
+        if (id >= n) throw std::runtime_error(source + ": " + what + " id " + std::to_string(id) + " is outside the vocabulary");
+    };
+    checkId(options.bosId, "BOS");
+    checkId(options.eosId, "EOS");
+
+    // Merges: every split (at character boundaries) of a NORMAL piece into two mergeable pieces.
+    const auto mergeable = [&](const std::string& s) {
+        const auto it = idOf.find(s);
+        if (it == idOf.end()) return -1;
+        const T t = pieces[static_cast<std::size_t>(it->second)].type;
+        return t == T::Normal || t == T::UserDefined ? it->second : -1;
+    };
+    struct M {
+        float score;
+        int piece, left, right;
+    };
+    std::vector<M> merges;
+    for (int id = 0; id < n; ++id) {
+        const auto& p = pieces[static_cast<std::size_t>(id)];
+        if (p.type != T::Normal) continue;
+        for (std::size_t k = utf8::charLength(p.piece, 0); k < p.piece.size(); k += utf8::charLength(p.piece, k)) {
+            const int l = mergeable(p.piece.substr(0, k)), r = mergeable(p.piece.substr(k));
+            if (l >= 0 && r >= 0) merges.push_back({p.score, id, l, r});
+        }
+    }
+    std::sort(merges.begin(), merges.end(), [](const M& a, const M& b) {
+        if (a.score != b.score) return a.score > b.score;
+        return std::tie(a.piece, a.left, a.right) < std::tie(b.piece, b.left, b.right);
+    });
+
+    ojson vocab = ojson::object();
+    for (int id = 0; id < n; ++id) vocab[pieces[static_cast<std::size_t>(id)].piece] = id;
+    ojson mergeList = ojson::array();
+    for (const auto& m : merges)
+        mergeList.push_back(ojson::array({pieces[static_cast<std::size_t>(m.left)].piece, pieces[static_cast<std::size_t>(m.right)].piece}));
+
+    ojson added = ojson::array();
+    for (int id = 0; id < n; ++id) {
+        const auto& p = pieces[static_cast<std::size_t>(id)];
+        if (p.type != T::Unknown && p.type != T::Control && p.type != T::UserDefined) continue;
+        added.push_back(ojson{{"id", id},
+                              {"content", p.piece},
+                              {"single_word", false},
+                              {"lstrip", false},
+                              {"rstrip", false},
+                              {"normalized", false},
+                              {"special", p.type != T::UserDefined}});
+    }
+
+    ojson normalizers = ojson::array();
+    if (options.addDummyPrefix) normalizers.push_back(ojson{{"type", "Prepend"}, {"prepend", kSpace}});
+    normalizers.push_back(ojson{{"type", "Replace"}, {"pattern", stringPattern(" ")}, {"content", kSpace}});
+
+    ojson decoders = ojson::array();
+    decoders.push_back(ojson{{"type", "Replace"}, {"pattern", stringPattern(kSpace)}, {"content", " "}});
+    decoders.push_back(ojson{{"type", "ByteFallback"}});
+    decoders.push_back(ojson{{"type", "Fuse"}});
+    if (options.addDummyPrefix) decoders.push_back(ojson{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+
+    ojson post = nullptr;
+    if (options.bosId >= 0) {
+        const std::string bos = pieces[static_cast<std::size_t>(options.bosId)].piece;
+        const auto special = ojson{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
+        post = ojson{{"type", "TemplateProcessing"},
+                     {"single", ojson::array({special, ojson{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+                     {"pair", ojson::array({special, ojson{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, special,
+                                            ojson{{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
+                     {"special_tokens", ojson{{bos, ojson{{"id", bos},
+                                                            {"ids", ojson::array({options.bosId})},
+                                                            {"tokens", ojson::array({bos})}}}}}};
+    }
+
+    ojson root;
+    root["version"] = "1.0";
+    root["truncation"] = nullptr;
+    root["padding"] = nullptr;
+    root["added_tokens"] = added;
+    root["normalizer"] = ojson{{"type", "Sequence"}, {"normalizers", normalizers}};
+    root["pre_tokenizer"] = nullptr;
+    root["post_processor"] = post;
+    root["decoder"] = ojson{{"type", "Sequence"}, {"decoders", decoders}};
+    root["model"] = ojson{{"type", "BPE"},
+                          {"dropout", nullptr},
+                          {"unk_token", pieces[static_cast<std::size_t>(unkId)].piece},
+                          {"continuing_subword_prefix", nullptr},
+                          {"end_of_word_suffix", nullptr},
+                          {"fuse_unk", true},
+                          {"byte_fallback", hasBytes},
+                          {"ignore_merges", false},
+                          {"vocab", vocab},
+                          {"merges", mergeList}};
+
+    std::ofstream out(jsonOut, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error("cannot write " + jsonOut);
+    out << root.dump() << '\n';
+    if (!out) throw std::runtime_error("error writing " + jsonOut);
+}
+
+} // namespace latmix::tokenizer

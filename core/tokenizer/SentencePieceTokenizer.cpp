@@ -1,0 +1,342 @@
+#include "tokenizer/SentencePieceTokenizer.h"
+
+#include "tokenizer/SentencePieceBpeJson.h"
+
+// Only for the size of the object the library constructs; nothing of the header is called
+// directly (the library is not linked, see the header).
+#include <sentencepiece_processor.h>
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <string_view>
+#include <type_traits>
+#include <memory>
+
+namespace latmix::tokenizer {
+
+namespace {
+
+// sentencepiece::util::Status as the library returns it: one pointer (null when OK) and a
+// non-trivial destructor, so that, like the real class, it is returned through a hidden pointer
+// (Itanium C++ ABI). Destroyed by the library's own ~Status.
+struct SpStatus {
+    void* rep = nullptr;
+    SpStatus() = default;
+    SpStatus(const SpStatus&) = delete;
+    SpStatus& operator=(const SpStatus&) = delete;
+    ~SpStatus();
+    bool ok() const { return rep == nullptr; }
+    std::string text() const;
+};
+static_assert(sizeof(SpStatus) == sizeof(sentencepiece::util::Status), "Status layout");
+
+// The entry points of libsentencepiece.so.0 used here, by their Itanium-mangled names (the
+// library's C++ ABI; member functions take `this` first, after the hidden return pointer).
+// Calling a virtual member through its symbol is fine: the object's type is exactly
+// SentencePieceProcessor.
+struct Api {
+    void (*construct)(void*);
+    void (*destruct)(void*);
+    SpStatus (*load)(void*, std::string_view);
+    SpStatus (*encodeIds)(const void*, std::string_view, std::vector<int>*);
+    SpStatus (*encodePieces)(const void*, std::string_view, std::vector<std::string>*);
+    SpStatus (*decodeIds)(const void*, const std::vector<int>&, std::string*);
+    int (*pieceSize)(const void*);
+    const std::string& (*idToPiece)(const void*, int);
+    float (*score)(const void*, int);
+    bool (*isUnknown)(const void*, int);
+    bool (*isControl)(const void*, int);
+    bool (*isUnused)(const void*, int);
+    bool (*isByte)(const void*, int);
+    int (*bosId)(const void*);
+    int (*eosId)(const void*);
+    std::string (*serializedModelProto)(const void*);
+    std::string (*statusToString)(const void*);
+    void (*statusDestruct)(void*);
+};
+
+const Api& api() {
+    static const Api a = [] {
+        const char* lib = "libsentencepiece.so.0";
+        // LOCAL: its symbols (protobuf-lite included) stay out of the global scope, so
+        // libtorch's libprotobuf keeps resolving to itself. DEEPBIND: its own references resolve
+        // to its own definitions first, not to libprotobuf's.
+        void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+        if (!h) throw std::runtime_error(std::string("cannot load ") + lib + " (Debian package libsentencepiece0): " + dlerror());
+        const auto sym = [&](auto& fn, const char* name) {
+            void* p = dlsym(h, name);
+            if (!p) throw std::runtime_error(std::string(lib) + " lacks " + name + " (a SentencePiece other than 0.1.9x?)");
+            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+        };
+        Api r{};
+        sym(r.construct, "_ZN13sentencepiece22SentencePieceProcessorC1Ev");
+        sym(r.destruct, "_ZN13sentencepiece22SentencePieceProcessorD1Ev");
+        sym(r.load, "_ZN13sentencepiece22SentencePieceProcessor4LoadESt17basic_string_viewIcSt11char_traitsIcEE");
+        sym(r.encodeIds, "_ZNK13sentencepiece22SentencePieceProcessor6EncodeESt17basic_string_viewIcSt11char_traitsIcEEPSt6vectorIiSaIiEE");
+        sym(r.encodePieces, "_ZNK13sentencepiece22SentencePieceProcessor6EncodeESt17basic_string_viewIcSt11char_traitsIcEEPSt6vectorINSt7__cxx1112basic_stringIcS3_SaIcEEESaIS9_EE");
+        sym(r.decodeIds, "_ZNK13sentencepiece22SentencePieceProcessor6DecodeERKSt6vectorIiSaIiEEPNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE");
+        sym(r.pieceSize, "_ZNK13sentencepiece22SentencePieceProcessor12GetPieceSizeEv");
+        sym(r.idToPiece, "_ZNK13sentencepiece22SentencePieceProcessor9IdToPieceB5cxx11Ei");
+        sym(r.score, "_ZNK13sentencepiece22SentencePieceProcessor8GetScoreEi");
+        sym(r.isUnknown, "_ZNK13sentencepiece22SentencePieceProcessor9IsUnknownEi");
+        sym(r.isControl, "_ZNK13sentencepiece22SentencePieceProcessor9IsControlEi");
+        sym(r.isUnused, "_ZNK13sentencepiece22SentencePieceProcessor8IsUnusedEi");
+        sym(r.isByte, "_ZNK13sentencepiece22SentencePieceProcessor6IsByteEi");
+        sym(r.bosId, "_ZNK13sentencepiece22SentencePieceProcessor6bos_idEv");
+        sym(r.eosId, "_ZNK13sentencepiece22SentencePieceProcessor6eos_idEv");
+        sym(r.serializedModelProto, "_ZNK13sentencepiece22SentencePieceProcessor22serialized_model_protoB5cxx11Ev");
+        sym(r.statusToString, "_ZNK13sentencepiece4util6Status8ToStringB5cxx11Ev");
+        sym(r.statusDestruct, "_ZN13sentencepiece4util6StatusD1Ev");
+        return r;
+    }();
+    return a;
+}
+
+SpStatus::~SpStatus() {
+    if (rep) api().statusDestruct(this);
+}
+
+std::string SpStatus::text() const { return ok() ? std::string("OK") : api().statusToString(this); }
+
+// One sentencepiece::SentencePieceProcessor living in storage owned here.
+class Spp {
+public:
+    explicit Spp(const std::string& path) : path_(path) {
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(path, ec)) throw std::runtime_error("tokenizer file not found: " + path);
+        const Api& a = api();
+        a.construct(mem_.get());
+        const SpStatus st = a.load(mem_.get(), path);
+        if (!st.ok()) {
+            const std::string why = st.text();
+            a.destruct(mem_.get());
+            throw std::runtime_error(path + ": not a SentencePiece model: " + why);
+        }
+    }
+    ~Spp() { api().destruct(mem_.get()); }
+    Spp(const Spp&) = delete;
+    Spp& operator=(const Spp&) = delete;
+    const void* get() const { return mem_.get(); }
+    const std::string& path() const { return path_; }
+    void check(const SpStatus& st, const char* what) const {
+        if (!st.ok()) throw std::runtime_error(path_ + ": SentencePiece " + what + " failed: " + st.text());
+    }
+
+private:
+    std::string path_;
+    // operator new[] aligns to __STDCPP_DEFAULT_NEW_ALIGNMENT__ (16), enough for the class.
+    std::unique_ptr<unsigned char[]> mem_{new unsigned char[sizeof(sentencepiece::SentencePieceProcessor)]};
+};
+
+// The few fields of sentencepiece_model.proto the converter needs, read straight from the
+// protobuf wire format (Debian ships no sentencepiece_model.pb.h). Field numbers from
+// sentencepiece_model.proto: ModelProto{pieces=1, trainer_spec=2, normalizer_spec=3};
+// SentencePiece{piece=1, score=2, type=3}; TrainerSpec{model_type=3,
+// treat_whitespace_as_suffix=24, byte_fallback=35}; NormalizerSpec{name=1,
+// precompiled_charsmap=2, add_dummy_prefix=3, remove_extra_whitespaces=4, escape_whitespaces=5}.
+// Defaults are proto2's declared defaults.
+struct ProtoInfo {
+    std::vector<int> types; // SentencePiece.Type per id (NORMAL when absent)
+    int modelType = 1;      // UNIGRAM
+    bool treatWhitespaceAsSuffix = false;
+    std::string normalizerName;
+    bool hasCharsmap = false;
+    bool addDummyPrefix = true;
+    bool removeExtraWhitespaces = true;
+    bool escapeWhitespaces = true;
+};
+
+class Wire {
+public:
+    Wire(const char* p, std::size_t n, const std::string& file)
+        : p_(reinterpret_cast<const unsigned char*>(p)), end_(p_ + n), file_(file) {}
+    bool done() const { return p_ >= end_; }
+    std::uint64_t varint() {
+        std::uint64_t v = 0;
+        for (int shift = 0; shift < 64; shift += 7) {
+            need(1);
+            const unsigned char b = *p_++;
+            v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+            if (!(b & 0x80)) return v;
+        }
+        bad();
+    }
+    // Next field: number and wire type.
+    void tag(std::uint32_t& field, int& wire) {
+        const std::uint64_t t = varint();
+        field = static_cast<std::uint32_t>(t >> 3);
+        wire = static_cast<int>(t & 7);
+    }
+    Wire sub() {
+        const std::uint64_t n = varint();
+        need(n);
+        Wire w(reinterpret_cast<const char*>(p_), n, file_);
+        p_ += n;
+        return w;
+    }
+    std::string bytes() {
+        Wire w = sub();
+        return std::string(reinterpret_cast<const char*>(w.p_), static_cast<std::size_t>(w.end_ - w.p_));
+    }
+    float fixed32() {
+        need(4);
+        std::uint32_t u = static_cast<std::uint32_t>(p_[0]) | static_cast<std::uint32_t>(p_[1]) << 8 |
+                          static_cast<std::uint32_t>(p_[2]) << 16 | static_cast<std::uint32_t>(p_[3]) << 24;
+        p_ += 4;
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    }
+    void skip(int wire) {
+        switch (wire) {
+        case 0: varint(); break;
+        case 1: need(8); p_ += 8; break;
+        case 2: sub(); break;
+        case 5: need(4); p_ += 4; break;
+        default: bad();
+        }
+    }
+
+private:
+    void need(std::uint64_t n) const {
+        if (static_cast<std::uint64_t>(end_ - p_) < n) bad();
+    }
+    [[noreturn]] void bad() const { throw std::runtime_error(file_ + ": malformed SentencePiece model protobuf"); }
+    const unsigned char* p_;
+    const unsigned char* end_;
+    std::string file_;
+};
+
+ProtoInfo readProto(const std::string& serialized, const std::string& file) {
+    ProtoInfo info;
+    Wire top(serialized.data(), serialized.size(), file);
+    while (!top.done()) {
+        std::uint32_t f;
+        int w;
+        top.tag(f, w);
+        if (f == 1 && w == 2) {
+            Wire piece = top.sub();
+            int type = 1;
+            while (!piece.done()) {
+                std::uint32_t pf;
+                int pw;
+                piece.tag(pf, pw);
+                if (pf == 3 && pw == 0) type = static_cast<int>(piece.varint());
+                else piece.skip(pw);
+            }
+            info.types.push_back(type);
+        } else if (f == 2 && w == 2) {
+            Wire t = top.sub();
+            while (!t.done()) {
+                std::uint32_t tf;
+                int tw;
+                t.tag(tf, tw);
+                if (tf == 3 && tw == 0) info.modelType = static_cast<int>(t.varint());
+                else if (tf == 24 && tw == 0) info.treatWhitespaceAsSuffix = t.varint() != 0;
+                else t.skip(tw);
+            }
+        } else if (f == 3 && w == 2) {
+            Wire n = top.sub();
+            while (!n.done()) {
+                std::uint32_t nf;
+                int nw;
+                n.tag(nf, nw);
+                if (nf == 1 && nw == 2) info.normalizerName = n.bytes();
+                else if (nf == 2 && nw == 2) info.hasCharsmap = !n.bytes().empty();
+                else if (nf == 3 && nw == 0) info.addDummyPrefix = n.varint() != 0;
+                else if (nf == 4 && nw == 0) info.removeExtraWhitespaces = n.varint() != 0;
+                else if (nf == 5 && nw == 0) info.escapeWhitespaces = n.varint() != 0;
+                else n.skip(nw);
+            }
+        } else {
+            top.skip(w);
+        }
+    }
+    return info;
+}
+
+} // namespace
+
+struct SentencePieceTokenizer::Processor : Spp {
+    using Spp::Spp;
+};
+
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& modelPath)
+    : path_(modelPath), sp_(std::make_unique<Processor>(modelPath)) {}
+
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+std::vector<int> SentencePieceTokenizer::encode(const std::string& text, bool addBos) const {
+    const Api& a = api();
+    std::vector<int> ids;
+    sp_->check(a.encodeIds(sp_->get(), text, &ids), "encode");
+    const int bos = a.bosId(sp_->get());
+    if (addBos && bos >= 0) ids.insert(ids.begin(), bos);
+    return ids;
+}
+
+std::vector<std::string> SentencePieceTokenizer::encodePieces(const std::string& text) const {
+    std::vector<std::string> pieces;
+    sp_->check(api().encodePieces(sp_->get(), text, &pieces), "encode");
+    return pieces;
+}
+
+std::string SentencePieceTokenizer::decode(const std::vector<int>& ids) const {
+    const Api& a = api();
+    const int n = a.pieceSize(sp_->get());
+    for (int id : ids)
+        if (id < 0 || id >= n)
+            throw std::runtime_error(path_ + ": cannot decode id " + std::to_string(id) + " (not in the vocabulary)");
+    std::string out;
+    sp_->check(a.decodeIds(sp_->get(), ids, &out), "decode");
+    return out;
+}
+
+int SentencePieceTokenizer::vocabSize() const { return api().pieceSize(sp_->get()); }
+int SentencePieceTokenizer::bosId() const { return api().bosId(sp_->get()); }
+int SentencePieceTokenizer::eosId() const { return api().eosId(sp_->get()); }
+
+void convertSentencePieceModel(const std::string& modelPath, const std::string& tokenizerJsonOut) {
+    const Spp spp(modelPath);
+    const Api& a = api();
+    const void* sp = spp.get();
+    const ProtoInfo info = readProto(a.serializedModelProto(sp), modelPath);
+    const auto refuse = [&](const std::string& what) {
+        throw std::runtime_error(modelPath + ": cannot convert to a BPE tokenizer.json: " + what);
+    };
+    if (info.modelType != 2) refuse("trainer_spec.model_type is " + std::to_string(info.modelType) + ", not BPE (2)");
+    if (info.treatWhitespaceAsSuffix) refuse("trainer_spec.treat_whitespace_as_suffix is set");
+    // Only the identity normalizer maps onto Prepend + Replace; nmt_nfkc & co. need
+    // SentencePiece's precompiled character map.
+    if (info.hasCharsmap || (info.normalizerName != "identity" && !info.normalizerName.empty()))
+        refuse("normalizer_spec.name '" + info.normalizerName + "' (only 'identity' is supported)");
+    if (info.removeExtraWhitespaces) refuse("normalizer_spec.remove_extra_whitespaces is set");
+    if (!info.escapeWhitespaces) refuse("normalizer_spec.escape_whitespaces is off");
+    const int n = a.pieceSize(sp);
+    if (static_cast<int>(info.types.size()) != n) refuse("piece count differs between the API and the protobuf");
+
+    std::vector<SpmPiece> pieces(static_cast<std::size_t>(n));
+    for (int id = 0; id < n; ++id) {
+        auto& p = pieces[static_cast<std::size_t>(id)];
+        p.piece = a.idToPiece(sp, id);
+        p.score = a.score(sp, id);
+        // The API answers for every type but USER_DEFINED, which only the protobuf tells apart.
+        if (a.isUnknown(sp, id)) p.type = SpmPiece::Type::Unknown;
+        else if (a.isControl(sp, id)) p.type = SpmPiece::Type::Control;
+        else if (a.isByte(sp, id)) p.type = SpmPiece::Type::Byte;
+        else if (a.isUnused(sp, id)) p.type = SpmPiece::Type::Unused;
+        else if (info.types[static_cast<std::size_t>(id)] == 4) p.type = SpmPiece::Type::UserDefined;
+        else p.type = SpmPiece::Type::Normal;
+    }
+    SpmJsonOptions opt;
+    opt.addDummyPrefix = info.addDummyPrefix;
+    opt.bosId = a.bosId(sp);
+    opt.eosId = a.eosId(sp);
+    writeSentencePieceBpeJson(pieces, opt, tokenizerJsonOut, modelPath);
+}
+
+} // namespace latmix::tokenizer

@@ -1,0 +1,25 @@
+#include "util/DataPath.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+
+namespace latmix::util {
+
+std::string dataDir() {
+    const char* dir = std::getenv("LATMIX_DATA_DIR");
+    return dir && *dir ? std::string(dir) : std::string("../shared/data");
+}
+
+std::string dataFile(const std::string& relative) { return dataDir() + "/" + relative; }
+
+std::string requireDataFile(const std::string& relative, const std::string& what) {
+    const std::string path = dataFile(relative);
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+        throw std::runtime_error(what + " not found at '" + path +
+                                 "'; set LATMIX_DATA_DIR to the data folder or pass a file");
+    return path;
+}
+
+} // namespace latmix::util
