@@ -102,6 +102,277 @@ RunTokens tokenizeRunInputs(const std::string& modelDir, const std::string& cali
     return t;
 }
 
+namespace {
+
+// What every stage of a run reads: the options, the method, the model and where things live.
+struct RunContext {
+    const QuantizeOptions& o;
+    const MethodSpec& method;
+    const std::string& modelDir;
+    const std::string& runDir;
+    const model::Checkpoint& ck;
+    const model::ModelConfig& c;
+    c10::Device device;
+    c10::Device home; // where the decoder layers live: the device, or the CPU with offload
+    at::TensorOptions fopts;
+    int seqLen;
+};
+
+// The model after stage 2: folded weights and what the forward pass must do online (T3).
+struct FoldedModel {
+    model::LlamaWeights weights;
+    model::ForwardOptions options;
+};
+
+// Stage 1: the method's transforms, trained by distillation for the learned methods (resumable
+// from train.h5), saved to transforms.h5. Null for the methods without transforms.
+std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, const model::LlamaWeights& original,
+                                                        const at::Tensor& calib, QuantizeResult& r, JobContext& job,
+                                                        const std::function<void(const train::DistillStep&)>& onStep) {
+    if (!x.method.transformed) return nullptr;
+    const QuantizeOptions& o = x.o;
+    train::TransformSpec spec;
+    spec.t1Kind = x.method.t1Kind;
+    spec.t2Kind = x.method.t2Kind;
+    spec.init = x.method.init;
+    spec.blockSize = o.format.blockSize;
+    spec.seed = o.seed;
+    spec.t3Block = 32; // SPEC §4: online block Hadamard of 32 on the down_proj input
+    spec.t3Seed = o.seed + 7919;
+    auto transforms = std::make_unique<train::ModelTransforms>(x.c, spec);
+    transforms->to(x.device);
+    if (x.method.learned) {
+        const auto t0 = Clock::now();
+        train::DistillOptions d;
+        d.activation = o.format;
+        d.steps = o.steps;
+        d.batch = o.batch;
+        d.lr = o.lr;
+        d.temperature = o.temperature;
+        d.volumeWeight = o.volumeWeight;
+        d.warmupSteps = o.warmupSteps;
+        d.metricsEvery = o.metricsEvery;
+        d.checkpointEvery = o.checkpointEvery;
+        d.seed = o.seed;
+        d.runFile = (fs::path(x.runDir) / "train.h5").string();
+        d.resume = o.resume;
+        d.onStep = onStep;
+        d.onMatrices = o.onMatrices;
+        d.trackedLayer = o.trackedLayer;
+        SubJob sub(job, 0.0, 0.7, "training: ");
+        r.training = train::distill(x.c, o.offload ? model::convertWeights(original, x.fopts) : original, calib,
+                                    *transforms, d, sub);
+        r.trainSeconds = since(t0);
+    }
+    transforms->save((fs::path(x.runDir) / "transforms.h5").string(), {{"method", x.method.name}});
+    return transforms;
+}
+
+// Stage 2: γ, T3, T1 and T2 folded into the weights (float64 folding, float32 result); the
+// original weights for the methods without transforms.
+FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, train::ModelTransforms* transforms) {
+    FoldedModel f;
+    if (!transforms) {
+        f.weights = original;
+        return f;
+    }
+    at::NoGradGuard g;
+    if (x.o.offload) transforms->to(x.home); // fold in host memory
+    auto w = fold::foldNorms(x.c, model::convertWeights(original, at::TensorOptions().dtype(at::kDouble).device(x.home)));
+    w = fold::applyT3(w, transforms->t3());
+    w = transforms->fold(x.c, w);
+    f.weights = x.o.offload ? model::offloadLayers(w, x.fopts) : model::convertWeights(w, x.fopts);
+    f.options.t3 = transforms->t3().to(x.fopts);
+    return f;
+}
+
+eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
+    eval::PerplexityOptions p;
+    p.seqLen = o.evalSeqLen;
+    p.maxWindows = o.evalWindows;
+    return p;
+}
+
+// Paper Table 3's check: the folded full-precision model (T1/T2/T3 in, nothing quantized).
+double foldedPerplexity(const RunContext& x, const FoldedModel& f, const std::vector<int>& evalIds, JobContext& job) {
+    auto w = f.weights;
+    const model::ModelConfig fc = fold::foldedConfig(x.c, w);
+    SubJob e0(job, x.method.learned ? 0.7 : 0.0, x.method.learned ? 0.72 : 0.02, "perplexity folded FP: ");
+    return eval::evaluatePerplexity(model::LlamaModel(fc, w, f.options), evalIds, perplexityOptions(x.o), e0).perplexity;
+}
+
+// Stage 3: weight quantization, layer by layer, inputs from the already quantized layers with
+// the activations quantized as the deployed W4A4 model computes them. The Hessian of a linear
+// is taken from exactly what it receives there (after T3 and activation quantization). All
+// linears of a layer are collected in one pass before any of them is quantized (GPTQ's
+// default, not "true-sequential"). Only one layer's activations live at a time. The folded
+// weights are replaced by their dequantized values; returns the packed codes by linear prefix.
+std::map<std::string, mx::PackedTensor> quantizeLayers(const RunContext& x, FoldedModel& f, const at::Tensor& calib,
+                                                       QuantizeResult& r, JobContext& job) {
+    const QuantizeOptions& o = x.o;
+    const model::ModelConfig& c = x.c;
+    model::ForwardOptions options = f.options;
+    options.activationQuant = o.format;
+    auto h = model::embedTokens(c, f.weights, calib.to(x.device)).detach();
+    const auto rope = model::ropeTables(c, x.seqLen, at::kFloat, x.device);
+    const int chunk = 8;
+    SubJob qjob(job, x.method.learned ? 0.7 : 0.0, 0.9, "quantizing: ");
+    std::map<std::string, mx::PackedTensor> packed;
+    for (int l = 0; l < c.numLayers; ++l) {
+        job.checkCancelled();
+        // The layer on the device for this step (a no-op without offload), written back after.
+        model::LayerWeights& yHome = f.weights.layers[static_cast<size_t>(l)];
+        model::LayerWeights y = model::convertLayer(yHome, x.fopts);
+        std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>> acc;
+        const model::PointKind kinds[] = {model::PointKind::QkvInput, model::PointKind::OProjInput,
+                                          model::PointKind::GateUpInput, model::PointKind::DownProjInput};
+        for (auto k : kinds) acc[k] = std::make_unique<quant::HessianAccumulator>(model::pointWidth(c, k));
+        guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerAdvice, [&] {
+            at::NoGradGuard g;
+            for (int64_t b = 0; b < h.size(0); b += chunk) {
+                const auto hb = h.narrow(0, b, std::min<int64_t>(chunk, h.size(0) - b));
+                model::decoderLayer(c, y, options, hb, rope, l, [&](const std::string& point, const at::Tensor& a) {
+                    for (auto k : kinds)
+                        if (point == model::pointName(l, k)) acc[k]->add(a);
+                    return a;
+                });
+            }
+        });
+        struct Linear {
+            const char* name;
+            at::Tensor* w;
+            model::PointKind point;
+        };
+        const std::vector<Linear> linears = {{names::kQProj, &y.wq, model::PointKind::QkvInput},
+                                             {names::kKProj, &y.wk, model::PointKind::QkvInput},
+                                             {names::kVProj, &y.wv, model::PointKind::QkvInput},
+                                             {names::kOProj, &y.wo, model::PointKind::OProjInput},
+                                             {names::kGateProj, &y.wGate, model::PointKind::GateUpInput},
+                                             {names::kUpProj, &y.wUp, model::PointKind::GateUpInput},
+                                             {names::kDownProj, &y.wDown, model::PointKind::DownProjInput}};
+        for (const auto& lin : linears) {
+            const auto t0 = Clock::now();
+            const auto hess = acc[lin.point]->hessian();
+            const std::string prefix = names::layerPrefix(l) + lin.name;
+            quant::QuantizedWeight q;
+            try {
+                q = guardMemory(std::string(x.method.gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
+                                    std::to_string(l) + ")",
+                                kLayerAdvice, [&] {
+                                    return x.method.gptq ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq)
+                                                         : quant::quantizeRtn(lin.w->cpu(), o.format, hess.cpu());
+                                });
+            } catch (const OutOfMemory&) {
+                throw;
+            } catch (const std::exception& e) {
+                throw std::runtime_error(prefix + ".weight: " + e.what());
+            }
+            *lin.w = q.dequantized.to(x.fopts);
+            packed[prefix] = q.packed;
+            r.linears.push_back({l, lin.name, q.relativeError, since(t0)});
+        }
+        guardMemory("the quantized forward of layer " + std::to_string(l), kLayerAdvice, [&] {
+            at::NoGradGuard g;
+            std::vector<at::Tensor> next;
+            for (int64_t b = 0; b < h.size(0); b += chunk)
+                next.push_back(model::decoderLayer(c, y, options, h.narrow(0, b, std::min<int64_t>(chunk, h.size(0) - b)),
+                                                   rope, l));
+            h = at::cat(next, 0);
+        });
+        yHome = model::convertLayer(y, x.fopts.device(x.home));
+        qjob.progress(double(l + 1) / c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(c.numLayers));
+    }
+    return packed;
+}
+
+// Stage 4: RUN_DIR/model, the run model folder (run/RunModel.h). Returns its path.
+std::string writeModelFolder(const RunContext& x, const FoldedModel& f, std::map<std::string, mx::PackedTensor> packed,
+                             const train::ModelTransforms* transforms) {
+    RunModel run;
+    run.configJson = x.c.toJsonText();
+    run.quant.method = x.method.name;
+    run.quant.weightFormat = x.o.format;
+    run.quant.activationFormat = x.o.format;
+    if (transforms) {
+        run.quant.t3Block = transforms->spec().t3Block;
+        run.quant.t3Seed = transforms->spec().t3Seed;
+    }
+    {
+        auto cpuWeights = model::convertWeights(f.weights, at::TensorOptions().dtype(at::kFloat).device(at::kCPU));
+        model::ModelConfig fc = fold::foldedConfig(x.c, cpuWeights);
+        for (auto& [name, t] : model::namedTensors(fc, cpuWeights)) run.tensors[name] = t;
+    }
+    run.packed = std::move(packed);
+    const std::string modelOut = (fs::path(x.runDir) / "model").string();
+    writeRunModel(modelOut, run, x.modelDir);
+    return modelOut;
+}
+
+// Stage 5: perplexity of the FP model, the reloaded quantized model (W4A4) and its weights alone.
+void evaluate(const RunContext& x, const std::string& modelOut, const std::vector<int>& evalIds, QuantizeResult& r,
+              JobContext& job) {
+    const auto p = perplexityOptions(x.o);
+    SubJob e1(job, 0.9, 0.93, "perplexity FP: ");
+    r.fpPerplexity =
+        eval::evaluatePerplexity(model::LlamaModel(x.ck, at::kFloat, x.device, true, x.o.offload), evalIds, p, e1).perplexity;
+    const auto qck = model::Checkpoint::load(modelOut);
+    SubJob e2(job, 0.93, 0.97, "perplexity W4A4: ");
+    r.quantizedPerplexity =
+        eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, x.device, true, x.o.offload), evalIds, p, e2).perplexity;
+    SubJob e3(job, 0.97, 1.0, "perplexity weights only: ");
+    r.weightOnlyPerplexity =
+        eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, x.device, false, x.o.offload), evalIds, p, e3).perplexity;
+}
+
+// Stage 6: latmix.json, enough to reproduce the run.
+nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, const train::ModelTransforms* transforms) {
+    const QuantizeOptions& o = x.o;
+    nlohmann::ordered_json j;
+    j["latmix_version"] = latmixVersion();
+    j["libtorch_version"] = libtorchVersion();
+    j["created"] = isoNow();
+    j["command"] = o.commandLine;
+    j["model"] = fs::absolute(x.modelDir).string();
+    j["method"] = x.method.name;
+    j["method_description"] = x.method.description;
+    j["format"] = model::mxConfigJson(o.format);
+    j["seed"] = o.seed;
+    j["device"] = o.device;
+    j["offload"] = o.offload;
+    j["calibration"] = {{"source", o.calibSource}, {"samples", o.calibSamples}, {"seqlen", x.seqLen}};
+    if (transforms)
+        j["transforms"] = {{"t1", x.method.t1Kind}, {"t2", x.method.t2Kind}, {"init", x.method.init},
+                           {"block", o.format.blockSize}, {"t3_block", transforms->spec().t3Block},
+                           {"t3_seed", transforms->spec().t3Seed}, {"file", "transforms.h5"}};
+    if (x.method.learned) {
+        nlohmann::ordered_json t = {{"steps", o.steps}, {"batch", o.batch}, {"lr", o.lr}, {"temperature", o.temperature},
+                                    {"volume_weight", o.volumeWeight}, {"warmup_steps", o.warmupSteps},
+                                    {"resumed_from_step", r.training.startStep}, {"file", "train.h5"}};
+        if (!r.training.history.empty()) {
+            t["first_kl"] = r.training.history.front().kl;
+            t["final_kl"] = r.training.history.back().kl;
+        }
+        j["training"] = t;
+    }
+    j["weight_quantization"] = {{"algorithm", x.method.gptq ? "gptq" : "rtn"}, {"damping", o.gptq.damping},
+                                {"column_block", o.gptq.columnBlock}, {"act_order", o.gptq.actOrder}};
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+    for (const auto& L : r.linears)
+        layers.push_back({{"layer", L.layer}, {"linear", L.linear}, {"relative_error", L.relativeError}, {"seconds", L.seconds}});
+    j["linears"] = layers;
+    if (r.fpPerplexity > 0)
+        j["perplexity"] = {{"dataset", "wikitext-2 test"}, {"source", o.evalSource}, {"seqlen", o.evalSeqLen},
+                           {"windows", o.evalWindows}, {"fp", r.fpPerplexity}, {"folded_fp", r.foldedPerplexity}, {"w4a4", r.quantizedPerplexity},
+                           {"weights_only", r.weightOnlyPerplexity}};
+    j["seconds"] = {{"train", r.trainSeconds}, {"quantize", r.quantizeSeconds}, {"eval", r.evalSeconds},
+                    {"total", r.totalSeconds}};
+    j["peak_rss_mb"] = r.peakRssMb;
+    if (x.device.is_cuda()) j["peak_gpu_mb"] = r.peakGpuMb;
+    return j;
+}
+
+} // namespace
+
 QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& calibIds, const std::vector<int>& evalIds,
                            const std::string& runDir, const QuantizeOptions& o, JobContext& job,
                            std::function<void(const train::DistillStep&)> onStep) {
@@ -115,250 +386,45 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
         throw std::invalid_argument("tracked layer " + std::to_string(o.trackedLayer) + " is not a layer of " + modelDir +
                                     " (0.." + std::to_string(c.numLayers - 1) + ")");
     const c10::Device device = model::parseDevice(o.device);
-    const auto fopts = at::TensorOptions().dtype(at::kFloat).device(device);
+    // With offload the layers live on the CPU (memory-mapped float32) and visit the device one
+    // at a time; the embeddings, final norm and lm_head stay on the device.
+    const RunContext x{o, method, modelDir, runDir, ck, c, device, o.offload ? c10::Device(c10::kCPU) : device,
+                       at::TensorOptions().dtype(at::kFloat).device(device), std::min(o.seqLen, c.maxPositions)};
     fs::create_directories(runDir);
     QuantizeResult r;
     if (device.is_cuda()) compat::resetCudaPeakMemory(device.index());
 
-    const int seqLen = std::min(o.seqLen, c.maxPositions);
-    const auto windows = model::sampleCalibrationWindows(calibIds, o.calibSamples, seqLen, o.seed);
+    const auto windows = model::sampleCalibrationWindows(calibIds, o.calibSamples, x.seqLen, o.seed);
     std::vector<int64_t> flat;
     for (const auto& w : windows) flat.insert(flat.end(), w.begin(), w.end());
-    const at::Tensor calib = at::tensor(flat, at::kLong).reshape({o.calibSamples, seqLen});
-    // With offload the layers live on the CPU (memory-mapped float32) and visit the device one
-    // at a time; the embeddings, final norm and lm_head stay on the device.
-    const c10::Device home = o.offload ? c10::Device(c10::kCPU) : device;
-    const model::LlamaWeights original = o.offload ? model::offloadLayers(model::loadWeights(ck, at::kFloat, home), fopts)
-                                                   : model::loadWeights(ck, at::kFloat, device);
+    const at::Tensor calib = at::tensor(flat, at::kLong).reshape({o.calibSamples, x.seqLen});
+    const model::LlamaWeights original = o.offload
+                                             ? model::offloadLayers(model::loadWeights(ck, at::kFloat, x.home), x.fopts)
+                                             : model::loadWeights(ck, at::kFloat, device);
+    const bool evaluating = o.evalSeqLen > 0 && !evalIds.empty();
 
-    // 1. Transforms (and their training).
-    std::unique_ptr<train::ModelTransforms> transforms;
-    if (method.transformed) {
-        train::TransformSpec spec;
-        spec.t1Kind = method.t1Kind;
-        spec.t2Kind = method.t2Kind;
-        spec.init = method.init;
-        spec.blockSize = o.format.blockSize;
-        spec.seed = o.seed;
-        spec.t3Block = 32; // SPEC §4: online block Hadamard of 32 on the down_proj input
-        spec.t3Seed = o.seed + 7919;
-        transforms = std::make_unique<train::ModelTransforms>(c, spec);
-        transforms->to(device);
-        if (method.learned) {
-            const auto t0 = Clock::now();
-            train::DistillOptions d;
-            d.activation = o.format;
-            d.steps = o.steps;
-            d.batch = o.batch;
-            d.lr = o.lr;
-            d.temperature = o.temperature;
-            d.volumeWeight = o.volumeWeight;
-            d.warmupSteps = o.warmupSteps;
-            d.metricsEvery = o.metricsEvery;
-            d.checkpointEvery = o.checkpointEvery;
-            d.seed = o.seed;
-            d.runFile = (fs::path(runDir) / "train.h5").string();
-            d.resume = o.resume;
-            d.onStep = onStep;
-            d.onMatrices = o.onMatrices;
-            d.trackedLayer = o.trackedLayer;
-            SubJob sub(job, 0.0, 0.7, "training: ");
-            r.training = train::distill(c, o.offload ? model::convertWeights(original, fopts) : original, calib,
-                                        *transforms, d, sub);
-            r.trainSeconds = since(t0);
-        }
-        transforms->save((fs::path(runDir) / "transforms.h5").string(), {{"method", method.name}});
-    }
-
-    // 2. The folded model (float64 folding, float32 result).
-    model::LlamaWeights folded;
-    model::ForwardOptions options;
-    {
-        at::NoGradGuard g;
-        if (method.transformed) {
-            if (o.offload) transforms->to(home); // fold in host memory
-            auto w = fold::foldNorms(c, model::convertWeights(original, at::TensorOptions().dtype(at::kDouble).device(home)));
-            w = fold::applyT3(w, transforms->t3());
-            w = transforms->fold(c, w);
-            folded = o.offload ? model::offloadLayers(w, fopts) : model::convertWeights(w, fopts);
-            options.t3 = transforms->t3().to(fopts);
-        } else {
-            folded = original;
-        }
-    }
-    // Paper Table 3's check: the folded full-precision model (T1/T2/T3 in, nothing quantized).
-    if (o.evalSeqLen > 0 && !evalIds.empty() && method.transformed) {
+    // The stages: 1 transforms (trained for the learned methods), 2 folding, 3 weight quantization
+    // layer by layer, 4 the run's model folder, 5 evaluation, 6 latmix.json.
+    auto transforms = buildTransforms(x, original, calib, r, job, onStep);
+    FoldedModel folded = foldModel(x, original, transforms.get());
+    if (evaluating && transforms) {
         const auto te = Clock::now();
-        eval::PerplexityOptions p;
-        p.seqLen = o.evalSeqLen;
-        p.maxWindows = o.evalWindows;
-        auto w = folded;
-        const model::ModelConfig fc = fold::foldedConfig(c, w);
-        SubJob e0(job, method.learned ? 0.7 : 0.0, method.learned ? 0.72 : 0.02, "perplexity folded FP: ");
-        r.foldedPerplexity = eval::evaluatePerplexity(model::LlamaModel(fc, w, options), evalIds, p, e0).perplexity;
+        r.foldedPerplexity = foldedPerplexity(x, folded, evalIds, job);
         r.evalSeconds += since(te);
     }
-    options.activationQuant = o.format;
-
-    // 3. Weight quantization, layer by layer, inputs from the already quantized layers with the
-    // activations quantized as the deployed W4A4 model computes them. The Hessian of a linear is
-    // taken from exactly what it receives there (after T3 and activation quantization).
-    // All linears of a layer are collected in one pass before any of them is quantized (GPTQ's
-    // default, not "true-sequential"). Only one layer's activations live at a time.
     const auto tq = Clock::now();
-    auto h = model::embedTokens(c, folded, calib.to(device)).detach();
-    const auto rope = model::ropeTables(c, seqLen, at::kFloat, device);
-    const int chunk = 8;
-    SubJob qjob(job, method.learned ? 0.7 : 0.0, 0.9, "quantizing: ");
-    std::map<std::string, mx::PackedTensor> packed;
-    for (int l = 0; l < c.numLayers; ++l) {
-        job.checkCancelled();
-        // The layer on the device for this step (a no-op without offload), written back after.
-        model::LayerWeights& yHome = folded.layers[static_cast<size_t>(l)];
-        model::LayerWeights y = model::convertLayer(yHome, fopts);
-        std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>> acc;
-        const model::PointKind kinds[] = {model::PointKind::QkvInput, model::PointKind::OProjInput,
-                                          model::PointKind::GateUpInput, model::PointKind::DownProjInput};
-        for (auto k : kinds) acc[k] = std::make_unique<quant::HessianAccumulator>(model::pointWidth(c, k));
-        guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerAdvice, [&] {
-            at::NoGradGuard g;
-            for (int64_t b = 0; b < h.size(0); b += chunk) {
-                const auto hb = h.narrow(0, b, std::min<int64_t>(chunk, h.size(0) - b));
-                model::decoderLayer(c, y, options, hb, rope, l, [&](const std::string& point, const at::Tensor& x) {
-                    for (auto k : kinds)
-                        if (point == model::pointName(l, k)) acc[k]->add(x);
-                    return x;
-                });
-            }
-        });
-        struct Job1 {
-            const char* name;
-            at::Tensor* w;
-            model::PointKind point;
-        };
-        const std::vector<Job1> linears = {{names::kQProj, &y.wq, model::PointKind::QkvInput},
-                                           {names::kKProj, &y.wk, model::PointKind::QkvInput},
-                                           {names::kVProj, &y.wv, model::PointKind::QkvInput},
-                                           {names::kOProj, &y.wo, model::PointKind::OProjInput},
-                                           {names::kGateProj, &y.wGate, model::PointKind::GateUpInput},
-                                           {names::kUpProj, &y.wUp, model::PointKind::GateUpInput},
-                                           {names::kDownProj, &y.wDown, model::PointKind::DownProjInput}};
-        for (const auto& lin : linears) {
-            const auto t0 = Clock::now();
-            const auto hess = acc[lin.point]->hessian();
-            const std::string prefix = names::layerPrefix(l) + lin.name;
-            quant::QuantizedWeight q;
-            try {
-                q = guardMemory(std::string(method.gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
-                                    std::to_string(l) + ")",
-                                kLayerAdvice, [&] {
-                                    return method.gptq ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq)
-                                                       : quant::quantizeRtn(lin.w->cpu(), o.format, hess.cpu());
-                                });
-            } catch (const OutOfMemory&) {
-                throw;
-            } catch (const std::exception& e) {
-                throw std::runtime_error(prefix + ".weight: " + e.what());
-            }
-            *lin.w = q.dequantized.to(fopts);
-            packed[prefix] = q.packed;
-            r.linears.push_back({l, lin.name, q.relativeError, since(t0)});
-        }
-        guardMemory("the quantized forward of layer " + std::to_string(l), kLayerAdvice, [&] {
-            at::NoGradGuard g;
-            std::vector<at::Tensor> next;
-            for (int64_t b = 0; b < h.size(0); b += chunk)
-                next.push_back(model::decoderLayer(c, y, options, h.narrow(0, b, std::min<int64_t>(chunk, h.size(0) - b)),
-                                                   rope, l));
-            h = at::cat(next, 0);
-        });
-        yHome = model::convertLayer(y, fopts.device(home));
-        qjob.progress(double(l + 1) / c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(c.numLayers));
-    }
+    auto packed = quantizeLayers(x, folded, calib, r, job);
     r.quantizeSeconds = since(tq);
-
-    // 4. The run's model folder.
-    run::RunModel run;
-    run.configJson = c.toJsonText();
-    run.quant.method = method.name;
-    run.quant.weightFormat = o.format;
-    run.quant.activationFormat = o.format;
-    if (method.transformed) {
-        run.quant.t3Block = transforms->spec().t3Block;
-        run.quant.t3Seed = transforms->spec().t3Seed;
-    }
-    {
-        auto cpuWeights = model::convertWeights(folded, at::TensorOptions().dtype(at::kFloat).device(at::kCPU));
-        model::ModelConfig fc = fold::foldedConfig(c, cpuWeights);
-        for (auto& [name, t] : model::namedTensors(fc, cpuWeights)) run.tensors[name] = t;
-    }
-    run.packed = std::move(packed);
-    const std::string modelOut = (fs::path(runDir) / "model").string();
-    run::writeRunModel(modelOut, run, modelDir);
-
-    // 5. Evaluation: FP model, the reloaded quantized model (W4A4) and its weights alone.
-    if (o.evalSeqLen > 0 && !evalIds.empty()) {
+    const std::string modelOut = writeModelFolder(x, folded, std::move(packed), transforms.get());
+    if (evaluating) {
         const auto te = Clock::now();
-        eval::PerplexityOptions p;
-        p.seqLen = o.evalSeqLen;
-        p.maxWindows = o.evalWindows;
-        SubJob e1(job, 0.9, 0.93, "perplexity FP: ");
-        r.fpPerplexity = eval::evaluatePerplexity(model::LlamaModel(ck, at::kFloat, device, true, o.offload), evalIds, p, e1).perplexity;
-        const auto qck = model::Checkpoint::load(modelOut);
-        SubJob e2(job, 0.93, 0.97, "perplexity W4A4: ");
-        r.quantizedPerplexity = eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, device, true, o.offload), evalIds, p, e2).perplexity;
-        SubJob e3(job, 0.97, 1.0, "perplexity weights only: ");
-        r.weightOnlyPerplexity =
-            eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, device, false, o.offload), evalIds, p, e3).perplexity;
+        evaluate(x, modelOut, evalIds, r, job);
         r.evalSeconds += since(te);
     }
     r.totalSeconds = since(start);
     r.peakRssMb = peakRssMb();
     if (device.is_cuda()) r.peakGpuMb = compat::cudaPeakAllocatedBytes(device.index()) / 1048576.0;
-
-    // 6. latmix.json: enough to reproduce the run.
-    nlohmann::ordered_json j;
-    j["latmix_version"] = latmixVersion();
-    j["libtorch_version"] = libtorchVersion();
-    j["created"] = isoNow();
-    j["command"] = o.commandLine;
-    j["model"] = fs::absolute(modelDir).string();
-    j["method"] = method.name;
-    j["method_description"] = method.description;
-    j["format"] = model::mxConfigJson(o.format);
-    j["seed"] = o.seed;
-    j["device"] = o.device;
-    j["offload"] = o.offload;
-    j["calibration"] = {{"source", o.calibSource}, {"samples", o.calibSamples}, {"seqlen", seqLen}};
-    if (method.transformed)
-        j["transforms"] = {{"t1", method.t1Kind}, {"t2", method.t2Kind}, {"init", method.init},
-                           {"block", o.format.blockSize}, {"t3_block", transforms->spec().t3Block},
-                           {"t3_seed", transforms->spec().t3Seed}, {"file", "transforms.h5"}};
-    if (method.learned) {
-        nlohmann::ordered_json t = {{"steps", o.steps}, {"batch", o.batch}, {"lr", o.lr}, {"temperature", o.temperature},
-                                    {"volume_weight", o.volumeWeight}, {"warmup_steps", o.warmupSteps},
-                                    {"resumed_from_step", r.training.startStep}, {"file", "train.h5"}};
-        if (!r.training.history.empty()) {
-            t["first_kl"] = r.training.history.front().kl;
-            t["final_kl"] = r.training.history.back().kl;
-        }
-        j["training"] = t;
-    }
-    j["weight_quantization"] = {{"algorithm", method.gptq ? "gptq" : "rtn"}, {"damping", o.gptq.damping},
-                                {"column_block", o.gptq.columnBlock}, {"act_order", o.gptq.actOrder}};
-    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
-    for (const auto& L : r.linears)
-        layers.push_back({{"layer", L.layer}, {"linear", L.linear}, {"relative_error", L.relativeError}, {"seconds", L.seconds}});
-    j["linears"] = layers;
-    if (r.fpPerplexity > 0)
-        j["perplexity"] = {{"dataset", "wikitext-2 test"}, {"source", o.evalSource}, {"seqlen", o.evalSeqLen},
-                           {"windows", o.evalWindows}, {"fp", r.fpPerplexity}, {"folded_fp", r.foldedPerplexity}, {"w4a4", r.quantizedPerplexity},
-                           {"weights_only", r.weightOnlyPerplexity}};
-    j["seconds"] = {{"train", r.trainSeconds}, {"quantize", r.quantizeSeconds}, {"eval", r.evalSeconds},
-                    {"total", r.totalSeconds}};
-    j["peak_rss_mb"] = r.peakRssMb;
-    if (device.is_cuda()) j["peak_gpu_mb"] = r.peakGpuMb;
-    util::writeFileAtomically((fs::path(runDir) / "latmix.json").string(), j.dump(2) + "\n");
+    util::writeFileAtomically((fs::path(runDir) / "latmix.json").string(), runRecord(x, r, transforms.get()).dump(2) + "\n");
     return r;
 }
 
