@@ -3,15 +3,35 @@
 // (LATMIX_DATA_DIR, which CTest sets; default ../shared/data beside the checkout). A test that
 // needs a missing file skips with the path it looked at, or fails when LATMIX_REQUIRE_DATA=1
 // (CI sets it), so that a renamed data file cannot turn ~60 rows into silent skips.
+#include "import/DemoModel.h"
 #include "util/DataPath.h"
 
 #include <QString>
+#include <QTemporaryDir>
 #include <QTest>
 #include <QtGlobal>
 
 namespace latmix::test {
 
 inline QString dataDir() { return QString::fromStdString(util::dataDir()); }
+
+// The built-in demo model (import/DemoModel: 4 layers, hidden 128, GQA, outlier channels),
+// written once per test process: checks that need a model but not a real one run on it
+// instead of skipping where ../shared/data is absent.
+inline QString demoModelDir() {
+    static QTemporaryDir dir;
+    static const QString path = [] {
+        const QString p = dir.path() + QStringLiteral("/demo");
+        importing::writeDemoModel(p.toStdString());
+        return p;
+    }();
+    return path;
+}
+
+// A model folder by name: "demo" is demoModelDir(), any other name LATMIX_DATA_DIR/models/<name>.
+inline QString modelFolder(const QString& name) {
+    return name == QLatin1String("demo") ? demoModelDir() : dataDir() + QStringLiteral("/models/") + name;
+}
 
 inline bool dataRequired() { return qEnvironmentVariable("LATMIX_REQUIRE_DATA") == QLatin1String("1"); }
 

@@ -22,7 +22,7 @@ namespace {
 
 using latmix::test::dataDir;
 
-QString modelDir(const QString& name) { return dataDir() + "/models/" + name; }
+QString modelDir(const QString& name) { return latmix::test::modelFolder(name); }
 
 // Parameters of a Llama-family model computed from its config alone (SPEC §4 tensor list).
 std::int64_t expectedParams(const ModelConfig& c) {
@@ -103,6 +103,7 @@ private slots:
 
     void sharded_data() {
         QTest::addColumn<QString>("model");
+        QTest::newRow("demo") << "demo"; // runs without ../shared/data
         QTest::newRow("stories260K-hf") << "stories260K-hf";
         QTest::newRow("brownpy-13M") << "brownpy-13M";
     }
@@ -132,10 +133,11 @@ private slots:
                                        << QStringList{"model-00002-of-00002.safetensors", "listed in", "missing"};
         QTest::newRow("index names a tensor the shard lacks")
             << "index lies" << QStringList{"model.layers.9.mlp.up_proj.weight", "does not contain it"};
+        // The demo model (hidden 128, intermediate 384, 4 layers): no real data needed.
         QTest::newRow("missing tensor") << "no tensor"
-                                        << QStringList{"model.layers.4.mlp.up_proj.weight", "is missing", "[172, 64]"};
+                                        << QStringList{"model.layers.3.mlp.up_proj.weight", "is missing", "[384, 128]"};
         QTest::newRow("wrong shape") << "wrong shape"
-                                     << QStringList{"model.norm.weight", "has shape [63]", "implies [64]"};
+                                     << QStringList{"model.norm.weight", "has shape [127]", "implies [128]"};
         QTest::newRow("bad config") << "bad config" << QStringList{"unsupported architecture 'BertModel'"};
         QTest::newRow("integer weights") << "int weights"
                                          << QStringList{"model.norm.weight", "is I32", "F32, BF16 or F16"};
@@ -143,8 +145,7 @@ private slots:
     void errors() {
         QFETCH(QString, damage);
         QFETCH(QStringList, phrases);
-        const QString src = modelDir("stories260K-hf");
-        if (!QFile::exists(src + "/config.json")) LATMIX_DATA_SKIP(qPrintable("not found: " + src + " (set LATMIX_DATA_DIR)"));
+        const QString src = latmix::test::demoModelDir();
         QTemporaryDir tmp;
         QString dir = tmp.filePath("model");
         if (damage == "no folder") {
@@ -170,9 +171,9 @@ private slots:
                 auto f = io::SafeTensorsFile::open((src + "/model.safetensors").toStdString());
                 std::vector<std::pair<std::string, at::Tensor>> t;
                 for (const auto& e : f->entries()) {
-                    if (damage == "no tensor" && e.name == "model.layers.4.mlp.up_proj.weight") continue;
+                    if (damage == "no tensor" && e.name == "model.layers.3.mlp.up_proj.weight") continue;
                     auto w = f->tensor(e.name);
-                    if (damage == "wrong shape" && e.name == "model.norm.weight") w = w.slice(0, 0, 63);
+                    if (damage == "wrong shape" && e.name == "model.norm.weight") w = w.slice(0, 0, 127);
                     if (damage == "int weights" && e.name == "model.norm.weight") w = w.to(at::kInt);
                     t.emplace_back(e.name, w);
                 }

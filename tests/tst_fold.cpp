@@ -93,7 +93,7 @@ private slots:
         QTest::addColumn<QString>("t2");     // "", or a transform kind for every layer's T2
         QTest::addColumn<bool>("t3");
         test::addDeviceColumn();
-        for (const char* m : {"stories260K-hf", "brownpy-13M"})
+        for (const char* m : {"demo", "stories260K-hf", "brownpy-13M"}) // demo: runs without ../shared/data
             for (const QString& dev : test::testDevices()) { // the cpu rows keep their old names
                 const QByteArray d = dev == "cpu" ? QByteArray() : " " + dev.toUtf8();
                 QTest::addRow("%s norms only%s", m, d.constData()) << m << "" << "" << false << dev;
@@ -118,7 +118,7 @@ private slots:
         QFETCH(bool, t3);
         QFETCH(QString, device);
         LATMIX_REQUIRE_DEVICE(dev, device);
-        const QString dir = test::dataDir() + "/models/" + model;
+        const QString dir = test::modelFolder(model);
         if (!QFile::exists(dir + "/config.json")) LATMIX_DATA_SKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
         const auto ck = model::Checkpoint::load(dir.toStdString());
         const auto tokens = sampleTokens(ck.config().vocabSize, 48, 3);
@@ -137,7 +137,7 @@ private slots:
     void affineT1MatchesTransformedStudent_data() {
         QTest::addColumn<QString>("model");
         QTest::addColumn<QString>("kind");
-        for (const char* m : {"stories260K-hf", "brownpy-13M"})
+        for (const char* m : {"demo", "stories260K-hf", "brownpy-13M"})
             for (const char* k : {"learned-affine-lu", "learned-affine-qr"}) QTest::addRow("%s %s", m, k) << m << k;
     }
     // A general affine T1 (non-orthogonal A1, v1 ≠ 0) is not an identity: the folded model must
@@ -146,7 +146,7 @@ private slots:
     void affineT1MatchesTransformedStudent() {
         QFETCH(QString, model);
         QFETCH(QString, kind);
-        const QString dir = test::dataDir() + "/models/" + model;
+        const QString dir = test::modelFolder(model);
         if (!QFile::exists(dir + "/config.json")) LATMIX_DATA_SKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
         const auto ck = model::Checkpoint::load(dir.toStdString());
         const auto& c = ck.config();
@@ -173,8 +173,7 @@ private slots:
 
     // unfoldT3 undoes applyT3 (export hf folds T3 back into W_down).
     void unfoldT3RoundTrip() {
-        const QString dir = test::dataDir() + "/models/stories260K-hf";
-        if (!QFile::exists(dir + "/config.json")) LATMIX_DATA_SKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
+        const QString dir = test::demoModelDir();
         const auto ck = model::Checkpoint::load(dir.toStdString());
         const auto h = transforms::blockHadamard(ck.config().intermediateSize, 32, 0);
         const auto w = model::loadWeights(ck, at::kDouble);
@@ -183,8 +182,7 @@ private slots:
     }
 
     void badShapesThrow() {
-        const QString dir = test::dataDir() + "/models/stories260K-hf";
-        if (!QFile::exists(dir + "/config.json")) LATMIX_DATA_SKIP(qPrintable("no model at " + dir + " (set LATMIX_DATA_DIR)"));
+        const QString dir = test::demoModelDir();
         const auto ck = model::Checkpoint::load(dir.toStdString());
         const auto w = model::loadWeights(ck, at::kDouble);
         const auto eye = at::eye(ck.config().hiddenSize + 1, at::kDouble);
