@@ -13,6 +13,7 @@
 #include "train/ModelTransforms.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
