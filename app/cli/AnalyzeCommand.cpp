@@ -3,6 +3,7 @@
 // deviation, off-block norm and the block-size sweep for each point × transform (SPEC §3).
 #include "cli/CliProgress.h"
 #include "cli/Commands.h"
+#include "util/AtomicFile.h"
 #include "util/DataPath.h"
 
 #include "eval/Perplexity.h"
@@ -92,7 +93,7 @@ train::PointActivations loadActivations(const AnalyzeOptions& o, run::Attributes
     attrs.insert({{"model", o.model}, {"calibration", calib}, {"samples", std::to_string(o.samples)},
                   {"seqlen", std::to_string(o.seqLen)}, {"dtype", o.dtype}});
     CliProgress progress("capture");
-    return run::captureModelActivations({o.model, eval::readTextFile(calib), o.points, o.samples, o.seqLen, o.seed,
+    return run::captureModelActivations({o.model, util::readTextFile(calib, "calibration text"), o.points, o.samples, o.seqLen, o.seed,
                                          o.maxRows, model::parseDtype(o.dtype), o.device},
                                         progress);
 }

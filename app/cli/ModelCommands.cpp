@@ -1,6 +1,7 @@
 // latmix eval / capture / demo-model / import-llama2c: checkpoints, perplexity, activations.
 #include "cli/CliProgress.h"
 #include "cli/Commands.h"
+#include "util/AtomicFile.h"
 #include "util/DataPath.h"
 
 #include "eval/ActivationCapture.h"
@@ -62,7 +63,7 @@ int runEval(const EvalOptions& o) {
     const auto tok = tokenizer::Tokenizer::loadFromDir(o.m.model);
     const bool wiki = o.dataset == "wikitext2";
     const std::string path = wiki ? util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split") : o.dataset;
-    const std::string text = wiki ? eval::wikiText2TestText(path) : eval::readTextFile(path);
+    const std::string text = wiki ? eval::wikiText2TestText(path) : util::readTextFile(path, "evaluation text");
     const auto ids = eval::tokenizeForEvaluation(*tok, text);
     CliProgress progress("eval");
     const auto r = eval::evaluatePerplexity(m, ids, {o.seqLen, o.maxWindows}, progress);
@@ -103,7 +104,7 @@ int runCapture(const CaptureCliOptions& o) {
     const auto tok = tokenizer::Tokenizer::loadFromDir(o.m.model);
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
     const std::string calib = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
-    const auto ids = tok->encode(eval::readTextFile(calib), false);
+    const auto ids = tok->encode(util::readTextFile(calib, "calibration text"), false);
     CliProgress progress("capture");
     const auto r = eval::captureActivations(
         m, ids, o.c, o.out,

@@ -1,6 +1,7 @@
 // latmix quantize: a Hugging Face model → a folded, W4A4 MX-quantized run (SPEC §4–§6).
 #include "cli/CliProgress.h"
 #include "cli/Commands.h"
+#include "util/AtomicFile.h"
 #include "util/DataPath.h"
 
 #include "eval/Perplexity.h"
@@ -30,7 +31,7 @@ int runQuantize(QuantizeCli& o) {
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
     o.q.calibSource = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
     if (o.q.evalSeqLen > 0) o.q.evalSource = util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split");
-    const auto ids = run::tokenizeRunInputs(o.model, eval::readTextFile(o.q.calibSource), o.q.evalSource, o.q.seqLen);
+    const auto ids = run::tokenizeRunInputs(o.model, util::readTextFile(o.q.calibSource, "calibration text"), o.q.evalSource, o.q.seqLen);
     CliProgress progress("quantize " + o.q.method);
     const auto r = run::runQuantize(o.model, ids.calibIds, ids.evalIds, o.out, o.q, progress);
 

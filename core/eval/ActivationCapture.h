@@ -28,8 +28,8 @@ struct CaptureResult {
     double seconds = 0;
 };
 
-// Runs the model over model::sampleCalibrationWindows(calibrationIds, samples, seqLen, seed) and streams the activations at the matching points to an
-// HDF5 run file, one window at a time (memory stays bounded). Progress per window; cancel
+// Runs the model over model::sampleCalibrationWindows(calibrationIds, samples, seqLen, seed) and
+// streams the activations at the matching points to an HDF5 run file, one window at a time (memory stays bounded). Progress per window; cancel
 // between windows removes the partial file. attributes go to the file's root (model, config).
 CaptureResult captureActivations(const model::LlamaModel& model, const std::vector<int>& calibrationIds,
                                  const CaptureOptions& options, const std::string& outPath,

@@ -2,6 +2,7 @@
 
 #include "model/LlamaModel.h"
 #include "tokenizer/Tokenizer.h"
+#include "util/AtomicFile.h"
 #include "util/OutOfMemory.h"
 
 #include <ATen/ATen.h>
@@ -15,16 +16,8 @@
 
 namespace latmix::eval {
 
-std::string readTextFile(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot read text file '" + path + "'");
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 std::string wikiText2TestText(const std::string& rawPath) {
-    const std::string raw = readTextFile(rawPath);
+    const std::string raw = util::readTextFile(rawPath, "WikiText-2 test text");
     std::string out;
     out.reserve(raw.size() * 2);
     size_t pos = 0;

@@ -19,9 +19,6 @@ namespace latmix::eval {
 // line of wiki.test.raw keeps its "\n", whitespace-only lines become "", then all are joined.
 std::string wikiText2TestText(const std::string& rawPath);
 
-// Reads a whole text file; throws naming the file.
-std::string readTextFile(const std::string& path);
-
 // Tokenize once, with BOS only if the tokenizer adds one by default (once at the start).
 std::vector<int> tokenizeForEvaluation(const tokenizer::Tokenizer& tok, const std::string& text);
 

@@ -30,9 +30,9 @@
 #include "import/DemoModel.h"
 
 #include "io/SafeTensors.h"
+#include "model/ModelConfig.h"
 #include "model/TensorNames.h"
 #include "util/AtomicFile.h"
-#include "model/ModelConfig.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -40,11 +40,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 #include <utility>
-
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 

@@ -43,10 +43,8 @@ struct SafeTensorsFile::Mapping {
 
 namespace {
 
-using DtypeInfo = SafeTensorsDtype;
-
 // The safetensors dtypes (huggingface/safetensors' Dtype). Those libtorch lacks are kept as bytes.
-const DtypeInfo kDtypes[] = {
+const SafeTensorsDtype kDtypes[] = {
     {"F64", 8, true, at::kDouble},    {"F32", 4, true, at::kFloat},     {"F16", 2, true, at::kHalf},
     {"BF16", 2, true, at::kBFloat16}, {"I64", 8, true, at::kLong},      {"I32", 4, true, at::kInt},
     {"I16", 2, true, at::kShort},     {"I8", 1, true, at::kChar},       {"U8", 1, true, at::kByte},
@@ -54,12 +52,11 @@ const DtypeInfo kDtypes[] = {
     {"U16", 2, false, at::kByte},     {"U32", 4, false, at::kByte},     {"U64", 8, false, at::kByte},
 };
 
-const DtypeInfo* dtypeByName(const std::string& name) { return safeTensorsDtype(name); }
-
-std::string supportedDtypeList() {
+// The names in the table: all of them, or only those libtorch has (what the tensor writer takes).
+std::string dtypeList(bool libtorchOnly) {
     std::string s;
     for (const auto& d : kDtypes) {
-        if (!d.inLibtorch) continue;
+        if (libtorchOnly && !d.inLibtorch) continue;
         if (!s.empty()) s += ", ";
         s += d.name;
     }
@@ -75,7 +72,6 @@ std::string supportedDtypeList() {
 }
 
 const char* kRedownload = "the file is corrupt or truncated; download or export it again";
-
 
 std::uint64_t readU64(const nlohmann::json& v, const std::string& path, const std::string& tensor,
                       const char* field) {
@@ -95,10 +91,10 @@ SafeTensorEntry parseEntry(const std::string& path, const std::string& name, con
     e.name = name;
     if (!v["dtype"].is_string()) failTensor(path, name, "'dtype' is not a string; " + std::string(kRedownload));
     e.dtype = v["dtype"].get<std::string>();
-    const DtypeInfo* dt = dtypeByName(e.dtype);
+    const SafeTensorsDtype* dt = safeTensorsDtype(e.dtype);
     if (!dt)
-        failTensor(path, name, "unknown dtype '" + e.dtype + "' (safetensors defines " + supportedDtypeList() +
-                                   ", U16, U32, U64, F8_E4M3, F8_E5M2); " + kRedownload);
+        failTensor(path, name, "unknown dtype '" + e.dtype + "' (safetensors defines " + dtypeList(false) + "); " +
+                                   kRedownload);
     const auto& shape = v["shape"];
     if (!shape.is_array()) failTensor(path, name, "'shape' is not an array; " + std::string(kRedownload));
     // Element count with overflow check: a hostile header must not wrap around to a small size.
@@ -259,7 +255,7 @@ const SafeTensorEntry& SafeTensorsFile::entry(const std::string& name) const {
 
 at::Tensor SafeTensorsFile::tensor(const std::string& name) const {
     const SafeTensorEntry& e = entry(name);
-    const DtypeInfo* dt = dtypeByName(e.dtype); // validated in open()
+    const SafeTensorsDtype* dt = safeTensorsDtype(e.dtype); // validated in open()
     if (!dt->inLibtorch && dt->itemSize != 1)
         failTensor(m_path, name, "dtype " + e.dtype + " has no libtorch type; read its bytes() instead");
     const auto options = at::TensorOptions().dtype(dt->type).device(at::kCPU);
@@ -309,7 +305,7 @@ void writeSafeTensorsStreamed(const std::string& path, const std::vector<TensorS
     for (const auto& t : specs) {
         if (t.name.empty() || t.name == "__metadata__") fail("invalid tensor name '" + t.name + "'");
         if (!seen.insert(t.name).second) fail("tensor '" + t.name + "' appears twice; names must be unique");
-        const DtypeInfo* d = dtypeByName(t.dtype);
+        const SafeTensorsDtype* d = safeTensorsDtype(t.dtype);
         if (!d) fail("tensor '" + t.name + "': unknown dtype '" + t.dtype + "'");
         std::uint64_t bytes = d->itemSize;
         for (auto n : t.shape) {
@@ -372,11 +368,11 @@ void writeSafeTensors(const std::string& path, const std::vector<std::pair<std::
     for (const auto& [name, t] : tensors) {
         if (!t.defined())
             throw std::runtime_error("writing safetensors file '" + path + "': tensor '" + name + "' is undefined");
-        const DtypeInfo* dt = safeTensorsDtype(t.scalar_type());
+        const SafeTensorsDtype* dt = safeTensorsDtype(t.scalar_type());
         if (!dt)
             throw std::runtime_error("writing safetensors file '" + path + "': tensor '" + name + "' has dtype " +
                                      std::string(c10::toString(t.scalar_type())) +
-                                     ", which safetensors files here cannot hold (supported: " + supportedDtypeList() +
+                                     ", which safetensors files here cannot hold (supported: " + dtypeList(true) +
                                      "); convert it first");
         specs.push_back({name, dt->name, t.sizes().vec()});
     }

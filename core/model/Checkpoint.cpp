@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 
 namespace latmix::model {
 using util::shapeText;
+
 std::vector<std::pair<std::string, std::vector<int64_t>>> requiredTensors(const ModelConfig& c) {
     const int64_t h = c.hiddenSize, inter = c.intermediateSize, hd = c.headDim;
     const int64_t q = int64_t(c.numHeads) * hd, kv = int64_t(c.numKvHeads) * hd;
