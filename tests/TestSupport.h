@@ -7,9 +7,21 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <vector>
 
 namespace latmix::test {
+
+// what() of the exception f throws, or "" when it does not throw.
+inline QString errorOf(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
 
 inline std::uint32_t bitsOf(float f) {
     std::uint32_t b;

@@ -11,8 +11,8 @@
 #include "export/Export.h"
 #include "io/SafeTensors.h"
 #include "run/RunModel.h"
-#include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
+#include "model/ConfigJson.h"
 #include "model/LlamaModel.h"
 #include "mx/MxPack.h"
 #include "util/Job.h"
@@ -47,15 +47,7 @@ QString sourceModel() { return dataDir() + "/models/stories260K-hf"; }
 using test::readFile;
 using test::writeFile;
 
-// what() of the exception f throws, or "" when it does not throw.
-QString errorOf(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
-}
+using test::errorOf;
 
 bool bitsEqual(const at::Tensor& a, const at::Tensor& b) {
     if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
@@ -172,7 +164,10 @@ private slots:
                 QVERIFY2(t.abs().max().item<float>() == 0.0f, name.c_str());
                 ++zeros;
             }
-        QCOMPARE(zeros, v.extraBiases ? 5 * 4 - 1 : 0); // q,k,v,o of 5 layers minus the given one
+        // q,k,v of 5 layers minus the given one; o_proj is a group of its own (latmix.biases).
+        QCOMPARE(zeros, v.extraBiases ? 5 * 3 - 1 : 0);
+        QCOMPARE(j["latmix"]["biases"]["q_k_v"].get<bool>(), v.extraBiases);
+        QCOMPARE(j["latmix"]["biases"]["o_proj"].get<bool>(), false);
 
         // Packed weights: identical bytes, and they unpack to the stored weights.
         QCOMPARE(read.packed.size(), written.packed.size());
@@ -551,11 +546,12 @@ private slots:
         exportRun(runDir.toStdString(), ExportFormat::Hf, m_tmp.filePath("fp8-hf").toStdString(), silentJob());
     }
 
-    // Qwen2 has no o_proj / MLP biases in Hugging Face: written as the equivalent Llama; Qwen3
-    // cannot be rewritten (q/k norms), so MLP biases are an error.
-    void architecturesThatCannotHoldBiases() {
+    // The run model (our format) holds any bias folding creates, in the source architecture, with
+    // the groups stated in latmix.biases; the Hugging Face side relabels Qwen2 as Llama and
+    // refuses Qwen3 MLP biases (q/k norms) naming the way out.
+    void runModelHoldsEveryBiasExportDecides() {
         const model::Checkpoint ck = model::Checkpoint::load(sourceModel().toStdString());
-        auto j = nlohmann::json::parse(readFile(sourceModel().toStdString() + "/config.json"));
+        auto j = nlohmann::ordered_json::parse(readFile(sourceModel().toStdString() + "/config.json"));
         RunModel r;
         r.quant.method = "latmix-lu";
         for (const auto& n : ck.names()) r.tensors[n] = ck.weight(n).clone();
@@ -567,12 +563,25 @@ private slots:
         const QString qwen2 = m_tmp.filePath("qwen2/model");
         writeRunModel(qwen2.toStdString(), r);
         const RunModel back = readRunModel(qwen2.toStdString());
-        const auto c = nlohmann::json::parse(back.configJson);
-        QCOMPARE(c["architectures"][0].get<std::string>(), std::string("LlamaForCausalLM"));
-        QCOMPARE(c["latmix"]["source_architecture"].get<std::string>(), std::string("Qwen2ForCausalLM"));
-        QCOMPARE(c["attention_bias"].get<bool>(), true);
+        auto c = nlohmann::json::parse(back.configJson);
+        QCOMPARE(c["architectures"][0].get<std::string>(), std::string("Qwen2ForCausalLM"));
+        QCOMPARE(c["latmix"]["biases"]["o_proj"].get<bool>(), true);
+        QCOMPARE(c["latmix"]["biases"]["mlp"].get<bool>(), false);
+        QVERIFY(model::Checkpoint::load(qwen2.toStdString()).config().oProjBias);
         QVERIFY(bitsEqual(back.tensors.at("model.layers.0.self_attn.o_proj.bias"), at::ones({64})));
+        // Qwen2's q/k/v always carry biases: zero ones were added; o_proj of the other layers too.
         QCOMPARE(back.tensors.at("model.layers.3.self_attn.k_proj.bias").abs().sum().item<float>(), 0.0f);
+        QCOMPARE(back.tensors.at("model.layers.3.self_attn.o_proj.bias").abs().sum().item<float>(), 0.0f);
+        QVERIFY(!back.tensors.count("model.layers.0.mlp.up_proj.bias"));
+        auto hasIn = [](const RunModel& m) { return [&m](const std::string& n) { return m.tensors.count(n) != 0; }; };
+        {
+            auto hj = nlohmann::ordered_json::parse(back.configJson);
+            hj.erase("latmix");
+            const auto fix = model::fixBiasFlags(hj, hasIn(back), model::BiasTarget::HfRuntime, "qwen2");
+            QCOMPARE(fix.relabeledFrom, std::string("Qwen2ForCausalLM"));
+            QCOMPARE(hj["architectures"][0].get<std::string>(), std::string("LlamaForCausalLM"));
+            QCOMPARE(hj["attention_bias"].get<bool>(), true);
+        }
 
         j["architectures"] = {"Qwen3ForCausalLM"};
         j["model_type"] = "qwen3";
@@ -582,12 +591,20 @@ private slots:
                 r.tensors["model.layers." + std::to_string(i) + ".self_attn." + n + ".weight"] = at::ones({8});
         r.tensors["model.layers.2.mlp.up_proj.bias"] = at::ones({172});
         const QString qwen3 = m_tmp.filePath("qwen3/model");
-        const QString e = errorOf([&] { writeRunModel(qwen3.toStdString(), r); });
-        QVERIFY2(e.contains("model.layers.2.mlp.up_proj.bias") && e.contains("Qwen3"), qPrintable(e));
-        QVERIFY(!QFile::exists(qwen3));
-        r.tensors.erase("model.layers.2.mlp.up_proj.bias");
-        writeRunModel(qwen3.toStdString(), r); // attention biases are fine for Qwen3
-        QVERIFY(readRunModel(qwen3.toStdString()).tensors.count("model.layers.4.self_attn.v_proj.bias"));
+        writeRunModel(qwen3.toStdString(), r);
+        const RunModel back3 = readRunModel(qwen3.toStdString());
+        c = nlohmann::json::parse(back3.configJson);
+        QCOMPARE(c["architectures"][0].get<std::string>(), std::string("Qwen3ForCausalLM"));
+        QCOMPARE(c["latmix"]["biases"]["mlp"].get<bool>(), true);
+        QCOMPARE(c["latmix"]["biases"]["q_k_v"].get<bool>(), false);
+        QVERIFY(model::Checkpoint::load(qwen3.toStdString()).config().mlpBias);
+        QVERIFY(bitsEqual(back3.tensors.at("model.layers.2.mlp.up_proj.bias"), at::ones({172})));
+        QCOMPARE(back3.tensors.at("model.layers.2.mlp.gate_proj.bias").abs().sum().item<float>(), 0.0f);
+        auto hj = nlohmann::ordered_json::parse(back3.configJson);
+        hj.erase("latmix");
+        const QString e = errorOf([&] { model::fixBiasFlags(hj, hasIn(back3), model::BiasTarget::HfRuntime, "qwen3"); });
+        QVERIFY2(e.contains("model.layers.0.mlp.gate_proj.bias") && e.contains("Qwen3") && e.contains("--t1-bias off"),
+                 qPrintable(e));
     }
 
     void verifyFindsTampering() {

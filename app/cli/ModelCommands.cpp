@@ -9,6 +9,7 @@
 #include "model/Checkpoint.h"
 #include "import/DemoModel.h"
 #include "import/Llama2cImport.h"
+#include "import/RandomModel.h"
 #include "model/LlamaModel.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/Runtime.h"
@@ -154,14 +155,34 @@ Runner addCaptureCommand(CLI::App& app) {
 }
 
 Runner addDemoModelCommand(CLI::App& app) {
-    auto dir = std::make_shared<std::string>();
-    auto seed = std::make_shared<std::uint64_t>(0);
-    auto* cmd = app.add_subcommand("demo-model", "write the built-in demo Llama checkpoint (with outlier channels)");
-    cmd->add_option("DIR", *dir, "output folder")->required();
-    cmd->add_option("--seed", *seed, "weight seed")->capture_default_str();
-    return [dir, seed] {
-        importing::writeDemoModel(*dir, *seed);
-        std::printf("wrote demo model to %s (%s)\n", dir->c_str(), describe(model::Checkpoint::load(*dir)).c_str());
+    struct DemoCli {
+        std::string dir, config, dtype = "bfloat16", tokenizer;
+        std::uint64_t seed = 0;
+    };
+    auto o = std::make_shared<DemoCli>();
+    auto* cmd = app.add_subcommand("demo-model",
+                                   "write the built-in demo Llama checkpoint (with outlier channels), or with --config "
+                                   "a random checkpoint of any supported config (dry-run a model's memory and time)");
+    cmd->add_option("DIR", o->dir, "output folder")->required();
+    cmd->add_option("--seed", o->seed, "weight seed")->capture_default_str();
+    cmd->add_option("--config", o->config, "a Hugging Face config.json: random weights of that shape")
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--dtype", o->dtype, "--config: stored dtype, bfloat16 or float32")->capture_default_str();
+    cmd->add_option("--tokenizer", o->tokenizer, "--config: folder whose tokenizer files are copied in");
+    return [o] {
+        if (o->config.empty()) {
+            if (!o->tokenizer.empty()) throw std::invalid_argument("--tokenizer needs --config");
+            importing::writeDemoModel(o->dir, o->seed);
+        } else {
+            importing::RandomModelOptions r;
+            r.dtype = o->dtype;
+            r.tokenizerDir = o->tokenizer;
+            r.seed = o->seed;
+            CliProgress progress("random model");
+            importing::writeRandomModel(model::ModelConfig::fromFile(o->config), o->dir, r, progress);
+        }
+        std::printf("wrote %s model to %s (%s)\n", o->config.empty() ? "demo" : "random", o->dir.c_str(),
+                    describe(model::Checkpoint::load(o->dir)).c_str());
         return 0;
     };
 }

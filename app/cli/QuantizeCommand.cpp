@@ -19,6 +19,8 @@ namespace {
 struct QuantizeCli {
     run::QuantizeOptions q;
     std::string model, format = "mxfp4", scaleMode = "floor", calib, out;
+    std::string t1Bias = "on", t2Bias = "on";
+    bool skipExportCheck = false;
     int block = 0;
 };
 
@@ -28,6 +30,9 @@ int runQuantize(QuantizeCli& o) {
     if (o.block > 0) o.q.format.blockSize = o.block;
     o.q.format.validate();
     if (o.q.steps < 1) throw std::invalid_argument("--steps must be at least 1");
+    o.q.t1Bias = o.t1Bias == "on";
+    o.q.t2Bias = o.t2Bias == "on";
+    o.q.exportCheck = !o.skipExportCheck;
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
     o.q.calibSource = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
     if (o.q.evalSeqLen > 0) o.q.evalSource = util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split");
@@ -104,6 +109,12 @@ Runner addQuantizeCommand(CLI::App& app) {
         ->capture_default_str();
     cmd->add_flag("--offload", o->q.offload,
                   "keep the decoder layers in host memory, one at a time on the device (models larger than its memory)");
+    cmd->add_option("--t1-bias", o->t1Bias, "learned T1 bias v1: on (the paper) or off (v1 = 0; Qwen3 exports need it)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
+    cmd->add_option("--t2-bias", o->t2Bias, "learned T2 bias v2: on or off")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
+    cmd->add_flag("--skip-export-check", o->skipExportCheck,
+                  "run even when no Hugging Face / vLLM runtime could load the folded biases");
     cmd->add_option("--eval-seqlen", o->q.evalSeqLen, "WikiText-2 test perplexity window (0: no evaluation)")
         ->capture_default_str();
     cmd->add_option("--eval-windows", o->q.evalWindows, "evaluation windows (0: all)")->capture_default_str();
@@ -113,7 +124,8 @@ Runner addQuantizeCommand(CLI::App& app) {
         o->q.commandLine = "latmix quantize --model " + o->model + " --method " + o->q.method + " --format " + o->format +
                            " --steps " + std::to_string(o->q.steps) + " --calib-samples " +
                            std::to_string(o->q.calibSamples) + " --seqlen " + std::to_string(o->q.seqLen) + " --seed " +
-                           std::to_string(o->q.seed) + " --out " + o->out;
+                           std::to_string(o->q.seed) + (o->t1Bias == "off" ? " --t1-bias off" : "") +
+                           (o->t2Bias == "off" ? " --t2-bias off" : "") + " --out " + o->out;
         return runQuantize(*o);
     };
 }

@@ -165,7 +165,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
     json j = json::parse(run.configJson);
     j.erase("latmix");
     auto has = [&](const std::string& n) { return run.tensors.count(n) != 0; };
-    const auto fix = model::fixBiasFlags(j, has, /*forHfRuntime=*/true, "run '" + runDir + "' config.json");
+    const auto fix = model::fixBiasFlags(j, has, model::BiasTarget::HfRuntime, "run '" + runDir + "' config.json");
     j["torch_dtype"] = "bfloat16";
     if (!fix.relabeledFrom.empty())
         plan.notes.push_back(fix.relabeledFrom + " cannot hold the biases the folding created; the model is written "

@@ -116,31 +116,29 @@ model::LlamaWeights unfoldT3(const model::LlamaWeights& w, const transforms::Blo
 
 model::ModelConfig foldedConfig(const model::ModelConfig& config, model::LlamaWeights& w) {
     model::ModelConfig c = config;
-    bool attn = false, mlp = false;
+    // The bias groups folding created, stated exactly: q/k/v (any of them makes all three),
+    // o_proj, gate/up/down. The run model holds them for any family (model/ConfigJson.h); which
+    // runtime can load them is the export's question.
+    bool qkv = false, o = false, mlp = false;
     for (const auto& y : w.layers) {
-        attn = attn || y.bq.defined() || y.bk.defined() || y.bv.defined() || y.bo.defined();
+        qkv = qkv || y.bq.defined() || y.bk.defined() || y.bv.defined();
+        o = o || y.bo.defined();
         mlp = mlp || y.bGate.defined() || y.bUp.defined() || y.bDown.defined();
     }
     auto fill = [](at::Tensor& b, const at::Tensor& weight) {
         if (!b.defined()) b = at::zeros({weight.size(0)}, weight.options());
     };
-    if (c.architecture == model::Architecture::Qwen2) {
-        // Qwen2's q/k/v always carry biases, o_proj never: a T2 bias cannot be expressed.
-        for (const auto& y : w.layers)
-            if (y.bo.defined())
-                throw std::invalid_argument("Qwen2 has no o_proj bias: use a T2 without bias for this architecture");
-    } else if (attn) {
-        c.qkvBias = c.oProjBias = true;
-        for (auto& y : w.layers) {
+    c.qkvBias = qkv;
+    c.oProjBias = o;
+    c.mlpBias = mlp;
+    for (auto& y : w.layers) {
+        if (qkv) {
             fill(y.bq, y.wq);
             fill(y.bk, y.wk);
             fill(y.bv, y.wv);
-            fill(y.bo, y.wo);
         }
-    }
-    if (mlp) {
-        c.mlpBias = true;
-        for (auto& y : w.layers) {
+        if (o) fill(y.bo, y.wo);
+        if (mlp) {
             fill(y.bGate, y.wGate);
             fill(y.bUp, y.wUp);
             fill(y.bDown, y.wDown);

@@ -44,9 +44,10 @@ model::LlamaWeights applyT3(const model::LlamaWeights& w, const transforms::Bloc
 // W_down ← W_down T3: undoes applyT3, for runtimes without the online Hadamard (export hf).
 model::LlamaWeights unfoldT3(const model::LlamaWeights& w, const transforms::BlockDiagonal& t3);
 
-// The config of folded weights: bias flags from the tensors present, lm_head untied, lm_head
-// bias. Hugging Face has one flag for q,k,v,o biases and one for gate,up,down: zero biases are
-// added to w where one of a group has a bias and another has none.
+// The config of folded weights: bias groups (q/k/v, o_proj, gate/up/down) exactly as the
+// tensors present make them, for any family (Qwen2 with an o_proj bias, Qwen3 with MLP biases:
+// the run model holds them; the export decides what a runtime can load), lm_head untied, lm_head
+// bias. Zero biases are added to w where one member of a group has a bias and another has none.
 model::ModelConfig foldedConfig(const model::ModelConfig& config, model::LlamaWeights& w);
 
 } // namespace latmix::fold

@@ -257,6 +257,15 @@ ModelConfig ModelConfig::fromJsonText(const std::string& text, const std::string
             if (present(h, "seed")) q.t3Seed = h["seed"].get<std::uint64_t>();
         }
         c.lmHeadBias = getBool(l, "lm_head_bias", false, source);
+        // The run model states its bias groups exactly (ConfigJson.h latmixJson): they override
+        // what the family's Hugging Face fields imply.
+        if (present(l, "biases")) {
+            const auto& b = l["biases"];
+            if (!b.is_object()) fail(source, "latmix.biases must be an object {\"q_k_v\", \"o_proj\", \"mlp\"}");
+            c.qkvBias = getBool(b, "q_k_v", c.qkvBias, source);
+            c.oProjBias = getBool(b, "o_proj", c.oProjBias, source);
+            c.mlpBias = getBool(b, "mlp", c.mlpBias, source);
+        }
         c.latmix = q;
     }
 
@@ -326,8 +335,12 @@ std::string ModelConfig::toJsonText() const {
     if (eosTokenId >= 0) j["eos_token_id"] = eosTokenId;
     else j["eos_token_id"] = nullptr;
     j["torch_dtype"] = torchDtype;
-    if (latmix || lmHeadBias) {
-        j["latmix"] = latmixJson(latmix.value_or(LatmixQuantization{}), lmHeadBias);
+    // Bias groups the family's fields cannot state (Qwen2 o_proj, Qwen3 MLP, q/k/v without o on
+    // Llama) go into latmix.biases, which fromJsonText reads back.
+    const ModelConfig hfView = fromJsonText(j.dump(), "config.json");
+    const bool exact = hfView.qkvBias == qkvBias && hfView.oProjBias == oProjBias && hfView.mlpBias == mlpBias;
+    if (latmix || lmHeadBias || !exact) {
+        j["latmix"] = latmixJson(latmix.value_or(LatmixQuantization{}), *this);
     }
     return j.dump(2) + "\n";
 }
@@ -341,7 +354,7 @@ nlohmann::ordered_json mxConfigJson(const std::optional<mx::MxConfig>& f) {
     return o;
 }
 
-nlohmann::ordered_json latmixJson(const LatmixQuantization& q, bool lmHeadBias) {
+nlohmann::ordered_json latmixJson(const LatmixQuantization& q, const ModelConfig& c) {
     nlohmann::ordered_json l;
     l["method"] = q.method;
     l["weight_format"] = mxConfigJson(q.weightFormat);
@@ -351,7 +364,8 @@ nlohmann::ordered_json latmixJson(const LatmixQuantization& q, bool lmHeadBias) 
                                 {"seed", q.t3Seed}};
     else
         l["t3"] = nullptr;
-    l["lm_head_bias"] = lmHeadBias;
+    l["biases"] = {{"q_k_v", c.qkvBias}, {"o_proj", c.oProjBias}, {"mlp", c.mlpBias}};
+    l["lm_head_bias"] = c.lmHeadBias;
     return l;
 }
 

@@ -9,6 +9,7 @@
 #include "model/TensorNames.h"
 #include "run/RunModel.h"
 #include "tokenizer/Tokenizer.h"
+#include "transforms/LearnedTransforms.h"
 #include "train/ModelTransforms.h"
 #include "util/AtomicFile.h"
 #include "util/OutOfMemory.h"
@@ -139,6 +140,8 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
     spec.seed = o.seed;
     spec.t3Block = 32; // SPEC §4: online block Hadamard of 32 on the down_proj input
     spec.t3Seed = o.seed + 7919;
+    spec.t1Bias = o.t1Bias;
+    spec.t2Bias = o.t2Bias;
     auto transforms = std::make_unique<train::ModelTransforms>(x.c, spec);
     transforms->to(x.device);
     if (x.method.learned) {
@@ -342,6 +345,8 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
     j["calibration"] = {{"source", o.calibSource}, {"samples", o.calibSamples}, {"seqlen", x.seqLen}};
     if (transforms)
         j["transforms"] = {{"t1", x.method.t1Kind}, {"t2", x.method.t2Kind}, {"init", x.method.init},
+                           {"t1_bias", transforms::kindHasBias(x.method.t1Kind) && o.t1Bias},
+                           {"t2_bias", transforms::kindHasBias(x.method.t2Kind) && o.t2Bias},
                            {"block", o.format.blockSize}, {"t3_block", transforms->spec().t3Block},
                            {"t3_seed", transforms->spec().t3Seed}, {"file", "transforms.h5"}};
     if (x.method.learned) {
@@ -373,6 +378,24 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
 
 } // namespace
 
+void checkExportable(const model::ModelConfig& c, const QuantizeOptions& o) {
+    if (!o.exportCheck) return;
+    const MethodSpec& m = methodSpec(o.method);
+    if (!m.transformed) return; // nothing folded: the model keeps the biases it came with
+    // SPEC §4: T1 acts on the residual stream, read by q/k/v, gate/up and lm_head; T2 on the
+    // value head space, read by v (its bias) and o_proj.
+    const bool t1 = transforms::kindHasBias(m.t1Kind) && o.t1Bias;
+    const bool t2 = transforms::kindHasBias(m.t2Kind) && o.t2Bias;
+    const bool qkv = c.qkvBias || t1 || t2, oProj = c.oProjBias || t2, mlp = c.mlpBias || t1;
+    const std::string problem = model::hfBiasProblem(c, qkv, oProj, mlp);
+    if (problem.empty()) return;
+    throw std::invalid_argument(
+        "method " + o.method + " on this " + c.architectureName + " model folds its learned T1 bias into " +
+        "gate_proj/up_proj biases, but " + problem +
+        ": the run could not be exported (hf, compressed-tensors). Use --t1-bias off (the deployable variant: T1 " +
+        "trained with v1 = 0), or --skip-export-check to run anyway (the run model still loads and evaluates here)");
+}
+
 QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& calibIds, const std::vector<int>& evalIds,
                            const std::string& runDir, const QuantizeOptions& o, JobContext& job,
                            std::function<void(const train::DistillStep&)> onStep) {
@@ -382,6 +405,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     if (o.calibSamples < 1 || o.seqLen < 2) throw std::invalid_argument("need at least one calibration window of 2+ tokens");
     const auto ck = model::Checkpoint::load(modelDir);
     const model::ModelConfig& c = ck.config();
+    checkExportable(c, o);
     if (o.trackedLayer < 0 || o.trackedLayer >= c.numLayers)
         throw std::invalid_argument("tracked layer " + std::to_string(o.trackedLayer) + " is not a layer of " + modelDir +
                                     " (0.." + std::to_string(c.numLayers - 1) + ")");

@@ -7,6 +7,7 @@
 //   RUN_DIR/train.h5       training series, state for --resume (learned methods)
 //   RUN_DIR/latmix.json    the run's configuration, seeds, versions, per-layer GPTQ errors,
 //                          perplexities and timings
+#include "model/ModelConfig.h"
 #include "mx/MxFormat.h"
 #include "quant/WeightQuantizer.h"
 #include "train/Distillation.h"
@@ -52,6 +53,13 @@ struct QuantizeOptions {
     // time for folding, GPTQ and evaluation, so a model larger than device memory can be
     // quantized. Training (learned methods) still needs the whole model on the device.
     bool offload = false;
+    // false: the learned T1 / T2 are trained without their bias (v = 0). A T1 bias folds into
+    // q/k/v, gate/up and lm_head biases, a T2 bias into v and o_proj biases (SPEC §4).
+    bool t1Bias = true, t2Bias = true;
+    // Refuse, before any work, a run whose folded biases no Hugging Face / vLLM runtime can load
+    // (Qwen3 with a T1 bias: MLP biases), naming --t1-bias off; false runs it anyway (the run
+    // model still loads and evaluates in this workbench, `latmix export` refuses it).
+    bool exportCheck = true;
     int trackedLayer = 0;        // whose A2 the training reports (metrics, live heatmap)
     // Live matrices during training (see train::DistillOptions::onMatrices).
     std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
@@ -88,6 +96,10 @@ struct RunTokens {
 };
 RunTokens tokenizeRunInputs(const std::string& modelDir, const std::string& calibText, const std::string& wikiTestPath,
                             int seqLen);
+
+// Stage 0, before any work: throws std::invalid_argument when options.exportCheck is set and
+// the run's folded biases could not be exported for Hugging Face / vLLM runtimes (see above).
+void checkExportable(const model::ModelConfig& config, const QuantizeOptions& options);
 
 // calibIds: tokenized calibration text (never the evaluation split); evalIds: tokenized
 // WikiText-2 test (SPEC §7) or empty. Progress: training, then quantization layer by layer,

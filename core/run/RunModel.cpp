@@ -75,12 +75,6 @@ void checkPacked(const std::string& prefix, const mx::PackedTensor& p, const at:
     }
 }
 
-nlohmann::ordered_json latmixObject(const model::LatmixQuantization& q, bool lmHeadBias, const std::string& relabeledFrom) {
-    nlohmann::ordered_json l = model::latmixJson(q, lmHeadBias);
-    if (!relabeledFrom.empty()) l["source_architecture"] = relabeledFrom;
-    return l;
-}
-
 } // namespace
 
 transforms::BlockDiagonal t3Transform(const model::LatmixQuantization& q, std::int64_t n) {
@@ -114,9 +108,14 @@ void writeRunModel(const std::string& dir, const RunModel& run, const std::strin
     if (q.t3Block < 0) throw std::runtime_error(where + ": online Hadamard block must be >= 0");
 
     auto has = [&](const std::string& n) { return run.tensors.count(n) != 0; };
-    const auto fixup = model::fixBiasFlags(j, has, /*forHfRuntime=*/false, where);
+    const auto fixup = model::fixBiasFlags(j, has, model::BiasTarget::RunModel, where);
     j["torch_dtype"] = "float32";
-    j["latmix"] = latmixObject(q, has(names::kLmHeadBias), fixup.relabeledFrom);
+    model::ModelConfig biases;
+    biases.qkvBias = fixup.qkvBias;
+    biases.oProjBias = fixup.oProjBias;
+    biases.mlpBias = fixup.mlpBias;
+    biases.lmHeadBias = has(names::kLmHeadBias);
+    j["latmix"] = model::latmixJson(q, biases);
     const std::string configText = j.dump(2) + "\n";
     const model::ModelConfig c = model::ModelConfig::fromJsonText(configText, where + " (config.json)");
 
@@ -147,8 +146,8 @@ void writeRunModel(const std::string& dir, const RunModel& run, const std::strin
     for (const auto& [name, t] : run.tensors)
         if (!expected.count(name))
             throw std::runtime_error(where + ": tensor '" + name + "' is not part of a " + c.architectureName +
-                                     " model with this config (attention_bias " +
-                                     (c.qkvBias || c.oProjBias ? "true" : "false") + ", mlp_bias " +
+                                     " model with this config (q/k/v bias " + (c.qkvBias ? "true" : "false") +
+                                     ", o_proj bias " + (c.oProjBias ? "true" : "false") + ", mlp bias " +
                                      (c.mlpBias ? "true" : "false") + ", tie_word_embeddings " +
                                      (c.tieWordEmbeddings ? "true" : "false") + "); remove it or fix the config");
 

@@ -63,10 +63,10 @@ struct RunModel {
 // of the wrong shape for the config, packed weights that do not unpack to their float32 weight
 // bit for bit, packed formats that differ from quant.weightFormat. tokenizerSourceDir: folder
 // whose tokenizer files are copied ("" = none).
-// A Qwen2 model whose o_proj or MLP gets a bias (folded transforms) cannot be expressed as
-// Qwen2ForCausalLM (its o_proj and MLP are bias-free); it is written as the equivalent
-// LlamaForCausalLM with attention_bias / mlp_bias ("latmix"."source_architecture" keeps the
-// original name). A Qwen3 model with MLP biases is rejected with an error naming the tensor.
+// The config keeps the source architecture and states the bias groups exactly in
+// "latmix"."biases" (model/ConfigJson.h), so any family holds any bias folding creates (Qwen2
+// with an o_proj bias, Qwen3 with MLP biases); what a Hugging Face runtime can load is decided
+// by the export (export/Export.h).
 void writeRunModel(const std::string& dir, const RunModel& run, const std::string& tokenizerSourceDir = "");
 
 // Reads and validates dir: missing config.json / model.safetensors / quantized.safetensors, a

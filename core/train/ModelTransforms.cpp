@@ -13,7 +13,7 @@ namespace latmix::train {
 namespace {
 
 std::unique_ptr<transforms::AffineTransform> build(const std::string& kind, std::int64_t dim, const TransformSpec& s,
-                                                   std::uint64_t seed) {
+                                                   std::uint64_t seed, bool bias) {
     if (kind == "none" || kind.empty()) return nullptr;
     transforms::TransformOptions o;
     o.blockSize = std::min<std::int64_t>(s.blockSize, dim);
@@ -21,6 +21,7 @@ std::unique_ptr<transforms::AffineTransform> build(const std::string& kind, std:
     o.init = s.init;
     o.noiseStd = s.noiseStd;
     o.dtype = at::kFloat;
+    o.bias = bias;
     return transforms::makeTransform(kind, dim, o);
 }
 
@@ -32,8 +33,9 @@ fold::AffineMatrices matricesOf(const transforms::AffineTransform* t) {
 } // namespace
 
 ModelTransforms::ModelTransforms(const model::ModelConfig& c, TransformSpec spec) : m_spec(std::move(spec)) {
-    m_t1 = build(m_spec.t1Kind, c.hiddenSize, m_spec, m_spec.seed);
-    for (int l = 0; l < c.numLayers; ++l) m_t2.push_back(build(m_spec.t2Kind, c.headDim, m_spec, m_spec.seed + 1 + l));
+    m_t1 = build(m_spec.t1Kind, c.hiddenSize, m_spec, m_spec.seed, m_spec.t1Bias);
+    for (int l = 0; l < c.numLayers; ++l)
+        m_t2.push_back(build(m_spec.t2Kind, c.headDim, m_spec, m_spec.seed + 1 + l, m_spec.t2Bias));
     if (m_spec.t3Block > 0) {
         m_t3 = transforms::blockHadamard(c.intermediateSize, m_spec.t3Block, m_spec.t3Seed);
     }
@@ -108,6 +110,8 @@ void ModelTransforms::save(const std::string& path, const std::map<std::string, 
     a["t3_block"] = std::to_string(m_spec.t3Block);
     a["t3_seed"] = std::to_string(m_spec.t3Seed);
     a["t3_point"] = "mlp.down_proj.input";
+    a["t1_bias"] = m_spec.t1Bias ? "1" : "0";
+    a["t2_bias"] = m_spec.t2Bias ? "1" : "0";
     io::writeTensorFile(path, t, a);
 }
 
@@ -127,6 +131,9 @@ TransformSpec ModelTransforms::readSpec(const std::string& path) {
     s.seed = std::stoull(get("seed"));
     s.t3Block = std::stoi(get("t3_block"));
     s.t3Seed = std::stoull(get("t3_seed"));
+    // Files written before the bias switch existed have their kinds' default (with bias).
+    s.t1Bias = f.attributes.count("t1_bias") == 0 || f.attributes.at("t1_bias") != "0";
+    s.t2Bias = f.attributes.count("t2_bias") == 0 || f.attributes.at("t2_bias") != "0";
     return s;
 }
 

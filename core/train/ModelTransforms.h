@@ -23,6 +23,9 @@ struct TransformSpec {
     double noiseStd = 1e-3;
     int blockSize = 32;                       // block-* kinds and block initialisations
     std::uint64_t seed = 0;                   // T1 gets seed, T2 of layer l seed + 1 + l
+    // false: a kind with a learned bias is built without it (transforms::TransformOptions::bias).
+    // A T1 bias folds into q/k/v, gate/up and lm_head biases, a T2 bias into v and o_proj biases.
+    bool t1Bias = true, t2Bias = true;
     int t3Block = 32;                         // 0: no T3
     std::uint64_t t3Seed = 0;
 };

@@ -43,6 +43,10 @@ std::vector<std::string> initKinds() {
 
 bool isLearnedKind(const std::string& kind) { return kind.rfind("learned-", 0) == 0 && contains(transformKinds(), kind); }
 
+bool kindHasBias(const std::string& kind) {
+    return kind == "learned-rotation-bias" || kind == "learned-affine-lu" || kind == "learned-affine-qr";
+}
+
 std::string resolveInit(const std::string& kind, const std::string& init) {
     if (init != "default") return init;
     // Paper, Appendix "Training details": block-diagonal (B = 32) random Hadamard for LU, random
@@ -103,10 +107,10 @@ std::unique_ptr<AffineTransform> makeTransform(const std::string& kind, std::int
     std::string note;
     const auto a0 = initialMatrix(init, dim, o.blockSize, o.seed, o.noiseStd, &note);
     if (kind == "learned-rotation") return std::make_unique<QrTransform>(a0, true, false, o.dtype, kind, note);
-    if (kind == "learned-rotation-bias") return std::make_unique<QrTransform>(a0, true, true, o.dtype, kind, note);
+    if (kind == "learned-rotation-bias") return std::make_unique<QrTransform>(a0, true, o.bias, o.dtype, kind, note);
     if (kind == "learned-invertible") return std::make_unique<LuTransform>(a0, false, o.dtype, kind, note);
-    if (kind == "learned-affine-lu") return std::make_unique<LuTransform>(a0, true, o.dtype, kind, note);
-    return std::make_unique<QrTransform>(a0, false, true, o.dtype, kind, note); // learned-affine-qr
+    if (kind == "learned-affine-lu") return std::make_unique<LuTransform>(a0, o.bias, o.dtype, kind, note);
+    return std::make_unique<QrTransform>(a0, false, o.bias, o.dtype, kind, note); // learned-affine-qr
 }
 
 } // namespace latmix::transforms

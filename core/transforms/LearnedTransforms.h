@@ -35,6 +35,9 @@ struct TransformOptions {
     std::string init = "default";       // one of initKinds(), learned kinds only
     double noiseStd = 1e-3;             // "+noise" initialisations
     at::ScalarType dtype = at::kFloat;  // float32 or float64 (matrix / parameters)
+    // false: a kind with a learned bias is built without it (v = 0 throughout): the deployable
+    // variant for runtimes that cannot hold the biases its folding creates (Qwen3's MLP).
+    bool bias = true;
 };
 
 std::vector<std::string> transformKinds(); // the ten kinds above, in that order
@@ -47,6 +50,8 @@ std::unique_ptr<AffineTransform> makeTransform(const std::string& kind, std::int
 
 // Whether kind is a learned kind (has parameters()).
 bool isLearnedKind(const std::string& kind);
+// Whether kind carries a learned bias v (learned-rotation-bias, learned-affine-lu/-qr).
+bool kindHasBias(const std::string& kind);
 
 // The initial matrix A0 (float64, [dim, dim]) of an initialisation; "default" must have been
 // resolved (resolveInit). *note receives the remainder note of block-diagonal inits.

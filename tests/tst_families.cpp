@@ -1,0 +1,245 @@
+// Every architecture the workbench reads (Llama, Mistral, Qwen2, Qwen3) through the paper's
+// methods end to end on small random checkpoints of that family (import/RandomModel, the demo
+// model's tokenizer): the run completes with the biases its folding creates, reloads and gives
+// its own W4A4 perplexity again, and exports. The Hugging Face export, reloaded (bf16, T3 folded
+// back into W_down, Qwen2 with an o_proj bias and Mistral with biases relabeled as Llama), computes the run's
+// weight-only model: an independent path through config, bias flags and tensors. Qwen3 with a
+// T1 bias (MLP biases, which no Hugging Face / vLLM Qwen3 can hold) is refused before any work,
+// runs with --t1-bias off, and with the check skipped still completes here while the export
+// refuses it naming the way out.
+#include "TestSupport.h"
+
+#include "eval/Perplexity.h"
+#include "export/Export.h"
+#include "import/RandomModel.h"
+#include "model/Checkpoint.h"
+#include "model/LlamaModel.h"
+#include "run/QuantizeRun.h"
+#include "run/RunModel.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <random>
+
+#include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
+#include <QDir>
+#include <QFile>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace latmix;
+
+namespace {
+
+std::vector<int> randomIds(int n, int vocab, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<int> ids(static_cast<size_t>(n));
+    for (auto& t : ids) t = static_cast<int>(rng() % static_cast<std::uint64_t>(vocab));
+    return ids;
+}
+
+// A small config of the family: the shapes the transforms need (hidden and head_dim multiples of
+// the MX block, intermediate of the T3 block), GQA, and each family's own features.
+model::ModelConfig familyConfig(const QString& family) {
+    const std::map<QString, std::pair<const char*, const char*>> names = {
+        {"llama", {"LlamaForCausalLM", "llama"}},
+        {"mistral", {"MistralForCausalLM", "mistral"}},
+        {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
+        {"qwen3", {"Qwen3ForCausalLM", "qwen3"}}};
+    const auto& n = names.at(family);
+    std::string extra;
+    if (family == "qwen3") extra = R"(, "tie_word_embeddings": true, "attention_bias": false)";
+    if (family == "llama") extra = R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 64})";
+    const std::string text = std::string(R"({"architectures": [")") + n.first + R"("], "model_type": ")" + n.second +
+                             R"(", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300,
+        "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
+        "bos_token_id": 1, "eos_token_id": 2)" + extra + "}";
+    return model::ModelConfig::fromJsonText(text, family.toStdString());
+}
+
+run::QuantizeOptions options(const QString& method) {
+    run::QuantizeOptions o;
+    o.method = method.toStdString();
+    o.format = mx::makeConfig(mx::Format::MxFp4);
+    o.steps = 3;
+    o.batch = 2;
+    o.lr = 1e-2; // a few large steps: the learned biases move well away from 0
+    o.warmupSteps = 0;
+    o.metricsEvery = 0;
+    o.calibSamples = 4;
+    o.seqLen = 32;
+    o.seed = 3;
+    o.device = "cpu";
+    o.evalSeqLen = 64;
+    o.evalWindows = 2;
+    return o;
+}
+
+double perplexity(const model::LlamaModel& m, const std::vector<int>& ids, const run::QuantizeOptions& o) {
+    eval::PerplexityOptions p;
+    p.seqLen = o.evalSeqLen;
+    p.maxWindows = o.evalWindows;
+    return eval::evaluatePerplexity(m, ids, p).perplexity;
+}
+
+double maxAbs(const model::Checkpoint& ck, const std::string& name) {
+    return ck.weight(name).abs().max().item<double>();
+}
+
+} // namespace
+
+class TestFamilies : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_tmp;
+
+    QString modelOf(const QString& family) {
+        const QString dir = m_tmp.filePath("models/" + family);
+        if (!QFile::exists(dir + "/config.json")) {
+            importing::RandomModelOptions r;
+            r.dtype = "float32";
+            r.tokenizerDir = test::demoModelDir().toStdString();
+            r.seed = 11;
+            importing::writeRandomModel(familyConfig(family), dir.toStdString(), r);
+        }
+        return dir;
+    }
+
+private slots:
+    void initTestCase() { QVERIFY(m_tmp.isValid()); }
+
+    void everyFamilyCompletesAndExports_data() {
+        QTest::addColumn<QString>("family");
+        QTest::addColumn<QString>("method");
+        QTest::addColumn<bool>("t1Bias");
+        for (const char* f : {"llama", "mistral", "qwen2", "qwen3"})
+            for (const char* m : {"latmix-lu", "latmix-qr", "mr-gptq"}) {
+                // Qwen3 with LATMiX needs the deployable T1 (no bias) to export (see below).
+                const bool t1Bias = !(QString(f) == "qwen3" && QString(m).startsWith("latmix"));
+                QTest::addRow("%s %s", f, m) << f << m << t1Bias;
+            }
+    }
+    void everyFamilyCompletesAndExports() {
+        QFETCH(QString, family);
+        QFETCH(QString, method);
+        QFETCH(bool, t1Bias);
+        const QString model = modelOf(family);
+        const QString runDir = m_tmp.filePath("runs/" + family + "-" + method);
+        auto o = options(method);
+        o.t1Bias = t1Bias;
+        const auto calib = randomIds(2000, 300, 1), evalIds = randomIds(400, 300, 2);
+        const auto r = run::runQuantize(model.toStdString(), calib, evalIds, runDir.toStdString(), o);
+        QCOMPARE(int(r.linears.size()), 2 * 7);
+        QVERIFY(std::isfinite(r.quantizedPerplexity) && r.quantizedPerplexity > 1);
+
+        // The run model keeps the family and the biases folding created.
+        const auto ck = model::Checkpoint::load((runDir + "/model").toStdString());
+        const auto& c = ck.config();
+        QCOMPARE(c.architecture, familyConfig(family).architecture);
+        const bool learned = method.startsWith("latmix");
+        QCOMPARE(c.qkvBias, learned || family == "qwen2");   // T2's v bias (and T1's) reach q/k/v
+        QCOMPARE(c.oProjBias, learned);                      // T2 bias: o_proj, any family
+        QCOMPARE(c.mlpBias, learned && t1Bias);              // T1 bias: gate/up
+        QCOMPARE(c.lmHeadBias, learned && t1Bias);
+        if (learned) QVERIFY(maxAbs(ck, "model.layers.1.self_attn.o_proj.bias") > 1e-4);
+        if (learned && t1Bias) QVERIFY(maxAbs(ck, "model.layers.0.mlp.up_proj.bias") > 1e-4);
+
+        // Reloaded, it gives its own W4A4 and weight-only perplexities again.
+        QCOMPARE(perplexity(model::LlamaModel(ck, at::kFloat), evalIds, o), r.quantizedPerplexity);
+        const double weightOnly = perplexity(model::LlamaModel(ck, at::kFloat, c10::kCPU, false), evalIds, o);
+        QCOMPARE(weightOnly, r.weightOnlyPerplexity);
+
+        // Both exports; the Hugging Face one computes the run's weight-only model (bf16 weights).
+        const QString hf = m_tmp.filePath("exports/" + family + "-" + method + "-hf");
+        exportRun(runDir.toStdString(), exporting::ExportFormat::Hf, hf.toStdString(), silentJob());
+        exporting::verifyExport(hf.toStdString(), runDir.toStdString());
+        const QString ct = m_tmp.filePath("exports/" + family + "-" + method + "-ct");
+        exportRun(runDir.toStdString(), exporting::ExportFormat::CompressedTensors, ct.toStdString(), silentJob());
+        exporting::verifyExport(ct.toStdString(), runDir.toStdString());
+        const auto hck = model::Checkpoint::load(hf.toStdString());
+        // Classes without flags for the biases load them as the equivalent Llama: Qwen2 with an
+        // o_proj bias, Mistral with any (MistralForCausalLM ignores attention_bias / mlp_bias).
+        const bool relabeled = (family == "qwen2" && c.oProjBias) || (family == "mistral" && c.qkvBias);
+        QCOMPARE(hck.config().architectureName,
+                 std::string(relabeled ? "LlamaForCausalLM" : familyConfig(family).architectureName));
+        QVERIFY(!hck.config().latmix.has_value());
+        const double exported = perplexity(model::LlamaModel(hck, at::kFloat, c10::kCPU, false), evalIds, o);
+        // bf16 weights (relative rounding 2^-9) on a near-uniform random model: a few 1e-3.
+        QVERIFY2(std::abs(exported / weightOnly - 1) < 5e-3,
+                 qPrintable(QString("export %1 vs run weight-only %2").arg(exported).arg(weightOnly)));
+    }
+
+    // Qwen3 + a T1 bias: refused before any work by default; with the check skipped the run
+    // completes (the run model holds the MLP biases) and the export names the way out.
+    void qwen3T1BiasIsCheckedBeforeWork() {
+        const QString model = modelOf("qwen3");
+        const QString runDir = m_tmp.filePath("runs/qwen3-t1bias");
+        auto o = options("latmix-lu");
+        const auto calib = randomIds(2000, 300, 1), evalIds = randomIds(400, 300, 2);
+        QString e = test::errorOf([&] { run::runQuantize(model.toStdString(), calib, evalIds, runDir.toStdString(), o); });
+        QVERIFY2(e.contains("--t1-bias off") && e.contains("Qwen3") && e.contains("--skip-export-check"), qPrintable(e));
+        QVERIFY(!QFile::exists(runDir)); // refused before the run folder was made
+
+        o.exportCheck = false;
+        const auto r = run::runQuantize(model.toStdString(), calib, evalIds, runDir.toStdString(), o);
+        const auto ck = model::Checkpoint::load((runDir + "/model").toStdString());
+        QVERIFY(ck.config().mlpBias);
+        QVERIFY(maxAbs(ck, "model.layers.0.mlp.gate_proj.bias") > 1e-4);
+        QCOMPARE(perplexity(model::LlamaModel(ck, at::kFloat), evalIds, o), r.quantizedPerplexity);
+        const QString out = m_tmp.filePath("exports/qwen3-t1bias");
+        e = test::errorOf([&] { exportRun(runDir.toStdString(), exporting::ExportFormat::Hf, out.toStdString(), silentJob()); });
+        QVERIFY2(e.contains("mlp.gate_proj.bias") && e.contains("--t1-bias off"), qPrintable(e));
+        QVERIFY(!QFile::exists(out));
+    }
+
+    // The random checkpoint itself: its config reads back, weights have the stated dtype and the
+    // initialisation's standard deviation, norms are 1, and the same seed gives the same bytes.
+    void randomModelOfAnyConfig_data() {
+        QTest::addColumn<QString>("family");
+        QTest::addColumn<QString>("dtype");
+        QTest::newRow("qwen3 bf16") << "qwen3" << "bfloat16";
+        QTest::newRow("qwen2 f32") << "qwen2" << "float32";
+        QTest::newRow("llama bf16") << "llama" << "bfloat16";
+    }
+    void randomModelOfAnyConfig() {
+        QFETCH(QString, family);
+        QFETCH(QString, dtype);
+        const QString a = m_tmp.filePath("random/" + family + dtype + "-a"), b = m_tmp.filePath("random/" + family + dtype + "-b");
+        importing::RandomModelOptions r;
+        r.dtype = dtype.toStdString();
+        r.tokenizerDir = test::demoModelDir().toStdString();
+        importing::writeRandomModel(familyConfig(family), a.toStdString(), r);
+        importing::writeRandomModel(familyConfig(family), b.toStdString(), r);
+        QVERIFY(QFile::exists(a + "/tokenizer.json"));
+        QFile fa(a + "/model.safetensors"), fb(b + "/model.safetensors");
+        QVERIFY(fa.open(QIODevice::ReadOnly) && fb.open(QIODevice::ReadOnly));
+        QVERIFY(fa.readAll() == fb.readAll());
+        const auto ck = model::Checkpoint::load(a.toStdString());
+        const auto want = familyConfig(family);
+        QCOMPARE(ck.config().hiddenSize, want.hiddenSize);
+        QCOMPARE(ck.config().qkNorm, want.qkNorm);
+        QCOMPARE(ck.config().qkvBias, want.qkvBias);
+        QCOMPARE(ck.config().tieWordEmbeddings, want.tieWordEmbeddings);
+        QCOMPARE(ck.config().torchDtype, dtype.toStdString());
+        const at::Tensor w = ck.weight("model.layers.1.mlp.up_proj.weight");
+        QCOMPARE(w.scalar_type(), dtype == "bfloat16" ? at::kBFloat16 : at::kFloat);
+        const double std = w.to(at::kDouble).std().item<double>();
+        QVERIFY2(std::abs(std / 0.02 - 1) < 0.02, qPrintable(QString::number(std)));
+        QVERIFY(w.to(at::kFloat).abs().max().item<float>() <= float(0.02 * std::sqrt(3.0) * 1.01));
+        QVERIFY(at::equal(ck.weight("model.norm.weight").to(at::kFloat), at::ones({want.hiddenSize})));
+        if (want.qkNorm)
+            QVERIFY(at::equal(ck.weight("model.layers.0.self_attn.q_norm.weight").to(at::kFloat), at::ones({want.headDim})));
+        // A tokenizer larger than the vocabulary is refused, naming both sizes; nothing is left.
+        auto small = familyConfig(family);
+        small.vocabSize = 100;
+        const QString c = m_tmp.filePath("random/" + family + dtype + "-small");
+        const QString e = test::errorOf([&] { importing::writeRandomModel(small, c.toStdString(), r); });
+        QVERIFY2(e.contains("300 tokens") && e.contains("vocab_size 100"), qPrintable(e));
+        QVERIFY(!QFile::exists(c));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestFamilies)
+#include "tst_families.moc"
