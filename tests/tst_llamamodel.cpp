@@ -10,7 +10,9 @@
 #include "model/LlamaModel.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <QDir>
+#include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -115,6 +117,9 @@ private slots:
         QTest::newRow("qwen2 q/k/v bias") << "synthetic-qwen2" << 80;
         QTest::newRow("qwen3 q/k norm") << "synthetic-qwen3" << 80;
         QTest::newRow("llama3 rope scaling") << "synthetic-llama3" << 300;
+        // Longer than 512 tokens: attention runs over blocks of 256 queries (the last one partial).
+        QTest::newRow("qwen2 blocked attention") << "synthetic-qwen2" << 700;
+        QTest::newRow("qwen3 blocked attention") << "synthetic-qwen3" << 1100;
     }
     void matchesFloat64Reference() {
         QFETCH(QString, model);
@@ -132,6 +137,54 @@ private slots:
         const double err = relativeError(got, want);
         qInfo("%s: max |logit error| / max |logit| = %.3g", qPrintable(model), err);
         QVERIFY2(err < 1e-5, qPrintable(QString("relative error %1").arg(err)));
+    }
+
+    // The perplexity path never forms [T, vocab] logits: nextTokenNll over vocabulary chunks (a
+    // running log-sum-exp) against log_softmax of the float64 reference's logits, for chunks
+    // that divide the vocabulary unevenly, one row and the whole vocabulary; sequenceNll sums it.
+    void chunkedNllMatchesFullSoftmax_data() {
+        QTest::addColumn<int>("chunk");
+        QTest::newRow("1 row") << 1;
+        QTest::newRow("10 rows (uneven)") << 10;
+        QTest::newRow("whole vocabulary") << 97;
+    }
+    void chunkedNllMatchesFullSoftmax() {
+        QFETCH(int, chunk);
+        const Checkpoint ck = Checkpoint::load(modelDir("synthetic-qwen2").toStdString());
+        const model::LlamaModel m(ck);
+        std::mt19937_64 rng(3);
+        std::vector<int64_t> ids(120);
+        for (auto& t : ids) t = static_cast<int64_t>(rng() % ck.config().vocabSize);
+        const auto tokens = at::tensor(ids, at::kLong).unsqueeze(0);
+        const auto want = -test::ReferenceLlama(ck).logits(ids).log_softmax(-1).narrow(0, 0, 119).gather(
+                              1, tokens.squeeze(0).narrow(0, 1, 119).unsqueeze(1)).squeeze(1); // float64
+        at::NoGradGuard g;
+        const auto h = model::forwardHidden(ck.config(), m.weights(), m.options(), tokens).squeeze(0).narrow(0, 0, 119);
+        const auto got = model::nextTokenNll(ck.config(), m.weights(), h, tokens.squeeze(0).narrow(0, 1, 119), chunk);
+        const double err = (got.to(at::kDouble) - want).abs().max().item<double>();
+        QVERIFY2(err < 1e-4, qPrintable(QString("max |nll error| %1").arg(err)));
+        QVERIFY(std::abs(m.sequenceNll(tokens) / want.sum().item<double>() - 1) < 1e-6);
+    }
+
+    // A bf16 checkpoint evaluated in float32 on the CPU keeps its weights mapped in bf16 and
+    // converts a layer at a time; the logits equal those of the model converted up front, bit
+    // for bit (bf16 -> float32 is exact either way).
+    void storedWeightsConvertPerLayer() {
+        const QString src = modelDir("synthetic-qwen3");
+        const Checkpoint f32 = Checkpoint::load(src.toStdString());
+        const QString dir = m_tmp.filePath("qwen3-bf16");
+        QDir().mkpath(dir);
+        std::vector<std::pair<std::string, at::Tensor>> t;
+        for (const auto& n : f32.names()) t.emplace_back(n, f32.weight(n).to(at::kBFloat16));
+        io::writeSafeTensors((dir + "/model.safetensors").toStdString(), t);
+        QFile::copy(src + "/config.json", dir + "/config.json");
+        const Checkpoint ck = Checkpoint::load(dir.toStdString());
+        const model::LlamaModel stored(ck, at::kFloat);
+        QCOMPARE(stored.weights().layers[1].wUp.scalar_type(), at::kBFloat16); // still the file's
+        QCOMPARE(stored.weights().finalNorm.scalar_type(), at::kFloat);
+        const model::LlamaModel converted(ck.config(), model::loadWeights(ck, at::kFloat));
+        const auto ids = at::arange(40, at::kLong).remainder(ck.config().vocabSize).unsqueeze(0);
+        QVERIFY(at::equal(stored.forward(ids), converted.forward(ids)));
     }
 
     void bfloat16StaysClose() {

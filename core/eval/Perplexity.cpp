@@ -58,11 +58,8 @@ PerplexityResult evaluatePerplexity(const model::LlamaModel& model, const std::v
         const std::string stage = "evaluation window " + std::to_string(w + 1) + "/" + std::to_string(windows);
         nllSum += guardMemory(stage, "evaluate with a shorter window (latmix eval --seqlen, latmix quantize --eval-seqlen) or, in latmix "
                                     "quantize, with --offload (one layer on the device at a time)", [&] {
-            auto window = all.narrow(0, static_cast<int64_t>(w) * r.seqLen, r.seqLen).unsqueeze(0);
-            auto logits = model.forward(window).squeeze(0); // [L, V] float32
-            auto targets = window.squeeze(0).narrow(0, 1, r.seqLen - 1).to(logits.device());
-            auto nll = at::cross_entropy_loss(logits.narrow(0, 0, r.seqLen - 1), targets, {}, at::Reduction::Sum);
-            return nll.to(at::kDouble).item<double>();
+            // Chunked over the vocabulary: never [seqLen, vocab] logits at once (LlamaModel::sequenceNll).
+            return model.sequenceNll(all.narrow(0, static_cast<int64_t>(w) * r.seqLen, r.seqLen).unsqueeze(0));
         });
         r.tokens += r.seqLen - 1;
         job.progress(double(w + 1) / windows, "window " + std::to_string(w + 1) + "/" + std::to_string(windows));

@@ -11,6 +11,8 @@
 #include <torch/version.h> // TORCH_VERSION
 
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <stdexcept>
 
 namespace latmix::model {
@@ -78,10 +80,11 @@ int pointWidth(const ModelConfig& c, PointKind kind) {
     }
 }
 
-LlamaWeights loadWeights(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device device) {
+namespace {
+// Every tensor of the checkpoint, each passed through cv.
+LlamaWeights loadWith(const Checkpoint& ckpt, const std::function<at::Tensor(const at::Tensor&)>& cv) {
     const ModelConfig& c = ckpt.config();
-    const auto opts = at::TensorOptions().dtype(dtype).device(device);
-    auto load = [&](const std::string& name) { return ckpt.weight(name).to(opts); };
+    auto load = [&](const std::string& name) { return cv(ckpt.weight(name)); };
     auto loadIf = [&](bool present, const std::string& name) { return present ? load(name) : at::Tensor(); };
     LlamaWeights w;
     w.embed = load(names::kEmbed);
@@ -112,6 +115,16 @@ LlamaWeights loadWeights(const Checkpoint& ckpt, at::ScalarType dtype, c10::Devi
         w.layers.push_back(std::move(y));
     }
     return w;
+}
+} // namespace
+
+LlamaWeights loadWeights(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device device) {
+    const auto opts = at::TensorOptions().dtype(dtype).device(device);
+    return loadWith(ckpt, [&](const at::Tensor& t) { return t.to(opts); });
+}
+
+LlamaWeights loadStoredWeights(const Checkpoint& ckpt, at::ScalarType dtype) {
+    return loadWith(ckpt, [&](const at::Tensor& t) { return t.dim() >= 2 ? t : t.to(dtype); });
 }
 
 std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& c, const LlamaWeights& w) {
@@ -236,11 +249,23 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, const ForwardO
         k = k.repeat_interleave(H / KV, 1);
         v = v.repeat_interleave(H / KV, 1);
     }
-    auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-    auto causal = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(x.device())).triu(1);
-    scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
-    auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type()); // float32 softmax, as HF
-    auto out = at::matmul(probs, v).transpose(1, 2).reshape({B, T, H * hd});
+    // Causal attention over blocks of queries: block [q0, q0 + n) sees keys [0, q0 + n), so the
+    // scores are [B, H, n, q0 + n] instead of [B, H, T, T] (1.5 GiB in float32 for 32 heads at
+    // T = 2048 before the mask and softmax copies). Each row's softmax is the same as unblocked.
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const int64_t block = T <= 512 ? T : 256;
+    std::vector<at::Tensor> outs;
+    for (int64_t q0 = 0; q0 < T; q0 += block) {
+        const int64_t n = std::min(block, T - q0), keys = q0 + n;
+        auto kb = k.narrow(2, 0, keys), vb = v.narrow(2, 0, keys);
+        auto scores = at::matmul(q.narrow(2, q0, n), kb.transpose(-2, -1)) * scale;
+        auto causal = at::ones({n, keys}, at::TensorOptions().dtype(at::kBool).device(x.device())).triu(q0 + 1);
+        scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
+        auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type()); // float32 softmax, as HF
+        outs.push_back(at::matmul(probs, vb));
+    }
+    auto attn = outs.size() == 1 ? outs.front() : at::cat(outs, 2);
+    auto out = attn.transpose(1, 2).reshape({B, T, H * hd});
     out = atPoint(o, out, layer, PointKind::OProjInput, hook);
     return optionalLinear(out, w.wo, w.bo);
 }
@@ -275,21 +300,61 @@ at::Tensor decoderLayer(const ModelConfig& c, const LayerWeights& w, const Forwa
     return x + mlp(w, o, rmsNorm(x, w.postNorm, c.rmsNormEps), layer, hook);
 }
 
+namespace {
+// t in the dtype and on the device of like (a no-op when it already is).
+at::Tensor as(const at::Tensor& t, const at::Tensor& like) {
+    return t.defined() && (t.scalar_type() != like.scalar_type() || t.device() != like.device()) ? t.to(like.options()) : t;
+}
+} // namespace
+
 at::Tensor lmHead(const ModelConfig& c, const LlamaWeights& w, const at::Tensor& h) {
-    return optionalLinear(rmsNorm(h, w.finalNorm, c.rmsNormEps), w.lmHead, w.lmHeadBias).to(at::kFloat);
+    return optionalLinear(rmsNorm(h, as(w.finalNorm, h), c.rmsNormEps), as(w.lmHead, h), as(w.lmHeadBias, h))
+        .to(at::kFloat);
 }
 
-at::Tensor forwardWith(const ModelConfig& c, const LlamaWeights& w, const ForwardOptions& o, const at::Tensor& tokens,
-                       const ActivationHook& hook) {
-    auto h = embedTokens(c, w, tokens);
-    const auto rope = ropeTables(c, tokens.size(1), w.embed.scalar_type(), w.embed.device());
+at::Tensor forwardHidden(const ModelConfig& c, const LlamaWeights& w, const ForwardOptions& o, const at::Tensor& tokens,
+                         const ActivationHook& hook) {
+    const at::ScalarType dtype = o.dtype.value_or(w.embed.scalar_type());
+    auto h = embedTokens(c, w, tokens).to(dtype); // rows looked up in the stored table, then converted
+    const auto rope = ropeTables(c, tokens.size(1), dtype, w.embed.device());
     for (size_t l = 0; l < w.layers.size(); ++l) {
         const LayerWeights& y = w.layers[l];
         // Offloaded (or differently typed) layers are brought to the hidden state one at a time.
         const bool resident = y.wq.device() == h.device() && y.wq.scalar_type() == h.scalar_type();
         h = decoderLayer(c, resident ? y : convertLayer(y, h.options()), o, h, rope, static_cast<int>(l), hook);
     }
-    return lmHead(c, w, h);
+    return h;
+}
+
+at::Tensor forwardWith(const ModelConfig& c, const LlamaWeights& w, const ForwardOptions& o, const at::Tensor& tokens,
+                       const ActivationHook& hook) {
+    return lmHead(c, w, forwardHidden(c, w, o, tokens, hook));
+}
+
+at::Tensor nextTokenNll(const ModelConfig& c, const LlamaWeights& w, const at::Tensor& hidden, const at::Tensor& targets,
+                        std::int64_t vocabChunk) {
+    if (hidden.dim() != 2 || targets.dim() != 1 || targets.size(0) != hidden.size(0))
+        throw std::invalid_argument("nextTokenNll: hidden must be [N, hidden] and targets [N]");
+    const auto normed = rmsNorm(hidden, as(w.finalNorm, hidden), c.rmsNormEps);
+    const auto tgt = targets.to(hidden.device(), at::kLong);
+    const int64_t N = hidden.size(0), V = w.lmHead.size(0);
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(hidden.device());
+    auto runMax = at::full({N}, -std::numeric_limits<float>::infinity(), f32);
+    auto runSum = at::zeros({N}, f32);
+    auto targetLogit = at::zeros({N}, f32);
+    for (int64_t v0 = 0; v0 < V; v0 += vocabChunk) {
+        const int64_t n = std::min(vocabChunk, V - v0);
+        const auto bias = w.lmHeadBias.defined() ? as(w.lmHeadBias.narrow(0, v0, n), hidden) : at::Tensor();
+        const auto logits = optionalLinear(normed, as(w.lmHead.narrow(0, v0, n), hidden), bias).to(at::kFloat); // [N, n]
+        const auto chunkMax = std::get<0>(logits.max(1));
+        const auto newMax = at::maximum(runMax, chunkMax);
+        runSum = runSum * at::exp(runMax - newMax) + at::exp(logits - newMax.unsqueeze(1)).sum(1);
+        runMax = newMax;
+        const auto inChunk = (tgt >= v0).logical_and(tgt < v0 + n);
+        const auto local = (tgt - v0).clamp(0, n - 1).unsqueeze(1);
+        targetLogit = at::where(inChunk, logits.gather(1, local).squeeze(1), targetLogit);
+    }
+    return runMax + at::log(runSum) - targetLogit;
 }
 
 LlamaModel::LlamaModel(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device device, bool quantizeActivations,
@@ -297,9 +362,14 @@ LlamaModel::LlamaModel(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device
     : m_config(ckpt.config()), m_dtype(dtype), m_device(device) {
     if (dtype != at::kFloat && dtype != at::kBFloat16)
         throw std::invalid_argument("the forward pass runs in float32 or bfloat16");
-    m_w = offload ? offloadLayers(loadWeights(ckpt, dtype, c10::kCPU), at::TensorOptions().dtype(dtype).device(device))
-                  : loadWeights(ckpt, dtype, device);
+    if (offload)
+        m_w = offloadLayers(loadWeights(ckpt, dtype, c10::kCPU), at::TensorOptions().dtype(dtype).device(device));
+    else if (device.is_cpu())
+        m_w = loadStoredWeights(ckpt, dtype); // mapped, converted a layer at a time (forwardHidden)
+    else
+        m_w = loadWeights(ckpt, dtype, device);
     m_options = forwardOptionsFor(m_config, dtype, device, quantizeActivations);
+    m_options.dtype = dtype;
 }
 
 LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, ForwardOptions options)
@@ -315,6 +385,15 @@ LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
 
 at::Tensor LlamaModel::forward(const at::Tensor& tokens, const ActivationHook& hook) const {
     return forwardWith(m_config, m_w, m_options, tokens, hook);
+}
+
+double LlamaModel::sequenceNll(const at::Tensor& tokens) const {
+    if (tokens.dim() != 2 || tokens.size(1) < 2) throw std::invalid_argument("sequenceNll: tokens must be [B, T>=2]");
+    const auto h = forwardHidden(m_config, m_w, m_options, tokens);
+    const int64_t B = tokens.size(0), T = tokens.size(1);
+    const auto hidden = h.narrow(1, 0, T - 1).reshape({B * (T - 1), h.size(2)});
+    const auto targets = tokens.narrow(1, 1, T - 1).reshape({B * (T - 1)});
+    return nextTokenNll(m_config, m_w, hidden, targets).to(at::kDouble).sum().item<double>();
 }
 
 double LlamaModel::forwardFlops(std::int64_t tokens) const {

@@ -51,6 +51,10 @@ struct LlamaWeights {
 // the memory-mapped ones (read-only: clone before editing in place); other dtypes or devices
 // are converted.
 LlamaWeights loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat, c10::Device device = c10::kCPU);
+// The matrices as stored (memory-mapped views in the file's dtype, on the CPU), the vectors
+// (norms, biases) converted to dtype: for a pass that converts one layer at a time
+// (ForwardOptions::dtype), so a model costs its file plus one converted layer.
+LlamaWeights loadStoredWeights(const Checkpoint& checkpoint, at::ScalarType dtype);
 // The same tensors under their Hugging Face names (ties resolved: lm_head.weight written when
 // it is not the embedding itself or when the config does not tie).
 std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& config, const LlamaWeights& w);
@@ -69,6 +73,9 @@ LlamaWeights offloadLayers(const LlamaWeights& w, const at::TensorOptions& compu
 struct ForwardOptions {
     transforms::BlockDiagonal t3; // T3: [intermediate]² block-diagonal orthogonal, or undefined
     std::optional<mx::MxConfig> activationQuant;
+    // The dtype activations are computed in; unset: the embedding table's. Weights stored in
+    // another dtype are converted one layer at a time as the pass reaches them.
+    std::optional<at::ScalarType> dtype;
 };
 
 // The forward options a quantized run's config asks for (its "latmix" object): T3 built from
@@ -88,15 +95,25 @@ at::Tensor embedTokens(const ModelConfig& config, const LlamaWeights& w, const a
 at::Tensor decoderLayer(const ModelConfig& config, const LayerWeights& w, const ForwardOptions& options,
                         const at::Tensor& h, const RopeTables& rope, int layer, const ActivationHook& hook = nullptr);
 at::Tensor lmHead(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& h); // float32 logits
-// Layers whose tensors are on another device or in another dtype than the embeddings are
-// converted one at a time as the pass reaches them (layer-wise offload).
+// The hidden states after the last decoder layer, before the final norm ([B, T, hidden]).
+// Layers whose tensors are on another device or in another dtype than the computation are
+// converted one at a time as the pass reaches them (layer-wise offload, weights kept as stored).
+at::Tensor forwardHidden(const ModelConfig& config, const LlamaWeights& w, const ForwardOptions& options,
+                         const at::Tensor& tokens, const ActivationHook& hook = nullptr);
 at::Tensor forwardWith(const ModelConfig& config, const LlamaWeights& w, const ForwardOptions& options,
                        const at::Tensor& tokens, const ActivationHook& hook = nullptr);
+// -log p(targets[i] | hidden[i]) for hidden [N, hidden] (before the final norm) and int64 targets
+// [N]: float32 [N]. The logits are never formed whole: lm_head is applied vocabChunk rows at a
+// time (converted from its stored dtype chunk by chunk) with a running log-sum-exp, so memory
+// is N x vocabChunk instead of N x vocab.
+at::Tensor nextTokenNll(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& hidden,
+                        const at::Tensor& targets, std::int64_t vocabChunk = 16384);
 
 class LlamaModel {
 public:
-    // Float32 weights on the CPU are used in place (memory-mapped, no copy); other dtypes or
-    // devices are converted once.
+    // On the CPU the weights stay as stored (memory-mapped, no copy) and each decoder layer is
+    // converted to dtype when the pass reaches it, so a bf16 checkpoint evaluated in float32
+    // needs its file plus one float32 layer; on other devices they are converted once.
     // A quantized run's model (config with a "latmix" object) gets its online Hadamard and
     // activation quantization from the config; quantizeActivations = false leaves them out
     // (weight-only evaluation; T3 stays: with exact arithmetic it changes nothing).
@@ -117,6 +134,9 @@ public:
 
     // tokens: int64 [B, T] with T <= max positions. Returns float32 logits [B, T, vocab].
     at::Tensor forward(const at::Tensor& tokens, const ActivationHook& hook = nullptr) const;
+    // Sum over positions t < T-1 of -log p(tokens[b, t+1] | tokens[b, ..t]), float64, without
+    // forming [B, T, vocab] logits (nextTokenNll).
+    double sequenceNll(const at::Tensor& tokens) const;
 
     // FLOPs of one forward pass over T tokens (2 per multiply-add, attention included).
     double forwardFlops(std::int64_t tokens) const;
