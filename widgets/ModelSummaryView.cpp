@@ -241,9 +241,10 @@ void ModelSummaryView::updateMemoryRows() {
                               "activations come on top.").arg(device);
     setField(QStringLiteral("memoryFloat32"),
              tr("%1 on %2").arg(dataSize(f32.bytes), device) + (mapped ? tr(" (mapped)") : QString()),
-             memTip + (mapped ? tr(" Float32 weights are read in place from the memory-mapped file: "
-                                   "no copy is made.") : QString()));
-    setField(QStringLiteral("memoryBFloat16"), tr("%1 on %2").arg(dataSize(bf16.bytes), device), memTip);
+             memTip + (mapped ? tr(" The weights are read in place from the memory-mapped file; when it "
+                                   "holds another dtype, one layer at a time is converted.") : QString()));
+    setField(QStringLiteral("memoryBFloat16"),
+             tr("%1 on %2").arg(dataSize(bf16.bytes), device) + (mapped ? tr(" (mapped)") : QString()), memTip);
 }
 
 void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {

@@ -38,73 +38,91 @@ void checkSquare(const AffineMatrices& t, std::int64_t d, const std::string& wha
 
 } // namespace
 
+void foldLayerNorms(model::LayerWeights& y) {
+    y.wq = scaleColumns(y.wq, y.inputNorm);
+    y.wk = scaleColumns(y.wk, y.inputNorm);
+    y.wv = scaleColumns(y.wv, y.inputNorm);
+    y.wGate = scaleColumns(y.wGate, y.postNorm);
+    y.wUp = scaleColumns(y.wUp, y.postNorm);
+    y.inputNorm = at::ones_like(y.inputNorm);
+    y.postNorm = at::ones_like(y.postNorm);
+}
+
+void foldTopLevelNorm(model::LlamaWeights& w) {
+    w.lmHead = scaleColumns(w.lmHead, w.finalNorm); // a new tensor: untied from the embedding
+    w.finalNorm = at::ones_like(w.finalNorm);
+}
+
 model::LlamaWeights foldNorms(const model::ModelConfig&, const model::LlamaWeights& w) {
     model::LlamaWeights r = w;
-    for (auto& y : r.layers) {
-        y.wq = scaleColumns(y.wq, y.inputNorm);
-        y.wk = scaleColumns(y.wk, y.inputNorm);
-        y.wv = scaleColumns(y.wv, y.inputNorm);
-        y.wGate = scaleColumns(y.wGate, y.postNorm);
-        y.wUp = scaleColumns(y.wUp, y.postNorm);
-        y.inputNorm = at::ones_like(y.inputNorm);
-        y.postNorm = at::ones_like(y.postNorm);
-    }
-    r.lmHead = scaleColumns(w.lmHead, w.finalNorm); // a new tensor: untied from the embedding
-    r.finalNorm = at::ones_like(w.finalNorm);
+    for (auto& y : r.layers) foldLayerNorms(y);
+    foldTopLevelNorm(r);
     return r;
 }
 
-model::LlamaWeights applyT1(const model::ModelConfig& c, const model::LlamaWeights& w, const AffineMatrices& t) {
+void applyT1ToLayer(const model::ModelConfig& c, model::LayerWeights& y, const AffineMatrices& t) {
     checkSquare(t, c.hiddenSize, "T1");
-    model::LlamaWeights r = w;
+    foldInput(y.wq, y.bq, t);
+    foldInput(y.wk, y.bk, t);
+    foldInput(y.wv, y.bv, t);
+    foldInput(y.wGate, y.bGate, t);
+    foldInput(y.wUp, y.bUp, t);
+    foldOutput(y.wo, y.bo, t);
+    foldOutput(y.wDown, y.bDown, t);
+}
+
+void applyT1ToTopLevel(const model::ModelConfig& c, model::LlamaWeights& w, const AffineMatrices& t) {
+    checkSquare(t, c.hiddenSize, "T1");
     // Embedding rows e ↦ A e + v: E Aᵀ + v.
-    r.embed = at::matmul(w.embed, cast(t.a, w.embed).t());
-    if (t.v.defined()) r.embed = r.embed + cast(t.v, w.embed);
-    for (auto& y : r.layers) {
-        foldInput(y.wq, y.bq, t);
-        foldInput(y.wk, y.bk, t);
-        foldInput(y.wv, y.bv, t);
-        foldInput(y.wGate, y.bGate, t);
-        foldInput(y.wUp, y.bUp, t);
-        foldOutput(y.wo, y.bo, t);
-        foldOutput(y.wDown, y.bDown, t);
-    }
-    foldInput(r.lmHead, r.lmHeadBias, t);
+    at::Tensor e = at::matmul(w.embed, cast(t.a, w.embed).t());
+    if (t.v.defined()) e = e + cast(t.v, w.embed);
+    w.embed = e;
+    foldInput(w.lmHead, w.lmHeadBias, t);
+}
+
+model::LlamaWeights applyT1(const model::ModelConfig& c, const model::LlamaWeights& w, const AffineMatrices& t) {
+    model::LlamaWeights r = w;
+    applyT1ToTopLevel(c, r, t);
+    for (auto& y : r.layers) applyT1ToLayer(c, y, t);
     return r;
+}
+
+void applyT2ToLayer(const model::ModelConfig& c, model::LayerWeights& y, const AffineMatrices& t, int layer) {
+    if (!t.defined()) return;
+    const std::int64_t hd = c.headDim, H = c.numHeads, KV = c.numKvHeads, d = c.hiddenSize;
+    checkSquare(t, hd, "T2 of layer " + std::to_string(layer));
+    const auto a = cast(t.a, y.wv), ai = cast(t.aInv, y.wv);
+    // Values of each kv head: rows A2 W_v,h, bias A2 b_v,h + v2.
+    y.wv = at::matmul(a, y.wv.reshape({KV, hd, y.wv.size(1)})).reshape({KV * hd, y.wv.size(1)});
+    if (y.bv.defined()) y.bv = at::matmul(y.bv.reshape({KV, hd}), a.t()).reshape({KV * hd});
+    if (t.v.defined()) {
+        auto v = cast(t.v, y.wv).repeat({KV});
+        y.bv = y.bv.defined() ? y.bv + v : v;
+    }
+    // o_proj input columns per attention head: W_o,h A2⁻¹; bias − W_o blockdiag(A2⁻¹) v2.
+    y.wo = at::matmul(y.wo.reshape({d, H, hd}), ai).reshape({d, H * hd});
+    if (t.v.defined()) {
+        auto shift = at::matmul(y.wo, cast(t.v, y.wo).repeat({H}));
+        y.bo = y.bo.defined() ? y.bo - shift : -shift;
+    }
 }
 
 model::LlamaWeights applyT2(const model::ModelConfig& c, const model::LlamaWeights& w, const std::vector<AffineMatrices>& t2) {
     if (t2.size() != w.layers.size())
         throw std::invalid_argument("T2: " + std::to_string(t2.size()) + " transforms for " + std::to_string(w.layers.size()) +
                                     " layers");
-    const std::int64_t hd = c.headDim, H = c.numHeads, KV = c.numKvHeads, d = c.hiddenSize;
     model::LlamaWeights r = w;
-    for (size_t l = 0; l < t2.size(); ++l) {
-        const AffineMatrices& t = t2[l];
-        if (!t.defined()) continue;
-        checkSquare(t, hd, "T2 of layer " + std::to_string(l));
-        auto& y = r.layers[l];
-        const auto a = cast(t.a, y.wv), ai = cast(t.aInv, y.wv);
-        // Values of each kv head: rows A2 W_v,h, bias A2 b_v,h + v2.
-        y.wv = at::matmul(a, y.wv.reshape({KV, hd, y.wv.size(1)})).reshape({KV * hd, y.wv.size(1)});
-        if (y.bv.defined()) y.bv = at::matmul(y.bv.reshape({KV, hd}), a.t()).reshape({KV * hd});
-        if (t.v.defined()) {
-            auto v = cast(t.v, y.wv).repeat({KV});
-            y.bv = y.bv.defined() ? y.bv + v : v;
-        }
-        // o_proj input columns per attention head: W_o,h A2⁻¹; bias − W_o blockdiag(A2⁻¹) v2.
-        y.wo = at::matmul(y.wo.reshape({d, H, hd}), ai).reshape({d, H * hd});
-        if (t.v.defined()) {
-            auto shift = at::matmul(y.wo, cast(t.v, y.wo).repeat({H}));
-            y.bo = y.bo.defined() ? y.bo - shift : -shift;
-        }
-    }
+    for (size_t l = 0; l < t2.size(); ++l) applyT2ToLayer(c, r.layers[l], t2[l], static_cast<int>(l));
     return r;
+}
+
+void applyT3ToLayer(model::LayerWeights& y, const transforms::BlockDiagonal& t3) {
+    y.wDown = t3.to(y.wDown.options()).apply(y.wDown); // rows of W_down: W T3ᵀ
 }
 
 model::LlamaWeights applyT3(const model::LlamaWeights& w, const transforms::BlockDiagonal& t3) {
     model::LlamaWeights r = w;
-    for (auto& y : r.layers) y.wDown = t3.to(y.wDown.options()).apply(y.wDown); // rows of W_down: W T3ᵀ
+    for (auto& y : r.layers) applyT3ToLayer(y, t3);
     return r;
 }
 

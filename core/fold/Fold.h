@@ -48,6 +48,16 @@ model::LlamaWeights unfoldT3(const model::LlamaWeights& w, const transforms::Blo
 // tensors present make them, for any family (Qwen2 with an o_proj bias, Qwen3 with MLP biases:
 // the run model holds them; the export decides what a runtime can load), lm_head untied, lm_head
 // bias. Zero biases are added to w where one member of a group has a bias and another has none.
+// The same folds a layer or the top-level tensors at a time (embed, final norm, lm_head of a
+// LlamaWeights whose layers are not touched), for folding a model layer by layer without a
+// float64 copy of the whole (run/QuantizeRun). The whole-model functions above are made of these.
+void foldLayerNorms(model::LayerWeights& y);
+void foldTopLevelNorm(model::LlamaWeights& w);
+void applyT1ToLayer(const model::ModelConfig& config, model::LayerWeights& y, const AffineMatrices& t1);
+void applyT1ToTopLevel(const model::ModelConfig& config, model::LlamaWeights& w, const AffineMatrices& t1);
+void applyT2ToLayer(const model::ModelConfig& config, model::LayerWeights& y, const AffineMatrices& t2, int layer);
+void applyT3ToLayer(model::LayerWeights& y, const transforms::BlockDiagonal& t3);
+
 model::ModelConfig foldedConfig(const model::ModelConfig& config, model::LlamaWeights& w);
 
 } // namespace latmix::fold

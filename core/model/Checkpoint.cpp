@@ -194,8 +194,26 @@ std::int64_t Checkpoint::weightBytes() const {
 
 WeightMemory weightMemory(const Checkpoint& ck, at::ScalarType dtype, bool onCpu) {
     WeightMemory m;
-    m.bytes = ck.parameterCount() * static_cast<std::int64_t>(c10::elementSize(dtype));
-    m.mappedInPlace = onCpu && dtype == at::kFloat && ck.config().torchDtype == "float32";
+    const auto item = static_cast<std::int64_t>(c10::elementSize(dtype));
+    if (!onCpu) {
+        m.bytes = ck.parameterCount() * item;
+        return m;
+    }
+    // model::LlamaModel on the CPU: the file's tensors in place, plus one decoder layer converted
+    // when the stored dtype is another (forwardHidden converts a layer at a time).
+    m.mappedInPlace = true;
+    m.bytes = ck.weightBytes();
+    const bool same = (dtype == at::kFloat && ck.config().torchDtype == "float32") ||
+                      (dtype == at::kBFloat16 && ck.config().torchDtype == "bfloat16");
+    if (!same) {
+        const std::string first = names::layerPrefix(0);
+        for (const auto& [name, shape] : requiredTensors(ck.config())) {
+            if (name.rfind(first, 0) != 0) continue;
+            std::int64_t n = 1;
+            for (auto d : shape) n *= d;
+            m.bytes += n * item;
+        }
+    }
     return m;
 }
 

@@ -44,10 +44,10 @@ private:
 // only when the config calls for them.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> requiredTensors(const ModelConfig& config);
 
-// The memory model::LlamaModel takes for a checkpoint's weights in dtype: every stored tensor
-// once (activations come on top, they depend on the batch). Float32 weights stored as float32
-// are used in place on the CPU (mappedInPlace: read from the memory-mapped file, no copy);
-// everything else is converted once into new memory on the device.
+// The memory model::LlamaModel takes for a checkpoint's weights in dtype (activations come on
+// top, they depend on the batch). On the CPU the stored tensors are used in place
+// (mappedInPlace: the memory-mapped file, no copy) plus one decoder layer converted to dtype when
+// the file holds another; on a device every tensor is converted once into new memory.
 struct WeightMemory {
     std::int64_t bytes = 0;
     bool mappedInPlace = false;

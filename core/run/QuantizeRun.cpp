@@ -163,16 +163,18 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
         d.onMatrices = o.onMatrices;
         d.trackedLayer = o.trackedLayer;
         SubJob sub(job, 0.0, 0.7, "training: ");
-        r.training = train::distill(x.c, o.offload ? model::convertWeights(original, x.fopts) : original, calib,
-                                    *transforms, d, sub);
+        // The teacher and student run in float32 on the device: weights kept as stored are
+        // converted here, for the training only.
+        r.training = train::distill(x.c, model::convertWeights(original, x.fopts), calib, *transforms, d, sub);
         r.trainSeconds = since(t0);
     }
     transforms->save((fs::path(x.runDir) / "transforms.h5").string(), {{"method", x.method.name}});
     return transforms;
 }
 
-// Stage 2: γ, T3, T1 and T2 folded into the weights (float64 folding, float32 result); the
-// original weights for the methods without transforms.
+// Stage 2: γ, T3, T1 and T2 folded into the weights, a layer at a time in float64 (one layer's
+// float64 copy alive, never the model's), float32 result; the original weights for the methods
+// without transforms.
 FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, train::ModelTransforms* transforms) {
     FoldedModel f;
     if (!transforms) {
@@ -181,11 +183,29 @@ FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, 
     }
     at::NoGradGuard g;
     if (x.o.offload) transforms->to(x.home); // fold in host memory
-    auto w = fold::foldNorms(x.c, model::convertWeights(original, at::TensorOptions().dtype(at::kDouble).device(x.home)));
-    w = fold::applyT3(w, transforms->t3());
-    w = transforms->fold(x.c, w);
-    f.weights = x.o.offload ? model::offloadLayers(w, x.fopts) : model::convertWeights(w, x.fopts);
-    f.options.t3 = transforms->t3().to(x.fopts);
+    const auto f64 = at::TensorOptions().dtype(at::kDouble).device(x.home);
+    const auto layerHome = x.o.offload ? x.fopts.device(c10::kCPU) : x.fopts;
+    model::LlamaWeights top;
+    top.embed = original.embed.to(f64);
+    top.finalNorm = original.finalNorm.to(f64);
+    top.lmHead = original.lmHead.to(f64);
+    if (original.lmHeadBias.defined()) top.lmHeadBias = original.lmHeadBias.to(f64);
+    fold::foldTopLevelNorm(top);
+    transforms->foldTopLevel(x.c, top);
+    f.weights.embed = top.embed.to(x.fopts);
+    f.weights.finalNorm = top.finalNorm.to(x.fopts);
+    f.weights.lmHead = top.lmHead.to(x.fopts);
+    if (top.lmHeadBias.defined()) f.weights.lmHeadBias = top.lmHeadBias.to(x.fopts);
+    top = {};
+    const auto& t3 = transforms->t3();
+    for (int l = 0; l < x.c.numLayers; ++l) {
+        model::LayerWeights y = model::convertLayer(original.layers[static_cast<size_t>(l)], f64);
+        fold::foldLayerNorms(y);
+        fold::applyT3ToLayer(y, t3);
+        transforms->foldLayer(x.c, y, l);
+        f.weights.layers.push_back(model::convertLayer(y, layerHome));
+    }
+    f.options.t3 = t3.to(x.fopts);
     return f;
 }
 
@@ -216,7 +236,7 @@ std::map<std::string, mx::PackedTensor> quantizeLayers(const RunContext& x, Fold
     const model::ModelConfig& c = x.c;
     model::ForwardOptions options = f.options;
     options.activationQuant = o.format;
-    auto h = model::embedTokens(c, f.weights, calib.to(x.device)).detach();
+    auto h = model::embedTokens(c, f.weights, calib.to(x.device)).to(x.fopts).detach(); // rows of a stored table
     const auto rope = model::ropeTables(c, x.seqLen, at::kFloat, x.device);
     const int chunk = 8;
     SubJob qjob(job, x.method.learned ? 0.7 : 0.0, 0.9, "quantizing: ");
@@ -422,9 +442,13 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     std::vector<int64_t> flat;
     for (const auto& w : windows) flat.insert(flat.end(), w.begin(), w.end());
     const at::Tensor calib = at::tensor(flat, at::kLong).reshape({o.calibSamples, x.seqLen});
-    const model::LlamaWeights original = o.offload
-                                             ? model::offloadLayers(model::loadWeights(ck, at::kFloat, x.home), x.fopts)
-                                             : model::loadWeights(ck, at::kFloat, device);
+    // On the CPU the weights stay mapped as stored (bf16 or float32) and each layer is converted
+    // when a stage reaches it; on a GPU they are loaded in float32 (or kept in host memory with
+    // offload).
+    const model::LlamaWeights original =
+        o.offload            ? model::offloadLayers(model::loadWeights(ck, at::kFloat, x.home), x.fopts)
+        : device.is_cpu()    ? model::loadStoredWeights(ck, at::kFloat)
+                             : model::loadWeights(ck, at::kFloat, device);
     const bool evaluating = o.evalSeqLen > 0 && !evalIds.empty();
 
     // The stages: 1 transforms (trained for the learned methods), 2 folding, 3 weight quantization

@@ -88,6 +88,15 @@ model::LlamaWeights ModelTransforms::fold(const model::ModelConfig& c, const mod
     return w;
 }
 
+void ModelTransforms::foldLayer(const model::ModelConfig& c, model::LayerWeights& y, int layer) const {
+    if (m_t1) fold::applyT1ToLayer(c, y, matricesOf(m_t1.get()));
+    if (!m_t2.empty() && m_t2.at(static_cast<size_t>(layer))) fold::applyT2ToLayer(c, y, matricesOf(t2(layer)), layer);
+}
+
+void ModelTransforms::foldTopLevel(const model::ModelConfig& c, model::LlamaWeights& base) const {
+    if (m_t1) fold::applyT1ToTopLevel(c, base, matricesOf(m_t1.get()));
+}
+
 void ModelTransforms::save(const std::string& path, const std::map<std::string, std::string>& extra) const {
     std::vector<std::pair<std::string, at::Tensor>> t;
     at::NoGradGuard noGrad;

@@ -53,6 +53,10 @@ public:
     // Norm-folded weights (fold::foldNorms) with T3 already applied → the student's weights with
     // T1 and T2 folded in; differentiable w.r.t. parameters().
     model::LlamaWeights fold(const model::ModelConfig& config, const model::LlamaWeights& base) const;
+    // The same for one norm-folded, T3-applied layer, and for the top-level tensors (embed,
+    // lm_head) of base, its layers left as they are: folding a layer at a time.
+    void foldLayer(const model::ModelConfig& config, model::LayerWeights& y, int layer) const;
+    void foldTopLevel(const model::ModelConfig& config, model::LlamaWeights& base) const;
 
     // transforms.h5: T1/A, T1/v, layers/<l>/T2/A, layers/<l>/T2/v (float64 matrices, what the
     // folding used), params/<i> (the learned leaves, for an exact restore) and attributes
