@@ -9,9 +9,18 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <random>
 #include <vector>
 
 namespace latmix::test {
+
+// n token ids drawn uniformly from [0, vocab), seeded (std::mt19937_64: the same on every machine).
+inline std::vector<int> randomIds(int n, int vocab, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<int> ids(static_cast<size_t>(n));
+    for (auto& t : ids) t = static_cast<int>(rng() % static_cast<std::uint64_t>(vocab));
+    return ids;
+}
 
 // what() of the exception f throws, or "" when it does not throw.
 inline QString errorOf(const std::function<void()>& f) {

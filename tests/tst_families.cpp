@@ -29,15 +29,9 @@
 #include <QtTest>
 
 using namespace latmix;
+using test::randomIds;
 
 namespace {
-
-std::vector<int> randomIds(int n, int vocab, std::uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<int> ids(static_cast<size_t>(n));
-    for (auto& t : ids) t = static_cast<int>(rng() % static_cast<std::uint64_t>(vocab));
-    return ids;
-}
 
 // A small config of the family: the shapes the transforms need (hidden and head_dim multiples of
 // the MX block, intermediate of the T3 block), GQA, and each family's own features.

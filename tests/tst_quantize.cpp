@@ -22,15 +22,9 @@
 #include "TestData.h"
 
 using namespace latmix;
+using test::randomIds;
 
 namespace {
-
-std::vector<int> randomIds(int n, int vocab, std::uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<int> ids(static_cast<size_t>(n));
-    for (auto& t : ids) t = static_cast<int>(rng() % static_cast<std::uint64_t>(vocab));
-    return ids;
-}
 
 run::QuantizeOptions options(const QString& method, const QString& format) {
     run::QuantizeOptions o;

@@ -2,6 +2,7 @@
 
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
+#include "model/LlamaModel.h"
 #include "model/TensorNames.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/AtomicFile.h"
@@ -61,11 +62,8 @@ bool endsWith(const std::string& s, const char* suffix) {
 
 void writeRandomModel(const model::ModelConfig& config, const std::string& dir, const RandomModelOptions& o,
                       JobContext& job) {
-    at::ScalarType dtype;
-    std::string stDtype;
-    if (o.dtype == "bfloat16" || o.dtype == "bf16") dtype = at::kBFloat16, stDtype = "BF16";
-    else if (o.dtype == "float32" || o.dtype == "f32") dtype = at::kFloat, stDtype = "F32";
-    else throw std::runtime_error("random model dtype '" + o.dtype + "' is not supported; use bfloat16 or float32");
+    const at::ScalarType dtype = model::parseDtype(o.dtype); // float32 or bfloat16
+    const std::string stDtype = io::safeTensorsDtype(dtype)->name;
     if (!o.tokenizerDir.empty()) {
         const auto tok = tokenizer::Tokenizer::loadFromDir(o.tokenizerDir);
         if (tok->vocabSize() > config.vocabSize)
@@ -74,7 +72,7 @@ void writeRandomModel(const model::ModelConfig& config, const std::string& dir, 
                                      "; give a tokenizer of this model family or raise vocab_size");
     }
     model::ModelConfig c = config;
-    c.torchDtype = dtype == at::kBFloat16 ? "bfloat16" : "float32";
+    c.torchDtype = o.dtype;
     c.latmix.reset();
 
     std::vector<io::TensorSpec> specs;

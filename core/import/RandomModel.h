@@ -21,7 +21,8 @@ struct RandomModelOptions {
 // Writes config.json (config as given, torch_dtype set), model.safetensors (streamed: one
 // tensor in memory at a time) and the tokenizer files into dir, built in a temporary sibling
 // folder that replaces dir when complete. Throws std::runtime_error when the tokenizer's vocabulary
-// is larger than the config's vocab_size, for an unknown dtype, or naming the file that failed;
+// is larger than the config's vocab_size or naming the file that failed, std::invalid_argument
+// for an unknown dtype;
 // progress per tensor, cancel between tensors (nothing is left behind).
 void writeRandomModel(const model::ModelConfig& config, const std::string& dir, const RandomModelOptions& options = {},
                       JobContext& job = silentJob());

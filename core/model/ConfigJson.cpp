@@ -7,7 +7,7 @@
 
 namespace latmix::model {
 
-std::string hfBiasProblem(const ModelConfig& c, bool /*qkvBias*/, bool /*oProjBias*/, bool mlpBias) {
+std::string hfBiasProblem(const ModelConfig& c, bool mlpBias) {
     // transformers' Qwen3MLP (and vLLM's Qwen3 model) build gate/up/down without bias, and the
     // Llama classes that have mlp_bias lack Qwen3's per-head q/k RMSNorm. Every other
     // combination loads as the family itself or as LlamaForCausalLM (fixBiasFlags).
@@ -43,7 +43,7 @@ BiasFix fixBiasFlags(nlohmann::ordered_json& j, const std::function<bool(const s
     };
     const bool hf = target == BiasTarget::HfRuntime;
     if (hf) {
-        const std::string problem = hfBiasProblem(c, fix.qkvBias, fix.oProjBias, fix.mlpBias);
+        const std::string problem = hfBiasProblem(c, fix.mlpBias);
         if (!problem.empty())
             throw std::runtime_error(source + ": '" + firstMlpBias + "' exists, but " + problem +
                                      "; quantize this model with a T1 without bias (latmix quantize --t1-bias off, "

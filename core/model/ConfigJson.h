@@ -26,7 +26,9 @@ nlohmann::ordered_json latmixJson(const LatmixQuantization& q, const ModelConfig
 
 // Why Hugging Face / vLLM runtimes cannot load a model of c's family with these bias groups, even
 // rewritten as another architecture; empty when they can (possibly relabeled, see fixBiasFlags).
-std::string hfBiasProblem(const ModelConfig& c, bool qkvBias, bool oProjBias, bool mlpBias);
+// Only MLP biases can be unloadable (Qwen3): every family holds attention biases, as itself or
+// as LlamaForCausalLM.
+std::string hfBiasProblem(const ModelConfig& c, bool mlpBias);
 
 // Who reads the config fixBiasFlags adapts.
 enum class BiasTarget {

@@ -185,17 +185,12 @@ FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, 
     if (x.o.offload) transforms->to(x.home); // fold in host memory
     const auto f64 = at::TensorOptions().dtype(at::kDouble).device(x.home);
     const auto layerHome = x.o.offload ? x.fopts.device(c10::kCPU) : x.fopts;
-    model::LlamaWeights top;
-    top.embed = original.embed.to(f64);
-    top.finalNorm = original.finalNorm.to(f64);
-    top.lmHead = original.lmHead.to(f64);
-    if (original.lmHeadBias.defined()) top.lmHeadBias = original.lmHeadBias.to(f64);
+    // The top-level tensors (no layers), then the layers one at a time.
+    model::LlamaWeights top =
+        model::convertWeights({original.embed, original.finalNorm, original.lmHead, original.lmHeadBias, {}}, f64);
     fold::foldTopLevelNorm(top);
     transforms->foldTopLevel(x.c, top);
-    f.weights.embed = top.embed.to(x.fopts);
-    f.weights.finalNorm = top.finalNorm.to(x.fopts);
-    f.weights.lmHead = top.lmHead.to(x.fopts);
-    if (top.lmHeadBias.defined()) f.weights.lmHeadBias = top.lmHeadBias.to(x.fopts);
+    f.weights = model::convertWeights(top, x.fopts);
     top = {};
     const auto& t3 = transforms->t3();
     for (int l = 0; l < x.c.numLayers; ++l) {
@@ -402,12 +397,11 @@ void checkExportable(const model::ModelConfig& c, const QuantizeOptions& o) {
     if (!o.exportCheck) return;
     const MethodSpec& m = methodSpec(o.method);
     if (!m.transformed) return; // nothing folded: the model keeps the biases it came with
-    // SPEC §4: T1 acts on the residual stream, read by q/k/v, gate/up and lm_head; T2 on the
-    // value head space, read by v (its bias) and o_proj.
+    // SPEC §4: T1 acts on the residual stream, read by q/k/v, gate/up and lm_head, so its bias
+    // becomes gate/up biases; T2's (value head space) only reaches v and o_proj, which every
+    // family can hold.
     const bool t1 = transforms::kindHasBias(m.t1Kind) && o.t1Bias;
-    const bool t2 = transforms::kindHasBias(m.t2Kind) && o.t2Bias;
-    const bool qkv = c.qkvBias || t1 || t2, oProj = c.oProjBias || t2, mlp = c.mlpBias || t1;
-    const std::string problem = model::hfBiasProblem(c, qkv, oProj, mlp);
+    const std::string problem = model::hfBiasProblem(c, c.mlpBias || t1);
     if (problem.empty()) return;
     throw std::invalid_argument(
         "method " + o.method + " on this " + c.architectureName + " model folds its learned T1 bias into " +
