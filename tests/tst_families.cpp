@@ -188,6 +188,52 @@ private slots:
         QVERIFY(!QFile::exists(out));
     }
 
+    // QuaRot's full Hadamard T1 of hidden_size 184 = 92 * 2 (no Sylvester, Paley or Kronecker
+    // construction) and SpinQuant's Hadamard start are refused before the run folder exists,
+    // naming the width and the block methods; those pass the same check, and a head_dim of 46
+    // is named as T2's width when hidden_size is constructible.
+    void fullHadamardWidthIsCheckedBeforeWork_data() {
+        QTest::addColumn<int>("hidden");
+        QTest::addColumn<int>("headDim");
+        QTest::addColumn<QString>("method");
+        QTest::addColumn<QString>("named"); // empty: accepted
+        QTest::newRow("quarot 184") << 184 << 32 << "quarot" << "hidden_size (T1) = 184";
+        QTest::newRow("quarot-rtn 184") << 184 << 32 << "quarot-rtn" << "hidden_size (T1) = 184";
+        QTest::newRow("spinquant 184") << 184 << 32 << "spinquant" << "hidden_size (T1) = 184";
+        QTest::newRow("quarot head_dim 46") << 128 << 46 << "quarot" << "head_dim (T2) = 46";
+        QTest::newRow("mr-gptq 184") << 184 << 32 << "mr-gptq" << "";
+        QTest::newRow("latmix-lu 184") << 184 << 32 << "latmix-lu" << "";
+        QTest::newRow("quarot 96") << 96 << 32 << "quarot" << "";
+    }
+    void fullHadamardWidthIsCheckedBeforeWork() {
+        QFETCH(int, hidden);
+        QFETCH(int, headDim);
+        QFETCH(QString, method);
+        QFETCH(QString, named);
+        auto c = familyConfig("llama");
+        c.hiddenSize = hidden;
+        c.headDim = headDim;
+        const auto o = options(method);
+        const QString e = test::errorOf([&] { run::checkMethodFits(c, o); });
+        if (named.isEmpty()) {
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+            return;
+        }
+        QVERIFY2(e.contains(named) && e.contains("mr-gptq") && e.contains(method), qPrintable(e));
+        if (method != "quarot" || hidden != 184) return;
+        // Through the run: refused before the folder is made.
+        const QString dir = m_tmp.filePath("random/llama-184");
+        importing::RandomModelOptions r;
+        r.tokenizerDir = test::demoModelDir().toStdString();
+        importing::writeRandomModel(c, dir.toStdString(), r);
+        const QString runDir = m_tmp.filePath("runs/quarot-184");
+        const QString e2 = test::errorOf([&] {
+            run::runQuantize(dir.toStdString(), randomIds(2000, 300, 1), {}, runDir.toStdString(), o);
+        });
+        QVERIFY2(e2.contains(named), qPrintable(e2));
+        QVERIFY(!QFile::exists(runDir));
+    }
+
     // The random checkpoint itself: its config reads back, weights have the stated dtype and the
     // initialisation's standard deviation, norms are 1, and the same seed gives the same bytes.
     void randomModelOfAnyConfig_data() {

@@ -193,7 +193,7 @@ private slots:
         QCOMPARE(r.packed.lastDim, int64_t(in));
         const double want = (w.to(at::kDouble) - r.dequantized.to(at::kDouble)).square().sum().item<double>() /
                             w.to(at::kDouble).square().sum().item<double>();
-        QVERIFY(std::fabs(r.relativeError - want) <= 1e-12 * want);
+        QVERIFY(std::fabs(r.relativeError - want) <= 1e-5 * want);
         QVERIFY(r.relativeError > 0 && r.relativeError < 0.1);
     }
 
@@ -269,7 +269,7 @@ private slots:
         const auto rtn = quant::quantizeRtn(w, c, h);
         const double eRtn = outputError(w, rtn.dequantized, x);
         const double ref = at::mm(w.to(at::kDouble), x.t()).square().sum().item<double>();
-        QVERIFY(std::fabs(rtn.relativeError - eRtn / ref) <= 1e-9 * rtn.relativeError);
+        QVERIFY(std::fabs(rtn.relativeError - eRtn / ref) <= 1e-5 * rtn.relativeError);
         for (bool act : {false, true}) {
             quant::GptqOptions o;
             o.actOrder = act;
@@ -278,8 +278,36 @@ private slots:
             qInfo("%s in %d actOrder %d: output error GPTQ/RTN = %.3f", qPrintable(format), in, int(act),
                   eGptq / eRtn);
             QVERIFY2(eGptq < 0.9 * eRtn, qPrintable(QString("GPTQ %1 vs RTN %2").arg(eGptq).arg(eRtn)));
-            QVERIFY(std::fabs(g.relativeError - eGptq / ref) <= 1e-9 * g.relativeError);
+            QVERIFY(std::fabs(g.relativeError - eGptq / ref) <= 1e-5 * g.relativeError);
         }
+    }
+
+    // 5b. On the CPU, above 512 output rows relativeError is measured on 512 evenly spaced rows:
+    //     for these heavy-tailed independent rows it estimates the float64 value of the whole
+    //     within 10% (measured: 4% off), with and without a Hessian.
+    void relativeErrorSampledRows_data() {
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<int>("rows");
+        QTest::newRow("mxfp4 2048 rows") << "mxfp4" << 2048;
+        QTest::newRow("nvfp4 1500 rows") << "nvfp4" << 1500;
+    }
+    void relativeErrorSampledRows() {
+        QFETCH(QString, format);
+        QFETCH(int, rows);
+        const MxConfig c = configOf(format);
+        const auto w = makeWeight(rows, 64, 131);
+        const auto h = gram(correlatedInputs(256, 64, 132));
+        const auto r = quant::quantizeRtn(w, c, h);
+        const auto W = w.to(at::kDouble), D = W - r.dequantized.to(at::kDouble);
+        const double want = (at::mm(D, h) * D).sum().item<double>() / (at::mm(W, h) * W).sum().item<double>();
+        qInfo("sampled %.5f, whole %.5f", r.relativeError, want);
+        QVERIFY2(std::fabs(r.relativeError - want) <= 1e-1 * want,
+                 qPrintable(QString("sampled %1 vs whole %2").arg(r.relativeError).arg(want)));
+        // Without a Hessian the same rows are measured: ||D||^2 / ||W||^2 of the period.
+        const auto plain = quant::quantizeRtn(w, c);
+        const double wantPlain = D.square().sum().item<double>() / W.square().sum().item<double>();
+        qInfo("no Hessian: sampled %.5f, whole %.5f", plain.relativeError, wantPlain);
+        QVERIFY(std::fabs(plain.relativeError - wantPlain) <= 1e-1 * wantPlain);
     }
 
     // 6. Every GPTQ output lies on the grid of its own static group scale (the blockScales of the

@@ -9,6 +9,7 @@
 #include "model/TensorNames.h"
 #include "run/RunModel.h"
 #include "tokenizer/Tokenizer.h"
+#include "transforms/Hadamard.h"
 #include "transforms/LearnedTransforms.h"
 #include "train/ModelTransforms.h"
 #include "util/AtomicFile.h"
@@ -410,6 +411,20 @@ void checkExportable(const model::ModelConfig& c, const QuantizeOptions& o) {
         "trained with v1 = 0), or --skip-export-check to run anyway (the run model still loads and evaluates here)");
 }
 
+void checkMethodFits(const model::ModelConfig& c, const QuantizeOptions& o) {
+    const MethodSpec& m = methodSpec(o.method);
+    const bool fullT1 = m.t1Kind == "hadamard" || (m.learned && m.init == "hadamard");
+    const bool fullT2 = m.t2Kind == "hadamard" || (m.learned && m.init == "hadamard");
+    const std::pair<bool, std::pair<std::int64_t, const char*>> widths[] = {
+        {fullT1, {c.hiddenSize, "hidden_size (T1)"}}, {fullT2, {c.headDim, "head_dim (T2)"}}};
+    for (const auto& [needed, w] : widths)
+        if (needed && !transforms::hasHadamard(w.first))
+            throw std::invalid_argument("method " + o.method + " needs a full Hadamard matrix of " + w.second + " = " +
+                                        std::to_string(w.first) + ", and no Hadamard construction here covers " +
+                                        std::to_string(w.first) + "; use mr-gptq (block Hadamard of the MX block) " +
+                                        "or latmix-lu / latmix-qr (block-Hadamard start)");
+}
+
 QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& calibIds, const std::vector<int>& evalIds,
                            const std::string& runDir, const QuantizeOptions& o, JobContext& job,
                            std::function<void(const train::DistillStep&)> onStep) {
@@ -420,6 +435,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     const auto ck = model::Checkpoint::load(modelDir);
     const model::ModelConfig& c = ck.config();
     checkExportable(c, o);
+    checkMethodFits(c, o);
     if (o.trackedLayer < 0 || o.trackedLayer >= c.numLayers)
         throw std::invalid_argument("tracked layer " + std::to_string(o.trackedLayer) + " is not a layer of " + modelDir +
                                     " (0.." + std::to_string(c.numLayers - 1) + ")");

@@ -101,6 +101,11 @@ RunTokens tokenizeRunInputs(const std::string& modelDir, const std::string& cali
 // the run's folded biases could not be exported for Hugging Face / vLLM runtimes (see above).
 void checkExportable(const model::ModelConfig& config, const QuantizeOptions& options);
 
+// Stage 0 too: throws std::invalid_argument when the method needs a full Hadamard matrix (QuaRot's
+// T1/T2, SpinQuant's Hadamard start) of a width no construction here covers (e.g. 92 * 2^k),
+// naming the width and the methods that work (block transforms).
+void checkMethodFits(const model::ModelConfig& config, const QuantizeOptions& options);
+
 // calibIds: tokenized calibration text (never the evaluation split); evalIds: tokenized
 // WikiText-2 test (SPEC §7) or empty. Progress: training, then quantization layer by layer,
 // then evaluation; cancel stops at the next step/layer, leaving a resumable train.h5 and no
