@@ -19,6 +19,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -127,6 +128,7 @@ private slots:
         const auto r = run::runQuantize(model.toStdString(), calib, evalIds, runDir.toStdString(), o);
         QCOMPARE(int(r.linears.size()), 2 * 7);
         QVERIFY(std::isfinite(r.quantizedPerplexity) && r.quantizedPerplexity > 1);
+        QVERIFY(!QFile::exists(runDir + "/folded.partial")); // the folded model's spill is gone
 
         // The run model keeps the family and the biases folding created.
         const auto ck = model::Checkpoint::load((runDir + "/model").toStdString());
@@ -163,6 +165,40 @@ private slots:
         // bf16 weights (relative rounding 2^-9) on a near-uniform random model: a few 1e-3.
         QVERIFY2(std::abs(exported / weightOnly - 1) < 5e-3,
                  qPrintable(QString("export %1 vs run weight-only %2").arg(exported).arg(weightOnly)));
+    }
+
+    // Cancelled while the run model is being written (after the folded spill exists and the first
+    // layer is quantized): nothing that looks complete is left, neither the model folder nor
+    // latmix.json, and the spill is removed; the transforms file of stage 1 (complete) stays.
+    void cancelDuringQuantizationLeavesNothingPartial() {
+        struct CancelAt : JobContext {
+            std::string trigger;
+            mutable bool seen = false;
+            std::vector<std::string> messages;
+            void progress(double, const std::string& m) override {
+                messages.push_back(m);
+                if (m.find(trigger) != std::string::npos) seen = true;
+            }
+            bool cancelRequested() const override { return seen; }
+        } job;
+        job.trigger = "quantizing: layer 1/2";
+        const QString runDir = m_tmp.filePath("runs/cancelled");
+        const auto calib = randomIds(2000, 300, 1);
+        bool cancelled = false;
+        try {
+            run::runQuantize(modelOf("llama").toStdString(), calib, {}, runDir.toStdString(), options("mr-gptq"), job);
+        } catch (const JobCancelled&) {
+            cancelled = true;
+        }
+        QVERIFY(cancelled);
+        QVERIFY(std::any_of(job.messages.begin(), job.messages.end(),
+                            [](const std::string& m) { return m.find("folding: layer 2/2") != std::string::npos; }));
+        QVERIFY(!QFile::exists(runDir + "/model"));
+        QVERIFY(!QFile::exists(runDir + "/folded.partial"));
+        QVERIFY(!QFile::exists(runDir + "/latmix.json"));
+        // Only stage 1's complete file stays (what a rerun or `latmix analyze` can use).
+        const QStringList left = QDir(runDir).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden);
+        QVERIFY2(left == QStringList{"transforms.h5"}, qPrintable(left.join(", ")));
     }
 
     // Qwen3 + a T1 bias: refused before any work by default; with the check skipped the run

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -32,14 +33,54 @@ using util::shapeText;
 
 // The read-only mapping of one file. Tensors returned by tensor() hold a shared_ptr to it, so
 // the mapping outlives the SafeTensorsFile when weights are still in use.
+// The live mappings, by start address: releaseMappedPages only ever touches memory in one.
+namespace {
+std::mutex& mappingsMutex() {
+    static std::mutex m;
+    return m;
+}
+std::map<std::uintptr_t, std::uintptr_t>& liveMappings() { // begin -> end
+    static std::map<std::uintptr_t, std::uintptr_t> m;
+    return m;
+}
+} // namespace
+
 struct SafeTensorsFile::Mapping {
     void* addr = nullptr;
     std::size_t size = 0;
+    void registerLive() {
+        std::lock_guard<std::mutex> lock(mappingsMutex());
+        const auto b = reinterpret_cast<std::uintptr_t>(addr);
+        liveMappings()[b] = b + size;
+    }
     ~Mapping() {
-        if (addr && size) ::munmap(addr, size);
+        if (addr && size) {
+            {
+                std::lock_guard<std::mutex> lock(mappingsMutex());
+                liveMappings().erase(reinterpret_cast<std::uintptr_t>(addr));
+            }
+            ::munmap(addr, size);
+        }
     }
     const unsigned char* bytes() const { return static_cast<const unsigned char*>(addr); }
 };
+
+void releaseMappedPages(const at::Tensor& t) {
+    if (!t.defined() || !t.device().is_cpu() || t.numel() == 0) return;
+    const auto begin = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+    const auto end = begin + static_cast<std::uintptr_t>(t.numel()) * t.element_size();
+    std::lock_guard<std::mutex> lock(mappingsMutex());
+    auto it = liveMappings().upper_bound(begin);
+    if (it == liveMappings().begin()) return;
+    --it;
+    if (begin < it->first || end > it->second) return; // not (wholly) inside a mapping: heap memory
+    // The mapping is private and read-only, so no page holds anything but the file's bytes:
+    // dropping pages of a neighbouring tensor at either end only costs a later re-read.
+    static const std::uintptr_t page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const std::uintptr_t a = std::max(it->first, begin & ~(page - 1));
+    const std::uintptr_t b = std::min(it->second, (end + page - 1) & ~(page - 1));
+    if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+}
 
 namespace {
 
@@ -183,6 +224,7 @@ std::shared_ptr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) 
     if (addr == MAP_FAILED) fail(path, std::string("cannot memory-map: ") + std::strerror(mapErr));
     map->addr = addr;
     map->size = static_cast<std::size_t>(fileSize);
+    map->registerLive();
 
     // safetensors is little-endian by definition (as are all targets we build for).
     std::uint64_t headerLen = 0;
@@ -350,6 +392,7 @@ void writeSafeTensorsStreamed(const std::string& path, const std::vector<TensorS
                 fail("tensor '" + specs[i].name + "' has " + std::to_string(bytes) + " bytes, its header entry (" +
                      specs[i].dtype + " " + shapeText(specs[i].shape) + ") says " + std::to_string(sizes[i]));
             if (bytes) writeAll(fd, t.data_ptr(), static_cast<std::size_t>(bytes), tmp);
+            releaseMappedPages(t); // a tensor read from a mapped file leaves nothing resident
         }
         if (::fsync(fd) != 0) throw std::runtime_error("cannot flush '" + tmp + "' to disk: " + std::strerror(errno));
         open = false;

@@ -69,6 +69,11 @@ private:
     std::map<std::string, std::string> m_metadata;
 };
 
+// Drops the resident pages of a CPU tensor that views a mapped safetensors file (tensor()), so a
+// pass over a model larger than memory keeps one layer resident, not the file: the pages stay in
+// the page cache and are read again on the next access. No-op for any other tensor.
+void releaseMappedPages(const at::Tensor& t);
+
 // One tensor of a file to write: the header entry.
 struct TensorSpec {
     std::string name;

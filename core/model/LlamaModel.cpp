@@ -1,4 +1,6 @@
 #include "model/LlamaModel.h"
+
+#include "io/SafeTensors.h"
 #include "model/TensorNames.h"
 
 #include "model/Checkpoint.h"
@@ -127,34 +129,41 @@ LlamaWeights loadStoredWeights(const Checkpoint& ckpt, at::ScalarType dtype) {
     return loadWith(ckpt, [&](const at::Tensor& t) { return t.dim() >= 2 ? t : t.to(dtype); });
 }
 
+std::vector<std::pair<std::string, at::Tensor>> namedLayerTensors(const LayerWeights& y, int layer) {
+    std::vector<std::pair<std::string, at::Tensor>> r;
+    const std::string p = names::layerPrefix(layer);
+    auto add = [&](const char* module, const char* kind, const at::Tensor& t) {
+        if (t.defined()) r.emplace_back(p + module + kind, t);
+    };
+    add(names::kInputNorm, ".weight", y.inputNorm);
+    add(names::kPostAttentionNorm, ".weight", y.postNorm);
+    add(names::kQNorm, ".weight", y.qNorm);
+    add(names::kKNorm, ".weight", y.kNorm);
+    add(names::kQProj, ".weight", y.wq);
+    add(names::kKProj, ".weight", y.wk);
+    add(names::kVProj, ".weight", y.wv);
+    add(names::kOProj, ".weight", y.wo);
+    add(names::kQProj, ".bias", y.bq);
+    add(names::kKProj, ".bias", y.bk);
+    add(names::kVProj, ".bias", y.bv);
+    add(names::kOProj, ".bias", y.bo);
+    add(names::kGateProj, ".weight", y.wGate);
+    add(names::kUpProj, ".weight", y.wUp);
+    add(names::kDownProj, ".weight", y.wDown);
+    add(names::kGateProj, ".bias", y.bGate);
+    add(names::kUpProj, ".bias", y.bUp);
+    add(names::kDownProj, ".bias", y.bDown);
+    return r;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& c, const LlamaWeights& w) {
     std::vector<std::pair<std::string, at::Tensor>> r;
     auto add = [&](const std::string& name, const at::Tensor& t) {
         if (t.defined()) r.emplace_back(name, t);
     };
     add(names::kEmbed, w.embed);
-    for (size_t l = 0; l < w.layers.size(); ++l) {
-        const LayerWeights& y = w.layers[l];
-        const std::string p = names::layerPrefix(l);
-        add(p + names::kInputNorm + ".weight", y.inputNorm);
-        add(p + names::kPostAttentionNorm + ".weight", y.postNorm);
-        add(p + names::kQNorm + ".weight", y.qNorm);
-        add(p + names::kKNorm + ".weight", y.kNorm);
-        add(p + names::kQProj + ".weight", y.wq);
-        add(p + names::kKProj + ".weight", y.wk);
-        add(p + names::kVProj + ".weight", y.wv);
-        add(p + names::kOProj + ".weight", y.wo);
-        add(p + names::kQProj + ".bias", y.bq);
-        add(p + names::kKProj + ".bias", y.bk);
-        add(p + names::kVProj + ".bias", y.bv);
-        add(p + names::kOProj + ".bias", y.bo);
-        add(p + names::kGateProj + ".weight", y.wGate);
-        add(p + names::kUpProj + ".weight", y.wUp);
-        add(p + names::kDownProj + ".weight", y.wDown);
-        add(p + names::kGateProj + ".bias", y.bGate);
-        add(p + names::kUpProj + ".bias", y.bUp);
-        add(p + names::kDownProj + ".bias", y.bDown);
-    }
+    for (size_t l = 0; l < w.layers.size(); ++l)
+        for (auto& nt : namedLayerTensors(w.layers[l], static_cast<int>(l))) r.push_back(std::move(nt));
     add(names::kFinalNorm, w.finalNorm);
     if (!c.tieWordEmbeddings || !w.lmHead.is_same(w.embed)) add(names::kLmHead, w.lmHead);
     add(names::kLmHeadBias, w.lmHeadBias);
@@ -322,8 +331,15 @@ at::Tensor forwardHidden(const ModelConfig& c, const LlamaWeights& w, const Forw
         // Offloaded (or differently typed) layers are brought to the hidden state one at a time.
         const bool resident = y.wq.device() == h.device() && y.wq.scalar_type() == h.scalar_type();
         h = decoderLayer(c, resident ? y : convertLayer(y, h.options()), o, h, rope, static_cast<int>(l), hook);
+        releaseMappedLayer(y); // weights mapped from a file: one layer resident at a time
     }
     return h;
+}
+
+void releaseMappedLayer(const LayerWeights& y) {
+    for (const at::Tensor* t : {&y.inputNorm, &y.postNorm, &y.qNorm, &y.kNorm, &y.wq, &y.wk, &y.wv, &y.wo, &y.bq, &y.bk,
+                                &y.bv, &y.bo, &y.wGate, &y.wUp, &y.wDown, &y.bGate, &y.bUp, &y.bDown})
+        io::releaseMappedPages(*t);
 }
 
 at::Tensor forwardWith(const ModelConfig& c, const LlamaWeights& w, const ForwardOptions& o, const at::Tensor& tokens,

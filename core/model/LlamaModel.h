@@ -58,6 +58,11 @@ LlamaWeights loadStoredWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
 // The same tensors under their Hugging Face names (ties resolved: lm_head.weight written when
 // it is not the embedding itself or when the config does not tie).
 std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& config, const LlamaWeights& w);
+// The defined tensors of one decoder layer under their names as layer `layer` ("model.layers.3.…").
+std::vector<std::pair<std::string, at::Tensor>> namedLayerTensors(const LayerWeights& y, int layer);
+// Drops the resident pages of the layer's tensors that view a mapped file (io::releaseMappedPages):
+// a pass over weights kept mapped holds one layer in memory, not the file.
+void releaseMappedLayer(const LayerWeights& y);
 // Every tensor converted (dtype and/or device).
 LlamaWeights convertWeights(const LlamaWeights& w, const at::TensorOptions& options);
 LayerWeights convertLayer(const LayerWeights& w, const at::TensorOptions& options);

@@ -4,6 +4,16 @@ namespace latmix::model::names {
 
 std::string layerPrefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
 
+int layerOf(const std::string& name) {
+    static const std::string kLayers = "model.layers.";
+    if (name.rfind(kLayers, 0) != 0) return -1;
+    std::size_t i = kLayers.size();
+    int layer = 0;
+    bool digits = false;
+    for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i, digits = true) layer = layer * 10 + (name[i] - '0');
+    return digits && i < name.size() && name[i] == '.' ? layer : -1;
+}
+
 std::string shortName(const std::string& module) {
     const auto dot = module.rfind('.');
     return dot == std::string::npos ? module : module.substr(dot + 1);

@@ -31,6 +31,10 @@ inline constexpr std::array<const char*, 7> kBlockLinears = {kQProj, kKProj, kVP
 // "model.layers.<i>."
 std::string layerPrefix(int layer);
 
+// The layer index of a decoder layer's tensor name ("model.layers.12.mlp.up_proj.weight" → 12), -1
+// for any other name.
+int layerOf(const std::string& name);
+
 // "self_attn.q_proj" → "q_proj".
 std::string shortName(const std::string& module);
 

@@ -7,6 +7,8 @@
 #include "model/ConfigJson.h"
 #include "model/LlamaModel.h"
 #include "model/TensorNames.h"
+#include "io/SafeTensors.h"
+#include "quant/WeightQuantizer.h"
 #include "run/RunModel.h"
 #include "tokenizer/Tokenizer.h"
 #include "transforms/Hadamard.h"
@@ -25,6 +27,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <sys/resource.h>
@@ -120,9 +124,15 @@ struct RunContext {
     int seqLen;
 };
 
-// The model after stage 2: folded weights and what the forward pass must do online (T3).
+// The model after stage 2: the weights to quantize and what the forward pass must do online
+// (T3). The layers stay where they are read from (the original as stored, or the folded model
+// spilled to RUN_DIR/folded.partial, memory-mapped) and are brought to the device one at a time;
+// the embedding, final norm and lm_head are in the compute options. The tensor names are those
+// of the run model before quantization (zero biases completing a group included).
 struct FoldedModel {
+    model::ModelConfig config; // bias groups as folding made them
     model::LlamaWeights weights;
+    std::set<std::string> names;
     model::ForwardOptions options;
 };
 
@@ -173,34 +183,94 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
     return transforms;
 }
 
-// Stage 2: γ, T3, T1 and T2 folded into the weights, a layer at a time in float64 (one layer's
-// float64 copy alive, never the model's), float32 result; the original weights for the methods
-// without transforms.
-FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, train::ModelTransforms* transforms) {
+// Stage 2: γ, T3, T1 and T2 folded into the weights, a layer at a time in float64, and written
+// (float32) to the spill folder as each layer is folded, so no more than one folded layer is in
+// memory: the model never exists twice, in float64 or float32 (a Llama-3.1-8B in float32 is
+// 32 GB). The spill is a model folder (config.json + model.safetensors) read back mapped.
+// The methods without transforms quantize the original weights as they are.
+FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, train::ModelTransforms* transforms,
+                      const std::string& spillDir, JobContext& job) {
     FoldedModel f;
     if (!transforms) {
+        model::LlamaWeights filled = original; // shallow: foldedConfig only adds zero biases
+        f.config = fold::foldedConfig(x.c, filled);
+        for (const auto& [name, t] : model::namedTensors(x.c, original)) f.names.insert(name);
         f.weights = original;
         return f;
     }
     at::NoGradGuard g;
     if (x.o.offload) transforms->to(x.home); // fold in host memory
     const auto f64 = at::TensorOptions().dtype(at::kDouble).device(x.home);
-    const auto layerHome = x.o.offload ? x.fopts.device(c10::kCPU) : x.fopts;
-    // The top-level tensors (no layers), then the layers one at a time.
-    model::LlamaWeights top =
-        model::convertWeights({original.embed, original.finalNorm, original.lmHead, original.lmHeadBias, {}}, f64);
-    fold::foldTopLevelNorm(top);
-    transforms->foldTopLevel(x.c, top);
-    f.weights = model::convertWeights(top, x.fopts);
-    top = {};
+    const auto cpu32 = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
     const auto& t3 = transforms->t3();
-    for (int l = 0; l < x.c.numLayers; ++l) {
+    // One layer of the original, folded, back in float32 on the CPU, its bias groups completed
+    // (the same groups for every layer: the transforms are the model's).
+    auto foldOne = [&](int l, model::ModelConfig* config) {
         model::LayerWeights y = model::convertLayer(original.layers[static_cast<size_t>(l)], f64);
         fold::foldLayerNorms(y);
         fold::applyT3ToLayer(y, t3);
         transforms->foldLayer(x.c, y, l);
-        f.weights.layers.push_back(model::convertLayer(y, layerHome));
+        model::LlamaWeights one;
+        one.layers.push_back(model::convertLayer(y, cpu32));
+        const model::ModelConfig c = fold::foldedConfig(x.c, one);
+        if (config) *config = c;
+        model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
+        return std::move(one.layers.front());
+    };
+    model::LlamaWeights top =
+        model::convertWeights({original.embed, original.finalNorm, original.lmHead, original.lmHeadBias, {}}, f64);
+    fold::foldTopLevelNorm(top);
+    transforms->foldTopLevel(x.c, top);
+    top = model::convertWeights(top, cpu32);
+    // The file's entries: layer 0's names and shapes for every layer, then the top level.
+    model::ModelConfig fc;
+    model::LayerWeights current = foldOne(0, &fc);
+    int currentLayer = 0;
+    const auto layer0 = model::namedLayerTensors(current, 0);
+    const std::string prefix0 = model::names::layerPrefix(0);
+    std::vector<io::TensorSpec> specs;
+    for (int l = 0; l < x.c.numLayers; ++l)
+        for (const auto& [name, t] : layer0)
+            specs.push_back({model::names::layerPrefix(l) + name.substr(prefix0.size()), "F32", t.sizes().vec()});
+    fc.tieWordEmbeddings = false; // the final norm's γ went into lm_head
+    fc.lmHeadBias = top.lmHeadBias.defined();
+    model::LlamaWeights topOnly = top;
+    topOnly.layers.clear();
+    std::map<std::string, at::Tensor> topNamed;
+    for (const auto& [name, t] : model::namedTensors(fc, topOnly)) {
+        specs.push_back({name, "F32", t.sizes().vec()});
+        topNamed[name] = t;
     }
+    std::map<std::string, at::Tensor> named;
+    SubJob fj(job, x.method.learned ? 0.7 : 0.0, x.method.learned ? 0.71 : 0.01, "folding: ");
+    fs::create_directories(spillDir);
+    io::writeSafeTensorsStreamed((fs::path(spillDir) / "model.safetensors").string(), specs, [&](std::size_t i) {
+        const std::string& name = specs[i].name;
+        const int l = model::names::layerOf(name);
+        if (l < 0) return topNamed.at(name);
+        if (l != currentLayer || named.empty()) {
+            job.checkCancelled();
+            if (l != currentLayer) current = foldOne(l, nullptr);
+            currentLayer = l;
+            named.clear();
+            for (auto& [n, t] : model::namedLayerTensors(current, l)) named[n] = t;
+            fj.progress(double(l + 1) / x.c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(x.c.numLayers));
+        }
+        return named.at(name);
+    });
+    current = {};
+    named.clear();
+    topNamed.clear();
+    util::writeFileAtomically((fs::path(spillDir) / "config.json").string(), fc.toJsonText());
+    const auto spill = model::Checkpoint::load(spillDir);
+    f.config = spill.config();
+    f.weights = model::loadStoredWeights(spill, at::kFloat); // mapped float32
+    const auto computeTop = x.fopts; // the top level where the computation runs
+    f.weights.embed = f.weights.embed.to(computeTop);
+    f.weights.finalNorm = f.weights.finalNorm.to(computeTop);
+    f.weights.lmHead = f.weights.lmHead.to(computeTop);
+    if (f.weights.lmHeadBias.defined()) f.weights.lmHeadBias = f.weights.lmHeadBias.to(computeTop);
+    for (const auto& [name, t] : model::namedTensors(f.config, f.weights)) f.names.insert(name);
     f.options.t3 = t3.to(x.fopts);
     return f;
 }
@@ -214,34 +284,53 @@ eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
 
 // Paper Table 3's check: the folded full-precision model (T1/T2/T3 in, nothing quantized).
 double foldedPerplexity(const RunContext& x, const FoldedModel& f, const std::vector<int>& evalIds, JobContext& job) {
-    auto w = f.weights;
-    const model::ModelConfig fc = fold::foldedConfig(x.c, w);
-    SubJob e0(job, x.method.learned ? 0.7 : 0.0, x.method.learned ? 0.72 : 0.02, "perplexity folded FP: ");
-    return eval::evaluatePerplexity(model::LlamaModel(fc, w, f.options), evalIds, perplexityOptions(x.o), e0).perplexity;
+    SubJob e0(job, x.method.learned ? 0.71 : 0.01, x.method.learned ? 0.72 : 0.02, "perplexity folded FP: ");
+    return eval::evaluatePerplexity(model::LlamaModel(f.config, f.weights, f.options), evalIds, perplexityOptions(x.o), e0)
+        .perplexity;
 }
 
-// Stage 3: weight quantization, layer by layer, inputs from the already quantized layers with
+// Stages 3 and 4: weight quantization, layer by layer, written into RUN_DIR/model as each layer
+// is done (run/RunModel.h's streaming writer pulls the layers in order; only the packed codes,
+// 4-9 bits a weight, are kept until the end). Inputs come from the already quantized layers with
 // the activations quantized as the deployed W4A4 model computes them. The Hessian of a linear
 // is taken from exactly what it receives there (after T3 and activation quantization). All
 // linears of a layer are collected in one pass before any of them is quantized (GPTQ's
-// default, not "true-sequential"). Only one layer's activations live at a time. The folded
-// weights are replaced by their dequantized values; returns the packed codes by linear prefix.
-std::map<std::string, mx::PackedTensor> quantizeLayers(const RunContext& x, FoldedModel& f, const at::Tensor& calib,
-                                                       QuantizeResult& r, JobContext& job) {
-    const QuantizeOptions& o = x.o;
-    const model::ModelConfig& c = x.c;
-    model::ForwardOptions options = f.options;
-    options.activationQuant = o.format;
-    auto h = model::embedTokens(c, f.weights, calib.to(x.device)).to(x.fopts).detach(); // rows of a stored table
-    const auto rope = model::ropeTables(c, x.seqLen, at::kFloat, x.device);
-    const int chunk = 8;
-    SubJob qjob(job, x.method.learned ? 0.7 : 0.0, 0.9, "quantizing: ");
-    std::map<std::string, mx::PackedTensor> packed;
-    for (int l = 0; l < c.numLayers; ++l) {
+// default, not "true-sequential"). Only one layer's activations and weights live at a time.
+class LayerQuantizer {
+public:
+    LayerQuantizer(const RunContext& x, const FoldedModel& f, const at::Tensor& calib, QuantizeResult& r, JobContext& job)
+        : x(x), f(f), r(r), job(job), qjob(job, x.method.learned ? 0.72 : 0.02, 0.9, "quantizing: "),
+          rope(model::ropeTables(x.c, x.seqLen, at::kFloat, x.device)) {
+        options = f.options;
+        options.activationQuant = x.o.format;
+        h = model::embedTokens(x.c, f.weights, calib.to(f.weights.embed.device())).to(x.fopts).detach();
+    }
+
+    at::Tensor tensor(const std::string& name) {
+        const int l = model::names::layerOf(name);
+        if (l < 0) { // the top level, after every layer
+            for (const auto& [n, t] : model::namedTensors(f.config, f.weights))
+                if (n == name) return t;
+            throw std::logic_error("quantize: no tensor " + name);
+        }
+        if (l < m_layer) throw std::logic_error("quantize: layer " + std::to_string(l) + " asked for again");
+        while (m_layer < l) quantizeLayer(m_layer + 1);
+        return m_named.at(name);
+    }
+
+    mx::PackedTensor packed(const std::string& prefix) { return m_packed.at(prefix); }
+
+private:
+    void quantizeLayer(int l) {
         job.checkCancelled();
-        // The layer on the device for this step (a no-op without offload), written back after.
-        model::LayerWeights& yHome = f.weights.layers[static_cast<size_t>(l)];
-        model::LayerWeights y = model::convertLayer(yHome, x.fopts);
+        const QuantizeOptions& o = x.o;
+        const model::ModelConfig& c = f.config;
+        const int chunk = 8;
+        m_named.clear();
+        m_packed.clear();
+        // The layer on the device (float32) for this step; its mapped pages are released after.
+        const model::LayerWeights& stored = f.weights.layers[static_cast<size_t>(l)];
+        model::LayerWeights y = model::convertLayer(stored, x.fopts);
         std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>> acc;
         const model::PointKind kinds[] = {model::PointKind::QkvInput, model::PointKind::OProjInput,
                                           model::PointKind::GateUpInput, model::PointKind::DownProjInput};
@@ -271,15 +360,15 @@ std::map<std::string, mx::PackedTensor> quantizeLayers(const RunContext& x, Fold
                                              {names::kDownProj, &y.wDown, model::PointKind::DownProjInput}};
         for (const auto& lin : linears) {
             const auto t0 = Clock::now();
-            const auto hess = acc[lin.point]->hessian();
             const std::string prefix = names::layerPrefix(l) + lin.name;
             quant::QuantizedWeight q;
             try {
                 q = guardMemory(std::string(x.method.gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
                                     std::to_string(l) + ")",
                                 kLayerAdvice, [&] {
+                                    const auto hess = acc[lin.point]->hessian();
                                     return x.method.gptq ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq)
-                                                         : quant::quantizeRtn(lin.w->cpu(), o.format, hess.cpu());
+                                                         : quant::quantizeRtn(*lin.w, o.format, hess);
                                 });
             } catch (const OutOfMemory&) {
                 throw;
@@ -287,9 +376,10 @@ std::map<std::string, mx::PackedTensor> quantizeLayers(const RunContext& x, Fold
                 throw std::runtime_error(prefix + ".weight: " + e.what());
             }
             *lin.w = q.dequantized.to(x.fopts);
-            packed[prefix] = q.packed;
+            m_packed[prefix] = std::move(q.packed);
             r.linears.push_back({l, lin.name, q.relativeError, since(t0)});
         }
+        acc.clear();
         guardMemory("the quantized forward of layer " + std::to_string(l), kLayerAdvice, [&] {
             at::NoGradGuard g;
             std::vector<at::Tensor> next;
@@ -298,32 +388,44 @@ std::map<std::string, mx::PackedTensor> quantizeLayers(const RunContext& x, Fold
                                                    rope, l));
             h = at::cat(next, 0);
         });
-        yHome = model::convertLayer(y, x.fopts.device(x.home));
+        model::releaseMappedLayer(stored);
+        for (auto& [n, t] : model::namedLayerTensors(y, l)) m_named[n] = t;
+        m_layer = l;
         qjob.progress(double(l + 1) / c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(c.numLayers));
     }
-    return packed;
-}
 
-// Stage 4: RUN_DIR/model, the run model folder (run/RunModel.h). Returns its path.
-std::string writeModelFolder(const RunContext& x, const FoldedModel& f, std::map<std::string, mx::PackedTensor> packed,
-                             const train::ModelTransforms* transforms) {
-    RunModel run;
-    run.configJson = x.c.toJsonText();
-    run.quant.method = x.method.name;
-    run.quant.weightFormat = x.o.format;
-    run.quant.activationFormat = x.o.format;
+    const RunContext& x;
+    const FoldedModel& f;
+    QuantizeResult& r;
+    JobContext& job;
+    SubJob qjob;
+    model::RopeTables rope;
+    model::ForwardOptions options;
+    at::Tensor h;
+    int m_layer = -1;
+    std::map<std::string, at::Tensor> m_named;
+    std::map<std::string, mx::PackedTensor> m_packed;
+};
+
+// Stages 3 and 4 together: RUN_DIR/model (run/RunModel.h) written while the layers are quantized.
+// Returns its path.
+std::string quantizeIntoModelFolder(const RunContext& x, const FoldedModel& f, const at::Tensor& calib,
+                                    const train::ModelTransforms* transforms, QuantizeResult& r, JobContext& job) {
+    LayerQuantizer quantizer(x, f, calib, r, job);
+    RunModelSource src;
+    src.configJson = x.c.toJsonText();
+    src.quant.method = x.method.name;
+    src.quant.weightFormat = x.o.format;
+    src.quant.activationFormat = x.o.format;
     if (transforms) {
-        run.quant.t3Block = transforms->spec().t3Block;
-        run.quant.t3Seed = transforms->spec().t3Seed;
+        src.quant.t3Block = transforms->spec().t3Block;
+        src.quant.t3Seed = transforms->spec().t3Seed;
     }
-    {
-        auto cpuWeights = model::convertWeights(f.weights, at::TensorOptions().dtype(at::kFloat).device(at::kCPU));
-        model::ModelConfig fc = fold::foldedConfig(x.c, cpuWeights);
-        for (auto& [name, t] : model::namedTensors(fc, cpuWeights)) run.tensors[name] = t;
-    }
-    run.packed = std::move(packed);
+    src.names = f.names;
+    src.tensor = [&](const std::string& name) { return quantizer.tensor(name); };
+    src.packed = [&](const std::string& prefix) { return quantizer.packed(prefix); };
     const std::string modelOut = (fs::path(x.runDir) / "model").string();
-    writeRunModel(modelOut, run, x.modelDir);
+    writeRunModel(modelOut, src, x.modelDir);
     return modelOut;
 }
 
@@ -455,7 +557,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     // On the CPU the weights stay mapped as stored (bf16 or float32) and each layer is converted
     // when a stage reaches it; on a GPU they are loaded in float32 (or kept in host memory with
     // offload).
-    const model::LlamaWeights original =
+    model::LlamaWeights original =
         o.offload            ? model::offloadLayers(model::loadWeights(ck, at::kFloat, x.home), x.fopts)
         : device.is_cpu()    ? model::loadStoredWeights(ck, at::kFloat)
                              : model::loadWeights(ck, at::kFloat, device);
@@ -464,16 +566,26 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     // The stages: 1 transforms (trained for the learned methods), 2 folding, 3 weight quantization
     // layer by layer, 4 the run's model folder, 5 evaluation, 6 latmix.json.
     auto transforms = buildTransforms(x, original, calib, r, job, onStep);
-    FoldedModel folded = foldModel(x, original, transforms.get());
-    if (evaluating && transforms) {
-        const auto te = Clock::now();
-        r.foldedPerplexity = foldedPerplexity(x, folded, evalIds, job);
-        r.evalSeconds += since(te);
+    // The folded model's spill folder: removed when the run ends, however it ends.
+    const std::string spillDir = (fs::path(runDir) / "folded.partial").string();
+    struct Cleanup {
+        std::string dir;
+        ~Cleanup() { util::removeTreeQuietly(dir); }
+    } cleanup{spillDir};
+    std::string modelOut;
+    {
+        const FoldedModel folded = foldModel(x, original, transforms.get(), spillDir, job);
+        if (transforms) original = {}; // on a GPU: the float32 teacher weights leave the device
+        if (evaluating && transforms) {
+            const auto te = Clock::now();
+            r.foldedPerplexity = foldedPerplexity(x, folded, evalIds, job);
+            r.evalSeconds += since(te);
+        }
+        const auto tq = Clock::now();
+        modelOut = quantizeIntoModelFolder(x, folded, calib, transforms.get(), r, job);
+        r.quantizeSeconds = since(tq);
     }
-    const auto tq = Clock::now();
-    auto packed = quantizeLayers(x, folded, calib, r, job);
-    r.quantizeSeconds = since(tq);
-    const std::string modelOut = writeModelFolder(x, folded, std::move(packed), transforms.get());
+    util::removeTreeQuietly(spillDir);
     if (evaluating) {
         const auto te = Clock::now();
         evaluate(x, modelOut, evalIds, r, job);

@@ -87,6 +87,36 @@ model::ModelConfig runModelConfig(const RunModel& run) {
 }
 
 void writeRunModel(const std::string& dir, const RunModel& run, const std::string& tokenizerSourceDir) {
+    RunModelSource src;
+    src.configJson = run.configJson;
+    src.quant = run.quant;
+    for (const auto& [name, t] : run.tensors) src.names.insert(name);
+    src.tensor = [&](const std::string& name) { return run.tensors.at(name); };
+    const std::string where = "writing run model '" + dir + "'";
+    src.packed = [&](const std::string& prefix) {
+        auto it = run.packed.find(prefix);
+        if (it == run.packed.end())
+            throw std::runtime_error(where + ": no packed weight for '" + prefix +
+                                     "'; every block linear is quantized when latmix.weight_format is set");
+        return it->second;
+    };
+    if (run.quant.weightFormat) {
+        const std::set<std::string> prefixes = [&] {
+            const auto c = model::ModelConfig::fromJsonText(run.configJson, where + " (config.json)");
+            const auto v = model::names::blockLinearPrefixes(c.numLayers);
+            return std::set<std::string>(v.begin(), v.end());
+        }();
+        for (const auto& [p, pk] : run.packed)
+            if (!prefixes.count(p))
+                throw std::runtime_error(where + ": packed weight '" + p + "' is not a block linear of this model");
+    } else if (!run.packed.empty()) {
+        throw std::runtime_error(where + ": packed weights given (e.g. '" + run.packed.begin()->first +
+                                 "') but quant.weightFormat is unset");
+    }
+    writeRunModel(dir, src, tokenizerSourceDir);
+}
+
+void writeRunModel(const std::string& dir, const RunModelSource& run, const std::string& tokenizerSourceDir) {
     const std::string where = "writing run model '" + dir + "'";
     const std::string fix = "this is a bug in the code that built the run model";
     nlohmann::ordered_json j;
@@ -107,7 +137,7 @@ void writeRunModel(const std::string& dir, const RunModel& run, const std::strin
     }
     if (q.t3Block < 0) throw std::runtime_error(where + ": online Hadamard block must be >= 0");
 
-    auto has = [&](const std::string& n) { return run.tensors.count(n) != 0; };
+    auto has = [&](const std::string& n) { return run.names.count(n) != 0; };
     const auto fixup = model::fixBiasFlags(j, has, model::BiasTarget::RunModel, where);
     j["torch_dtype"] = "float32";
     model::ModelConfig biases;
@@ -119,68 +149,60 @@ void writeRunModel(const std::string& dir, const RunModel& run, const std::strin
     const std::string configText = j.dump(2) + "\n";
     const model::ModelConfig c = model::ModelConfig::fromJsonText(configText, where + " (config.json)");
 
-    // The tensors in the order the decoder lists them, float32, zero biases added.
-    std::vector<std::pair<std::string, at::Tensor>> out;
+    // Every name checked before anything is produced; the file lists the decoder layers first
+    // (in order: a source may produce them a layer at a time), then the other tensors.
     std::set<std::string> expected;
     std::map<std::string, std::vector<std::int64_t>> zeros(fixup.zeroBiases.begin(), fixup.zeroBiases.end());
+    std::vector<io::TensorSpec> layerSpecs, otherSpecs;
     for (const auto& [name, shape] : model::requiredTensors(c)) {
         expected.insert(name);
-        at::Tensor t;
-        auto it = run.tensors.find(name);
-        if (it != run.tensors.end()) {
-            t = it->second;
-            if (!t.defined() || !at::isFloatingType(t.scalar_type()))
-                throw std::runtime_error(where + ": tensor '" + name + "' must be a floating-point tensor");
-            if (t.sizes().vec() != shape)
-                throw std::runtime_error(where + ": tensor '" + name + "' has shape " + shapeText(t.sizes().vec()) +
-                                         ", the config implies " + shapeText(shape));
-            t = t.detach().to(at::kCPU).to(at::kFloat).contiguous();
-        } else if (zeros.count(name)) {
-            t = at::zeros(shape, at::kFloat);
-        } else {
+        if (!has(name) && !zeros.count(name))
             throw std::runtime_error(where + ": tensor '" + name + "' " + shapeText(shape) + " is missing; a " +
                                      c.architectureName + " model with this config needs it");
-        }
-        out.emplace_back(name, t);
+        (names::layerOf(name) >= 0 ? layerSpecs : otherSpecs).push_back({name, "F32", shape});
     }
-    for (const auto& [name, t] : run.tensors)
+    for (const auto& name : run.names)
         if (!expected.count(name))
             throw std::runtime_error(where + ": tensor '" + name + "' is not part of a " + c.architectureName +
                                      " model with this config (q/k/v bias " + (c.qkvBias ? "true" : "false") +
                                      ", o_proj bias " + (c.oProjBias ? "true" : "false") + ", mlp bias " +
                                      (c.mlpBias ? "true" : "false") + ", tie_word_embeddings " +
                                      (c.tieWordEmbeddings ? "true" : "false") + "); remove it or fix the config");
+    std::vector<io::TensorSpec> specs = std::move(layerSpecs);
+    specs.insert(specs.end(), otherSpecs.begin(), otherSpecs.end());
+    std::set<std::string> linearWeights;
+    if (q.weightFormat)
+        for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) linearWeights.insert(p + ".weight");
 
-    // Packed weights: exactly the block linears, unpacking to the float32 weights bit for bit.
+    // Packed weights: exactly the block linears, each checked against its float32 weight (bit for
+    // bit) when the writer reaches that weight, written after model.safetensors.
     std::vector<std::pair<std::string, at::Tensor>> packedOut;
-    if (q.weightFormat) {
-        std::map<std::string, at::Tensor> byName(out.begin(), out.end());
-        std::set<std::string> prefixes;
-        for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) {
-            prefixes.insert(p);
-            auto it = run.packed.find(p);
-            if (it == run.packed.end())
-                throw std::runtime_error(where + ": no packed weight for '" + p +
-                                         "'; every block linear is quantized when latmix.weight_format is set");
-            const auto& pk = it->second;
-            checkPacked(p, pk, byName.at(p + ".weight"), *q.weightFormat, where, fix);
+    auto produce = [&](std::size_t i) {
+        const auto& [name, dtype, shape] = specs[i];
+        if (!has(name)) return at::zeros(shape, at::kFloat);
+        at::Tensor t = run.tensor(name);
+        if (!t.defined() || !at::isFloatingType(t.scalar_type()))
+            throw std::runtime_error(where + ": tensor '" + name + "' must be a floating-point tensor");
+        if (t.sizes().vec() != shape)
+            throw std::runtime_error(where + ": tensor '" + name + "' has shape " + shapeText(t.sizes().vec()) +
+                                     ", the config implies " + shapeText(shape));
+        t = t.detach().to(at::kCPU).to(at::kFloat).contiguous();
+        if (linearWeights.count(name)) {
+            const std::string p = names::blockLinearOfWeight(name);
+            const mx::PackedTensor pk = run.packed(p);
+            checkPacked(p, pk, t, *q.weightFormat, where, fix);
             packedOut.emplace_back(p + ".weight_packed", pk.codes.contiguous());
             packedOut.emplace_back(p + ".weight_scale", pk.scales.contiguous());
             if (q.weightFormat->isNvfp4())
                 packedOut.emplace_back(p + ".weight_global_scale", at::full({1}, pk.globalScale, at::kFloat));
         }
-        for (const auto& [p, pk] : run.packed)
-            if (!prefixes.count(p))
-                throw std::runtime_error(where + ": packed weight '" + p + "' is not a block linear of this model");
-    } else if (!run.packed.empty()) {
-        throw std::runtime_error(where + ": packed weights given (e.g. '" + run.packed.begin()->first +
-                                 "') but quant.weightFormat is unset");
-    }
+        return t;
+    };
 
     const std::string tmp = util::makeTempSibling(dir);
     try {
         util::writeTextFile(join(tmp, kRunConfigFile), configText);
-        io::writeSafeTensors(join(tmp, kRunWeightsFile), out, {{"format", "pt"}});
+        io::writeSafeTensorsStreamed(join(tmp, kRunWeightsFile), specs, produce, {{"format", "pt"}});
         if (!packedOut.empty()) io::writeSafeTensors(join(tmp, kRunPackedFile), packedOut, {{"format", "latmix-mx"}});
         tokenizer::copyTokenizerFiles(tokenizerSourceDir, tmp);
         util::replaceDirectory(tmp, dir);

@@ -30,7 +30,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +70,21 @@ struct RunModel {
 // with an o_proj bias, Qwen3 with MLP biases); what a Hugging Face runtime can load is decided
 // by the export (export/Export.h).
 void writeRunModel(const std::string& dir, const RunModel& run, const std::string& tokenizerSourceDir = "");
+
+// The same from a source that produces each tensor when the writer reaches it, so a run model is
+// written while its layers are quantized, one at a time (run/QuantizeRun): names lists the
+// tensors that exist (they decide the bias groups); tensor(name) is called once per name, the
+// decoder layers first and in order, then the embedding, final norm and lm_head; packed(prefix)
+// right after "prefix.weight" (the writer keeps the packed weights until model.safetensors is
+// complete, then writes quantized.safetensors).
+struct RunModelSource {
+    std::string configJson;
+    model::LatmixQuantization quant;
+    std::set<std::string> names;
+    std::function<at::Tensor(const std::string& name)> tensor;
+    std::function<mx::PackedTensor(const std::string& prefix)> packed;
+};
+void writeRunModel(const std::string& dir, const RunModelSource& source, const std::string& tokenizerSourceDir = "");
 
 // Reads and validates dir: missing config.json / model.safetensors / quantized.safetensors, a
 // config without "latmix" object, missing or extra tensors, non-float32 tensors and packed
