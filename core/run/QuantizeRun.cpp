@@ -110,6 +110,18 @@ RunTokens tokenizeRunInputs(const std::string& modelDir, const std::string& cali
 
 namespace {
 
+// The share of the run's progress bar each stage gets (rough shares of the time at 1B on a CPU:
+// training dominates the learned methods, folding the fixed-transform ones), so the ETA means
+// something from the first stage on.
+struct StageShares {
+    double train, fold, foldedEval, quantize; // ends; evaluation runs from 0.9 to 1
+};
+StageShares stageShares(const MethodSpec& m) {
+    if (m.learned) return {0.7, 0.75, 0.77, 0.9};
+    if (m.transformed) return {0.0, 0.2, 0.25, 0.9};
+    return {0.0, 0.0, 0.0, 0.9};
+}
+
 // What every stage of a run reads: the options, the method, the model and where things live.
 struct RunContext {
     const QuantizeOptions& o;
@@ -173,7 +185,7 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
         d.onStep = onStep;
         d.onMatrices = o.onMatrices;
         d.trackedLayer = o.trackedLayer;
-        SubJob sub(job, 0.0, 0.7, "training: ");
+        SubJob sub(job, 0.0, stageShares(x.method).train, "training: ");
         // The teacher and student run in float32 on the device: weights kept as stored are
         // converted here, for the training only.
         r.training = train::distill(x.c, model::convertWeights(original, x.fopts), calib, *transforms, d, sub);
@@ -217,11 +229,44 @@ FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, 
         model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
         return std::move(one.layers.front());
     };
-    model::LlamaWeights top =
-        model::convertWeights({original.embed, original.finalNorm, original.lmHead, original.lmHeadBias, {}}, f64);
-    fold::foldTopLevelNorm(top);
-    transforms->foldTopLevel(x.c, top);
-    top = model::convertWeights(top, cpu32);
+    // The top level (embedding, final norm, lm_head and the bias T1 may give it) folded in
+    // float64 a block of vocabulary rows at a time (every row folds on its own): a Llama-3
+    // embedding in float64 is 2 GiB at 1B, 4 GiB at 8B. The tensor the writer asks for is
+    // folded, with one row of the other table alongside (the fold needs both).
+    const std::int64_t vocab = original.embed.size(0), rowBlock = 8192;
+    auto foldTopRows = [&](bool embedRows, std::int64_t a, std::int64_t n) {
+        model::LlamaWeights t;
+        auto rows = [&](const at::Tensor& w, bool wanted) {
+            return w.defined() ? (wanted ? w.narrow(0, a, n) : w.narrow(0, 0, 1)).to(f64) : at::Tensor();
+        };
+        t.embed = rows(original.embed, embedRows);
+        t.lmHead = rows(original.lmHead, !embedRows);
+        t.lmHeadBias = rows(original.lmHeadBias, !embedRows);
+        t.finalNorm = original.finalNorm.to(f64);
+        fold::foldTopLevelNorm(t);
+        transforms->foldTopLevel(x.c, t);
+        return t;
+    };
+    std::map<std::string, at::Tensor> lmHeadBias; // folded with lm_head, written after it
+    auto foldTop = [&](const std::string& name) -> at::Tensor {
+        if (name == model::names::kFinalNorm) return at::ones({x.c.hiddenSize}, cpu32); // γ went into lm_head
+        if (name == model::names::kLmHeadBias) return lmHeadBias.at(name);
+        const bool embedRows = name == model::names::kEmbed;
+        at::Tensor out = at::empty({vocab, x.c.hiddenSize}, cpu32), bias;
+        for (std::int64_t a = 0; a < vocab; a += rowBlock) {
+            job.checkCancelled();
+            const std::int64_t n = std::min(rowBlock, vocab - a);
+            const auto t = foldTopRows(embedRows, a, n);
+            out.narrow(0, a, n).copy_(embedRows ? t.embed : t.lmHead);
+            if (!embedRows && t.lmHeadBias.defined()) {
+                if (!bias.defined()) bias = at::empty({vocab}, cpu32);
+                bias.narrow(0, a, n).copy_(t.lmHeadBias);
+            }
+        }
+        if (bias.defined()) lmHeadBias[model::names::kLmHeadBias] = bias;
+        return out;
+    };
+    model::LlamaWeights top = model::convertWeights(foldTopRows(true, 0, 1), cpu32); // shapes and names only
     // The file's entries: layer 0's names and shapes for every layer, then the top level.
     model::ModelConfig fc;
     model::LayerWeights current = foldOne(0, &fc);
@@ -234,33 +279,39 @@ FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, 
             specs.push_back({model::names::layerPrefix(l) + name.substr(prefix0.size()), "F32", t.sizes().vec()});
     fc.tieWordEmbeddings = false; // the final norm's γ went into lm_head
     fc.lmHeadBias = top.lmHeadBias.defined();
-    model::LlamaWeights topOnly = top;
-    topOnly.layers.clear();
-    std::map<std::string, at::Tensor> topNamed;
-    for (const auto& [name, t] : model::namedTensors(fc, topOnly)) {
-        specs.push_back({name, "F32", t.sizes().vec()});
-        topNamed[name] = t;
+    for (const auto& [name, t] : model::namedTensors(fc, top)) {
+        auto shape = t.sizes().vec();
+        if (name != model::names::kFinalNorm) shape[0] = vocab;
+        specs.push_back({name, "F32", shape});
     }
     std::map<std::string, at::Tensor> named;
-    SubJob fj(job, x.method.learned ? 0.7 : 0.0, x.method.learned ? 0.71 : 0.01, "folding: ");
+    const StageShares shares = stageShares(x.method);
+    SubJob fj(job, shares.train, shares.fold, "folding: ");
     fs::create_directories(spillDir);
     io::writeSafeTensorsStreamed((fs::path(spillDir) / "model.safetensors").string(), specs, [&](std::size_t i) {
         const std::string& name = specs[i].name;
         const int l = model::names::layerOf(name);
-        if (l < 0) return topNamed.at(name);
+        if (l < 0) {
+            at::Tensor t = foldTop(name);
+            if (name == model::names::kEmbed || name == model::names::kLmHead)
+                fj.progress(double(x.c.numLayers + (name == model::names::kEmbed ? 1 : 2)) / (x.c.numLayers + 2),
+                            name == model::names::kEmbed ? "embedding" : "lm_head");
+            return t;
+        }
         if (l != currentLayer || named.empty()) {
             job.checkCancelled();
             if (l != currentLayer) current = foldOne(l, nullptr);
             currentLayer = l;
             named.clear();
             for (auto& [n, t] : model::namedLayerTensors(current, l)) named[n] = t;
-            fj.progress(double(l + 1) / x.c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(x.c.numLayers));
+            fj.progress(double(l + 1) / (x.c.numLayers + 2), // + the embedding and lm_head
+                        "layer " + std::to_string(l + 1) + "/" + std::to_string(x.c.numLayers));
         }
         return named.at(name);
     });
     current = {};
     named.clear();
-    topNamed.clear();
+    lmHeadBias.clear();
     util::writeFileAtomically((fs::path(spillDir) / "config.json").string(), fc.toJsonText());
     const auto spill = model::Checkpoint::load(spillDir);
     f.config = spill.config();
@@ -284,7 +335,8 @@ eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
 
 // Paper Table 3's check: the folded full-precision model (T1/T2/T3 in, nothing quantized).
 double foldedPerplexity(const RunContext& x, const FoldedModel& f, const std::vector<int>& evalIds, JobContext& job) {
-    SubJob e0(job, x.method.learned ? 0.71 : 0.01, x.method.learned ? 0.72 : 0.02, "perplexity folded FP: ");
+    const StageShares shares = stageShares(x.method);
+    SubJob e0(job, shares.fold, shares.foldedEval, "perplexity folded FP: ");
     return eval::evaluatePerplexity(model::LlamaModel(f.config, f.weights, f.options), evalIds, perplexityOptions(x.o), e0)
         .perplexity;
 }
@@ -299,7 +351,7 @@ double foldedPerplexity(const RunContext& x, const FoldedModel& f, const std::ve
 class LayerQuantizer {
 public:
     LayerQuantizer(const RunContext& x, const FoldedModel& f, const at::Tensor& calib, QuantizeResult& r, JobContext& job)
-        : x(x), f(f), r(r), job(job), qjob(job, x.method.learned ? 0.72 : 0.02, 0.9, "quantizing: "),
+        : x(x), f(f), r(r), job(job), qjob(job, stageShares(x.method).foldedEval, stageShares(x.method).quantize, "quantizing: "),
           rope(model::ropeTables(x.c, x.seqLen, at::kFloat, x.device)) {
         options = f.options;
         options.activationQuant = x.o.format;
