@@ -419,6 +419,14 @@ private slots:
         const auto h = acc.hessian();
         QVERIFY(h.scalar_type() == at::kDouble);
         QVERIFY((h - want).abs().max().item<double>() <= 1e-12 * want.abs().max().item<double>());
+        // take() gives the same matrix and leaves the accumulator empty; it sums anew after.
+        const auto taken = acc.take();
+        QVERIFY(at::equal(taken, h));
+        QCOMPARE(acc.rows(), int64_t(0));
+        QVERIFY_THROWS_EXCEPTION(std::logic_error, acc.take());
+        acc.add(b);
+        const auto wantB = at::mm(b.t(), b) * (2.0 / 10.0);
+        QVERIFY((acc.hessian() - wantB).abs().max().item<double>() <= 1e-12 * wantB.abs().max().item<double>());
         acc.reset();
         QCOMPARE(acc.rows(), int64_t(0));
         QVERIFY_THROWS_EXCEPTION(std::logic_error, acc.hessian());

@@ -63,6 +63,7 @@ public:
     explicit HessianAccumulator(std::int64_t in);
     void add(const at::Tensor& x);  // throws std::invalid_argument on a width mismatch or NaN/Inf
     at::Tensor hessian() const;     // float64 [in, in]; throws std::logic_error before any row
+    at::Tensor take();              // the same without a copy: the accumulator is left empty
     std::int64_t rows() const { return rows_; }
     std::int64_t in() const { return in_; }
     void reset();

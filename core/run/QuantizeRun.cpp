@@ -264,6 +264,8 @@ FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, 
             }
         }
         if (bias.defined()) lmHeadBias[model::names::kLmHeadBias] = bias;
+        io::releaseMappedPages(original.embed); // the original table was read through once
+        io::releaseMappedPages(original.lmHead);
         return out;
     };
     model::LlamaWeights top = model::convertWeights(foldTopRows(true, 0, 1), cpu32); // shapes and names only
@@ -410,7 +412,11 @@ private:
                                              {names::kGateProj, &y.wGate, model::PointKind::GateUpInput},
                                              {names::kUpProj, &y.wUp, model::PointKind::GateUpInput},
                                              {names::kDownProj, &y.wDown, model::PointKind::DownProjInput}};
-        for (const auto& lin : linears) {
+        for (std::size_t li = 0; li < linears.size(); ++li) {
+            const Linear& lin = linears[li];
+            // The last linear reading a point takes its Hessian (no copy): at the intermediate
+            // width a float64 Hessian is 0.5 GiB at 1B, 1.5 GiB at 8B.
+            const bool lastAtPoint = li + 1 == linears.size() || linears[li + 1].point != lin.point;
             const auto t0 = Clock::now();
             const std::string prefix = names::layerPrefix(l) + lin.name;
             quant::QuantizedWeight q;
@@ -418,7 +424,7 @@ private:
                 q = guardMemory(std::string(x.method.gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
                                     std::to_string(l) + ")",
                                 kLayerAdvice, [&] {
-                                    const auto hess = acc[lin.point]->hessian();
+                                    const auto hess = lastAtPoint ? acc[lin.point]->take() : acc[lin.point]->hessian();
                                     return x.method.gptq ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq)
                                                          : quant::quantizeRtn(*lin.w, o.format, hess);
                                 });

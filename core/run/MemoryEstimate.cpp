@@ -1,0 +1,156 @@
+// Memory estimates (MemoryEstimate.h). Every term names the buffer of the code it stands for;
+// sizes in bytes, float32 = 4, float64 = 8, s = the stored element size.
+#include "run/MemoryEstimate.h"
+
+#include "mx/MxFormat.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace latmix::run {
+namespace {
+
+using I = std::int64_t;
+
+// The process itself: libtorch, its CPU allocator's caches and thread pools, the tokenizer
+// (measured: `latmix eval` on stories260K peaks at this with a 1 MB model).
+constexpr I kBase = I(300) << 20;
+
+struct Shape {
+    I h, i, q, kv, heads, v, layers;
+    I layerParams() const { return 2 * h * q + 2 * h * kv + 3 * h * i + 2 * h; }
+    I linearParams() const { return layers * (layerParams() - 2 * h); }
+    I table() const { return v * h; }
+};
+Shape shapeOf(const model::ModelConfig& c) {
+    const I hd = c.headDim;
+    return {c.hiddenSize, c.intermediateSize, I(c.numHeads) * hd, I(c.numKvHeads) * hd, c.numHeads, c.vocabSize,
+            c.numLayers};
+}
+
+// Activations of one decoder layer and the loss over T tokens of one sequence (float32):
+// hidden states and their norms, q/k/v with RoPE copies, attention scores in blocks of 256
+// queries when T > 512 (model/LlamaModel.cpp) with softmax, the MLP's gate/up/product, and the
+// vocabulary chunk of 16384 logits with its log-sum-exp temporaries (nextTokenNll).
+I activationBytes(const Shape& s, I T) {
+    const I queries = T > 512 ? 256 : T;
+    const I hidden = 4 * T * s.h * 4;
+    const I qkv = 2 * T * (s.q + 2 * s.kv) * 4;
+    const I attention = 3 * queries * T * s.heads * 4;
+    const I mlp = 3 * T * s.i * 4;
+    const I logits = 3 * T * std::min<I>(s.v, 16384) * 4;
+    return hidden + qkv + attention + mlp + logits;
+}
+
+std::string mib(I b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f MiB", double(b) / (1 << 20));
+    return buf;
+}
+
+MemoryStage evalStage(const std::string& name, const Shape& s, int stored, I T, I extra = 0) {
+    // Resident: the lm_head table (read whole for every window), one decoder layer as stored
+    // (its pages are released after it ran) and, when stored is not float32, its float32 copy.
+    const I lmHead = s.table() * stored;
+    const I layer = s.layerParams() * stored + (stored == 4 ? 0 : s.layerParams() * 4);
+    const I act = activationBytes(s, T) + extra;
+    return {name, kBase + lmHead + layer + act,
+            "lm_head " + mib(lmHead) + ", a layer " + mib(layer) + ", activations " + mib(act)};
+}
+
+void finish(MemoryEstimate& e) {
+    for (const auto& st : e.stages)
+        if (st.bytes > e.peakBytes) {
+            e.peakBytes = st.bytes;
+            e.peakStage = st.name;
+        }
+}
+
+} // namespace
+
+std::string gibText(std::int64_t bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(I(1) << 30));
+    return buf;
+}
+
+MemoryEstimate estimateEvalMemory(const model::ModelConfig& c, int storedBytes, int seqLen) {
+    MemoryEstimate e;
+    e.stages.push_back(evalStage("eval", shapeOf(c), storedBytes, std::min(seqLen, c.maxPositions)));
+    finish(e);
+    return e;
+}
+
+MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o) {
+    const MethodSpec& m = methodSpec(o.method);
+    const Shape s = shapeOf(c);
+    const I P = s.layerParams(), T = std::min(o.seqLen, c.maxPositions), N = o.calibSamples;
+    MemoryEstimate e;
+
+    if (m.learned) {
+        // train::distill: the float32 teacher (convertWeights of the whole model), the student's
+        // folded weights rebuilt every step with autograd, and per layer the saved activations
+        // of a batch (hidden, q/k/v, attention probabilities, MLP) for the backward pass.
+        const I model32 = (s.layers * P + 2 * s.table()) * 4;
+        const I saved = I(o.batch) * s.layers * (12 * T * s.h + 4 * T * s.i + 2 * T * T * s.heads) * 4;
+        const I logits = 4 * I(o.batch) * T * s.v * 4; // teacher and student logits, softmaxes
+        e.stages.push_back({"train", kBase + s.table() * stored + 3 * model32 + saved + logits,
+                            "teacher + student + gradients " + mib(3 * model32) + ", saved activations " + mib(saved) +
+                                ", logits " + mib(logits)});
+        e.note = "training is not streamed yet: its estimate is read from the code, not measured";
+    }
+    if (m.transformed) {
+        // fold: one layer as stored, its float64 copy with a matmul result (the largest is an
+        // [intermediate, hidden] weight), the float32 result; at the end the embedding / lm_head
+        // folded into a float32 table, 8192 rows at a time in float64 (rows, product, bias),
+        // with the original table's pages read.
+        const I layer = P * stored + P * 8 + s.i * s.h * 8 + P * 4;
+        const I top = s.table() * (4 + stored) + 3 * 8192 * s.h * 8;
+        e.stages.push_back({"fold", kBase + std::max(layer, top),
+                            "a layer " + mib(layer) + ", embedding/lm_head " + mib(top)});
+        if (o.evalSeqLen > 0) e.stages.push_back(evalStage("eval (folded FP)", s, 4, o.evalSeqLen));
+    }
+    {
+        // quantize: the packed codes of every layer so far (element bits + one scale byte per
+        // block), the layer read (mapped) and its float32 / dequantized copies, the four
+        // Hessians in float64 and one copy, GPTQ's float64 work on the widest input
+        // (intermediate: H, its Cholesky inverse, W and the error rows), the calibration
+        // activations (in and out) and one chunk of 8 windows through the layer.
+        const auto bits = mx::elementSpec(o.format.element()).bits;
+        const I packed = s.linearParams() * bits / 8 + s.linearParams() / o.format.blockSize;
+        const I layer = P * stored + (m.transformed || stored == 4 ? P * 4 : P * 8);
+        const I hess = (2 * s.h * s.h + s.q * s.q + 2 * s.i * s.i) * 8;
+        const I gptq = m.gptq ? 3 * s.i * s.i * 8 + 2 * s.h * s.i * 8 : 0;
+        const I calib = 2 * N * T * s.h * 4;
+        const I chunk = std::min<I>(8, N) * T * (3 * s.i + 6 * s.h) * 4;
+        // The run model's writer converts the embedding to float32 when it is stored narrower.
+        const I top = m.transformed || stored == 4 ? 0 : s.table() * 4;
+        e.stages.push_back({"quantize", kBase + packed + layer + hess + gptq + calib + chunk + top,
+                            "packed " + mib(packed) + ", a layer " + mib(layer) + ", Hessians " + mib(hess) +
+                                ", GPTQ " + mib(gptq) + ", calibration activations " + mib(calib + chunk)});
+    }
+    if (o.evalSeqLen > 0) {
+        e.stages.push_back(evalStage("eval (FP)", s, stored, o.evalSeqLen));
+        // The run model is float32; activation quantization adds a copy of the widest input.
+        e.stages.push_back(evalStage("eval (W4A4)", s, 4, o.evalSeqLen, I(o.evalSeqLen) * s.i * 4));
+    }
+    finish(e);
+    return e;
+}
+
+std::int64_t availableHostMemory() {
+    std::ifstream f("/proc/meminfo");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("MemAvailable:", 0) == 0) {
+            std::istringstream in(line.substr(13));
+            I kb = 0;
+            in >> kb;
+            return kb * 1024;
+        }
+    return 0;
+}
+
+} // namespace latmix::run
