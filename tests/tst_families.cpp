@@ -14,6 +14,7 @@
 #include "import/RandomModel.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
+#include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
 #include "run/RunModel.h"
 
@@ -268,6 +269,52 @@ private slots:
         });
         QVERIFY2(e2.contains(named), qPrintable(e2));
         QVERIFY(!QFile::exists(runDir));
+    }
+
+    // The memory estimate of the real shapes (resources/configs): each stage holds at least the
+    // buffers that stage cannot do without (lower bounds worked from the shapes: GPTQ's float64
+    // Hessian, its Cholesky factor and the layer's own Hessian at the intermediate width; the
+    // eval's lm_head table as stored), bigger models and longer windows cost more, and a peak
+    // above the available memory is refused with both numbers and the way out.
+    void memoryEstimateOfRealShapes_data() {
+        QTest::addColumn<QString>("config");
+        QTest::newRow("llama-3.2-1b") << "llama-3.2-1b";
+        QTest::newRow("llama-3.1-8b") << "llama-3.1-8b";
+        QTest::newRow("qwen3-8b") << "qwen3-8b";
+        QTest::newRow("qwen3-32b") << "qwen3-32b";
+    }
+    void memoryEstimateOfRealShapes() {
+        QFETCH(QString, config);
+        QFile f(qEnvironmentVariable("LATMIX_CONFIGS_DIR") + "/" + config + ".json");
+        QVERIFY2(f.open(QIODevice::ReadOnly), qPrintable(f.fileName()));
+        const auto c = model::ModelConfig::fromJsonText(f.readAll().toStdString(), config.toStdString());
+        const std::int64_t i = c.intermediateSize, table = std::int64_t(c.vocabSize) * c.hiddenSize;
+        auto o = options("mr-gptq");
+        o.calibSamples = 8;
+        const auto q = run::estimateQuantizeMemory(c, 2, o);
+        auto stage = [](const run::MemoryEstimate& e, const std::string& name) {
+            for (const auto& s : e.stages)
+                if (s.name == name) return s.bytes;
+            return std::int64_t(-1);
+        };
+        QVERIFY(stage(q, "quantize") >= 3 * i * i * 8);
+        QVERIFY(stage(q, "fold") >= table * 4); // the folded float32 embedding
+        QVERIFY(q.peakBytes >= stage(q, "quantize") && q.peakBytes >= stage(q, "fold"));
+        o.calibSamples = 128;
+        QVERIFY(run::estimateQuantizeMemory(c, 2, o).peakBytes > q.peakBytes);
+        const auto e2048 = run::estimateEvalMemory(c, 2, 2048), e256 = run::estimateEvalMemory(c, 2, 256);
+        QVERIFY(e2048.peakBytes >= table * 2 && e2048.peakBytes > e256.peakBytes);
+        QVERIFY(run::estimateEvalMemory(c, 4, 2048).peakBytes > e2048.peakBytes);
+        qInfo("%s: eval 2048 %s, mr-gptq (8 x 256) %s", qPrintable(config), run::gibText(e2048.peakBytes).c_str(),
+              run::gibText(q.peakBytes).c_str());
+
+        QVERIFY(run::memoryProblem(q, q.peakBytes, o).empty());
+        QVERIFY(run::memoryProblem(q, 0, o).empty()); // unknown: no refusal
+        const std::string m = run::memoryProblem(q, q.peakBytes - (std::int64_t(1) << 30), o);
+        QVERIFY2(QString::fromStdString(m).contains(QString::fromStdString(run::gibText(q.peakBytes))) &&
+                     QString::fromStdString(m).contains(QString::fromStdString(run::gibText(q.peakBytes - (std::int64_t(1) << 30)))) &&
+                     QString::fromStdString(m).contains("--force") && QString::fromStdString(m).contains("--calib-samples"),
+                 m.c_str());
     }
 
     // The random checkpoint itself: its config reads back, weights have the stated dtype and the

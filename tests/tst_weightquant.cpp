@@ -193,7 +193,7 @@ private slots:
         QCOMPARE(r.packed.lastDim, int64_t(in));
         const double want = (w.to(at::kDouble) - r.dequantized.to(at::kDouble)).square().sum().item<double>() /
                             w.to(at::kDouble).square().sum().item<double>();
-        QVERIFY(std::fabs(r.relativeError - want) <= 1e-5 * want);
+        QVERIFY(std::fabs(r.relativeError - want) <= 1e-4 * want);
         QVERIFY(r.relativeError > 0 && r.relativeError < 0.1);
     }
 
@@ -269,7 +269,7 @@ private slots:
         const auto rtn = quant::quantizeRtn(w, c, h);
         const double eRtn = outputError(w, rtn.dequantized, x);
         const double ref = at::mm(w.to(at::kDouble), x.t()).square().sum().item<double>();
-        QVERIFY(std::fabs(rtn.relativeError - eRtn / ref) <= 1e-5 * rtn.relativeError);
+        QVERIFY(std::fabs(rtn.relativeError - eRtn / ref) <= 1e-4 * rtn.relativeError);
         for (bool act : {false, true}) {
             quant::GptqOptions o;
             o.actOrder = act;
@@ -278,7 +278,7 @@ private slots:
             qInfo("%s in %d actOrder %d: output error GPTQ/RTN = %.3f", qPrintable(format), in, int(act),
                   eGptq / eRtn);
             QVERIFY2(eGptq < 0.9 * eRtn, qPrintable(QString("GPTQ %1 vs RTN %2").arg(eGptq).arg(eRtn)));
-            QVERIFY(std::fabs(g.relativeError - eGptq / ref) <= 1e-5 * g.relativeError);
+            QVERIFY(std::fabs(g.relativeError - eGptq / ref) <= 1e-4 * g.relativeError);
         }
     }
 

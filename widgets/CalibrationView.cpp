@@ -9,7 +9,9 @@
 #include "WorkbenchSettings.h"
 
 #include "eval/Perplexity.h"
+#include "model/Checkpoint.h"
 #include "model/ModelConfig.h"
+#include "run/MemoryEstimate.h"
 #include "util/Runtime.h"
 
 #include <QComboBox>
@@ -22,6 +24,7 @@
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
+#include <QCheckBox>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPointer>
@@ -112,6 +115,17 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     m_scaleMode->addItems({QStringLiteral("floor"), QStringLiteral("ceil"), QStringLiteral("even")});
     m_scaleMode->setToolTip(tr("Shared-scale rounding: floor (OCP), ceil, even (torchao)"));
     mf->addRow(tr("S&cale mode:"), m_scaleMode);
+    m_t1Bias = new QCheckBox(tr("Learned T1 bias"), methodBox);
+    m_t1Bias->setObjectName(QStringLiteral("t1BiasCheck"));
+    m_t1Bias->setChecked(true);
+    m_t1Bias->setToolTip(tr("Train T1 with its bias v1 (the paper). Off: v1 = 0, the deployable variant Qwen3 "
+                            "exports need (its MLP cannot hold the biases v1 folds into)"));
+    mf->addRow(QString(), m_t1Bias);
+    m_skipExportCheck = new QCheckBox(tr("Skip export check"), methodBox);
+    m_skipExportCheck->setObjectName(QStringLiteral("skipExportCheck"));
+    m_skipExportCheck->setToolTip(tr("Run even when no Hugging Face / vLLM runtime could load the folded biases "
+                                     "(the run still evaluates here; export refuses it)"));
+    mf->addRow(QString(), m_skipExportCheck);
     column->addWidget(methodBox);
 
     auto* trainBox = new QGroupBox(tr("Training (learned methods)"), form);
@@ -186,6 +200,15 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     df->addRow(tr("Run folder:"), dirRow);
     column->addWidget(dataBox);
 
+    m_memory = new QLabel(form);
+    m_memory->setObjectName(QStringLiteral("memoryEstimateLabel"));
+    m_memory->setWordWrap(true);
+    column->addWidget(m_memory);
+    for (QComboBox* c : {m_method, m_format, m_block, m_device})
+        connect(c, &QComboBox::currentTextChanged, this, &CalibrationView::updateMemoryEstimate);
+    for (QSpinBox* sp : {m_batch, m_samples, m_seqLen, m_evalWindows})
+        connect(sp, qOverload<int>(&QSpinBox::valueChanged), this, &CalibrationView::updateMemoryEstimate);
+
     m_run = new QPushButton(tr("&Run calibration"), form);
     m_run->setObjectName(QStringLiteral("runButton"));
     m_run->setEnabled(false);
@@ -237,6 +260,46 @@ void CalibrationView::setModelDir(const QString& dir) {
     const bool can = !dir.isEmpty() && !m_runner->isRunning();
     m_run->setEnabled(can);
     m_run->setToolTip(dir.isEmpty() ? tr("Open a model first") : tr("Quantize %1 with the settings above").arg(dir));
+    m_storedBytes = 0;
+    try {
+        if (!dir.isEmpty()) {
+            const auto ck = latmix::model::Checkpoint::load(dir.toStdString());
+            m_config = ck.config();
+            m_storedBytes = latmix::run::storedElementBytes(ck.weightBytes(), ck.parameterCount());
+        }
+    } catch (const std::exception&) {
+        // Shown by whoever opened the folder; the estimate just stays empty.
+    }
+    updateMemoryEstimate();
+}
+
+// The estimated peak host memory of the run the form describes (run/MemoryEstimate.h), shown
+// before Run; the table of stages in the tooltip. The run itself refuses a peak above what is
+// available (the CLI's --force).
+void CalibrationView::updateMemoryEstimate() {
+    if (!m_memory) return;
+    if (m_storedBytes == 0) {
+        m_memory->setText(tr("Memory: open a model to see the estimate"));
+        m_memory->setToolTip(QString());
+        return;
+    }
+    try {
+        const auto o = options();
+        const auto e = latmix::run::estimateQuantizeMemory(m_config, m_storedBytes, o);
+        const auto available = latmix::run::availableHostMemory();
+        const bool over = !latmix::run::memoryProblem(e, available, o).empty();
+        m_memory->setText(tr("Memory: about %1 at peak (%2)%3")
+                              .arg(QString::fromStdString(latmix::run::gibText(e.peakBytes)),
+                                   QString::fromStdString(e.peakStage),
+                                   available > 0 ? tr(" of %1 available").arg(QString::fromStdString(
+                                                       latmix::run::gibText(available)))
+                                                 : QString()));
+        m_memory->setStyleSheet(over ? QStringLiteral("color: #c0392b;") : QString());
+        m_memory->setToolTip(QStringLiteral("<pre>%1</pre>")
+                                 .arg(QString::fromStdString(latmix::run::memoryTable(e, available)).toHtmlEscaped()));
+    } catch (const std::exception& ex) {
+        m_memory->setText(tr("Memory: %1").arg(QString::fromLocal8Bit(ex.what())));
+    }
 }
 
 latmix::run::QuantizeOptions CalibrationView::options() const {
@@ -258,6 +321,8 @@ latmix::run::QuantizeOptions CalibrationView::options() const {
     o.device = m_device->currentText().toStdString();
     o.evalWindows = m_evalWindows->value();
     o.evalSeqLen = o.evalWindows > 0 ? 256 : 0;
+    o.t1Bias = m_t1Bias->isChecked();
+    o.exportCheck = !m_skipExportCheck->isChecked();
     return o;
 }
 

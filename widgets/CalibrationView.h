@@ -5,14 +5,17 @@
 // dashboard receives every training step and the A1/A2 matrices; the finished run folder can
 // be exported (File › Export quantized model…) or reopened later as a run file overlay.
 // The form is remembered in QSettings (group "calibration").
+#include "model/ModelConfig.h"
 #include "run/QuantizeRun.h"
 
 #include <QByteArray>
 #include <QString>
 #include <QWidget>
 
+class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
+class QLabel;
 class QLineEdit;
 class QPushButton;
 class QSpinBox;
@@ -69,6 +72,7 @@ signals:
     void errorOccurred(const QString& message);
 
 private:
+    void updateMemoryEstimate();
     void saveSettings() const;
     void loadSettings();
     QString defaultRunDir() const;
@@ -84,6 +88,10 @@ private:
     QDoubleSpinBox *m_lr, *m_temperature, *m_volumeWeight;
     QLineEdit *m_calibText, *m_runDirEdit;
     QPushButton* m_run;
+    QCheckBox *m_t1Bias = nullptr, *m_skipExportCheck = nullptr;
+    QLabel* m_memory = nullptr;
+    latmix::model::ModelConfig m_config; // of the open model, for the memory estimate
+    int m_storedBytes = 0;               // its weights' element size; 0: no model
 };
 
 } // namespace latmix::gui

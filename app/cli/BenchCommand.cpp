@@ -7,6 +7,8 @@
 #include "mx/MxKernelCpu.h"
 #include "mx/MxQuantizer.h"
 #include "quant/WeightQuantizer.h"
+#include "run/MemoryEstimate.h"
+#include "run/QuantizeRun.h"
 #include "util/Runtime.h"
 
 #include <ATen/ATen.h>
@@ -30,6 +32,8 @@ struct BenchOptions {
     int64_t elements = int64_t{64} << 20;
     int repeat = 5;
     bool tensorOps = false;
+    std::string method;              // memory: quantize with this method (empty: eval)
+    int calibSamples = 64, evalSeqLen = 0, batch = 4;
 };
 
 double bestSeconds(int repeat, const std::function<void()>& fn) {
@@ -137,13 +141,42 @@ int runGptq(const BenchOptions& o) {
     return 0;
 }
 
+// The estimated peak host memory of `latmix eval` (no --method) or `latmix quantize --method X`
+// for a model, stage by stage (run/MemoryEstimate.h); nothing is loaded but the config and the
+// file sizes.
+int runMemory(const BenchOptions& o) {
+    if (o.model.empty()) throw std::invalid_argument("bench memory needs --model DIR");
+    const auto ck = model::Checkpoint::load(o.model);
+    const int stored = run::storedElementBytes(ck.weightBytes(), ck.parameterCount());
+    run::MemoryEstimate e;
+    if (o.method.empty()) {
+        e = run::estimateEvalMemory(ck.config(), stored, o.seqLen);
+        std::printf("latmix eval --seqlen %d on %s (%d-byte weights, %.2f GiB)\n", o.seqLen, o.model.c_str(), stored,
+                    double(ck.weightBytes()) / double(1 << 30));
+    } else {
+        run::QuantizeOptions q;
+        q.method = o.method;
+        q.seqLen = o.seqLen;
+        q.calibSamples = o.calibSamples;
+        q.evalSeqLen = o.evalSeqLen;
+        q.batch = o.batch;
+        e = run::estimateQuantizeMemory(ck.config(), stored, q);
+        std::printf("latmix quantize --method %s --calib-samples %d --seqlen %d --eval-seqlen %d on %s (%d-byte weights, "
+                    "%.2f GiB)\n",
+                    o.method.c_str(), o.calibSamples, o.seqLen, o.evalSeqLen, o.model.c_str(), stored,
+                    double(ck.weightBytes()) / double(1 << 30));
+    }
+    std::printf("%s", run::memoryTable(e, run::availableHostMemory()).c_str());
+    return 0;
+}
+
 } // namespace
 
 Runner addBenchCommand(CLI::App& app) {
     auto o = std::make_shared<BenchOptions>();
     auto* cmd = app.add_subcommand("bench", "benchmarks that print a table");
-    cmd->add_option("what", o->what, "what to benchmark: mx (MX kernels), forward (model forward pass) or gptq")
-        ->check(CLI::IsMember({"mx", "forward", "gptq"}))
+    cmd->add_option("what", o->what, "what to benchmark: mx (MX kernels), forward (model forward pass), gptq or memory (estimate)")
+        ->check(CLI::IsMember({"mx", "forward", "gptq", "memory"}))
         ->capture_default_str();
     cmd->add_option("--model", o->model, "forward: Hugging Face model folder");
     cmd->add_option("--seqlen", o->seqLen, "forward: tokens per forward pass")->capture_default_str();
@@ -151,7 +184,16 @@ Runner addBenchCommand(CLI::App& app) {
     cmd->add_option("--elements", o->elements, "tensor size in elements")->capture_default_str();
     cmd->add_option("--repeat", o->repeat, "timed repetitions (best is reported)")->capture_default_str();
     cmd->add_flag("--tensor-ops", o->tensorOps, "also time the device-generic tensor-ops path");
-    return [o] { return o->what == "forward" ? runForward(*o) : o->what == "gptq" ? runGptq(*o) : runMx(*o); };
+    cmd->add_option("--method", o->method, "memory: the quantize method (none: latmix eval)");
+    cmd->add_option("--calib-samples", o->calibSamples, "memory: calibration windows")->capture_default_str();
+    cmd->add_option("--eval-seqlen", o->evalSeqLen, "memory: quantize's evaluation window (0: none)")->capture_default_str();
+    cmd->add_option("--batch", o->batch, "memory: training sequences per step")->capture_default_str();
+    return [o] {
+        return o->what == "forward" ? runForward(*o)
+               : o->what == "gptq"  ? runGptq(*o)
+               : o->what == "memory" ? runMemory(*o)
+                                     : runMx(*o);
+    };
 }
 
 } // namespace latmix::cli

@@ -6,6 +6,8 @@
 
 #include "eval/Perplexity.h"
 #include "mx/MxFormat.h"
+#include "model/Checkpoint.h"
+#include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
 
 #include <cstdio>
@@ -21,6 +23,7 @@ struct QuantizeCli {
     std::string model, format = "mxfp4", scaleMode = "floor", calib, out;
     std::string t1Bias = "on", t2Bias = "on";
     bool skipExportCheck = false;
+    bool dryRun = false, force = false;
     int block = 0;
 };
 
@@ -33,6 +36,14 @@ int runQuantize(QuantizeCli& o) {
     o.q.t1Bias = o.t1Bias == "on";
     o.q.t2Bias = o.t2Bias == "on";
     o.q.exportCheck = !o.skipExportCheck;
+    o.q.memoryCheck = !o.force;
+    if (o.dryRun) { // the memory estimate and nothing else
+        const auto ck = model::Checkpoint::load(o.model);
+        const auto e = run::estimateQuantizeMemory(
+            ck.config(), run::storedElementBytes(ck.weightBytes(), ck.parameterCount()), o.q);
+        std::printf("%s", run::memoryTable(e, run::availableHostMemory()).c_str());
+        return 0;
+    }
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
     o.q.calibSource = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
     if (o.q.evalSeqLen > 0) o.q.evalSource = util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split");
@@ -115,6 +126,8 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_option("--t2-bias", o->t2Bias, "learned T2 bias v2: on or off")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
     cmd->add_flag("--skip-export-check", o->skipExportCheck,
                   "run even when no Hugging Face / vLLM runtime could load the folded biases");
+    cmd->add_flag("--dry-run", o->dryRun, "print the estimated peak memory of each stage and exit (nothing is run)");
+    cmd->add_flag("--force", o->force, "run even when the estimated peak memory exceeds the memory available");
     cmd->add_option("--eval-seqlen", o->q.evalSeqLen, "WikiText-2 test perplexity window (0: no evaluation)")
         ->capture_default_str();
     cmd->add_option("--eval-windows", o->q.evalWindows, "evaluation windows (0: all)")->capture_default_str();

@@ -24,14 +24,6 @@ namespace {
 const char* kPointSuffix[] = {"self_attn.qkv.input", "self_attn.o_proj.input", "mlp.gate_up.input",
                               "mlp.down_proj.input"};
 
-// RMSNorm as Hugging Face computes it: statistics in float32, the result cast back to the
-// activation dtype before the weight multiplies it.
-at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-    auto x32 = x.to(at::kFloat);
-    auto normed = x32 * at::rsqrt(x32.pow(2).mean(-1, true) + eps);
-    return weight * normed.to(x.scalar_type());
-}
-
 at::Tensor rotateHalf(const at::Tensor& x) {
     const int64_t half = x.size(-1) / 2;
     return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -62,6 +54,15 @@ at::Tensor optionalLinear(const at::Tensor& x, const at::Tensor& w, const at::Te
 }
 
 } // namespace
+
+// RMSNorm as Hugging Face computes it: statistics in float32, the result cast back to the
+// activation dtype before the weight multiplies it.
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+    auto x32 = x.to(at::kFloat);
+    auto normed = x32 * at::rsqrt(x32.pow(2).mean(-1, true) + eps);
+    return weight * normed.to(x.scalar_type());
+}
+
 
 std::string pointName(int layer, PointKind kind) {
     return "layers." + std::to_string(layer) + "." + kPointSuffix[static_cast<int>(kind)];
@@ -370,6 +371,7 @@ at::Tensor nextTokenNll(const ModelConfig& c, const LlamaWeights& w, const at::T
         const auto local = (tgt - v0).clamp(0, n - 1).unsqueeze(1);
         targetLogit = at::where(inChunk, logits.gather(1, local).squeeze(1), targetLogit);
     }
+    io::releaseMappedPages(w.lmHead); // read through once per call: not kept resident
     return runMax + at::log(runSum) - targetLogit;
 }
 

@@ -97,6 +97,8 @@ RopeTables ropeTables(const ModelConfig& config, std::int64_t T, at::ScalarType 
 // The pieces of a forward pass, for layer-by-layer work (GPTQ) and differentiable weights
 // (training): they work with whatever tensors w holds, autograd included.
 at::Tensor embedTokens(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& tokens);
+// RMSNorm as Hugging Face computes it: statistics in float32, cast back, then the weight.
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 at::Tensor decoderLayer(const ModelConfig& config, const LayerWeights& w, const ForwardOptions& options,
                         const at::Tensor& h, const RopeTables& rope, int layer, const ActivationHook& hook = nullptr);
 at::Tensor lmHead(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& h); // float32 logits

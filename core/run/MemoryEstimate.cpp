@@ -114,15 +114,16 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
     }
     {
         // quantize: the packed codes of every layer so far (element bits + one scale byte per
-        // block), the layer read (mapped) and its float32 / dequantized copies, the four
-        // Hessians in float64 and one copy, GPTQ's float64 work on the widest input
-        // (intermediate: H, its Cholesky inverse, W and the error rows), the calibration
+        // block), the layer read (mapped) and its float32 / dequantized copies, the Hessians
+        // in float64, GPTQ's float64 work on the widest input (intermediate), the calibration
         // activations (in and out) and one chunk of 8 windows through the layer.
         const auto bits = mx::elementSpec(o.format.element()).bits;
         const I packed = s.linearParams() * bits / 8 + s.linearParams() / o.format.blockSize;
         const I layer = P * stored + (m.transformed || stored == 4 ? P * 4 : P * 8);
-        const I hess = (2 * s.h * s.h + s.q * s.q + 2 * s.i * s.i) * 8;
-        const I gptq = m.gptq ? 3 * s.i * s.i * 8 + 2 * s.h * s.i * 8 : 0;
+        // At down_proj: the three smaller Hessians, down_proj's own (taken, no copy) and GPTQ's
+        // two [in, in] matrices alive at a time plus W and its working copy in float64.
+        const I hess = (2 * s.h * s.h + s.q * s.q + s.i * s.i) * 8;
+        const I gptq = m.gptq ? 2 * s.i * s.i * 8 + 2 * s.h * s.i * 8 : 0;
         const I calib = 2 * N * T * s.h * 4;
         const I chunk = std::min<I>(8, N) * T * (3 * s.i + 6 * s.h) * 4;
         // The run model's writer converts the embedding to float32 when it is stored narrower.
@@ -138,6 +139,39 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
     }
     finish(e);
     return e;
+}
+
+std::string memoryTable(const MemoryEstimate& e, std::int64_t available) {
+    std::string t;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%-18s %10s  %s\n", "stage", "estimate", "largest terms");
+    t += buf;
+    for (const auto& st : e.stages) {
+        std::snprintf(buf, sizeof buf, "%-18s %10s  ", st.name.c_str(), gibText(st.bytes).c_str());
+        t += buf + st.detail + "\n";
+    }
+    t += "peak               " + gibText(e.peakBytes) + " (" + e.peakStage + ")";
+    if (available > 0) t += ", available " + gibText(available);
+    t += "\n";
+    if (!e.note.empty()) t += "note: " + e.note + "\n";
+    return t;
+}
+
+std::string memoryProblem(const MemoryEstimate& e, std::int64_t available, const QuantizeOptions& o) {
+    if (available <= 0 || e.peakBytes <= available) return {};
+    std::string lower = "fewer --calib-samples (now " + std::to_string(o.calibSamples) + ") or a shorter --seqlen (now " +
+                        std::to_string(o.seqLen) + ")";
+    if (methodSpec(o.method).learned) lower += ", a smaller --batch (now " + std::to_string(o.batch) + ")";
+    if (o.evalSeqLen > 0) lower += ", a shorter --eval-seqlen (now " + std::to_string(o.evalSeqLen) + ")";
+    return "the estimated peak memory of this run is " + gibText(e.peakBytes) + " (stage " + e.peakStage +
+           "), more than the " + gibText(available) + " this machine has available; lower it with " + lower +
+           ", or quantize on a GPU with --offload; --force runs anyway (`latmix quantize --dry-run` prints the estimate)";
+}
+
+int storedElementBytes(std::int64_t fileBytes, std::int64_t parameters) {
+    if (parameters <= 0) return 4;
+    const double b = double(fileBytes) / double(parameters);
+    return b < 3.0 ? 2 : 4;
 }
 
 std::int64_t availableHostMemory() {

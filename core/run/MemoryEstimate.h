@@ -35,6 +35,17 @@ MemoryEstimate estimateEvalMemory(const model::ModelConfig& config, int storedBy
 // CPU. Training (learned methods) is included as read from the code; it is not yet streamed.
 MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options);
 
+// The estimate as a table (stage, bytes, largest terms) with the peak and, when available > 0,
+// the memory available: what the CLI prints and the workbench shows before Run.
+std::string memoryTable(const MemoryEstimate& estimate, std::int64_t available);
+
+// Empty when the peak fits in `available` (or available is 0: unknown); otherwise a message with
+// both numbers and the options that lower the peak, naming --force.
+std::string memoryProblem(const MemoryEstimate& estimate, std::int64_t available, const QuantizeOptions& options);
+
+// The element size the checkpoint's weights are stored with (file bytes / parameters, rounded).
+int storedElementBytes(std::int64_t fileBytes, std::int64_t parameters);
+
 // Physical memory this machine has available now (MemAvailable of /proc/meminfo), 0 if unknown.
 std::int64_t availableHostMemory();
 

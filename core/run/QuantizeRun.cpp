@@ -9,6 +9,7 @@
 #include "model/TensorNames.h"
 #include "io/SafeTensors.h"
 #include "quant/WeightQuantizer.h"
+#include "run/MemoryEstimate.h"
 #include "run/RunModel.h"
 #include "tokenizer/Tokenizer.h"
 #include "transforms/Hadamard.h"
@@ -186,9 +187,9 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
         d.onMatrices = o.onMatrices;
         d.trackedLayer = o.trackedLayer;
         SubJob sub(job, 0.0, stageShares(x.method).train, "training: ");
-        // The teacher and student run in float32 on the device: weights kept as stored are
-        // converted here, for the training only.
-        r.training = train::distill(x.c, model::convertWeights(original, x.fopts), calib, *transforms, d, sub);
+        // The teacher and student run in float32 on the device, a layer converted at a time from
+        // the weights as they are (mapped as stored on the CPU; host memory with --offload).
+        r.training = train::distill(x.c, original, calib, *transforms, d, sub);
         r.trainSeconds = since(t0);
     }
     transforms->save((fs::path(x.runDir) / "transforms.h5").string(), {{"method", x.method.name}});
@@ -294,6 +295,8 @@ FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, 
         const std::string& name = specs[i].name;
         const int l = model::names::layerOf(name);
         if (l < 0) {
+            current = {}; // the layers are written: only the top level is alive from here
+            named.clear();
             at::Tensor t = foldTop(name);
             if (name == model::names::kEmbed || name == model::names::kLmHead)
                 fj.progress(double(x.c.numLayers + (name == model::names::kEmbed ? 1 : 2)) / (x.c.numLayers + 2),
@@ -596,6 +599,12 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     const model::ModelConfig& c = ck.config();
     checkExportable(c, o);
     checkMethodFits(c, o);
+    if (o.memoryCheck && model::parseDevice(o.device).is_cpu()) {
+        const auto estimate =
+            estimateQuantizeMemory(c, storedElementBytes(ck.weightBytes(), ck.parameterCount()), o);
+        const std::string problem = memoryProblem(estimate, availableHostMemory(), o);
+        if (!problem.empty()) throw std::invalid_argument(problem);
+    }
     if (o.trackedLayer < 0 || o.trackedLayer >= c.numLayers)
         throw std::invalid_argument("tracked layer " + std::to_string(o.trackedLayer) + " is not a layer of " + modelDir +
                                     " (0.." + std::to_string(c.numLayers - 1) + ")");

@@ -60,6 +60,9 @@ struct QuantizeOptions {
     // (Qwen3 with a T1 bias: MLP biases), naming --t1-bias off; false runs it anyway (the run
     // model still loads and evaluates in this workbench, `latmix export` refuses it).
     bool exportCheck = true;
+    // Refuse, before any work, a CPU run whose estimated peak memory (run/MemoryEstimate.h)
+    // exceeds the memory available; false (--force) runs anyway.
+    bool memoryCheck = true;
     int trackedLayer = 0;        // whose A2 the training reports (metrics, live heatmap)
     // Live matrices during training (see train::DistillOptions::onMatrices).
     std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;

@@ -10,6 +10,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <chrono>
+#include <limits>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -124,6 +125,142 @@ void writeRunFile(const std::string& path, const std::vector<DistillStep>& histo
 
 } // namespace
 
+DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeights& original,
+                             const ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
+                             const at::Tensor& tokens, double tau, double volumeWeight) {
+    DistillLoss r;
+    const auto t0 = Clock::now();
+    const auto device = tokens.device();
+    const auto fopts = at::TensorOptions().dtype(at::kFloat).device(device);
+    const std::int64_t T = tokens.size(1), N = tokens.numel(), V = c.vocabSize, chunk = 16384;
+    model::ForwardOptions teacherOptions;
+    teacherOptions.dtype = at::kFloat;
+    model::ForwardOptions studentOptions;
+    studentOptions.activationQuant = activation;
+    if (transforms.t3().defined()) studentOptions.t3 = transforms.t3().to(fopts);
+    const auto rope = model::ropeTables(c, T, at::kFloat, device);
+
+    // The teacher's normed final hidden states (no graph); its logits are made a chunk at a time.
+    at::Tensor teacherNormed;
+    {
+        at::NoGradGuard g;
+        const auto h = model::forwardHidden(c, original, teacherOptions, tokens);
+        teacherNormed = model::rmsNorm(h, original.finalNorm.to(fopts), c.rmsNormEps).reshape({N, c.hiddenSize});
+    }
+    r.teacherSeconds = since(t0);
+    const auto t1 = Clock::now();
+
+    // T1 once per step: its matrices with their graph (m1), and leaf copies every use below
+    // differentiates against; their gradients go back through m1 at the end.
+    const fold::AffineMatrices m1 = transforms.t1Matrices();
+    fold::AffineMatrices leaf1;
+    auto leafOf = [](const at::Tensor& t) { return t.defined() ? t.detach().requires_grad_(true) : t; };
+    if (m1.defined()) leaf1 = {leafOf(m1.a), leafOf(m1.aInv), leafOf(m1.v)};
+    // The student's layer l: γ folded, T3 on W_down, T1 and T2 folded, from the weights as stored
+    // (one layer converted at a time; nothing of the model is copied whole).
+    auto studentLayer = [&](int l) {
+        model::LayerWeights y = model::convertLayer(original.layers[static_cast<size_t>(l)], fopts);
+        fold::foldLayerNorms(y);
+        if (transforms.t3().defined()) fold::applyT3ToLayer(y, transforms.t3());
+        if (leaf1.defined()) fold::applyT1ToLayer(c, y, leaf1);
+        const fold::AffineMatrices m2 = transforms.t2Matrices(l);
+        if (m2.defined()) fold::applyT2ToLayer(c, y, m2, l);
+        return y;
+    };
+    // Embedding rows through T1 (e ↦ A1 e + v1) on the looked-up rows, not the table.
+    const auto rows = model::embedTokens(c, original, tokens).to(fopts).detach();
+    auto embedStudent = [&] {
+        if (!leaf1.defined()) return rows;
+        auto x = at::matmul(rows, leaf1.a.t());
+        return leaf1.v.defined() ? x + leaf1.v : x;
+    };
+
+    // Forward without a graph, keeping each layer's input (activation checkpointing).
+    std::vector<at::Tensor> inputs;
+    at::Tensor x;
+    {
+        at::NoGradGuard g;
+        x = embedStudent();
+        for (int l = 0; l < c.numLayers; ++l) {
+            inputs.push_back(x);
+            x = model::decoderLayer(c, studentLayer(l), studentOptions, x, rope, l);
+            model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
+        }
+    }
+
+    // The top: final norm (γ folded into lm_head), T1⁻¹ on the hidden states, lm_head W·diag(γ)
+    // a vocabulary chunk at a time. KL(p‖q) per token = lse_q − lse_p + Σ p (a − b)/τ with a, b
+    // the teacher's and student's logits; its gradient w.r.t. b is (q − p)/τ, so the logits are
+    // never formed whole and no [tokens, vocab] tensor is kept for the backward pass.
+    const auto xTop = x.detach().requires_grad_(true);
+    auto u = model::rmsNorm(xTop, at::ones({c.hiddenSize}, fopts), c.rmsNormEps).reshape({N, c.hiddenSize});
+    if (leaf1.defined()) u = at::matmul(leaf1.v.defined() ? u - leaf1.v : u, leaf1.aInv.t());
+    const auto gamma = original.finalNorm.to(fopts);
+    auto lmChunk = [&](std::int64_t a, std::int64_t n) { return original.lmHead.narrow(0, a, n).to(fopts); };
+    auto biasChunk = [&](std::int64_t a, std::int64_t n) {
+        return original.lmHeadBias.defined() ? original.lmHeadBias.narrow(0, a, n).to(fopts) : at::Tensor();
+    };
+    auto logits = [](const at::Tensor& h, const at::Tensor& w, const at::Tensor& b) {
+        auto z = at::matmul(h, w.t());
+        return b.defined() ? z + b : z;
+    };
+    at::Tensor gradU = at::zeros({N, c.hiddenSize}, fopts);
+    double kl = 0;
+    {
+        at::NoGradGuard g;
+        const auto uv = u.detach();
+        at::Tensor lseP = at::full({N}, -std::numeric_limits<float>::infinity(), fopts), lseQ = lseP.clone();
+        for (std::int64_t a = 0; a < V; a += chunk) {
+            const std::int64_t n = std::min(chunk, V - a);
+            const auto w = lmChunk(a, n), b = biasChunk(a, n);
+            lseP = at::logaddexp(lseP, at::logsumexp(logits(teacherNormed, w, b) / tau, -1));
+            lseQ = at::logaddexp(lseQ, at::logsumexp(logits(uv, w * gamma, b) / tau, -1));
+        }
+        at::Tensor klSum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+        for (std::int64_t a = 0; a < V; a += chunk) {
+            const std::int64_t n = std::min(chunk, V - a);
+            const auto w = lmChunk(a, n), b = biasChunk(a, n);
+            const auto wg = w * gamma;
+            const auto za = logits(teacherNormed, w, b) / tau, zb = logits(uv, wg, b) / tau;
+            const auto logP = za - lseP.unsqueeze(1);
+            const auto p = logP.exp(), q = (zb - lseQ.unsqueeze(1)).exp();
+            klSum += (p * (logP - (zb - lseQ.unsqueeze(1)))).sum().to(at::kDouble);
+            gradU.addmm_((q - p) / (tau * double(N)), wg);
+        }
+        kl = klSum.item<double>() / double(N);
+    }
+    r.kl = kl;
+    r.studentSeconds = since(t1);
+    const auto t2 = Clock::now();
+
+    // Backward: the top, then each layer recomputed with its graph from its saved input, then
+    // the embedding rows, then T1's matrices and the volume term.
+    u.backward(gradU);
+    at::Tensor g = xTop.grad();
+    for (int l = c.numLayers - 1; l >= 0; --l) {
+        const auto xi = inputs[static_cast<size_t>(l)].detach().requires_grad_(true);
+        inputs[static_cast<size_t>(l)] = at::Tensor();
+        const auto out = model::decoderLayer(c, studentLayer(l), studentOptions, xi, rope, l);
+        out.backward(g);
+        g = xi.grad();
+        model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
+    }
+    if (leaf1.defined()) {
+        embedStudent().backward(g);
+        at::Tensor s = at::zeros({}, fopts);
+        if (leaf1.a.grad().defined()) s = s + (m1.a * leaf1.a.grad()).sum();
+        if (leaf1.aInv.grad().defined()) s = s + (m1.aInv * leaf1.aInv.grad()).sum();
+        if (leaf1.v.defined() && leaf1.v.grad().defined()) s = s + (m1.v * leaf1.v.grad()).sum();
+        if (s.requires_grad()) s.backward();
+    }
+    const auto vol = transforms.volume().to(device);
+    r.vol = vol.item<double>();
+    if (volumeWeight != 0 && vol.requires_grad()) (vol * volumeWeight).backward();
+    r.loss = r.kl + volumeWeight * r.vol;
+    r.backwardSeconds = since(t2);
+    return r;
+}
+
 at::Tensor distillationKl(const at::Tensor& teacher, const at::Tensor& student, double tau) {
     const auto logP = at::log_softmax(teacher.to(at::kFloat) / tau, -1);
     const auto logQ = at::log_softmax(student.to(at::kFloat) / tau, -1);
@@ -166,19 +303,6 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
     const auto start = Clock::now();
     const auto device = original.embed.device();
     const auto fopts = at::TensorOptions().dtype(at::kFloat).device(device);
-
-    // The student's fixed part: γ folded, T3 applied (W_down T3ᵀ); T1/T2 fold on top each step.
-    model::LlamaWeights base;
-    model::ForwardOptions studentOptions;
-    {
-        at::NoGradGuard g;
-        base = fold::foldNorms(c, original);
-        if (transforms.t3().defined()) {
-            base = fold::applyT3(base, transforms.t3());
-            studentOptions.t3 = transforms.t3().to(fopts);
-        }
-    }
-    studentOptions.activationQuant = o.activation;
 
     AdamW opt(params, o.weightDecay);
     DistillResult r;
@@ -227,32 +351,21 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         const std::string stage = "training step " + std::to_string(s.step) + "/" + std::to_string(o.steps);
         bool updating = false;
         try {
-            guardMemory(stage, "rerun with a smaller --batch or a shorter --seqlen (training keeps the whole model on the device, "
-                        "also with --offload); the run folder is resumable with --resume", [&] {
+            guardMemory(stage, "rerun with a smaller --batch or a shorter --seqlen; the run folder is resumable with --resume",
+                        [&] {
                 const auto idx = at::tensor(batchOf(o.seed, k, n, o.batch), at::kLong);
                 const auto tokens = calibration.index_select(0, idx).to(device);
-                at::Tensor teacher;
-                {
-                    at::NoGradGuard g;
-                    teacher = model::forwardWith(c, original, {}, tokens);
-                }
-                s.teacherSeconds = since(t0);
-                const auto t1 = Clock::now();
-                const auto studentWeights = transforms.fold(c, base);
-                const auto student = model::forwardWith(c, studentWeights, studentOptions, tokens);
-                const auto kl = distillationKl(teacher, student, o.temperature);
-                const auto vol = transforms.volume().to(kl.device());
-                const auto loss = kl + o.volumeWeight * vol;
-                s.studentSeconds = since(t1);
-                const auto t2 = Clock::now();
                 opt.zeroGrad();
-                loss.backward();
+                const DistillLoss l =
+                    distillationStep(c, original, transforms, o.activation, tokens, o.temperature, o.volumeWeight);
                 updating = true;
                 opt.step(s.lr);
-                s.loss = loss.item<double>();
-                s.kl = kl.item<double>();
-                s.vol = vol.item<double>();
-                s.backwardSeconds = since(t2);
+                s.loss = l.loss;
+                s.kl = l.kl;
+                s.vol = l.vol;
+                s.teacherSeconds = l.teacherSeconds;
+                s.studentSeconds = l.studentSeconds;
+                s.backwardSeconds = l.backwardSeconds;
             });
         } catch (const OutOfMemory&) {
             if (!updating) save(k, "out of memory");

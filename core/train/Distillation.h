@@ -61,12 +61,29 @@ struct DistillResult {
     double seconds = 0;
 };
 
-// calibration: int64 [N, T] token windows. original: the model's weights as loaded (float32, on
-// the training device); transforms on the same device. Trains transforms in place.
+// calibration: int64 [N, T] token windows. original: the model's weights on the training device
+// (any floating dtype: on the CPU the mapped file as stored); transforms on the same device. Trains transforms in place.
 // Throws JobCancelled after writing the run file when cancelled; std::runtime_error when the
 // loss stops being finite.
 DistillResult distill(const model::ModelConfig& config, const model::LlamaWeights& original, const at::Tensor& calibration,
                       ModelTransforms& transforms, const DistillOptions& options, JobContext& job = silentJob());
+
+// One training step's loss, KL(teacher ‖ student) at temperature τ + λ·volume, with its gradient
+// left in the .grad of every transforms parameter (accumulated: zero them first). Memory stays at
+// the weights as given (any dtype; a layer is converted to float32 when it runs) plus one
+// layer's graph: the student runs without a graph keeping each layer's input, then every layer
+// is recomputed with its graph during the backward pass (activation checkpointing); the
+// embedding and lm_head are transformed on the looked-up rows / final hidden states, never
+// refolded as tables; the KL and its gradient are computed over vocabulary chunks. Equal to
+// distillationKl(forwardWith(original), forwardWith(transforms.fold(...))) and its gradient,
+// within float32 rounding (tst_distillation). tokens: int64 [B, T] on the training device.
+struct DistillLoss {
+    double loss = 0, kl = 0, vol = 0;
+    double teacherSeconds = 0, studentSeconds = 0, backwardSeconds = 0;
+};
+DistillLoss distillationStep(const model::ModelConfig& config, const model::LlamaWeights& original,
+                             const ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
+                             const at::Tensor& tokens, double temperature, double volumeWeight);
 
 // KL(p ‖ q) per token, averaged over tokens, of softmax(teacher/τ) and softmax(student/τ);
 // logits [..., V]. Exposed for tests.

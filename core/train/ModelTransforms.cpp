@@ -88,6 +88,11 @@ model::LlamaWeights ModelTransforms::fold(const model::ModelConfig& c, const mod
     return w;
 }
 
+fold::AffineMatrices ModelTransforms::t1Matrices() const { return matricesOf(m_t1.get()); }
+fold::AffineMatrices ModelTransforms::t2Matrices(int layer) const {
+    return m_t2.empty() ? fold::AffineMatrices{} : matricesOf(t2(layer));
+}
+
 void ModelTransforms::foldLayer(const model::ModelConfig& c, model::LayerWeights& y, int layer) const {
     if (m_t1) fold::applyT1ToLayer(c, y, matricesOf(m_t1.get()));
     if (!m_t2.empty() && m_t2.at(static_cast<size_t>(layer))) fold::applyT2ToLayer(c, y, matricesOf(t2(layer)), layer);

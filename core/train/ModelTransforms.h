@@ -43,6 +43,9 @@ public:
     int layers() const { return static_cast<int>(m_t2.size()); }
     // T3: block-diagonal [intermediate]², float64 on the CPU, kept as its blocks; undefined without T3.
     const transforms::BlockDiagonal& t3() const { return m_t3; }
+    // A, A⁻¹ and v of T1 / of layer's T2 (undefined when absent), differentiable.
+    fold::AffineMatrices t1Matrices() const;
+    fold::AffineMatrices t2Matrices(int layer) const;
 
     std::vector<at::Tensor> parameters() const; // every learned leaf (T1 then T2 by layer)
     bool learned() const { return !parameters().empty(); }
