@@ -274,7 +274,7 @@ private slots:
     // The memory estimate of the real shapes (resources/configs): each stage holds at least the
     // buffers that stage cannot do without (lower bounds worked from the shapes: GPTQ's float64
     // Hessian, its Cholesky factor and the layer's own Hessian at the intermediate width; the
-    // eval's lm_head table as stored), bigger models and longer windows cost more, and a peak
+    // eval's lm_head table as stored), more windows and longer windows cost more, and a peak
     // above the available memory is refused with both numbers and the way out.
     void memoryEstimateOfRealShapes_data() {
         QTest::addColumn<QString>("config");
@@ -304,7 +304,7 @@ private slots:
         QVERIFY(run::estimateQuantizeMemory(c, 2, o).peakBytes > q.peakBytes);
         const auto e2048 = run::estimateEvalMemory(c, 2, 2048), e256 = run::estimateEvalMemory(c, 2, 256);
         QVERIFY(e2048.peakBytes >= table * 2 && e2048.peakBytes > e256.peakBytes);
-        QVERIFY(run::estimateEvalMemory(c, 4, 2048).peakBytes > e2048.peakBytes);
+        QVERIFY(run::estimateEvalMemory(c, 4, 2048).peakBytes >= table * 4); // float32 lm_head, read whole
         qInfo("%s: eval 2048 %s, mr-gptq (8 x 256) %s", qPrintable(config), run::gibText(e2048.peakBytes).c_str(),
               run::gibText(q.peakBytes).c_str());
 

@@ -203,7 +203,7 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     m_memory = new QLabel(form);
     m_memory->setObjectName(QStringLiteral("memoryEstimateLabel"));
     m_memory->setWordWrap(true);
-    column->addWidget(m_memory);
+    column->insertWidget(1, m_memory); // under the method, where it is seen before Run
     for (QComboBox* c : {m_method, m_format, m_block, m_device})
         connect(c, &QComboBox::currentTextChanged, this, &CalibrationView::updateMemoryEstimate);
     for (QSpinBox* sp : {m_batch, m_samples, m_seqLen, m_evalWindows})

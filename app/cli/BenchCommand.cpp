@@ -33,6 +33,7 @@ struct BenchOptions {
     int repeat = 5;
     bool tensorOps = false;
     std::string method;              // memory: quantize with this method (empty: eval)
+    std::string config, dtype = "bfloat16"; // memory: a config.json instead of a model folder
     int calibSamples = 64, evalSeqLen = 0, batch = 4;
 };
 
@@ -145,14 +146,37 @@ int runGptq(const BenchOptions& o) {
 // for a model, stage by stage (run/MemoryEstimate.h); nothing is loaded but the config and the
 // file sizes.
 int runMemory(const BenchOptions& o) {
-    if (o.model.empty()) throw std::invalid_argument("bench memory needs --model DIR");
-    const auto ck = model::Checkpoint::load(o.model);
-    const int stored = run::storedElementBytes(ck.weightBytes(), ck.parameterCount());
+    if (o.model.empty() == o.config.empty())
+        throw std::invalid_argument("bench memory needs --model DIR or --config config.json (a model not downloaded yet)");
+    model::ModelConfig config;
+    int stored = 2;
+    double weightsGiB = 0;
+    std::string what = o.model;
+    if (!o.model.empty()) {
+        const auto ck = model::Checkpoint::load(o.model);
+        config = ck.config();
+        stored = run::storedElementBytes(ck.weightBytes(), ck.parameterCount());
+        weightsGiB = double(ck.weightBytes()) / double(1 << 30);
+    } else {
+        config = model::ModelConfig::fromFile(o.config);
+        if (o.dtype != "bfloat16" && o.dtype != "float32")
+            throw std::invalid_argument("--dtype must be bfloat16 or float32, got '" + o.dtype + "'");
+        stored = o.dtype == "float32" ? 4 : 2;
+        double params = 0;
+        for (const auto& [name, shape] : model::requiredTensors(config)) {
+            double n = 1;
+            for (auto d : shape) n *= double(d);
+            params += n;
+        }
+        weightsGiB = params * stored / double(1 << 30);
+        what = o.config;
+    }
+    const auto& ckConfig = config;
     run::MemoryEstimate e;
     if (o.method.empty()) {
-        e = run::estimateEvalMemory(ck.config(), stored, o.seqLen);
-        std::printf("latmix eval --seqlen %d on %s (%d-byte weights, %.2f GiB)\n", o.seqLen, o.model.c_str(), stored,
-                    double(ck.weightBytes()) / double(1 << 30));
+        e = run::estimateEvalMemory(ckConfig, stored, o.seqLen);
+        std::printf("latmix eval --seqlen %d on %s (%d-byte weights, %.2f GiB)\n", o.seqLen, what.c_str(), stored,
+                    weightsGiB);
     } else {
         run::QuantizeOptions q;
         q.method = o.method;
@@ -160,11 +184,10 @@ int runMemory(const BenchOptions& o) {
         q.calibSamples = o.calibSamples;
         q.evalSeqLen = o.evalSeqLen;
         q.batch = o.batch;
-        e = run::estimateQuantizeMemory(ck.config(), stored, q);
-        std::printf("latmix quantize --method %s --calib-samples %d --seqlen %d --eval-seqlen %d on %s (%d-byte weights, "
-                    "%.2f GiB)\n",
-                    o.method.c_str(), o.calibSamples, o.seqLen, o.evalSeqLen, o.model.c_str(), stored,
-                    double(ck.weightBytes()) / double(1 << 30));
+        e = run::estimateQuantizeMemory(ckConfig, stored, q);
+        std::printf("latmix quantize --method %s --calib-samples %d --seqlen %d --batch %d --eval-seqlen %d on %s "
+                    "(%d-byte weights, %.2f GiB)\n",
+                    o.method.c_str(), o.calibSamples, o.seqLen, o.batch, o.evalSeqLen, what.c_str(), stored, weightsGiB);
     }
     std::printf("%s", run::memoryTable(e, run::availableHostMemory()).c_str());
     return 0;
@@ -185,6 +208,8 @@ Runner addBenchCommand(CLI::App& app) {
     cmd->add_option("--repeat", o->repeat, "timed repetitions (best is reported)")->capture_default_str();
     cmd->add_flag("--tensor-ops", o->tensorOps, "also time the device-generic tensor-ops path");
     cmd->add_option("--method", o->method, "memory: the quantize method (none: latmix eval)");
+    cmd->add_option("--config", o->config, "memory: a config.json instead of --model (estimate before downloading)");
+    cmd->add_option("--dtype", o->dtype, "memory with --config: the weights' dtype, bfloat16 or float32")->capture_default_str();
     cmd->add_option("--calib-samples", o->calibSamples, "memory: calibration windows")->capture_default_str();
     cmd->add_option("--eval-seqlen", o->evalSeqLen, "memory: quantize's evaluation window (0: none)")->capture_default_str();
     cmd->add_option("--batch", o->batch, "memory: training sequences per step")->capture_default_str();

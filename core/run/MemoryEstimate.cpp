@@ -14,9 +14,9 @@ namespace {
 
 using I = std::int64_t;
 
-// The process itself: libtorch, its CPU allocator's caches and thread pools, the tokenizer
-// (measured: `latmix eval` on stories260K peaks at this with a 1 MB model).
-constexpr I kBase = I(300) << 20;
+// The process itself: libtorch's code and allocator, the tokenizer (measured: `latmix eval` of
+// stories260K, a 1 MB model, peaks at 165 MiB).
+constexpr I kBase = I(170) << 20;
 
 struct Shape {
     I h, i, q, kv, heads, v, layers;
@@ -30,19 +30,16 @@ Shape shapeOf(const model::ModelConfig& c) {
             c.numLayers};
 }
 
-// Activations of one decoder layer and the loss over T tokens of one sequence (float32):
-// hidden states and their norms, q/k/v with RoPE copies, attention scores in blocks of 256
-// queries when T > 512 (model/LlamaModel.cpp) with softmax, the MLP's gate/up/product, and the
-// vocabulary chunk of 16384 logits with its log-sum-exp temporaries (nextTokenNll).
-I activationBytes(const Shape& s, I T) {
+// Activations of one decoder layer over T tokens of one sequence (float32): hidden states and
+// their norm, q/k/v with RoPE copies, attention scores and probabilities in blocks of 256
+// queries when T > 512 (model/LlamaModel.cpp), the MLP's gate/up/product.
+I layerActivationBytes(const Shape& s, I T) {
     const I queries = T > 512 ? 256 : T;
-    const I hidden = 4 * T * s.h * 4;
-    const I qkv = 2 * T * (s.q + 2 * s.kv) * 4;
-    const I attention = 3 * queries * T * s.heads * 4;
-    const I mlp = 3 * T * s.i * 4;
-    const I logits = 3 * T * std::min<I>(s.v, 16384) * 4;
-    return hidden + qkv + attention + mlp + logits;
+    return 3 * T * s.h * 4 + 2 * T * (s.q + 2 * s.kv) * 4 + 2 * queries * T * s.heads * 4 + 3 * T * s.i * 4;
 }
+// The loss over T tokens: one vocabulary chunk of 16384 logits with its exp / log-sum-exp
+// temporaries (model::nextTokenNll).
+I lossBytes(const Shape& s, I T) { return 3 * T * std::min<I>(s.v, 16384) * 4; }
 
 std::string mib(I b) {
     char buf[32];
@@ -50,14 +47,17 @@ std::string mib(I b) {
     return buf;
 }
 
+// An evaluation pass peaks either inside a decoder layer (the layer as stored, its float32 copy
+// when stored narrower, the layer's activations) or in the loss (the lm_head table read whole,
+// a chunk of logits); the mapped pages of each are released after use (io::releaseMappedPages).
 MemoryStage evalStage(const std::string& name, const Shape& s, int stored, I T, I extra = 0) {
-    // Resident: the lm_head table (read whole for every window), one decoder layer as stored
-    // (its pages are released after it ran) and, when stored is not float32, its float32 copy.
-    const I lmHead = s.table() * stored;
     const I layer = s.layerParams() * stored + (stored == 4 ? 0 : s.layerParams() * 4);
-    const I act = activationBytes(s, T) + extra;
-    return {name, kBase + lmHead + layer + act,
-            "lm_head " + mib(lmHead) + ", a layer " + mib(layer) + ", activations " + mib(act)};
+    const I inLayer = layer + layerActivationBytes(s, T) + extra;
+    const I lmHead = s.table() * stored;
+    const I inLoss = lmHead + lossBytes(s, T) + 2 * T * s.h * 4;
+    return {name, kBase + std::max(inLayer, inLoss),
+            inLayer >= inLoss ? "in a layer: the layer " + mib(layer) + ", activations " + mib(inLayer - layer)
+                              : "in the loss: lm_head " + mib(lmHead) + ", logits " + mib(inLoss - lmHead)};
 }
 
 void finish(MemoryEstimate& e) {
@@ -90,16 +90,20 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
     MemoryEstimate e;
 
     if (m.learned) {
-        // train::distill: the float32 teacher (convertWeights of the whole model), the student's
-        // folded weights rebuilt every step with autograd, and per layer the saved activations
-        // of a batch (hidden, q/k/v, attention probabilities, MLP) for the backward pass.
-        const I model32 = (s.layers * P + 2 * s.table()) * 4;
-        const I saved = I(o.batch) * s.layers * (12 * T * s.h + 4 * T * s.i + 2 * T * T * s.heads) * 4;
-        const I logits = 4 * I(o.batch) * T * s.v * 4; // teacher and student logits, softmaxes
-        e.stages.push_back({"train", kBase + s.table() * stored + 3 * model32 + saved + logits,
-                            "teacher + student + gradients " + mib(3 * model32) + ", saved activations " + mib(saved) +
-                                ", logits " + mib(logits)});
-        e.note = "training is not streamed yet: its estimate is read from the code, not measured";
+        // train::distillationStep over batch x T tokens: the lm_head table as stored (read a
+        // chunk at a time, both models), every layer's input kept (activation checkpointing),
+        // the teacher's final states and the student's with their gradient, a vocabulary chunk
+        // of both models' logits, probabilities and their difference; then the peak of one
+        // layer recomputed with its graph: the layer folded in float32 (γ, T3, T1, T2: each a
+        // saved intermediate), its activations and attention probabilities kept for backward.
+        const I B = o.batch, N = B * T;
+        const I lmHead = s.table() * stored;
+        const I inputs = s.layers * N * s.h * 4;
+        const I top = 4 * N * s.h * 4 + 6 * N * std::min<I>(s.v, 16384) * 4;
+        const I layerGraph = 5 * P * 4 + P * stored + B * layerActivationBytes(s, T) + 2 * B * T * T * s.heads * 4;
+        e.stages.push_back({"train", kBase + lmHead + inputs + std::max(top, layerGraph),
+                            "lm_head " + mib(lmHead) + ", layer inputs " + mib(inputs) + ", one layer's graph " +
+                                mib(layerGraph) + ", vocabulary chunk " + mib(top)});
     }
     if (m.transformed) {
         // fold: one layer as stored, its float64 copy with a matmul result (the largest is an
