@@ -12,6 +12,7 @@
 #include "train/ModelTransforms.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <QTemporaryDir>
 #include <QtTest>
 

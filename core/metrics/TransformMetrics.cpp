@@ -77,7 +77,8 @@ at::Tensor singularValues(const at::Tensor& a) {
     if (a.dim() != 2 || a.size(0) != a.size(1) || a.size(0) < 1)
         throw std::invalid_argument("transform matrix must be square [d, d]");
     at::NoGradGuard noGrad;
-    return at::linalg_svdvals(a.detach().to(at::kDouble).to(at::kCPU)); // descending
+    // Where the matrix is (no device round trip of a d×d matrix during training), float64.
+    return at::linalg_svdvals(a.detach().to(at::kDouble)); // descending
 }
 
 } // namespace
@@ -149,9 +150,9 @@ at::Tensor offBlockPart(const at::Tensor& a, int blockSize) {
     if (a.dim() != 2 || a.size(0) != a.size(1)) throw std::invalid_argument("transform matrix must be square [d, d]");
     at::NoGradGuard noGrad;
     const std::int64_t d = a.size(0);
-    auto block = at::arange(d, at::kLong).div(blockSize, "floor");
+    auto block = at::arange(d, at::TensorOptions().dtype(at::kLong).device(a.device())).div(blockSize, "floor");
     auto sameBlock = block.unsqueeze(1).eq(block.unsqueeze(0));
-    return a.detach().to(at::kDouble).to(at::kCPU).masked_fill(sameBlock, 0.0);
+    return a.detach().to(at::kDouble).masked_fill(sameBlock, 0.0);
 }
 
 double offBlockNorm(const at::Tensor& a, int blockSize) {

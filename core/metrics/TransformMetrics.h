@@ -54,7 +54,7 @@ double orthogonalityDeviation(const at::Tensor& a);
 // ‖A − blockdiag_B(A)‖σ: the spectral norm of what couples different blocks of B channels
 // (paper Fig. 5b). A trailing partial block is a smaller diagonal block.
 double offBlockNorm(const at::Tensor& a, int blockSize);
-// A − blockdiag_B(A): a with its B×B diagonal blocks zeroed, float64 on the CPU (what offBlockNorm
+// A − blockdiag_B(A): a with its B×B diagonal blocks zeroed, float64 on a's device (what offBlockNorm
 // measures; the training dashboard draws it).
 at::Tensor offBlockPart(const at::Tensor& a, int blockSize);
 

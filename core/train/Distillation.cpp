@@ -77,7 +77,7 @@ struct Metrics3 {
 };
 Metrics3 matrixMetrics(const transforms::AffineTransform* t, int block) {
     if (!t) return {DistillStep::nan, DistillStep::nan, DistillStep::nan};
-    const at::Tensor a = t->matrix().detach().to(at::kDouble).cpu();
+    const at::Tensor a = t->matrix().detach().to(at::kDouble); // metrics on the training device
     const auto s = metrics::spectralSummary(a);
     return {s.conditionNumber, s.orthogonalityDeviation, metrics::offBlockNorm(a, std::min<int>(block, int(a.size(0))))};
 }
