@@ -50,8 +50,8 @@ struct QuantizeOptions {
     quant::GptqOptions gptq;
     std::string device = "cpu";
     // Layer-wise offload: the decoder layers stay in host memory and go to the device one at a
-    // time for folding, GPTQ and evaluation, so a model larger than device memory can be
-    // quantized. Training (learned methods) still needs the whole model on the device.
+    // time for training (train::distillationStep converts a layer when it runs), folding, GPTQ
+    // and evaluation, so a model larger than device memory can be quantized.
     bool offload = false;
     // false: the learned T1 / T2 are trained without their bias (v = 0). A T1 bias folds into
     // q/k/v, gate/up and lm_head biases, a T2 bias into v and o_proj biases (SPEC §4).
