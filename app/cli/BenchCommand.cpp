@@ -150,33 +150,30 @@ int runMemory(const BenchOptions& o) {
         throw std::invalid_argument("bench memory needs --model DIR or --config config.json (a model not downloaded yet)");
     model::ModelConfig config;
     int stored = 2;
-    double weightsGiB = 0;
+    std::int64_t weightBytes = 0;
     std::string what = o.model;
     if (!o.model.empty()) {
         const auto ck = model::Checkpoint::load(o.model);
         config = ck.config();
         stored = run::storedElementBytes(ck.weightBytes(), ck.parameterCount());
-        weightsGiB = double(ck.weightBytes()) / double(1 << 30);
+        weightBytes = ck.weightBytes();
     } else {
         config = model::ModelConfig::fromFile(o.config);
         if (o.dtype != "bfloat16" && o.dtype != "float32")
             throw std::invalid_argument("--dtype must be bfloat16 or float32, got '" + o.dtype + "'");
         stored = o.dtype == "float32" ? 4 : 2;
-        double params = 0;
         for (const auto& [name, shape] : model::requiredTensors(config)) {
-            double n = 1;
-            for (auto d : shape) n *= double(d);
-            params += n;
+            std::int64_t n = stored;
+            for (auto d : shape) n *= d;
+            weightBytes += n;
         }
-        weightsGiB = params * stored / double(1 << 30);
         what = o.config;
     }
-    const auto& ckConfig = config;
     run::MemoryEstimate e;
     if (o.method.empty()) {
-        e = run::estimateEvalMemory(ckConfig, stored, o.seqLen);
-        std::printf("latmix eval --seqlen %d on %s (%d-byte weights, %.2f GiB)\n", o.seqLen, what.c_str(), stored,
-                    weightsGiB);
+        e = run::estimateEvalMemory(config, stored, o.seqLen);
+        std::printf("latmix eval --seqlen %d on %s (%d-byte weights, %s)\n", o.seqLen, what.c_str(), stored,
+                    run::gibText(weightBytes).c_str());
     } else {
         run::QuantizeOptions q;
         q.method = o.method;
@@ -184,10 +181,11 @@ int runMemory(const BenchOptions& o) {
         q.calibSamples = o.calibSamples;
         q.evalSeqLen = o.evalSeqLen;
         q.batch = o.batch;
-        e = run::estimateQuantizeMemory(ckConfig, stored, q);
+        e = run::estimateQuantizeMemory(config, stored, q);
         std::printf("latmix quantize --method %s --calib-samples %d --seqlen %d --batch %d --eval-seqlen %d on %s "
-                    "(%d-byte weights, %.2f GiB)\n",
-                    o.method.c_str(), o.calibSamples, o.seqLen, o.batch, o.evalSeqLen, what.c_str(), stored, weightsGiB);
+                    "(%d-byte weights, %s)\n",
+                    o.method.c_str(), o.calibSamples, o.seqLen, o.batch, o.evalSeqLen, what.c_str(), stored,
+                    run::gibText(weightBytes).c_str());
     }
     std::printf("%s", run::memoryTable(e, run::availableHostMemory()).c_str());
     return 0;

@@ -338,9 +338,7 @@ at::Tensor forwardHidden(const ModelConfig& c, const LlamaWeights& w, const Forw
 }
 
 void releaseMappedLayer(const LayerWeights& y) {
-    for (const at::Tensor* t : {&y.inputNorm, &y.postNorm, &y.qNorm, &y.kNorm, &y.wq, &y.wk, &y.wv, &y.wo, &y.bq, &y.bk,
-                                &y.bv, &y.bo, &y.wGate, &y.wUp, &y.wDown, &y.bGate, &y.bUp, &y.bDown})
-        io::releaseMappedPages(*t);
+    for (const auto& named : namedLayerTensors(y, 0)) io::releaseMappedPages(named.second);
 }
 
 at::Tensor forwardWith(const ModelConfig& c, const LlamaWeights& w, const ForwardOptions& o, const at::Tensor& tokens,
