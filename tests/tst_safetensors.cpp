@@ -312,6 +312,76 @@ private slots:
         QVERIFY(QDir(tmp.path()).entryList(QDir::Files | QDir::Hidden).isEmpty());
     }
 
+    // Two writers open at once, their tensors interleaved (a run model and its packed weights):
+    // each file equals, byte for byte, the one writeSafeTensors makes of the same tensors. A
+    // writer stopped early (too few tensors, destroyed before finish) leaves no file; one more
+    // tensor than the header is an error naming the file.
+    void interleavedWriters_data() {
+        QTest::addColumn<int>("stopAfter"); // tensors written before the writers are dropped; -1 = all + finish
+        QTest::newRow("complete") << -1;
+        QTest::newRow("nothing written") << 0;
+        QTest::newRow("stopped midway") << 3;
+    }
+    void interleavedWriters() {
+        QFETCH(int, stopAfter);
+        QTemporaryDir tmp;
+        const std::string pa = tmp.filePath("a.safetensors").toStdString();
+        const std::string pb = tmp.filePath("b.safetensors").toStdString();
+        std::vector<std::pair<std::string, at::Tensor>> a, b;
+        for (int i = 0; i < 4; ++i) {
+            a.emplace_back("w" + std::to_string(i), at::randn({3, 5 + i}));
+            b.emplace_back("w" + std::to_string(i) + "_codes", at::randint(0, 255, {3, i + 1}, at::kLong).to(at::kByte));
+        }
+        auto specsOf = [](const std::vector<std::pair<std::string, at::Tensor>>& v) {
+            std::vector<TensorSpec> s;
+            for (const auto& [n, t] : v) s.push_back({n, safeTensorsDtype(t.scalar_type())->name, t.sizes().vec()});
+            return s;
+        };
+        {
+            SafeTensorsWriter wa(pa, specsOf(a), {{"format", "pt"}});
+            SafeTensorsWriter wb(pb, specsOf(b));
+            for (int i = 0; i < 4 && (stopAfter < 0 || i < stopAfter); ++i) {
+                QCOMPARE(int(wa.next()), i);
+                wa.write(a[i].second);
+                wb.write(b[i].second);
+            }
+            if (stopAfter < 0) {
+                try {
+                    wb.write(b[0].second);
+                    QFAIL("no error for one tensor more than the header");
+                } catch (const std::runtime_error& e) {
+                    QVERIFY2(QString(e.what()).contains("b.safetensors") && QString(e.what()).contains("one tensor more"),
+                             e.what());
+                }
+                wa.finish();
+                wb.finish();
+            } else if (stopAfter > 0) {
+                try {
+                    wa.finish();
+                    QFAIL("no error for finishing with tensors missing");
+                } catch (const std::runtime_error& e) {
+                    QVERIFY2(QString(e.what()).contains("next: 'w" + QString::number(stopAfter) + "'"), e.what());
+                }
+            }
+        }
+        if (stopAfter >= 0) {
+            QVERIFY(QDir(tmp.path()).entryList(QDir::Files | QDir::Hidden).isEmpty());
+            return;
+        }
+        const std::string ra = tmp.filePath("ref_a.safetensors").toStdString();
+        const std::string rb = tmp.filePath("ref_b.safetensors").toStdString();
+        writeSafeTensors(ra, a, {{"format", "pt"}});
+        writeSafeTensors(rb, b);
+        auto bytesOf = [](const std::string& p) {
+            QFile f(QString::fromStdString(p));
+            return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+        };
+        QVERIFY(!bytesOf(pa).isEmpty());
+        QCOMPARE(bytesOf(pa), bytesOf(ra));
+        QCOMPARE(bytesOf(pb), bytesOf(rb));
+        QVERIFY(tmpLeftovers(tmp.path()).isEmpty());
+    }
+
     void missingFileAndTensor() {
         QTemporaryDir tmp;
         const std::string path = tmp.filePath("nothing.safetensors").toStdString();

@@ -327,9 +327,24 @@ at::Tensor SafeTensorsFile::bytes(const std::string& name) const {
                          [keep](void*) mutable { keep.reset(); }, options);
 }
 
-void writeSafeTensorsStreamed(const std::string& path, const std::vector<TensorSpec>& specs,
-                              const std::function<at::Tensor(std::size_t)>& produce,
-                              const std::map<std::string, std::string>& metadata) {
+struct SafeTensorsWriter::State {
+    std::string path;
+    std::vector<TensorSpec> specs;
+    std::vector<std::uint64_t> sizes;
+    util::AtomicFile file;
+    int fd = -1;
+    std::size_t next = 0;
+    State(const std::string& p) : path(p), file(p) {}
+    [[noreturn]] void fail(const std::string& what) const {
+        throw std::runtime_error("writing safetensors file '" + path + "': " + what);
+    }
+    ~State() {
+        if (fd >= 0) ::close(fd); // ~AtomicFile then removes the temporary file
+    }
+};
+
+SafeTensorsWriter::SafeTensorsWriter(const std::string& path, const std::vector<TensorSpec>& specs,
+                                     const std::map<std::string, std::string>& metadata) {
     auto fail = [&](const std::string& what) -> void {
         throw std::runtime_error("writing safetensors file '" + path + "': " + what);
     };
@@ -370,38 +385,60 @@ void writeSafeTensorsStreamed(const std::string& path, const std::vector<TensorS
     // an element size up to 8) starts aligned, which lets readers map instead of copy.
     text.append((8 - (8 + text.size()) % 8) % 8, ' ');
 
-    util::AtomicFile file(path);
-    const std::string& tmp = file.tempPath();
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
+    m = std::make_unique<State>(path);
+    m->specs = specs;
+    m->sizes = std::move(sizes);
+    const std::string& tmp = m->file.tempPath();
+    m->fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (m->fd < 0)
         throw std::runtime_error("cannot create '" + tmp + "': " + std::strerror(errno) +
                                  "; check that the folder exists and is writable");
-    bool open = true;
-    try {
-        unsigned char len[8];
-        const std::uint64_t n = text.size();
-        for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-        writeAll(fd, len, 8, tmp);
-        writeAll(fd, text.data(), text.size(), tmp);
-        for (std::size_t i = 0; i < specs.size(); ++i) {
-            at::Tensor t = produce(i);
-            if (!t.defined()) fail("tensor '" + specs[i].name + "' was not produced");
-            t = t.detach().to(at::kCPU).contiguous();
-            const auto bytes = static_cast<std::uint64_t>(t.numel()) * t.element_size();
-            if (bytes != sizes[i])
-                fail("tensor '" + specs[i].name + "' has " + std::to_string(bytes) + " bytes, its header entry (" +
-                     specs[i].dtype + " " + shapeText(specs[i].shape) + ") says " + std::to_string(sizes[i]));
-            if (bytes) writeAll(fd, t.data_ptr(), static_cast<std::size_t>(bytes), tmp);
-            releaseMappedPages(t); // a tensor read from a mapped file leaves nothing resident
-        }
-        if (::fsync(fd) != 0) throw std::runtime_error("cannot flush '" + tmp + "' to disk: " + std::strerror(errno));
-        open = false;
-        if (::close(fd) != 0) throw std::runtime_error("cannot close '" + tmp + "': " + std::strerror(errno));
-    } catch (...) {
-        if (open) ::close(fd);
-        throw; // ~AtomicFile removes the temporary file
-    }
-    file.commit();
+    unsigned char len[8];
+    const std::uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    writeAll(m->fd, len, 8, tmp);
+    writeAll(m->fd, text.data(), text.size(), tmp);
+}
+
+SafeTensorsWriter::~SafeTensorsWriter() = default;
+
+std::size_t SafeTensorsWriter::next() const { return m->next; }
+
+void SafeTensorsWriter::write(const at::Tensor& tensor) {
+    if (m->fd < 0) m->fail("the file is already finished or failed");
+    if (m->next >= m->specs.size())
+        m->fail("one tensor more than the " + std::to_string(m->specs.size()) + " of its header");
+    const TensorSpec& spec = m->specs[m->next];
+    if (!tensor.defined()) m->fail("tensor '" + spec.name + "' was not produced");
+    const at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
+    const auto bytes = static_cast<std::uint64_t>(t.numel()) * t.element_size();
+    if (bytes != m->sizes[m->next])
+        m->fail("tensor '" + spec.name + "' has " + std::to_string(bytes) + " bytes, its header entry (" + spec.dtype +
+                " " + shapeText(spec.shape) + ") says " + std::to_string(m->sizes[m->next]));
+    if (bytes) writeAll(m->fd, t.data_ptr(), static_cast<std::size_t>(bytes), m->file.tempPath());
+    releaseMappedPages(t); // a tensor read from a mapped file leaves nothing resident
+    ++m->next;
+}
+
+void SafeTensorsWriter::finish() {
+    if (m->fd < 0) m->fail("the file is already finished or failed");
+    if (m->next != m->specs.size())
+        m->fail("only " + std::to_string(m->next) + " of " + std::to_string(m->specs.size()) +
+                " tensors written (next: '" + m->specs[m->next].name + "')");
+    const std::string& tmp = m->file.tempPath();
+    if (::fsync(m->fd) != 0) throw std::runtime_error("cannot flush '" + tmp + "' to disk: " + std::strerror(errno));
+    const int fd = m->fd;
+    m->fd = -1;
+    if (::close(fd) != 0) throw std::runtime_error("cannot close '" + tmp + "': " + std::strerror(errno));
+    m->file.commit();
+}
+
+void writeSafeTensorsStreamed(const std::string& path, const std::vector<TensorSpec>& specs,
+                              const std::function<at::Tensor(std::size_t)>& produce,
+                              const std::map<std::string, std::string>& metadata) {
+    SafeTensorsWriter w(path, specs, metadata);
+    for (std::size_t i = 0; i < specs.size(); ++i) w.write(produce(i));
+    w.finish();
 }
 
 void writeSafeTensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,

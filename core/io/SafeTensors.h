@@ -81,7 +81,31 @@ struct TensorSpec {
     std::vector<std::int64_t> shape;
 };
 
-// Writes the tensors in the order given: produce(i) returns the data of specs[i] (any device)
+// A safetensors file written a tensor at a time, in the order of its header (validated before
+// the file is created): write(t) takes the data of specs[next()] (any device) whose byte size
+// equals numel(shape) * itemSize(dtype); its bytes are written as they are, so a uint8 tensor can
+// carry F8_E4M3 codes. Header padded to 8 bytes. Everything goes to a temporary name that
+// finish() renames over `path` once every tensor is written; destroyed before finish() (an
+// exception, a cancel) the writer removes it. Several writers may be open at once, e.g. a model
+// and its packed weights, each written as its tensors are produced. Throws naming the file and
+// tensor.
+class SafeTensorsWriter {
+public:
+    SafeTensorsWriter(const std::string& path, const std::vector<TensorSpec>& specs,
+                      const std::map<std::string, std::string>& metadata = {});
+    ~SafeTensorsWriter();
+    SafeTensorsWriter(const SafeTensorsWriter&) = delete;
+    SafeTensorsWriter& operator=(const SafeTensorsWriter&) = delete;
+    std::size_t next() const; // index of the spec the next write() fills
+    void write(const at::Tensor& t);
+    void finish();
+
+private:
+    struct State;
+    std::unique_ptr<State> m;
+};
+
+// Writes the tensors in the order given (a SafeTensorsWriter): produce(i) returns the data of specs[i] (any device)
 // whose byte size equals numel(shape) * itemSize(dtype); its bytes are written as they are, so
 // a uint8 tensor can carry F8_E4M3 codes. Header padded to 8 bytes; written under a temporary
 // name and renamed over `path` at the end. Throws naming the file and tensor.

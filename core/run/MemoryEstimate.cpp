@@ -117,12 +117,12 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
         if (o.evalSeqLen > 0) e.stages.push_back(evalStage("eval (folded FP)", s, 4, o.evalSeqLen));
     }
     {
-        // quantize: the packed codes of every layer so far (element bits + one scale byte per
-        // block), the layer read (mapped) and its float32 / dequantized copies, the Hessians
+        // quantize: the packed codes of one layer (element bits + one scale byte per block; the
+        // run model's writer streams them to quantized.safetensors), the layer read (mapped) and its float32 / dequantized copies, the Hessians
         // in float64, GPTQ's float64 work on the widest input (intermediate), the calibration
         // activations (in and out) and one chunk of 8 windows through the layer.
         const auto bits = mx::elementSpec(o.format.element()).bits;
-        const I packed = s.linearParams() * bits / 8 + s.linearParams() / o.format.blockSize;
+        const I packed = (s.linearParams() * bits / 8 + s.linearParams() / o.format.blockSize) / s.layers;
         const I layer = P * stored + (m.transformed || stored == 4 ? P * 4 : P * 8);
         // At down_proj: the three smaller Hessians, down_proj's own (taken, no copy) and GPTQ's
         // two [in, in] matrices alive at a time plus W and its working copy in float64.

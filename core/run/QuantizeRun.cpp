@@ -347,8 +347,8 @@ double foldedPerplexity(const RunContext& x, const FoldedModel& f, const std::ve
 }
 
 // Stages 3 and 4: weight quantization, layer by layer, written into RUN_DIR/model as each layer
-// is done (run/RunModel.h's streaming writer pulls the layers in order; only the packed codes,
-// 4-9 bits a weight, are kept until the end). Inputs come from the already quantized layers with
+// is done (run/RunModel.h's streaming writer pulls the layers in order and writes their packed
+// codes to quantized.safetensors at the same time). Inputs come from the already quantized layers with
 // the activations quantized as the deployed W4A4 model computes them. The Hessian of a linear
 // is taken from exactly what it receives there (after T3 and activation quantization). All
 // linears of a layer are collected in one pass before any of them is quantized (GPTQ's

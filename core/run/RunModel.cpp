@@ -16,6 +16,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <stdexcept>
 
@@ -175,8 +176,19 @@ void writeRunModel(const std::string& dir, const RunModelSource& run, const std:
         for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) linearWeights.insert(p + ".weight");
 
     // Packed weights: exactly the block linears, each checked against its float32 weight (bit for
-    // bit) when the writer reaches that weight, written after model.safetensors.
-    std::vector<std::pair<std::string, at::Tensor>> packedOut;
+    // bit) when the writer reaches that weight and written to quantized.safetensors right away,
+    // in the same order, so neither file's tensors are held in memory.
+    std::vector<io::TensorSpec> packedSpecs;
+    if (q.weightFormat)
+        for (const auto& s : specs)
+            if (linearWeights.count(s.name)) {
+                const std::string p = names::blockLinearOfWeight(s.name);
+                const std::int64_t out = s.shape[0], in = s.shape[1];
+                packedSpecs.push_back({p + ".weight_packed", "U8", codesShape(*q.weightFormat, out, in)});
+                packedSpecs.push_back({p + ".weight_scale", "U8", scalesShape(*q.weightFormat, out, in)});
+                if (q.weightFormat->isNvfp4()) packedSpecs.push_back({p + ".weight_global_scale", "F32", {1}});
+            }
+    std::unique_ptr<io::SafeTensorsWriter> packedOut;
     auto produce = [&](std::size_t i) {
         const auto& [name, dtype, shape] = specs[i];
         if (!has(name)) return at::zeros(shape, at::kFloat);
@@ -191,10 +203,9 @@ void writeRunModel(const std::string& dir, const RunModelSource& run, const std:
             const std::string p = names::blockLinearOfWeight(name);
             const mx::PackedTensor pk = run.packed(p);
             checkPacked(p, pk, t, *q.weightFormat, where, fix);
-            packedOut.emplace_back(p + ".weight_packed", pk.codes.contiguous());
-            packedOut.emplace_back(p + ".weight_scale", pk.scales.contiguous());
-            if (q.weightFormat->isNvfp4())
-                packedOut.emplace_back(p + ".weight_global_scale", at::full({1}, pk.globalScale, at::kFloat));
+            packedOut->write(pk.codes);
+            packedOut->write(pk.scales);
+            if (q.weightFormat->isNvfp4()) packedOut->write(at::full({1}, pk.globalScale, at::kFloat));
         }
         return t;
     };
@@ -202,8 +213,11 @@ void writeRunModel(const std::string& dir, const RunModelSource& run, const std:
     const std::string tmp = util::makeTempSibling(dir);
     try {
         util::writeTextFile(join(tmp, kRunConfigFile), configText);
+        if (!packedSpecs.empty())
+            packedOut = std::make_unique<io::SafeTensorsWriter>(join(tmp, kRunPackedFile), packedSpecs,
+                                                                std::map<std::string, std::string>{{"format", "latmix-mx"}});
         io::writeSafeTensorsStreamed(join(tmp, kRunWeightsFile), specs, produce, {{"format", "pt"}});
-        if (!packedOut.empty()) io::writeSafeTensors(join(tmp, kRunPackedFile), packedOut, {{"format", "latmix-mx"}});
+        if (packedOut) packedOut->finish();
         tokenizer::copyTokenizerFiles(tokenizerSourceDir, tmp);
         util::replaceDirectory(tmp, dir);
     } catch (...) {

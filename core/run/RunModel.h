@@ -75,8 +75,8 @@ void writeRunModel(const std::string& dir, const RunModel& run, const std::strin
 // written while its layers are quantized, one at a time (run/QuantizeRun): names lists the
 // tensors that exist (they decide the bias groups); tensor(name) is called once per name, the
 // decoder layers first and in order, then the embedding, final norm and lm_head; packed(prefix)
-// right after "prefix.weight" (the writer keeps the packed weights until model.safetensors is
-// complete, then writes quantized.safetensors).
+// right after "prefix.weight" (written to quantized.safetensors at once: neither file is held in
+// memory).
 struct RunModelSource {
     std::string configJson;
     model::LatmixQuantization quant;
