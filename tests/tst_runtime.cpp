@@ -6,6 +6,9 @@
 
 #include <QtTest>
 
+#include <algorithm>
+#include <thread>
+
 #include <string>
 
 using namespace latmix;
@@ -23,6 +26,42 @@ private slots:
         QCOMPARE(configureThreads(requested), requested);
         QCOMPARE(threadCount(), requested);
         QCOMPARE(at::get_num_threads(), requested);
+    }
+
+    // Without a request: LATMIX_THREADS, else OMP_NUM_THREADS (torchrun's 1 per rank), else the
+    // cores shared among LOCAL_WORLD_SIZE ranks.
+    void threadsFromEnvironment_data() {
+        QTest::addColumn<QString>("latmixThreads");
+        QTest::addColumn<QString>("ompThreads");
+        QTest::addColumn<QString>("localRanks");
+        QTest::addColumn<int>("expected"); // 0: the cores; -k: the cores / k (at least 1)
+        QTest::newRow("LATMIX_THREADS wins") << "3" << "1" << "2" << 3;
+        QTest::newRow("torchrun's OMP_NUM_THREADS") << "" << "1" << "4" << 1;
+        QTest::newRow("cores") << "" << "" << "" << 0;
+        QTest::newRow("cores shared by 2 ranks") << "" << "" << "2" << -2;
+    }
+    void threadsFromEnvironment() {
+        QFETCH(QString, latmixThreads);
+        QFETCH(QString, ompThreads);
+        QFETCH(QString, localRanks);
+        QFETCH(int, expected);
+        const QByteArray saved[] = {qgetenv("LATMIX_THREADS"), qgetenv("OMP_NUM_THREADS"), qgetenv("LOCAL_WORLD_SIZE")};
+        const char* names[] = {"LATMIX_THREADS", "OMP_NUM_THREADS", "LOCAL_WORLD_SIZE"};
+        const QString values[] = {latmixThreads, ompThreads, localRanks};
+        for (int i = 0; i < 3; ++i)
+            if (values[i].isEmpty())
+                qunsetenv(names[i]);
+            else
+                qputenv(names[i], values[i].toLocal8Bit());
+        const int cores = static_cast<int>(std::thread::hardware_concurrency());
+        const int want = expected > 0 ? expected : expected == 0 ? cores : std::max(1, cores / -expected);
+        const int got = configureThreads(0);
+        for (int i = 0; i < 3; ++i)
+            if (saved[i].isNull())
+                qunsetenv(names[i]);
+            else
+                qputenv(names[i], saved[i]);
+        QCOMPARE(got, want);
     }
 
     // The executables carry a DT_RPATH to the OpenMP OpenBLAS (core/CMakeLists.txt): libtorch's

@@ -9,10 +9,21 @@
 #include <exception>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace latmix::cli {
+namespace {
+std::vector<std::string>& invocationStore() {
+    static std::vector<std::string> v;
+    return v;
+}
+} // namespace
+
+const std::vector<std::string>& invocation() { return invocationStore(); }
 
 int run(int argc, char** argv, bool mayReexec) {
+    invocationStore().clear();
+    if (mayReexec) invocationStore().assign(argv, argv + argc);
     CLI::App app{"latmix: LATMiX quantization workbench, command line"};
     app.require_subcommand(1);
     int threads = 0;

@@ -4,10 +4,16 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace latmix::cli {
 
 using Runner = std::function<int()>;
+
+// The command line `latmix` was started with (argv), for commands that start copies of
+// themselves (quantize --nproc); empty when the CLI runs in process (tests), where they can't.
+const std::vector<std::string>& invocation();
 
 Runner addMxQuantizeCommand(CLI::App& app);
 Runner addBenchCommand(CLI::App& app);

@@ -1,6 +1,8 @@
 // latmix quantize: a Hugging Face model → a folded, W4A4 MX-quantized run (SPEC §4–§6).
 #include "cli/CliProgress.h"
 #include "cli/Commands.h"
+#include "dist/LocalLaunch.h"
+#include "dist/ProcessGroup.h"
 #include "util/AtomicFile.h"
 #include "util/DataPath.h"
 
@@ -10,7 +12,9 @@
 #include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -25,10 +29,37 @@ struct QuantizeCli {
     bool skipExportCheck = false;
     bool dryRun = false, force = false;
     int block = 0;
+    int nproc = 1;
+    double distTimeout = 1800; // seconds; PyTorch's default for process groups
 };
+
+// `--nproc N`: the same command line without --nproc, started N times as the ranks of one world.
+int launchRanks(const QuantizeCli& o) {
+    const auto& argv = invocation();
+    if (argv.empty())
+        throw std::invalid_argument("--nproc starts copies of the latmix executable; run `latmix quantize --nproc` "
+                                    "from a shell, or start the ranks with torchrun");
+    if (std::getenv("WORLD_SIZE") && std::string(std::getenv("WORLD_SIZE")) != "1")
+        throw std::invalid_argument("--nproc inside a world that torchrun (or --nproc) already started (WORLD_SIZE=" +
+                                    std::string(std::getenv("WORLD_SIZE")) + "): use one or the other");
+    std::vector<std::string> args;
+    for (std::size_t i = 0; i < argv.size(); ++i) {
+        if (argv[i] == "--nproc") {
+            ++i; // and its value
+            continue;
+        }
+        if (argv[i].rfind("--nproc=", 0) == 0) continue;
+        args.push_back(argv[i]);
+    }
+    return dist::launchLocalRanks(dist::currentExecutable(), args, o.nproc,
+                                  std::chrono::milliseconds(static_cast<long long>(o.distTimeout * 1000)));
+}
 
 int runQuantize(QuantizeCli& o) {
     run::methodSpec(o.q.method); // unknown method: fail before loading anything
+    if (o.nproc > 1 && !o.dryRun) return launchRanks(o);
+    if (o.distTimeout <= 0) throw std::invalid_argument("--dist-timeout must be positive (seconds)");
+    const dist::World world = dist::worldFromEnvironment();
     o.q.format = mx::makeConfig(mx::parseFormat(o.format), mx::parseScaleMode(o.scaleMode));
     if (o.block > 0) o.q.format.blockSize = o.block;
     o.q.format.validate();
@@ -48,8 +79,28 @@ int runQuantize(QuantizeCli& o) {
     o.q.calibSource = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
     if (o.q.evalSeqLen > 0) o.q.evalSource = util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split");
     const auto ids = run::tokenizeRunInputs(o.model, util::readTextFile(o.q.calibSource, "calibration text"), o.q.evalSource, o.q.seqLen);
-    CliProgress progress("quantize " + o.q.method);
-    const auto r = run::runQuantize(o.model, ids.calibIds, ids.evalIds, o.out, o.q, progress);
+    if (world.size > 1) {
+        // One rank of a data-parallel run (torchrun or --nproc): the ranks meet, check that they
+        // run the same thing, then train together; rank 0 alone prints progress and the report.
+        if (!run::methodSpec(o.q.method).learned && world.rank == 0)
+            std::fprintf(stderr, "latmix: %s trains nothing: rank 0 does the whole run, the other ranks stop\n",
+                         o.q.method.c_str());
+        o.q.group = dist::Group::connect(world, run::runKey(o.model, o.q, ids.calibIds, ids.evalIds),
+                                         std::chrono::milliseconds(static_cast<long long>(o.distTimeout * 1000)));
+    }
+    run::QuantizeResult r;
+    try {
+        if (world.rank == 0) {
+            CliProgress progress("quantize " + o.q.method);
+            r = run::runQuantize(o.model, ids.calibIds, ids.evalIds, o.out, o.q, progress);
+        } else {
+            r = run::runQuantize(o.model, ids.calibIds, ids.evalIds, o.out, o.q);
+            return 0;
+        }
+    } catch (const std::exception& e) {
+        if (o.q.group) o.q.group->reportFailure(e.what());
+        throw;
+    }
 
     std::printf("run          %s (method %s, %s)\n", o.out.c_str(), o.q.method.c_str(), o.q.format.describe().c_str());
     if (!r.training.history.empty()) {
@@ -65,6 +116,10 @@ int runQuantize(QuantizeCli& o) {
                     r.trainSeconds);
         std::printf("step time    %.3f s: teacher %.3f, student %.3f, backward %.3f, metrics %.3f (means)\n", total / n,
                     teacher / n, student / n, backward / n, metrics / n);
+        if (o.q.group)
+            std::printf("ranks        %d (data parallel, batch %d each), %.2f MiB communicated per step\n",
+                        o.q.group->size(), o.q.batch,
+                        o.q.group->bytesCommunicated() / n / 1048576.0);
     }
     std::map<std::string, std::pair<double, int>> perLinear;
     double seconds = 0;
@@ -126,6 +181,13 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_option("--t2-bias", o->t2Bias, "learned T2 bias v2: on or off")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
     cmd->add_flag("--skip-export-check", o->skipExportCheck,
                   "run even when no Hugging Face / vLLM runtime could load the folded biases");
+    cmd->add_option("--nproc", o->nproc,
+                    "data-parallel training over N processes on this machine (as torchrun --nproc-per-node N)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1024));
+    cmd->add_option("--dist-timeout", o->distTimeout,
+                    "seconds a rank waits for the others (rendezvous, each all-reduce) before failing")
+        ->capture_default_str();
     cmd->add_flag("--dry-run", o->dryRun, "print the estimated peak memory of each stage and exit (nothing is run)");
     cmd->add_flag("--force", o->force, "run even when the estimated peak memory exceeds the memory available");
     cmd->add_option("--eval-seqlen", o->q.evalSeqLen, "WikiText-2 test perplexity window (0: no evaluation)")

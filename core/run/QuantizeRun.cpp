@@ -24,6 +24,7 @@
 #include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -183,6 +184,7 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
         d.seed = o.seed;
         d.runFile = (fs::path(x.runDir) / "train.h5").string();
         d.resume = o.resume;
+        d.group = o.group;
         d.onStep = onStep;
         d.onMatrices = o.onMatrices;
         d.trackedLayer = o.trackedLayer;
@@ -192,7 +194,8 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
         r.training = train::distill(x.c, original, calib, *transforms, d, sub);
         r.trainSeconds = since(t0);
     }
-    transforms->save((fs::path(x.runDir) / "transforms.h5").string(), {{"method", x.method.name}});
+    if (!o.group || o.group->isRoot())
+        transforms->save((fs::path(x.runDir) / "transforms.h5").string(), {{"method", x.method.name}});
     return transforms;
 }
 
@@ -520,6 +523,7 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
     j["format"] = model::mxConfigJson(o.format);
     j["seed"] = o.seed;
     j["device"] = o.device;
+    j["world_size"] = o.group ? o.group->size() : 1; // data-parallel ranks of the training
     j["offload"] = o.offload;
     j["calibration"] = {{"source", o.calibSource}, {"samples", o.calibSamples}, {"seqlen", x.seqLen}};
     if (transforms)
@@ -588,6 +592,32 @@ void checkMethodFits(const model::ModelConfig& c, const QuantizeOptions& o) {
                                         "or latmix-lu / latmix-qr (block-Hadamard start)");
 }
 
+std::string runKey(const std::string& modelDir, const QuantizeOptions& o, const std::vector<int>& calibIds,
+                   const std::vector<int>& evalIds) {
+    auto fnv = [](const std::vector<int>& v) { // FNV-1a over the ids
+        std::uint64_t h = 1469598103934665603ULL;
+        for (int id : v) {
+            h ^= static_cast<std::uint32_t>(id);
+            h *= 1099511628211ULL;
+        }
+        return h;
+    };
+    std::ostringstream k;
+    k << "model config " << util::readTextFile((fs::path(modelDir) / "config.json").string(), "model config") << "\n";
+    std::vector<std::pair<std::string, std::uintmax_t>> files;
+    for (const auto& e : fs::directory_iterator(modelDir))
+        if (e.is_regular_file() && e.path().extension() == ".safetensors") files.emplace_back(e.path().filename().string(), e.file_size());
+    std::sort(files.begin(), files.end());
+    for (const auto& [name, size] : files) k << "weights " << name << " " << size << " bytes\n";
+    k << "method " << o.method << "\nformat " << o.format.describe() << "\nsteps " << o.steps << "\nbatch per rank "
+      << o.batch << "\nlr " << o.lr << "\ntemperature " << o.temperature << "\nvolume weight " << o.volumeWeight
+      << "\nwarmup " << o.warmupSteps << "\ncalibration " << o.calibSamples << " x " << o.seqLen << "\nseed " << o.seed
+      << "\nt1 bias " << o.t1Bias << "\nt2 bias " << o.t2Bias << "\nresume " << o.resume << "\ncalibration ids "
+      << calibIds.size() << " hash " << fnv(calibIds) << "\nevaluation ids " << evalIds.size() << " hash "
+      << fnv(evalIds) << "\n";
+    return k.str();
+}
+
 QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& calibIds, const std::vector<int>& evalIds,
                            const std::string& runDir, const QuantizeOptions& o, JobContext& job,
                            std::function<void(const train::DistillStep&)> onStep) {
@@ -613,7 +643,8 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     // at a time; the embeddings, final norm and lm_head stay on the device.
     const RunContext x{o, method, modelDir, runDir, ck, c, device, o.offload ? c10::Device(c10::kCPU) : device,
                        at::TensorOptions().dtype(at::kFloat).device(device), std::min(o.seqLen, c.maxPositions)};
-    fs::create_directories(runDir);
+    const bool root = !o.group || o.group->isRoot();
+    if (root) fs::create_directories(runDir);
     QuantizeResult r;
     if (device.is_cuda()) compat::resetCudaPeakMemory(device.index());
 
@@ -633,6 +664,11 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     // The stages: 1 transforms (trained for the learned methods), 2 folding, 3 weight quantization
     // layer by layer, 4 the run's model folder, 5 evaluation, 6 latmix.json.
     auto transforms = buildTransforms(x, original, calib, r, job, onStep);
+    if (!root) { // data parallel: folding, GPTQ, the run model and evaluation are rank 0's
+        r.totalSeconds = since(start);
+        r.peakRssMb = peakRssMb();
+        return r;
+    }
     // The folded model's spill folder: removed when the run ends, however it ends.
     const std::string spillDir = (fs::path(runDir) / "folded.partial").string();
     struct Cleanup {

@@ -14,6 +14,7 @@
 #include "util/Job.h"
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,10 @@ struct QuantizeOptions {
     std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
     int evalSeqLen = 0;          // WikiText-2 perplexity of FP and quantized model; 0: none
     int evalWindows = 0;         // 0: all
+    // Data-parallel training (null: one process; train::DistillOptions::group). Rank 0 alone
+    // writes the run folder (train.h5, transforms.h5, the run model, latmix.json with the world
+    // size) and runs the stages after training; the other ranks return once training is done.
+    std::shared_ptr<dist::Group> group;
     std::string commandLine;     // recorded in latmix.json
     std::string calibSource, evalSource; // file names, recorded
 };
@@ -108,6 +113,12 @@ void checkExportable(const model::ModelConfig& config, const QuantizeOptions& op
 // T1/T2, SpinQuant's Hadamard start) of a width no construction here covers (e.g. 92 * 2^k),
 // naming the width and the methods that work (block transforms).
 void checkMethodFits(const model::ModelConfig& config, const QuantizeOptions& options);
+
+// What the ranks of a data-parallel run must agree on (dist::Group::connect's run key), a line
+// each: the model (config and weight files' names and sizes), the method and every option that
+// changes what is computed, and a hash of the calibration and evaluation ids.
+std::string runKey(const std::string& modelDir, const QuantizeOptions& options, const std::vector<int>& calibIds,
+                   const std::vector<int>& evalIds);
 
 // calibIds: tokenized calibration text (never the evaluation split); evalIds: tokenized
 // WikiText-2 test (SPEC §7) or empty. Progress: training, then quantization layer by layer,

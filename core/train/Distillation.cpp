@@ -306,7 +306,16 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
 
     AdamW opt(params, o.weightDecay);
     DistillResult r;
-    if (o.resume) {
+    const int world = o.group ? o.group->size() : 1;
+    const int rank = o.group ? o.group->rank() : 0;
+    const bool root = rank == 0;
+    const int n = static_cast<int>(calibration.size(0));
+    if (world > 1 && n < o.batch * world)
+        throw std::invalid_argument("data-parallel training over " + std::to_string(world) + " ranks with batch " +
+                                    std::to_string(o.batch) + " needs " + std::to_string(o.batch * world) +
+                                    " calibration windows, there are " + std::to_string(n) +
+                                    "; raise --calib-samples or lower --batch");
+    if (o.resume && root) {
         if (o.runFile.empty()) throw std::invalid_argument("resume needs a run file");
         const auto f = io::readTensorFile(o.runFile);
         auto get = [&](const std::string& k) {
@@ -331,10 +340,22 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         if (static_cast<int>(r.history.size()) > r.startStep) r.history.resize(static_cast<size_t>(r.startStep));
     }
 
+    if (world > 1) {
+        // Every rank starts from rank 0's parameters and optimizer state (fresh or resumed).
+        at::NoGradGuard g;
+        auto counters = at::tensor(std::vector<double>{double(opt.t), double(r.startStep)}, at::kDouble);
+        std::vector<at::Tensor> state = params;
+        state.insert(state.end(), opt.m.begin(), opt.m.end());
+        state.insert(state.end(), opt.v.begin(), opt.v.end());
+        state.push_back(counters);
+        o.group->broadcast(state, 0);
+        opt.t = static_cast<std::int64_t>(counters[0].item<double>());
+        r.startStep = static_cast<int>(counters[1].item<double>());
+    }
+
     const int warmup = std::min(o.warmupSteps, std::max(1, o.steps / 10));
-    const int n = static_cast<int>(calibration.size(0));
     auto save = [&](int done, const std::string& status) {
-        if (!o.runFile.empty()) writeRunFile(o.runFile, r.history, transforms, opt, o, done, status);
+        if (root && !o.runFile.empty()) writeRunFile(o.runFile, r.history, transforms, opt, o, done, status);
     };
     for (int k = r.startStep; k < o.steps; ++k) {
         if (job.cancelRequested()) {
@@ -353,11 +374,30 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         try {
             guardMemory(stage, "rerun with a smaller --batch or a shorter --seqlen; the run folder is resumable with --resume",
                         [&] {
-                const auto idx = at::tensor(batchOf(o.seed, k, n, o.batch), at::kLong);
+                // This rank's share of the step's global batch (all of it in one process).
+                const auto global = batchOf(o.seed, k, n, o.batch * world);
+                const std::vector<int64_t> mine(global.begin() + rank * o.batch,
+                                                global.begin() + std::min<std::size_t>(global.size(), (rank + 1) * o.batch));
+                const auto idx = at::tensor(mine, at::kLong);
                 const auto tokens = calibration.index_select(0, idx).to(device);
                 opt.zeroGrad();
-                const DistillLoss l =
+                DistillLoss l =
                     distillationStep(c, original, transforms, o.activation, tokens, o.temperature, o.volumeWeight);
+                if (world > 1) {
+                    // The mean gradient of the global batch: each rank's KL is a mean over its
+                    // own equal share of the tokens (the volume term is the same on every rank).
+                    std::vector<at::Tensor> grads;
+                    for (auto& p : params) {
+                        if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p.detach());
+                        grads.push_back(p.grad());
+                    }
+                    auto terms = at::tensor(std::vector<double>{l.loss, l.kl, l.vol}, at::kDouble);
+                    grads.push_back(terms);
+                    o.group->allreduceMean(grads);
+                    l.loss = terms[0].item<double>();
+                    l.kl = terms[1].item<double>();
+                    l.vol = terms[2].item<double>();
+                }
                 updating = true;
                 opt.step(s.lr);
                 s.loss = l.loss;
@@ -376,7 +416,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
             throw std::runtime_error("distillation diverged at step " + std::to_string(s.step) + " (loss " +
                                      std::to_string(s.loss) + "); lower the learning rate (--lr)");
         }
-        if (o.metricsEvery > 0 && (s.step % o.metricsEvery == 0 || s.step == o.steps || s.step == 1)) {
+        if (root && o.metricsEvery > 0 && (s.step % o.metricsEvery == 0 || s.step == o.steps || s.step == 1)) {
             const auto t3 = Clock::now();
             const auto m1 = matrixMetrics(transforms.t1(), transforms.spec().blockSize);
             const auto m2 = transforms.layers() > o.trackedLayer

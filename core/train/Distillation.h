@@ -7,6 +7,7 @@
 // every metricsEvery steps the §3 matrix metrics of A1 and of one chosen A2); the run file
 // (HDF5) holds the series, the current transforms and the optimizer state, rewritten
 // atomically every checkpointEvery steps, on cancel and at the end, so a run can be resumed.
+#include "dist/ProcessGroup.h"
 #include "model/LlamaModel.h"
 #include "mx/MxFormat.h"
 #include "train/ModelTransforms.h"
@@ -16,6 +17,7 @@
 
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,8 +49,15 @@ struct DistillOptions {
     int trackedLayer = 0;          // whose A2 is tracked
     int checkpointEvery = 50;      // run-file rewrite every k steps; 0: only on cancel and at the end
     std::uint64_t seed = 0;        // batch draws: step k uses the same sequences on every run
-    std::string runFile;           // HDF5 run file ("" : none)
+    std::string runFile;           // HDF5 run file ("" : none); written and read by rank 0 only
     bool resume = false;           // continue from runFile's state
+    // Data parallel (null or size 1: one process). Step k draws batch × size windows from the
+    // seeded permutation of the single-process run with batch × size; rank r takes the r-th
+    // `batch` of them. Each step's gradients (and loss terms) are averaged over the ranks before
+    // AdamW, so with the same global batch every rank trains what one process would, up to the
+    // order of float additions; the parameters (and a resumed state) start as rank 0's. Only
+    // rank 0 computes the matrix metrics, calls onMatrices and writes the run file.
+    std::shared_ptr<dist::Group> group;
     std::function<void(const DistillStep&)> onStep;
     // On the steps with matrix metrics: float32 CPU copies of A1 and of the tracked layer's A2
     // (undefined where that transform is absent), for live heatmaps.

@@ -6,7 +6,9 @@
 namespace latmix {
 
 // Sets libtorch's intra-op thread count. requested > 0 wins; else the LATMIX_THREADS
-// environment variable; else the number of cores. Returns the count in effect.
+// environment variable; else OMP_NUM_THREADS (torchrun sets it to 1 for each of several ranks);
+// else the number of cores, divided by LOCAL_WORLD_SIZE when several ranks share the machine
+// (torchrun and `--nproc` set it). Returns the count in effect.
 int configureThreads(int requested = 0);
 int threadCount();
 

@@ -4,8 +4,10 @@
 // APIs common to both; a call that differs gets a shim here and nowhere else. Light on purpose:
 // no ATen or CUDA header, so any file may include it.
 // Where a shim needs the version: TORCH_VERSION_MAJOR / _MINOR from <torch/version.h>.
-// Today the whole code base builds unchanged on 1.13 and 2.6 but for the one below.
+// Today the whole code base builds unchanged on 1.13 and 2.6 but for the ones below.
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 namespace latmix::compat {
 
@@ -13,5 +15,17 @@ namespace latmix::compat {
 // CUDA). The caching allocator's statistics moved between 1.13 and 2.x (TorchCompat.cpp).
 std::int64_t cudaPeakAllocatedBytes(int device);
 void resetCudaPeakMemory(int device);
+
+// c10d::TCPStoreOptions (dist/ProcessGroup.cpp): libtorch 2.x added useLibUV, on by default since
+// 2.4, which needs a libtorch built with libuv; 1.13 has no such field and only the plain TCP
+// backend. Both sides of a rendezvous then use the same backend whatever the build.
+template <class Options, class = void>
+struct HasUseLibUV : std::false_type {};
+template <class Options>
+struct HasUseLibUV<Options, std::void_t<decltype(std::declval<Options&>().useLibUV)>> : std::true_type {};
+template <class Options>
+void preferPlainTcpStore(Options& o) {
+    if constexpr (HasUseLibUV<Options>::value) o.useLibUV = false;
+}
 
 } // namespace latmix::compat

@@ -1,0 +1,278 @@
+// dist::Group on c10d: TCPStore rendezvous, ProcessGroupGloo collectives (ProcessGroup.h).
+#include "dist/ProcessGroup.h"
+
+#include "util/TorchCompat.h"
+
+#include <ATen/ATen.h>
+
+#ifdef LATMIX_WITH_C10D
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+
+#include <atomic>
+#include <functional>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+
+namespace latmix::dist {
+namespace {
+
+int intVariable(const char* name, int fallback, bool required) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) {
+        if (required)
+            throw std::runtime_error(std::string("environment variable ") + name +
+                                     " is not set; a multi-process run (WORLD_SIZE > 1) needs RANK, WORLD_SIZE, "
+                                     "MASTER_ADDR and MASTER_PORT, as torchrun sets them (or use `latmix quantize --nproc N`)");
+        return fallback;
+    }
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (*end || x < 0 || x > 1000000)
+        throw std::runtime_error(std::string("environment variable ") + name + "='" + v +
+                                 "' is not a non-negative integer");
+    return static_cast<int>(x);
+}
+
+// The first line where two run keys differ, for the mismatch message.
+std::string firstDifference(const std::string& a, const std::string& b) {
+    std::istringstream sa(a), sb(b);
+    std::string la, lb;
+    while (true) {
+        const bool ga = static_cast<bool>(std::getline(sa, la)), gb = static_cast<bool>(std::getline(sb, lb));
+        if (!ga && !gb) return "";
+        if (!ga) la = "(nothing)";
+        if (!gb) lb = "(nothing)";
+        if (la != lb || !ga || !gb) return "'" + la + "' vs '" + lb + "'";
+    }
+}
+
+} // namespace
+
+World worldFromEnvironment() {
+    World w;
+    w.size = intVariable("WORLD_SIZE", 1, false);
+    if (w.size < 1) throw std::runtime_error("environment variable WORLD_SIZE=0: a world has at least one rank");
+    if (w.size == 1) return w;
+    w.rank = intVariable("RANK", 0, true);
+    if (w.rank >= w.size)
+        throw std::runtime_error("environment variable RANK=" + std::to_string(w.rank) + " is outside [0, WORLD_SIZE=" +
+                                 std::to_string(w.size) + ")");
+    w.localRank = intVariable("LOCAL_RANK", w.rank, false);
+    const char* addr = std::getenv("MASTER_ADDR");
+    if (!addr || !*addr)
+        throw std::runtime_error("environment variable MASTER_ADDR is not set; give the address of rank 0's host "
+                                 "(torchrun sets it; `latmix quantize --nproc N` runs on this machine)");
+    w.masterAddr = addr;
+    w.masterPort = intVariable("MASTER_PORT", 0, true);
+    if (w.masterPort < 1 || w.masterPort > 65535)
+        throw std::runtime_error("environment variable MASTER_PORT=" + std::to_string(w.masterPort) +
+                                 " is not a TCP port (1..65535)");
+    return w;
+}
+
+#ifdef LATMIX_WITH_C10D
+
+bool available() { return true; }
+
+struct Group::Impl {
+    World world;
+    std::chrono::milliseconds timeout{0};
+    c10::intrusive_ptr<c10d::TCPStore> store;
+    c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+    std::atomic<std::uint64_t> bytes{0};
+
+    std::string where() const {
+        return "rank " + std::to_string(world.rank) + " of " + std::to_string(world.size);
+    }
+    // What a failed collective throws: this rank, the operation, the failed rank's own report if
+    // it left one, and c10d's message.
+    [[noreturn]] void fail(const std::string& op, const std::exception& e) {
+        std::string cause;
+        try {
+            if (store && store->check({"latmix/failed"})) {
+                const auto v = store->get("latmix/failed");
+                cause = std::string(v.begin(), v.end());
+            }
+        } catch (...) {
+            // the store lives in rank 0's process: gone when rank 0 is
+        }
+        std::string what = e.what();
+        if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl); // c10d appends a backtrace
+        throw std::runtime_error(where() + ": " + op + " failed" +
+                                 (cause.empty() ? std::string(": another rank stopped or cannot be reached")
+                                                : " because " + cause) +
+                                 " (" + what + "); the run folder is resumable with --resume once every rank can run");
+    }
+    void run(const std::string& op, const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
+        try {
+            auto work = start();
+            work->wait(timeout);
+        } catch (const std::exception& e) {
+            fail(op, e);
+        }
+    }
+};
+
+std::shared_ptr<Group> Group::connect(const World& world, const std::string& runKey, std::chrono::milliseconds timeout) {
+    auto impl = std::make_unique<Impl>();
+    impl->world = world;
+    impl->timeout = timeout;
+    if (world.size == 1) return std::shared_ptr<Group>(new Group(std::move(impl)));
+    const std::string at = world.masterAddr + ":" + std::to_string(world.masterPort);
+    const std::string secs = std::to_string(timeout.count() / 1000) + " s";
+    try {
+        c10d::TCPStoreOptions so;
+        so.port = static_cast<std::uint16_t>(world.masterPort);
+        so.isServer = world.rank == 0;
+        so.numWorkers = static_cast<std::size_t>(world.size);
+        so.waitWorkers = true;
+        so.timeout = timeout;
+        compat::preferPlainTcpStore(so);
+        impl->store = c10::make_intrusive<c10d::TCPStore>(world.masterAddr, so);
+    } catch (const std::exception& e) {
+        std::string what = e.what();
+        if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+        if (world.rank == 0)
+            throw std::runtime_error("rank 0 could not host the rendezvous at " + at + " or not every rank of " +
+                                     std::to_string(world.size) + " joined within " + secs + " (" + what +
+                                     "); if the port is taken choose another MASTER_PORT, otherwise check that all "
+                                     "ranks were started (--dist-timeout sets the wait)");
+        throw std::runtime_error("rank " + std::to_string(world.rank) + " could not reach the rendezvous at " + at +
+                                 " within " + secs + " (" + what +
+                                 "); check MASTER_ADDR / MASTER_PORT and that rank 0 is running (--dist-timeout sets "
+                                 "the wait)");
+    }
+    // Run key check before any collective: every rank compares every other rank's key with its own.
+    const std::string r = std::to_string(world.rank);
+    impl->store->set("latmix/run_key/" + r, std::vector<std::uint8_t>(runKey.begin(), runKey.end()));
+    for (int o = 0; o < world.size; ++o) {
+        if (o == world.rank) continue;
+        std::vector<std::uint8_t> v;
+        try {
+            v = impl->store->get("latmix/run_key/" + std::to_string(o));
+        } catch (const std::exception& e) {
+            throw std::runtime_error("rank " + r + ": rank " + std::to_string(o) + " did not publish its run within " +
+                                     secs + "; check that it started");
+        }
+        const std::string other(v.begin(), v.end());
+        if (other != runKey)
+            throw std::runtime_error("rank " + r + " and rank " + std::to_string(o) +
+                                     " were started for different runs: " + firstDifference(runKey, other) +
+                                     "; start every rank with the same model, method, options and seed");
+    }
+    try {
+        auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+        // Gloo's socket: GLOO_SOCKET_IFNAME as PyTorch reads it; on one machine the loopback;
+        // else the address this host's name resolves to (c10d falls back to the loopback).
+        const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+        const bool local = world.masterAddr == "127.0.0.1" || world.masterAddr == "localhost";
+        opts->devices.push_back(ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                : local           ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                                  : c10d::ProcessGroupGloo::createDefaultDevice());
+        impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, world.rank, world.size, opts);
+    } catch (const std::exception& e) {
+        std::string what = e.what();
+        if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+        throw std::runtime_error("rank " + r + ": the Gloo process group did not form within " + secs + " (" + what +
+                                 "); on several machines set GLOO_SOCKET_IFNAME to the network interface to use");
+    }
+    return std::shared_ptr<Group>(new Group(std::move(impl)));
+}
+
+namespace {
+// The tensors as one float64 CPU buffer, and back.
+at::Tensor flatten(const std::vector<at::Tensor>& ts) {
+    std::vector<at::Tensor> parts;
+    parts.reserve(ts.size());
+    for (const auto& t : ts) parts.push_back(t.detach().reshape({-1}).to(at::kCPU, at::kDouble));
+    return parts.empty() ? at::zeros({0}, at::kDouble) : at::cat(parts);
+}
+void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
+    std::int64_t o = 0;
+    for (const auto& t : ts) {
+        const std::int64_t n = t.numel();
+        at::Tensor dst = t.detach();
+        dst.copy_(flat.narrow(0, o, n).view(t.sizes()));
+        o += n;
+    }
+}
+} // namespace
+
+void Group::allreduceSum(const std::vector<at::Tensor>& ts) {
+    if (size() == 1 || ts.empty()) return;
+    std::vector<at::Tensor> v{flatten(ts)};
+    m->bytes += static_cast<std::uint64_t>(v[0].numel()) * 8;
+    m->run("all-reduce of " + std::to_string(v[0].numel()) + " values",
+           [&] { return m->pg->allreduce(v, c10d::AllreduceOptions{}); });
+    unflatten(v[0], ts);
+}
+
+void Group::allreduceMean(const std::vector<at::Tensor>& ts) {
+    if (size() == 1 || ts.empty()) return;
+    std::vector<at::Tensor> v{flatten(ts)};
+    m->bytes += static_cast<std::uint64_t>(v[0].numel()) * 8;
+    m->run("all-reduce of " + std::to_string(v[0].numel()) + " values",
+           [&] { return m->pg->allreduce(v, c10d::AllreduceOptions{}); });
+    v[0].div_(size());
+    unflatten(v[0], ts);
+}
+
+void Group::broadcast(const std::vector<at::Tensor>& ts, int root) {
+    if (size() == 1 || ts.empty()) return;
+    std::vector<at::Tensor> v{flatten(ts)};
+    if (rank() == root) m->bytes += static_cast<std::uint64_t>(v[0].numel()) * 8;
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    m->run("broadcast from rank " + std::to_string(root), [&] { return m->pg->broadcast(v, o); });
+    unflatten(v[0], ts);
+}
+
+void Group::barrier() {
+    if (size() == 1) return;
+    m->run("barrier", [&] { return m->pg->barrier(c10d::BarrierOptions{}); });
+}
+
+void Group::reportFailure(const std::string& what) noexcept {
+    try {
+        const std::string s = "rank " + std::to_string(rank()) + " stopped: " + what;
+        if (m->store) m->store->set("latmix/failed", std::vector<std::uint8_t>(s.begin(), s.end()));
+    } catch (...) {
+    }
+}
+
+#else // no c10d in this libtorch
+
+bool available() { return false; }
+
+struct Group::Impl {
+    World world;
+    std::atomic<std::uint64_t> bytes{0};
+};
+
+std::shared_ptr<Group> Group::connect(const World& world, const std::string&, std::chrono::milliseconds) {
+    if (world.size == 1) {
+        auto impl = std::make_unique<Impl>();
+        impl->world = world;
+        return std::shared_ptr<Group>(new Group(std::move(impl)));
+    }
+    throw std::runtime_error("this build of latmix has no multi-process support: its libtorch lacks c10d's Gloo "
+                             "headers (Debian: install libgloo-dev and rebuild); run with one process");
+}
+void Group::allreduceSum(const std::vector<at::Tensor>&) {}
+void Group::allreduceMean(const std::vector<at::Tensor>&) {}
+void Group::broadcast(const std::vector<at::Tensor>&, int) {}
+void Group::barrier() {}
+void Group::reportFailure(const std::string&) noexcept {}
+
+#endif
+
+Group::Group(std::unique_ptr<Impl> impl) : m(std::move(impl)) {}
+Group::~Group() = default;
+int Group::rank() const { return m->world.rank; }
+int Group::size() const { return m->world.size; }
+std::uint64_t Group::bytesCommunicated() const { return m->bytes; }
+
+} // namespace latmix::dist
