@@ -30,6 +30,11 @@
 #include <future>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 using namespace latmix;
 using latmix::test::CliResult;
 
@@ -253,6 +258,32 @@ private slots:
             QVERIFY2(m.contains("rank 1 could not reach the rendezvous at 127.0.0.1:" + QString::number(port)),
                      qPrintable(m));
             QVERIFY2(m.contains("MASTER_ADDR"), qPrintable(m));
+        }
+    }
+
+    // Rank 0 cannot host the rendezvous on a port already taken: an error naming the address and
+    // MASTER_PORT, not a hang.
+    void takenPortFails() {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        QVERIFY(fd >= 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        QVERIFY(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+        QVERIFY(::listen(fd, 4) == 0);
+        QVERIFY(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+        const int port = ntohs(a.sin_port);
+        try {
+            dist::Group::connect(worldOf(0, 2, port), "run", std::chrono::milliseconds(2000));
+            ::close(fd);
+            QFAIL("no error on a taken port");
+        } catch (const std::runtime_error& e) {
+            ::close(fd);
+            const QString m = e.what();
+            QVERIFY2(m.contains("rank 0 could not host the rendezvous at 127.0.0.1:" + QString::number(port)),
+                     qPrintable(m));
+            QVERIFY2(m.contains("MASTER_PORT"), qPrintable(m));
         }
     }
 

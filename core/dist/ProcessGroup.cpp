@@ -37,7 +37,7 @@ int intVariable(const char* name, int fallback, bool required) {
 }
 
 // The first line where two run keys differ, for the mismatch message.
-std::string firstDifference(const std::string& a, const std::string& b) {
+[[maybe_unused]] std::string firstDifference(const std::string& a, const std::string& b) {
     std::istringstream sa(a), sb(b);
     std::string la, lb;
     while (true) {
@@ -145,24 +145,36 @@ std::shared_ptr<Group> Group::connect(const World& world, const std::string& run
                                  "); check MASTER_ADDR / MASTER_PORT and that rank 0 is running (--dist-timeout sets "
                                  "the wait)");
     }
-    // Run key check before any collective: every rank compares every other rank's key with its own.
+    // Run key check before any collective: every rank compares every other rank's key with its
+    // own, then says it has compared; nobody leaves (rank 0's exit takes the store with it)
+    // before every rank has read every key, so each rank reports the difference itself.
     const std::string r = std::to_string(world.rank);
     impl->store->set("latmix/run_key/" + r, std::vector<std::uint8_t>(runKey.begin(), runKey.end()));
-    for (int o = 0; o < world.size; ++o) {
+    std::string mismatch;
+    for (int o = 0; o < world.size && mismatch.empty(); ++o) {
         if (o == world.rank) continue;
         std::vector<std::uint8_t> v;
         try {
             v = impl->store->get("latmix/run_key/" + std::to_string(o));
         } catch (const std::exception& e) {
             throw std::runtime_error("rank " + r + ": rank " + std::to_string(o) + " did not publish its run within " +
-                                     secs + "; check that it started");
+                                     secs + " or stopped; check that it started");
         }
         const std::string other(v.begin(), v.end());
         if (other != runKey)
-            throw std::runtime_error("rank " + r + " and rank " + std::to_string(o) +
-                                     " were started for different runs: " + firstDifference(runKey, other) +
-                                     "; start every rank with the same model, method, options and seed");
+            mismatch = "rank " + r + " and rank " + std::to_string(o) + " were started for different runs: " +
+                       firstDifference(runKey, other) + "; start every rank with the same model, method, options and seed";
     }
+    std::vector<std::string> compared;
+    for (int o = 0; o < world.size; ++o) compared.push_back("latmix/run_key_compared/" + std::to_string(o));
+    try {
+        impl->store->set(compared[static_cast<size_t>(world.rank)], std::vector<std::uint8_t>{1});
+        impl->store->wait(compared);
+    } catch (const std::exception& e) {
+        if (mismatch.empty())
+            throw std::runtime_error("rank " + r + ": the rendezvous at " + at + " broke off (another rank stopped?)");
+    }
+    if (!mismatch.empty()) throw std::runtime_error(mismatch);
     try {
         auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
         // Gloo's socket: GLOO_SOCKET_IFNAME as PyTorch reads it; on one machine the loopback;
@@ -201,22 +213,13 @@ void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
 }
 } // namespace
 
-void Group::allreduceSum(const std::vector<at::Tensor>& ts) {
+void Group::allreduce(const std::vector<at::Tensor>& ts, bool mean) {
     if (size() == 1 || ts.empty()) return;
     std::vector<at::Tensor> v{flatten(ts)};
     m->bytes += static_cast<std::uint64_t>(v[0].numel()) * 8;
     m->run("all-reduce of " + std::to_string(v[0].numel()) + " values",
            [&] { return m->pg->allreduce(v, c10d::AllreduceOptions{}); });
-    unflatten(v[0], ts);
-}
-
-void Group::allreduceMean(const std::vector<at::Tensor>& ts) {
-    if (size() == 1 || ts.empty()) return;
-    std::vector<at::Tensor> v{flatten(ts)};
-    m->bytes += static_cast<std::uint64_t>(v[0].numel()) * 8;
-    m->run("all-reduce of " + std::to_string(v[0].numel()) + " values",
-           [&] { return m->pg->allreduce(v, c10d::AllreduceOptions{}); });
-    v[0].div_(size());
+    if (mean) v[0].div_(size());
     unflatten(v[0], ts);
 }
 
@@ -261,8 +264,7 @@ std::shared_ptr<Group> Group::connect(const World& world, const std::string&, st
     throw std::runtime_error("this build of latmix has no multi-process support: its libtorch lacks c10d's Gloo "
                              "headers (Debian: install libgloo-dev and rebuild); run with one process");
 }
-void Group::allreduceSum(const std::vector<at::Tensor>&) {}
-void Group::allreduceMean(const std::vector<at::Tensor>&) {}
+void Group::allreduce(const std::vector<at::Tensor>&, bool) {}
 void Group::broadcast(const std::vector<at::Tensor>&, int) {}
 void Group::barrier() {}
 void Group::reportFailure(const std::string&) noexcept {}
@@ -270,6 +272,8 @@ void Group::reportFailure(const std::string&) noexcept {}
 #endif
 
 Group::Group(std::unique_ptr<Impl> impl) : m(std::move(impl)) {}
+void Group::allreduceSum(const std::vector<at::Tensor>& ts) { allreduce(ts, false); }
+void Group::allreduceMean(const std::vector<at::Tensor>& ts) { allreduce(ts, true); }
 Group::~Group() = default;
 int Group::rank() const { return m->world.rank; }
 int Group::size() const { return m->world.size; }

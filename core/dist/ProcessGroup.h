@@ -69,6 +69,7 @@ public:
 private:
     struct Impl;
     explicit Group(std::unique_ptr<Impl> impl);
+    void allreduce(const std::vector<at::Tensor>& tensors, bool mean);
     std::unique_ptr<Impl> m;
 };
 
