@@ -16,6 +16,7 @@
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
 #include "CliRunner.h"
 #include "TestSupport.h"
+#include "TestData.h"
 
 #include <QElapsedTimer>
 #include <QJsonArray>
@@ -343,6 +344,8 @@ private slots:
     // `latmix quantize --nproc 2` as a user runs it: one run folder written by rank 0 (world
     // size recorded, every step's loss, the run model), evaluated after a reload.
     void nprocRunsEndToEnd() {
+        if (!QFile::exists(latmix::test::dataDir() + "/wikitext-2/wiki.test.raw"))
+            LATMIX_DATA_SKIP("WikiText-2 test split not found (LATMIX_DATA_DIR)");
         const QString out = m_tmp.filePath("run-nproc2");
         QStringList args = quantizeArgs(out, 4);
         args << "--nproc" << "2" << "--eval-seqlen" << "32" << "--eval-windows" << "2";
