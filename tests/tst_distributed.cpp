@@ -234,6 +234,45 @@ private slots:
         }
     }
 
+    // A cancel on one rank (here rank 1, as after its Ctrl-C) stops both at the same step: both
+    // throw JobCancelled (no broken collective), rank 0 saves the run file at that step.
+    void cancelOnOneRankStopsAll() {
+        class CancelFrom : public JobContext {
+        public:
+            explicit CancelFrom(int n) : m_n(n) {}
+            void progress(double, const std::string&) override { ++m_seen; }
+            bool cancelRequested() const override { return m_seen >= m_n; }
+
+        private:
+            int m_n, m_seen = 0;
+        };
+        const QString runFile = m_tmp.filePath("cancel.h5");
+        const int port = dist::freeLoopbackPort();
+        std::vector<int> cancelled(2, 0);
+        const auto errors = onThreads(2, [&](int r) {
+            auto g = dist::Group::connect(worldOf(r, 2, port), "same run", kTimeout);
+            train::TransformSpec spec;
+            spec.t1Kind = spec.t2Kind = "learned-affine-lu";
+            train::ModelTransforms t(m_ck->config(), spec);
+            train::DistillOptions o;
+            o.steps = 10;
+            o.batch = 2;
+            o.metricsEvery = 0;
+            o.group = g;
+            o.runFile = runFile.toStdString();
+            CancelFrom job(r == 1 ? 3 : 1000); // rank 1 asks after its third step
+            try {
+                train::distill(m_ck->config(), m_w, m_windows, t, o, job);
+            } catch (const JobCancelled&) {
+                cancelled[static_cast<size_t>(r)] = 1;
+            }
+        });
+        QVERIFY2(errors[0].empty() && errors[1].empty(), (errors[0] + " | " + errors[1]).c_str());
+        QCOMPARE(cancelled, std::vector<int>({1, 1}));
+        const auto series = train::readDistillSeries(runFile.toStdString());
+        QCOMPARE(int(series.size()), 3); // steps 1-3 done, step 4 cancelled before its update
+    }
+
     // Ranks started for different runs stop at the rendezvous, each naming the difference.
     void differentRunsAreRefused() {
         const int port = dist::freeLoopbackPort();

@@ -16,7 +16,9 @@ namespace latmix::cli {
 
 class CliProgress : public JobContext {
 public:
-    explicit CliProgress(std::string what) : m_what(std::move(what)), m_tty(isatty(fileno(stderr))) {
+    // quiet: only Ctrl-C, no output (the other ranks of a data-parallel run).
+    explicit CliProgress(std::string what, bool quiet = false)
+        : m_what(std::move(what)), m_tty(isatty(fileno(stderr))), m_quiet(quiet) {
         interrupted() = false;
         std::signal(SIGINT, [](int) {
             interrupted() = true;
@@ -28,6 +30,7 @@ public:
         if (m_tty && m_printed) std::fprintf(stderr, "\n");
     }
     void progress(double fraction, const std::string& message) override {
+        if (m_quiet) return;
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
         const double eta = fraction > 0 ? elapsed * (1 - fraction) / fraction : 0;
         const int pct = static_cast<int>(fraction * 100 + 0.5);
@@ -46,6 +49,7 @@ private:
     }
     std::string m_what;
     bool m_tty;
+    bool m_quiet = false;
     bool m_printed = false;
     int m_lastDecile = -1;
     std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();

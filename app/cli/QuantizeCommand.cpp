@@ -94,9 +94,12 @@ int runQuantize(QuantizeCli& o) {
             CliProgress progress("quantize " + o.q.method);
             r = run::runQuantize(o.model, ids.calibIds, ids.evalIds, o.out, o.q, progress);
         } else {
-            r = run::runQuantize(o.model, ids.calibIds, ids.evalIds, o.out, o.q);
+            CliProgress cancelOnly("", true);
+            r = run::runQuantize(o.model, ids.calibIds, ids.evalIds, o.out, o.q, cancelOnly);
             return 0;
         }
+    } catch (const JobCancelled&) {
+        throw; // every rank stopped at the same step
     } catch (const std::exception& e) {
         if (o.q.group) o.q.group->reportFailure(e.what());
         throw;

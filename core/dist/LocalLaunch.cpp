@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -84,6 +85,12 @@ int launchLocalRanks(const std::string& program, const std::vector<std::string>&
         }
         pids.push_back(pid);
     }
+    // Ctrl-C reaches every rank (one process group): rank 0 cancels at its next step and leaves a
+    // resumable run folder. The launcher itself waits for them instead of returning to the shell
+    // while they still run. (Set after the forks: an ignored signal would stay ignored in them.)
+    struct sigaction ignore {}, previous {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGINT, &ignore, &previous);
     using Clock = std::chrono::steady_clock;
     int result = 0, running = nproc;
     bool termSent = false;
@@ -100,8 +107,11 @@ int launchLocalRanks(const std::string& program, const std::vector<std::string>&
                     const int code = exitCode(status);
                     if (code != 0 && result == 0) {
                         result = code;
-                        std::fprintf(stderr, "--nproc: rank %d %s; stopping the other ranks (they get %lld s)\n", r,
-                                     describe(status).c_str(), static_cast<long long>(grace.count() / 1000));
+                        if (code == 130) // the ranks agree on a cancel and stop together
+                            std::fprintf(stderr, "--nproc: rank %d was cancelled\n", r);
+                        else
+                            std::fprintf(stderr, "--nproc: rank %d %s; stopping the other ranks (they get %lld s)\n",
+                                         r, describe(status).c_str(), static_cast<long long>(grace.count() / 1000));
                         deadline = Clock::now() + grace;
                     }
                 }
@@ -119,6 +129,7 @@ int launchLocalRanks(const std::string& program, const std::vector<std::string>&
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    ::sigaction(SIGINT, &previous, nullptr);
     return result;
 }
 

@@ -13,6 +13,7 @@ namespace latmix::dist {
 // (their collectives fail as soon as the peer is gone), then SIGTERM, then SIGKILL 5 s later:
 // no rank outlives the run. Returns 0 when every rank succeeded, else the first failure's exit
 // code (128 + signal for a killed rank), after printing to stderr which rank failed and how.
+// Ctrl-C goes to the ranks (rank 0 cancels cleanly); the launcher waits for them.
 int launchLocalRanks(const std::string& program, const std::vector<std::string>& args, int nproc,
                      std::chrono::milliseconds grace);
 

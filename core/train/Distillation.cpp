@@ -358,10 +358,13 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         if (root && !o.runFile.empty()) writeRunFile(o.runFile, r.history, transforms, opt, o, done, status);
     };
     for (int k = r.startStep; k < o.steps; ++k) {
-        if (job.cancelRequested()) {
+        // One process cancels here; several ranks agree in the step's all-reduce below, so that
+        // all stop at the same step (a rank leaving alone would break the others' collective).
+        if (world == 1 && job.cancelRequested()) {
             save(k, "cancelled");
             throw JobCancelled();
         }
+        bool cancelled = false;
         const auto t0 = Clock::now();
         DistillStep s;
         s.step = k + 1;
@@ -391,12 +394,15 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                         if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p.detach());
                         grads.push_back(p.grad());
                     }
-                    auto terms = at::tensor(std::vector<double>{l.loss, l.kl, l.vol}, at::kDouble);
+                    auto terms = at::tensor(
+                        std::vector<double>{l.loss, l.kl, l.vol, job.cancelRequested() ? 1.0 : 0.0}, at::kDouble);
                     grads.push_back(terms);
                     o.group->allreduceMean(grads);
                     l.loss = terms[0].item<double>();
                     l.kl = terms[1].item<double>();
                     l.vol = terms[2].item<double>();
+                    cancelled = terms[3].item<double>() > 0; // any rank asked
+                    if (cancelled) return;
                 }
                 updating = true;
                 opt.step(s.lr);
@@ -410,6 +416,10 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         } catch (const OutOfMemory&) {
             if (!updating) save(k, "out of memory");
             throw;
+        }
+        if (cancelled) {
+            save(k, "cancelled");
+            throw JobCancelled();
         }
         if (!std::isfinite(s.loss)) {
             save(k, "diverged");

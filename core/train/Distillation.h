@@ -56,7 +56,8 @@ struct DistillOptions {
     // `batch` of them. Each step's gradients (and loss terms) are averaged over the ranks before
     // AdamW, so with the same global batch every rank trains what one process would, up to the
     // order of float additions; the parameters (and a resumed state) start as rank 0's. Only
-    // rank 0 computes the matrix metrics, calls onMatrices and writes the run file.
+    // rank 0 computes the matrix metrics, calls onMatrices and writes the run file. A cancel on any
+    // rank travels in the step's all-reduce: every rank stops at the same step (JobCancelled).
     std::shared_ptr<dist::Group> group;
     std::function<void(const DistillStep&)> onStep;
     // On the steps with matrix metrics: float32 CPU copies of A1 and of the tracked layer's A2
