@@ -1,5 +1,7 @@
 #pragma once
 // Small helpers shared by the Qt tests.
+#include "util/Job.h"
+
 #include <ATen/ATen.h>
 #include <QString>
 #include <QtTest>
@@ -10,9 +12,27 @@
 #include <exception>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace latmix::test {
+
+// A job that asks to cancel once it has had `count` progress reports (counting only those whose
+// message starts with `prefix`, when one is given): cancels at a chosen step, window or stage.
+class CancelAfter : public JobContext {
+public:
+    explicit CancelAfter(int count, std::string prefix = {}) : m_count(count), m_prefix(std::move(prefix)) {}
+    void progress(double, const std::string& message) override {
+        if (message.rfind(m_prefix, 0) == 0) ++m_reports;
+    }
+    bool cancelRequested() const override { return m_reports >= m_count; }
+    int reports() const { return m_reports; }
+
+private:
+    int m_count;
+    std::string m_prefix;
+    int m_reports = 0;
+};
 
 // n token ids drawn uniformly from [0, vocab), seeded (std::mt19937_64: the same on every machine).
 inline std::vector<int> randomIds(int n, int vocab, std::uint64_t seed) {

@@ -1,5 +1,7 @@
 // Calibration windows and activation capture to HDF5 run files, read back and compared with
 // what a forward hook sees for the same windows.
+#include "TestSupport.h"
+
 #include "eval/ActivationCapture.h"
 #include "model/Capture.h"
 #include "io/ActivationStore.h"
@@ -93,11 +95,7 @@ private slots:
     }
 
     void cancelLeavesNoFile() {
-        struct CancelAfterOne : JobContext {
-            int calls = 0;
-            void progress(double, const std::string&) override { ++calls; }
-            bool cancelRequested() const override { return calls >= 1; }
-        } job;
+        test::CancelAfter job(1);
         const model::LlamaModel m(*m_ck);
         eval::CaptureOptions o;
         o.samples = 4;

@@ -39,16 +39,6 @@ bool loadFixture(Fixture& f) {
     return true;
 }
 
-class CancelAt : public JobContext {
-public:
-    explicit CancelAt(int step) : m_step(step) {}
-    void progress(double, const std::string&) override { ++m_seen; }
-    bool cancelRequested() const override { return m_seen >= m_step; }
-
-private:
-    int m_step, m_seen = 0;
-};
-
 train::DistillOptions quickOptions(int steps) {
     train::DistillOptions o;
     o.steps = steps;
@@ -256,7 +246,7 @@ private slots:
         const std::string run = (tmp.path() + "/train.h5").toStdString();
         o.runFile = run;
         train::ModelTransforms c(f.ck->config(), spec);
-        CancelAt cancel(7);
+        test::CancelAfter cancel(7);
         QVERIFY_THROWS_EXCEPTION(JobCancelled, train::distill(f.ck->config(), f.w, f.calib, c, o, cancel));
         QCOMPARE(int(train::readDistillSeries(run).size()), 7);
         train::ModelTransforms d(f.ck->config(), spec); // fresh: everything comes from the run file

@@ -237,15 +237,6 @@ private slots:
     // A cancel on one rank (here rank 1, as after its Ctrl-C) stops both at the same step: both
     // throw JobCancelled (no broken collective), rank 0 saves the run file at that step.
     void cancelOnOneRankStopsAll() {
-        class CancelFrom : public JobContext {
-        public:
-            explicit CancelFrom(int n) : m_n(n) {}
-            void progress(double, const std::string&) override { ++m_seen; }
-            bool cancelRequested() const override { return m_seen >= m_n; }
-
-        private:
-            int m_n, m_seen = 0;
-        };
         const QString runFile = m_tmp.filePath("cancel.h5");
         const int port = dist::freeLoopbackPort();
         std::vector<int> cancelled(2, 0);
@@ -260,7 +251,7 @@ private slots:
             o.metricsEvery = 0;
             o.group = g;
             o.runFile = runFile.toStdString();
-            CancelFrom job(r == 1 ? 3 : 1000); // rank 1 asks after its third step
+            test::CancelAfter job(r == 1 ? 3 : 1000); // rank 1 asks after its third step
             try {
                 train::distill(m_ck->config(), m_w, m_windows, t, o, job);
             } catch (const JobCancelled&) {

@@ -67,21 +67,6 @@ RunModel buildRun(const QString& runDir, const test::RunVariant& v, const QStrin
 
 mx::MxConfig configNamed(const QString& name) { return mx::makeConfig(mx::parseFormat(name.toStdString())); }
 
-// Asks to cancel once the job has reported progress `count` times with a message starting with
-// `prefix` ("reading", "tensor", "verifying").
-class CancelWhen : public JobContext {
-public:
-    CancelWhen(std::string prefix, int count) : m_prefix(std::move(prefix)), m_limit(count) {}
-    void progress(double, const std::string& message) override {
-        if (message.rfind(m_prefix, 0) == 0) ++m_calls;
-    }
-    bool cancelRequested() const override { return m_calls >= m_limit; }
-    int calls() const { return m_calls; }
-
-private:
-    std::string m_prefix;
-    int m_limit, m_calls = 0;
-};
 
 } // namespace
 
@@ -412,14 +397,14 @@ private slots:
         QFETCH(int, count);
         const QString runDir = run("nvfp4");
         const QString out = m_tmp.filePath("cancelled");
-        CancelWhen job(stage.toStdString(), count);
+        test::CancelAfter job(count, stage.toStdString()); // stage: "reading", "tensor", "verifying"
         bool cancelled = false;
         try {
             exportRun(runDir.toStdString(), ExportFormat::CompressedTensors, out.toStdString(), job);
         } catch (const JobCancelled&) {
             cancelled = true;
         }
-        QVERIFY2(cancelled, qPrintable(QString("progress calls: %1").arg(job.calls())));
+        QVERIFY2(cancelled, qPrintable(QString("progress calls: %1").arg(job.reports())));
         QVERIFY(!QFile::exists(out));
         QVERIFY(tempSiblings(out).isEmpty());
 
@@ -427,7 +412,7 @@ private slots:
         const QString old = m_tmp.filePath("cancelled-overwrite");
         QDir().mkpath(old);
         writeFile((old + "/keep.txt").toStdString(), "old export");
-        CancelWhen job2(stage.toStdString(), count);
+        test::CancelAfter job2(count, stage.toStdString());
         ExportOptions o;
         o.overwrite = true;
         QVERIFY_THROWS_EXCEPTION(JobCancelled,

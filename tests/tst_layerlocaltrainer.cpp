@@ -1,6 +1,8 @@
 // Layer-local transform learning (paper §3 numerical analysis): on synthetic activations with
 // planted outlier channels a learned affine transform beats identity and block Hadamard on
 // E(T); the schedule, history, cancel and seeding behave as documented.
+#include "TestSupport.h"
+
 #include "metrics/TransformMetrics.h"
 #include "train/LayerLocalTrainer.h"
 #include "transforms/LearnedTransforms.h"
@@ -54,18 +56,6 @@ transforms::TransformOptions transformOptions() {
     t.seed = 3;
     return t;
 }
-
-// Cancels once `after` progress reports have arrived.
-class CancelAfter : public JobContext {
-public:
-    explicit CancelAfter(int after) : m_after(after) {}
-    void progress(double, const std::string&) override { ++reports; }
-    bool cancelRequested() const override { return reports >= m_after; }
-    int reports = 0;
-
-private:
-    int m_after;
-};
 
 } // namespace
 
@@ -149,9 +139,9 @@ private slots:
 
     void cancelStopsEarly() {
         auto t = transforms::makeTransform("learned-affine-lu", 64, transformOptions());
-        CancelAfter job(5);
+        test::CancelAfter job(5);
         QVERIFY_THROWS_EXCEPTION(JobCancelled, train::LayerLocalTrainer(options(200)).train(*t, m_x, job));
-        QCOMPARE(job.reports, 5);
+        QCOMPARE(job.reports(), 5);
     }
 
     void sameSeedSameResult() {

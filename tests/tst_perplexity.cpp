@@ -3,6 +3,7 @@
 // against the float64 reference forward pass.
 #include "DeviceRows.h"
 #include "ReferenceLlama.h"
+#include "TestSupport.h"
 
 #include "eval/Perplexity.h"
 #include "io/SafeTensors.h"
@@ -99,17 +100,13 @@ private slots:
     }
 
     void cancelStopsBetweenWindows() {
-        struct CancelAfterOne : JobContext {
-            int calls = 0;
-            void progress(double, const std::string&) override { ++calls; }
-            bool cancelRequested() const override { return calls >= 1; }
-        } job;
+        test::CancelAfter job(1);
         const QString dir = m_tmp.filePath("uniform");
         if (!QDir(dir).exists()) QSKIP("needs uniformModelHasVocabularyPerplexity to run first");
         const model::LlamaModel m(model::Checkpoint::load(dir.toStdString()));
         std::vector<int> ids(200, 3);
         QVERIFY_THROWS_EXCEPTION(JobCancelled, eval::evaluatePerplexity(m, ids, {32, 0}, job));
-        QCOMPARE(job.calls, 1);
+        QCOMPARE(job.reports(), 1);
     }
 
     void realModelsMatchFloat64Reference_data() {

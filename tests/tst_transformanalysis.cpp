@@ -1,5 +1,7 @@
 // The analysis job behind `latmix analyze`: entries per point × transform, error rows for
 // transforms that cannot be built, the block-size sweep, and the HDF5 / JSON results.
+#include "TestSupport.h"
+
 #include "run/AnalysisStore.h"
 #include "train/TransformAnalysis.h"
 #include "transforms/FixedTransforms.h"
@@ -31,16 +33,6 @@ train::AnalysisOptions options(std::vector<std::string> kinds) {
     o.training.batchRows = 32;
     return o;
 }
-
-class CancelAt : public JobContext {
-public:
-    explicit CancelAt(int n) : m_n(n) {}
-    void progress(double, const std::string&) override { ++m_seen; }
-    bool cancelRequested() const override { return m_seen >= m_n; }
-
-private:
-    int m_n, m_seen = 0;
-};
 
 } // namespace
 
@@ -112,7 +104,7 @@ private slots:
     }
 
     void cancelStops() {
-        CancelAt job(3);
+        test::CancelAfter job(3);
         QVERIFY_THROWS_EXCEPTION(JobCancelled, train::analyzeTransforms({{"p", rows(64, 64, 5)}},
                                                                         options({"learned-affine-lu"}), job));
     }
