@@ -8,6 +8,8 @@
 #include "import/DemoModel.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
+#include "quant/WeightQuantizer.h"
+#include "run/QuantizeRun.h"
 #include "train/Distillation.h"
 #include "mx/MxFormat.h"
 #include "train/ModelTransforms.h"
@@ -27,6 +29,7 @@
 #include <QtTest>
 
 #include <csignal>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <thread>
@@ -234,6 +237,102 @@ private slots:
         }
     }
 
+    // GPTQ's Hessian over two ranks' windows (sums and row counts all-reduced) is the Hessian of
+    // all windows in one accumulator, up to the order of float64 additions.
+    void reducedHessianIsTheWholeHessian() {
+        const auto x = at::randn({6, 24, 40}, at::detail::createCPUGenerator(4), at::kFloat);
+        quant::HessianAccumulator whole(40);
+        whole.add(x);
+        const at::Tensor expected = whole.hessian();
+        const int port = dist::freeLoopbackPort();
+        std::vector<at::Tensor> got(2);
+        std::vector<std::int64_t> rows(2);
+        const auto errors = onThreads(2, [&](int r) {
+            auto g = dist::Group::connect(worldOf(r, 2, port), "hessian", kTimeout);
+            quant::HessianAccumulator mine(40);
+            mine.add(x.narrow(0, r == 0 ? 0 : 1, r == 0 ? 1 : 5)); // 1 and 5 windows: unequal shares
+            mine.reduce([&](const at::Tensor& t) { g->allreduceSum({t}); });
+            rows[static_cast<size_t>(r)] = mine.rows();
+            got[static_cast<size_t>(r)] = mine.take();
+        });
+        QVERIFY2(errors[0].empty() && errors[1].empty(), (errors[0] + " | " + errors[1]).c_str());
+        for (int r = 0; r < 2; ++r) {
+            QCOMPARE(rows[static_cast<size_t>(r)], std::int64_t(6 * 24));
+            const double rel = ((got[static_cast<size_t>(r)] - expected).abs().max() / expected.abs().max()).item<double>();
+            QVERIFY2(rel < 1e-13, qPrintable(QString("rank %1: %2").arg(r).arg(rel)));
+        }
+    }
+
+    // Weight quantization after training on two ranks (each with half the calibration windows,
+    // Hessians summed, each linear quantized by one rank and broadcast) gives the run one process
+    // gives: the same per-linear errors and the same quantized weights up to codes flipped by
+    // float64 rounding of the Hessian. Rank 1 reads rank 0's folded model from the run folder
+    // when it sees it, or folds its own (a machine without rank 0's file system) and removes it.
+    void gptqOnTwoRanksMatchesOneProcess_data() {
+        QTest::addColumn<QString>("method");
+        QTest::addColumn<bool>("sharedFolder");
+        QTest::newRow("gptq (nothing folded)") << "gptq" << true;
+        QTest::newRow("mr-gptq, rank 1 reads rank 0's fold") << "mr-gptq" << true;
+        QTest::newRow("mr-gptq, rank 1 on another machine folds its own") << "mr-gptq" << false;
+        QTest::newRow("rtn (split and broadcast too)") << "rtn" << true;
+    }
+    void gptqOnTwoRanksMatchesOneProcess() {
+        QFETCH(QString, method);
+        QFETCH(bool, sharedFolder);
+        run::QuantizeOptions o;
+        o.method = method.toStdString();
+        o.format = mx::makeConfig(mx::Format::MxFp4);
+        o.calibSamples = 7; // odd: rank 0 gets 3 windows, rank 1 gets 4
+        o.seqLen = 32;
+        o.seed = 3;
+        o.device = "cpu";
+        const auto ids = latmix::test::randomIds(3000, static_cast<int>(m_ck->config().vocabSize), 6);
+        const QString base = m_tmp.filePath("gptq-" + QString::number(QTest::currentDataTag()[0]) +
+                                            QString::number(qHash(QString(QTest::currentDataTag()))));
+        const std::string one = (base + "/one").toStdString(), two = (base + "/two").toStdString(),
+                          elsewhere = (base + "/rank1-machine").toStdString();
+        const auto single = run::runQuantize(m_model.toStdString(), ids, {}, one, o);
+        const int port = dist::freeLoopbackPort();
+        std::vector<run::QuantizeResult> ranks(2);
+        const auto errors = onThreads(2, [&](int r) {
+            auto ro = o;
+            ro.group = dist::Group::connect(worldOf(r, 2, port), "same run", kTimeout);
+            ranks[static_cast<size_t>(r)] = run::runQuantize(m_model.toStdString(), ids, {},
+                                                             r == 1 && !sharedFolder ? elsewhere : two, ro);
+        });
+        QVERIFY2(errors[0].empty() && errors[1].empty(), (errors[0] + " | " + errors[1]).c_str());
+        QVERIFY(!std::filesystem::exists(elsewhere)); // rank 1 wrote no run folder
+        QVERIFY(!std::filesystem::exists(two + "/folded.partial"));
+        for (const auto& e : std::filesystem::directory_iterator(std::filesystem::temp_directory_path()))
+            QVERIFY2(e.path().filename().string().rfind("latmix-folded-" + std::to_string(::getpid()) + "-", 0) != 0,
+                     e.path().c_str()); // rank 1's own fold is removed
+
+        const auto& a = single.linears;
+        QCOMPARE(ranks[0].linears.size(), a.size());
+        QCOMPARE(ranks[1].linears.size(), a.size());
+        double worst = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            QCOMPARE(ranks[0].linears[i].linear, a[i].linear);
+            QCOMPARE(ranks[1].linears[i].relativeError, ranks[0].linears[i].relativeError); // broadcast
+            worst = std::max(worst, std::abs(ranks[0].linears[i].relativeError - a[i].relativeError) / a[i].relativeError);
+        }
+        // The quantized weights of the two run models.
+        const auto w1 = model::loadWeights(model::Checkpoint::load(one + "/model"));
+        const auto w2 = model::loadWeights(model::Checkpoint::load(two + "/model"));
+        const auto n1 = model::namedTensors(m_ck->config(), w1), n2 = model::namedTensors(m_ck->config(), w2);
+        QCOMPARE(n2.size(), n1.size());
+        std::int64_t differ = 0, total = 0;
+        for (size_t i = 0; i < n1.size(); ++i) {
+            QCOMPARE(n2[i].first, n1[i].first);
+            differ += at::ne(n1[i].second, n2[i].second).sum().item<std::int64_t>();
+            total += n1[i].second.numel();
+        }
+        qInfo("%s: worst relative difference of a linear's error %.3g; %lld of %lld weights differ", qPrintable(method),
+              worst, static_cast<long long>(differ), static_cast<long long>(total));
+        QVERIFY2(worst < 1e-3, qPrintable(QString::number(worst)));
+        QVERIFY2(differ <= total / 1000, qPrintable(QString("%1 of %2").arg(differ).arg(total)));
+    }
+
     // A cancel on one rank (here rank 1, as after its Ctrl-C) stops both at the same step: both
     // throw JobCancelled (no broken collective), rank 0 saves the run file at that step.
     void cancelOnOneRankStopsAll() {
@@ -384,6 +483,11 @@ private slots:
         const QJsonObject j = readJson(out + "/latmix.json");
         QCOMPARE(j["world_size"].toInt(), 2);
         QCOMPARE(j["training"].toObject()["steps"].toInt(), 4);
+        // GPTQ ran on both ranks: at least the Hessians of every layer were all-reduced (float64
+        // [in, in] at the four points: 3 x 128^2 + 384^2 values in each of the demo model's 4 layers).
+        const QJsonObject sent = j["communicated_mib"].toObject();
+        QVERIFY2(sent["quantize"].toDouble() * 1048576.0 >= 4 * (3 * 128 * 128 + 384 * 384) * 8.0,
+                 qPrintable(QJsonDocument(sent).toJson()));
         QVERIFY(j["perplexity"].toObject()["w4a4"].toDouble() > 1);
         QVERIFY(QFile::exists(out + "/model/quantized.safetensors"));
         QVERIFY(QFile::exists(out + "/train.h5"));

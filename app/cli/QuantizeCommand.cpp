@@ -81,10 +81,8 @@ int runQuantize(QuantizeCli& o) {
     const auto ids = run::tokenizeRunInputs(o.model, util::readTextFile(o.q.calibSource, "calibration text"), o.q.evalSource, o.q.seqLen);
     if (world.size > 1) {
         // One rank of a data-parallel run (torchrun or --nproc): the ranks meet, check that they
-        // run the same thing, then train together; rank 0 alone prints progress and the report.
-        if (!run::methodSpec(o.q.method).learned && world.rank == 0)
-            std::fprintf(stderr, "latmix: %s trains nothing: rank 0 does the whole run, the other ranks stop\n",
-                         o.q.method.c_str());
+        // run the same thing, then train and run GPTQ together; rank 0 alone prints progress
+        // and the report.
         o.q.group = dist::Group::connect(world, run::runKey(o.model, o.q, ids.calibIds, ids.evalIds),
                                          std::chrono::milliseconds(static_cast<long long>(o.distTimeout * 1000)));
     }
@@ -122,7 +120,7 @@ int runQuantize(QuantizeCli& o) {
         if (o.q.group)
             std::printf("ranks        %d (data parallel, batch %d each), %.2f MiB communicated per step\n",
                         o.q.group->size(), o.q.batch,
-                        o.q.group->bytesCommunicated() / n / 1048576.0);
+                        r.trainBytes / n / 1048576.0);
     }
     std::map<std::string, std::pair<double, int>> perLinear;
     double seconds = 0;
@@ -133,6 +131,10 @@ int runQuantize(QuantizeCli& o) {
     }
     std::printf("weights      %s, %.1f s (%.2f s per layer)\n", run::methodSpec(o.q.method).gptq ? "GPTQ" : "RTN",
                 r.quantizeSeconds, r.linears.empty() ? 0.0 : r.quantizeSeconds / (r.linears.size() / 7.0));
+    if (o.q.group && o.q.group->size() > 1)
+        std::printf("             %d ranks: Hessians summed over the ranks, each linear quantized by one; %.1f MiB "
+                    "communicated\n",
+                    o.q.group->size(), r.quantizeBytes / 1048576.0);
     for (const auto& [name, v] : perLinear)
         std::printf("  %-18s mean relative error %.5f\n", name.c_str(), v.first / v.second);
     if (r.fpPerplexity > 0)

@@ -389,6 +389,14 @@ at::Tensor HessianAccumulator::take() {
     return h;
 }
 
+void HessianAccumulator::reduce(const std::function<void(const at::Tensor&)>& inPlace) {
+    if (sum_.numel() != in_ * in_) sum_ = at::zeros({in_, in_}, sum_.options()); // after take()
+    inPlace(sum_);
+    const at::Tensor rows = at::full({1}, static_cast<double>(rows_), at::TensorOptions().dtype(at::kDouble));
+    inPlace(rows);
+    rows_ = std::llround(rows.item<double>());
+}
+
 void HessianAccumulator::reset() {
     rows_ = 0;
     if (sum_.numel() == in_ * in_) sum_.zero_();

@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace latmix::quant {
 
@@ -67,6 +68,11 @@ public:
     std::int64_t rows() const { return rows_; }
     std::int64_t in() const { return in_; }
     void reset();
+    // Data-parallel calibration (each process holds the sums of its own windows): `inPlace` is
+    // called on the running sum of x x^T (float64 [in, in]), then on the row count (float64 [1]),
+    // and may replace their values in place, e.g. with an all-reduce that sums them over the
+    // processes; hessian() and take() then give the Hessian of all processes' rows.
+    void reduce(const std::function<void(const at::Tensor&)>& inPlace);
 
 private:
     std::int64_t in_;

@@ -1,5 +1,6 @@
 #include "run/QuantizeRun.h"
 
+#include "dist/ProcessGroup.h"
 #include "eval/Perplexity.h"
 #include "fold/Fold.h"
 #include "model/Capture.h"
@@ -30,10 +31,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <sys/resource.h>
+#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -204,16 +207,8 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
 // memory: the model never exists twice, in float64 or float32 (a Llama-3.1-8B in float32 is
 // 32 GB). The spill is a model folder (config.json + model.safetensors) read back mapped.
 // The methods without transforms quantize the original weights as they are.
-FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, train::ModelTransforms* transforms,
+void writeFoldedSpill(const RunContext& x, const model::LlamaWeights& original, train::ModelTransforms* transforms,
                       const std::string& spillDir, JobContext& job) {
-    FoldedModel f;
-    if (!transforms) {
-        model::LlamaWeights filled = original; // shallow: foldedConfig only adds zero biases
-        f.config = fold::foldedConfig(x.c, filled);
-        for (const auto& [name, t] : model::namedTensors(x.c, original)) f.names.insert(name);
-        f.weights = original;
-        return f;
-    }
     at::NoGradGuard g;
     if (x.o.offload) transforms->to(x.home); // fold in host memory
     const auto f64 = at::TensorOptions().dtype(at::kDouble).device(x.home);
@@ -321,6 +316,12 @@ FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, 
     named.clear();
     lmHeadBias.clear();
     util::writeFileAtomically((fs::path(spillDir) / "config.json").string(), fc.toJsonText());
+}
+
+// The folded model read back from a spill folder (mapped float32 layers; the top level in the
+// compute options).
+FoldedModel loadFoldedSpill(const RunContext& x, const train::ModelTransforms& transforms, const std::string& spillDir) {
+    FoldedModel f;
     const auto spill = model::Checkpoint::load(spillDir);
     f.config = spill.config();
     f.weights = model::loadStoredWeights(spill, at::kFloat); // mapped float32
@@ -330,8 +331,62 @@ FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, 
     f.weights.lmHead = f.weights.lmHead.to(computeTop);
     if (f.weights.lmHeadBias.defined()) f.weights.lmHeadBias = f.weights.lmHeadBias.to(computeTop);
     for (const auto& [name, t] : model::namedTensors(f.config, f.weights)) f.names.insert(name);
-    f.options.t3 = t3.to(x.fopts);
+    f.options.t3 = transforms.t3().to(x.fopts);
     return f;
+}
+
+// The model the weight quantization reads: the original as it is for the methods without
+// transforms (foldedConfig only adds zero biases), else the folded spill.
+FoldedModel unfoldedModel(const RunContext& x, const model::LlamaWeights& original) {
+    FoldedModel f;
+    model::LlamaWeights filled = original; // shallow
+    f.config = fold::foldedConfig(x.c, filled);
+    for (const auto& [name, t] : model::namedTensors(x.c, original)) f.names.insert(name);
+    f.weights = original;
+    return f;
+}
+
+FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, train::ModelTransforms* transforms,
+                      const std::string& spillDir, JobContext& job) {
+    if (!transforms) return unfoldedModel(x, original);
+    writeFoldedSpill(x, original, transforms, spillDir, job);
+    return loadFoldedSpill(x, *transforms, spillDir);
+}
+
+// Data parallel: every rank runs its share of the calibration windows through the folded layers
+// (GPTQ's Hessians are summed over the ranks), so every rank reads the folded model. Rank 0
+// folds into RUN_DIR/folded.partial and leaves a random token in it; a rank that finds that
+// token there (the same machine, or a file system shared with rank 0) reads rank 0's spill, any
+// other folds its own copy into `ownSpill` on its machine. The other ranks wait for rank 0's
+// fold in a broadcast, so the collective timeout (--dist-timeout) must cover the fold.
+FoldedModel foldModelOnEveryRank(const RunContext& x, const model::LlamaWeights& original,
+                                 train::ModelTransforms* transforms, const std::string& runSpill,
+                                 const std::string& ownSpill, JobContext& job) {
+    if (!transforms) return unfoldedModel(x, original);
+    dist::Group& group = *x.o.group;
+    const std::string tokenFile = (fs::path(runSpill) / "rank0.token").string();
+    at::Tensor token = at::zeros({1}, at::kDouble);
+    if (group.isRoot()) {
+        writeFoldedSpill(x, original, transforms, runSpill, job);
+        std::random_device rd; // 52 random bits: exact in the float64 broadcast
+        const std::uint64_t t = ((std::uint64_t(rd()) << 32) ^ rd()) & ((std::uint64_t(1) << 52) - 1);
+        util::writeFileAtomically(tokenFile, std::to_string(t) + "\n");
+        token.fill_(static_cast<double>(t));
+    }
+    group.broadcast({token});
+    if (group.isRoot()) return loadFoldedSpill(x, *transforms, runSpill);
+    std::error_code ec;
+    if (fs::exists(tokenFile, ec)) {
+        std::string seen;
+        try {
+            seen = util::readTextFile(tokenFile, "rank 0's fold token");
+        } catch (const std::exception&) {
+        }
+        const std::string expected = std::to_string(static_cast<std::uint64_t>(token.item<double>()));
+        if (seen.substr(0, seen.find('\n')) == expected) return loadFoldedSpill(x, *transforms, runSpill);
+    }
+    writeFoldedSpill(x, original, transforms, ownSpill, job);
+    return loadFoldedSpill(x, *transforms, ownSpill);
 }
 
 eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
@@ -356,6 +411,14 @@ double foldedPerplexity(const RunContext& x, const FoldedModel& f, const std::ve
 // is taken from exactly what it receives there (after T3 and activation quantization). All
 // linears of a layer are collected in one pass before any of them is quantized (GPTQ's
 // default, not "true-sequential"). Only one layer's activations and weights live at a time.
+//
+// Data parallel (QuantizeOptions::group of several ranks): each rank runs its share of the
+// calibration windows through the layer, the Hessians' sums x x^T and row counts are summed over
+// the ranks (an all-reduce: the Hessian of all windows, as one process computes it up to the
+// order of float64 additions), and each linear is quantized once, by the rank it is assigned to
+// (linearOwners: the layer's GPTQ work balanced over the ranks); its owner broadcasts the packed
+// codes and every rank unpacks them (mx::unpack gives the quantized weight bit for bit) to carry
+// its windows on to the next layer. Rank 0 writes the run model; the others call quantizeAll().
 class LayerQuantizer {
 public:
     LayerQuantizer(const RunContext& x, const FoldedModel& f, const at::Tensor& calib, QuantizeResult& r, JobContext& job)
@@ -363,7 +426,11 @@ public:
           rope(model::ropeTables(x.c, x.seqLen, at::kFloat, x.device)) {
         options = f.options;
         options.activationQuant = x.o.format;
-        h = model::embedTokens(x.c, f.weights, calib.to(f.weights.embed.device())).to(x.fopts).detach();
+        group = x.o.group && x.o.group->size() > 1 ? x.o.group.get() : nullptr;
+        // This rank's windows: a contiguous share of the calibration windows (all of them alone).
+        const int64_t n = calib.size(0), world = group ? group->size() : 1, rank = group ? group->rank() : 0;
+        const at::Tensor mine = calib.narrow(0, n * rank / world, n * (rank + 1) / world - n * rank / world);
+        h = model::embedTokens(x.c, f.weights, mine.to(f.weights.embed.device())).to(x.fopts).detach();
     }
 
     at::Tensor tensor(const std::string& name) {
@@ -380,9 +447,48 @@ public:
 
     mx::PackedTensor packed(const std::string& prefix) { return m_packed.at(prefix); }
 
+    // Every layer, for a rank that writes nothing (data parallel, rank > 0).
+    void quantizeAll() {
+        while (m_layer + 1 < f.config.numLayers) quantizeLayer(m_layer + 1);
+    }
+
 private:
+    struct Linear {
+        const char* name;
+        at::Tensor* w;
+        model::PointKind point;
+    };
+
+    // The rank that quantizes each linear: longest first to the least loaded rank, by GPTQ's
+    // cost out*in^2 + in^3/3 (the column loop and the Cholesky factorisations); RTN the same.
+    static std::vector<int> linearOwners(const std::vector<Linear>& linears, int world) {
+        std::vector<int> owner(linears.size(), 0);
+        if (world <= 1) return owner;
+        std::vector<std::pair<double, std::size_t>> cost;
+        for (std::size_t i = 0; i < linears.size(); ++i) {
+            const double out = static_cast<double>(linears[i].w->size(0)), in = static_cast<double>(linears[i].w->size(1));
+            cost.push_back({out * in * in + in * in * in / 3, i});
+        }
+        std::stable_sort(cost.begin(), cost.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+        std::vector<double> load(static_cast<std::size_t>(world), 0.0);
+        for (const auto& [c, i] : cost) {
+            const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+            owner[i] = static_cast<int>(least);
+            load[static_cast<std::size_t>(least)] += c;
+        }
+        return owner;
+    }
+
+    // Data parallel: every rank stops at the same layer when any rank's job was cancelled.
+    void agreeOnCancel() {
+        if (!group) return job.checkCancelled();
+        const at::Tensor stop = at::full({1}, job.cancelRequested() ? 1.0 : 0.0, at::TensorOptions().dtype(at::kDouble));
+        group->allreduceSum({stop});
+        if (stop.item<double>() > 0) throw JobCancelled();
+    }
+
     void quantizeLayer(int l) {
-        job.checkCancelled();
+        agreeOnCancel();
         const QuantizeOptions& o = x.o;
         const model::ModelConfig& c = f.config;
         const int chunk = 8;
@@ -406,11 +512,8 @@ private:
                 });
             }
         });
-        struct Linear {
-            const char* name;
-            at::Tensor* w;
-            model::PointKind point;
-        };
+        if (group)
+            for (auto k : kinds) acc[k]->reduce([&](const at::Tensor& t) { group->allreduceSum({t}); });
         const std::vector<Linear> linears = {{names::kQProj, &y.wq, model::PointKind::QkvInput},
                                              {names::kKProj, &y.wk, model::PointKind::QkvInput},
                                              {names::kVProj, &y.wv, model::PointKind::QkvInput},
@@ -418,44 +521,85 @@ private:
                                              {names::kGateProj, &y.wGate, model::PointKind::GateUpInput},
                                              {names::kUpProj, &y.wUp, model::PointKind::GateUpInput},
                                              {names::kDownProj, &y.wDown, model::PointKind::DownProjInput}};
+        const int rank = group ? group->rank() : 0;
+        const std::vector<int> owner = linearOwners(linears, group ? group->size() : 1);
+        std::vector<quant::QuantizedWeight> done(linears.size());
+        std::vector<double> seconds(linears.size(), 0.0);
         for (std::size_t li = 0; li < linears.size(); ++li) {
             const Linear& lin = linears[li];
-            // The last linear reading a point takes its Hessian (no copy): at the intermediate
-            // width a float64 Hessian is 0.5 GiB at 1B, 1.5 GiB at 8B.
-            const bool lastAtPoint = li + 1 == linears.size() || linears[li + 1].point != lin.point;
+            if (owner[li] != rank) continue;
+            // The last linear of this rank reading a point takes its Hessian (no copy): at the
+            // intermediate width a float64 Hessian is 0.5 GiB at 1B, 1.5 GiB at 8B.
+            bool lastAtPoint = true;
+            for (std::size_t lj = li + 1; lj < linears.size(); ++lj)
+                if (linears[lj].point == lin.point && owner[lj] == rank) lastAtPoint = false;
             const auto t0 = Clock::now();
             const std::string prefix = names::layerPrefix(l) + lin.name;
-            quant::QuantizedWeight q;
             try {
-                q = guardMemory(std::string(x.method.gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
-                                    std::to_string(l) + ")",
-                                kLayerAdvice, [&] {
-                                    const auto hess = lastAtPoint ? acc[lin.point]->take() : acc[lin.point]->hessian();
-                                    return x.method.gptq ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq)
-                                                         : quant::quantizeRtn(*lin.w, o.format, hess);
-                                });
+                done[li] = guardMemory(std::string(x.method.gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
+                                           std::to_string(l) + ")",
+                                       kLayerAdvice, [&] {
+                                           const auto hess = lastAtPoint ? acc[lin.point]->take() : acc[lin.point]->hessian();
+                                           return x.method.gptq ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq)
+                                                                : quant::quantizeRtn(*lin.w, o.format, hess);
+                                       });
             } catch (const OutOfMemory&) {
                 throw;
             } catch (const std::exception& e) {
                 throw std::runtime_error(prefix + ".weight: " + e.what());
             }
-            *lin.w = q.dequantized.to(x.fopts);
-            m_packed[prefix] = std::move(q.packed);
-            r.linears.push_back({l, lin.name, q.relativeError, since(t0)});
+            seconds[li] = since(t0);
         }
         acc.clear();
+        for (std::size_t li = 0; li < linears.size(); ++li) {
+            const Linear& lin = linears[li];
+            const std::string prefix = names::layerPrefix(l) + lin.name;
+            if (group) shareLinear(done[li], seconds[li], owner[li], *lin.w);
+            *lin.w = done[li].dequantized.to(x.fopts);
+            m_packed[prefix] = std::move(done[li].packed);
+            r.linears.push_back({l, lin.name, done[li].relativeError, seconds[li]});
+            done[li] = {};
+        }
         guardMemory("the quantized forward of layer " + std::to_string(l), kLayerAdvice, [&] {
             at::NoGradGuard g;
             std::vector<at::Tensor> next;
             for (int64_t b = 0; b < h.size(0); b += chunk)
                 next.push_back(model::decoderLayer(c, y, options, h.narrow(0, b, std::min<int64_t>(chunk, h.size(0) - b)),
                                                    rope, l));
-            h = at::cat(next, 0);
+            if (!next.empty()) h = at::cat(next, 0); // a rank without windows keeps its empty h
         });
         model::releaseMappedLayer(stored);
         for (auto& [n, t] : model::namedLayerTensors(y, l)) m_named[n] = t;
         m_layer = l;
         qjob.progress(double(l + 1) / c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(c.numLayers));
+    }
+
+    // Data parallel: the owner's quantized linear to every rank (its packed codes, from which
+    // the others unpack the quantized weight, its error and time).
+    void shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w) {
+        const bool mine = group->rank() == owner;
+        const at::Tensor head = at::zeros({7}, at::TensorOptions().dtype(at::kDouble));
+        if (mine) {
+            const auto cs = q.packed.codes.sizes(), ss = q.packed.scales.sizes();
+            if (cs.size() != 2 || ss.size() != 2) throw std::logic_error("quantize: packed codes of a linear are not 2-D");
+            const double v[] = {double(cs[0]), double(cs[1]), double(ss[0]), double(ss[1]), double(q.packed.globalScale),
+                                q.relativeError, seconds};
+            for (int i = 0; i < 7; ++i) head[i].fill_(v[i]);
+        }
+        group->broadcast({head}, owner);
+        const auto size = [&](int i) { return static_cast<int64_t>(head[i].item<double>()); };
+        if (!mine) {
+            const auto u8 = at::TensorOptions().dtype(at::kByte);
+            q.packed.config = x.o.format;
+            q.packed.codes = at::empty({size(0), size(1)}, u8);
+            q.packed.scales = at::empty({size(2), size(3)}, u8);
+            q.packed.globalScale = static_cast<float>(head[4].item<double>());
+            q.packed.lastDim = w.size(1);
+            q.relativeError = head[5].item<double>();
+            seconds = head[6].item<double>();
+        }
+        group->broadcast({q.packed.codes, q.packed.scales}, owner);
+        if (!mine) q.dequantized = mx::unpack(q.packed);
     }
 
     const RunContext& x;
@@ -465,6 +609,7 @@ private:
     SubJob qjob;
     model::RopeTables rope;
     model::ForwardOptions options;
+    dist::Group* group = nullptr; // several ranks, else null
     at::Tensor h;
     int m_layer = -1;
     std::map<std::string, at::Tensor> m_named;
@@ -523,7 +668,9 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
     j["format"] = model::mxConfigJson(o.format);
     j["seed"] = o.seed;
     j["device"] = o.device;
-    j["world_size"] = o.group ? o.group->size() : 1; // data-parallel ranks of the training
+    j["world_size"] = o.group ? o.group->size() : 1; // data-parallel ranks (training and GPTQ)
+    if (o.group && o.group->size() > 1) // what rank 0 sent, in MiB
+        j["communicated_mib"] = {{"train", r.trainBytes / 1048576.0}, {"quantize", r.quantizeBytes / 1048576.0}};
     j["offload"] = o.offload;
     j["calibration"] = {{"source", o.calibSource}, {"samples", o.calibSamples}, {"seqlen", x.seqLen}};
     if (transforms)
@@ -664,29 +811,50 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     // The stages: 1 transforms (trained for the learned methods), 2 folding, 3 weight quantization
     // layer by layer, 4 the run's model folder, 5 evaluation, 6 latmix.json.
     auto transforms = buildTransforms(x, original, calib, r, job, onStep);
-    if (!root) { // data parallel: folding, GPTQ, the run model and evaluation are rank 0's
+    const auto sentSoFar = [&] { return o.group ? o.group->bytesCommunicated() : std::uint64_t(0); };
+    r.trainBytes = sentSoFar();
+    // The folded model's spill folder: removed when the run ends, however it ends. A data-parallel
+    // rank that cannot see rank 0's spill folds its own copy into a temporary folder.
+    const std::string spillDir = (fs::path(runDir) / "folded.partial").string();
+    const std::string ownSpill =
+        (fs::temp_directory_path() / ("latmix-folded-" + std::to_string(::getpid()) + "-rank" +
+                                      std::to_string(o.group ? o.group->rank() : 0)))
+            .string();
+    struct Cleanup {
+        std::string dir;
+        ~Cleanup() { util::removeTreeQuietly(dir); }
+    } cleanup{root ? spillDir : ownSpill}; // never rank 0's spill from another rank
+    const bool parallel = o.group && o.group->size() > 1;
+    if (!root) { // data parallel: this rank's windows through every layer, then done
+        const FoldedModel folded = foldModelOnEveryRank(x, original, transforms.get(), spillDir, ownSpill, job);
+        if (transforms) original = {};
+        const auto tq = Clock::now();
+        LayerQuantizer(x, folded, calib, r, job).quantizeAll();
+        r.quantizeSeconds = since(tq);
+        r.quantizeBytes = sentSoFar() - r.trainBytes;
         r.totalSeconds = since(start);
         r.peakRssMb = peakRssMb();
         return r;
     }
-    // The folded model's spill folder: removed when the run ends, however it ends.
-    const std::string spillDir = (fs::path(runDir) / "folded.partial").string();
-    struct Cleanup {
-        std::string dir;
-        ~Cleanup() { util::removeTreeQuietly(dir); }
-    } cleanup{spillDir};
     std::string modelOut;
     {
-        const FoldedModel folded = foldModel(x, original, transforms.get(), spillDir, job);
+        const FoldedModel folded = parallel ? foldModelOnEveryRank(x, original, transforms.get(), spillDir, ownSpill, job)
+                                            : foldModel(x, original, transforms.get(), spillDir, job);
         if (transforms) original = {}; // on a GPU: the float32 teacher weights leave the device
-        if (evaluating && transforms) {
+        // Paper Table 3's check. Data parallel: after the weight quantization, which needs every
+        // rank (the others would wait for it in a collective).
+        auto foldedCheck = [&] {
+            if (!evaluating || !transforms) return;
             const auto te = Clock::now();
             r.foldedPerplexity = foldedPerplexity(x, folded, evalIds, job);
             r.evalSeconds += since(te);
-        }
+        };
+        if (!parallel) foldedCheck();
         const auto tq = Clock::now();
         modelOut = quantizeIntoModelFolder(x, folded, calib, transforms.get(), r, job);
         r.quantizeSeconds = since(tq);
+        r.quantizeBytes = sentSoFar() - r.trainBytes;
+        if (parallel) foldedCheck();
     }
     util::removeTreeQuietly(spillDir);
     if (evaluating) {

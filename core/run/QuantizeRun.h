@@ -13,6 +13,7 @@
 #include "train/Distillation.h"
 #include "util/Job.h"
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -69,9 +70,11 @@ struct QuantizeOptions {
     std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
     int evalSeqLen = 0;          // WikiText-2 perplexity of FP and quantized model; 0: none
     int evalWindows = 0;         // 0: all
-    // Data-parallel training (null: one process; train::DistillOptions::group). Rank 0 alone
-    // writes the run folder (train.h5, transforms.h5, the run model, latmix.json with the world
-    // size) and runs the stages after training; the other ranks return once training is done.
+    // Data-parallel calibration (null: one process). Training: train::DistillOptions::group.
+    // GPTQ/RTN: each rank runs its share of the calibration windows, the layers' Hessians are
+    // summed over the ranks and each linear is quantized once, by one rank, and broadcast. Rank 0
+    // alone writes the run folder (train.h5, transforms.h5, the run model, latmix.json with the
+    // world size) and evaluates; the other ranks return once the last layer is quantized.
     std::shared_ptr<dist::Group> group;
     std::string commandLine;     // recorded in latmix.json
     std::string calibSource, evalSource; // file names, recorded
@@ -91,6 +94,9 @@ struct QuantizeResult {
     double trainSeconds = 0, quantizeSeconds = 0, evalSeconds = 0, totalSeconds = 0;
     double peakRssMb = 0;
     double peakGpuMb = 0; // peak of libtorch's CUDA allocator on the run's device (0 on the CPU)
+    // Data parallel: bytes this rank put into all-reduces and broadcasts during the training and
+    // during the weight quantization (dist::Group::bytesCommunicated); 0 for one process.
+    std::uint64_t trainBytes = 0, quantizeBytes = 0;
     train::DistillResult training;
 };
 
