@@ -7,6 +7,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QRegularExpression>
 #include "CliRunner.h"
 #include <QTemporaryDir>
 #include <QtTest>
@@ -78,6 +79,38 @@ private slots:
         QCOMPARE(readJson(out + "/latmix.json")["training"].toObject()["resumed_from_step"].toInt(), 2);
     }
 
+    // `--devices` with --dry-run: the plan (the demo model's 4 layers, 2 per device; the tables
+    // are small beside a layer) and each device's training peak, nothing run or written.
+    void devicesPlan() {
+        const QString out = m_tmp.filePath("devices-plan");
+        QStringList a = quantizeArgs(out, "latmix-lu", 2);
+        a << "--devices" << "cuda:0,cuda:1" << "--dry-run";
+        const Result r = run(a);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.out.contains(QRegularExpression("cuda:0 +0\\.\\.1 \\(2\\) +embedding ")), qPrintable(r.out));
+        QVERIFY2(r.out.contains(QRegularExpression("cuda:1 +2\\.\\.3 \\(2\\) +lm_head ")), qPrintable(r.out));
+        QVERIFY(!QFileInfo::exists(out));
+    }
+
+    // A run with the layers split over two "devices" that are both the CPU: the placement code
+    // runs (weights placed per layer, per-device options, T1 copies whose gradients are summed)
+    // and must train exactly what the plain run trains; latmix.json records the devices. (The
+    // transfers between different devices need a GPU: see README.)
+    void devicesRunMatchesPlainRun() {
+        const QString plain = m_tmp.filePath("devices-plain"), split = m_tmp.filePath("devices-split");
+        const Result a = run(quantizeArgs(plain, "latmix-lu", 3));
+        QVERIFY2(a.exitCode == 0, qPrintable(a.err));
+        const Result b = run(quantizeArgs(split, "latmix-lu", 3) << "--devices" << "cpu,cpu");
+        QVERIFY2(b.exitCode == 0, qPrintable(b.err));
+        const QJsonObject ja = readJson(plain + "/latmix.json"), jb = readJson(split + "/latmix.json");
+        QCOMPARE(jb["devices"].toArray(), QJsonArray({"cpu", "cpu"}));
+        QCOMPARE(jb["training"].toObject()["final_kl"].toDouble(), ja["training"].toObject()["final_kl"].toDouble());
+        const QJsonArray la = ja["linears"].toArray(), lb = jb["linears"].toArray();
+        QCOMPARE(lb.size(), la.size());
+        for (int i = 0; i < la.size(); ++i)
+            QCOMPARE(lb[i].toObject()["relative_error"].toDouble(), la[i].toObject()["relative_error"].toDouble());
+    }
+
     void badArguments_data() {
         QTest::addColumn<QStringList>("args");
         QTest::addColumn<QString>("message");
@@ -89,6 +122,11 @@ private slots:
         QTest::newRow("absent CUDA device") << QStringList{"--device", "cuda:63"}
                                             << "device 'cuda:63' is not available: ";
         QTest::newRow("malformed device") << QStringList{"--device", "cuda:x"} << "unknown device 'cuda:x'";
+        QTest::newRow("--devices more than layers") << QStringList{"--devices", "a,b,c,d,e"} << "5 devices for 4 decoder layers";
+        QTest::newRow("--devices absent") << QStringList{"--devices", "cpu,cuda:63"} << "device 'cuda:63' is not available";
+        QTest::newRow("--devices empty entry") << QStringList{"--devices", "cpu,"} << "empty entry";
+        QTest::newRow("--devices, nothing trained") << QStringList{"--devices", "cpu,cpu", "--method", "mr-gptq"}
+                                                    << "trains nothing";
     }
     void badArguments() {
         QFETCH(QStringList, args);

@@ -30,6 +30,7 @@ struct QuantizeCli {
     bool dryRun = false, force = false;
     int block = 0;
     int nproc = 1;
+    std::string devices; // --devices: layers across devices (the plan only, so far)
     double distTimeout = 1800; // seconds; PyTorch's default for process groups
 };
 
@@ -68,6 +69,13 @@ int runQuantize(QuantizeCli& o) {
     o.q.t2Bias = o.t2Bias == "on";
     o.q.exportCheck = !o.skipExportCheck;
     o.q.memoryCheck = !o.force;
+    if (!o.devices.empty()) { // the plan is checked and printed before anything else
+        o.q.devices = run::parseDeviceList(o.devices);
+        const auto plan = run::planLayerPlacement(model::Checkpoint::load(o.model).config(), o.q.devices, o.q);
+        std::printf("training layers across %zu devices (balanced by the float32 bytes each holds):\n%s", plan.size(),
+                    run::placementTable(plan).c_str());
+        std::fflush(stdout);
+    }
     if (o.dryRun) { // the memory estimate and nothing else
         const auto ck = model::Checkpoint::load(o.model);
         const auto e = run::estimateQuantizeMemory(
@@ -193,6 +201,9 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_option("--dist-timeout", o->distTimeout,
                     "seconds a rank waits for the others (rendezvous, each all-reduce) before failing")
         ->capture_default_str();
+    cmd->add_option("--devices", o->devices,
+                    "split the training's decoder layers over these devices, e.g. cuda:0,cuda:1 (printed with each "
+                    "device's memory first; --dry-run: only that)");
     cmd->add_flag("--dry-run", o->dryRun, "print the estimated peak memory of each stage and exit (nothing is run)");
     cmd->add_flag("--force", o->force, "run even when the estimated peak memory exceeds the memory available");
     cmd->add_option("--eval-seqlen", o->q.evalSeqLen, "WikiText-2 test perplexity window (0: no evaluation)")

@@ -326,15 +326,24 @@ at::Tensor forwardHidden(const ModelConfig& c, const LlamaWeights& w, const Forw
                          const ActivationHook& hook) {
     const at::ScalarType dtype = o.dtype.value_or(w.embed.scalar_type());
     auto h = embedTokens(c, w, tokens).to(dtype); // rows looked up in the stored table, then converted
-    const auto rope = ropeTables(c, tokens.size(1), dtype, w.embed.device());
+    auto rope = ropeTables(c, tokens.size(1), dtype, w.embed.device());
     for (size_t l = 0; l < w.layers.size(); ++l) {
         const LayerWeights& y = w.layers[l];
+        const c10::Device at = layerComputeDevice(y, h.device());
+        if (at != h.device()) { // a layer placed on another device: the hidden states go there
+            h = h.to(at);
+            rope = ropeTables(c, tokens.size(1), dtype, at);
+        }
         // Offloaded (or differently typed) layers are brought to the hidden state one at a time.
         const bool resident = y.wq.device() == h.device() && y.wq.scalar_type() == h.scalar_type();
         h = decoderLayer(c, resident ? y : convertLayer(y, h.options()), o, h, rope, static_cast<int>(l), hook);
         releaseMappedLayer(y); // weights mapped from a file: one layer resident at a time
     }
     return h;
+}
+
+c10::Device layerComputeDevice(const LayerWeights& y, c10::Device home) {
+    return y.wq.defined() && !y.wq.device().is_cpu() ? y.wq.device() : home;
 }
 
 void releaseMappedLayer(const LayerWeights& y) {

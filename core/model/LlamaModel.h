@@ -70,6 +70,10 @@ LayerWeights convertLayer(const LayerWeights& w, const at::TensorOptions& option
 // converted to `compute`, the decoder layers kept in host memory (CPU, compute's dtype).
 // forwardWith brings each layer to the device when it runs and drops it afterwards.
 LlamaWeights offloadLayers(const LlamaWeights& w, const at::TensorOptions& compute);
+// Where a layer computes: its own device when its weights sit on an accelerator (layers placed
+// over several devices, `--devices`: the hidden states go to the layer), else `home` (weights in
+// host memory, offloaded or mapped: the layer comes to the hidden states).
+c10::Device layerComputeDevice(const LayerWeights& y, c10::Device home);
 
 // What the forward pass does besides the weights: the online block Hadamard T3 on the down_proj
 // input (x → x T3ᵀ, SPEC §4) and MX fake quantization of the activations at the four points.
@@ -103,8 +107,10 @@ at::Tensor decoderLayer(const ModelConfig& config, const LayerWeights& w, const 
                         const at::Tensor& h, const RopeTables& rope, int layer, const ActivationHook& hook = nullptr);
 at::Tensor lmHead(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& h); // float32 logits
 // The hidden states after the last decoder layer, before the final norm ([B, T, hidden]).
-// Layers whose tensors are on another device or in another dtype than the computation are
-// converted one at a time as the pass reaches them (layer-wise offload, weights kept as stored).
+// Layers whose tensors are in host memory or in another dtype than the computation are
+// converted one at a time as the pass reaches them (layer-wise offload, weights kept as stored);
+// for layers on another accelerator the hidden states move there (layerComputeDevice; the
+// options' T3 must then be undefined or on that device).
 at::Tensor forwardHidden(const ModelConfig& config, const LlamaWeights& w, const ForwardOptions& options,
                          const at::Tensor& tokens, const ActivationHook& hook = nullptr);
 at::Tensor forwardWith(const ModelConfig& config, const LlamaWeights& w, const ForwardOptions& options,

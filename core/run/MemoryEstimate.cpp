@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <stdexcept>
 
 namespace latmix::run {
 namespace {
@@ -176,6 +178,93 @@ int storedElementBytes(std::int64_t fileBytes, std::int64_t parameters) {
     if (parameters <= 0) return 4;
     const double b = double(fileBytes) / double(parameters);
     return b < 3.0 ? 2 : 4;
+}
+
+std::vector<std::string> parseDeviceList(const std::string& list) {
+    std::vector<std::string> out;
+    if (list.find_first_not_of(" \t") == std::string::npos) throw std::invalid_argument("--devices is empty; give e.g. cuda:0,cuda:1");
+    for (std::size_t a = 0; a <= list.size();) { // every entry, the one after a trailing comma too
+        const std::size_t b = std::min(list.find(',', a), list.size());
+        std::string d = list.substr(a, b - a);
+        a = b + 1;
+        d.erase(0, d.find_first_not_of(" \t"));
+        d.erase(d.find_last_not_of(" \t") + 1);
+        if (d.empty()) throw std::invalid_argument("--devices '" + list + "' has an empty entry; give e.g. cuda:0,cuda:1");
+        out.push_back(d);
+    }
+    return out;
+}
+
+std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, const std::vector<std::string>& devices,
+                                            const QuantizeOptions& o) {
+    const Shape s = shapeOf(c);
+    const I L = s.layers, D = static_cast<I>(devices.size());
+    if (D < 1) throw std::invalid_argument("no device to place the layers on");
+    if (D > L)
+        throw std::invalid_argument(std::to_string(D) + " devices for " + std::to_string(L) +
+                                    " decoder layers: give at most one device per layer");
+    // float32 on the devices (model::loadWeights): the layers, the embedding on the first device,
+    // the final norm and lm_head (a copy when tied) on the last.
+    const I layer = s.layerParams() * 4, embed = s.table() * 4, head = s.table() * 4 + s.h * 4;
+    auto load = [&](I d, I layers) { return layers * layer + (d == 0 ? embed : 0) + (d == D - 1 ? head : 0); };
+    // best[d][l]: the smallest largest load placing the first l layers on devices 0..d-1, each
+    // with at least one layer; cut[d][l] where device d-1's run starts.
+    const I inf = std::numeric_limits<I>::max();
+    std::vector<std::vector<I>> best(D + 1, std::vector<I>(L + 1, inf)), cut(D + 1, std::vector<I>(L + 1, 0));
+    best[0][0] = 0;
+    for (I d = 1; d <= D; ++d)
+        for (I l = d; l <= L; ++l)
+            for (I k = d - 1; k < l; ++k) {
+                if (best[d - 1][k] == inf) continue;
+                const I m = std::max(best[d - 1][k], load(d - 1, l - k));
+                if (m < best[d][l]) {
+                    best[d][l] = m;
+                    cut[d][l] = k;
+                }
+            }
+    std::vector<DeviceShare> plan(static_cast<size_t>(D));
+    for (I d = D, l = L; d >= 1; l = cut[d][l], --d) {
+        DeviceShare& p = plan[static_cast<size_t>(d - 1)];
+        p.device = devices[static_cast<size_t>(d - 1)];
+        p.firstLayer = static_cast<int>(cut[d][l]);
+        p.layers = static_cast<int>(l - cut[d][l]);
+        p.embedding = d == 1;
+        p.lmHead = d == D;
+        p.weightBytes = load(d - 1, p.layers);
+    }
+    // The training's peak on each device (the train stage of estimateQuantizeMemory, float32
+    // weights): its weights, its layers' checkpointed inputs, and the larger of one layer's graph
+    // and (last device) a vocabulary chunk of both models' logits; the transforms with AdamW's
+    // two moments and gradients on the first device.
+    const I T = std::min(o.seqLen, c.maxPositions), B = o.batch, N = B * T, P = s.layerParams();
+    const I layerGraph = 6 * P * 4 + B * layerActivationBytes(s, T) + 2 * B * T * T * s.heads * 4;
+    const I top = 4 * N * s.h * 4 + 6 * N * std::min<I>(s.v, 16384) * 4;
+    const I hd = c.headDim;
+    const I transforms = 4 * 4 * (s.h * s.h + s.h + s.layers * (hd * hd + hd));
+    for (auto& p : plan) {
+        const I inputs = I(p.layers) * N * s.h * 4;
+        const I work = p.lmHead ? std::max(layerGraph, top) : layerGraph;
+        p.peakBytes = p.weightBytes + inputs + work + (p.embedding ? transforms : 0);
+        p.detail = "weights " + mib(p.weightBytes) + ", layer inputs " + mib(inputs) + ", " +
+                   (p.lmHead && top > layerGraph ? "vocabulary chunk " : "one layer's graph ") + mib(work) +
+                   (p.embedding ? ", transforms + AdamW " + mib(transforms) : "");
+    }
+    return plan;
+}
+
+std::string placementTable(const std::vector<DeviceShare>& plan) {
+    std::string t = "device       layers         holds                      training peak\n";
+    for (const auto& p : plan) {
+        char buf[160];
+        const std::string layers = std::to_string(p.firstLayer) + ".." + std::to_string(p.firstLayer + p.layers - 1) +
+                                   " (" + std::to_string(p.layers) + ")";
+        std::string holds = p.embedding && p.lmHead ? "embedding, lm_head" : p.embedding ? "embedding" : p.lmHead ? "lm_head" : "";
+        std::snprintf(buf, sizeof buf, "%-12s %-14s %-26s %s  ", p.device.c_str(), layers.c_str(), holds.c_str(),
+                      gibText(p.peakBytes).c_str());
+        t += buf + p.detail + "\n";
+    }
+    t += "(training peaks for --batch x --seqlen tokens, without each device's CUDA context)\n";
+    return t;
 }
 
 std::int64_t availableHostMemory() {

@@ -52,4 +52,26 @@ std::int64_t availableHostMemory();
 // "2.36 GiB"
 std::string gibText(std::int64_t bytes);
 
+// `--devices D0,D1,...`: the decoder layers of the training split into contiguous runs over
+// several devices, balanced by the float32 bytes each device holds, the embedding with the first
+// device and the final norm and lm_head with the last (a tied lm_head is a copy there), and the
+// training's peak on each device (the train stage's terms of estimateQuantizeMemory for the
+// layers it holds; without the CUDA context).
+struct DeviceShare {
+    std::string device;
+    int firstLayer = 0, layers = 0; // layers [firstLayer, firstLayer + layers)
+    bool embedding = false, lmHead = false;
+    std::int64_t weightBytes = 0; // float32 weights held on the device
+    std::int64_t peakBytes = 0;   // weights + checkpointed layer inputs + the larger working set
+    std::string detail;
+};
+// "cuda:0,cuda:1" -> {"cuda:0", "cuda:1"}; throws std::invalid_argument on an empty entry. A
+// device may repeat ("cuda:0,cuda:0": the split on one GPU, its transfers exercised).
+std::vector<std::string> parseDeviceList(const std::string& list);
+// Throws std::invalid_argument when there are more devices than decoder layers. The split
+// minimises the largest device's weight bytes (ties: the earlier split point).
+std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& config, const std::vector<std::string>& devices,
+                                            const QuantizeOptions& options);
+std::string placementTable(const std::vector<DeviceShare>& plan);
+
 } // namespace latmix::run

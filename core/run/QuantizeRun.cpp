@@ -389,6 +389,25 @@ FoldedModel foldModelOnEveryRank(const RunContext& x, const model::LlamaWeights&
     return loadFoldedSpill(x, *transforms, ownSpill);
 }
 
+// --devices: the weights (mapped as stored) converted to float32 on the plan's devices, a layer
+// at a time: the embedding on the first, the layers on theirs, final norm and lm_head (a copy
+// when tied) on the last.
+model::LlamaWeights placeLayers(const model::LlamaWeights& stored, const std::vector<DeviceShare>& plan) {
+    model::LlamaWeights w = stored; // shallow; every tensor is replaced below
+    const auto f32 = [](const std::string& d) { return at::TensorOptions().dtype(at::kFloat).device(model::parseDevice(d)); };
+    w.embed = stored.embed.to(f32(plan.front().device));
+    for (const auto& p : plan)
+        for (int l = p.firstLayer; l < p.firstLayer + p.layers; ++l) {
+            w.layers[static_cast<size_t>(l)] = model::convertLayer(stored.layers[static_cast<size_t>(l)], f32(p.device));
+            model::releaseMappedLayer(stored.layers[static_cast<size_t>(l)]);
+        }
+    const auto last = f32(plan.back().device);
+    w.finalNorm = stored.finalNorm.to(last);
+    w.lmHead = stored.lmHead.to(last);
+    if (stored.lmHeadBias.defined()) w.lmHeadBias = stored.lmHeadBias.to(last);
+    return w;
+}
+
 eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
     eval::PerplexityOptions p;
     p.seqLen = o.evalSeqLen;
@@ -642,16 +661,18 @@ std::string quantizeIntoModelFolder(const RunContext& x, const FoldedModel& f, c
 void evaluate(const RunContext& x, const std::string& modelOut, const std::vector<int>& evalIds, QuantizeResult& r,
               JobContext& job) {
     const auto p = perplexityOptions(x.o);
+    // After a --devices training the model may not fit the first device: a layer at a time.
+    const bool offload = x.o.offload || !x.o.devices.empty();
     SubJob e1(job, 0.9, 0.93, "perplexity FP: ");
     r.fpPerplexity =
-        eval::evaluatePerplexity(model::LlamaModel(x.ck, at::kFloat, x.device, true, x.o.offload), evalIds, p, e1).perplexity;
+        eval::evaluatePerplexity(model::LlamaModel(x.ck, at::kFloat, x.device, true, offload), evalIds, p, e1).perplexity;
     const auto qck = model::Checkpoint::load(modelOut);
     SubJob e2(job, 0.93, 0.97, "perplexity W4A4: ");
     r.quantizedPerplexity =
-        eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, x.device, true, x.o.offload), evalIds, p, e2).perplexity;
+        eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, x.device, true, offload), evalIds, p, e2).perplexity;
     SubJob e3(job, 0.97, 1.0, "perplexity weights only: ");
     r.weightOnlyPerplexity =
-        eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, x.device, false, x.o.offload), evalIds, p, e3).perplexity;
+        eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, x.device, false, offload), evalIds, p, e3).perplexity;
 }
 
 // Stage 6: latmix.json, enough to reproduce the run.
@@ -672,6 +693,7 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
     if (o.group && o.group->size() > 1) // what rank 0 sent, in MiB
         j["communicated_mib"] = {{"train", r.trainBytes / 1048576.0}, {"quantize", r.quantizeBytes / 1048576.0}};
     j["offload"] = o.offload;
+    if (!o.devices.empty()) j["devices"] = o.devices; // the training's layers split over these
     j["calibration"] = {{"source", o.calibSource}, {"samples", o.calibSamples}, {"seqlen", x.seqLen}};
     if (transforms)
         j["transforms"] = {{"t1", x.method.t1Kind}, {"t2", x.method.t2Kind}, {"init", x.method.init},
@@ -785,7 +807,18 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     if (o.trackedLayer < 0 || o.trackedLayer >= c.numLayers)
         throw std::invalid_argument("tracked layer " + std::to_string(o.trackedLayer) + " is not a layer of " + modelDir +
                                     " (0.." + std::to_string(c.numLayers - 1) + ")");
-    const c10::Device device = model::parseDevice(o.device);
+    std::vector<DeviceShare> plan; // --devices: the training's layers over several devices
+    if (!o.devices.empty()) {
+        if (!method.learned)
+            throw std::invalid_argument("--devices splits the training's layers over devices, and method " + o.method +
+                                        " trains nothing; use --device (and --offload for a model larger than it)");
+        if (o.offload) throw std::invalid_argument("--devices and --offload: use one or the other");
+        if (o.group && o.group->size() > 1)
+            throw std::invalid_argument("--devices with several ranks is not supported yet; run one process");
+        plan = planLayerPlacement(c, o.devices, o);
+        for (const auto& p : plan) model::parseDevice(p.device); // an absent device is named before any work
+    }
+    const c10::Device device = model::parseDevice(plan.empty() ? o.device : plan.front().device);
     // With offload the layers live on the CPU (memory-mapped float32) and visit the device one
     // at a time; the embeddings, final norm and lm_head stay on the device.
     const RunContext x{o, method, modelDir, runDir, ck, c, device, o.offload ? c10::Device(c10::kCPU) : device,
@@ -802,8 +835,10 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     // On the CPU the weights stay mapped as stored (bf16 or float32) and each layer is converted
     // when a stage reaches it; on a GPU they are loaded in float32 (or kept in host memory with
     // offload).
+    // With --devices each layer is converted from the mapped file onto its device.
     model::LlamaWeights original =
-        o.offload            ? model::offloadLayers(model::loadWeights(ck, at::kFloat, x.home), x.fopts)
+        !plan.empty()        ? placeLayers(model::loadStoredWeights(ck, at::kFloat), plan)
+        : o.offload          ? model::offloadLayers(model::loadWeights(ck, at::kFloat, x.home), x.fopts)
         : device.is_cpu()    ? model::loadStoredWeights(ck, at::kFloat)
                              : model::loadWeights(ck, at::kFloat, device);
     const bool evaluating = o.evalSeqLen > 0 && !evalIds.empty();

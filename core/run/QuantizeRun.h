@@ -55,6 +55,11 @@ struct QuantizeOptions {
     // time for training (train::distillationStep converts a layer when it runs), folding, GPTQ
     // and evaluation, so a model larger than device memory can be quantized.
     bool offload = false;
+    // Training with the decoder layers split over these devices (`--devices`, run/MemoryEstimate.h's
+    // planLayerPlacement: balanced by bytes, embedding with the first, lm_head with the last);
+    // empty: all on `device`. The stages after training run on the first device, a layer at a
+    // time. Learned methods, one process per machine, without offload.
+    std::vector<std::string> devices;
     // false: the learned T1 / T2 are trained without their bias (v = 0). A T1 bias folds into
     // q/k/v, gate/up and lm_head biases, a T2 bias into v and o_proj biases (SPEC §4).
     bool t1Bias = true, t2Bias = true;

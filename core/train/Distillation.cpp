@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <limits>
+#include <map>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -135,17 +136,35 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     const std::int64_t T = tokens.size(1), N = tokens.numel(), V = c.vocabSize, chunk = 16384;
     model::ForwardOptions teacherOptions;
     teacherOptions.dtype = at::kFloat;
-    model::ForwardOptions studentOptions;
-    studentOptions.activationQuant = activation;
-    if (transforms.t3().defined()) studentOptions.t3 = transforms.t3().to(fopts);
-    const auto rope = model::ropeTables(c, T, at::kFloat, device);
+    // Layers placed over several devices (`--devices`: the weights of layer l on its device, the
+    // embedding with the first, lm_head with the last): each layer computes where its weights
+    // are, the hidden states and gradients move between devices, the transforms stay on the
+    // tokens' device and reach the others through copies whose gradients come back (below). On
+    // one device (or with offloaded layers) all of this is the tokens' device.
+    auto devOf = [&](int l) { return model::layerComputeDevice(original.layers[static_cast<size_t>(l)], device); };
+    const c10::Device top = original.lmHead.device().is_cpu() ? device : original.lmHead.device();
+    const auto topts = fopts.device(top);
+    struct PerDevice {
+        model::ForwardOptions student;
+        model::RopeTables rope;
+    };
+    std::map<std::string, PerDevice> perDevice;
+    auto on = [&](c10::Device d) -> PerDevice& {
+        auto it = perDevice.find(d.str());
+        if (it != perDevice.end()) return it->second;
+        PerDevice p;
+        p.student.activationQuant = activation;
+        if (transforms.t3().defined()) p.student.t3 = transforms.t3().to(fopts.device(d));
+        p.rope = model::ropeTables(c, T, at::kFloat, d);
+        return perDevice.emplace(d.str(), std::move(p)).first->second;
+    };
 
     // The teacher's normed final hidden states (no graph); its logits are made a chunk at a time.
     at::Tensor teacherNormed;
     {
         at::NoGradGuard g;
-        const auto h = model::forwardHidden(c, original, teacherOptions, tokens);
-        teacherNormed = model::rmsNorm(h, original.finalNorm.to(fopts), c.rmsNormEps).reshape({N, c.hiddenSize});
+        const auto h = model::forwardHidden(c, original, teacherOptions, tokens).to(top);
+        teacherNormed = model::rmsNorm(h, original.finalNorm.to(topts), c.rmsNormEps).reshape({N, c.hiddenSize});
     }
     r.teacherSeconds = since(t0);
     const auto t1 = Clock::now();
@@ -156,14 +175,27 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     fold::AffineMatrices leaf1;
     auto leafOf = [](const at::Tensor& t) { return t.defined() ? t.detach().requires_grad_(true) : t; };
     if (m1.defined()) leaf1 = {leafOf(m1.a), leafOf(m1.aInv), leafOf(m1.v)};
+    // Placed layers: a leaf copy of T1 on each other device, its gradient added to T1's below.
+    std::map<std::string, fold::AffineMatrices> leafCopies;
+    auto leaf1On = [&](c10::Device d) -> const fold::AffineMatrices& {
+        if (!leaf1.defined() || d == device) return leaf1;
+        auto it = leafCopies.find(d.str());
+        if (it != leafCopies.end()) return it->second;
+        auto copy = [&](const at::Tensor& t) { return t.defined() ? leafOf(t.detach().to(d)) : t; };
+        return leafCopies.emplace(d.str(), fold::AffineMatrices{copy(leaf1.a), copy(leaf1.aInv), copy(leaf1.v)})
+            .first->second;
+    };
     // The student's layer l: γ folded, T3 on W_down, T1 and T2 folded, from the weights as stored
-    // (one layer converted at a time; nothing of the model is copied whole).
+    // (one layer converted at a time; nothing of the model is copied whole), on its device.
     auto studentLayer = [&](int l) {
-        model::LayerWeights y = model::convertLayer(original.layers[static_cast<size_t>(l)], fopts);
+        const c10::Device d = devOf(l);
+        model::LayerWeights y = model::convertLayer(original.layers[static_cast<size_t>(l)], fopts.device(d));
         fold::foldLayerNorms(y);
-        if (transforms.t3().defined()) fold::applyT3ToLayer(y, transforms.t3());
-        if (leaf1.defined()) fold::applyT1ToLayer(c, y, leaf1);
-        const fold::AffineMatrices m2 = transforms.t2Matrices(l);
+        if (transforms.t3().defined()) fold::applyT3ToLayer(y, d == device ? transforms.t3() : on(d).student.t3);
+        const fold::AffineMatrices& t1 = leaf1On(d);
+        if (t1.defined()) fold::applyT1ToLayer(c, y, t1);
+        fold::AffineMatrices m2 = transforms.t2Matrices(l);
+        if (m2.defined() && d != device) m2 = {m2.a.to(d), m2.aInv.to(d), m2.v.defined() ? m2.v.to(d) : m2.v};
         if (m2.defined()) fold::applyT2ToLayer(c, y, m2, l);
         return y;
     };
@@ -182,8 +214,9 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
         at::NoGradGuard g;
         x = embedStudent();
         for (int l = 0; l < c.numLayers; ++l) {
+            x = x.to(devOf(l));
             inputs.push_back(x);
-            x = model::decoderLayer(c, studentLayer(l), studentOptions, x, rope, l);
+            x = model::decoderLayer(c, studentLayer(l), on(devOf(l)).student, x, on(devOf(l)).rope, l);
             model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
         }
     }
@@ -192,31 +225,32 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     // a vocabulary chunk at a time. KL(p‖q) per token = lse_q − lse_p + Σ p (a − b)/τ with a, b
     // the teacher's and student's logits; its gradient w.r.t. b is (q − p)/τ, so the logits are
     // never formed whole and no [tokens, vocab] tensor is kept for the backward pass.
-    const auto xTop = x.detach().requires_grad_(true);
-    auto u = model::rmsNorm(xTop, at::ones({c.hiddenSize}, fopts), c.rmsNormEps).reshape({N, c.hiddenSize});
-    if (leaf1.defined()) u = at::matmul(leaf1.v.defined() ? u - leaf1.v : u, leaf1.aInv.t());
-    const auto gamma = original.finalNorm.to(fopts);
-    auto lmChunk = [&](std::int64_t a, std::int64_t n) { return original.lmHead.narrow(0, a, n).to(fopts); };
+    const auto xTop = x.detach().to(top).requires_grad_(true);
+    auto u = model::rmsNorm(xTop, at::ones({c.hiddenSize}, topts), c.rmsNormEps).reshape({N, c.hiddenSize});
+    const fold::AffineMatrices& t1Top = leaf1On(top);
+    if (t1Top.defined()) u = at::matmul(t1Top.v.defined() ? u - t1Top.v : u, t1Top.aInv.t());
+    const auto gamma = original.finalNorm.to(topts);
+    auto lmChunk = [&](std::int64_t a, std::int64_t n) { return original.lmHead.narrow(0, a, n).to(topts); };
     auto biasChunk = [&](std::int64_t a, std::int64_t n) {
-        return original.lmHeadBias.defined() ? original.lmHeadBias.narrow(0, a, n).to(fopts) : at::Tensor();
+        return original.lmHeadBias.defined() ? original.lmHeadBias.narrow(0, a, n).to(topts) : at::Tensor();
     };
     auto logits = [](const at::Tensor& h, const at::Tensor& w, const at::Tensor& b) {
         auto z = at::matmul(h, w.t());
         return b.defined() ? z + b : z;
     };
-    at::Tensor gradU = at::zeros({N, c.hiddenSize}, fopts);
+    at::Tensor gradU = at::zeros({N, c.hiddenSize}, topts);
     double kl = 0;
     {
         at::NoGradGuard g;
         const auto uv = u.detach();
-        at::Tensor lseP = at::full({N}, -std::numeric_limits<float>::infinity(), fopts), lseQ = lseP.clone();
+        at::Tensor lseP = at::full({N}, -std::numeric_limits<float>::infinity(), topts), lseQ = lseP.clone();
         for (std::int64_t a = 0; a < V; a += chunk) {
             const std::int64_t n = std::min(chunk, V - a);
             const auto w = lmChunk(a, n), b = biasChunk(a, n);
             lseP = at::logaddexp(lseP, at::logsumexp(logits(teacherNormed, w, b) / tau, -1));
             lseQ = at::logaddexp(lseQ, at::logsumexp(logits(uv, w * gamma, b) / tau, -1));
         }
-        at::Tensor klSum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+        at::Tensor klSum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(top));
         for (std::int64_t a = 0; a < V; a += chunk) {
             const std::int64_t n = std::min(chunk, V - a);
             const auto w = lmChunk(a, n), b = biasChunk(a, n);
@@ -240,17 +274,22 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     for (int l = c.numLayers - 1; l >= 0; --l) {
         const auto xi = inputs[static_cast<size_t>(l)].detach().requires_grad_(true);
         inputs[static_cast<size_t>(l)] = at::Tensor();
-        const auto out = model::decoderLayer(c, studentLayer(l), studentOptions, xi, rope, l);
-        out.backward(g);
+        const auto out = model::decoderLayer(c, studentLayer(l), on(devOf(l)).student, xi, on(devOf(l)).rope, l);
+        out.backward(g.to(devOf(l)));
         g = xi.grad();
         model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
     }
     if (leaf1.defined()) {
-        embedStudent().backward(g);
+        embedStudent().backward(g.to(device));
         at::Tensor s = at::zeros({}, fopts);
-        if (leaf1.a.grad().defined()) s = s + (m1.a * leaf1.a.grad()).sum();
-        if (leaf1.aInv.grad().defined()) s = s + (m1.aInv * leaf1.aInv.grad()).sum();
-        if (leaf1.v.defined() && leaf1.v.grad().defined()) s = s + (m1.v * leaf1.v.grad()).sum();
+        std::vector<const fold::AffineMatrices*> leaves{&leaf1};
+        for (const auto& [d, copy] : leafCopies) leaves.push_back(&copy);
+        auto gradOf = [&](const at::Tensor& t) { return t.grad().to(device); };
+        for (const fold::AffineMatrices* l1 : leaves) {
+            if (l1->a.grad().defined()) s = s + (m1.a * gradOf(l1->a)).sum();
+            if (l1->aInv.grad().defined()) s = s + (m1.aInv * gradOf(l1->aInv)).sum();
+            if (l1->v.defined() && l1->v.grad().defined()) s = s + (m1.v * gradOf(l1->v)).sum();
+        }
         if (s.requires_grad()) s.backward();
     }
     const auto vol = transforms.volume().to(device);

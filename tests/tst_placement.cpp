@@ -1,0 +1,155 @@
+// `--devices`: the decoder layers split over several devices for training, balanced by the bytes
+// each device holds (embedding with the first, lm_head with the last). Splits of the real
+// Llama-3.2-1B shape worked by hand, and the optimum checked against every contiguous split
+// (brute force) for Llama-3.1-8B and Qwen3-32B.
+#include "model/ModelConfig.h"
+#include "run/MemoryEstimate.h"
+
+#include <ATen/ATen.h>
+// Qt after ATen: Qt's `slots` macro breaks ATen headers.
+#include "TestSupport.h"
+
+#include <QFile>
+#include <QtTest>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+
+using namespace latmix;
+
+namespace {
+
+model::ModelConfig configOf(const QString& name) {
+    QFile f(qEnvironmentVariable("LATMIX_CONFIGS_DIR") + "/" + name + ".json");
+    if (!f.open(QIODevice::ReadOnly)) throw std::runtime_error("missing config " + name.toStdString());
+    return model::ModelConfig::fromJsonText(f.readAll().toStdString(), name.toStdString());
+}
+
+std::vector<std::string> devicesOf(int n) {
+    std::vector<std::string> d;
+    for (int i = 0; i < n; ++i) d.push_back("cuda:" + std::to_string(i));
+    return d;
+}
+
+} // namespace
+
+class TestPlacement : public QObject {
+    Q_OBJECT
+
+private slots:
+    // Llama-3.2-1B: a layer is 60,821,504 parameters (243 MB in float32), the embedding and the
+    // (tied) lm_head 128256 x 2048 each, 4.32 layers' worth. 2 devices: 8 + 8 layers (9 + 7 would
+    // put 9 layers and the embedding on the first). 4 devices: the ideal is 24.64 / 4 = 6.16
+    // layers' worth each; 2 + table, 6, 6, 2 + table gives 6.32 at most, and every other split
+    // puts 7 layers on a middle device or 3 + table on an end.
+    void splitsWorkedByHand_data() {
+        QTest::addColumn<QString>("config");
+        QTest::addColumn<int>("devices");
+        QTest::addColumn<QList<int>>("layers");
+        QTest::newRow("1B on 1 device") << "llama-3.2-1b" << 1 << QList<int>{16};
+        QTest::newRow("1B on 2 devices") << "llama-3.2-1b" << 2 << QList<int>{8, 8};
+        QTest::newRow("1B on 4 devices") << "llama-3.2-1b" << 4 << QList<int>{2, 6, 6, 2};
+        QTest::newRow("1B on 16 devices (one layer each)") << "llama-3.2-1b" << 16 << QList<int>(16, 1);
+    }
+    void splitsWorkedByHand() {
+        QFETCH(QString, config);
+        QFETCH(int, devices);
+        QFETCH(QList<int>, layers);
+        const auto c = configOf(config);
+        const auto plan = run::planLayerPlacement(c, devicesOf(devices), run::QuantizeOptions{});
+        QCOMPARE(int(plan.size()), devices);
+        QList<int> got;
+        int next = 0;
+        for (const auto& p : plan) {
+            got << p.layers;
+            QCOMPARE(p.firstLayer, next); // contiguous, in order, every layer once
+            next += p.layers;
+        }
+        QCOMPARE(got, layers);
+        QVERIFY(plan.front().embedding);
+        QVERIFY(plan.back().lmHead);
+        // The bytes held, by hand: layers x 243,286,016 + 128256 x 2048 x 4 per table (+ the final norm).
+        const std::int64_t layer = 60821504LL * 4, table = 128256LL * 2048 * 4;
+        QCOMPARE(plan.front().weightBytes, layers.front() * layer + table + (devices == 1 ? table + 2048 * 4 : 0));
+        QVERIFY(plan.front().peakBytes > plan.front().weightBytes);
+    }
+
+    // The split is the best contiguous one: its largest device load equals the smallest largest
+    // load over all ways to cut the layers into `devices` non-empty runs (enumerated here).
+    void splitIsOptimal_data() {
+        QTest::addColumn<QString>("config");
+        QTest::addColumn<int>("devices");
+        QTest::newRow("8B on 2") << "llama-3.1-8b" << 2;
+        QTest::newRow("8B on 3") << "llama-3.1-8b" << 3;
+        QTest::newRow("8B on 5") << "llama-3.1-8b" << 5;
+        QTest::newRow("Qwen3-8B on 3") << "qwen3-8b" << 3;
+        QTest::newRow("Qwen3-32B on 4") << "qwen3-32b" << 4;
+        QTest::newRow("Qwen3-32B on 8") << "qwen3-32b" << 8;
+    }
+    void splitIsOptimal() {
+        QFETCH(QString, config);
+        QFETCH(int, devices);
+        const auto c = configOf(config);
+        const auto plan = run::planLayerPlacement(c, devicesOf(devices), run::QuantizeOptions{});
+        std::int64_t planMax = 0;
+        for (const auto& p : plan) planMax = std::max(planMax, p.weightBytes);
+        // A layer's bytes from the config, float32: q/k/v/o, gate/up/down and the two norms (the
+        // plan leaves out Qwen3's q/k norms and biases, under 0.01% of a layer).
+        const std::int64_t h = c.hiddenSize, q = std::int64_t(c.numHeads) * c.headDim,
+                           kv = std::int64_t(c.numKvHeads) * c.headDim, i = c.intermediateSize;
+        const std::int64_t layer = (h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h) * 4;
+        const std::int64_t table = std::int64_t(c.vocabSize) * h * 4;
+        const int L = c.numLayers;
+        std::int64_t bestMax = std::numeric_limits<std::int64_t>::max();
+        std::vector<int> parts;
+        std::function<void(int, int)> enumerate = [&](int used, int d) {
+            if (d == devices - 1) {
+                parts.push_back(L - used);
+                std::int64_t m = 0;
+                for (int k = 0; k < devices; ++k)
+                    m = std::max(m, parts[size_t(k)] * layer + (k == 0 ? table : 0) + (k == devices - 1 ? table + h * 4 : 0));
+                bestMax = std::min(bestMax, m);
+                parts.pop_back();
+                return;
+            }
+            for (int n = 1; used + n <= L - (devices - 1 - d); ++n) {
+                parts.push_back(n);
+                enumerate(used + n, d + 1);
+                parts.pop_back();
+            }
+        };
+        enumerate(0, 0);
+        QCOMPARE(planMax, bestMax);
+    }
+
+    // A device may repeat: the split on one GPU (its transfers exercised); spaces are trimmed.
+    void repeatedDeviceIsAllowed() {
+        QCOMPARE(run::parseDeviceList("cuda:0, cuda:0"), (std::vector<std::string>{"cuda:0", "cuda:0"}));
+    }
+
+    void badDeviceLists_data() {
+        QTest::addColumn<QString>("list");
+        QTest::addColumn<int>("layers"); // 0: parse only
+        QTest::addColumn<QString>("message");
+        QTest::newRow("empty entry") << "cuda:0,,cuda:1" << 0 << "empty entry";
+        QTest::newRow("trailing comma") << "cuda:0," << 0 << "empty entry";
+        QTest::newRow("nothing") << "" << 0 << "is empty";
+        QTest::newRow("more devices than layers") << "cuda:0,cuda:1,cuda:2" << 2 << "3 devices for 2 decoder layers";
+    }
+    void badDeviceLists() {
+        QFETCH(QString, list);
+        QFETCH(int, layers);
+        QFETCH(QString, message);
+        const QString e = test::errorOf([&] {
+            const auto d = run::parseDeviceList(list.toStdString());
+            auto c = configOf("llama-3.2-1b");
+            c.numLayers = layers;
+            run::planLayerPlacement(c, d, run::QuantizeOptions{});
+        });
+        QVERIFY2(e.contains(message), qPrintable(e));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestPlacement)
+#include "tst_placement.moc"
