@@ -1,8 +1,10 @@
 #pragma once
 // Small helpers shared by the Qt tests.
+#include "model/ModelConfig.h"
 #include "util/Job.h"
 
 #include <ATen/ATen.h>
+#include <QFile>
 #include <QString>
 #include <QtTest>
 
@@ -12,6 +14,7 @@
 #include <exception>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,14 @@ inline std::vector<int> randomIds(int n, int vocab, std::uint64_t seed) {
 }
 
 // what() of the exception f throws, or "" when it does not throw.
+// One of the real model configs in resources/configs ("llama-3.1-8b", "qwen3-32b", ...), found
+// through LATMIX_CONFIGS_DIR (set by CTest); throws naming the file when it is missing.
+inline model::ModelConfig realConfig(const QString& name) {
+    QFile f(qEnvironmentVariable("LATMIX_CONFIGS_DIR") + "/" + name + ".json");
+    if (!f.open(QIODevice::ReadOnly)) throw std::runtime_error("cannot read " + f.fileName().toStdString());
+    return model::ModelConfig::fromJsonText(f.readAll().toStdString(), name.toStdString());
+}
+
 inline QString errorOf(const std::function<void()>& f) {
     try {
         f();

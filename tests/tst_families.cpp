@@ -285,9 +285,7 @@ private slots:
     }
     void memoryEstimateOfRealShapes() {
         QFETCH(QString, config);
-        QFile f(qEnvironmentVariable("LATMIX_CONFIGS_DIR") + "/" + config + ".json");
-        QVERIFY2(f.open(QIODevice::ReadOnly), qPrintable(f.fileName()));
-        const auto c = model::ModelConfig::fromJsonText(f.readAll().toStdString(), config.toStdString());
+        const auto c = test::realConfig(config);
         const std::int64_t i = c.intermediateSize, table = std::int64_t(c.vocabSize) * c.hiddenSize;
         auto o = options("mr-gptq");
         o.calibSamples = 8;

@@ -20,12 +20,6 @@ using namespace latmix;
 
 namespace {
 
-model::ModelConfig configOf(const QString& name) {
-    QFile f(qEnvironmentVariable("LATMIX_CONFIGS_DIR") + "/" + name + ".json");
-    if (!f.open(QIODevice::ReadOnly)) throw std::runtime_error("missing config " + name.toStdString());
-    return model::ModelConfig::fromJsonText(f.readAll().toStdString(), name.toStdString());
-}
-
 std::vector<std::string> devicesOf(int n) {
     std::vector<std::string> d;
     for (int i = 0; i < n; ++i) d.push_back("cuda:" + std::to_string(i));
@@ -56,7 +50,7 @@ private slots:
         QFETCH(QString, config);
         QFETCH(int, devices);
         QFETCH(QList<int>, layers);
-        const auto c = configOf(config);
+        const auto c = test::realConfig(config);
         const auto plan = run::planLayerPlacement(c, devicesOf(devices), run::QuantizeOptions{});
         QCOMPARE(int(plan.size()), devices);
         QList<int> got;
@@ -90,7 +84,7 @@ private slots:
     void splitIsOptimal() {
         QFETCH(QString, config);
         QFETCH(int, devices);
-        const auto c = configOf(config);
+        const auto c = test::realConfig(config);
         const auto plan = run::planLayerPlacement(c, devicesOf(devices), run::QuantizeOptions{});
         std::int64_t planMax = 0;
         for (const auto& p : plan) planMax = std::max(planMax, p.weightBytes);
@@ -143,7 +137,7 @@ private slots:
         QFETCH(QString, message);
         const QString e = test::errorOf([&] {
             const auto d = run::parseDeviceList(list.toStdString());
-            auto c = configOf("llama-3.2-1b");
+            auto c = test::realConfig("llama-3.2-1b");
             c.numLayers = layers;
             run::planLayerPlacement(c, d, run::QuantizeOptions{});
         });
