@@ -30,7 +30,7 @@ struct QuantizeCli {
     bool dryRun = false, force = false;
     int block = 0;
     int nproc = 1;
-    std::string devices; // --devices: layers across devices (the plan only, so far)
+    std::string devices; // --devices: the training's layers split over these (run::QuantizeOptions::devices)
     double distTimeout = 1800; // seconds; PyTorch's default for process groups
 };
 
@@ -139,7 +139,7 @@ int runQuantize(QuantizeCli& o) {
     }
     std::printf("weights      %s, %.1f s (%.2f s per layer)\n", run::methodSpec(o.q.method).gptq ? "GPTQ" : "RTN",
                 r.quantizeSeconds, r.linears.empty() ? 0.0 : r.quantizeSeconds / (r.linears.size() / 7.0));
-    if (o.q.group && o.q.group->size() > 1)
+    if (o.q.group) // only for several ranks
         std::printf("             %d ranks: Hessians summed over the ranks, each linear quantized by one; %.1f MiB "
                     "communicated\n",
                     o.q.group->size(), r.quantizeBytes / 1048576.0);
@@ -195,7 +195,7 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_flag("--skip-export-check", o->skipExportCheck,
                   "run even when no Hugging Face / vLLM runtime could load the folded biases");
     cmd->add_option("--nproc", o->nproc,
-                    "data-parallel training over N processes on this machine (as torchrun --nproc-per-node N)")
+                    "data parallel over N processes on this machine, training and GPTQ (as torchrun --nproc-per-node N)")
         ->capture_default_str()
         ->check(CLI::Range(1, 1024));
     cmd->add_option("--dist-timeout", o->distTimeout,

@@ -43,6 +43,18 @@ I layerActivationBytes(const Shape& s, I T) {
 // temporaries (model::nextTokenNll).
 I lossBytes(const Shape& s, I T) { return 3 * T * std::min<I>(s.v, 16384) * 4; }
 
+// Terms of a distillation step (train::distillationStep) over B windows of T tokens, shared by
+// the train stage and the per-device plan of --devices. The top: the teacher's final states and
+// the student's with their gradient, a vocabulary chunk of both models' logits, probabilities
+// and their difference. One layer recomputed with its graph: the layer as stored and folded in
+// float32 (γ, T3, T1, T2: each a saved intermediate), its activations and attention
+// probabilities kept for backward.
+I trainTopBytes(const Shape& s, I B, I T) { return 4 * B * T * s.h * 4 + 6 * B * T * std::min<I>(s.v, 16384) * 4; }
+I trainLayerGraphBytes(const Shape& s, int stored, I B, I T) {
+    const I P = s.layerParams();
+    return 5 * P * 4 + P * stored + B * layerActivationBytes(s, T) + 2 * B * T * T * s.heads * 4;
+}
+
 std::string mib(I b) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.0f MiB", double(b) / (1 << 20));
@@ -94,15 +106,12 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
     if (m.learned) {
         // train::distillationStep over batch x T tokens: the lm_head table as stored (read a
         // chunk at a time, both models), every layer's input kept (activation checkpointing),
-        // the teacher's final states and the student's with their gradient, a vocabulary chunk
-        // of both models' logits, probabilities and their difference; then the peak of one
-        // layer recomputed with its graph: the layer folded in float32 (γ, T3, T1, T2: each a
-        // saved intermediate), its activations and attention probabilities kept for backward.
+        // then the larger of the top and one layer's graph (trainTopBytes, trainLayerGraphBytes).
         const I B = o.batch, N = B * T;
         const I lmHead = s.table() * stored;
         const I inputs = s.layers * N * s.h * 4;
-        const I top = 4 * N * s.h * 4 + 6 * N * std::min<I>(s.v, 16384) * 4;
-        const I layerGraph = 5 * P * 4 + P * stored + B * layerActivationBytes(s, T) + 2 * B * T * T * s.heads * 4;
+        const I top = trainTopBytes(s, B, T);
+        const I layerGraph = trainLayerGraphBytes(s, stored, B, T);
         e.stages.push_back({"train", kBase + lmHead + inputs + std::max(top, layerGraph),
                             "lm_head " + mib(lmHead) + ", layer inputs " + mib(inputs) + ", one layer's graph " +
                                 mib(layerGraph) + ", vocabulary chunk " + mib(top)});
@@ -236,9 +245,9 @@ std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, const s
     // weights): its weights, its layers' checkpointed inputs, and the larger of one layer's graph
     // and (last device) a vocabulary chunk of both models' logits; the transforms with AdamW's
     // two moments and gradients on the first device.
-    const I T = std::min(o.seqLen, c.maxPositions), B = o.batch, N = B * T, P = s.layerParams();
-    const I layerGraph = 6 * P * 4 + B * layerActivationBytes(s, T) + 2 * B * T * T * s.heads * 4;
-    const I top = 4 * N * s.h * 4 + 6 * N * std::min<I>(s.v, 16384) * 4;
+    const I T = std::min(o.seqLen, c.maxPositions), B = o.batch, N = B * T;
+    const I layerGraph = trainLayerGraphBytes(s, 4, B, T);
+    const I top = trainTopBytes(s, B, T);
     const I hd = c.headDim;
     const I transforms = 4 * 4 * (s.h * s.h + s.h + s.layers * (hd * hd + hd));
     for (auto& p : plan) {

@@ -346,23 +346,20 @@ FoldedModel unfoldedModel(const RunContext& x, const model::LlamaWeights& origin
     return f;
 }
 
+// One process folds into runSpill (RUN_DIR/folded.partial). Data parallel: every rank runs its
+// share of the calibration windows through the folded layers (GPTQ's Hessians are summed over
+// the ranks), so every rank reads the folded model. Rank 0 folds into runSpill and leaves a
+// random token in it; a rank that finds that token there (the same machine, or a file system
+// shared with rank 0) reads rank 0's spill, any other folds its own copy into `ownSpill` on its
+// machine. The other ranks wait for rank 0's fold in a broadcast, so the collective timeout
+// (--dist-timeout) must cover the fold.
 FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, train::ModelTransforms* transforms,
-                      const std::string& spillDir, JobContext& job) {
+                      const std::string& runSpill, const std::string& ownSpill, JobContext& job) {
     if (!transforms) return unfoldedModel(x, original);
-    writeFoldedSpill(x, original, transforms, spillDir, job);
-    return loadFoldedSpill(x, *transforms, spillDir);
-}
-
-// Data parallel: every rank runs its share of the calibration windows through the folded layers
-// (GPTQ's Hessians are summed over the ranks), so every rank reads the folded model. Rank 0
-// folds into RUN_DIR/folded.partial and leaves a random token in it; a rank that finds that
-// token there (the same machine, or a file system shared with rank 0) reads rank 0's spill, any
-// other folds its own copy into `ownSpill` on its machine. The other ranks wait for rank 0's
-// fold in a broadcast, so the collective timeout (--dist-timeout) must cover the fold.
-FoldedModel foldModelOnEveryRank(const RunContext& x, const model::LlamaWeights& original,
-                                 train::ModelTransforms* transforms, const std::string& runSpill,
-                                 const std::string& ownSpill, JobContext& job) {
-    if (!transforms) return unfoldedModel(x, original);
+    if (!x.o.group || x.o.group->size() == 1) {
+        writeFoldedSpill(x, original, transforms, runSpill, job);
+        return loadFoldedSpill(x, *transforms, runSpill);
+    }
     dist::Group& group = *x.o.group;
     const std::string tokenFile = (fs::path(runSpill) / "rank0.token").string();
     at::Tensor token = at::zeros({1}, at::kDouble);
@@ -807,13 +804,15 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     if (o.trackedLayer < 0 || o.trackedLayer >= c.numLayers)
         throw std::invalid_argument("tracked layer " + std::to_string(o.trackedLayer) + " is not a layer of " + modelDir +
                                     " (0.." + std::to_string(c.numLayers - 1) + ")");
+    const bool root = !o.group || o.group->isRoot();
+    const bool parallel = o.group && o.group->size() > 1; // data parallel over several ranks
     std::vector<DeviceShare> plan; // --devices: the training's layers over several devices
     if (!o.devices.empty()) {
         if (!method.learned)
             throw std::invalid_argument("--devices splits the training's layers over devices, and method " + o.method +
                                         " trains nothing; use --device (and --offload for a model larger than it)");
         if (o.offload) throw std::invalid_argument("--devices and --offload: use one or the other");
-        if (o.group && o.group->size() > 1)
+        if (parallel)
             throw std::invalid_argument("--devices with several ranks is not supported yet; run one process");
         plan = planLayerPlacement(c, o.devices, o);
         for (const auto& p : plan) model::parseDevice(p.device); // an absent device is named before any work
@@ -823,7 +822,6 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     // at a time; the embeddings, final norm and lm_head stay on the device.
     const RunContext x{o, method, modelDir, runDir, ck, c, device, o.offload ? c10::Device(c10::kCPU) : device,
                        at::TensorOptions().dtype(at::kFloat).device(device), std::min(o.seqLen, c.maxPositions)};
-    const bool root = !o.group || o.group->isRoot();
     if (root) fs::create_directories(runDir);
     QuantizeResult r;
     if (device.is_cuda()) compat::resetCudaPeakMemory(device.index());
@@ -859,37 +857,32 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
         std::string dir;
         ~Cleanup() { util::removeTreeQuietly(dir); }
     } cleanup{root ? spillDir : ownSpill}; // never rank 0's spill from another rank
-    const bool parallel = o.group && o.group->size() > 1;
-    if (!root) { // data parallel: this rank's windows through every layer, then done
-        const FoldedModel folded = foldModelOnEveryRank(x, original, transforms.get(), spillDir, ownSpill, job);
-        if (transforms) original = {};
-        const auto tq = Clock::now();
-        LayerQuantizer(x, folded, calib, r, job).quantizeAll();
-        r.quantizeSeconds = since(tq);
-        r.quantizeBytes = sentSoFar() - r.trainBytes;
-        r.totalSeconds = since(start);
-        r.peakRssMb = peakRssMb();
-        return r;
-    }
     std::string modelOut;
     {
-        const FoldedModel folded = parallel ? foldModelOnEveryRank(x, original, transforms.get(), spillDir, ownSpill, job)
-                                            : foldModel(x, original, transforms.get(), spillDir, job);
+        const FoldedModel folded = foldModel(x, original, transforms.get(), spillDir, ownSpill, job);
         if (transforms) original = {}; // on a GPU: the float32 teacher weights leave the device
-        // Paper Table 3's check. Data parallel: after the weight quantization, which needs every
-        // rank (the others would wait for it in a collective).
+        // Paper Table 3's check, rank 0's. Data parallel: after the weight quantization, which
+        // needs every rank (the others would wait for it in a collective).
         auto foldedCheck = [&] {
-            if (!evaluating || !transforms) return;
+            if (!root || !evaluating || !transforms) return;
             const auto te = Clock::now();
             r.foldedPerplexity = foldedPerplexity(x, folded, evalIds, job);
             r.evalSeconds += since(te);
         };
         if (!parallel) foldedCheck();
         const auto tq = Clock::now();
-        modelOut = quantizeIntoModelFolder(x, folded, calib, transforms.get(), r, job);
+        if (root)
+            modelOut = quantizeIntoModelFolder(x, folded, calib, transforms.get(), r, job);
+        else // data parallel: this rank's windows through every layer; rank 0 writes the model
+            LayerQuantizer(x, folded, calib, r, job).quantizeAll();
         r.quantizeSeconds = since(tq);
         r.quantizeBytes = sentSoFar() - r.trainBytes;
         if (parallel) foldedCheck();
+    }
+    if (!root) { // the run folder, its evaluation and latmix.json are rank 0's
+        r.totalSeconds = since(start);
+        r.peakRssMb = peakRssMb();
+        return r;
     }
     util::removeTreeQuietly(spillDir);
     if (evaluating) {
