@@ -497,6 +497,29 @@ private slots:
         QVERIFY2(e.exitCode == 0, qPrintable(e.err));
     }
 
+    // --devices combined with data parallelism (the paper's multi-GPU runs): two ranks, each
+    // splitting its layers over two devices (cpu,cpu here; on GPUs each rank its own pair),
+    // train and quantize exactly what two ranks without the split do.
+    void nprocWithDevicesMatchesNproc() {
+        const QString plain = m_tmp.filePath("nproc-plain"), split = m_tmp.filePath("nproc-devices");
+        QStringList a = quantizeArgs(plain, 3), b = quantizeArgs(split, 3);
+        a << "--nproc" << "2";
+        b << "--nproc" << "2" << "--devices" << "cpu,cpu";
+        const CliResult ra = latmix::test::runLatmix(a, 300000);
+        QVERIFY2(ra.exitCode == 0, qPrintable(ra.err));
+        const CliResult rb = latmix::test::runLatmix(b, 300000);
+        QVERIFY2(rb.exitCode == 0, qPrintable(rb.err));
+        QCOMPARE(rb.out.count("training layers across 2 devices"), 1); // rank 0's plan only
+        const QJsonObject ja = readJson(plain + "/latmix.json"), jb = readJson(split + "/latmix.json");
+        QCOMPARE(jb["world_size"].toInt(), 2);
+        QCOMPARE(jb["devices"].toArray(), QJsonArray({"cpu", "cpu"}));
+        QCOMPARE(jb["training"].toObject()["final_kl"].toDouble(), ja["training"].toObject()["final_kl"].toDouble());
+        const QJsonArray la = ja["linears"].toArray(), lb = jb["linears"].toArray();
+        QCOMPARE(lb.size(), la.size());
+        for (int i = 0; i < la.size(); ++i)
+            QCOMPARE(lb[i].toObject()["relative_error"].toDouble(), la[i].toObject()["relative_error"].toDouble());
+    }
+
     // Rank 1 killed mid-training: rank 0 stops with an error within the timeout (no hang), the
     // folder keeps train.h5, and --resume in one process finishes the run.
     void killedRankStopsAndResumes() {

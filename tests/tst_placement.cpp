@@ -2,6 +2,7 @@
 // each device holds (embedding with the first, lm_head with the last). Splits of the real
 // Llama-3.2-1B shape worked by hand, and the optimum checked against every contiguous split
 // (brute force) for Llama-3.1-8B and Qwen3-32B.
+#include "model/LlamaModel.h"
 #include "model/ModelConfig.h"
 #include "run/MemoryEstimate.h"
 
@@ -120,6 +121,55 @@ private slots:
     // A device may repeat: the split on one GPU (its transfers exercised); spaces are trimmed.
     void repeatedDeviceIsAllowed() {
         QCOMPARE(run::parseDeviceList("cuda:0, cuda:0"), (std::vector<std::string>{"cuda:0", "cuda:0"}));
+    }
+
+    // --devices with several ranks (torchrun's convention, local rank r on its own GPUs): worked
+    // by hand from the rule (a single group shifted by rank x its size; ';' groups one per rank).
+    void devicesOfLocalRank_data() {
+        QTest::addColumn<QString>("list");
+        QTest::addColumn<int>("localRank");
+        QTest::addColumn<QString>("expected"); // comma-joined, or "error: ..." 
+        QTest::newRow("rank 0 as given") << "cuda:0,cuda:1" << 0 << "cuda:0,cuda:1";
+        QTest::newRow("rank 1 shifted by 2") << "cuda:0,cuda:1" << 1 << "cuda:2,cuda:3";
+        QTest::newRow("rank 3 of 4 x 2 GPUs") << "cuda:0,cuda:1" << 3 << "cuda:6,cuda:7";
+        QTest::newRow("no index is cuda:0") << "cuda,cuda" << 1 << "cuda:2,cuda:2";
+        QTest::newRow("rank 1 starting at 4") << "cuda:4,cuda:5,cuda:6" << 1 << "cuda:7,cuda:8,cuda:9";
+        QTest::newRow("cpu stays") << "cpu,cpu" << 1 << "cpu,cpu";
+        QTest::newRow("groups, rank 1") << "cuda:0,cuda:0;cuda:1,cuda:1" << 1 << "cuda:1,cuda:1";
+        QTest::newRow("groups, rank 0") << "cuda:3,cuda:2 ; cuda:1,cuda:0" << 0 << "cuda:3,cuda:2";
+        QTest::newRow("groups, none for rank 2") << "cuda:0;cuda:1" << 2 << "error: none for local rank 2";
+        QTest::newRow("bad index") << "cuda:0,cuda:x" << 1 << "error: 'cuda:x' is not cpu, cuda or cuda:N";
+        QTest::newRow("empty group") << "cuda:0;" << 1 << "error: is empty";
+    }
+    void devicesOfLocalRank() {
+        QFETCH(QString, list);
+        QFETCH(int, localRank);
+        QFETCH(QString, expected);
+        std::string got;
+        const QString e = test::errorOf([&] {
+            for (const auto& d : run::devicesOfLocalRank(list.toStdString(), localRank)) got += (got.empty() ? "" : ",") + d;
+        });
+        if (expected.startsWith("error: "))
+            QVERIFY2(!e.isEmpty() && e.contains(expected.mid(7)), qPrintable(e));
+        else
+            QCOMPARE(QString::fromStdString(got), expected);
+    }
+
+    // --device of a rank: "cuda" is the local rank's GPU; an index or the CPU as given.
+    void deviceOfLocalRank_data() {
+        QTest::addColumn<QString>("device");
+        QTest::addColumn<int>("localRank");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("cuda, rank 0") << "cuda" << 0 << "cuda:0";
+        QTest::newRow("cuda, rank 3") << "cuda" << 3 << "cuda:3";
+        QTest::newRow("an index is kept") << "cuda:1" << 3 << "cuda:1";
+        QTest::newRow("cpu") << "cpu" << 2 << "cpu";
+    }
+    void deviceOfLocalRank() {
+        QFETCH(QString, device);
+        QFETCH(int, localRank);
+        QFETCH(QString, expected);
+        QCOMPARE(QString::fromStdString(model::deviceOfLocalRank(device.toStdString(), localRank)), expected);
     }
 
     void badDeviceLists_data() {

@@ -9,6 +9,7 @@
 #include "eval/Perplexity.h"
 #include "mx/MxFormat.h"
 #include "model/Checkpoint.h"
+#include "model/LlamaModel.h"
 #include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
 
@@ -69,12 +70,18 @@ int runQuantize(QuantizeCli& o) {
     o.q.t2Bias = o.t2Bias == "on";
     o.q.exportCheck = !o.skipExportCheck;
     o.q.memoryCheck = !o.force;
+    // Several ranks on one machine: each on its own GPU (torchrun's convention, local rank r on
+    // cuda:r) unless the devices name their indices.
+    if (world.size > 1) o.q.device = model::deviceOfLocalRank(o.q.device, world.localRank);
     if (!o.devices.empty()) { // the plan is checked and printed before anything else
-        o.q.devices = run::parseDeviceList(o.devices);
+        o.q.devices = run::devicesOfLocalRank(o.devices, world.localRank);
         const auto plan = run::planLayerPlacement(model::Checkpoint::load(o.model).config(), o.q.devices, o.q);
-        std::printf("training layers across %zu devices (balanced by the float32 bytes each holds):\n%s", plan.size(),
-                    run::placementTable(plan).c_str());
-        std::fflush(stdout);
+        if (world.rank == 0) {
+            std::printf("training layers across %zu devices (balanced by the float32 bytes each holds)%s:\n%s",
+                        plan.size(), world.size > 1 ? " on rank 0; every rank holds the same split on its own devices" : "",
+                        run::placementTable(plan).c_str());
+            std::fflush(stdout);
+        }
     }
     if (o.dryRun) { // the memory estimate and nothing else
         const auto ck = model::Checkpoint::load(o.model);
@@ -202,8 +209,9 @@ Runner addQuantizeCommand(CLI::App& app) {
                     "seconds a rank waits for the others (rendezvous, each all-reduce) before failing")
         ->capture_default_str();
     cmd->add_option("--devices", o->devices,
-                    "split the training's decoder layers over these devices, e.g. cuda:0,cuda:1 (printed with each "
-                    "device's memory first; --dry-run: only that)");
+                    "split the training's decoder layers over these devices, e.g. cuda:0,cuda:1 (several ranks: local rank r "
+                    "shifts the CUDA indices by r x the list's length, or give one ';'-separated list per rank; printed "
+                    "with each device's memory first; --dry-run: only that)");
     cmd->add_flag("--dry-run", o->dryRun, "print the estimated peak memory of each stage and exit (nothing is run)");
     cmd->add_flag("--force", o->force, "run even when the estimated peak memory exceeds the memory available");
     cmd->add_option("--eval-seqlen", o->q.evalSeqLen, "WikiText-2 test perplexity window (0: no evaluation)")

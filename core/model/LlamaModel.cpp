@@ -453,6 +453,13 @@ c10::Device parseDevice(const std::string& name) {
                                 (at::hasCUDA() ? "" : ", or build against a CUDA libtorch (README, \"GPU\")"));
 }
 
+std::string deviceOfLocalRank(const std::string& device, int localRank) {
+    const std::string mine = "cuda:" + std::to_string(localRank);
+    if (device == "cuda") return mine;
+    if (device == "auto") return torch::cuda::is_available() ? mine : "cpu";
+    return device;
+}
+
 at::ScalarType parseDtype(const std::string& name) {
     if (name == "float32") return at::kFloat;
     if (name == "bfloat16") return at::kBFloat16;

@@ -164,6 +164,10 @@ private:
 
 // Resolves "cpu", "cuda", "cuda:N" or "auto" (CUDA when available); throws with the choices.
 c10::Device parseDevice(const std::string& name);
+// The --device of local rank `localRank` of a data-parallel world, torchrun's convention: "cuda"
+// -> cuda:<local rank>, "auto" -> cuda:<local rank> when CUDA is available, else cpu; a device
+// with an index, or the CPU, as given (ranks may share one GPU).
+std::string deviceOfLocalRank(const std::string& device, int localRank);
 at::ScalarType parseDtype(const std::string& name); // "float32" | "bfloat16"
 
 } // namespace latmix::model

@@ -204,6 +204,40 @@ std::vector<std::string> parseDeviceList(const std::string& list) {
     return out;
 }
 
+std::vector<std::string> devicesOfLocalRank(const std::string& list, int localRank) {
+    std::vector<std::string> groups;
+    for (std::size_t a = 0; a <= list.size();) {
+        const std::size_t b = std::min(list.find(';', a), list.size());
+        groups.push_back(list.substr(a, b - a));
+        a = b + 1;
+    }
+    if (groups.size() > 1) {
+        if (localRank >= static_cast<int>(groups.size()))
+            throw std::invalid_argument("--devices '" + list + "' has " + std::to_string(groups.size()) +
+                                        " ';'-separated groups and none for local rank " + std::to_string(localRank) +
+                                        "; give one group per local rank, or a single group that each rank shifts");
+        return parseDeviceList(groups[static_cast<std::size_t>(localRank)]);
+    }
+    auto devices = parseDeviceList(list);
+    const int shift = localRank * static_cast<int>(devices.size());
+    for (auto& d : devices) {
+        if (d.rfind("cuda", 0) != 0 || shift == 0) continue;
+        const auto colon = d.find(':');
+        int index = 0;
+        if (colon != std::string::npos) {
+            try {
+                std::size_t used = 0;
+                index = std::stoi(d.substr(colon + 1), &used);
+                if (used != d.size() - colon - 1) throw std::invalid_argument(d);
+            } catch (const std::exception&) {
+                throw std::invalid_argument("--devices entry '" + d + "' is not cpu, cuda or cuda:N");
+            }
+        }
+        d = "cuda:" + std::to_string(index + shift);
+    }
+    return devices;
+}
+
 std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, const std::vector<std::string>& devices,
                                             const QuantizeOptions& o) {
     const Shape s = shapeOf(c);

@@ -68,6 +68,14 @@ struct DeviceShare {
 // "cuda:0,cuda:1" -> {"cuda:0", "cuda:1"}; throws std::invalid_argument on an empty entry. A
 // device may repeat ("cuda:0,cuda:0": the split on one GPU, its transfers exercised).
 std::vector<std::string> parseDeviceList(const std::string& list);
+
+// The devices of a rank of a data-parallel world with --devices (layers split over devices, the
+// paper's multi-GPU runs combined with data parallelism; --device: model::deviceOfLocalRank):
+// "D0,D1;D2,D3" gives local rank r the
+// r-th ';'-separated group; a single group names local rank 0's devices and rank r uses each
+// CUDA index shifted by r times the group's size ("cuda:0,cuda:1" -> rank 1 on cuda:2,cuda:3);
+// CPU entries stay. Throws std::invalid_argument when there are groups but none for this rank.
+std::vector<std::string> devicesOfLocalRank(const std::string& list, int localRank);
 // Throws std::invalid_argument when there are more devices than decoder layers. The split
 // minimises the largest device's weight bytes (ties: the earlier split point).
 std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& config, const std::vector<std::string>& devices,

@@ -812,8 +812,6 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
             throw std::invalid_argument("--devices splits the training's layers over devices, and method " + o.method +
                                         " trains nothing; use --device (and --offload for a model larger than it)");
         if (o.offload) throw std::invalid_argument("--devices and --offload: use one or the other");
-        if (parallel)
-            throw std::invalid_argument("--devices with several ranks is not supported yet; run one process");
         plan = planLayerPlacement(c, o.devices, o);
         for (const auto& p : plan) model::parseDevice(p.device); // an absent device is named before any work
     }
