@@ -45,7 +45,6 @@ inline std::vector<int> randomIds(int n, int vocab, std::uint64_t seed) {
     return ids;
 }
 
-// what() of the exception f throws, or "" when it does not throw.
 // One of the real model configs in resources/configs ("llama-3.1-8b", "qwen3-32b", ...), found
 // through LATMIX_CONFIGS_DIR (set by CTest); throws naming the file when it is missing.
 inline model::ModelConfig realConfig(const QString& name) {
@@ -54,6 +53,7 @@ inline model::ModelConfig realConfig(const QString& name) {
     return model::ModelConfig::fromJsonText(f.readAll().toStdString(), name.toStdString());
 }
 
+// what() of the exception f throws, or "" when it does not throw.
 inline QString errorOf(const std::function<void()>& f) {
     try {
         f();

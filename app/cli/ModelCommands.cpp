@@ -6,6 +6,7 @@
 
 #include "eval/ActivationCapture.h"
 #include "eval/Perplexity.h"
+#include "eval/ZeroShot.h"
 #include "model/Checkpoint.h"
 #include "import/DemoModel.h"
 #include "import/Llama2cImport.h"
@@ -53,11 +54,38 @@ std::string describe(const model::Checkpoint& ck) {
 // ---- eval ----
 struct EvalOptions {
     ModelOptions m;
-    std::string dataset = "wikitext2", json;
-    int seqLen = 2048, maxWindows = 0;
+    std::string dataset = "wikitext2", json, tasks;
+    int seqLen = 2048, maxWindows = 0, limit = 0;
+    eval::ZeroShotOptions zeroShot;
 };
 
+// --tasks: zero-shot accuracy (the table and, with --json, the same as JSON).
+int runZeroShot(const EvalOptions& o) {
+    std::vector<eval::ZeroShotTask> tasks; // every task file read and checked before the model loads
+    for (const auto& name : eval::parseTaskList(o.tasks))
+        tasks.push_back(eval::loadZeroShotTask(name, util::dataDir(), o.limit));
+    const auto ck = model::Checkpoint::load(o.m.model);
+    const auto device = model::parseDevice(o.m.device);
+    const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), device);
+    const auto tok = tokenizer::Tokenizer::loadFromDir(o.m.model);
+    CliProgress progress("zero-shot");
+    const auto r = eval::evaluateZeroShot(m, *tok, tasks, o.zeroShot, progress);
+    std::printf("model       %s (%s)\n", o.m.model.c_str(), describe(ck).c_str());
+    std::printf("scoring     0-shot, lm-evaluation-harness templates, %s, %.1f s (%s, %s, %d threads)\n",
+                o.zeroShot.addBos ? "BOS added" : "no BOS", r.seconds, o.m.dtype.c_str(), device.str().c_str(),
+                threadCount());
+    std::printf("%s", eval::zeroShotTable(r).c_str());
+    if (!o.json.empty()) {
+        nlohmann::json j = {{"model", o.m.model}, {"zeroshot", eval::zeroShotJson(r)}, {"bos", o.zeroShot.addBos},
+                            {"limit", o.limit}, {"dtype", o.m.dtype}, {"device", device.str()},
+                            {"latmix_version", latmixVersion()}, {"libtorch_version", libtorchVersion()}};
+        util::writeFileAtomically(o.json, j.dump(2) + "\n");
+    }
+    return 0;
+}
+
 int runEval(const EvalOptions& o) {
+    if (!o.tasks.empty()) return runZeroShot(o);
     const auto ck = model::Checkpoint::load(o.m.model);
     const auto device = model::parseDevice(o.m.device);
     const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), device);
@@ -136,6 +164,15 @@ Runner addEvalCommand(CLI::App& app) {
     cmd->add_option("--seqlen", o->seqLen, "window length (capped at the model's maximum)")->capture_default_str();
     cmd->add_option("--max-windows", o->maxWindows, "evaluate at most K windows (0: all)")->capture_default_str();
     cmd->add_option("--json", o->json, "also write the results as JSON to this file");
+    std::string names;
+    for (const auto& n : eval::zeroShotTaskNames()) names += (names.empty() ? "" : ",") + n;
+    cmd->add_option("--tasks", o->tasks,
+                    "zero-shot tasks instead of perplexity, scored as lm-evaluation-harness does (" + names +
+                        "; data in LATMIX_DATA_DIR/zeroshot)");
+    cmd->add_option("--limit", o->limit, "score the first N documents of each task (0: all)")->capture_default_str();
+    cmd->add_flag("--bos", o->zeroShot.addBos, "prepend BOS to contexts (the harness's add_bos_token; off by default)");
+    cmd->add_option("--batch-tokens", o->zeroShot.batchTokens, "tokens per zero-shot forward (padded rows of several documents)")
+        ->capture_default_str();
     return [o] { return runEval(*o); };
 }
 

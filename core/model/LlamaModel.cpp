@@ -252,7 +252,14 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, const ForwardO
     q = q.transpose(1, 2); // [B, H, T, hd]
     k = k.transpose(1, 2);
     v = v.transpose(1, 2);
-    const auto cos = rope.cos.narrow(0, 0, T), sin = rope.sin.narrow(0, 0, T);
+    at::Tensor cos, sin;
+    if (o.positions.defined()) { // packed sequences: each token at its own position, [B, 1, T, hd]
+        const auto pos = o.positions.to(rope.cos.device(), at::kLong).reshape({-1});
+        cos = rope.cos.index_select(0, pos).view({B, 1, T, hd});
+        sin = rope.sin.index_select(0, pos).view({B, 1, T, hd});
+    } else {
+        cos = rope.cos.narrow(0, 0, T), sin = rope.sin.narrow(0, 0, T);
+    }
     q = q * cos + rotateHalf(q) * sin;
     k = k * cos + rotateHalf(k) * sin;
     if (KV != H) { // GQA: each key/value head serves H/KV consecutive query heads
@@ -269,8 +276,12 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, const ForwardO
         const int64_t n = std::min(block, T - q0), keys = q0 + n;
         auto kb = k.narrow(2, 0, keys), vb = v.narrow(2, 0, keys);
         auto scores = at::matmul(q.narrow(2, q0, n), kb.transpose(-2, -1)) * scale;
-        auto causal = at::ones({n, keys}, at::TensorOptions().dtype(at::kBool).device(x.device())).triu(q0 + 1);
-        scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
+        // Hidden keys: the later ones, or those `visible` hides ([B, 1, n, keys]; it never shows a
+        // later key, so keys [0, q0 + n) still hold every visible one).
+        auto hidden = o.visible.defined()
+                          ? o.visible.to(x.device()).narrow(1, q0, n).narrow(2, 0, keys).logical_not().unsqueeze(1)
+                          : at::ones({n, keys}, at::TensorOptions().dtype(at::kBool).device(x.device())).triu(q0 + 1);
+        scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
         auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type()); // float32 softmax, as HF
         outs.push_back(at::matmul(probs, vb));
     }
@@ -357,8 +368,13 @@ at::Tensor forwardWith(const ModelConfig& c, const LlamaWeights& w, const Forwar
 
 at::Tensor nextTokenNll(const ModelConfig& c, const LlamaWeights& w, const at::Tensor& hidden, const at::Tensor& targets,
                         std::int64_t vocabChunk) {
+    return nextTokenScores(c, w, hidden, targets, vocabChunk).nll;
+}
+
+NextTokenScores nextTokenScores(const ModelConfig& c, const LlamaWeights& w, const at::Tensor& hidden,
+                                const at::Tensor& targets, std::int64_t vocabChunk) {
     if (hidden.dim() != 2 || targets.dim() != 1 || targets.size(0) != hidden.size(0))
-        throw std::invalid_argument("nextTokenNll: hidden must be [N, hidden] and targets [N]");
+        throw std::invalid_argument("nextTokenScores: hidden must be [N, hidden] and targets [N]");
     const auto normed = rmsNorm(hidden, as(w.finalNorm, hidden), c.rmsNormEps);
     const auto tgt = targets.to(hidden.device(), at::kLong);
     const int64_t N = hidden.size(0), V = w.lmHead.size(0);
@@ -379,7 +395,7 @@ at::Tensor nextTokenNll(const ModelConfig& c, const LlamaWeights& w, const at::T
         targetLogit = at::where(inChunk, logits.gather(1, local).squeeze(1), targetLogit);
     }
     io::releaseMappedPages(w.lmHead); // read through once per call: not kept resident
-    return runMax + at::log(runSum) - targetLogit;
+    return {runMax + at::log(runSum) - targetLogit, targetLogit >= runMax};
 }
 
 LlamaModel::LlamaModel(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device device, bool quantizeActivations,

@@ -85,6 +85,11 @@ struct ForwardOptions {
     // The dtype activations are computed in; unset: the embedding table's. Weights stored in
     // another dtype are converted one layer at a time as the pass reaches them.
     std::optional<at::ScalarType> dtype;
+    // Several sequences packed in one row (zero-shot scoring: one context followed by each
+    // choice's tokens, the context computed once). positions: int64 [B, T], each token's RoPE
+    // position; visible: bool [B, T, T], which keys each query attends to (true: visible),
+    // never a later token. Undefined (the default): positions 0..T-1 and the causal mask.
+    at::Tensor positions, visible;
 };
 
 // The forward options a quantized run's config asks for (its "latmix" object): T3 built from
@@ -121,6 +126,13 @@ at::Tensor forwardWith(const ModelConfig& config, const LlamaWeights& w, const F
 // is N x vocabChunk instead of N x vocab.
 at::Tensor nextTokenNll(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& hidden,
                         const at::Tensor& targets, std::int64_t vocabChunk = 16384);
+// The same pass, also telling whether each target is the greedy (largest-logit) token: bool [N].
+// A tie with another token counts as greedy.
+struct NextTokenScores {
+    at::Tensor nll, greedy;
+};
+NextTokenScores nextTokenScores(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& hidden,
+                                const at::Tensor& targets, std::int64_t vocabChunk = 16384);
 
 class LlamaModel {
 public:
