@@ -9,6 +9,7 @@
 #include <QJsonObject>
 #include <QRegularExpression>
 #include "CliRunner.h"
+#include "TestData.h"
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -70,6 +71,33 @@ private slots:
         QVERIFY(e.out.contains("perplexity"));
     }
 
+    // --eval-tasks: the quantized model's zero-shot accuracies in the report and latmix.json,
+    // the same numbers `latmix eval --tasks` gives for the run's model folder.
+    void zeroShotAfterQuantize() {
+        if (!QFile::exists(latmix::test::dataDir() + "/zeroshot/arc_easy/ARC-Easy-Test.jsonl"))
+            LATMIX_DATA_SKIP("zero-shot data not found (LATMIX_DATA_DIR)");
+        const QString out = m_tmp.filePath("run-zeroshot");
+        QStringList a = quantizeArgs(out, "rtn", 1);
+        a << "--eval-tasks" << "arc_easy,lambada_openai" << "--eval-limit" << "6";
+        const Result r = run(a);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.out.contains("zero-shot") && r.out.contains("average"), qPrintable(r.out));
+        const QJsonObject z = readJson(out + "/latmix.json")["zeroshot"].toObject();
+        QCOMPARE(z["model"].toString(), QString("w4a4"));
+        const QJsonObject tasks = z["tasks"].toObject();
+        QCOMPARE(tasks["arc_easy"].toObject()["n"].toInt(), 6);
+        QCOMPARE(tasks["lambada_openai"].toObject()["n"].toInt(), 6);
+        const Result e = run({"eval", "--model", out + "/model", "--tasks", "arc_easy,lambada_openai", "--limit", "6",
+                              "--device", "cpu", "--json", out + "/zeroshot.json"});
+        QVERIFY2(e.exitCode == 0, qPrintable(e.err));
+        const QJsonObject again = readJson(out + "/zeroshot.json")["zeroshot"].toObject()["tasks"].toObject();
+        for (const char* metric : {"acc", "acc_norm"})
+            QCOMPARE(again["arc_easy"].toObject()[metric].toDouble(), tasks["arc_easy"].toObject()[metric].toDouble());
+        QCOMPARE(again["lambada_openai"].toObject()["perplexity"].toDouble(),
+                 tasks["lambada_openai"].toObject()["perplexity"].toDouble());
+        QVERIFY(tasks["lambada_openai"].toObject()["perplexity"].toDouble() > 1);
+    }
+
     // A finished run resumed with more steps continues from its saved state.
     void resumesTraining() {
         const QString out = m_tmp.filePath("run-resume");
@@ -125,6 +153,7 @@ private slots:
         QTest::newRow("--devices more than layers") << QStringList{"--devices", "a,b,c,d,e"} << "5 devices for 4 decoder layers";
         QTest::newRow("--devices absent") << QStringList{"--devices", "cpu,cuda:63"} << "device 'cuda:63' is not available";
         QTest::newRow("--devices empty entry") << QStringList{"--devices", "cpu,"} << "empty entry";
+        QTest::newRow("unknown zero-shot task") << QStringList{"--eval-tasks", "arc_easy,mmlu"} << "unknown zero-shot task 'mmlu'";
         QTest::newRow("--devices, nothing trained") << QStringList{"--devices", "cpu,cpu", "--method", "mr-gptq"}
                                                     << "trains nothing";
     }

@@ -7,6 +7,7 @@
 #include "util/DataPath.h"
 
 #include "eval/Perplexity.h"
+#include "eval/ZeroShot.h"
 #include "mx/MxFormat.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
@@ -32,6 +33,8 @@ struct QuantizeCli {
     int block = 0;
     int nproc = 1;
     std::string devices; // --devices: the training's layers split over these (run::QuantizeOptions::devices)
+    std::string evalTasks; // --eval-tasks: zero-shot tasks of the W4A4 model
+    int evalLimit = 0;
     double distTimeout = 1800; // seconds; PyTorch's default for process groups
 };
 
@@ -93,6 +96,9 @@ int runQuantize(QuantizeCli& o) {
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
     o.q.calibSource = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
     if (o.q.evalSeqLen > 0) o.q.evalSource = util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split");
+    if (!o.evalTasks.empty() && world.rank == 0) // read and checked now: a bad task file stops before any work
+        for (const auto& name : eval::parseTaskList(o.evalTasks))
+            o.q.evalTasks.push_back(eval::loadZeroShotTask(name, util::dataDir(), o.evalLimit));
     const auto ids = run::tokenizeRunInputs(o.model, util::readTextFile(o.q.calibSource, "calibration text"), o.q.evalSource, o.q.seqLen);
     if (world.size > 1) {
         // One rank of a data-parallel run (torchrun or --nproc): the ranks meet, check that they
@@ -158,6 +164,9 @@ int runQuantize(QuantizeCli& o) {
     if (r.foldedPerplexity > 0)
         std::printf("folded FP    %.3f (transforms folded, nothing quantized; %+.2f%% vs FP)\n", r.foldedPerplexity,
                     100.0 * (r.foldedPerplexity / r.fpPerplexity - 1));
+    if (!r.zeroShot.tasks.empty())
+        std::printf("zero-shot    W4A4 model, lm-evaluation-harness templates, %.1f s\n%s", r.zeroShot.seconds,
+                    eval::zeroShotTable(r.zeroShot).c_str());
     std::printf("time         %.1f s total, peak resident %.0f MiB", r.totalSeconds, r.peakRssMb);
     if (r.peakGpuMb > 0) std::printf(", peak GPU %.0f MiB", r.peakGpuMb);
     std::printf("\n");
@@ -217,6 +226,10 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_option("--eval-seqlen", o->q.evalSeqLen, "WikiText-2 test perplexity window (0: no evaluation)")
         ->capture_default_str();
     cmd->add_option("--eval-windows", o->q.evalWindows, "evaluation windows (0: all)")->capture_default_str();
+    cmd->add_option("--eval-tasks", o->evalTasks,
+                    "zero-shot tasks of the quantized model, e.g. arc_easy,piqa (as latmix eval --tasks; into latmix.json)");
+    cmd->add_option("--eval-limit", o->evalLimit, "the first N documents of each --eval-tasks task (0: all)")
+        ->capture_default_str();
     o->q.device = "auto";
     o->q.evalSeqLen = 0;
     return [o] {

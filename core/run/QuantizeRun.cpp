@@ -654,22 +654,32 @@ std::string quantizeIntoModelFolder(const RunContext& x, const FoldedModel& f, c
     return modelOut;
 }
 
-// Stage 5: perplexity of the FP model, the reloaded quantized model (W4A4) and its weights alone.
+// Stage 5: perplexity of the FP model, the reloaded quantized model (W4A4) and its weights alone
+// (progress 0.9 to `end`), then the zero-shot tasks of the W4A4 model (`end` to 1).
 void evaluate(const RunContext& x, const std::string& modelOut, const std::vector<int>& evalIds, QuantizeResult& r,
               JobContext& job) {
     const auto p = perplexityOptions(x.o);
     // After a --devices training the model may not fit the first device: a layer at a time.
     const bool offload = x.o.offload || !x.o.devices.empty();
-    SubJob e1(job, 0.9, 0.93, "perplexity FP: ");
-    r.fpPerplexity =
-        eval::evaluatePerplexity(model::LlamaModel(x.ck, at::kFloat, x.device, true, offload), evalIds, p, e1).perplexity;
     const auto qck = model::Checkpoint::load(modelOut);
-    SubJob e2(job, 0.93, 0.97, "perplexity W4A4: ");
-    r.quantizedPerplexity =
-        eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, x.device, true, offload), evalIds, p, e2).perplexity;
-    SubJob e3(job, 0.97, 1.0, "perplexity weights only: ");
-    r.weightOnlyPerplexity =
-        eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, x.device, false, offload), evalIds, p, e3).perplexity;
+    const double end = x.o.evalTasks.empty() ? 1.0 : 0.93, step = (end - 0.9) / 3;
+    if (x.o.evalSeqLen > 0 && !evalIds.empty()) {
+        SubJob e1(job, 0.9, 0.9 + step, "perplexity FP: ");
+        r.fpPerplexity =
+            eval::evaluatePerplexity(model::LlamaModel(x.ck, at::kFloat, x.device, true, offload), evalIds, p, e1).perplexity;
+        SubJob e2(job, 0.9 + step, 0.9 + 2 * step, "perplexity W4A4: ");
+        r.quantizedPerplexity =
+            eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, x.device, true, offload), evalIds, p, e2).perplexity;
+        SubJob e3(job, 0.9 + 2 * step, end, "perplexity weights only: ");
+        r.weightOnlyPerplexity =
+            eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, x.device, false, offload), evalIds, p, e3).perplexity;
+    }
+    if (!x.o.evalTasks.empty()) {
+        SubJob e4(job, end, 1.0, "zero-shot W4A4: ");
+        const auto tok = tokenizer::Tokenizer::loadFromDir(modelOut);
+        r.zeroShot = eval::evaluateZeroShot(model::LlamaModel(qck, at::kFloat, x.device, true, offload), *tok,
+                                            x.o.evalTasks, x.o.zeroShot, e4);
+    }
 }
 
 // Stage 6: latmix.json, enough to reproduce the run.
@@ -718,6 +728,12 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
         j["perplexity"] = {{"dataset", "wikitext-2 test"}, {"source", o.evalSource}, {"seqlen", o.evalSeqLen},
                            {"windows", o.evalWindows}, {"fp", r.fpPerplexity}, {"folded_fp", r.foldedPerplexity}, {"w4a4", r.quantizedPerplexity},
                            {"weights_only", r.weightOnlyPerplexity}};
+    if (!r.zeroShot.tasks.empty()) {
+        auto z = nlohmann::ordered_json::parse(eval::zeroShotJson(r.zeroShot).dump());
+        z["model"] = "w4a4";
+        z["bos"] = o.zeroShot.addBos;
+        j["zeroshot"] = z;
+    }
     j["seconds"] = {{"train", r.trainSeconds}, {"quantize", r.quantizeSeconds}, {"eval", r.evalSeconds},
                     {"total", r.totalSeconds}};
     j["peak_rss_mb"] = r.peakRssMb;
@@ -837,7 +853,8 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
         : o.offload          ? model::offloadLayers(model::loadWeights(ck, at::kFloat, x.home), x.fopts)
         : device.is_cpu()    ? model::loadStoredWeights(ck, at::kFloat)
                              : model::loadWeights(ck, at::kFloat, device);
-    const bool evaluating = o.evalSeqLen > 0 && !evalIds.empty();
+    const bool perplexities = o.evalSeqLen > 0 && !evalIds.empty();
+    const bool evaluating = perplexities || !o.evalTasks.empty(); // perplexities and/or zero-shot tasks
 
     // The stages: 1 transforms (trained for the learned methods), 2 folding, 3 weight quantization
     // layer by layer, 4 the run's model folder, 5 evaluation, 6 latmix.json.
@@ -862,7 +879,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
         // Paper Table 3's check, rank 0's. Data parallel: after the weight quantization, which
         // needs every rank (the others would wait for it in a collective).
         auto foldedCheck = [&] {
-            if (!root || !evaluating || !transforms) return;
+            if (!root || !perplexities || !transforms) return;
             const auto te = Clock::now();
             r.foldedPerplexity = foldedPerplexity(x, folded, evalIds, job);
             r.evalSeconds += since(te);

@@ -7,6 +7,7 @@
 //   RUN_DIR/train.h5       training series, state for --resume (learned methods)
 //   RUN_DIR/latmix.json    the run's configuration, seeds, versions, per-layer GPTQ errors,
 //                          perplexities and timings
+#include "eval/ZeroShot.h"
 #include "model/ModelConfig.h"
 #include "mx/MxFormat.h"
 #include "quant/WeightQuantizer.h"
@@ -75,6 +76,11 @@ struct QuantizeOptions {
     std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
     int evalSeqLen = 0;          // WikiText-2 perplexity of FP and quantized model; 0: none
     int evalWindows = 0;         // 0: all
+    // Zero-shot tasks (eval/ZeroShot) scored on the reloaded quantized model (W4A4) after the
+    // perplexities; empty: none. Loaded by the caller, so a bad task file stops the run before
+    // any work.
+    std::vector<eval::ZeroShotTask> evalTasks;
+    eval::ZeroShotOptions zeroShot;
     // Data-parallel calibration (null: one process). Training: train::DistillOptions::group.
     // GPTQ/RTN: each rank runs its share of the calibration windows, the layers' Hessians are
     // summed over the ranks and each linear is quantized once, by one rank, and broadcast. Rank 0
@@ -96,6 +102,7 @@ struct QuantizeResult {
     std::vector<LinearReport> linears;
     double fpPerplexity = 0, quantizedPerplexity = 0, weightOnlyPerplexity = 0; // 0: not evaluated
     double foldedPerplexity = 0; // transformed methods: folded, unquantized (paper Table 3 check)
+    eval::ZeroShotResult zeroShot; // of the W4A4 model; no tasks: not evaluated
     double trainSeconds = 0, quantizeSeconds = 0, evalSeconds = 0, totalSeconds = 0;
     double peakRssMb = 0;
     double peakGpuMb = 0; // peak of libtorch's CUDA allocator on the run's device (0 on the CPU)
