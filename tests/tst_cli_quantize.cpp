@@ -98,6 +98,22 @@ private slots:
         QVERIFY(tasks["lambada_openai"].toObject()["perplexity"].toDouble() > 1);
     }
 
+    // --weight-decay reaches AdamW (tst_adamw checks the update itself): recorded, and a strong
+    // decay trains other transforms than none.
+    void weightDecayReachesTraining() {
+        const QString plain = m_tmp.filePath("wd-0"), decayed = m_tmp.filePath("wd-05");
+        QVERIFY(run(quantizeArgs(plain, "latmix-lu", 3)).exitCode == 0);
+        const Result r = run(quantizeArgs(decayed, "latmix-lu", 3) << "--weight-decay" << "0.5");
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QJsonObject a = readJson(plain + "/latmix.json")["training"].toObject();
+        const QJsonObject b = readJson(decayed + "/latmix.json")["training"].toObject();
+        QCOMPARE(a["weight_decay"].toDouble(), 0.0);
+        QCOMPARE(b["weight_decay"].toDouble(), 0.5);
+        QVERIFY(a["final_kl"].toDouble() != b["final_kl"].toDouble());
+        QCOMPARE(a["first_kl"].toDouble(), b["first_kl"].toDouble()); // the same start
+        QVERIFY(run(quantizeArgs(m_tmp.filePath("wd-bad"), "latmix-lu", 3) << "--weight-decay" << "-1").exitCode != 0);
+    }
+
     // A finished run resumed with more steps continues from its saved state.
     void resumesTraining() {
         const QString out = m_tmp.filePath("run-resume");

@@ -190,6 +190,10 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_option("--warmup", o->q.warmupSteps, "warmup steps (at most steps/10)")->capture_default_str();
     cmd->add_option("--temperature", o->q.temperature, "distillation temperature tau")->capture_default_str();
     cmd->add_option("--volume-weight", o->q.volumeWeight, "lambda of the volume regulariser")->capture_default_str();
+    cmd->add_option("--weight-decay", o->q.weightDecay,
+                    "AdamW weight decay of the transforms (the paper uses some, unstated; PyTorch's default is 0.01)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--calib", o->calib, "calibration text (default LATMIX_DATA_DIR/wikitext-2/wiki.valid.tokens)");
     cmd->add_option("--calib-samples", o->q.calibSamples, "calibration windows")->capture_default_str();
     cmd->add_option("--seqlen", o->q.seqLen, "calibration window length")->capture_default_str();

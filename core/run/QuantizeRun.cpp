@@ -181,6 +181,7 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
         d.lr = o.lr;
         d.temperature = o.temperature;
         d.volumeWeight = o.volumeWeight;
+        d.weightDecay = o.weightDecay;
         d.warmupSteps = o.warmupSteps;
         d.metricsEvery = o.metricsEvery;
         d.checkpointEvery = o.checkpointEvery;
@@ -710,7 +711,7 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
                            {"t3_seed", transforms->spec().t3Seed}, {"file", "transforms.h5"}};
     if (x.method.learned) {
         nlohmann::ordered_json t = {{"steps", o.steps}, {"batch", o.batch}, {"lr", o.lr}, {"temperature", o.temperature},
-                                    {"volume_weight", o.volumeWeight}, {"warmup_steps", o.warmupSteps},
+                                    {"volume_weight", o.volumeWeight}, {"weight_decay", o.weightDecay}, {"warmup_steps", o.warmupSteps},
                                     {"resumed_from_step", r.training.startStep}, {"file", "train.h5"}};
         if (!r.training.history.empty()) {
             t["first_kl"] = r.training.history.front().kl;
@@ -792,7 +793,7 @@ std::string runKey(const std::string& modelDir, const QuantizeOptions& o, const 
     std::sort(files.begin(), files.end());
     for (const auto& [name, size] : files) k << "weights " << name << " " << size << " bytes\n";
     k << "method " << o.method << "\nformat " << o.format.describe() << "\nsteps " << o.steps << "\nbatch per rank "
-      << o.batch << "\nlr " << o.lr << "\ntemperature " << o.temperature << "\nvolume weight " << o.volumeWeight
+      << o.batch << "\nlr " << o.lr << "\ntemperature " << o.temperature << "\nvolume weight " << o.volumeWeight << "\nweight decay " << o.weightDecay
       << "\nwarmup " << o.warmupSteps << "\ncalibration " << o.calibSamples << " x " << o.seqLen << "\nseed " << o.seed
       << "\nt1 bias " << o.t1Bias << "\nt2 bias " << o.t2Bias << "\nresume " << o.resume << "\ncalibration ids "
       << calibIds.size() << " hash " << fnv(calibIds) << "\nevaluation ids " << evalIds.size() << " hash "

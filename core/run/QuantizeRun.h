@@ -43,6 +43,9 @@ struct QuantizeOptions {
     double lr = 1e-3;
     double temperature = 1.5;
     double volumeWeight = 0.1;
+    // AdamW's decoupled weight decay on the transforms' parameters. The paper trains "with
+    // weight-decay" without a value (PyTorch's AdamW default is 0.01); 0 keeps SPEC §5's runs.
+    double weightDecay = 0;
     int warmupSteps = 100;
     int metricsEvery = 10;
     int checkpointEvery = 50;

@@ -3,6 +3,7 @@
 #include "fold/Fold.h"
 #include "io/TensorFile.h"
 #include "metrics/TransformMetrics.h"
+#include "train/AdamW.h"
 #include "train/LayerLocalTrainer.h" // scheduleFactor
 #include "util/OutOfMemory.h"
 
@@ -23,40 +24,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// AdamW as PyTorch defines it (decoupled decay, bias-corrected moments, eps outside the root).
-// Written out instead of torch::optim::AdamW so that its state can be saved and restored with
-// the same code on libtorch 1.13 and 2.x (the optimizer-state API differs between them).
-struct AdamW {
-    std::vector<at::Tensor> params, m, v;
-    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
-    std::int64_t t = 0;
-    explicit AdamW(std::vector<at::Tensor> p, double wd) : params(std::move(p)), weightDecay(wd) {
-        for (auto& x : params) {
-            m.push_back(at::zeros_like(x).detach());
-            v.push_back(at::zeros_like(x).detach());
-        }
-    }
-    void step(double lr) {
-        at::NoGradGuard noGrad;
-        ++t;
-        const double c1 = 1 - std::pow(beta1, double(t)), c2 = 1 - std::pow(beta2, double(t));
-        for (size_t i = 0; i < params.size(); ++i) {
-            auto& p = params[i];
-            if (!p.grad().defined()) continue;
-            const at::Tensor g = p.grad();
-            if (weightDecay != 0) p.mul_(1 - lr * weightDecay);
-            m[i].mul_(beta1).add_(g, 1 - beta1);
-            v[i].mul_(beta2).addcmul_(g, g, 1 - beta2);
-            const at::Tensor denom = (v[i] / c2).sqrt_().add_(eps);
-            p.addcdiv_(m[i], denom, -lr / c1);
-        }
-    }
-    void zeroGrad() {
-        for (auto& p : params)
-            if (p.grad().defined()) p.mutable_grad() = at::Tensor();
-    }
-};
 
 // The batch of step k (0-based): `batch` distinct windows out of n, the same for a given seed
 // whether or not the run was resumed.
