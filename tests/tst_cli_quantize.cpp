@@ -114,6 +114,30 @@ private slots:
         QVERIFY(run(quantizeArgs(m_tmp.filePath("wd-bad"), "latmix-lu", 3) << "--weight-decay" << "-1").exitCode != 0);
     }
 
+    // Ablation options replace the method's transforms place by place. latmix-lu with fixed
+    // block-Hadamard T1 and T2 learns nothing and is exactly mr-gptq (same seeds, same GPTQ);
+    // --t3 none drops the online Hadamard from the run and from the run model's config.
+    void ablationOverridesTransforms() {
+        const QString mr = m_tmp.filePath("abl-mr"), fixed = m_tmp.filePath("abl-fixed"), noT3 = m_tmp.filePath("abl-not3");
+        QVERIFY(run(quantizeArgs(mr, "mr-gptq", 2)).exitCode == 0);
+        const Result b = run(quantizeArgs(fixed, "latmix-lu", 2) << "--t1" << "block-hadamard" << "--t2" << "block-hadamard");
+        QVERIFY2(b.exitCode == 0, qPrintable(b.err));
+        const QJsonObject ja = readJson(mr + "/latmix.json"), jb = readJson(fixed + "/latmix.json");
+        QVERIFY(!QFile::exists(fixed + "/train.h5"));
+        QVERIFY(jb["method_description"].toString().contains("ablation: T1 block-hadamard, T2 block-hadamard"));
+        QCOMPARE(jb["transforms"].toObject()["t1"].toString(), QString("block-hadamard"));
+        const QJsonArray la = ja["linears"].toArray(), lb = jb["linears"].toArray();
+        QCOMPARE(lb.size(), la.size());
+        for (int i = 0; i < la.size(); ++i)
+            QCOMPARE(lb[i].toObject()["relative_error"].toDouble(), la[i].toObject()["relative_error"].toDouble());
+        const Result c = run(quantizeArgs(noT3, "mr-gptq", 2) << "--t3" << "none");
+        QVERIFY2(c.exitCode == 0, qPrintable(c.err));
+        QCOMPARE(readJson(noT3 + "/latmix.json")["transforms"].toObject()["t3_block"].toInt(), 0);
+        QCOMPARE(readJson(mr + "/latmix.json")["transforms"].toObject()["t3_block"].toInt(), 32);
+        QVERIFY(readJson(noT3 + "/model/config.json")["latmix"].toObject()["t3"].isNull()); // no online Hadamard
+        QCOMPARE(readJson(mr + "/model/config.json")["latmix"].toObject()["t3"].toObject()["block"].toInt(), 32);
+    }
+
     // A finished run resumed with more steps continues from its saved state.
     void resumesTraining() {
         const QString out = m_tmp.filePath("run-resume");
@@ -169,6 +193,9 @@ private slots:
         QTest::newRow("--devices more than layers") << QStringList{"--devices", "a,b,c,d,e"} << "5 devices for 4 decoder layers";
         QTest::newRow("--devices absent") << QStringList{"--devices", "cpu,cuda:63"} << "device 'cuda:63' is not available";
         QTest::newRow("--devices empty entry") << QStringList{"--devices", "cpu,"} << "empty entry";
+        QTest::newRow("unknown --t1 kind") << QStringList{"--t1", "learned-magic"} << "unknown --t1 transform kind 'learned-magic'; use one of none,";
+        QTest::newRow("unknown --init") << QStringList{"--init", "zeros"} << "unknown --init initialisation 'zeros'";
+        QTest::newRow("unknown --t3") << QStringList{"--t3", "hadamard"} << "unknown --t3 'hadamard'";
         QTest::newRow("unknown zero-shot task") << QStringList{"--eval-tasks", "arc_easy,mmlu"} << "unknown zero-shot task 'mmlu'";
         QTest::newRow("--devices, nothing trained") << QStringList{"--devices", "cpu,cpu", "--method", "mr-gptq"}
                                                     << "trains nothing";

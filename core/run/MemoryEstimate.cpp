@@ -98,7 +98,7 @@ MemoryEstimate estimateEvalMemory(const model::ModelConfig& c, int storedBytes, 
 }
 
 MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o) {
-    const MethodSpec& m = methodSpec(o.method);
+    const MethodSpec m = runMethod(o);
     const Shape s = shapeOf(c);
     const I P = s.layerParams(), T = std::min(o.seqLen, c.maxPositions), N = o.calibSamples;
     MemoryEstimate e;
@@ -176,7 +176,7 @@ std::string memoryProblem(const MemoryEstimate& e, std::int64_t available, const
     if (available <= 0 || e.peakBytes <= available) return {};
     std::string lower = "fewer --calib-samples (now " + std::to_string(o.calibSamples) + ") or a shorter --seqlen (now " +
                         std::to_string(o.seqLen) + ")";
-    if (methodSpec(o.method).learned) lower += ", a smaller --batch (now " + std::to_string(o.batch) + ")";
+    if (runMethod(o).learned) lower += ", a smaller --batch (now " + std::to_string(o.batch) + ")";
     if (o.evalSeqLen > 0) lower += ", a shorter --eval-seqlen (now " + std::to_string(o.evalSeqLen) + ")";
     return "the estimated peak memory of this run is " + gibText(e.peakBytes) + " (stage " + e.peakStage +
            "), more than the " + gibText(available) + " this machine has available; lower it with " + lower +

@@ -83,6 +83,47 @@ const std::vector<MethodSpec>& methods() {
     return m;
 }
 
+MethodSpec runMethod(const QuantizeOptions& o) {
+    MethodSpec m = methodSpec(o.method);
+    const bool ablation = !o.t1Kind.empty() || !o.t2Kind.empty() || !o.init.empty() || o.t3Block >= 0 || o.initNoise >= 0;
+    if (!ablation) return m;
+    auto oneOf = [](const std::string& what, const std::string& value, const std::vector<std::string>& valid) {
+        if (std::find(valid.begin(), valid.end(), value) != valid.end()) return;
+        std::string list;
+        for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
+        throw std::invalid_argument("unknown " + what + " '" + value + "'; use one of " + list);
+    };
+    std::string changed;
+    auto note = [&](const std::string& s) { changed += (changed.empty() ? "" : ", ") + s; };
+    if (!o.t1Kind.empty()) {
+        oneOf("--t1 transform kind", o.t1Kind, transforms::transformKinds());
+        m.t1Kind = o.t1Kind;
+        note("T1 " + o.t1Kind);
+    }
+    if (!o.t2Kind.empty()) {
+        oneOf("--t2 transform kind", o.t2Kind, transforms::transformKinds());
+        m.t2Kind = o.t2Kind;
+        note("T2 " + o.t2Kind);
+    }
+    if (!o.init.empty()) {
+        oneOf("--init initialisation", o.init, transforms::initKinds());
+        m.init = o.init;
+        note("init " + o.init);
+    }
+    if (o.t3Block >= 0) {
+        m.t3Block = o.t3Block;
+        note(o.t3Block == 0 ? std::string("no T3") : "T3 block " + std::to_string(o.t3Block));
+    }
+    if (o.initNoise >= 0) {
+        m.initNoise = o.initNoise;
+        note("init noise " + std::to_string(o.initNoise));
+    }
+    m.learned = transforms::isLearnedKind(m.t1Kind) || transforms::isLearnedKind(m.t2Kind);
+    m.transformed = m.t1Kind != "none" || m.t2Kind != "none" || m.t3Block > 0;
+    m.description += " (ablation: " + changed + ")";
+    return m;
+}
+
 std::string methodNameList() {
     std::string s;
     for (const auto& m : methods()) s += (s.empty() ? "" : ", ") + m.name;
@@ -164,9 +205,10 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
     spec.t1Kind = x.method.t1Kind;
     spec.t2Kind = x.method.t2Kind;
     spec.init = x.method.init;
+    spec.noiseStd = x.method.initNoise;
     spec.blockSize = o.format.blockSize;
     spec.seed = o.seed;
-    spec.t3Block = 32; // SPEC §4: online block Hadamard of 32 on the down_proj input
+    spec.t3Block = x.method.t3Block; // SPEC §4: online block Hadamard of 32 on the down_proj input
     spec.t3Seed = o.seed + 7919;
     spec.t1Bias = o.t1Bias;
     spec.t2Bias = o.t2Bias;
@@ -705,6 +747,7 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
     j["calibration"] = {{"source", o.calibSource}, {"samples", o.calibSamples}, {"seqlen", x.seqLen}};
     if (transforms)
         j["transforms"] = {{"t1", x.method.t1Kind}, {"t2", x.method.t2Kind}, {"init", x.method.init},
+                           {"init_noise", x.method.initNoise},
                            {"t1_bias", transforms::kindHasBias(x.method.t1Kind) && o.t1Bias},
                            {"t2_bias", transforms::kindHasBias(x.method.t2Kind) && o.t2Bias},
                            {"block", o.format.blockSize}, {"t3_block", transforms->spec().t3Block},
@@ -746,7 +789,7 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
 
 void checkExportable(const model::ModelConfig& c, const QuantizeOptions& o) {
     if (!o.exportCheck) return;
-    const MethodSpec& m = methodSpec(o.method);
+    const MethodSpec m = runMethod(o);
     if (!m.transformed) return; // nothing folded: the model keeps the biases it came with
     // SPEC §4: T1 acts on the residual stream, read by q/k/v, gate/up and lm_head, so its bias
     // becomes gate/up biases; T2's (value head space) only reaches v and o_proj, which every
@@ -762,7 +805,7 @@ void checkExportable(const model::ModelConfig& c, const QuantizeOptions& o) {
 }
 
 void checkMethodFits(const model::ModelConfig& c, const QuantizeOptions& o) {
-    const MethodSpec& m = methodSpec(o.method);
+    const MethodSpec m = runMethod(o);
     const bool fullT1 = m.t1Kind == "hadamard" || (m.learned && m.init == "hadamard");
     const bool fullT2 = m.t2Kind == "hadamard" || (m.learned && m.init == "hadamard");
     const std::pair<bool, std::pair<std::int64_t, const char*>> widths[] = {
@@ -792,7 +835,9 @@ std::string runKey(const std::string& modelDir, const QuantizeOptions& o, const 
         if (e.is_regular_file() && e.path().extension() == ".safetensors") files.emplace_back(e.path().filename().string(), e.file_size());
     std::sort(files.begin(), files.end());
     for (const auto& [name, size] : files) k << "weights " << name << " " << size << " bytes\n";
-    k << "method " << o.method << "\nformat " << o.format.describe() << "\nsteps " << o.steps << "\nbatch per rank "
+    const MethodSpec m = runMethod(o);
+    k << "method " << o.method << "\ntransforms " << m.t1Kind << " " << m.t2Kind << " init " << m.init << " noise "
+      << m.initNoise << " t3 " << m.t3Block << "\nformat " << o.format.describe() << "\nsteps " << o.steps << "\nbatch per rank "
       << o.batch << "\nlr " << o.lr << "\ntemperature " << o.temperature << "\nvolume weight " << o.volumeWeight << "\nweight decay " << o.weightDecay
       << "\nwarmup " << o.warmupSteps << "\ncalibration " << o.calibSamples << " x " << o.seqLen << "\nseed " << o.seed
       << "\nt1 bias " << o.t1Bias << "\nt2 bias " << o.t2Bias << "\nresume " << o.resume << "\ncalibration ids "
@@ -805,7 +850,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
                            const std::string& runDir, const QuantizeOptions& o, JobContext& job,
                            std::function<void(const train::DistillStep&)> onStep) {
     const auto start = Clock::now();
-    const MethodSpec& method = methodSpec(o.method);
+    const MethodSpec method = runMethod(o);
     o.format.validate();
     if (o.calibSamples < 1 || o.seqLen < 2) throw std::invalid_argument("need at least one calibration window of 2+ tokens");
     const auto ck = model::Checkpoint::load(modelDir);

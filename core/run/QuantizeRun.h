@@ -30,13 +30,28 @@ struct MethodSpec {
     bool gptq = false;                // GPTQ (else RTN)
     bool transformed = false;         // γ folded, T1/T2/T3 in place (RTN and GPTQ: nothing folded)
     std::string description;
+    int t3Block = 32;                 // the online block Hadamard on the down_proj input (0: none)
+    double initNoise = 1e-3;          // "+noise" initialisations
 };
 const std::vector<MethodSpec>& methods();
 const MethodSpec& methodSpec(const std::string& name); // throws std::invalid_argument listing the names
+struct QuantizeOptions;
+// The method a run uses: methodSpec(options.method) with the ablation options applied
+// (QuantizeOptions::t1Kind ...; the paper's Tables 7 and 14). learned: a learned kind at T1 or
+// T2; transformed: any of T1, T2, T3. Throws std::invalid_argument naming an unknown kind or
+// initialisation and listing the valid ones.
+MethodSpec runMethod(const QuantizeOptions& options);
 std::string methodNameList();
 
 struct QuantizeOptions {
     std::string method = "latmix-lu";
+    // Ablations: the method's transforms replaced place by place (empty / negative: the method's).
+    // t1Kind, t2Kind: any transforms::transformKinds() kind ("none": no transform there); init:
+    // any transforms::initKinds() initialisation of the learned kinds; t3Block: 0 turns the online
+    // block Hadamard T3 off, > 0 its block; initNoise: the "+noise" standard deviation.
+    std::string t1Kind, t2Kind, init;
+    int t3Block = -1;
+    double initNoise = -1;
     mx::MxConfig format;         // weights and activations (W4A4)
     int steps = 1000;            // training steps (learned methods)
     int batch = 4;
