@@ -50,6 +50,7 @@ int run(int argc, char** argv, bool mayReexec) {
     add(latmix::cli::addAnalyzeCommand);
     add(latmix::cli::addQuantizeCommand);
     add(latmix::cli::addExportCommand);
+    add(latmix::cli::addSweepCommand);
 
     try {
         app.parse(argc, argv);

@@ -24,5 +24,6 @@ Runner addImportLlama2cCommand(CLI::App& app);
 Runner addAnalyzeCommand(CLI::App& app);
 Runner addQuantizeCommand(CLI::App& app);
 Runner addExportCommand(CLI::App& app);
+Runner addSweepCommand(CLI::App& app);
 
 } // namespace latmix::cli

@@ -1,0 +1,345 @@
+#include "run/Sweep.h"
+
+#include "eval/ZeroShotTasks.h"
+#include "mx/MxFormat.h"
+#include "util/AtomicFile.h"
+#include "util/DataPath.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace latmix::run {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& grid, const std::string& what) {
+    throw std::invalid_argument("sweep grid " + grid + ": " + what);
+}
+
+std::string relativeTo(const std::string& grid, const std::string& path) {
+    if (path.empty() || fs::path(path).is_absolute()) return path;
+    return (fs::path(grid).parent_path() / path).lexically_normal().string();
+}
+
+// One option of the grid's "options" or of a variant applied to a cell.
+void applyOption(SweepCell& c, const std::string& key, const json& v, const std::string& grid) {
+    QuantizeOptions& o = c.options;
+    const std::string where = "option '" + key + "'";
+    auto num = [&]() -> double {
+        if (!v.is_number()) bad(grid, where + " must be a number, not " + v.dump());
+        return v.get<double>();
+    };
+    auto integer = [&]() -> int {
+        if (!v.is_number_integer()) bad(grid, where + " must be an integer, not " + v.dump());
+        return v.get<int>();
+    };
+    auto text = [&]() -> std::string {
+        if (!v.is_string()) bad(grid, where + " must be a string, not " + v.dump());
+        return v.get<std::string>();
+    };
+    auto flag = [&]() -> bool {
+        if (!v.is_boolean()) bad(grid, where + " must be true or false, not " + v.dump());
+        return v.get<bool>();
+    };
+    if (key == "steps") o.steps = integer();
+    else if (key == "batch") o.batch = integer();
+    else if (key == "lr") o.lr = num();
+    else if (key == "temperature") o.temperature = num();
+    else if (key == "volume_weight") o.volumeWeight = num();
+    else if (key == "weight_decay") o.weightDecay = num();
+    else if (key == "warmup_steps") o.warmupSteps = integer();
+    else if (key == "calib_samples") o.calibSamples = integer();
+    else if (key == "seqlen") o.seqLen = integer();
+    else if (key == "eval_seqlen") o.evalSeqLen = integer();
+    else if (key == "eval_windows") o.evalWindows = integer();
+    else if (key == "block") o.format.blockSize = integer();
+    else if (key == "scale_mode") o.format.scaleMode = mx::parseScaleMode(text());
+    else if (key == "act_order") o.gptq.actOrder = flag();
+    else if (key == "t1") o.t1Kind = text();
+    else if (key == "t2") o.t2Kind = text();
+    else if (key == "t3") {
+        const std::string t3 = text();
+        if (t3 != "none" && t3 != "block-hadamard") bad(grid, where + " is '" + t3 + "'; use none or block-hadamard");
+        o.t3Block = t3 == "none" ? 0 : 32;
+    } else if (key == "init") o.init = text();
+    else if (key == "init_noise") o.initNoise = num();
+    else if (key == "t1_bias") o.t1Bias = flag();
+    else if (key == "t2_bias") o.t2Bias = flag();
+    else if (key == "eval_tasks") c.evalTasks = text();
+    else if (key == "eval_limit") c.evalLimit = integer();
+    else if (key == "device") o.device = text();
+    else if (key == "checkpoint_every") o.checkpointEvery = integer();
+    else if (key == "calib") c.calib = relativeTo(grid, text());
+    else bad(grid, "unknown option '" + key + "' (see `latmix sweep --help`)");
+}
+
+std::vector<std::string> stringList(const json& j, const char* key, const std::string& grid,
+                                    std::vector<std::string> fallback) {
+    if (!j.contains(key)) return fallback;
+    if (!j[key].is_array() || j[key].empty()) bad(grid, std::string("'") + key + "' must be a non-empty list");
+    std::vector<std::string> out;
+    for (const auto& v : j[key]) {
+        if (!v.is_string()) bad(grid, std::string("'") + key + "' holds " + v.dump() + ", not a name");
+        out.push_back(v.get<std::string>());
+    }
+    return out;
+}
+
+double meanOf(const std::vector<double>& x) {
+    double s = 0;
+    for (double v : x) s += v;
+    return x.empty() ? 0 : s / static_cast<double>(x.size());
+}
+double stdOf(const std::vector<double>& x) { // sample standard deviation; 0 for one value
+    if (x.size() < 2) return 0;
+    const double m = meanOf(x);
+    double ss = 0;
+    for (double v : x) ss += (v - m) * (v - m);
+    return std::sqrt(ss / static_cast<double>(x.size() - 1));
+}
+
+std::string fixed(double v, int digits) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.*f", digits, v);
+    return b;
+}
+std::string meanStd(const std::vector<double>& x, int digits) {
+    if (x.empty()) return "–";
+    return x.size() > 1 ? fixed(meanOf(x), digits) + " ± " + fixed(stdOf(x), digits) : fixed(x.front(), digits);
+}
+
+} // namespace
+
+SweepGrid readSweepGrid(const std::string& gridPath, const std::string& modelOverride) {
+    json j;
+    try {
+        j = json::parse(util::readTextFile(gridPath, "sweep grid"));
+    } catch (const json::exception& e) {
+        bad(gridPath, std::string("not JSON (") + e.what() + ")");
+    }
+    if (!j.is_object()) bad(gridPath, "not a JSON object");
+    static const std::set<std::string> known = {"model", "methods", "formats", "seeds", "options", "variants", "comment"};
+    for (const auto& [k, v] : j.items())
+        if (!known.count(k)) bad(gridPath, "unknown key '" + k + "' (model, methods, formats, seeds, options, variants)");
+    SweepGrid g;
+    g.source = gridPath;
+    g.model = !modelOverride.empty() ? modelOverride
+              : j.contains("model") && j["model"].is_string() ? relativeTo(gridPath, j["model"].get<std::string>())
+                                                               : "";
+    if (g.model.empty()) bad(gridPath, "no model: give \"model\" in the grid or --model");
+    if (!j.contains("methods")) bad(gridPath, "'methods' is missing (e.g. [\"rtn\", \"mr-gptq\", \"latmix-lu\"])");
+    const auto methods = stringList(j, "methods", gridPath, {});
+    const auto formats = stringList(j, "formats", gridPath, {"mxfp4"});
+    std::vector<std::uint64_t> seeds = {0};
+    if (j.contains("seeds")) {
+        if (!j["seeds"].is_array() || j["seeds"].empty()) bad(gridPath, "'seeds' must be a non-empty list");
+        seeds.clear();
+        for (const auto& s : j["seeds"]) {
+            if (!s.is_number_unsigned()) bad(gridPath, "'seeds' holds " + s.dump() + ", not a non-negative integer");
+            seeds.push_back(s.get<std::uint64_t>());
+        }
+    }
+    const json options = j.contains("options") ? j["options"] : json::object();
+    if (!options.is_object()) bad(gridPath, "'options' must be an object");
+    std::vector<json> variants = {json::object()};
+    if (j.contains("variants")) {
+        if (!j["variants"].is_array() || j["variants"].empty()) bad(gridPath, "'variants' must be a non-empty list");
+        variants.assign(j["variants"].begin(), j["variants"].end());
+    }
+    std::set<std::string> names;
+    for (const auto& method : methods)
+        for (const auto& format : formats)
+            for (const auto& variant : variants)
+                for (const auto seed : seeds) {
+                    SweepCell c;
+                    c.method = method;
+                    c.format = format;
+                    c.seed = seed;
+                    c.options.method = method;
+                    try {
+                        methodSpec(method);
+                        c.options.format = mx::makeConfig(mx::parseFormat(format));
+                    } catch (const std::exception& e) {
+                        bad(gridPath, e.what());
+                    }
+                    c.options.seed = seed;
+                    c.options.device = "auto";
+                    for (const auto& [k, v] : options.items()) applyOption(c, k, v, gridPath);
+                    if (!variant.is_object()) bad(gridPath, "a variant must be an object with a \"name\"");
+                    for (const auto& [k, v] : variant.items()) {
+                        if (k == "name") {
+                            if (!v.is_string() || v.get<std::string>().empty()) bad(gridPath, "a variant's \"name\" must be a text");
+                            c.variant = v.get<std::string>();
+                        } else {
+                            applyOption(c, k, v, gridPath);
+                        }
+                    }
+                    if (variants.size() > 1 && c.variant.empty()) bad(gridPath, "every variant needs a \"name\"");
+                    try {
+                        c.options.format.validate();
+                        runMethod(c.options); // unknown kinds and inits, named
+                        if (!c.evalTasks.empty()) eval::parseTaskList(c.evalTasks);
+                    } catch (const std::exception& e) {
+                        bad(gridPath, e.what());
+                    }
+                    std::string variantTag;
+                    for (char ch : c.variant) variantTag += std::isalnum(static_cast<unsigned char>(ch)) ? char(std::tolower(ch)) : '-';
+                    c.name = method + "-" + format + (variantTag.empty() ? "" : "-" + variantTag) + "-s" + std::to_string(seed);
+                    if (!names.insert(c.name).second) bad(gridPath, "two cells would share the folder " + c.name);
+                    g.cells.push_back(std::move(c));
+                }
+    return g;
+}
+
+SweepRecord readSweepRecord(const SweepCell& cell, const std::string& latmixJson) {
+    json j;
+    try {
+        j = json::parse(util::readTextFile(latmixJson, "run record"));
+    } catch (const json::exception& e) {
+        throw std::runtime_error(latmixJson + ": not JSON (" + e.what() + "); remove the cell's folder to run it again");
+    }
+    SweepRecord r;
+    r.name = cell.name;
+    r.method = cell.method;
+    r.format = cell.format;
+    r.variant = cell.variant;
+    r.seed = cell.seed;
+    if (j.contains("perplexity")) {
+        const auto& p = j["perplexity"];
+        r.fpPerplexity = p.value("fp", 0.0);
+        r.w4a4Perplexity = p.value("w4a4", 0.0);
+        r.weightsOnlyPerplexity = p.value("weights_only", 0.0);
+    }
+    if (j.contains("zeroshot")) r.zeroShotAverage = j["zeroshot"].value("average", -1.0);
+    if (j.contains("seconds")) {
+        r.trainSeconds = j["seconds"].value("train", 0.0);
+        r.totalSeconds = j["seconds"].value("total", 0.0);
+    }
+    return r;
+}
+
+SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContext& job,
+                     const std::function<void(int, const SweepCell&, bool)>& onCell) {
+    fs::create_directories(fs::path(outDir) / "cells");
+    SweepResult result;
+    std::map<std::pair<std::string, int>, RunTokens> tokens;                     // by calibration file and seqlen
+    std::map<std::pair<std::string, int>, std::vector<eval::ZeroShotTask>> tasks; // by task list and limit
+    const int n = static_cast<int>(grid.cells.size());
+    auto writeTables = [&] {
+        util::writeFileAtomically((fs::path(outDir) / "results.csv").string(), sweepCsv(result.records));
+        util::writeFileAtomically((fs::path(outDir) / "results.md").string(), sweepMarkdown(result.records, n));
+    };
+    for (int i = 0; i < n; ++i) {
+        const SweepCell& cell = grid.cells[static_cast<std::size_t>(i)];
+        const std::string runDir = (fs::path(outDir) / "cells" / cell.name).string();
+        const std::string record = (fs::path(runDir) / "latmix.json").string();
+        const bool done = fs::exists(record); // written last, atomically: the cell finished
+        if (onCell) onCell(i, cell, done);
+        if (!done) {
+            job.checkCancelled();
+            QuantizeOptions o = cell.options;
+            o.calibSource = cell.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : cell.calib;
+            if (o.evalSeqLen > 0) o.evalSource = util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split");
+            auto key = std::make_pair(o.calibSource + "\n" + o.evalSource, o.seqLen);
+            if (!tokens.count(key))
+                tokens[key] = tokenizeRunInputs(grid.model, util::readTextFile(o.calibSource, "calibration text"), o.evalSource, o.seqLen);
+            if (!cell.evalTasks.empty()) {
+                auto tkey = std::make_pair(cell.evalTasks, cell.evalLimit);
+                if (!tasks.count(tkey))
+                    for (const auto& name : eval::parseTaskList(cell.evalTasks))
+                        tasks[tkey].push_back(eval::loadZeroShotTask(name, util::dataDir(), cell.evalLimit));
+                o.evalTasks = tasks[tkey];
+            }
+            // An interrupted learned cell continues its training where its train.h5 stopped.
+            o.resume = fs::exists(fs::path(runDir) / "train.h5");
+            o.commandLine = "latmix sweep " + grid.source + " (cell " + cell.name + ")";
+            SubJob sub(job, double(i) / n, double(i + 1) / n, cell.name + ": ");
+            runQuantize(grid.model, tokens[key].calibIds, tokens[key].evalIds, runDir, o, sub);
+            ++result.ran;
+        } else {
+            ++result.skipped;
+        }
+        result.records.push_back(readSweepRecord(cell, record));
+        writeTables();
+        job.progress(double(i + 1) / n, "cell " + std::to_string(i + 1) + "/" + std::to_string(n) + " " + cell.name);
+    }
+    writeTables();
+    return result;
+}
+
+std::string sweepCsv(const std::vector<SweepRecord>& records) {
+    std::ostringstream s;
+    s << "cell,method,format,variant,seed,fp_ppl,w4a4_ppl,weights_only_ppl,zeroshot_average,train_seconds,total_seconds\n";
+    auto opt = [](double v, bool present) { return present ? fixed(v, 6) : std::string(); };
+    for (const auto& r : records)
+        s << r.name << "," << r.method << "," << r.format << ",\"" << r.variant << "\"," << r.seed << ","
+          << opt(r.fpPerplexity, r.fpPerplexity > 0) << "," << opt(r.w4a4Perplexity, r.w4a4Perplexity > 0) << ","
+          << opt(r.weightsOnlyPerplexity, r.weightsOnlyPerplexity > 0) << ","
+          << opt(r.zeroShotAverage, r.zeroShotAverage >= 0) << "," << fixed(r.trainSeconds, 1) << ","
+          << fixed(r.totalSeconds, 1) << "\n";
+    return s.str();
+}
+
+std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGrid) {
+    // Rows: method x format x variant in the order first seen; the seeds aggregated.
+    struct Row {
+        std::string method, format, variant;
+        std::vector<double> fp, w4a4, weightsOnly, zeroShot, train, total;
+    };
+    std::vector<Row> rows;
+    for (const auto& r : records) {
+        auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& x) {
+            return x.method == r.method && x.format == r.format && x.variant == r.variant;
+        });
+        if (it == rows.end()) {
+            rows.push_back({r.method, r.format, r.variant, {}, {}, {}, {}, {}, {}});
+            it = rows.end() - 1;
+        }
+        if (r.fpPerplexity > 0) it->fp.push_back(r.fpPerplexity);
+        if (r.w4a4Perplexity > 0) it->w4a4.push_back(r.w4a4Perplexity);
+        if (r.weightsOnlyPerplexity > 0) it->weightsOnly.push_back(r.weightsOnlyPerplexity);
+        if (r.zeroShotAverage >= 0) it->zeroShot.push_back(r.zeroShotAverage);
+        it->train.push_back(r.trainSeconds);
+        it->total.push_back(r.totalSeconds);
+    }
+    bool variants = false;
+    for (const auto& r : rows) variants = variants || !r.variant.empty();
+    std::ostringstream s;
+    s << "| method | format |" << (variants ? " variant |" : "") << " seeds | W4A4 ppl | vs best | weights-only ppl | "
+      << "FP ppl | zero-shot avg | train s | total s |\n";
+    s << "|---|---|" << (variants ? "---|" : "") << "---:|---:|---|---:|---:|---:|---:|---:|\n";
+    for (const auto& r : rows) {
+        // The best W4A4 perplexity among the rows of this format (and variant set), and whether
+        // this row is it or within noise of it.
+        const Row* best = nullptr;
+        for (const auto& x : rows)
+            if (x.format == r.format && !x.w4a4.empty() && (!best || meanOf(x.w4a4) < meanOf(best->w4a4))) best = &x;
+        std::string vs;
+        if (best && !r.w4a4.empty()) {
+            if (best == &r) vs = "best";
+            else if (std::abs(meanOf(r.w4a4) - meanOf(best->w4a4)) <= stdOf(r.w4a4) + stdOf(best->w4a4)) vs = "within noise";
+        }
+        s << "| " << r.method << " | " << r.format << " |" << (variants ? " " + r.variant + " |" : "") << " "
+          << r.total.size() << " | " << meanStd(r.w4a4, 3) << " | " << vs << " | "
+          << meanStd(r.weightsOnly, 3) << " | " << meanStd(r.fp, 3) << " | " << meanStd(r.zeroShot, 4) << " | "
+          << fixed(meanOf(r.train), 1) << " | " << fixed(meanOf(r.total), 1) << " |\n";
+    }
+    s << "\n" << records.size() << " of " << cellsInGrid << " cells finished";
+    s << (static_cast<int>(records.size()) < cellsInGrid ? " (the sweep was interrupted or is running: run it again to go on)" : "")
+      << ". Mean ± sample standard deviation over seeds; \"within noise\": |difference to the best| <= the sum of "
+         "their standard deviations.\n";
+    return s.str();
+}
+
+} // namespace latmix::run

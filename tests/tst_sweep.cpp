@@ -1,0 +1,166 @@
+// `latmix sweep` (run/Sweep): the grid read and checked, the cells it expands to, a sweep
+// cancelled after its first cell and run again (the finished cell skipped, the others run, the
+// same numbers as a cell run alone), and the table's mean ± sample std and "within noise" marks
+// worked by hand.
+#include "run/Sweep.h"
+
+#include <ATen/ATen.h>
+// Qt after ATen: Qt's `slots` macro breaks ATen headers.
+#include "CliRunner.h"
+#include "TestData.h"
+#include "TestSupport.h"
+
+#include <QFile>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <fstream>
+
+using namespace latmix;
+
+namespace {
+
+QString writeGrid(const QTemporaryDir& dir, const QString& name, const std::string& text) {
+    const QString path = dir.filePath(name);
+    std::ofstream(path.toStdString()) << text;
+    return path;
+}
+
+QString readAll(const QString& path) {
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+}
+
+// Stops the sweep once `cells` cells have reported progress.
+class CancelAfterCells : public JobContext {
+public:
+    explicit CancelAfterCells(int cells) : m_cells(cells) {}
+    void progress(double, const std::string& message) override {
+        if (message.rfind("cell ", 0) == 0) ++m_done;
+    }
+    bool cancelRequested() const override { return m_done >= m_cells; }
+
+private:
+    int m_cells, m_done = 0;
+};
+
+} // namespace
+
+class TestSweep : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+
+private slots:
+    void cellsOfAGrid() {
+        const QString grid = writeGrid(m_tmp, "grid.json",
+                                       R"({"model": "m", "methods": ["rtn", "latmix-lu"], "formats": ["mxfp4", "mxint4"],
+                                           "seeds": [0, 5], "options": {"steps": 7, "t3": "none"},
+                                           "variants": [{"name": "Full"}, {"name": "T1 only", "t2": "none"}]})");
+        const auto g = run::readSweepGrid(grid.toStdString());
+        QCOMPARE(int(g.cells.size()), 2 * 2 * 2 * 2);
+        QCOMPARE(QString::fromStdString(g.model), m_tmp.filePath("m")); // relative to the grid file
+        const auto& c = g.cells[5]; // rtn, mxint4, Full, seed 5
+        QCOMPARE(QString::fromStdString(c.name), QString("rtn-mxint4-full-s5"));
+        QCOMPARE(c.options.steps, 7);
+        QCOMPARE(c.options.t3Block, 0);
+        QCOMPARE(int(c.options.seed), 5);
+        QCOMPARE(QString::fromStdString(g.cells[14].name), QString("latmix-lu-mxint4-t1-only-s0"));
+        QCOMPARE(QString::fromStdString(g.cells[14].options.t2Kind), QString("none"));
+        QCOMPARE(QString::fromStdString(run::readSweepGrid(grid.toStdString(), "/elsewhere").model), QString("/elsewhere"));
+    }
+
+    void badGrids_data() {
+        QTest::addColumn<QString>("text");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("not JSON") << "{" << "not JSON";
+        QTest::newRow("unknown key") << R"({"model":"m","methods":["rtn"],"method":"x"})" << "unknown key 'method'";
+        QTest::newRow("no methods") << R"({"model":"m"})" << "'methods' is missing";
+        QTest::newRow("unknown method") << R"({"model":"m","methods":["awq"]})" << "unknown method 'awq'";
+        QTest::newRow("unknown format") << R"({"model":"m","methods":["rtn"],"formats":["mxfp5"]})" << "mxfp5";
+        QTest::newRow("unknown option") << R"({"model":"m","methods":["rtn"],"options":{"stepz":3}})" << "unknown option 'stepz'";
+        QTest::newRow("option type") << R"({"model":"m","methods":["rtn"],"options":{"steps":"many"}})" << "option 'steps' must be an integer";
+        QTest::newRow("unknown kind") << R"({"model":"m","methods":["rtn"],"variants":[{"name":"x","t1":"magic"}]})"
+                                      << "unknown --t1 transform kind 'magic'";
+        QTest::newRow("variant without name") << R"({"model":"m","methods":["rtn"],"variants":[{"name":"a"},{"t2":"none"}]})"
+                                              << "every variant needs a \"name\"";
+        QTest::newRow("same folder twice") << R"({"model":"m","methods":["rtn"],"variants":[{"name":"a b"},{"name":"a-b"}]})"
+                                           << "two cells would share the folder rtn-mxfp4-a-b-s0";
+        QTest::newRow("bad seed") << R"({"model":"m","methods":["rtn"],"seeds":[-1]})" << "not a non-negative integer";
+        QTest::newRow("unknown task") << R"({"model":"m","methods":["rtn"],"options":{"eval_tasks":"mmlu"}})" << "unknown zero-shot task";
+        QTest::newRow("no model") << R"({"methods":["rtn"]})" << "no model";
+    }
+    void badGrids() {
+        QFETCH(QString, text);
+        QFETCH(QString, message);
+        const QString grid = writeGrid(m_tmp, "bad.json", text.toStdString());
+        const QString e = test::errorOf([&] { run::readSweepGrid(grid.toStdString()); });
+        QVERIFY2(e.contains(message) && e.contains(grid), qPrintable(e));
+    }
+
+    // Three cells; cancelled after the first, the tables say 1 of 3; run again: the first is
+    // skipped, the other two run; the numbers are those of the cells' own runs.
+    void resumesWhereItStopped() {
+        if (!QFile::exists(test::dataDir() + "/wikitext-2/wiki.test.raw"))
+            LATMIX_DATA_SKIP("WikiText-2 test split not found (LATMIX_DATA_DIR)");
+        const QString calib = m_tmp.filePath("calib.txt");
+        QVERIFY(test::writeCalibrationText(calib));
+        const QString grid = writeGrid(
+            m_tmp, "sweep.json",
+            "{\"model\": \"" + test::demoModelDir().toStdString() + "\", \"methods\": [\"rtn\", \"gptq\"], "
+            "\"formats\": [\"mxfp4\"], \"seeds\": [0, 1], \"options\": {\"calib_samples\": 4, \"seqlen\": 32, "
+            "\"eval_seqlen\": 32, \"eval_windows\": 2, \"calib\": \"calib.txt\", \"device\": \"cpu\"}, "
+            "\"variants\": [{\"name\": \"v\"}]}");
+        auto g = run::readSweepGrid(grid.toStdString());
+        g.cells.pop_back(); // gptq seed 1: three cells
+        const QString out = m_tmp.filePath("sweep");
+        CancelAfterCells stop(1);
+        QVERIFY(test::errorOf([&] { run::runSweep(g, out.toStdString(), stop); }).contains("cancel"));
+        QVERIFY2(readAll(out + "/results.md").contains("1 of 3 cells finished (the sweep was interrupted"),
+                 qPrintable(readAll(out + "/results.md")));
+        QCOMPARE(readAll(out + "/results.csv").count('\n'), 2); // header + one cell
+        std::vector<std::string> seen;
+        const auto r = run::runSweep(g, out.toStdString(), silentJob(), [&](int, const run::SweepCell& c, bool done) {
+            seen.push_back(c.name + (done ? ":skipped" : ":ran"));
+        });
+        QCOMPARE(seen, (std::vector<std::string>{"rtn-mxfp4-v-s0:skipped", "rtn-mxfp4-v-s1:ran", "gptq-mxfp4-v-s0:ran"}));
+        QCOMPARE(r.ran, 2);
+        QCOMPARE(r.skipped, 1);
+        QCOMPARE(int(r.records.size()), 3);
+        QVERIFY(readAll(out + "/results.md").contains("3 of 3 cells finished."));
+        for (const auto& rec : r.records) {
+            QVERIFY(rec.w4a4Perplexity > 1);
+            const auto again = run::readSweepRecord(g.cells[0], (out + "/cells/" + QString::fromStdString(rec.name) + "/latmix.json").toStdString());
+            QCOMPARE(again.w4a4Perplexity, rec.w4a4Perplexity);
+        }
+        // RTN reads no calibration: both seeds give the same model.
+        QCOMPARE(r.records[0].w4a4Perplexity, r.records[1].w4a4Perplexity);
+    }
+
+    // The Markdown table by hand: seeds 10 and 12 -> 11.000 ± 1.414 (sample std); a row at 11.5
+    // (one seed, std 0) is within noise of it (0.5 <= 1.414), one at 20 is not.
+    void tableByHand() {
+        auto rec = [](const char* method, double ppl, std::uint64_t seed) {
+            run::SweepRecord r;
+            r.name = method + std::string("-s") + std::to_string(seed);
+            r.method = method;
+            r.format = "mxfp4";
+            r.seed = seed;
+            r.w4a4Perplexity = ppl;
+            r.fpPerplexity = 9;
+            r.totalSeconds = 2;
+            return r;
+        };
+        const std::vector<run::SweepRecord> records = {rec("a", 10, 0), rec("a", 12, 1), rec("b", 11.5, 0), rec("c", 20, 0)};
+        const QString md = QString::fromStdString(run::sweepMarkdown(records, 5));
+        QVERIFY2(md.contains("| a | mxfp4 | 2 | 11.000 ± 1.414 | best |"), qPrintable(md));
+        QVERIFY2(md.contains("| b | mxfp4 | 1 | 11.500 | within noise |"), qPrintable(md));
+        QVERIFY2(md.contains("| c | mxfp4 | 1 | 20.000 |  |"), qPrintable(md));
+        QVERIFY(md.contains("4 of 5 cells finished"));
+        const QString csv = QString::fromStdString(run::sweepCsv(records));
+        QVERIFY2(csv.contains("a-s1,a,mxfp4,\"\",1,9.000000,12.000000,,,0.0,2.0"), qPrintable(csv));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestSweep)
+#include "tst_sweep.moc"
