@@ -158,7 +158,7 @@ private slots:
         QVERIFY2(md.contains("| c | mxfp4 | 1 | 20.000 |  |"), qPrintable(md));
         QVERIFY(md.contains("4 of 5 cells finished"));
         const QString csv = QString::fromStdString(run::sweepCsv(records));
-        QVERIFY2(csv.contains("a-s1,a,mxfp4,\"\",1,9.000000,12.000000,,,0.0,2.0"), qPrintable(csv));
+        QVERIFY2(csv.contains("a-s1,a,mxfp4,\"\",1,9.000000,12.000000,,,,,0.0,2.0"), qPrintable(csv));
     }
 };
 

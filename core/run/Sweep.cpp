@@ -220,7 +220,9 @@ SweepRecord readSweepRecord(const SweepCell& cell, const std::string& latmixJson
         r.fpPerplexity = p.value("fp", 0.0);
         r.w4a4Perplexity = p.value("w4a4", 0.0);
         r.weightsOnlyPerplexity = p.value("weights_only", 0.0);
+        r.foldedPerplexity = p.value("folded_fp", 0.0);
     }
+    if (j.contains("training") && j["training"].contains("final_kl")) r.finalKl = j["training"]["final_kl"].get<double>();
     if (j.contains("zeroshot")) r.zeroShotAverage = j["zeroshot"].value("average", -1.0);
     if (j.contains("seconds")) {
         r.trainSeconds = j["seconds"].value("train", 0.0);
@@ -280,12 +282,14 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
 
 std::string sweepCsv(const std::vector<SweepRecord>& records) {
     std::ostringstream s;
-    s << "cell,method,format,variant,seed,fp_ppl,w4a4_ppl,weights_only_ppl,zeroshot_average,train_seconds,total_seconds\n";
+    s << "cell,method,format,variant,seed,fp_ppl,w4a4_ppl,weights_only_ppl,folded_fp_ppl,final_kl,zeroshot_average,"
+         "train_seconds,total_seconds\n";
     auto opt = [](double v, bool present) { return present ? fixed(v, 6) : std::string(); };
     for (const auto& r : records)
         s << r.name << "," << r.method << "," << r.format << ",\"" << r.variant << "\"," << r.seed << ","
           << opt(r.fpPerplexity, r.fpPerplexity > 0) << "," << opt(r.w4a4Perplexity, r.w4a4Perplexity > 0) << ","
           << opt(r.weightsOnlyPerplexity, r.weightsOnlyPerplexity > 0) << ","
+          << opt(r.foldedPerplexity, r.foldedPerplexity > 0) << "," << opt(r.finalKl, r.finalKl >= 0) << ","
           << opt(r.zeroShotAverage, r.zeroShotAverage >= 0) << "," << fixed(r.trainSeconds, 1) << ","
           << fixed(r.totalSeconds, 1) << "\n";
     return s.str();
@@ -295,7 +299,7 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
     // Rows: method x format x variant in the order first seen; the seeds aggregated.
     struct Row {
         std::string method, format, variant;
-        std::vector<double> fp, w4a4, weightsOnly, zeroShot, train, total;
+        std::vector<double> fp, w4a4, weightsOnly, folded, kl, zeroShot, train, total;
     };
     std::vector<Row> rows;
     for (const auto& r : records) {
@@ -303,12 +307,14 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
             return x.method == r.method && x.format == r.format && x.variant == r.variant;
         });
         if (it == rows.end()) {
-            rows.push_back({r.method, r.format, r.variant, {}, {}, {}, {}, {}, {}});
+            rows.push_back({r.method, r.format, r.variant, {}, {}, {}, {}, {}, {}, {}, {}});
             it = rows.end() - 1;
         }
         if (r.fpPerplexity > 0) it->fp.push_back(r.fpPerplexity);
         if (r.w4a4Perplexity > 0) it->w4a4.push_back(r.w4a4Perplexity);
         if (r.weightsOnlyPerplexity > 0) it->weightsOnly.push_back(r.weightsOnlyPerplexity);
+        if (r.foldedPerplexity > 0) it->folded.push_back(r.foldedPerplexity);
+        if (r.finalKl >= 0) it->kl.push_back(r.finalKl);
         if (r.zeroShotAverage >= 0) it->zeroShot.push_back(r.zeroShotAverage);
         it->train.push_back(r.trainSeconds);
         it->total.push_back(r.totalSeconds);
@@ -317,8 +323,8 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
     for (const auto& r : rows) variants = variants || !r.variant.empty();
     std::ostringstream s;
     s << "| method | format |" << (variants ? " variant |" : "") << " seeds | W4A4 ppl | vs best | weights-only ppl | "
-      << "FP ppl | zero-shot avg | train s | total s |\n";
-    s << "|---|---|" << (variants ? "---|" : "") << "---:|---:|---|---:|---:|---:|---:|---:|\n";
+      << "FP ppl | folded FP ppl | final KL | zero-shot avg | train s | total s |\n";
+    s << "|---|---|" << (variants ? "---|" : "") << "---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& r : rows) {
         // The best W4A4 perplexity among the rows of this format (and variant set), and whether
         // this row is it or within noise of it.
@@ -332,7 +338,8 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
         }
         s << "| " << r.method << " | " << r.format << " |" << (variants ? " " + r.variant + " |" : "") << " "
           << r.total.size() << " | " << meanStd(r.w4a4, 3) << " | " << vs << " | "
-          << meanStd(r.weightsOnly, 3) << " | " << meanStd(r.fp, 3) << " | " << meanStd(r.zeroShot, 4) << " | "
+          << meanStd(r.weightsOnly, 3) << " | " << meanStd(r.fp, 3) << " | " << meanStd(r.folded, 3) << " | "
+          << meanStd(r.kl, 4) << " | " << meanStd(r.zeroShot, 4) << " | "
           << fixed(meanOf(r.train), 1) << " | " << fixed(meanOf(r.total), 1) << " |\n";
     }
     s << "\n" << records.size() << " of " << cellsInGrid << " cells finished";

@@ -50,6 +50,8 @@ struct SweepRecord {
     std::string name, method, format, variant;
     std::uint64_t seed = 0;
     double fpPerplexity = 0, w4a4Perplexity = 0, weightsOnlyPerplexity = 0; // 0: not evaluated
+    double foldedPerplexity = 0;                                            // transformed methods: folded, unquantized
+    double finalKl = -1;                                                    // learned methods: the last step's KL
     double zeroShotAverage = -1;                                            // < 0: no zero-shot tasks
     double trainSeconds = 0, totalSeconds = 0;
 };
