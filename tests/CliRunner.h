@@ -7,6 +7,8 @@
 
 #include <QByteArray>
 #include <QFile>
+#include <QJsonArray>
+#include <QJsonObject>
 #include <QProcess>
 #include <QString>
 #include <QStringList>
@@ -104,6 +106,20 @@ inline bool writeCalibrationText(const QString& path) {
     for (int i = 0; i < 40; ++i) f.write("The quick brown fox jumps over the lazy dog while the workbench measures errors. ");
     f.close(); // flushes: a failed write shows in error()
     return f.error() == QFileDevice::NoError;
+}
+
+// Two runs' latmix.json against each other: the same training end (final KL) and the same
+// per-linear relative errors, exactly. "" when they agree, else the first difference.
+inline QString runsDiffer(const QJsonObject& a, const QJsonObject& b) {
+    const double ka = a["training"].toObject()["final_kl"].toDouble(), kb = b["training"].toObject()["final_kl"].toDouble();
+    if (ka != kb) return QString("final KL %1 vs %2").arg(ka, 0, 'g', 17).arg(kb, 0, 'g', 17);
+    const QJsonArray la = a["linears"].toArray(), lb = b["linears"].toArray();
+    if (la.size() != lb.size()) return QString("%1 vs %2 linears").arg(la.size()).arg(lb.size());
+    for (int i = 0; i < la.size(); ++i) {
+        const double ea = la[i].toObject()["relative_error"].toDouble(), eb = lb[i].toObject()["relative_error"].toDouble();
+        if (ea != eb) return QString("linear %1: relative error %2 vs %3").arg(i).arg(ea, 0, 'g', 17).arg(eb, 0, 'g', 17);
+    }
+    return {};
 }
 
 } // namespace latmix::test

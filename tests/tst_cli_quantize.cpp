@@ -126,10 +126,8 @@ private slots:
         QVERIFY(!QFile::exists(fixed + "/train.h5"));
         QVERIFY(jb["method_description"].toString().contains("ablation: T1 block-hadamard, T2 block-hadamard"));
         QCOMPARE(jb["transforms"].toObject()["t1"].toString(), QString("block-hadamard"));
-        const QJsonArray la = ja["linears"].toArray(), lb = jb["linears"].toArray();
-        QCOMPARE(lb.size(), la.size());
-        for (int i = 0; i < la.size(); ++i)
-            QCOMPARE(lb[i].toObject()["relative_error"].toDouble(), la[i].toObject()["relative_error"].toDouble());
+        const QString differ = latmix::test::runsDiffer(ja, jb); // neither trained: no final KL on either side
+        QVERIFY2(differ.isEmpty(), qPrintable(differ));
         const Result c = run(quantizeArgs(noT3, "mr-gptq", 2) << "--t3" << "none");
         QVERIFY2(c.exitCode == 0, qPrintable(c.err));
         QCOMPARE(readJson(noT3 + "/latmix.json")["transforms"].toObject()["t3_block"].toInt(), 0);
@@ -172,11 +170,8 @@ private slots:
         QVERIFY2(b.exitCode == 0, qPrintable(b.err));
         const QJsonObject ja = readJson(plain + "/latmix.json"), jb = readJson(split + "/latmix.json");
         QCOMPARE(jb["devices"].toArray(), QJsonArray({"cpu", "cpu"}));
-        QCOMPARE(jb["training"].toObject()["final_kl"].toDouble(), ja["training"].toObject()["final_kl"].toDouble());
-        const QJsonArray la = ja["linears"].toArray(), lb = jb["linears"].toArray();
-        QCOMPARE(lb.size(), la.size());
-        for (int i = 0; i < la.size(); ++i)
-            QCOMPARE(lb[i].toObject()["relative_error"].toDouble(), la[i].toObject()["relative_error"].toDouble());
+        const QString differ = latmix::test::runsDiffer(ja, jb);
+        QVERIFY2(differ.isEmpty(), qPrintable(differ));
     }
 
     void badArguments_data() {
