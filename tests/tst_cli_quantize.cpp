@@ -112,6 +112,16 @@ private slots:
         QVERIFY(a["final_kl"].toDouble() != b["final_kl"].toDouble());
         QCOMPARE(a["first_kl"].toDouble(), b["first_kl"].toDouble()); // the same start
         QVERIFY(run(quantizeArgs(m_tmp.filePath("wd-bad"), "latmix-lu", 3) << "--weight-decay" << "-1").exitCode != 0);
+        // --loss ce (tst_distillation checks its value and gradient): recorded, and its first
+        // value is the student's cross-entropy on the text, far above the KL to the teacher.
+        const QString ce = m_tmp.filePath("loss-ce");
+        const Result c = run(quantizeArgs(ce, "spinquant", 2) << "--loss" << "ce");
+        QVERIFY2(c.exitCode == 0, qPrintable(c.err));
+        const QJsonObject t = readJson(ce + "/latmix.json")["training"].toObject();
+        QCOMPARE(t["loss"].toString(), QString("ce"));
+        QCOMPARE(a["loss"].toString(), QString("kl"));
+        QVERIFY2(t["first_kl"].toDouble() > 1 && a["first_kl"].toDouble() < 1,
+                 qPrintable(QString("CE %1, KL %2").arg(t["first_kl"].toDouble()).arg(a["first_kl"].toDouble())));
     }
 
     // Ablation options replace the method's transforms place by place. latmix-lu with fixed
@@ -191,6 +201,7 @@ private slots:
         QTest::newRow("unknown --t1 kind") << QStringList{"--t1", "learned-magic"} << "unknown --t1 transform kind 'learned-magic'; use one of none,";
         QTest::newRow("unknown --init") << QStringList{"--init", "zeros"} << "unknown --init initialisation 'zeros'";
         QTest::newRow("unknown --t3") << QStringList{"--t3", "hadamard"} << "unknown --t3 'hadamard'";
+        QTest::newRow("unknown --loss") << QStringList{"--loss", "mse"} << "unknown --loss 'mse'; use kl or ce";
         QTest::newRow("unknown zero-shot task") << QStringList{"--eval-tasks", "arc_easy,mmlu"} << "unknown zero-shot task 'mmlu'";
         QTest::newRow("--devices, nothing trained") << QStringList{"--devices", "cpu,cpu", "--method", "mr-gptq"}
                                                     << "trains nothing";

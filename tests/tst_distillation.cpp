@@ -103,19 +103,25 @@ private slots:
     // the plain autograd path it replaces: the whole student folded (ModelTransforms::fold), both
     // models' full logits, distillationKl + λ·volume, backward. Same loss and gradients within
     // float32 rounding, with and without activation quantization and T1/T2 biases.
+    // The cross-entropy objective (--loss ce) against at::cross_entropy of the folded student's
+    // full logits and the next tokens, the same way.
     void checkpointedStepMatchesFullAutograd_data() {
         QTest::addColumn<QString>("kind");
         QTest::addColumn<bool>("quantize");
         QTest::addColumn<bool>("bias");
-        QTest::newRow("lu mxfp4 bias") << "learned-affine-lu" << true << true;
-        QTest::newRow("lu no quantization") << "learned-affine-lu" << false << true;
-        QTest::newRow("qr mxfp4 no bias") << "learned-affine-qr" << true << false;
-        QTest::newRow("rotation mxfp4") << "learned-rotation" << true << false;
+        QTest::addColumn<bool>("crossEntropy");
+        QTest::newRow("lu mxfp4 bias") << "learned-affine-lu" << true << true << false;
+        QTest::newRow("lu no quantization") << "learned-affine-lu" << false << true << false;
+        QTest::newRow("qr mxfp4 no bias") << "learned-affine-qr" << true << false << false;
+        QTest::newRow("rotation mxfp4") << "learned-rotation" << true << false << false;
+        QTest::newRow("lu mxfp4 bias, cross-entropy") << "learned-affine-lu" << true << true << true;
+        QTest::newRow("rotation mxfp4, cross-entropy") << "learned-rotation" << true << false << true;
     }
     void checkpointedStepMatchesFullAutograd() {
         QFETCH(QString, kind);
         QFETCH(bool, quantize);
         QFETCH(bool, bias);
+        QFETCH(bool, crossEntropy);
         Fixture f;
         if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         const auto& c = f.ck->config();
@@ -144,7 +150,12 @@ private slots:
             teacher = model::forwardWith(c, f.w, {}, tokens);
         }
         const auto base = fold::applyT3(fold::foldNorms(c, f.w), t.t3());
-        const auto kl = train::distillationKl(teacher, model::forwardWith(c, t.fold(c, base), opts, tokens), tau);
+        const auto studentLogits = model::forwardWith(c, t.fold(c, base), opts, tokens);
+        const int64_t T = tokens.size(1);
+        const auto kl = crossEntropy
+                            ? at::cross_entropy_loss(studentLogits.narrow(1, 0, T - 1).reshape({-1, c.vocabSize}),
+                                                     tokens.narrow(1, 1, T - 1).reshape({-1}))
+                            : train::distillationKl(teacher, studentLogits, tau);
         const auto loss = kl + lambda * t.volume();
         loss.backward();
         std::vector<at::Tensor> want;
@@ -153,7 +164,8 @@ private slots:
             p.mutable_grad() = at::Tensor();
         }
 
-        const auto got = train::distillationStep(c, f.w, t, act, tokens, tau, lambda);
+        const auto got = train::distillationStep(c, f.w, t, act, tokens, tau, lambda,
+                                                 crossEntropy ? train::Objective::CrossEntropy : train::Objective::Kl);
         QVERIFY2(std::fabs(got.kl - kl.item<double>()) <= 1e-4 * kl.item<double>() + 1e-7,
                  qPrintable(QString("KL %1 vs %2").arg(got.kl).arg(kl.item<double>())));
         QVERIFY(std::fabs(got.loss - loss.item<double>()) <= 1e-4 * loss.item<double>() + 1e-7);
@@ -172,7 +184,7 @@ private slots:
             QVERIFY2(diff <= 2e-3 * scale + 1e-4 * overall,
                      qPrintable(QString("parameter %1: max |grad - reference| %2, max |reference| %3").arg(i).arg(diff).arg(scale)));
         }
-        qInfo("%s: KL %.6g vs %.6g, worst gradient difference / largest gradient %.2g", qPrintable(kind), got.kl,
+        qInfo("%s: loss term %.6g vs %.6g, worst gradient difference / largest gradient %.2g", qPrintable(kind), got.kl,
               kl.item<double>(), worst);
     }
 

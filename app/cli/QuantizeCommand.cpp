@@ -67,6 +67,7 @@ int runQuantize(QuantizeCli& o) {
             throw std::invalid_argument("unknown --t3 '" + o.t3 + "'; use none or block-hadamard");
         o.q.t3Block = o.t3 == "none" ? 0 : 32; // SPEC §4's block
     }
+    if (o.q.loss != "kl" && o.q.loss != "ce") throw std::invalid_argument("unknown --loss '" + o.q.loss + "'; use kl or ce");
     run::runMethod(o.q); // unknown method, transform kind or initialisation: fail before loading anything
     if (o.nproc > 1 && !o.dryRun) return launchRanks(o);
     if (o.distTimeout <= 0) throw std::invalid_argument("--dist-timeout must be positive (seconds)");
@@ -208,6 +209,10 @@ Runner addQuantizeCommand(CLI::App& app) {
                     "block-orthogonal, block-orthogonal+noise, hadamard, block-hadamard, block-hadamard+noise");
     cmd->add_option("--init-noise", o->q.initNoise, "ablation: standard deviation of the +noise initialisations (1e-3)")
         ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--loss", o->q.loss,
+                    "what the learned methods minimise: kl (to the original model, SPEC §5) or ce (cross-entropy "
+                    "against the calibration text, SpinQuant's loss)")
+        ->capture_default_str();
     cmd->add_option("--weight-decay", o->q.weightDecay,
                     "AdamW weight decay of the transforms (the paper uses some, unstated; PyTorch's default is 0.01)")
         ->capture_default_str()

@@ -224,6 +224,7 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
         d.temperature = o.temperature;
         d.volumeWeight = o.volumeWeight;
         d.weightDecay = o.weightDecay;
+        d.objective = o.loss == "ce" ? train::Objective::CrossEntropy : train::Objective::Kl;
         d.warmupSteps = o.warmupSteps;
         d.metricsEvery = o.metricsEvery;
         d.checkpointEvery = o.checkpointEvery;
@@ -754,7 +755,7 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
                            {"t3_seed", transforms->spec().t3Seed}, {"file", "transforms.h5"}};
     if (x.method.learned) {
         nlohmann::ordered_json t = {{"steps", o.steps}, {"batch", o.batch}, {"lr", o.lr}, {"temperature", o.temperature},
-                                    {"volume_weight", o.volumeWeight}, {"weight_decay", o.weightDecay}, {"warmup_steps", o.warmupSteps},
+                                    {"loss", o.loss}, {"volume_weight", o.volumeWeight}, {"weight_decay", o.weightDecay}, {"warmup_steps", o.warmupSteps},
                                     {"resumed_from_step", r.training.startStep}, {"file", "train.h5"}};
         if (!r.training.history.empty()) {
             t["first_kl"] = r.training.history.front().kl;
@@ -838,7 +839,7 @@ std::string runKey(const std::string& modelDir, const QuantizeOptions& o, const 
     const MethodSpec m = runMethod(o);
     k << "method " << o.method << "\ntransforms " << m.t1Kind << " " << m.t2Kind << " init " << m.init << " noise "
       << m.initNoise << " t3 " << m.t3Block << "\nformat " << o.format.describe() << "\nsteps " << o.steps << "\nbatch per rank "
-      << o.batch << "\nlr " << o.lr << "\ntemperature " << o.temperature << "\nvolume weight " << o.volumeWeight << "\nweight decay " << o.weightDecay
+      << o.batch << "\nlr " << o.lr << "\ntemperature " << o.temperature << "\nvolume weight " << o.volumeWeight << "\nweight decay " << o.weightDecay << "\nloss " << o.loss
       << "\nwarmup " << o.warmupSteps << "\ncalibration " << o.calibSamples << " x " << o.seqLen << "\nseed " << o.seed
       << "\nt1 bias " << o.t1Bias << "\nt2 bias " << o.t2Bias << "\nresume " << o.resume << "\ncalibration ids "
       << calibIds.size() << " hash " << fnv(calibIds) << "\nevaluation ids " << evalIds.size() << " hash "
@@ -852,6 +853,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     const auto start = Clock::now();
     const MethodSpec method = runMethod(o);
     o.format.validate();
+    if (o.loss != "kl" && o.loss != "ce") throw std::invalid_argument("unknown --loss '" + o.loss + "'; use kl or ce");
     if (o.calibSamples < 1 || o.seqLen < 2) throw std::invalid_argument("need at least one calibration window of 2+ tokens");
     const auto ck = model::Checkpoint::load(modelDir);
     const model::ModelConfig& c = ck.config();

@@ -61,6 +61,9 @@ struct QuantizeOptions {
     // AdamW's decoupled weight decay on the transforms' parameters. The paper trains "with
     // weight-decay" without a value (PyTorch's AdamW default is 0.01); 0 keeps SPEC §5's runs.
     double weightDecay = 0;
+    // What the learned methods minimise (paper Table 8): "kl" to the teacher (SPEC §5) or "ce",
+    // the cross-entropy against the calibration text (SpinQuant's loss, paper Table 5).
+    std::string loss = "kl";
     int warmupSteps = 100;
     int metricsEvery = 10;
     int checkpointEvery = 50;

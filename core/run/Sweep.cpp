@@ -58,6 +58,10 @@ void applyOption(SweepCell& c, const std::string& key, const json& v, const std:
     else if (key == "temperature") o.temperature = num();
     else if (key == "volume_weight") o.volumeWeight = num();
     else if (key == "weight_decay") o.weightDecay = num();
+    else if (key == "loss") {
+        o.loss = text();
+        if (o.loss != "kl" && o.loss != "ce") bad(grid, where + " is '" + o.loss + "'; use kl or ce");
+    }
     else if (key == "warmup_steps") o.warmupSteps = integer();
     else if (key == "calib_samples") o.calibSamples = integer();
     else if (key == "seqlen") o.seqLen = integer();

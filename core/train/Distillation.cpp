@@ -95,8 +95,9 @@ void writeRunFile(const std::string& path, const std::vector<DistillStep>& histo
 
 DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeights& original,
                              const ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
-                             const at::Tensor& tokens, double tau, double volumeWeight) {
+                             const at::Tensor& tokens, double tau, double volumeWeight, Objective objective) {
     DistillLoss r;
+    const bool crossEntropy = objective == Objective::CrossEntropy;
     const auto t0 = Clock::now();
     const auto device = tokens.device();
     const auto fopts = at::TensorOptions().dtype(at::kFloat).device(device);
@@ -128,7 +129,7 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
 
     // The teacher's normed final hidden states (no graph); its logits are made a chunk at a time.
     at::Tensor teacherNormed;
-    {
+    if (!crossEntropy) { // cross-entropy against the data needs no teacher
         at::NoGradGuard g;
         const auto h = model::forwardHidden(c, original, teacherOptions, tokens).to(top);
         teacherNormed = model::rmsNorm(h, original.finalNorm.to(topts), c.rmsNormEps).reshape({N, c.hiddenSize});
@@ -207,7 +208,37 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     };
     at::Tensor gradU = at::zeros({N, c.hiddenSize}, topts);
     double kl = 0;
-    {
+    if (crossEntropy) {
+        // Cross-entropy of the student against the next token of the data (paper Table 8's "CE";
+        // SpinQuant's objective), mean over the B·(T−1) predicted tokens, at temperature 1. Its
+        // gradient w.r.t. the logits is softmax − one-hot, formed a vocabulary chunk at a time.
+        at::NoGradGuard g;
+        const auto uv = u.detach();
+        const std::int64_t B = tokens.size(0);
+        const auto next = at::cat({tokens.narrow(1, 1, T - 1), at::full({B, 1}, -1, tokens.options())}, 1)
+                              .reshape({N})
+                              .to(top, at::kLong);
+        const auto valid = next.ge(0).to(at::kFloat).unsqueeze(1);
+        const double M = double(B * (T - 1));
+        at::Tensor lseQ = at::full({N}, -std::numeric_limits<float>::infinity(), topts);
+        for (std::int64_t a = 0; a < V; a += chunk) {
+            const std::int64_t n = std::min(chunk, V - a);
+            lseQ = at::logaddexp(lseQ, at::logsumexp(logits(uv, lmChunk(a, n) * gamma, biasChunk(a, n)), -1));
+        }
+        at::Tensor ceSum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(top));
+        for (std::int64_t a = 0; a < V; a += chunk) {
+            const std::int64_t n = std::min(chunk, V - a);
+            const auto wg = lmChunk(a, n) * gamma;
+            const auto z = logits(uv, wg, biasChunk(a, n));
+            const auto inChunk = next.ge(a).logical_and(next.lt(a + n)).to(at::kFloat).unsqueeze(1);
+            const auto local = (next - a).clamp(0, n - 1).unsqueeze(1);
+            const auto oneHot = at::zeros_like(z).scatter_(1, local, inChunk);
+            ceSum -= (z.gather(1, local) * inChunk).sum().to(at::kDouble); // − the target's logit
+            gradU.addmm_(((z - lseQ.unsqueeze(1)).exp() * valid - oneHot) / M, wg);
+        }
+        ceSum += (lseQ.unsqueeze(1) * valid).sum().to(at::kDouble);
+        kl = ceSum.item<double>() / M;
+    } else {
         at::NoGradGuard g;
         const auto uv = u.detach();
         at::Tensor lseP = at::full({N}, -std::numeric_limits<float>::infinity(), topts), lseQ = lseP.clone();
@@ -391,7 +422,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                 const auto tokens = calibration.index_select(0, idx).to(device);
                 opt.zeroGrad();
                 DistillLoss l =
-                    distillationStep(c, original, transforms, o.activation, tokens, o.temperature, o.volumeWeight);
+                    distillationStep(c, original, transforms, o.activation, tokens, o.temperature, o.volumeWeight, o.objective);
                 if (world > 1) {
                     // The mean gradient of the global batch: each rank's KL is a mean over its
                     // own equal share of the tokens (the volume term is the same on every rank).

@@ -35,6 +35,10 @@ struct DistillStep {
     double a2Condition = nan, a2Orthogonality = nan, a2OffBlock = nan;
 };
 
+// What the training minimises besides the volume term (paper Table 8): the KL to the teacher
+// (SPEC §5, the default) or the cross-entropy against the data's next tokens (SpinQuant's loss).
+enum class Objective { Kl, CrossEntropy };
+
 struct DistillOptions {
     std::optional<mx::MxConfig> activation = mx::MxConfig{}; // the student's activation quantization (none: off)
     int steps = 1000;
@@ -45,6 +49,7 @@ struct DistillOptions {
     double warmupStartFactor = 0.1;
     double temperature = 1.5;
     double volumeWeight = 0.1;
+    Objective objective = Objective::Kl; // the `kl` of the steps is then this objective's value
     int metricsEvery = 10;         // matrix metrics every k steps (and the last); 0: never
     int trackedLayer = 0;          // whose A2 is tracked
     int checkpointEvery = 50;      // run-file rewrite every k steps; 0: only on cancel and at the end
@@ -87,13 +92,16 @@ DistillResult distill(const model::ModelConfig& config, const model::LlamaWeight
 // refolded as tables; the KL and its gradient are computed over vocabulary chunks. Equal to
 // distillationKl(forwardWith(original), forwardWith(transforms.fold(...))) and its gradient,
 // within float32 rounding (tst_distillation). tokens: int64 [B, T] on the training device.
+// Objective::CrossEntropy: the student's cross-entropy against the next tokens instead of the KL
+// (no teacher pass; `kl` holds it), equal to at::cross_entropy of the folded student's logits.
 struct DistillLoss {
     double loss = 0, kl = 0, vol = 0;
     double teacherSeconds = 0, studentSeconds = 0, backwardSeconds = 0;
 };
 DistillLoss distillationStep(const model::ModelConfig& config, const model::LlamaWeights& original,
                              const ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
-                             const at::Tensor& tokens, double temperature, double volumeWeight);
+                             const at::Tensor& tokens, double temperature, double volumeWeight,
+                             Objective objective = Objective::Kl);
 
 // KL(p ‖ q) per token, averaged over tokens, of softmax(teacher/τ) and softmax(student/τ);
 // logits [..., V]. Exposed for tests.
