@@ -5,6 +5,7 @@
 #include "cli/Commands.h"
 #include "util/AtomicFile.h"
 #include "util/DataPath.h"
+#include "util/Text.h"
 
 #include "eval/Perplexity.h"
 #include "run/AnalysisStore.h"
@@ -21,7 +22,6 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 
 namespace latmix::cli {
@@ -41,13 +41,11 @@ struct AnalyzeOptions {
     std::int64_t maxRows = 0;
 };
 
+// The non-empty entries of a comma list.
 std::vector<std::string> splitList(const std::string& s) {
     std::vector<std::string> out;
-    std::stringstream in(s);
-    for (std::string item; std::getline(in, item, ',');) {
-        const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-        if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-    }
+    for (auto& item : util::splitList(s))
+        if (!item.empty()) out.push_back(std::move(item));
     return out;
 }
 

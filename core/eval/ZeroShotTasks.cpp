@@ -1,5 +1,7 @@
 #include "eval/ZeroShotTasks.h"
 
+#include "util/Text.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -235,12 +237,7 @@ std::vector<std::string> parseTaskList(const std::string& list) {
     std::vector<std::string> out;
     std::string known;
     for (const auto& n : zeroShotTaskNames()) known += (known.empty() ? "" : ", ") + n;
-    for (std::size_t a = 0; a <= list.size();) {
-        const std::size_t b = std::min(list.find(',', a), list.size());
-        std::string n = list.substr(a, b - a);
-        a = b + 1;
-        n.erase(0, n.find_first_not_of(" \t"));
-        n.erase(n.find_last_not_of(" \t") + 1);
+    for (const auto& n : util::splitList(list)) {
         if (n.empty()) continue;
         const auto& names = zeroShotTaskNames();
         if (std::find(names.begin(), names.end(), n) == names.end())

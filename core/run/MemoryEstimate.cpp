@@ -3,6 +3,7 @@
 #include "run/MemoryEstimate.h"
 
 #include "mx/MxFormat.h"
+#include "util/Text.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -190,27 +191,15 @@ int storedElementBytes(std::int64_t fileBytes, std::int64_t parameters) {
 }
 
 std::vector<std::string> parseDeviceList(const std::string& list) {
-    std::vector<std::string> out;
     if (list.find_first_not_of(" \t") == std::string::npos) throw std::invalid_argument("--devices is empty; give e.g. cuda:0,cuda:1");
-    for (std::size_t a = 0; a <= list.size();) { // every entry, the one after a trailing comma too
-        const std::size_t b = std::min(list.find(',', a), list.size());
-        std::string d = list.substr(a, b - a);
-        a = b + 1;
-        d.erase(0, d.find_first_not_of(" \t"));
-        d.erase(d.find_last_not_of(" \t") + 1);
+    auto out = util::splitList(list);
+    for (const auto& d : out)
         if (d.empty()) throw std::invalid_argument("--devices '" + list + "' has an empty entry; give e.g. cuda:0,cuda:1");
-        out.push_back(d);
-    }
     return out;
 }
 
 std::vector<std::string> devicesOfLocalRank(const std::string& list, int localRank) {
-    std::vector<std::string> groups;
-    for (std::size_t a = 0; a <= list.size();) {
-        const std::size_t b = std::min(list.find(';', a), list.size());
-        groups.push_back(list.substr(a, b - a));
-        a = b + 1;
-    }
+    const auto groups = util::splitList(list, ';');
     if (groups.size() > 1) {
         if (localRank >= static_cast<int>(groups.size()))
             throw std::invalid_argument("--devices '" + list + "' has " + std::to_string(groups.size()) +

@@ -1,11 +1,26 @@
 #include "util/Text.h"
 
+#include <algorithm>
+
 namespace latmix::util {
 
 std::string shapeText(const std::vector<std::int64_t>& s) {
     std::string t = "[";
     for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
     return t + "]";
+}
+
+std::vector<std::string> splitList(const std::string& text, char separator) {
+    std::vector<std::string> out;
+    for (std::size_t a = 0; a <= text.size();) {
+        const std::size_t b = std::min(text.find(separator, a), text.size());
+        std::string item = text.substr(a, b - a);
+        a = b + 1;
+        item.erase(0, item.find_first_not_of(" \t"));
+        item.erase(item.find_last_not_of(" \t") + 1);
+        out.push_back(std::move(item));
+    }
+    return out;
 }
 
 } // namespace latmix::util

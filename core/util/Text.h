@@ -1,5 +1,5 @@
 #pragma once
-// Small text helpers for messages.
+// Small text helpers: messages and option lists.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -8,5 +8,9 @@ namespace latmix::util {
 
 // "[a, b]" for error messages.
 std::string shapeText(const std::vector<std::int64_t>& shape);
+
+// "a, b,,c" split on `separator`, each entry without surrounding spaces and tabs; empty entries
+// are kept (the one after a trailing separator too), for the caller to refuse or skip.
+std::vector<std::string> splitList(const std::string& text, char separator = ',');
 
 } // namespace latmix::util
