@@ -3,6 +3,7 @@
 #include "model/LlamaModel.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/OutOfMemory.h"
+#include "util/Stats.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -12,7 +13,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -158,20 +158,9 @@ void runRows(const model::LlamaModel& model, const std::vector<Row>& rows, std::
         }
 }
 
-double meanOf(const std::vector<double>& x) {
-    double s = 0;
-    for (double v : x) s += v;
-    return x.empty() ? 0.0 : s / static_cast<double>(x.size());
-}
-
-// The harness's mean_stderr: sample standard deviation (n - 1) / sqrt(n).
+// The harness's mean_stderr: sample standard deviation / sqrt(n); NaN for fewer than two.
 double stderrOf(const std::vector<double>& x) {
-    const std::size_t n = x.size();
-    if (n < 2) return std::numeric_limits<double>::quiet_NaN();
-    const double m = meanOf(x);
-    double ss = 0;
-    for (double v : x) ss += (v - m) * (v - m);
-    return std::sqrt(ss / static_cast<double>(n - 1)) / std::sqrt(static_cast<double>(n));
+    return util::sampleStd(x) / std::sqrt(static_cast<double>(x.size()));
 }
 
 int argmax(const std::vector<double>& v) { // numpy's: the first of equal maxima
@@ -270,10 +259,10 @@ ZeroShotTaskResult taskMetrics(const ZeroShotTask& task, const std::vector<DocSc
         acc.push_back(argmax(lls) == doc.gold ? 1.0 : 0.0);
         if (task.accNorm) accNorm.push_back(argmax(normed) == doc.gold ? 1.0 : 0.0);
     }
-    r.metrics.push_back({"acc", meanOf(acc), stderrOf(acc)});
-    if (task.accNorm) r.metrics.push_back({"acc_norm", meanOf(accNorm), stderrOf(accNorm)});
+    r.metrics.push_back({"acc", util::mean(acc), stderrOf(acc)});
+    if (task.accNorm) r.metrics.push_back({"acc_norm", util::mean(accNorm), stderrOf(accNorm)});
     if (task.kind == TaskKind::Completion) {
-        const double ppl = std::exp(-meanOf(ll));
+        const double ppl = std::exp(-util::mean(ll));
         r.metrics.push_back({"perplexity", ppl, ppl * stderrOf(ll)});
     }
     return r;

@@ -4,6 +4,7 @@
 #include "mx/MxFormat.h"
 #include "util/AtomicFile.h"
 #include "util/DataPath.h"
+#include "util/Stats.h"
 
 #include <nlohmann/json.hpp>
 
@@ -100,18 +101,8 @@ std::vector<std::string> stringList(const json& j, const char* key, const std::s
     return out;
 }
 
-double meanOf(const std::vector<double>& x) {
-    double s = 0;
-    for (double v : x) s += v;
-    return x.empty() ? 0 : s / static_cast<double>(x.size());
-}
-double stdOf(const std::vector<double>& x) { // sample standard deviation; 0 for one value
-    if (x.size() < 2) return 0;
-    const double m = meanOf(x);
-    double ss = 0;
-    for (double v : x) ss += (v - m) * (v - m);
-    return std::sqrt(ss / static_cast<double>(x.size() - 1));
-}
+// The spread of a row's seeds: the sample standard deviation, 0 for one seed.
+double stdOf(const std::vector<double>& x) { return x.size() < 2 ? 0.0 : util::sampleStd(x); }
 
 std::string fixed(double v, int digits) {
     char b[64];
@@ -120,7 +111,7 @@ std::string fixed(double v, int digits) {
 }
 std::string meanStd(const std::vector<double>& x, int digits) {
     if (x.empty()) return "–";
-    return x.size() > 1 ? fixed(meanOf(x), digits) + " ± " + fixed(stdOf(x), digits) : fixed(x.front(), digits);
+    return x.size() > 1 ? fixed(util::mean(x), digits) + " ± " + fixed(stdOf(x), digits) : fixed(x.front(), digits);
 }
 
 } // namespace
@@ -334,17 +325,17 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
         // this row is it or within noise of it.
         const Row* best = nullptr;
         for (const auto& x : rows)
-            if (x.format == r.format && !x.w4a4.empty() && (!best || meanOf(x.w4a4) < meanOf(best->w4a4))) best = &x;
+            if (x.format == r.format && !x.w4a4.empty() && (!best || util::mean(x.w4a4) < util::mean(best->w4a4))) best = &x;
         std::string vs;
         if (best && !r.w4a4.empty()) {
             if (best == &r) vs = "best";
-            else if (std::abs(meanOf(r.w4a4) - meanOf(best->w4a4)) <= stdOf(r.w4a4) + stdOf(best->w4a4)) vs = "within noise";
+            else if (std::abs(util::mean(r.w4a4) - util::mean(best->w4a4)) <= stdOf(r.w4a4) + stdOf(best->w4a4)) vs = "within noise";
         }
         s << "| " << r.method << " | " << r.format << " |" << (variants ? " " + r.variant + " |" : "") << " "
           << r.total.size() << " | " << meanStd(r.w4a4, 3) << " | " << vs << " | "
           << meanStd(r.weightsOnly, 3) << " | " << meanStd(r.fp, 3) << " | " << meanStd(r.folded, 3) << " | "
           << meanStd(r.kl, 4) << " | " << meanStd(r.zeroShot, 4) << " | "
-          << fixed(meanOf(r.train), 1) << " | " << fixed(meanOf(r.total), 1) << " |\n";
+          << fixed(util::mean(r.train), 1) << " | " << fixed(util::mean(r.total), 1) << " |\n";
     }
     s << "\n" << records.size() << " of " << cellsInGrid << " cells finished";
     s << (static_cast<int>(records.size()) < cellsInGrid ? " (the sweep was interrupted or is running: run it again to go on)" : "")
