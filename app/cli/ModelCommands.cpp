@@ -61,9 +61,8 @@ struct EvalOptions {
 
 // --tasks: zero-shot accuracy (the table and, with --json, the same as JSON).
 int runZeroShot(const EvalOptions& o) {
-    std::vector<eval::ZeroShotTask> tasks; // every task file read and checked before the model loads
-    for (const auto& name : eval::parseTaskList(o.tasks))
-        tasks.push_back(eval::loadZeroShotTask(name, util::dataDir(), o.limit));
+    // Every task file read and checked before the model loads.
+    const auto tasks = eval::loadZeroShotTasks(o.tasks, util::dataDir(), o.limit);
     const auto ck = model::Checkpoint::load(o.m.model);
     const auto device = model::parseDevice(o.m.device);
     const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), device);

@@ -104,8 +104,7 @@ int runQuantize(QuantizeCli& o) {
     o.q.calibSource = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
     if (o.q.evalSeqLen > 0) o.q.evalSource = util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split");
     if (!o.evalTasks.empty() && world.rank == 0) // read and checked now: a bad task file stops before any work
-        for (const auto& name : eval::parseTaskList(o.evalTasks))
-            o.q.evalTasks.push_back(eval::loadZeroShotTask(name, util::dataDir(), o.evalLimit));
+        o.q.evalTasks = eval::loadZeroShotTasks(o.evalTasks, util::dataDir(), o.evalLimit);
     const auto ids = run::tokenizeRunInputs(o.model, util::readTextFile(o.q.calibSource, "calibration text"), o.q.evalSource, o.q.seqLen);
     if (world.size > 1) {
         // One rank of a data-parallel run (torchrun or --nproc): the ranks meet, check that they

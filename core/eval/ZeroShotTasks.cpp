@@ -283,4 +283,10 @@ ZeroShotTask loadZeroShotTask(const std::string& name, const std::string& dataDi
     throw std::logic_error("unreachable");
 }
 
+std::vector<ZeroShotTask> loadZeroShotTasks(const std::string& list, const std::string& dataDir, int limit) {
+    std::vector<ZeroShotTask> tasks;
+    for (const auto& name : parseTaskList(list)) tasks.push_back(loadZeroShotTask(name, dataDir, limit));
+    return tasks;
+}
+
 } // namespace latmix::eval

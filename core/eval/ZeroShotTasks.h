@@ -48,6 +48,9 @@ std::vector<std::string> parseTaskList(const std::string& list);
 // choice list), and naming the path when the file is absent.
 ZeroShotTask loadZeroShotTask(const std::string& name, const std::string& dataDir, int limit = 0);
 
+// Every task of a "arc_easy,piqa" list (parseTaskList), loaded as above.
+std::vector<ZeroShotTask> loadZeroShotTasks(const std::string& list, const std::string& dataDir, int limit = 0);
+
 // The same from an explicit file (tests; a task file kept elsewhere). PIQA's labels are read
 // from valid-labels.lst beside the file.
 ZeroShotTask readZeroShotTask(const std::string& name, const std::string& path, int limit = 0);

@@ -253,9 +253,7 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
                 tokens[key] = tokenizeRunInputs(grid.model, util::readTextFile(o.calibSource, "calibration text"), o.evalSource, o.seqLen);
             if (!cell.evalTasks.empty()) {
                 auto tkey = std::make_pair(cell.evalTasks, cell.evalLimit);
-                if (!tasks.count(tkey))
-                    for (const auto& name : eval::parseTaskList(cell.evalTasks))
-                        tasks[tkey].push_back(eval::loadZeroShotTask(name, util::dataDir(), cell.evalLimit));
+                if (!tasks.count(tkey)) tasks[tkey] = eval::loadZeroShotTasks(cell.evalTasks, util::dataDir(), cell.evalLimit);
                 o.evalTasks = tasks[tkey];
             }
             // An interrupted learned cell continues its training where its train.h5 stopped.
