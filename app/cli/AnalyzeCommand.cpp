@@ -87,7 +87,7 @@ train::PointActivations loadActivations(const AnalyzeOptions& o, run::Attributes
         return train::readActivations(o.activations, o.points, o.maxRows);
     }
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
-    const std::string calib = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
+    const std::string calib = util::calibrationTextFile(o.calib);
     attrs.insert({{"model", o.model}, {"calibration", calib}, {"samples", std::to_string(o.samples)},
                   {"seqlen", std::to_string(o.seqLen)}, {"dtype", o.dtype}});
     CliProgress progress("capture");

@@ -90,7 +90,7 @@ int runEval(const EvalOptions& o) {
     const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), device);
     const auto tok = tokenizer::Tokenizer::loadFromDir(o.m.model);
     const bool wiki = o.dataset == "wikitext2";
-    const std::string path = wiki ? util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split") : o.dataset;
+    const std::string path = wiki ? util::wikiText2TestFile() : o.dataset;
     const std::string text = wiki ? eval::wikiText2TestText(path) : util::readTextFile(path, "evaluation text");
     const auto ids = eval::tokenizeForEvaluation(*tok, text);
     CliProgress progress("eval");
@@ -131,7 +131,7 @@ int runCapture(const CaptureCliOptions& o) {
     const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), model::parseDevice(o.m.device));
     const auto tok = tokenizer::Tokenizer::loadFromDir(o.m.model);
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
-    const std::string calib = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
+    const std::string calib = util::calibrationTextFile(o.calib);
     const auto ids = tok->encode(util::readTextFile(calib, "calibration text"), false);
     CliProgress progress("capture");
     const auto r = eval::captureActivations(

@@ -101,8 +101,8 @@ int runQuantize(QuantizeCli& o) {
         return 0;
     }
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
-    o.q.calibSource = o.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : o.calib;
-    if (o.q.evalSeqLen > 0) o.q.evalSource = util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split");
+    o.q.calibSource = util::calibrationTextFile(o.calib);
+    if (o.q.evalSeqLen > 0) o.q.evalSource = util::wikiText2TestFile();
     if (!o.evalTasks.empty() && world.rank == 0) // read and checked now: a bad task file stops before any work
         o.q.evalTasks = eval::loadZeroShotTasks(o.evalTasks, util::dataDir(), o.evalLimit);
     const auto ids = run::tokenizeRunInputs(o.model, util::readTextFile(o.q.calibSource, "calibration text"), o.q.evalSource, o.q.seqLen);

@@ -246,8 +246,8 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
         if (!done) {
             job.checkCancelled();
             QuantizeOptions o = cell.options;
-            o.calibSource = cell.calib.empty() ? util::requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : cell.calib;
-            if (o.evalSeqLen > 0) o.evalSource = util::requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split");
+            o.calibSource = util::calibrationTextFile(cell.calib);
+            if (o.evalSeqLen > 0) o.evalSource = util::wikiText2TestFile();
             auto key = std::make_pair(o.calibSource + "\n" + o.evalSource, o.seqLen);
             if (!tokens.count(key))
                 tokens[key] = tokenizeRunInputs(grid.model, util::readTextFile(o.calibSource, "calibration text"), o.evalSource, o.seqLen);

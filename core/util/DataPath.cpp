@@ -22,4 +22,10 @@ std::string requireDataFile(const std::string& relative, const std::string& what
     return path;
 }
 
+std::string calibrationTextFile(const std::string& given) {
+    return given.empty() ? requireDataFile("wikitext-2/wiki.valid.tokens", "calibration text") : given;
+}
+
+std::string wikiText2TestFile() { return requireDataFile("wikitext-2/wiki.test.raw", "WikiText-2 test split"); }
+
 } // namespace latmix::util

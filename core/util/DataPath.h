@@ -14,4 +14,12 @@ std::string dataFile(const std::string& relative);
 // dataDir()/relative; throws std::runtime_error naming `what` and the path when it is missing.
 std::string requireDataFile(const std::string& relative, const std::string& what);
 
+// The calibration text: `given` when it is set, else dataDir()/wikitext-2/wiki.valid.tokens (SPEC
+// §5: a training-side split, never the test text perplexity is measured on). Throws like
+// requireDataFile when the default is missing.
+std::string calibrationTextFile(const std::string& given = {});
+
+// dataDir()/wikitext-2/wiki.test.raw, the WikiText-2 test split perplexity is measured on (SPEC §7).
+std::string wikiText2TestFile();
+
 } // namespace latmix::util
