@@ -13,6 +13,7 @@
 #include "model/LlamaModel.h"
 #include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
+#include "transforms/LearnedTransforms.h"
 
 #include <chrono>
 #include <cstdio>
@@ -62,13 +63,8 @@ int launchRanks(const QuantizeCli& o) {
 }
 
 int runQuantize(QuantizeCli& o) {
-    if (!o.t3.empty()) {
-        if (o.t3 != "none" && o.t3 != "block-hadamard")
-            throw std::invalid_argument("unknown --t3 '" + o.t3 + "'; use none or block-hadamard");
-        o.q.t3Block = o.t3 == "none" ? 0 : 32; // SPEC §4's block
-    }
-    if (o.q.loss != "kl" && o.q.loss != "ce") throw std::invalid_argument("unknown --loss '" + o.q.loss + "'; use kl or ce");
-    run::runMethod(o.q); // unknown method, transform kind or initialisation: fail before loading anything
+    if (!o.t3.empty()) o.q.t3Block = run::t3BlockOf(o.t3);
+    run::runMethod(o.q); // unknown method, transform kind, initialisation or loss: fail before loading anything
     if (o.nproc > 1 && !o.dryRun) return launchRanks(o);
     if (o.distTimeout <= 0) throw std::invalid_argument("--dist-timeout must be positive (seconds)");
     const dist::World world = dist::worldFromEnvironment();
@@ -196,16 +192,19 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_option("--warmup", o->q.warmupSteps, "warmup steps (at most steps/10)")->capture_default_str();
     cmd->add_option("--temperature", o->q.temperature, "distillation temperature tau")->capture_default_str();
     cmd->add_option("--volume-weight", o->q.volumeWeight, "lambda of the volume regulariser")->capture_default_str();
+    auto joined = [](const std::vector<std::string>& names) {
+        std::string s;
+        for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+        return s;
+    };
     cmd->add_option("--t1", o->q.t1Kind,
-                    "ablation: T1 (residual stream) of this kind instead of the method's: none, hadamard, block-hadamard, "
-                    "orthogonal, block-orthogonal, learned-rotation, learned-rotation-bias, learned-invertible, "
-                    "learned-affine-lu, learned-affine-qr");
+                    "ablation: T1 (residual stream) of this kind instead of the method's: " +
+                        joined(transforms::transformKinds()));
     cmd->add_option("--t2", o->q.t2Kind, "ablation: T2 (value/o_proj head space) of this kind instead of the method's");
     cmd->add_option("--t3", o->t3, "ablation: the online T3 on the down_proj input: none or block-hadamard (the default "
                                    "of the transformed methods)");
     cmd->add_option("--init", o->q.init,
-                    "ablation: initialisation of the learned transforms: default, identity, identity+noise, orthogonal, "
-                    "block-orthogonal, block-orthogonal+noise, hadamard, block-hadamard, block-hadamard+noise");
+                    "ablation: initialisation of the learned transforms: " + joined(transforms::initKinds()));
     cmd->add_option("--init-noise", o->q.initNoise, "ablation: standard deviation of the +noise initialisations (1e-3)")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--loss", o->q.loss,

@@ -83,8 +83,15 @@ const std::vector<MethodSpec>& methods() {
     return m;
 }
 
+int t3BlockOf(const std::string& t3) {
+    if (t3 == "none") return 0;
+    if (t3 == "block-hadamard") return 32; // SPEC §4
+    throw std::invalid_argument("unknown --t3 '" + t3 + "'; use none or block-hadamard");
+}
+
 MethodSpec runMethod(const QuantizeOptions& o) {
     MethodSpec m = methodSpec(o.method);
+    if (o.loss != "kl" && o.loss != "ce") throw std::invalid_argument("unknown --loss '" + o.loss + "'; use kl or ce");
     const bool ablation = !o.t1Kind.empty() || !o.t2Kind.empty() || !o.init.empty() || o.t3Block >= 0 || o.initNoise >= 0;
     if (!ablation) return m;
     auto oneOf = [](const std::string& what, const std::string& value, const std::vector<std::string>& valid) {
@@ -853,7 +860,6 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     const auto start = Clock::now();
     const MethodSpec method = runMethod(o);
     o.format.validate();
-    if (o.loss != "kl" && o.loss != "ce") throw std::invalid_argument("unknown --loss '" + o.loss + "'; use kl or ce");
     if (o.calibSamples < 1 || o.seqLen < 2) throw std::invalid_argument("need at least one calibration window of 2+ tokens");
     const auto ck = model::Checkpoint::load(modelDir);
     const model::ModelConfig& c = ck.config();

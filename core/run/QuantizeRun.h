@@ -39,8 +39,11 @@ struct QuantizeOptions;
 // The method a run uses: methodSpec(options.method) with the ablation options applied
 // (QuantizeOptions::t1Kind ...; the paper's Tables 7 and 14). learned: a learned kind at T1 or
 // T2; transformed: any of T1, T2, T3. Throws std::invalid_argument naming an unknown kind or
-// initialisation and listing the valid ones.
+// initialisation (listing the valid ones) or an unknown loss.
 MethodSpec runMethod(const QuantizeOptions& options);
+// --t3 / a grid's "t3": "none" -> 0 (no online Hadamard), "block-hadamard" -> 32 (SPEC §4's
+// block); anything else throws std::invalid_argument naming the two.
+int t3BlockOf(const std::string& t3);
 std::string methodNameList();
 
 struct QuantizeOptions {

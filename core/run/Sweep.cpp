@@ -59,10 +59,7 @@ void applyOption(SweepCell& c, const std::string& key, const json& v, const std:
     else if (key == "temperature") o.temperature = num();
     else if (key == "volume_weight") o.volumeWeight = num();
     else if (key == "weight_decay") o.weightDecay = num();
-    else if (key == "loss") {
-        o.loss = text();
-        if (o.loss != "kl" && o.loss != "ce") bad(grid, where + " is '" + o.loss + "'; use kl or ce");
-    }
+    else if (key == "loss") o.loss = text(); // checked with the method (runMethod)
     else if (key == "warmup_steps") o.warmupSteps = integer();
     else if (key == "calib_samples") o.calibSamples = integer();
     else if (key == "seqlen") o.seqLen = integer();
@@ -75,8 +72,11 @@ void applyOption(SweepCell& c, const std::string& key, const json& v, const std:
     else if (key == "t2") o.t2Kind = text();
     else if (key == "t3") {
         const std::string t3 = text();
-        if (t3 != "none" && t3 != "block-hadamard") bad(grid, where + " is '" + t3 + "'; use none or block-hadamard");
-        o.t3Block = t3 == "none" ? 0 : 32;
+        try {
+            o.t3Block = t3BlockOf(t3);
+        } catch (const std::invalid_argument& e) {
+            bad(grid, e.what());
+        }
     } else if (key == "init") o.init = text();
     else if (key == "init_noise") o.initNoise = num();
     else if (key == "t1_bias") o.t1Bias = flag();
