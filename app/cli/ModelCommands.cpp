@@ -3,6 +3,7 @@
 #include "cli/Commands.h"
 #include "util/AtomicFile.h"
 #include "util/DataPath.h"
+#include "util/Text.h"
 
 #include "eval/ActivationCapture.h"
 #include "eval/Perplexity.h"
@@ -163,10 +164,9 @@ Runner addEvalCommand(CLI::App& app) {
     cmd->add_option("--seqlen", o->seqLen, "window length (capped at the model's maximum)")->capture_default_str();
     cmd->add_option("--max-windows", o->maxWindows, "evaluate at most K windows (0: all)")->capture_default_str();
     cmd->add_option("--json", o->json, "also write the results as JSON to this file");
-    std::string names;
-    for (const auto& n : eval::zeroShotTaskNames()) names += (names.empty() ? "" : ",") + n;
     cmd->add_option("--tasks", o->tasks,
-                    "zero-shot tasks instead of perplexity, scored as lm-evaluation-harness does (" + names +
+                    "zero-shot tasks instead of perplexity, scored as lm-evaluation-harness does (" +
+                        util::joinList(eval::zeroShotTaskNames(), ",") +
                         "; data in LATMIX_DATA_DIR/zeroshot)");
     cmd->add_option("--limit", o->limit, "score the first N documents of each task (0: all)")->capture_default_str();
     cmd->add_flag("--bos", o->zeroShot.addBos, "prepend BOS to contexts (the harness's add_bos_token; off by default)");

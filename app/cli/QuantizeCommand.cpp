@@ -5,6 +5,7 @@
 #include "dist/ProcessGroup.h"
 #include "util/AtomicFile.h"
 #include "util/DataPath.h"
+#include "util/Text.h"
 
 #include "eval/Perplexity.h"
 #include "eval/ZeroShot.h"
@@ -192,19 +193,14 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_option("--warmup", o->q.warmupSteps, "warmup steps (at most steps/10)")->capture_default_str();
     cmd->add_option("--temperature", o->q.temperature, "distillation temperature tau")->capture_default_str();
     cmd->add_option("--volume-weight", o->q.volumeWeight, "lambda of the volume regulariser")->capture_default_str();
-    auto joined = [](const std::vector<std::string>& names) {
-        std::string s;
-        for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-        return s;
-    };
     cmd->add_option("--t1", o->q.t1Kind,
                     "ablation: T1 (residual stream) of this kind instead of the method's: " +
-                        joined(transforms::transformKinds()));
+                        util::joinList(transforms::transformKinds()));
     cmd->add_option("--t2", o->q.t2Kind, "ablation: T2 (value/o_proj head space) of this kind instead of the method's");
     cmd->add_option("--t3", o->t3, "ablation: the online T3 on the down_proj input: none or block-hadamard (the default "
                                    "of the transformed methods)");
     cmd->add_option("--init", o->q.init,
-                    "ablation: initialisation of the learned transforms: " + joined(transforms::initKinds()));
+                    "ablation: initialisation of the learned transforms: " + util::joinList(transforms::initKinds()));
     cmd->add_option("--init-noise", o->q.initNoise, "ablation: standard deviation of the +noise initialisations (1e-3)")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--loss", o->q.loss,

@@ -235,8 +235,7 @@ const std::vector<std::string>& zeroShotTaskNames() {
 
 std::vector<std::string> parseTaskList(const std::string& list) {
     std::vector<std::string> out;
-    std::string known;
-    for (const auto& n : zeroShotTaskNames()) known += (known.empty() ? "" : ", ") + n;
+    const std::string known = util::joinList(zeroShotTaskNames());
     for (const auto& n : util::splitList(list)) {
         if (n.empty()) continue;
         const auto& names = zeroShotTaskNames();

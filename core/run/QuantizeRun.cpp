@@ -19,6 +19,7 @@
 #include "util/AtomicFile.h"
 #include "util/OutOfMemory.h"
 #include "util/Runtime.h"
+#include "util/Text.h"
 #include "util/TorchCompat.h"
 
 #include <ATen/ATen.h>
@@ -96,9 +97,7 @@ MethodSpec runMethod(const QuantizeOptions& o) {
     if (!ablation) return m;
     auto oneOf = [](const std::string& what, const std::string& value, const std::vector<std::string>& valid) {
         if (std::find(valid.begin(), valid.end(), value) != valid.end()) return;
-        std::string list;
-        for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
-        throw std::invalid_argument("unknown " + what + " '" + value + "'; use one of " + list);
+        throw std::invalid_argument("unknown " + what + " '" + value + "'; use one of " + util::joinList(valid));
     };
     std::string changed;
     auto note = [&](const std::string& s) { changed += (changed.empty() ? "" : ", ") + s; };

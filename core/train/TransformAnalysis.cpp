@@ -3,6 +3,7 @@
 #include "io/ActivationStore.h"
 #include "model/Capture.h"
 #include "model/LlamaModel.h"
+#include "util/Text.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -124,11 +125,8 @@ void validateAnalysisOptions(const AnalysisOptions& o) {
     const auto known = transforms::transformKinds();
     if (o.kinds.empty()) throw std::invalid_argument("no transforms to analyze");
     for (const auto& k : o.kinds)
-        if (std::find(known.begin(), known.end(), k) == known.end()) {
-            std::string list;
-            for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-            throw std::invalid_argument("unknown transform '" + k + "'; choose from " + list);
-        }
+        if (std::find(known.begin(), known.end(), k) == known.end())
+            throw std::invalid_argument("unknown transform '" + k + "'; choose from " + util::joinList(known));
     for (int b : o.sweepBlocks)
         if (b < 1 || (b & (b - 1)) != 0)
             throw std::invalid_argument("sweep block size " + std::to_string(b) + " is not a power of two");

@@ -1,6 +1,7 @@
 #include "transforms/LearnedTransforms.h"
 
 #include "transforms/FixedTransforms.h"
+#include "util/Text.h"
 
 #include <ATen/ATen.h>
 
@@ -9,12 +10,6 @@
 
 namespace latmix::transforms {
 namespace {
-
-std::string joined(const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-    return s;
-}
 
 bool contains(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
@@ -82,14 +77,14 @@ at::Tensor initialMatrix(const std::string& init, std::int64_t dim, std::int64_t
     } else if (base == "block-hadamard") {
         a = blockHadamardMatrix(dim, blockSize, seed, note);
     } else {
-        throw std::invalid_argument("unknown transform initialisation '" + init + "'; valid: " + joined(initKinds()));
+        throw std::invalid_argument("unknown transform initialisation '" + init + "'; valid: " + util::joinList(initKinds()));
     }
     return noisy ? addOffBlockNoise(a, noiseBlock, noiseStd, noiseSeed(seed)) : a;
 }
 
 std::unique_ptr<AffineTransform> makeTransform(const std::string& kind, std::int64_t dim, const TransformOptions& o) {
     if (!contains(transformKinds(), kind))
-        throw std::invalid_argument("unknown transform kind '" + kind + "'; valid kinds: " + joined(transformKinds()));
+        throw std::invalid_argument("unknown transform kind '" + kind + "'; valid kinds: " + util::joinList(transformKinds()));
     if (dim < 1) throw std::invalid_argument(kind + ": dimension must be positive, got " + std::to_string(dim));
     if (o.blockSize < 1) throw std::invalid_argument(kind + ": block size must be positive, got " + std::to_string(o.blockSize));
     if (!(o.noiseStd >= 0)) throw std::invalid_argument(kind + ": noise std must be non-negative");
@@ -103,7 +98,7 @@ std::unique_ptr<AffineTransform> makeTransform(const std::string& kind, std::int
 
     const std::string init = resolveInit(kind, o.init);
     if (!contains(initKinds(), init))
-        throw std::invalid_argument(kind + ": unknown initialisation '" + o.init + "'; valid: " + joined(initKinds()));
+        throw std::invalid_argument(kind + ": unknown initialisation '" + o.init + "'; valid: " + util::joinList(initKinds()));
     std::string note;
     const auto a0 = initialMatrix(init, dim, o.blockSize, o.seed, o.noiseStd, &note);
     if (kind == "learned-rotation") return std::make_unique<QrTransform>(a0, true, false, o.dtype, kind, note);

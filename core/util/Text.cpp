@@ -23,4 +23,10 @@ std::vector<std::string> splitList(const std::string& text, char separator) {
     return out;
 }
 
+std::string joinList(const std::vector<std::string>& items, const std::string& separator) {
+    std::string s;
+    for (const auto& x : items) s += (s.empty() ? "" : separator) + x;
+    return s;
+}
+
 } // namespace latmix::util

@@ -13,4 +13,7 @@ std::string shapeText(const std::vector<std::int64_t>& shape);
 // are kept (the one after a trailing separator too), for the caller to refuse or skip.
 std::vector<std::string> splitList(const std::string& text, char separator = ',');
 
+// {"a", "b"} -> "a, b": names listed in messages and help texts.
+std::string joinList(const std::vector<std::string>& items, const std::string& separator = ", ");
+
 } // namespace latmix::util
