@@ -3,6 +3,7 @@
 // inverses, block-diagonal remainders, seeding, initialisations (paper Table 10).
 #include "DeviceRows.h"
 
+#include "transforms/BlockDiagonal.h"
 #include "transforms/FixedTransforms.h"
 #include "transforms/Hadamard.h"
 #include "transforms/LearnedTransforms.h"
@@ -392,6 +393,57 @@ private slots:
             QCOMPARE(maxAbs(offVals), 0.0);
         }
         if (resolved == "identity") QVERIFY(at::equal(want, at::eye(dim, at::kDouble)));
+    }
+
+    // Block granularity (paper Table 1 "Block"): the learned matrix starts at the block-diagonal
+    // part of the initialisation (its "+noise" lies off the blocks) and stays block-diagonal
+    // however its parameters move; at the start its gradients are the full transform's (built
+    // from the same matrix) masked to the blocks, exactly, since both compute the same A.
+    void blockGranularity_data() {
+        QTest::addColumn<QString>("kind");
+        QTest::addColumn<qint64>("dim");
+        for (const char* kind : {"learned-rotation", "learned-rotation-bias", "learned-invertible", "learned-affine-lu",
+                                 "learned-affine-qr"})
+            for (qint64 d : {64, 100}) QTest::addRow("%s %lld", kind, d) << QString(kind) << d;
+    }
+    void blockGranularity() {
+        QFETCH(QString, kind);
+        QFETCH(qint64, dim);
+        const std::int64_t block = 32;
+        TransformOptions o;
+        o.dtype = at::kDouble;
+        o.seed = 3;
+        o.blockDiagonal = true;
+        auto blk = makeTransform(kind.toStdString(), dim, o);
+        std::string init = resolveInit(kind.toStdString(), "default");
+        init = init.substr(0, init.find('+'));
+        const auto mask = sameBlockMask(dim, block, at::kDouble);
+        TransformOptions full = o;
+        full.blockDiagonal = false;
+        full.init = init; // the same draw without the off-block noise
+        auto ref = makeTransform(kind.toStdString(), dim, full);
+        QVERIFY(maxAbs(blk->matrix() - ref->matrix()) <= 1e-12);
+        QVERIFY(maxAbs(ref->matrix() * (1 - mask)) == 0.0);
+
+        const auto x = seededGaussian(3, dim, 8), y = seededGaussian(3, dim, 9);
+        for (auto* t : {blk.get(), ref.get()}) (at::sin(t->forward(x)).sum() + at::sin(t->inverse(y)).sum()).backward();
+        const auto pb = blk->parameters(), pr = ref->parameters();
+        QCOMPARE(pb.size(), pr.size());
+        for (size_t i = 0; i < pb.size(); ++i) {
+            const auto want = pr[i].dim() == 2 ? pr[i].grad() * mask : pr[i].grad();
+            QVERIFY2(maxAbs(pb[i].grad() - want) <= 1e-10 * std::max(1.0, maxAbs(want)),
+                     qPrintable(QString("parameter %1: |grad - masked full grad| %2").arg(i).arg(maxAbs(pb[i].grad() - want))));
+        }
+
+        perturb(*blk, 0.2, 21);
+        const auto a = blk->matrix().detach(), aInv = blk->inverseMatrix().detach();
+        QCOMPARE(maxAbs(a * (1 - mask)), 0.0);
+        QVERIFY(maxAbs(aInv * (1 - mask)) <= 1e-14);
+        QVERIFY(maxAbs(at::matmul(a, aInv) - at::eye(dim, at::kDouble)) <= 1e-10);
+        QVERIFY(maxAbs(a * mask - ref->matrix().detach()) > 1e-3); // it did move, inside the blocks
+
+        o.init = "hadamard"; // a full initialisation has no block-diagonal part to start from
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, makeTransform(kind.toStdString(), dim, o));
     }
 
     // v = −A·mean makes T(mean) = 0; kinds without a learned bias refuse.

@@ -2,6 +2,7 @@
 
 #include "mx/MxQuantizer.h"
 #include "transforms/AffineTransform.h"
+#include "transforms/BlockDiagonal.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -149,9 +150,7 @@ at::Tensor offBlockPart(const at::Tensor& a, int blockSize) {
     requireBlock(blockSize);
     if (a.dim() != 2 || a.size(0) != a.size(1)) throw std::invalid_argument("transform matrix must be square [d, d]");
     at::NoGradGuard noGrad;
-    const std::int64_t d = a.size(0);
-    auto block = at::arange(d, at::TensorOptions().dtype(at::kLong).device(a.device())).div(blockSize, "floor");
-    auto sameBlock = block.unsqueeze(1).eq(block.unsqueeze(0));
+    const auto sameBlock = transforms::sameBlockMask(a.size(0), blockSize, at::TensorOptions().dtype(at::kBool).device(a.device()));
     return a.detach().to(at::kDouble).masked_fill(sameBlock, 0.0);
 }
 

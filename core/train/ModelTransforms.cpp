@@ -22,6 +22,7 @@ std::unique_ptr<transforms::AffineTransform> build(const std::string& kind, std:
     o.noiseStd = s.noiseStd;
     o.dtype = at::kFloat;
     o.bias = bias;
+    o.blockDiagonal = s.blockDiagonal && transforms::isLearnedKind(kind);
     return transforms::makeTransform(kind, dim, o);
 }
 
@@ -120,6 +121,7 @@ void ModelTransforms::save(const std::string& path, const std::map<std::string, 
     a["init"] = m_spec.init;
     a["noise_std"] = std::to_string(m_spec.noiseStd);
     a["block_size"] = std::to_string(m_spec.blockSize);
+    a["granularity"] = m_spec.blockDiagonal ? "block" : "full";
     a["seed"] = std::to_string(m_spec.seed);
     a["t3_block"] = std::to_string(m_spec.t3Block);
     a["t3_seed"] = std::to_string(m_spec.t3Seed);
@@ -144,6 +146,8 @@ TransformSpec ModelTransforms::readSpec(const std::string& path) {
     s.blockSize = std::stoi(get("block_size"));
     s.seed = std::stoull(get("seed"));
     s.t3Block = std::stoi(get("t3_block"));
+    // Files written before block granularity existed hold full matrices.
+    s.blockDiagonal = f.attributes.count("granularity") != 0 && f.attributes.at("granularity") == "block";
     s.t3Seed = std::stoull(get("t3_seed"));
     // Files written before the bias switch existed have their kinds' default (with bias).
     s.t1Bias = f.attributes.count("t1_bias") == 0 || f.attributes.at("t1_bias") != "0";

@@ -22,6 +22,10 @@ struct TransformSpec {
     std::string init = "default";             // learned kinds (LearnedTransforms.h)
     double noiseStd = 1e-3;
     int blockSize = 32;                       // block-* kinds and block initialisations
+    // Learned kinds kept block-diagonal with blockSize (paper Table 1 "Block" granularity;
+    // transforms::TransformOptions::blockDiagonal); false: full matrices. Fixed kinds name
+    // their granularity themselves (hadamard / block-hadamard).
+    bool blockDiagonal = false;
     std::uint64_t seed = 0;                   // T1 gets seed, T2 of layer l seed + 1 + l
     // false: a kind with a learned bias is built without it (transforms::TransformOptions::bias).
     // A T1 bias folds into q/k/v, gate/up and lm_head biases, a T2 bias into v and o_proj biases.

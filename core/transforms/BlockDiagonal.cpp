@@ -7,6 +7,12 @@
 
 namespace latmix::transforms {
 
+at::Tensor sameBlockMask(std::int64_t d, std::int64_t block, const at::TensorOptions& options) {
+    if (block < 1) throw std::invalid_argument("block size must be positive, got " + std::to_string(block));
+    const auto blockOf = at::arange(d, at::TensorOptions().dtype(at::kLong).device(options.device())).div(block, "floor");
+    return blockOf.unsqueeze(1).eq(blockOf.unsqueeze(0)).to(options.dtype());
+}
+
 BlockDiagonal::BlockDiagonal(at::Tensor blocks, at::Tensor tail) : m_blocks(std::move(blocks)), m_tail(std::move(tail)) {
     if (m_blocks.defined() && (m_blocks.dim() != 3 || m_blocks.size(0) < 1 || m_blocks.size(1) != m_blocks.size(2)))
         throw std::invalid_argument("BlockDiagonal: blocks must be [nb >= 1, b, b]");

@@ -4,11 +4,17 @@
 // The online Hadamard T3 (SPEC §4) is one: for an intermediate size of 11008 the dense matrix
 // would take 485 MB (float32) and n² multiply-adds per token; the blocks take 1.4 MB and n·b.
 #include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
 
 #include <cstdint>
 #include <vector>
 
 namespace latmix::transforms {
+
+// [d, d] mask that is 1 where row and column fall in the same block of `block` channels
+// (i / block == j / block; the last block may be smaller) and 0 elsewhere, in options' dtype
+// (bool: true/false). Throws for block < 1.
+at::Tensor sameBlockMask(std::int64_t d, std::int64_t block, const at::TensorOptions& options);
 
 class BlockDiagonal {
 public:

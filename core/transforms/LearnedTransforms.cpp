@@ -1,5 +1,6 @@
 #include "transforms/LearnedTransforms.h"
 
+#include "transforms/BlockDiagonal.h"
 #include "transforms/FixedTransforms.h"
 #include "util/Text.h"
 
@@ -52,9 +53,8 @@ std::string resolveInit(const std::string& kind, const std::string& init) {
 at::Tensor addOffBlockNoise(const at::Tensor& a, std::int64_t block, double std, std::uint64_t seed) {
     if (block < 1) throw std::invalid_argument("addOffBlockNoise: block size must be positive");
     const std::int64_t d = a.size(0);
-    auto blockOf = at::arange(d, at::kLong).div(block, "floor");
-    auto off = blockOf.unsqueeze(1) != blockOf.unsqueeze(0);
-    return a.to(at::kDouble) + seededGaussian(d, a.size(1), seed) * std * off.to(at::kDouble);
+    const auto off = 1.0 - sameBlockMask(d, block, at::kDouble);
+    return a.to(at::kDouble) + seededGaussian(d, a.size(1), seed) * std * off;
 }
 
 at::Tensor initialMatrix(const std::string& init, std::int64_t dim, std::int64_t blockSize, std::uint64_t seed,
@@ -99,13 +99,21 @@ std::unique_ptr<AffineTransform> makeTransform(const std::string& kind, std::int
     const std::string init = resolveInit(kind, o.init);
     if (!contains(initKinds(), init))
         throw std::invalid_argument(kind + ": unknown initialisation '" + o.init + "'; valid: " + util::joinList(initKinds()));
+    if (o.blockDiagonal && (init == "orthogonal" || init == "hadamard"))
+        throw std::invalid_argument(kind + ": block granularity needs a block-diagonal initialisation (identity, block-orthogonal, "
+                                           "block-hadamard, with or without +noise), not '" + init + "'");
     std::string note;
-    const auto a0 = initialMatrix(init, dim, o.blockSize, o.seed, o.noiseStd, &note);
-    if (kind == "learned-rotation") return std::make_unique<QrTransform>(a0, true, false, o.dtype, kind, note);
-    if (kind == "learned-rotation-bias") return std::make_unique<QrTransform>(a0, true, o.bias, o.dtype, kind, note);
-    if (kind == "learned-invertible") return std::make_unique<LuTransform>(a0, false, o.dtype, kind, note);
-    if (kind == "learned-affine-lu") return std::make_unique<LuTransform>(a0, o.bias, o.dtype, kind, note);
-    return std::make_unique<QrTransform>(a0, false, o.bias, o.dtype, kind, note); // learned-affine-qr
+    auto a0 = initialMatrix(init, dim, o.blockSize, o.seed, o.noiseStd, &note);
+    std::int64_t block = 0;
+    if (o.blockDiagonal) {
+        block = o.blockSize;
+        a0 = a0 * sameBlockMask(dim, block, at::kDouble); // the "+noise" lies off the blocks
+    }
+    if (kind == "learned-rotation") return std::make_unique<QrTransform>(a0, true, false, o.dtype, kind, note, block);
+    if (kind == "learned-rotation-bias") return std::make_unique<QrTransform>(a0, true, o.bias, o.dtype, kind, note, block);
+    if (kind == "learned-invertible") return std::make_unique<LuTransform>(a0, false, o.dtype, kind, note, block);
+    if (kind == "learned-affine-lu") return std::make_unique<LuTransform>(a0, o.bias, o.dtype, kind, note, block);
+    return std::make_unique<QrTransform>(a0, false, o.bias, o.dtype, kind, note, block); // learned-affine-qr
 }
 
 } // namespace latmix::transforms

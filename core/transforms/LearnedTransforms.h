@@ -38,6 +38,10 @@ struct TransformOptions {
     // false: a kind with a learned bias is built without it (v = 0 throughout): the deployable
     // variant for runtimes that cannot hold the biases its folding creates (Qwen3's MLP).
     bool bias = true;
+    // Learned kinds only: keep A block-diagonal with blocks of blockSize (paper Table 1's "Block"
+    // granularity, against "Full"). The initialisation's off-block part (its "+noise") is
+    // dropped; a full initialisation (orthogonal, hadamard) is refused.
+    bool blockDiagonal = false;
 };
 
 std::vector<std::string> transformKinds(); // the ten kinds above, in that order

@@ -1,5 +1,7 @@
 #include "transforms/LuTransform.h"
 
+#include "transforms/BlockDiagonal.h"
+
 #include <ATen/ATen.h>
 
 #include <stdexcept>
@@ -13,14 +15,24 @@ at::Tensor leaf(const at::Tensor& t) { return t.detach().clone().set_requires_gr
 // Rows z [..., d] → [N, d] in the promoted dtype of y and the parameters (float64 stays float64).
 at::ScalarType workType(const at::Tensor& y, at::ScalarType p) { return at::promote_types(y.scalar_type(), p); }
 
+at::Tensor masked(const at::Tensor& t, const at::Tensor& mask) { return mask.defined() ? t * mask : t; }
+
 } // namespace
 
-LuTransform::LuTransform(const at::Tensor& init, bool withBias, at::ScalarType dtype, std::string name, std::string note)
-    : m_name(std::move(name)), m_note(std::move(note)) {
+LuTransform::LuTransform(const at::Tensor& init, bool withBias, at::ScalarType dtype, std::string name, std::string note,
+                         std::int64_t blockDiagonal)
+    : m_name(std::move(name)), m_note(std::move(note)), m_block(blockDiagonal) {
     if (init.dim() != 2 || init.size(0) != init.size(1) || init.size(0) < 1)
         throw std::invalid_argument(m_name + ": initial matrix must be square and non-empty");
     if (dtype != at::kFloat && dtype != at::kDouble) throw std::invalid_argument(m_name + ": dtype must be float32 or float64");
     const std::int64_t d = init.size(0);
+    if (m_block < 0) throw std::invalid_argument(m_name + ": block size must be non-negative");
+    if (m_block > 0) {
+        m_mask = sameBlockMask(d, m_block, dtype);
+        if (!at::equal(init.detach().cpu().to(at::kDouble) * m_mask.to(at::kDouble), init.detach().cpu().to(at::kDouble)))
+            throw std::invalid_argument(m_name + ": the initial matrix of a block-diagonal transform must be block-diagonal (block " +
+                                        std::to_string(m_block) + ")");
+    }
     at::Tensor p, l, u;
     std::tie(p, l, u) = at::linalg_lu(init.detach().to(at::kDouble).cpu()); // init = P L U
     const at::Tensor s = u.diagonal();
@@ -28,8 +40,8 @@ LuTransform::LuTransform(const at::Tensor& init, bool withBias, at::ScalarType d
     m_perm = p.argmax(1);        // P[i][perm[i]] = 1
     m_invPerm = p.argmax(0);     // P[invPerm[j]][j] = 1
     m_signs = at::sign(s).to(dtype);
-    m_lower = leaf(at::tril(l, -1).to(dtype));
-    m_upper = leaf(at::triu(u, 1).to(dtype));
+    m_lower = leaf(masked(at::tril(l, -1).to(dtype), m_mask));
+    m_upper = leaf(masked(at::triu(u, 1).to(dtype), m_mask));
     m_logAbsS = leaf(at::log(at::abs(s)).to(dtype));
     if (withBias) m_v = leaf(at::zeros({d}, at::TensorOptions().dtype(dtype)));
 }
@@ -37,10 +49,10 @@ LuTransform::LuTransform(const at::Tensor& init, bool withBias, at::ScalarType d
 at::Tensor LuTransform::scales() const { return m_signs * at::exp(m_logAbsS); }
 
 at::Tensor LuTransform::lowerFactor() const {
-    return at::tril(m_lower, -1) + at::eye(dim(), m_lower.options().requires_grad(false));
+    return at::tril(masked(m_lower, m_mask), -1) + at::eye(dim(), m_lower.options().requires_grad(false));
 }
 
-at::Tensor LuTransform::upperFactor() const { return at::triu(m_upper, 1) + at::diag(scales()); }
+at::Tensor LuTransform::upperFactor() const { return at::triu(masked(m_upper, m_mask), 1) + at::diag(scales()); }
 
 at::Tensor LuTransform::permutation() const {
     auto eye = at::eye(dim(), m_lower.options().requires_grad(false));
@@ -86,6 +98,7 @@ void LuTransform::to(const at::Device& device) {
     m_perm = m_perm.to(device);
     m_invPerm = m_invPerm.to(device);
     m_signs = m_signs.to(device);
+    if (m_mask.defined()) m_mask = m_mask.to(device);
     m_lower = leaf(m_lower.to(device));
     m_upper = leaf(m_upper.to(device));
     m_logAbsS = leaf(m_logAbsS.to(device));

@@ -1,5 +1,7 @@
 #include "transforms/QrTransform.h"
 
+#include "transforms/BlockDiagonal.h"
+
 #include <ATen/ATen.h>
 
 #include <stdexcept>
@@ -9,28 +11,36 @@ namespace latmix::transforms {
 namespace {
 
 at::Tensor leaf(const at::Tensor& t) { return t.detach().clone().set_requires_grad(true); }
+at::Tensor masked(const at::Tensor& t, const at::Tensor& mask) { return mask.defined() ? t * mask : t; }
 
 } // namespace
 
 QrTransform::QrTransform(const at::Tensor& init, bool rotationOnly, bool withBias, at::ScalarType dtype, std::string name,
-                         std::string note)
-    : m_name(std::move(name)), m_note(std::move(note)) {
+                         std::string note, std::int64_t blockDiagonal)
+    : m_name(std::move(name)), m_note(std::move(note)), m_block(blockDiagonal) {
     if (init.dim() != 2 || init.size(0) != init.size(1) || init.size(0) < 1)
         throw std::invalid_argument(m_name + ": initial matrix must be square and non-empty");
     if (dtype != at::kFloat && dtype != at::kDouble) throw std::invalid_argument(m_name + ": dtype must be float32 or float64");
     const std::int64_t d = init.size(0);
+    if (m_block < 0) throw std::invalid_argument(m_name + ": block size must be non-negative");
+    if (m_block > 0) {
+        m_mask = sameBlockMask(d, m_block, dtype);
+        if (!at::equal(init.detach().cpu().to(at::kDouble) * m_mask.to(at::kDouble), init.detach().cpu().to(at::kDouble)))
+            throw std::invalid_argument(m_name + ": the initial matrix of a block-diagonal transform must be block-diagonal (block " +
+                                        std::to_string(m_block) + ")");
+    }
     at::Tensor q, r;
     std::tie(q, r) = at::linalg_qr(init.detach().to(at::kDouble).cpu()); // init = Q R
     const at::Tensor rd = r.diagonal();
     if (!rotationOnly && !at::all(rd != 0).item<bool>()) throw std::invalid_argument(m_name + ": initial matrix is singular");
     // Sign fix D = diag(sign(diag R)) (zero → +): init = (Q D)(D R) with diag(D R) = |diag R| > 0.
     const auto sgn = at::where(rd < 0, at::full({d}, -1.0, at::kDouble), at::ones({d}, at::kDouble));
-    m_q0 = (q * sgn.unsqueeze(0)).to(dtype);
+    m_q0 = masked((q * sgn.unsqueeze(0)).to(dtype), m_mask); // Householder QR keeps the blocks; clear rounding dust
     m_g = leaf(at::zeros({d, d}, at::TensorOptions().dtype(dtype)));
     if (!rotationOnly) {
         const auto rf = r * sgn.unsqueeze(1);
         m_signs = at::ones({d}, at::TensorOptions().dtype(dtype));
-        m_r = leaf(at::triu(rf, 1).to(dtype));
+        m_r = leaf(masked(at::triu(rf, 1).to(dtype), m_mask));
         m_logAbsS = leaf(at::log(rf.diagonal()).to(dtype));
     }
     if (withBias) m_v = leaf(at::zeros({d}, at::TensorOptions().dtype(dtype)));
@@ -38,7 +48,8 @@ QrTransform::QrTransform(const at::Tensor& init, bool rotationOnly, bool withBia
 
 at::Tensor QrTransform::rotation() const {
     // expm of the skew-symmetric (G − Gᵀ)/2 is orthogonal (paper §3); libtorch differentiates it.
-    return at::matmul(m_q0, at::linalg_matrix_exp((m_g - m_g.t()) * 0.5));
+    const auto g = masked(m_g, m_mask);
+    return at::matmul(m_q0, at::linalg_matrix_exp((g - g.t()) * 0.5));
 }
 
 at::Tensor QrTransform::scales() const {
@@ -48,7 +59,7 @@ at::Tensor QrTransform::scales() const {
 
 at::Tensor QrTransform::triangular() const {
     if (rotationOnly()) return at::eye(dim(), m_q0.options());
-    return at::triu(m_r, 1) + at::diag(scales());
+    return at::triu(masked(m_r, m_mask), 1) + at::diag(scales());
 }
 
 at::Tensor QrTransform::matrix() const {
@@ -91,6 +102,7 @@ void QrTransform::initBiasFromMean(const at::Tensor& mean) {
 void QrTransform::to(const at::Device& device) {
     if (m_g.device() == device) return; // already there: keep the leaves an optimizer may hold
     m_q0 = m_q0.to(device);
+    if (m_mask.defined()) m_mask = m_mask.to(device);
     m_g = leaf(m_g.to(device));
     if (!rotationOnly()) {
         m_signs = m_signs.to(device);

@@ -7,6 +7,9 @@
 //   s    = sign ⊙ exp(logAbsS), learned log|s| (signs fixed, all + after the sign-fixed QR),
 //   v    optional learned bias (init 0, or -A·mean on request).
 // Rotation-only variant (the ablations' "rotation" / "rotation+bias"): R = 0 and s = 1, A = Q0 expm(·).
+// Block granularity (paper Table 1 "Block"): with blockDiagonal = b > 0, G and R are masked to
+// their b×b diagonal blocks; the QR of a block-diagonal init has a block-diagonal Q0, and expm of
+// a block-diagonal skew matrix is block-diagonal, so A stays block-diagonal throughout training.
 #include "transforms/AffineTransform.h"
 
 #include <cstdint>
@@ -20,8 +23,9 @@ public:
     // Starts at A = init (rotation-only: at the orthogonal factor of init). init = Q Rf by
     // at::linalg_qr in float64, sign-fixed to diag(Rf) > 0: Q0 = Q, R = strictly-upper(Rf),
     // s = diag(Rf). Parameters are stored in dtype (float32 or float64).
+    // blockDiagonal > 0: init must be block-diagonal with that block (else invalid_argument).
     QrTransform(const at::Tensor& init, bool rotationOnly, bool withBias, at::ScalarType dtype = at::kFloat,
-                std::string name = "learned-affine-qr", std::string note = {});
+                std::string name = "learned-affine-qr", std::string note = {}, std::int64_t blockDiagonal = 0);
 
     std::int64_t dim() const override { return m_q0.size(0); }
     std::string name() const override { return m_name; }
@@ -41,10 +45,13 @@ public:
     at::Tensor rotation() const;   // Q = Q0 expm((G − Gᵀ)/2)
     at::Tensor triangular() const; // R + diag(s) (identity for rotation-only)
     at::Tensor scales() const;     // s (ones for rotation-only)
+    std::int64_t blockDiagonal() const { return m_block; } // 0: full
 
 private:
     std::string m_name, m_note;
     at::Tensor m_q0, m_signs;            // fixed
+    std::int64_t m_block = 0;
+    at::Tensor m_mask;                   // block granularity: sameBlockMask in the parameters' dtype
     at::Tensor m_g, m_r, m_logAbsS, m_v; // leaves (m_r, m_logAbsS undefined for rotation-only)
 };
 
