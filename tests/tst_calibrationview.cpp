@@ -30,6 +30,7 @@
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <qcustomplot.h>
 
 #include <cmath>
 
@@ -145,6 +146,32 @@ private slots:
         // The finished run is what File › Export exports.
         QVERIFY(w.exportAction()->isEnabled());
         QCOMPARE(w.exportRunDir(), QDir(run).absolutePath());
+    }
+
+    // The folded FP perplexity (paper Table 2) is drawn on the loss plot's right axis at the
+    // steps that have it, and the axis shows only when some run tracked it.
+    void foldedPerplexityCurve() {
+        TrainingDashboard board;
+        board.beginRun(QStringLiteral("tracked"), 5, 32);
+        for (int k = 1; k <= 5; ++k) {
+            train::DistillStep s;
+            s.step = k;
+            s.loss = s.kl = 1.0 / k;
+            if (k == 1 || k == 4 || k == 5) s.foldedPerplexity = 100.0 + k;
+            board.addStep(s);
+        }
+        QTRY_COMPARE(board.plottedSteps(0, "folded_ppl"), (QVector<double>{1, 4, 5}));
+        QCOMPARE(board.plottedValues(0, "folded_ppl"), (QVector<double>{101, 104, 105}));
+        QVERIFY(board.lossPlot()->yAxis2->visible());
+        TrainingDashboard plain;
+        plain.beginRun(QStringLiteral("untracked"), 2, 32);
+        train::DistillStep s;
+        s.step = 1;
+        s.loss = s.kl = 1;
+        plain.addStep(s);
+        QTRY_COMPARE(plain.plottedValues(0, "loss").size(), 1);
+        QVERIFY(plain.plottedValues(0, "folded_ppl").isEmpty());
+        QVERIFY(!plain.lossPlot()->yAxis2->visible());
     }
 
     // The A2 the dashboard follows is the chosen layer's: its final orthogonality deviation is

@@ -1,6 +1,11 @@
 // `latmix quantize` and `latmix eval` as a user runs them: the demo model quantized with
 // LATMiX-LU, the run's files, its JSON record, evaluation of the run's model, resume of the
 // training, and one-line errors for bad arguments.
+#include "io/TensorFile.h"
+#include "train/Distillation.h"
+
+#include <ATen/ATen.h>
+
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -122,6 +127,66 @@ private slots:
         QCOMPARE(a["loss"].toString(), QString("kl"));
         QVERIFY2(t["first_kl"].toDouble() > 1 && a["first_kl"].toDouble() < 1,
                  qPrintable(QString("CE %1, KL %2").arg(t["first_kl"].toDouble()).arg(a["first_kl"].toDouble())));
+        // --loss block-mse (value and gradient: tst_distillation): recorded, trains, and its
+        // value is another number than the KL of the same start.
+        const QString mse = m_tmp.filePath("loss-block-mse");
+        const Result m = run(quantizeArgs(mse, "latmix-lu", 3) << "--loss" << "block-mse");
+        QVERIFY2(m.exitCode == 0, qPrintable(m.err));
+        const QJsonObject tm = readJson(mse + "/latmix.json")["training"].toObject();
+        QCOMPARE(tm["loss"].toString(), QString("block-mse"));
+        QVERIFY(std::isfinite(tm["first_kl"].toDouble()) && tm["first_kl"].toDouble() > 0);
+        QVERIFY(tm["first_kl"].toDouble() != a["first_kl"].toDouble());
+    }
+
+    // --folded-eval-every (paper Table 2): the folded FP model's perplexity before training,
+    // after step 1, every k steps and the last, in latmix.json and train.h5. The last one is the
+    // run's own folded FP perplexity (same transforms, same windows, folded by the run's float64
+    // path instead of the training's float32 one); the start is the FP model's up to the small
+    // non-orthogonality of the noisy initialisation.
+    void foldedPerplexityTracked() {
+        if (!QFile::exists(latmix::test::dataDir() + "/wikitext-2/wiki.test.raw"))
+            LATMIX_DATA_SKIP("WikiText-2 test split not found (LATMIX_DATA_DIR)");
+        const QString out = m_tmp.filePath("folded-track");
+        const Result r = run(quantizeArgs(out, "latmix-lu", 4) << "--eval-seqlen" << "32" << "--eval-windows" << "2"
+                                                               << "--folded-eval-every" << "2");
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QJsonObject j = readJson(out + "/latmix.json");
+        const QJsonArray f = j["training"].toObject()["folded_fp_perplexity"].toArray();
+        QCOMPARE(f.size(), 4);
+        const int steps[] = {0, 1, 2, 4};
+        for (int i = 0; i < 4; ++i) QCOMPARE(f[i].toArray()[0].toInt(), steps[i]);
+        const QJsonObject p = j["perplexity"].toObject();
+        const double last = f[3].toArray()[1].toDouble(), start = f[0].toArray()[1].toDouble();
+        QVERIFY2(std::abs(last - p["folded_fp"].toDouble()) <= 1e-3 * last,
+                 qPrintable(QString("tracked %1, run's folded FP %2").arg(last).arg(p["folded_fp"].toDouble())));
+        QVERIFY2(std::abs(start - p["fp"].toDouble()) <= 1e-2 * start,
+                 qPrintable(QString("start %1, FP %2").arg(start).arg(p["fp"].toDouble())));
+        const auto series = latmix::train::readDistillSeries((out + "/train.h5").toStdString());
+        QCOMPARE(int(series.size()), 4);
+        QVERIFY(std::isnan(series[2].foldedPerplexity)); // step 3: not a tracked step
+        QCOMPARE(series[3].foldedPerplexity, last);
+        QCOMPARE(latmix::train::readFoldedPerplexityStart((out + "/train.h5").toStdString()), start);
+    }
+
+    // --granularity block keeps the learned T1 and every T2 block-diagonal with the MX block
+    // (paper Table 1): after training, nothing off the 32×32 blocks of A1 (128 channels: four
+    // blocks); the full run moves off them. (A2 of the demo model is one 32×32 block.)
+    void blockGranularity() {
+        const QString blk = m_tmp.filePath("gran-block"), full = m_tmp.filePath("gran-full");
+        const Result b = run(quantizeArgs(blk, "latmix-lu", 3) << "--granularity" << "block");
+        QVERIFY2(b.exitCode == 0, qPrintable(b.err));
+        QVERIFY(run(quantizeArgs(full, "latmix-lu", 3)).exitCode == 0);
+        QCOMPARE(readJson(blk + "/latmix.json")["transforms"].toObject()["granularity"].toString(), QString("block"));
+        QCOMPARE(readJson(full + "/latmix.json")["transforms"].toObject()["granularity"].toString(), QString("full"));
+        auto offBlock = [](const QString& run, const std::string& name) {
+            const auto f = latmix::io::readTensorFile((run + "/transforms.h5").toStdString());
+            const auto a = f.tensors.at(name);
+            const auto blockOf = at::arange(a.size(0), at::kLong).div(32, "floor");
+            return a.masked_select(blockOf.unsqueeze(1) != blockOf.unsqueeze(0)).abs().max().item<double>();
+        };
+        QCOMPARE(offBlock(blk, "T1/A"), 0.0);
+        QVERIFY(offBlock(full, "T1/A") > 0);
+        QCOMPARE(latmix::io::readTensorFile((blk + "/transforms.h5").toStdString()).attributes.at("granularity"), std::string("block"));
     }
 
     // Ablation options replace the method's transforms place by place. latmix-lu with fixed
@@ -201,7 +266,12 @@ private slots:
         QTest::newRow("unknown --t1 kind") << QStringList{"--t1", "learned-magic"} << "unknown --t1 transform kind 'learned-magic'; use one of none,";
         QTest::newRow("unknown --init") << QStringList{"--init", "zeros"} << "unknown --init initialisation 'zeros'";
         QTest::newRow("unknown --t3") << QStringList{"--t3", "hadamard"} << "unknown --t3 'hadamard'";
-        QTest::newRow("unknown --loss") << QStringList{"--loss", "mse"} << "unknown --loss 'mse'; use kl or ce";
+        QTest::newRow("unknown --loss") << QStringList{"--loss", "mse"} << "unknown --loss 'mse'; use kl, ce or block-mse";
+        QTest::newRow("--folded-eval-every without evaluation") << QStringList{"--folded-eval-every", "2"}
+                                                                << "and the evaluation windows of --eval-seqlen";
+        QTest::newRow("unknown --granularity") << QStringList{"--granularity", "row"} << "unknown --granularity 'row'; use one of full, block";
+        QTest::newRow("--granularity block, nothing learned") << QStringList{"--granularity", "block", "--method", "quarot"}
+                                                              << "--granularity block applies to learned T1/T2";
         QTest::newRow("unknown zero-shot task") << QStringList{"--eval-tasks", "arc_easy,mmlu"} << "unknown zero-shot task 'mmlu'";
         QTest::newRow("--devices, nothing trained") << QStringList{"--devices", "cpu,cpu", "--method", "mr-gptq"}
                                                     << "trains nothing";

@@ -10,6 +10,7 @@
 #include "TestData.h"
 #include "TestSupport.h"
 
+#include <QDir>
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -68,6 +69,25 @@ private slots:
         QCOMPARE(QString::fromStdString(g.cells[14].name), QString("latmix-lu-mxint4-t1-only-s0"));
         QCOMPARE(QString::fromStdString(g.cells[14].options.t2Kind), QString("none"));
         QCOMPARE(QString::fromStdString(run::readSweepGrid(grid.toStdString(), "/elsewhere").model), QString("/elsewhere"));
+    }
+
+    // Every grid shipped in docs/grids reads, and each of its cells is a method the quantize
+    // run accepts (kinds, granularity, loss), so none of them fails hours into a sweep.
+    void shippedGridsAreValid() {
+        const QString configs = qEnvironmentVariable("LATMIX_CONFIGS_DIR");
+        if (configs.isEmpty()) QSKIP("LATMIX_CONFIGS_DIR not set (run through ctest)");
+        const QDir grids(configs + "/../../docs/grids");
+        const QStringList files = grids.entryList({"*.json"}, QDir::Files);
+        QVERIFY2(files.size() >= 8, qPrintable(grids.absolutePath()));
+        for (const QString& f : files) {
+            try {
+                const auto g = run::readSweepGrid(grids.filePath(f).toStdString());
+                QVERIFY2(!g.cells.empty(), qPrintable(f));
+                for (const auto& c : g.cells) run::runMethod(c.options);
+            } catch (const std::exception& e) {
+                QFAIL(qPrintable(f + ": " + QString::fromStdString(e.what())));
+            }
+        }
     }
 
     void badGrids_data() {

@@ -172,6 +172,11 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
                          tr("WikiText-2 test windows for perplexity after quantization (0: none); needs "
                             "LATMIX_DATA_DIR/wikitext-2/wiki.test.raw"));
     df->addRow(tr("E&val windows:"), m_evalWindows);
+    m_foldedEvery = spin(dataBox, "foldedEvalEverySpin", 0, 100000, 0,
+                         tr("Perplexity of the folded, unquantized model on the eval windows before training, after "
+                            "step 1 and every N steps: folding the transforms must leave the model as it was (paper "
+                            "Table 2). Plotted on the loss plot's right axis. 0: never; needs eval windows"));
+    df->addRow(tr("&Folded check every:"), m_foldedEvery);
     m_device = new QComboBox(dataBox);
     m_device->setObjectName(QStringLiteral("deviceCombo"));
     for (const auto& d : latmix::availableDevices()) m_device->addItem(QString::fromStdString(d));
@@ -321,6 +326,7 @@ latmix::run::QuantizeOptions CalibrationView::options() const {
     o.device = m_device->currentText().toStdString();
     o.evalWindows = m_evalWindows->value();
     o.evalSeqLen = o.evalWindows > 0 ? 256 : 0;
+    o.foldedEvalEvery = o.evalWindows > 0 ? m_foldedEvery->value() : 0;
     o.t1Bias = m_t1Bias->isChecked();
     o.exportCheck = !m_skipExportCheck->isChecked();
     return o;
@@ -335,6 +341,7 @@ void CalibrationView::setCalibration(int samples, int seqLen, int batch) {
     m_batch->setValue(batch);
 }
 void CalibrationView::setEvalWindows(int windows) { m_evalWindows->setValue(windows); }
+void CalibrationView::setFoldedEvalEvery(int steps) { m_foldedEvery->setValue(steps); }
 void CalibrationView::setTrackedLayer(int layer) { m_trackedLayer->setValue(layer); }
 void CalibrationView::setCalibrationText(const QString& path) { m_calibText->setText(path); }
 void CalibrationView::setRunDir(const QString& dir) { m_runDirEdit->setText(dir); }
@@ -435,6 +442,7 @@ void CalibrationView::saveSettings() const {
     s.setValue(QStringLiteral("seqLen"), m_seqLen->value());
     s.setValue(QStringLiteral("seed"), m_seed->value());
     s.setValue(QStringLiteral("evalWindows"), m_evalWindows->value());
+    s.setValue(QStringLiteral("foldedEvalEvery"), m_foldedEvery->value());
     s.setValue(QStringLiteral("device"), m_device->currentText());
     s.setValue(QStringLiteral("block"), m_block->currentData().toInt());
     s.setValue(QStringLiteral("scaleMode"), m_scaleMode->currentText());
@@ -471,6 +479,7 @@ void CalibrationView::loadSettings() {
     number("seqLen", m_seqLen);
     number("seed", m_seed);
     number("evalWindows", m_evalWindows);
+    number("foldedEvalEvery", m_foldedEvery);
     real("lr", m_lr);
     real("temperature", m_temperature);
     real("volumeWeight", m_volumeWeight);

@@ -51,6 +51,7 @@ public:
     void setSteps(int steps);
     void setCalibration(int samples, int seqLen, int batch);
     void setEvalWindows(int windows); // 0: no perplexity evaluation
+    void setFoldedEvalEvery(int steps); // folded FP perplexity during training (with eval windows); 0: never
     void setTrackedLayer(int layer);  // whose A2 the dashboard shows
     void setCalibrationText(const QString& path); // empty: the built-in text
     void setRunDir(const QString& dir);           // empty: a new folder under the data location
@@ -84,7 +85,7 @@ private:
     QSpinBox* m_threads;
     int m_defaultThreads = 1;
     QSpinBox* m_trackedLayer;
-    QSpinBox *m_steps, *m_batch, *m_samples, *m_seqLen, *m_seed, *m_evalWindows, *m_metricsEvery;
+    QSpinBox *m_steps, *m_batch, *m_samples, *m_seqLen, *m_seed, *m_evalWindows, *m_foldedEvery, *m_metricsEvery;
     QDoubleSpinBox *m_lr, *m_temperature, *m_volumeWeight;
     QLineEdit *m_calibText, *m_runDirEdit;
     QPushButton* m_run;

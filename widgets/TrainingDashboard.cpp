@@ -52,6 +52,8 @@ const std::vector<Quantity>& quantityTable() {
         {"a2_orth", "‖AᵀA − I‖", &DistillStep::a2Orthogonality, false, false, Qt::SolidLine},
         {"a2_offblock", "off-block", &DistillStep::a2OffBlock, false, false, Qt::DashLine},
         {"a2_cond", "κ (right)", &DistillStep::a2Condition, false, true, Qt::DotLine},
+        // Paper Table 2: the folded FP model's perplexity every k steps (DistillOptions::foldedEval).
+        {"folded_ppl", "folded FP ppl (right)", &DistillStep::foldedPerplexity, false, true, Qt::DashDotLine},
     };
     return q;
 }
@@ -159,6 +161,7 @@ TrainingDashboard::TrainingDashboard(QWidget* parent) : QWidget(parent) {
     m_lossPlot = makePlot(this, QStringLiteral("lossPlot"), tr("Loss, KL"), tr("loss"));
     m_lossPlot->yAxis->setScaleType(QCPAxis::stLogarithmic);
     m_lossPlot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    m_lossPlot->yAxis2->setLabel(tr("folded FP perplexity"));
     m_volPlot = makePlot(this, QStringLiteral("volumePlot"), tr("Volume term"), tr("vol"));
     m_lrPlot = makePlot(this, QStringLiteral("lrPlot"), tr("Learning rate"), tr("lr"));
     m_a1Plot = makePlot(this, QStringLiteral("a1MetricsPlot"), tr("A1 metrics"), tr("norm"));
@@ -328,7 +331,7 @@ void TrainingDashboard::setSmoothing(double alpha) {
 }
 
 static QCustomPlot* plotOf(const TrainingDashboard* d, const QString& q) {
-    if (q == QLatin1String("loss") || q == QLatin1String("kl")) return d->lossPlot();
+    if (q == QLatin1String("loss") || q == QLatin1String("kl") || q == QLatin1String("folded_ppl")) return d->lossPlot();
     if (q == QLatin1String("vol")) return d->volumePlot();
     if (q == QLatin1String("lr")) return d->lrPlot();
     return q.startsWith(QLatin1String("a1")) ? d->a1Plot() : d->a2Plot();
@@ -367,8 +370,14 @@ void TrainingDashboard::rebuildGraphs() {
                 y << shown;
             }
             g->setData(x, y, true);
+            if (x.isEmpty() && qn == QLatin1String("folded_ppl")) g->removeFromLegend(); // tracked only on request
         }
     }
+    // The loss plot's right axis holds the folded FP perplexity, shown when a run tracked it.
+    bool folded = false;
+    for (const Run& run : m_runs)
+        for (const auto& s : run.steps) folded = folded || std::isfinite(s.foldedPerplexity);
+    m_lossPlot->yAxis2->setVisible(folded);
     for (QCustomPlot* p : {m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot}) {
         bool found = false;
         const QCPRange xr = p->graphCount() ? p->graph(0)->getKeyRange(found) : QCPRange();

@@ -1,7 +1,7 @@
 #pragma once
 // The calibration / training dashboard: live curves of a LATMiX training run (loss, KL, the
 // volume term, lr; orthogonality deviation, off-block norm and condition number of A1 and of
-// one layer's A2), optional smoothing, overlays of finished runs read from their train.h5, a
+// one layer's A2; the folded FP perplexity when the run tracks it), optional smoothing, overlays of finished runs read from their train.h5, a
 // heatmap of A1 and of A1 minus its block-diagonal part (refreshed at a throttled rate),
 // progress with ETA, pause and cancel. It only displays: the job itself runs elsewhere
 // (JobRunner); feed it with beginRun / addStep / setMatrices / setProgress / finishRun.
@@ -32,7 +32,8 @@ class TrainingDashboard : public QWidget {
 
 public:
     // The quantities plotted, by the names tests and CSV exports use.
-    static QStringList quantities(); // loss, kl, vol, lr, a1_orth, a1_offblock, a1_cond, a2_orth, a2_offblock, a2_cond
+    // loss, kl, vol, lr, a1_orth, a1_offblock, a1_cond, a2_orth, a2_offblock, a2_cond, folded_ppl
+    static QStringList quantities();
 
     explicit TrainingDashboard(QWidget* parent = nullptr);
 

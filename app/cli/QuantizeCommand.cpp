@@ -203,9 +203,13 @@ Runner addQuantizeCommand(CLI::App& app) {
                     "ablation: initialisation of the learned transforms: " + util::joinList(transforms::initKinds()));
     cmd->add_option("--init-noise", o->q.initNoise, "ablation: standard deviation of the +noise initialisations (1e-3)")
         ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--granularity", o->q.granularity,
+                    "ablation: the learned T1/T2 as full matrices (full, the method's) or block-diagonal with the MX "
+                    "block (block; paper Table 1)");
     cmd->add_option("--loss", o->q.loss,
-                    "what the learned methods minimise: kl (to the original model, SPEC §5) or ce (cross-entropy "
-                    "against the calibration text, SpinQuant's loss)")
+                    "what the learned methods minimise: kl (to the original model, SPEC §5), ce (cross-entropy "
+                    "against the calibration text, SpinQuant's loss) or block-mse (every decoder block's output "
+                    "against the original's, FlatQuant's loss)")
         ->capture_default_str();
     cmd->add_option("--weight-decay", o->q.weightDecay,
                     "AdamW weight decay of the transforms (the paper uses some, unstated; PyTorch's default is 0.01)")
@@ -247,6 +251,10 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_option("--eval-seqlen", o->q.evalSeqLen, "WikiText-2 test perplexity window (0: no evaluation)")
         ->capture_default_str();
     cmd->add_option("--eval-windows", o->q.evalWindows, "evaluation windows (0: all)")->capture_default_str();
+    cmd->add_option("--folded-eval-every", o->q.foldedEvalEvery,
+                    "learned methods: perplexity of the folded, unquantized model (the evaluation windows) before "
+                    "training, after step 1, every K steps and after the last (paper Table 2); 0: never")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--eval-tasks", o->evalTasks,
                     "zero-shot tasks of the quantized model, e.g. arc_easy,piqa (as latmix eval --tasks; into latmix.json)");
     cmd->add_option("--eval-limit", o->evalLimit, "the first N documents of each --eval-tasks task (0: all)")

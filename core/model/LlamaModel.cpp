@@ -334,7 +334,7 @@ at::Tensor lmHead(const ModelConfig& c, const LlamaWeights& w, const at::Tensor&
 }
 
 at::Tensor forwardHidden(const ModelConfig& c, const LlamaWeights& w, const ForwardOptions& o, const at::Tensor& tokens,
-                         const ActivationHook& hook) {
+                         const ActivationHook& hook, std::vector<at::Tensor>* layerOutputs) {
     const at::ScalarType dtype = o.dtype.value_or(w.embed.scalar_type());
     auto h = embedTokens(c, w, tokens).to(dtype); // rows looked up in the stored table, then converted
     auto rope = ropeTables(c, tokens.size(1), dtype, w.embed.device());
@@ -348,6 +348,7 @@ at::Tensor forwardHidden(const ModelConfig& c, const LlamaWeights& w, const Forw
         // Offloaded (or differently typed) layers are brought to the hidden state one at a time.
         const bool resident = y.wq.device() == h.device() && y.wq.scalar_type() == h.scalar_type();
         h = decoderLayer(c, resident ? y : convertLayer(y, h.options()), o, h, rope, static_cast<int>(l), hook);
+        if (layerOutputs) layerOutputs->push_back(h);
         releaseMappedLayer(y); // weights mapped from a file: one layer resident at a time
     }
     return h;

@@ -116,8 +116,11 @@ at::Tensor lmHead(const ModelConfig& config, const LlamaWeights& w, const at::Te
 // converted one at a time as the pass reaches them (layer-wise offload, weights kept as stored);
 // for layers on another accelerator the hidden states move there (layerComputeDevice; the
 // options' T3 must then be undefined or on that device).
+// layerOutputs, when given, receives the hidden states after each decoder layer (the last one is
+// the result), on the devices they were computed on.
 at::Tensor forwardHidden(const ModelConfig& config, const LlamaWeights& w, const ForwardOptions& options,
-                         const at::Tensor& tokens, const ActivationHook& hook = nullptr);
+                         const at::Tensor& tokens, const ActivationHook& hook = nullptr,
+                         std::vector<at::Tensor>* layerOutputs = nullptr);
 at::Tensor forwardWith(const ModelConfig& config, const LlamaWeights& w, const ForwardOptions& options,
                        const at::Tensor& tokens, const ActivationHook& hook = nullptr);
 // -log p(targets[i] | hidden[i]) for hidden [N, hidden] (before the final norm) and int64 targets

@@ -110,11 +110,13 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
         // then the larger of the top and one layer's graph (trainTopBytes, trainLayerGraphBytes).
         const I B = o.batch, N = B * T;
         const I lmHead = s.table() * stored;
-        const I inputs = s.layers * N * s.h * 4;
+        // --loss block-mse also keeps the teacher's output of every block for the step.
+        const I perLayer = o.loss == "block-mse" ? 2 : 1;
+        const I inputs = perLayer * s.layers * N * s.h * 4;
         const I top = trainTopBytes(s, B, T);
         const I layerGraph = trainLayerGraphBytes(s, stored, B, T);
         e.stages.push_back({"train", kBase + lmHead + inputs + std::max(top, layerGraph),
-                            "lm_head " + mib(lmHead) + ", layer inputs " + mib(inputs) + ", one layer's graph " +
+                            "lm_head " + mib(lmHead) + (perLayer == 2 ? ", layer inputs and teacher outputs " : ", layer inputs ") + mib(inputs) + ", one layer's graph " +
                                 mib(layerGraph) + ", vocabulary chunk " + mib(top)});
     }
     if (m.transformed) {
@@ -274,7 +276,7 @@ std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, const s
     const I hd = c.headDim;
     const I transforms = 4 * 4 * (s.h * s.h + s.h + s.layers * (hd * hd + hd));
     for (auto& p : plan) {
-        const I inputs = I(p.layers) * N * s.h * 4;
+        const I inputs = (o.loss == "block-mse" ? 2 : 1) * I(p.layers) * N * s.h * 4; // + the teacher's outputs
         const I work = p.lmHead ? std::max(layerGraph, top) : layerGraph;
         p.peakBytes = p.weightBytes + inputs + work + (p.embedding ? transforms : 0);
         p.detail = "weights " + mib(p.weightBytes) + ", layer inputs " + mib(inputs) + ", " +

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -92,8 +93,9 @@ int t3BlockOf(const std::string& t3) {
 
 MethodSpec runMethod(const QuantizeOptions& o) {
     MethodSpec m = methodSpec(o.method);
-    if (o.loss != "kl" && o.loss != "ce") throw std::invalid_argument("unknown --loss '" + o.loss + "'; use kl or ce");
-    const bool ablation = !o.t1Kind.empty() || !o.t2Kind.empty() || !o.init.empty() || o.t3Block >= 0 || o.initNoise >= 0;
+    train::objectiveOf(o.loss); // throws naming the valid losses
+    const bool ablation = !o.t1Kind.empty() || !o.t2Kind.empty() || !o.init.empty() || o.t3Block >= 0 || o.initNoise >= 0 ||
+                          !o.granularity.empty();
     if (!ablation) return m;
     auto oneOf = [](const std::string& what, const std::string& value, const std::vector<std::string>& valid) {
         if (std::find(valid.begin(), valid.end(), value) != valid.end()) return;
@@ -126,6 +128,14 @@ MethodSpec runMethod(const QuantizeOptions& o) {
     }
     m.learned = transforms::isLearnedKind(m.t1Kind) || transforms::isLearnedKind(m.t2Kind);
     m.transformed = m.t1Kind != "none" || m.t2Kind != "none" || m.t3Block > 0;
+    if (!o.granularity.empty()) {
+        oneOf("--granularity", o.granularity, {"full", "block"});
+        if (o.granularity == "block" && !m.learned)
+            throw std::invalid_argument("--granularity block applies to learned T1/T2 and " + o.method +
+                                        " learns none here; for fixed transforms pick block-hadamard or block-orthogonal with --t1/--t2");
+        m.granularity = o.granularity;
+        note("granularity " + o.granularity);
+    }
     m.description += " (ablation: " + changed + ")";
     return m;
 }
@@ -202,8 +212,16 @@ struct FoldedModel {
 
 // Stage 1: the method's transforms, trained by distillation for the learned methods (resumable
 // from train.h5), saved to transforms.h5. Null for the methods without transforms.
+eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
+    eval::PerplexityOptions p;
+    p.seqLen = o.evalSeqLen;
+    p.maxWindows = o.evalWindows;
+    return p;
+}
+
 std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, const model::LlamaWeights& original,
-                                                        const at::Tensor& calib, QuantizeResult& r, JobContext& job,
+                                                        const at::Tensor& calib, const std::vector<int>& evalIds,
+                                                        QuantizeResult& r, JobContext& job,
                                                         const std::function<void(const train::DistillStep&)>& onStep) {
     if (!x.method.transformed) return nullptr;
     const QuantizeOptions& o = x.o;
@@ -213,6 +231,7 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
     spec.init = x.method.init;
     spec.noiseStd = x.method.initNoise;
     spec.blockSize = o.format.blockSize;
+    spec.blockDiagonal = x.method.granularity == "block";
     spec.seed = o.seed;
     spec.t3Block = x.method.t3Block; // SPEC §4: online block Hadamard of 32 on the down_proj input
     spec.t3Seed = o.seed + 7919;
@@ -230,7 +249,7 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
         d.temperature = o.temperature;
         d.volumeWeight = o.volumeWeight;
         d.weightDecay = o.weightDecay;
-        d.objective = o.loss == "ce" ? train::Objective::CrossEntropy : train::Objective::Kl;
+        d.objective = train::objectiveOf(o.loss);
         d.warmupSteps = o.warmupSteps;
         d.metricsEvery = o.metricsEvery;
         d.checkpointEvery = o.checkpointEvery;
@@ -241,6 +260,24 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
         d.onStep = onStep;
         d.onMatrices = o.onMatrices;
         d.trackedLayer = o.trackedLayer;
+        if (o.foldedEvalEvery > 0) {
+            d.foldedEvalEvery = o.foldedEvalEvery;
+            // The whole model folded in float32 with the current transforms (γ, T3 on W_down, T1,
+            // T2), evaluated without quantization on the run's evaluation windows.
+            d.foldedEval = [&x, &original, &evalIds](const train::ModelTransforms& t) {
+                at::NoGradGuard g;
+                auto base = fold::foldNorms(x.c, model::convertWeights(original, x.fopts));
+                if (t.t3().defined()) base = fold::applyT3(base, t.t3());
+                auto folded = t.fold(x.c, base);
+                const auto config = fold::foldedConfig(x.c, folded);
+                model::ForwardOptions fo;
+                fo.dtype = at::kFloat;
+                if (t.t3().defined()) fo.t3 = t.t3().to(x.fopts);
+                return eval::evaluatePerplexity(model::LlamaModel(config, std::move(folded), fo), evalIds,
+                                                perplexityOptions(x.o))
+                    .perplexity;
+            };
+        }
         SubJob sub(job, 0.0, stageShares(x.method).train, "training: ");
         // The teacher and student run in float32 on the device, a layer converted at a time from
         // the weights as they are (mapped as stored on the CPU; host memory with --offload).
@@ -453,13 +490,6 @@ model::LlamaWeights placeLayers(const model::LlamaWeights& stored, const std::ve
     w.lmHead = stored.lmHead.to(last);
     if (stored.lmHeadBias.defined()) w.lmHeadBias = stored.lmHeadBias.to(last);
     return w;
-}
-
-eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
-    eval::PerplexityOptions p;
-    p.seqLen = o.evalSeqLen;
-    p.maxWindows = o.evalWindows;
-    return p;
 }
 
 // Paper Table 3's check: the folded full-precision model (T1/T2/T3 in, nothing quantized).
@@ -754,7 +784,7 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
     j["calibration"] = {{"source", o.calibSource}, {"samples", o.calibSamples}, {"seqlen", x.seqLen}};
     if (transforms)
         j["transforms"] = {{"t1", x.method.t1Kind}, {"t2", x.method.t2Kind}, {"init", x.method.init},
-                           {"init_noise", x.method.initNoise},
+                           {"init_noise", x.method.initNoise}, {"granularity", x.method.granularity},
                            {"t1_bias", transforms::kindHasBias(x.method.t1Kind) && o.t1Bias},
                            {"t2_bias", transforms::kindHasBias(x.method.t2Kind) && o.t2Bias},
                            {"block", o.format.blockSize}, {"t3_block", transforms->spec().t3Block},
@@ -766,6 +796,13 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
         if (!r.training.history.empty()) {
             t["first_kl"] = r.training.history.front().kl;
             t["final_kl"] = r.training.history.back().kl;
+        }
+        if (o.foldedEvalEvery > 0) { // [step, perplexity] pairs, step 0 = before training
+            nlohmann::ordered_json f = nlohmann::ordered_json::array();
+            if (std::isfinite(r.training.foldedPerplexityStart)) f.push_back({0, r.training.foldedPerplexityStart});
+            for (const auto& s : r.training.history)
+                if (std::isfinite(s.foldedPerplexity)) f.push_back({s.step, s.foldedPerplexity});
+            t["folded_fp_perplexity"] = f;
         }
         j["training"] = t;
     }
@@ -844,7 +881,7 @@ std::string runKey(const std::string& modelDir, const QuantizeOptions& o, const 
     for (const auto& [name, size] : files) k << "weights " << name << " " << size << " bytes\n";
     const MethodSpec m = runMethod(o);
     k << "method " << o.method << "\ntransforms " << m.t1Kind << " " << m.t2Kind << " init " << m.init << " noise "
-      << m.initNoise << " t3 " << m.t3Block << "\nformat " << o.format.describe() << "\nsteps " << o.steps << "\nbatch per rank "
+      << m.initNoise << " t3 " << m.t3Block << (m.granularity == "full" ? "" : " granularity " + m.granularity) << "\nformat " << o.format.describe() << "\nsteps " << o.steps << "\nbatch per rank "
       << o.batch << "\nlr " << o.lr << "\ntemperature " << o.temperature << "\nvolume weight " << o.volumeWeight << "\nweight decay " << o.weightDecay << "\nloss " << o.loss
       << "\nwarmup " << o.warmupSteps << "\ncalibration " << o.calibSamples << " x " << o.seqLen << "\nseed " << o.seed
       << "\nt1 bias " << o.t1Bias << "\nt2 bias " << o.t2Bias << "\nresume " << o.resume << "\ncalibration ids "
@@ -870,6 +907,10 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
         const std::string problem = memoryProblem(estimate, availableHostMemory(), o);
         if (!problem.empty()) throw std::invalid_argument(problem);
     }
+    if (o.foldedEvalEvery > 0 && (!method.learned || o.evalSeqLen < 1))
+        throw std::invalid_argument("--folded-eval-every tracks the folded model during training: it needs a method that "
+                                    "trains (" + o.method + (method.learned ? "" : " trains nothing") +
+                                    ") and the evaluation windows of --eval-seqlen");
     if (o.trackedLayer < 0 || o.trackedLayer >= c.numLayers)
         throw std::invalid_argument("tracked layer " + std::to_string(o.trackedLayer) + " is not a layer of " + modelDir +
                                     " (0.." + std::to_string(c.numLayers - 1) + ")");
@@ -911,7 +952,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
 
     // The stages: 1 transforms (trained for the learned methods), 2 folding, 3 weight quantization
     // layer by layer, 4 the run's model folder, 5 evaluation, 6 latmix.json.
-    auto transforms = buildTransforms(x, original, calib, r, job, onStep);
+    auto transforms = buildTransforms(x, original, calib, evalIds, r, job, onStep);
     const auto sentSoFar = [&] { return o.group ? o.group->bytesCommunicated() : std::uint64_t(0); };
     r.trainBytes = sentSoFar();
     // The folded model's spill folder: removed when the run ends, however it ends. A data-parallel

@@ -32,6 +32,7 @@ struct MethodSpec {
     std::string description;
     int t3Block = 32;                 // the online block Hadamard on the down_proj input (0: none)
     double initNoise = 1e-3;          // "+noise" initialisations
+    std::string granularity = "full"; // learned T1/T2 as full matrices or "block"-diagonal (Table 1)
 };
 const std::vector<MethodSpec>& methods();
 const MethodSpec& methodSpec(const std::string& name); // throws std::invalid_argument listing the names
@@ -55,6 +56,9 @@ struct QuantizeOptions {
     std::string t1Kind, t2Kind, init;
     int t3Block = -1;
     double initNoise = -1;
+    // "full" or "block": the learned T1/T2 as full matrices (the paper's LATMiX) or block-diagonal
+    // with the MX block size (paper Table 1's "Block"); empty: the method's (full).
+    std::string granularity;
     mx::MxConfig format;         // weights and activations (W4A4)
     int steps = 1000;            // training steps (learned methods)
     int batch = 4;
@@ -64,8 +68,10 @@ struct QuantizeOptions {
     // AdamW's decoupled weight decay on the transforms' parameters. The paper trains "with
     // weight-decay" without a value (PyTorch's AdamW default is 0.01); 0 keeps SPEC §5's runs.
     double weightDecay = 0;
-    // What the learned methods minimise (paper Table 8): "kl" to the teacher (SPEC §5) or "ce",
-    // the cross-entropy against the calibration text (SpinQuant's loss, paper Table 5).
+    // What the learned methods minimise (paper Table 8): "kl" to the teacher (SPEC §5), "ce", the
+    // cross-entropy against the calibration text (SpinQuant's loss, paper Table 5), or
+    // "block-mse", the MSE of every decoder block's output against the teacher's (FlatQuant's
+    // loss, summed over the blocks of one end-to-end pass; train::Objective::BlockMse).
     std::string loss = "kl";
     int warmupSteps = 100;
     int metricsEvery = 10;
@@ -100,6 +106,11 @@ struct QuantizeOptions {
     std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
     int evalSeqLen = 0;          // WikiText-2 perplexity of FP and quantized model; 0: none
     int evalWindows = 0;         // 0: all
+    // Learned methods: the folded full-precision model's perplexity (the evaluation's windows)
+    // before training, after step 1, every k steps and after the last (paper Table 2's check that
+    // folding the trained transforms leaves the model as it was); 0: never. Needs evalSeqLen.
+    // Each check folds a float32 copy of the whole model on the device.
+    int foldedEvalEvery = 0;
     // Zero-shot tasks (eval/ZeroShot) scored on the reloaded quantized model (W4A4) after the
     // perplexities; empty: none. Loaded by the caller, so a bad task file stops the run before
     // any work.

@@ -65,6 +65,7 @@ void applyOption(SweepCell& c, const std::string& key, const json& v, const std:
     else if (key == "seqlen") o.seqLen = integer();
     else if (key == "eval_seqlen") o.evalSeqLen = integer();
     else if (key == "eval_windows") o.evalWindows = integer();
+    else if (key == "folded_eval_every") o.foldedEvalEvery = integer();
     else if (key == "block") o.format.blockSize = integer();
     else if (key == "scale_mode") o.format.scaleMode = mx::parseScaleMode(text());
     else if (key == "act_order") o.gptq.actOrder = flag();
@@ -79,6 +80,7 @@ void applyOption(SweepCell& c, const std::string& key, const json& v, const std:
         }
     } else if (key == "init") o.init = text();
     else if (key == "init_noise") o.initNoise = num();
+    else if (key == "granularity") o.granularity = text(); // checked with the method (runMethod)
     else if (key == "t1_bias") o.t1Bias = flag();
     else if (key == "t2_bias") o.t2Bias = flag();
     else if (key == "eval_tasks") c.evalTasks = text();

@@ -12,8 +12,8 @@
 //    "options": {"steps": 1000, "batch": 2, ...}, (every cell; keys below)
 //    "variants": [{"name": "T1 only", "t2": "none"}, ...]}  (optional: option sets, one row each)
 // Option keys: steps, batch, lr, temperature, volume_weight, weight_decay, loss, warmup_steps,
-// calib_samples, seqlen, eval_seqlen, eval_windows, block, scale_mode, act_order, t1, t2, t3,
-// init, init_noise, t1_bias, t2_bias, eval_tasks, eval_limit, device, checkpoint_every, calib.
+// calib_samples, seqlen, eval_seqlen, eval_windows, folded_eval_every, block, scale_mode, act_order, t1, t2, t3,
+// init, init_noise, granularity, t1_bias, t2_bias, eval_tasks, eval_limit, device, checkpoint_every, calib.
 // A path in the grid (model, calib) is relative to the grid file's folder.
 #include "run/QuantizeRun.h"
 #include "util/Job.h"

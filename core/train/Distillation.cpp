@@ -52,15 +52,19 @@ Metrics3 matrixMetrics(const transforms::AffineTransform* t, int block) {
 
 const char* kSeries[] = {"loss", "kl", "vol", "lr", "seconds", "teacher_seconds", "student_seconds", "backward_seconds",
                          "metrics_seconds", "a1_condition", "a1_orthogonality", "a1_off_block", "a2_condition",
-                         "a2_orthogonality", "a2_off_block"};
+                         "a2_orthogonality", "a2_off_block", "folded_ppl"};
+// Series added after the first run files were written: absent ones read as NaN.
+bool optionalSeries(const std::string& name) { return name == "folded_ppl"; }
 
 std::vector<double> fieldsOf(const DistillStep& s) {
     return {s.loss, s.kl, s.vol, s.lr, s.seconds, s.teacherSeconds, s.studentSeconds, s.backwardSeconds, s.metricsSeconds,
-            s.a1Condition, s.a1Orthogonality, s.a1OffBlock, s.a2Condition, s.a2Orthogonality, s.a2OffBlock};
+            s.a1Condition, s.a1Orthogonality, s.a1OffBlock, s.a2Condition, s.a2Orthogonality, s.a2OffBlock,
+            s.foldedPerplexity};
 }
 
-void writeRunFile(const std::string& path, const std::vector<DistillStep>& history, const ModelTransforms& transforms,
-                  const AdamW& opt, const DistillOptions& o, int stepsDone, const std::string& status) {
+void writeRunFile(const std::string& path, const std::vector<DistillStep>& history, double foldedStart,
+                  const ModelTransforms& transforms, const AdamW& opt, const DistillOptions& o, int stepsDone,
+                  const std::string& status) {
     std::vector<std::pair<std::string, at::Tensor>> t;
     const size_t n = history.size();
     auto steps = at::empty({static_cast<int64_t>(n)}, at::kLong);
@@ -88,7 +92,15 @@ void writeRunFile(const std::string& path, const std::vector<DistillStep>& histo
     std::ostringstream cfg;
     cfg << "steps=" << o.steps << " batch=" << o.batch << " lr=" << o.lr << " temperature=" << o.temperature
         << " volume_weight=" << o.volumeWeight << " seed=" << o.seed << " activation=" << (o.activation ? o.activation->describe() : std::string("none"));
-    io::writeTensorFile(path, t, {{"status", status}, {"options", cfg.str()}, {"tracked_layer", std::to_string(o.trackedLayer)}});
+    std::map<std::string, std::string> attributes{
+        {"status", status}, {"options", cfg.str()}, {"tracked_layer", std::to_string(o.trackedLayer)}};
+    if (std::isfinite(foldedStart)) {
+        std::ostringstream v;
+        v.precision(17);
+        v << foldedStart;
+        attributes["folded_ppl_start"] = v.str();
+    }
+    io::writeTensorFile(path, t, attributes);
 }
 
 } // namespace
@@ -97,7 +109,7 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
                              const ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
                              const at::Tensor& tokens, double tau, double volumeWeight, Objective objective) {
     DistillLoss r;
-    const bool crossEntropy = objective == Objective::CrossEntropy;
+    const bool crossEntropy = objective == Objective::CrossEntropy, blockMse = objective == Objective::BlockMse;
     const auto t0 = Clock::now();
     const auto device = tokens.device();
     const auto fopts = at::TensorOptions().dtype(at::kFloat).device(device);
@@ -128,11 +140,16 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     };
 
     // The teacher's normed final hidden states (no graph); its logits are made a chunk at a time.
+    // Block MSE: the teacher's output of every block instead, each on its layer's device.
     at::Tensor teacherNormed;
-    if (!crossEntropy) { // cross-entropy against the data needs no teacher
+    std::vector<at::Tensor> teacherBlocks;
+    if (objective == Objective::Kl) { // cross-entropy against the data needs no teacher
         at::NoGradGuard g;
         const auto h = model::forwardHidden(c, original, teacherOptions, tokens).to(top);
         teacherNormed = model::rmsNorm(h, original.finalNorm.to(topts), c.rmsNormEps).reshape({N, c.hiddenSize});
+    } else if (blockMse) {
+        at::NoGradGuard g;
+        model::forwardHidden(c, original, teacherOptions, tokens, nullptr, &teacherBlocks);
     }
     r.teacherSeconds = since(t0);
     const auto t1 = Clock::now();
@@ -193,92 +210,116 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     // a vocabulary chunk at a time. KL(p‖q) per token = lse_q − lse_p + Σ p (a − b)/τ with a, b
     // the teacher's and student's logits; its gradient w.r.t. b is (q − p)/τ, so the logits are
     // never formed whole and no [tokens, vocab] tensor is kept for the backward pass.
-    const auto xTop = x.detach().to(top).requires_grad_(true);
-    auto u = model::rmsNorm(xTop, at::ones({c.hiddenSize}, topts), c.rmsNormEps).reshape({N, c.hiddenSize});
-    const fold::AffineMatrices& t1Top = leaf1On(top);
-    if (t1Top.defined()) u = at::matmul(t1Top.v.defined() ? u - t1Top.v : u, t1Top.aInv.t());
-    const auto gamma = original.finalNorm.to(topts);
-    auto lmChunk = [&](std::int64_t a, std::int64_t n) { return original.lmHead.narrow(0, a, n).to(topts); };
-    auto biasChunk = [&](std::int64_t a, std::int64_t n) {
-        return original.lmHeadBias.defined() ? original.lmHeadBias.narrow(0, a, n).to(topts) : at::Tensor();
-    };
-    auto logits = [](const at::Tensor& h, const at::Tensor& w, const at::Tensor& b) {
-        auto z = at::matmul(h, w.t());
-        return b.defined() ? z + b : z;
-    };
-    at::Tensor gradU = at::zeros({N, c.hiddenSize}, topts);
-    double kl = 0;
-    if (crossEntropy) {
-        // Cross-entropy of the student against the next token of the data (paper Table 8's "CE";
-        // SpinQuant's objective), mean over the B·(T−1) predicted tokens, at temperature 1. Its
-        // gradient w.r.t. the logits is softmax − one-hot, formed a vocabulary chunk at a time.
-        at::NoGradGuard g;
-        const auto uv = u.detach();
-        const std::int64_t B = tokens.size(0);
-        const auto next = at::cat({tokens.narrow(1, 1, T - 1), at::full({B, 1}, -1, tokens.options())}, 1)
-                              .reshape({N})
-                              .to(top, at::kLong);
-        const auto valid = next.ge(0).to(at::kFloat).unsqueeze(1);
-        const double M = double(B * (T - 1));
-        at::Tensor lseQ = at::full({N}, -std::numeric_limits<float>::infinity(), topts);
-        for (std::int64_t a = 0; a < V; a += chunk) {
-            const std::int64_t n = std::min(chunk, V - a);
-            lseQ = at::logaddexp(lseQ, at::logsumexp(logits(uv, lmChunk(a, n) * gamma, biasChunk(a, n)), -1));
+    // Block MSE has no top: its terms are formed block by block in the backward pass below.
+    at::Tensor gradOut; // the gradient reaching the current layer's output
+    Clock::time_point t2;
+    if (!blockMse) {
+        const auto xTop = x.detach().to(top).requires_grad_(true);
+        auto u = model::rmsNorm(xTop, at::ones({c.hiddenSize}, topts), c.rmsNormEps).reshape({N, c.hiddenSize});
+        const fold::AffineMatrices& t1Top = leaf1On(top);
+        if (t1Top.defined()) u = at::matmul(t1Top.v.defined() ? u - t1Top.v : u, t1Top.aInv.t());
+        const auto gamma = original.finalNorm.to(topts);
+        auto lmChunk = [&](std::int64_t a, std::int64_t n) { return original.lmHead.narrow(0, a, n).to(topts); };
+        auto biasChunk = [&](std::int64_t a, std::int64_t n) {
+            return original.lmHeadBias.defined() ? original.lmHeadBias.narrow(0, a, n).to(topts) : at::Tensor();
+        };
+        auto logits = [](const at::Tensor& h, const at::Tensor& w, const at::Tensor& b) {
+            auto z = at::matmul(h, w.t());
+            return b.defined() ? z + b : z;
+        };
+        at::Tensor gradU = at::zeros({N, c.hiddenSize}, topts);
+        double kl = 0;
+        if (crossEntropy) {
+            // Cross-entropy of the student against the next token of the data (paper Table 8's "CE";
+            // SpinQuant's objective), mean over the B·(T−1) predicted tokens, at temperature 1. Its
+            // gradient w.r.t. the logits is softmax − one-hot, formed a vocabulary chunk at a time.
+            at::NoGradGuard g;
+            const auto uv = u.detach();
+            const std::int64_t B = tokens.size(0);
+            const auto next = at::cat({tokens.narrow(1, 1, T - 1), at::full({B, 1}, -1, tokens.options())}, 1)
+                                  .reshape({N})
+                                  .to(top, at::kLong);
+            const auto valid = next.ge(0).to(at::kFloat).unsqueeze(1);
+            const double M = double(B * (T - 1));
+            at::Tensor lseQ = at::full({N}, -std::numeric_limits<float>::infinity(), topts);
+            for (std::int64_t a = 0; a < V; a += chunk) {
+                const std::int64_t n = std::min(chunk, V - a);
+                lseQ = at::logaddexp(lseQ, at::logsumexp(logits(uv, lmChunk(a, n) * gamma, biasChunk(a, n)), -1));
+            }
+            at::Tensor ceSum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(top));
+            for (std::int64_t a = 0; a < V; a += chunk) {
+                const std::int64_t n = std::min(chunk, V - a);
+                const auto wg = lmChunk(a, n) * gamma;
+                const auto z = logits(uv, wg, biasChunk(a, n));
+                const auto inChunk = next.ge(a).logical_and(next.lt(a + n)).to(at::kFloat).unsqueeze(1);
+                const auto local = (next - a).clamp(0, n - 1).unsqueeze(1);
+                const auto oneHot = at::zeros_like(z).scatter_(1, local, inChunk);
+                ceSum -= (z.gather(1, local) * inChunk).sum().to(at::kDouble); // − the target's logit
+                gradU.addmm_(((z - lseQ.unsqueeze(1)).exp() * valid - oneHot) / M, wg);
+            }
+            ceSum += (lseQ.unsqueeze(1) * valid).sum().to(at::kDouble);
+            kl = ceSum.item<double>() / M;
+        } else {
+            at::NoGradGuard g;
+            const auto uv = u.detach();
+            at::Tensor lseP = at::full({N}, -std::numeric_limits<float>::infinity(), topts), lseQ = lseP.clone();
+            for (std::int64_t a = 0; a < V; a += chunk) {
+                const std::int64_t n = std::min(chunk, V - a);
+                const auto w = lmChunk(a, n), b = biasChunk(a, n);
+                lseP = at::logaddexp(lseP, at::logsumexp(logits(teacherNormed, w, b) / tau, -1));
+                lseQ = at::logaddexp(lseQ, at::logsumexp(logits(uv, w * gamma, b) / tau, -1));
+            }
+            at::Tensor klSum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(top));
+            for (std::int64_t a = 0; a < V; a += chunk) {
+                const std::int64_t n = std::min(chunk, V - a);
+                const auto w = lmChunk(a, n), b = biasChunk(a, n);
+                const auto wg = w * gamma;
+                const auto za = logits(teacherNormed, w, b) / tau, zb = logits(uv, wg, b) / tau;
+                const auto logP = za - lseP.unsqueeze(1);
+                const auto p = logP.exp(), q = (zb - lseQ.unsqueeze(1)).exp();
+                klSum += (p * (logP - (zb - lseQ.unsqueeze(1)))).sum().to(at::kDouble);
+                gradU.addmm_((q - p) / (tau * double(N)), wg);
+            }
+            kl = klSum.item<double>() / double(N);
         }
-        at::Tensor ceSum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(top));
-        for (std::int64_t a = 0; a < V; a += chunk) {
-            const std::int64_t n = std::min(chunk, V - a);
-            const auto wg = lmChunk(a, n) * gamma;
-            const auto z = logits(uv, wg, biasChunk(a, n));
-            const auto inChunk = next.ge(a).logical_and(next.lt(a + n)).to(at::kFloat).unsqueeze(1);
-            const auto local = (next - a).clamp(0, n - 1).unsqueeze(1);
-            const auto oneHot = at::zeros_like(z).scatter_(1, local, inChunk);
-            ceSum -= (z.gather(1, local) * inChunk).sum().to(at::kDouble); // − the target's logit
-            gradU.addmm_(((z - lseQ.unsqueeze(1)).exp() * valid - oneHot) / M, wg);
-        }
-        ceSum += (lseQ.unsqueeze(1) * valid).sum().to(at::kDouble);
-        kl = ceSum.item<double>() / M;
-    } else {
-        at::NoGradGuard g;
-        const auto uv = u.detach();
-        at::Tensor lseP = at::full({N}, -std::numeric_limits<float>::infinity(), topts), lseQ = lseP.clone();
-        for (std::int64_t a = 0; a < V; a += chunk) {
-            const std::int64_t n = std::min(chunk, V - a);
-            const auto w = lmChunk(a, n), b = biasChunk(a, n);
-            lseP = at::logaddexp(lseP, at::logsumexp(logits(teacherNormed, w, b) / tau, -1));
-            lseQ = at::logaddexp(lseQ, at::logsumexp(logits(uv, w * gamma, b) / tau, -1));
-        }
-        at::Tensor klSum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(top));
-        for (std::int64_t a = 0; a < V; a += chunk) {
-            const std::int64_t n = std::min(chunk, V - a);
-            const auto w = lmChunk(a, n), b = biasChunk(a, n);
-            const auto wg = w * gamma;
-            const auto za = logits(teacherNormed, w, b) / tau, zb = logits(uv, wg, b) / tau;
-            const auto logP = za - lseP.unsqueeze(1);
-            const auto p = logP.exp(), q = (zb - lseQ.unsqueeze(1)).exp();
-            klSum += (p * (logP - (zb - lseQ.unsqueeze(1)))).sum().to(at::kDouble);
-            gradU.addmm_((q - p) / (tau * double(N)), wg);
-        }
-        kl = klSum.item<double>() / double(N);
-    }
-    r.kl = kl;
-    r.studentSeconds = since(t1);
-    const auto t2 = Clock::now();
+        r.kl = kl;
+        r.studentSeconds = since(t1);
+        t2 = Clock::now();
 
-    // Backward: the top, then each layer recomputed with its graph from its saved input, then
-    // the embedding rows, then T1's matrices and the volume term.
-    u.backward(gradU);
-    at::Tensor g = xTop.grad();
+        // Backward: the top, then each layer recomputed with its graph from its saved input, then
+        // the embedding rows, then T1's matrices and the volume term.
+        u.backward(gradU);
+        gradOut = xTop.grad();
+    } else {
+        r.studentSeconds = since(t1);
+        t2 = Clock::now();
+    }
+    double mseSum = 0;
     for (int l = c.numLayers - 1; l >= 0; --l) {
+        const c10::Device d = devOf(l);
         const auto xi = inputs[static_cast<size_t>(l)].detach().requires_grad_(true);
         inputs[static_cast<size_t>(l)] = at::Tensor();
-        const auto out = model::decoderLayer(c, studentLayer(l), on(devOf(l)).student, xi, on(devOf(l)).rope, l);
-        out.backward(g.to(devOf(l)));
-        g = xi.grad();
+        const auto out = model::decoderLayer(c, studentLayer(l), on(d).student, xi, on(d).rope, l);
+        if (blockMse) {
+            // This block's term, mean((T1⁻¹(x'_l) − x_l)²) / L, differentiated together with
+            // what the later blocks sent back through its output.
+            auto mapped = out.reshape({N, c.hiddenSize});
+            const fold::AffineMatrices& t1d = leaf1On(d);
+            if (t1d.defined()) mapped = at::matmul(t1d.v.defined() ? mapped - t1d.v : mapped, t1d.aInv.t());
+            const auto target = teacherBlocks[static_cast<size_t>(l)].reshape({N, c.hiddenSize}).to(fopts.device(d));
+            teacherBlocks[static_cast<size_t>(l)] = at::Tensor();
+            const auto term = (mapped - target).pow(2).mean() / double(c.numLayers);
+            mseSum += term.item<double>();
+            (gradOut.defined() ? term + (out * gradOut.to(d)).sum() : term).backward();
+        } else {
+            out.backward(gradOut.to(d));
+        }
+        gradOut = xi.grad();
         model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
     }
+    if (blockMse) r.kl = mseSum;
     if (leaf1.defined()) {
-        embedStudent().backward(g.to(device));
+        embedStudent().backward(gradOut.to(device));
         at::Tensor s = at::zeros({}, fopts);
         std::vector<const fold::AffineMatrices*> leaves{&leaf1};
         for (const auto& [d, copy] : leafCopies) leaves.push_back(&copy);
@@ -298,6 +339,13 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     return r;
 }
 
+Objective objectiveOf(const std::string& name) {
+    if (name == "kl") return Objective::Kl;
+    if (name == "ce") return Objective::CrossEntropy;
+    if (name == "block-mse") return Objective::BlockMse;
+    throw std::invalid_argument("unknown --loss '" + name + "'; use kl, ce or block-mse");
+}
+
 at::Tensor distillationKl(const at::Tensor& teacher, const at::Tensor& student, double tau) {
     const auto logP = at::log_softmax(teacher.to(at::kFloat) / tau, -1);
     const auto logQ = at::log_softmax(student.to(at::kFloat) / tau, -1);
@@ -315,6 +363,10 @@ std::vector<DistillStep> readDistillSeries(const std::string& runFile) {
     std::vector<const double*> cols;
     for (const char* name : kSeries) {
         auto c = f.tensors.find(std::string("series/") + name);
+        if (c == f.tensors.end() && optionalSeries(name)) {
+            cols.push_back(nullptr);
+            continue;
+        }
         if (c == f.tensors.end()) throw std::runtime_error("'" + runFile + "' lacks series/" + name);
         cols.push_back(c->second.data_ptr<double>());
     }
@@ -323,10 +375,16 @@ std::vector<DistillStep> readDistillSeries(const std::string& runFile) {
         s.step = static_cast<int>(steps[static_cast<int64_t>(i)].item<int64_t>());
         double* dst[] = {&s.loss, &s.kl, &s.vol, &s.lr, &s.seconds, &s.teacherSeconds, &s.studentSeconds, &s.backwardSeconds,
                          &s.metricsSeconds, &s.a1Condition, &s.a1Orthogonality, &s.a1OffBlock, &s.a2Condition,
-                         &s.a2Orthogonality, &s.a2OffBlock};
-        for (size_t f2 = 0; f2 < cols.size(); ++f2) *dst[f2] = cols[f2][i];
+                         &s.a2Orthogonality, &s.a2OffBlock, &s.foldedPerplexity};
+        for (size_t f2 = 0; f2 < cols.size(); ++f2) *dst[f2] = cols[f2] ? cols[f2][i] : DistillStep::nan;
     }
     return out;
+}
+
+double readFoldedPerplexityStart(const std::string& runFile) {
+    const auto f = io::readTensorFile(runFile);
+    const auto it = f.attributes.find("folded_ppl_start");
+    return it == f.attributes.end() ? DistillStep::nan : std::stod(it->second);
 }
 
 DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& original, const at::Tensor& calibration,
@@ -374,6 +432,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         opt.t = get("state/adam_t").item<int64_t>();
         r.startStep = static_cast<int>(get("state/steps_done").item<int64_t>());
         r.history = readDistillSeries(o.runFile);
+        r.foldedPerplexityStart = readFoldedPerplexityStart(o.runFile);
         if (static_cast<int>(r.history.size()) > r.startStep) r.history.resize(static_cast<size_t>(r.startStep));
     }
 
@@ -392,8 +451,14 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
 
     const int warmup = std::min(o.warmupSteps, std::max(1, o.steps / 10));
     auto save = [&](int done, const std::string& status) {
-        if (root && !o.runFile.empty()) writeRunFile(o.runFile, r.history, transforms, opt, o, done, status);
+        if (root && !o.runFile.empty())
+            writeRunFile(o.runFile, r.history, r.foldedPerplexityStart, transforms, opt, o, done, status);
     };
+    const bool trackFolded = root && o.foldedEval && o.foldedEvalEvery > 0;
+    if (trackFolded && r.startStep == 0) {
+        job.progress(0, "folded FP perplexity before training");
+        r.foldedPerplexityStart = o.foldedEval(transforms);
+    }
     for (int k = r.startStep; k < o.steps; ++k) {
         // One process cancels here; several ranks agree in the step's all-reduce below, so that
         // all stop at the same step (a rank leaving alone would break the others' collective).
@@ -482,11 +547,17 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                              transforms.layers() > o.trackedLayer ? copy(transforms.t2(o.trackedLayer)) : at::Tensor());
             }
         }
+        if (trackFolded && (s.step == 1 || s.step % o.foldedEvalEvery == 0 || s.step == o.steps)) {
+            const auto t4 = Clock::now();
+            s.foldedPerplexity = o.foldedEval(transforms);
+            s.metricsSeconds += since(t4);
+        }
         s.seconds = since(t0);
         r.history.push_back(s);
         if (o.onStep) o.onStep(s);
         std::ostringstream msg;
         msg << "step " << s.step << "/" << o.steps << "  loss " << s.loss << "  kl " << s.kl << "  lr " << s.lr;
+        if (std::isfinite(s.foldedPerplexity)) msg << "  folded FP ppl " << s.foldedPerplexity;
         job.progress(static_cast<double>(s.step) / o.steps, msg.str());
         if (o.checkpointEvery > 0 && s.step % o.checkpointEvery == 0 && s.step < o.steps) save(s.step, "running");
     }

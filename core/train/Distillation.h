@@ -33,11 +33,21 @@ struct DistillStep {
     // A1 and the tracked A2 (NaN on steps without metrics or without that transform)
     double a1Condition = nan, a1Orthogonality = nan, a1OffBlock = nan;
     double a2Condition = nan, a2Orthogonality = nan, a2OffBlock = nan;
+    // The folded full-precision model's perplexity after this step (DistillOptions::foldedEval;
+    // NaN on the other steps).
+    double foldedPerplexity = nan;
 };
 
 // What the training minimises besides the volume term (paper Table 8): the KL to the teacher
-// (SPEC §5, the default) or the cross-entropy against the data's next tokens (SpinQuant's loss).
-enum class Objective { Kl, CrossEntropy };
+// (SPEC §5, the default), the cross-entropy against the data's next tokens (SpinQuant's loss), or
+// the MSE of each decoder block's output against the teacher's (FlatQuant's loss): the mean over
+// blocks l of mean((T1⁻¹(x'_l) − x_l)²), x'_l the student's residual stream after block l (in
+// T1's coordinates, mapped back) and x_l the teacher's. FlatQuant calibrates block by block, each
+// on its own MSE; here T1 is shared by every block, so the blocks' MSEs are averaged in one
+// end-to-end pass (the paper's Table 8 compares the three losses without saying more).
+enum class Objective { Kl, CrossEntropy, BlockMse };
+// "kl", "ce", "block-mse" → the objective; anything else throws std::invalid_argument naming them.
+Objective objectiveOf(const std::string& name);
 
 struct DistillOptions {
     std::optional<mx::MxConfig> activation = mx::MxConfig{}; // the student's activation quantization (none: off)
@@ -64,6 +74,13 @@ struct DistillOptions {
     // rank 0 computes the matrix metrics, calls onMatrices and writes the run file. A cancel on any
     // rank travels in the step's all-reduce: every rank stops at the same step (JobCancelled).
     std::shared_ptr<dist::Group> group;
+    // Paper Table 2's invariance check during training: foldedEval(transforms) returns the
+    // perplexity of the model with the current T1/T2 (and T3) folded in, nothing quantized. Rank 0
+    // calls it before the first step (DistillResult::foldedPerplexityStart), after step 1, every
+    // foldedEvalEvery steps and after the last (DistillStep::foldedPerplexity, train.h5's
+    // series/folded_ppl); its time counts in metricsSeconds. 0 or no function: never.
+    int foldedEvalEvery = 0;
+    std::function<double(const ModelTransforms&)> foldedEval;
     std::function<void(const DistillStep&)> onStep;
     // On the steps with matrix metrics: float32 CPU copies of A1 and of the tracked layer's A2
     // (undefined where that transform is absent), for live heatmaps.
@@ -74,6 +91,7 @@ struct DistillResult {
     std::vector<DistillStep> history; // every step, resumed steps included
     int startStep = 0;                // steps restored from the run file
     double seconds = 0;
+    double foldedPerplexityStart = DistillStep::nan; // before the first step (DistillOptions::foldedEval)
 };
 
 // calibration: int64 [N, T] token windows. original: the model's weights on the training device
@@ -94,6 +112,8 @@ DistillResult distill(const model::ModelConfig& config, const model::LlamaWeight
 // within float32 rounding (tst_distillation). tokens: int64 [B, T] on the training device.
 // Objective::CrossEntropy: the student's cross-entropy against the next tokens instead of the KL
 // (no teacher pass; `kl` holds it), equal to at::cross_entropy of the folded student's logits.
+// Objective::BlockMse: the block-output MSE above (`kl` holds it); no logits are formed, the
+// teacher's block outputs are kept for the step ([B·T, d] per block).
 struct DistillLoss {
     double loss = 0, kl = 0, vol = 0;
     double teacherSeconds = 0, studentSeconds = 0, backwardSeconds = 0;
@@ -107,7 +127,10 @@ DistillLoss distillationStep(const model::ModelConfig& config, const model::Llam
 // logits [..., V]. Exposed for tests.
 at::Tensor distillationKl(const at::Tensor& teacherLogits, const at::Tensor& studentLogits, double temperature);
 
-// The per-step series of a run file (for the GUI and reports).
+// The per-step series of a run file (for the GUI and reports). Series a file written by an
+// older version lacks (folded_ppl) read as NaN.
 std::vector<DistillStep> readDistillSeries(const std::string& runFile);
+// The folded FP perplexity before the first step recorded in a run file (NaN: none).
+double readFoldedPerplexityStart(const std::string& runFile);
 
 } // namespace latmix::train
