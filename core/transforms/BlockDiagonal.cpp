@@ -1,4 +1,5 @@
 #include "transforms/BlockDiagonal.h"
+#include "transforms/BlockGranularity.h"
 
 #include <ATen/ATen.h>
 
@@ -11,6 +12,16 @@ at::Tensor sameBlockMask(std::int64_t d, std::int64_t block, const at::TensorOpt
     if (block < 1) throw std::invalid_argument("block size must be positive, got " + std::to_string(block));
     const auto blockOf = at::arange(d, at::TensorOptions().dtype(at::kLong).device(options.device())).div(block, "floor");
     return blockOf.unsqueeze(1).eq(blockOf.unsqueeze(0)).to(options.dtype());
+}
+
+at::Tensor learnedBlockMask(const at::Tensor& init, std::int64_t block, at::ScalarType dtype, const std::string& who) {
+    if (block < 0) throw std::invalid_argument(who + ": block size must be non-negative");
+    if (block == 0) return {};
+    const auto a = init.detach().cpu().to(at::kDouble);
+    if (!at::equal(a * sameBlockMask(a.size(0), block, at::kDouble), a))
+        throw std::invalid_argument(who + ": the initial matrix of a block-diagonal transform must be block-diagonal (block " +
+                                    std::to_string(block) + ")");
+    return sameBlockMask(a.size(0), block, dtype);
 }
 
 BlockDiagonal::BlockDiagonal(at::Tensor blocks, at::Tensor tail) : m_blocks(std::move(blocks)), m_tail(std::move(tail)) {

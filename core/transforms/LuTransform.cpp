@@ -1,6 +1,6 @@
 #include "transforms/LuTransform.h"
 
-#include "transforms/BlockDiagonal.h"
+#include "transforms/BlockGranularity.h"
 
 #include <ATen/ATen.h>
 
@@ -26,13 +26,7 @@ LuTransform::LuTransform(const at::Tensor& init, bool withBias, at::ScalarType d
         throw std::invalid_argument(m_name + ": initial matrix must be square and non-empty");
     if (dtype != at::kFloat && dtype != at::kDouble) throw std::invalid_argument(m_name + ": dtype must be float32 or float64");
     const std::int64_t d = init.size(0);
-    if (m_block < 0) throw std::invalid_argument(m_name + ": block size must be non-negative");
-    if (m_block > 0) {
-        m_mask = sameBlockMask(d, m_block, dtype);
-        if (!at::equal(init.detach().cpu().to(at::kDouble) * m_mask.to(at::kDouble), init.detach().cpu().to(at::kDouble)))
-            throw std::invalid_argument(m_name + ": the initial matrix of a block-diagonal transform must be block-diagonal (block " +
-                                        std::to_string(m_block) + ")");
-    }
+    m_mask = learnedBlockMask(init, m_block, dtype, m_name);
     at::Tensor p, l, u;
     std::tie(p, l, u) = at::linalg_lu(init.detach().to(at::kDouble).cpu()); // init = P L U
     const at::Tensor s = u.diagonal();
