@@ -58,6 +58,12 @@ private slots:
                                        R"({"model": "m", "methods": ["rtn", "latmix-lu"], "formats": ["mxfp4", "mxint4"],
                                            "seeds": [0, 5], "options": {"steps": 7, "t3": "none"},
                                            "variants": [{"name": "Full"}, {"name": "T1 only", "t2": "none"}]})");
+        // A name with punctuation gives one '-' per run of it.
+        const QString punct = writeGrid(m_tmp, "punct.json", R"j({"model": "m", "methods": ["latmix-lu"],
+            "variants": [{"name": "Learned orth. + bias, block", "t1": "learned-rotation-bias"}, {"name": "(T1)"}]})j");
+        const auto p = run::readSweepGrid(punct.toStdString());
+        QCOMPARE(QString::fromStdString(p.cells[0].name), QString("latmix-lu-mxfp4-learned-orth-bias-block-s0"));
+        QCOMPARE(QString::fromStdString(p.cells[1].name), QString("latmix-lu-mxfp4-t1-s0"));
         const auto g = run::readSweepGrid(grid.toStdString());
         QCOMPARE(int(g.cells.size()), 2 * 2 * 2 * 2);
         QCOMPARE(QString::fromStdString(g.model), m_tmp.filePath("m")); // relative to the grid file

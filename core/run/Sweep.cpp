@@ -190,8 +190,16 @@ SweepGrid readSweepGrid(const std::string& gridPath, const std::string& modelOve
                     } catch (const std::exception& e) {
                         bad(gridPath, e.what());
                     }
+                    // The variant's name in the folder: letters and digits, lower case, each run of
+                    // anything else one '-' ("Learned orth. + bias, block" -> learned-orth-bias-block).
                     std::string variantTag;
-                    for (char ch : c.variant) variantTag += std::isalnum(static_cast<unsigned char>(ch)) ? char(std::tolower(ch)) : '-';
+                    for (char ch : c.variant) {
+                        if (std::isalnum(static_cast<unsigned char>(ch)))
+                            variantTag += char(std::tolower(static_cast<unsigned char>(ch)));
+                        else if (!variantTag.empty() && variantTag.back() != '-')
+                            variantTag += '-';
+                    }
+                    while (!variantTag.empty() && variantTag.back() == '-') variantTag.pop_back();
                     c.name = method + "-" + format + (variantTag.empty() ? "" : "-" + variantTag) + "-s" + std::to_string(seed);
                     if (!names.insert(c.name).second) bad(gridPath, "two cells would share the folder " + c.name);
                     g.cells.push_back(std::move(c));
