@@ -50,6 +50,9 @@ I lossBytes(const Shape& s, I T) { return 3 * T * std::min<I>(s.v, 16384) * 4; }
 // and their difference. One layer recomputed with its graph: the layer as stored and folded in
 // float32 (γ, T3, T1, T2: each a saved intermediate), its activations and attention
 // probabilities kept for backward.
+// Hidden-state copies kept per layer through a step: its checkpointed input, and with
+// --loss block-mse also the teacher's output of that block.
+I keptPerLayer(const QuantizeOptions& o) { return o.loss == "block-mse" ? 2 : 1; }
 I trainTopBytes(const Shape& s, I B, I T) { return 4 * B * T * s.h * 4 + 6 * B * T * std::min<I>(s.v, 16384) * 4; }
 I trainLayerGraphBytes(const Shape& s, int stored, I B, I T) {
     const I P = s.layerParams();
@@ -110,8 +113,7 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
         // then the larger of the top and one layer's graph (trainTopBytes, trainLayerGraphBytes).
         const I B = o.batch, N = B * T;
         const I lmHead = s.table() * stored;
-        // --loss block-mse also keeps the teacher's output of every block for the step.
-        const I perLayer = o.loss == "block-mse" ? 2 : 1;
+        const I perLayer = keptPerLayer(o);
         const I inputs = perLayer * s.layers * N * s.h * 4;
         const I top = trainTopBytes(s, B, T);
         const I layerGraph = trainLayerGraphBytes(s, stored, B, T);
@@ -276,7 +278,7 @@ std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, const s
     const I hd = c.headDim;
     const I transforms = 4 * 4 * (s.h * s.h + s.h + s.layers * (hd * hd + hd));
     for (auto& p : plan) {
-        const I inputs = (o.loss == "block-mse" ? 2 : 1) * I(p.layers) * N * s.h * 4; // + the teacher's outputs
+        const I inputs = keptPerLayer(o) * I(p.layers) * N * s.h * 4;
         const I work = p.lmHead ? std::max(layerGraph, top) : layerGraph;
         p.peakBytes = p.weightBytes + inputs + work + (p.embedding ? transforms : 0);
         p.detail = "weights " + mib(p.weightBytes) + ", layer inputs " + mib(inputs) + ", " +

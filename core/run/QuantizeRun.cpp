@@ -210,8 +210,6 @@ struct FoldedModel {
     model::ForwardOptions options;
 };
 
-// Stage 1: the method's transforms, trained by distillation for the learned methods (resumable
-// from train.h5), saved to transforms.h5. Null for the methods without transforms.
 eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
     eval::PerplexityOptions p;
     p.seqLen = o.evalSeqLen;
@@ -219,6 +217,8 @@ eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
     return p;
 }
 
+// Stage 1: the method's transforms, trained by distillation for the learned methods (resumable
+// from train.h5), saved to transforms.h5. Null for the methods without transforms.
 std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, const model::LlamaWeights& original,
                                                         const at::Tensor& calib, const std::vector<int>& evalIds,
                                                         QuantizeResult& r, JobContext& job,

@@ -55,6 +55,11 @@ const char* kSeries[] = {"loss", "kl", "vol", "lr", "seconds", "teacher_seconds"
                          "a2_orthogonality", "a2_off_block", "folded_ppl"};
 // Series added after the first run files were written: absent ones read as NaN.
 bool optionalSeries(const std::string& name) { return name == "folded_ppl"; }
+// The folded FP perplexity before training a run file records (NaN: none).
+double foldedStartOf(const io::TensorFileContents& f) {
+    const auto it = f.attributes.find("folded_ppl_start");
+    return it == f.attributes.end() ? DistillStep::nan : std::stod(it->second);
+}
 
 std::vector<double> fieldsOf(const DistillStep& s) {
     return {s.loss, s.kl, s.vol, s.lr, s.seconds, s.teacherSeconds, s.studentSeconds, s.backwardSeconds, s.metricsSeconds,
@@ -381,11 +386,7 @@ std::vector<DistillStep> readDistillSeries(const std::string& runFile) {
     return out;
 }
 
-double readFoldedPerplexityStart(const std::string& runFile) {
-    const auto f = io::readTensorFile(runFile);
-    const auto it = f.attributes.find("folded_ppl_start");
-    return it == f.attributes.end() ? DistillStep::nan : std::stod(it->second);
-}
+double readFoldedPerplexityStart(const std::string& runFile) { return foldedStartOf(io::readTensorFile(runFile)); }
 
 DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& original, const at::Tensor& calibration,
                       ModelTransforms& transforms, const DistillOptions& o, JobContext& job) {
@@ -432,7 +433,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         opt.t = get("state/adam_t").item<int64_t>();
         r.startStep = static_cast<int>(get("state/steps_done").item<int64_t>());
         r.history = readDistillSeries(o.runFile);
-        r.foldedPerplexityStart = readFoldedPerplexityStart(o.runFile);
+        r.foldedPerplexityStart = foldedStartOf(f);
         if (static_cast<int>(r.history.size()) > r.startStep) r.history.resize(static_cast<size_t>(r.startStep));
     }
 
