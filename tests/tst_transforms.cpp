@@ -336,6 +336,39 @@ private slots:
         QVERIFY(!at::equal(a, c));
     }
 
+    // The random signs act on the input before the mixing (H·diag(s), as QuaRot), so the seed
+    // changes |A x| and with it every quantization error; signs after the mixing (diag(s)·H)
+    // would only flip the signs of A x. Reference: the spec's formula built here from
+    // hadamardMatrix and seededSigns, and the magnitudes of two seeds on one input.
+    void seedActsBeforeMixing_data() {
+        QTest::addColumn<QString>("kind");
+        QTest::addColumn<int>("dim");
+        QTest::newRow("hadamard 64") << "hadamard" << 64;
+        QTest::newRow("hadamard 12 (Paley)") << "hadamard" << 12;
+        QTest::newRow("block-hadamard 64") << "block-hadamard" << 64;
+        QTest::newRow("learned-affine-lu init") << "learned-affine-lu" << 64;
+    }
+    void seedActsBeforeMixing() {
+        QFETCH(QString, kind);
+        QFETCH(int, dim);
+        if (kind == "hadamard") {
+            const auto want = hadamardMatrix(dim) / std::sqrt(double(dim)) * seededSigns(dim, 5).unsqueeze(0);
+            QVERIFY(at::equal(randomHadamardMatrix(dim, 5), want));
+        }
+        const auto matrix = [&](std::uint64_t seed) {
+            TransformOptions o;
+            o.dtype = at::kDouble;
+            o.seed = seed;
+            o.noiseStd = 0; // the LU init's block Hadamard alone
+            return makeTransform(kind.toStdString(), dim, o)->matrix().detach();
+        };
+        const auto x = seededGaussian(dim, 1, 99).squeeze(1);
+        const auto m5 = at::matmul(matrix(5), x).abs();
+        const auto m6 = at::matmul(matrix(6), x).abs();
+        const double diff = (m5 - m6).abs().max().item<double>();
+        QVERIFY2(diff > 0.1, qPrintable(QString("max | |A5 x| - |A6 x| | = %1").arg(diff)));
+    }
+
     // The generator is mt19937_64 + Box–Muller: fixed values on every platform and libtorch.
     void seededStreamIsFixed() {
         const auto g = seededGaussian(1, 4, 42);

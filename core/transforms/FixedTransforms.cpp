@@ -43,9 +43,14 @@ public:
         for (std::int64_t i = 0; i < n; ++i) d[i] = sign();
         return t;
     }
+    // H / √n · diag(±1): the signs flip the input's coordinates before the mixing, as QuaRot's
+    // random Hadamard does (x·diag(s)·H in its row-vector convention). SPEC §2's wording
+    // "±1 diagonal times normalized Hadamard" read literally with T(x) = A x puts the signs
+    // after the mixing, where they only flip output signs: |A x| and so every quantization error
+    // would not depend on the seed at all (the 2026-11-24 sweeps measured exactly that).
     at::Tensor randomHadamard(std::int64_t n) {
         auto h = hadamardMatrix(n); // throws with the size and the block-mode hint
-        return signs(n).unsqueeze(1) * h / std::sqrt(static_cast<double>(n));
+        return h * signs(n).unsqueeze(0) / std::sqrt(static_cast<double>(n));
     }
     at::Tensor randomOrthogonal(std::int64_t n) {
         at::Tensor q, r;

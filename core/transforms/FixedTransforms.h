@@ -22,7 +22,7 @@ at::Tensor seededGaussian(std::int64_t rows, std::int64_t cols, std::uint64_t se
 // [n] of ±1.
 at::Tensor seededSigns(std::int64_t n, std::uint64_t seed);
 
-// diag(±1) · H / √n (SPEC §2), orthogonal. Throws std::invalid_argument where hadamardMatrix(n) does.
+// H / √n · diag(±1) (SPEC §2, signs on the input side as QuaRot: see the .cpp), orthogonal. Throws std::invalid_argument where hadamardMatrix(n) does.
 at::Tensor randomHadamardMatrix(std::int64_t n, std::uint64_t seed);
 // Q of the QR factorisation of an n×n Gaussian, columns sign-fixed so that diag(R) > 0 (Haar).
 at::Tensor randomOrthogonalMatrix(std::int64_t n, std::uint64_t seed);
