@@ -1,7 +1,7 @@
 // `latmix sweep` (run/Sweep): the grid read and checked, the cells it expands to, a sweep
 // cancelled after its first cell and run again (the finished cell skipped, the others run, the
 // same numbers as a cell run alone), and the table's mean ± sample std and "within noise" marks
-// worked by hand.
+// worked by hand, the FP perplexity measured once per evaluation setting.
 #include "run/Sweep.h"
 
 #include <ATen/ATen.h>
@@ -43,6 +43,19 @@ public:
 
 private:
     int m_cells, m_done = 0;
+};
+
+// Counts the progress messages that start a stage's prefix ("perplexity FP: ...").
+class CountStage : public JobContext {
+public:
+    explicit CountStage(std::string stage) : m_stage(std::move(stage)) {}
+    void progress(double, const std::string& message) override {
+        if (message.find(m_stage) != std::string::npos) ++count;
+    }
+    int count = 0;
+
+private:
+    std::string m_stage;
 };
 
 } // namespace
@@ -146,7 +159,8 @@ private slots:
                  qPrintable(readAll(out + "/results.md")));
         QCOMPARE(readAll(out + "/results.csv").count('\n'), 2); // header + one cell
         std::vector<std::string> seen;
-        const auto r = run::runSweep(g, out.toStdString(), silentJob(), [&](int, const run::SweepCell& c, bool done) {
+        CountStage fpStage("perplexity FP");
+        const auto r = run::runSweep(g, out.toStdString(), fpStage, [&](int, const run::SweepCell& c, bool done) {
             seen.push_back(c.name + (done ? ":skipped" : ":ran"));
         });
         QCOMPARE(seen, (std::vector<std::string>{"rtn-mxfp4-v-s0:skipped", "rtn-mxfp4-v-s1:ran", "gptq-mxfp4-v-s0:ran"}));
@@ -159,6 +173,12 @@ private slots:
             const auto again = run::readSweepRecord(g.cells[0], (out + "/cells/" + QString::fromStdString(rec.name) + "/latmix.json").toStdString());
             QCOMPARE(again.w4a4Perplexity, rec.w4a4Perplexity);
         }
+        // The FP perplexity the first run measured serves the two cells run now (same text,
+        // windows, device): not evaluated again, the same number recorded.
+        QCOMPARE(fpStage.count, 0);
+        QVERIFY(r.records[0].fpPerplexity > 1);
+        QCOMPARE(r.records[1].fpPerplexity, r.records[0].fpPerplexity);
+        QCOMPARE(r.records[2].fpPerplexity, r.records[0].fpPerplexity);
         // RTN reads no calibration: both seeds give the same model.
         QCOMPARE(r.records[0].w4a4Perplexity, r.records[1].w4a4Perplexity);
     }

@@ -745,8 +745,11 @@ void evaluate(const RunContext& x, const std::string& modelOut, const std::vecto
     const double end = x.o.evalTasks.empty() ? 1.0 : 0.93, step = (end - 0.9) / 3;
     if (x.o.evalSeqLen > 0 && !evalIds.empty()) {
         SubJob e1(job, 0.9, 0.9 + step, "perplexity FP: ");
-        r.fpPerplexity =
-            eval::evaluatePerplexity(model::LlamaModel(x.ck, at::kFloat, x.device, true, offload), evalIds, p, e1).perplexity;
+        r.fpPerplexity = x.o.knownFpPerplexity > 0
+                             ? x.o.knownFpPerplexity
+                             : eval::evaluatePerplexity(model::LlamaModel(x.ck, at::kFloat, x.device, true, offload),
+                                                        evalIds, p, e1)
+                                   .perplexity;
         SubJob e2(job, 0.9 + step, 0.9 + 2 * step, "perplexity W4A4: ");
         r.quantizedPerplexity =
             eval::evaluatePerplexity(model::LlamaModel(qck, at::kFloat, x.device, true, offload), evalIds, p, e2).perplexity;

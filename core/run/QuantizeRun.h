@@ -106,6 +106,9 @@ struct QuantizeOptions {
     std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
     int evalSeqLen = 0;          // WikiText-2 perplexity of FP and quantized model; 0: none
     int evalWindows = 0;         // 0: all
+    // > 0: the FP model's perplexity on these same windows, measured already (a sweep's earlier
+    // cell on the same model, evaluation text, windows and device): recorded, not evaluated again.
+    double knownFpPerplexity = 0;
     // Learned methods: the folded full-precision model's perplexity (the evaluation's windows)
     // before training, after step 1, every k steps and after the last (paper Table 2's check that
     // folding the trained transforms leaves the model as it was); 0: never. Needs evalSeqLen.
