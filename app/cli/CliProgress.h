@@ -1,6 +1,8 @@
 #pragma once
 // Progress of a core job on the terminal: percentage, message and ETA on one rewritten line
-// when stderr is a terminal, a line per 10% otherwise (logs stay short). Ctrl-C asks the job
+// when stderr is a terminal; otherwise a line per 10%, and at least one a minute while a long
+// stage moves less than that (logs stay short, a 10-minute sweep cell still shows it is alive:
+// a full-test-set evaluation inside one cell of an 8-cell sweep is under 1%). Ctrl-C asks the job
 // to cancel at its next safe point (it cleans up and main exits with 130); a second Ctrl-C
 // kills the process as usual.
 #include "util/Job.h"
@@ -34,8 +36,9 @@ public:
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
         const double eta = fraction > 0 ? elapsed * (1 - fraction) / fraction : 0;
         const int pct = static_cast<int>(fraction * 100 + 0.5);
-        if (!m_tty && pct / 10 == m_lastDecile) return;
+        if (!m_tty && pct / 10 == m_lastDecile && elapsed - m_lastLine < 60) return;
         m_lastDecile = pct / 10;
+        m_lastLine = elapsed;
         std::fprintf(stderr, "%s%s: %3d%% %s, %.0f s elapsed, ETA %.0f s%s", m_tty ? "\r" : "", m_what.c_str(), pct,
                      message.c_str(), elapsed, eta, m_tty ? "   " : "\n");
         std::fflush(stderr);
@@ -52,6 +55,7 @@ private:
     bool m_quiet = false;
     bool m_printed = false;
     int m_lastDecile = -1;
+    double m_lastLine = 0; // elapsed seconds at the last line written
     std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
 };
 
