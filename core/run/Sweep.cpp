@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 namespace latmix::run {
 namespace {
@@ -242,12 +243,10 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
     SweepResult result;
     std::map<std::pair<std::string, int>, RunTokens> tokens;                     // by calibration file and seqlen
     std::map<std::pair<std::string, int>, std::vector<eval::ZeroShotTask>> tasks; // by task list and limit
-    // The FP model's perplexity is the same in every cell that evaluates the same text in the same
-    // windows on the same device: measured by the first such cell (or read from a finished one).
-    std::map<std::string, double> fpPerplexity;
-    auto fpKey = [&](const QuantizeOptions& o) {
-        return o.evalSource + "\n" + std::to_string(o.evalSeqLen) + "\n" + std::to_string(o.evalWindows) + "\n" + o.device;
-    };
+    // The FP model's perplexity is the same in every cell that evaluates (always WikiText-2 test)
+    // in the same windows on the same device: measured by the first such cell (or read from a
+    // finished one). By eval seqlen, windows and device.
+    std::map<std::tuple<int, int, std::string>, double> fpPerplexity;
     const int n = static_cast<int>(grid.cells.size());
     auto writeTables = [&] {
         util::writeFileAtomically((fs::path(outDir) / "results.csv").string(), sweepCsv(result.records));
@@ -258,13 +257,14 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
         const std::string runDir = (fs::path(outDir) / "cells" / cell.name).string();
         const std::string record = (fs::path(runDir) / "latmix.json").string();
         const bool done = fs::exists(record); // written last, atomically: the cell finished
+        const auto fpKey = std::make_tuple(cell.options.evalSeqLen, cell.options.evalWindows, cell.options.device);
         if (onCell) onCell(i, cell, done);
         if (!done) {
             job.checkCancelled();
             QuantizeOptions o = cell.options;
             o.calibSource = util::calibrationTextFile(cell.calib);
             if (o.evalSeqLen > 0) o.evalSource = util::wikiText2TestFile();
-            if (o.evalSeqLen > 0 && fpPerplexity.count(fpKey(o))) o.knownFpPerplexity = fpPerplexity[fpKey(o)];
+            if (o.evalSeqLen > 0 && fpPerplexity.count(fpKey)) o.knownFpPerplexity = fpPerplexity.at(fpKey);
             auto key = std::make_pair(o.calibSource + "\n" + o.evalSource, o.seqLen);
             if (!tokens.count(key))
                 tokens[key] = tokenizeRunInputs(grid.model, util::readTextFile(o.calibSource, "calibration text"), o.evalSource, o.seqLen);
@@ -283,11 +283,8 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
             ++result.skipped;
         }
         result.records.push_back(readSweepRecord(cell, record));
-        if (cell.options.evalSeqLen > 0 && result.records.back().fpPerplexity > 0) {
-            QuantizeOptions o = cell.options;
-            o.evalSource = util::wikiText2TestFile();
-            fpPerplexity.emplace(fpKey(o), result.records.back().fpPerplexity);
-        }
+        if (cell.options.evalSeqLen > 0 && result.records.back().fpPerplexity > 0)
+            fpPerplexity.emplace(fpKey, result.records.back().fpPerplexity);
         writeTables();
         job.progress(double(i + 1) / n, "cell " + std::to_string(i + 1) + "/" + std::to_string(n) + " " + cell.name);
     }
