@@ -1,7 +1,8 @@
 // `latmix sweep` (run/Sweep): the grid read and checked, the cells it expands to, a sweep
 // cancelled after its first cell and run again (the finished cell skipped, the others run, the
 // same numbers as a cell run alone), and the table's mean ± sample std and "within noise" marks
-// worked by hand, the FP perplexity measured once per evaluation setting.
+// worked by hand, the FP perplexity measured once per evaluation setting, a resumed sweep's
+// progress spanning only the cells it runs.
 #include "run/Sweep.h"
 
 #include <ATen/ATen.h>
@@ -16,6 +17,7 @@
 #include <QtTest>
 
 #include <fstream>
+#include <vector>
 
 using namespace latmix;
 
@@ -49,10 +51,16 @@ private:
 class CountStage : public JobContext {
 public:
     explicit CountStage(std::string stage) : m_stage(std::move(stage)) {}
-    void progress(double, const std::string& message) override {
+    void progress(double fraction, const std::string& message) override {
         if (message.find(m_stage) != std::string::npos) ++count;
+        if (message.rfind("cell ", 0) == 0) cellEnds.push_back(fraction);
+        monotone = monotone && fraction >= last;
+        last = fraction;
     }
     int count = 0;
+    std::vector<double> cellEnds; // the fraction reported as each cell ends
+    bool monotone = true;
+    double last = 0;
 
 private:
     std::string m_stage;
@@ -179,6 +187,9 @@ private slots:
         QVERIFY(r.records[0].fpPerplexity > 1);
         QCOMPARE(r.records[1].fpPerplexity, r.records[0].fpPerplexity);
         QCOMPARE(r.records[2].fpPerplexity, r.records[0].fpPerplexity);
+        // The progress covers the two cells run now, not the skipped one: ETAs derive from it.
+        QCOMPARE(fpStage.cellEnds, (std::vector<double>{0.0, 0.5, 1.0}));
+        QVERIFY(fpStage.monotone);
         // RTN reads no calibration: both seeds give the same model.
         QCOMPARE(r.records[0].w4a4Perplexity, r.records[1].w4a4Perplexity);
     }
