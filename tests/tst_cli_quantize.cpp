@@ -272,6 +272,8 @@ private slots:
         QTest::newRow("unknown --granularity") << QStringList{"--granularity", "row"} << "unknown --granularity 'row'; use one of full, block";
         QTest::newRow("--granularity block, nothing learned") << QStringList{"--granularity", "block", "--method", "quarot"}
                                                               << "--granularity block applies to learned T1/T2";
+        QTest::newRow("--granularity block, full init") << QStringList{"--granularity", "block", "--init", "hadamard"}
+                                                        << "--init hadamard is a full matrix";
         QTest::newRow("unknown zero-shot task") << QStringList{"--eval-tasks", "arc_easy,mmlu"} << "unknown zero-shot task 'mmlu'";
         QTest::newRow("--devices, nothing trained") << QStringList{"--devices", "cpu,cpu", "--method", "mr-gptq"}
                                                     << "trains nothing";

@@ -133,6 +133,10 @@ MethodSpec runMethod(const QuantizeOptions& o) {
         if (o.granularity == "block" && !m.learned)
             throw std::invalid_argument("--granularity block applies to learned T1/T2 and " + o.method +
                                         " learns none here; for fixed transforms pick block-hadamard or block-orthogonal with --t1/--t2");
+        // Checked here, before the run folder exists, not when the masked matrix is built.
+        if (o.granularity == "block" && (m.init == "hadamard" || m.init == "orthogonal"))
+            throw std::invalid_argument("--granularity block keeps T1/T2 block-diagonal and --init " + m.init +
+                                        " is a full matrix; use --init block-hadamard, block-orthogonal or identity, or --granularity full");
         m.granularity = o.granularity;
         note("granularity " + o.granularity);
     }
