@@ -12,5 +12,6 @@ trap 'rm -rf "$TMP"' EXIT
 # Fresh settings and run folders, so the pictures do not depend on this user's history.
 export QT_QPA_PLATFORM=offscreen XDG_CONFIG_HOME="$TMP/config" XDG_DATA_HOME="$TMP/data"
 "$BIN" "$MODEL" --view explorer --format mxfp4 --screenshot "$OUT/explorer.png"
+"$BIN" "$MODEL" --activations layers.2.mlp.down_proj.input --transform hadamard --screenshot "$OUT/activations.png"
 "$BIN" "$MODEL" --compare layers.2.mlp.down_proj.input --screenshot "$OUT/comparison.png"
 "$BIN" "$MODEL" --calibrate latmix-lu --steps 60 --screenshot "$OUT/calibration.png"

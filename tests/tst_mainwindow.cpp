@@ -1,22 +1,32 @@
 // The workbench shell: the Export action is present but disabled (with the reason as tooltip),
 // the status bar shows the runtime facts, Recent is kept in QSettings and can be cleared, the
-// theme choice is remembered, the Model dock can be toggled. QSettings go to a throw-away test
-// location. Opening checkpoints is tested in tst_modelsummaryview.
+// theme choice is remembered, the Model dock can be toggled; the scripted sessions of
+// latmix-workbench's command line (demo model, view, comparison, screenshot) run in process.
+// QSettings and the demo model go to QStandardPaths' test location (tests/TestMode.cpp), never
+// the user's. Opening checkpoints is tested in tst_modelsummaryview.
 #include "CalibrationView.h"
 #include "MainWindow.h"
 #include "ModelSummaryView.h"
+#include "ActivationView.h"
 #include "MxExplorerView.h"
+#include "ScriptedRun.h"
 #include "util/Runtime.h"
+
+#include <qcustomplot.h>
 
 #include <QAction>
 #include <QApplication>
+#include <QDir>
 #include <QDockWidget>
+#include <QFileInfo>
+#include <QImage>
 #include <QLabel>
 #include <QMenu>
 #include <QSettings>
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTemporaryDir>
 #include <QtTest>
 
 using latmix::gui::MainWindow;
@@ -50,11 +60,12 @@ private slots:
     void modelDockToggles();
     void explorerIsCentralAndToggles();
     void themeChoicePersists();
+    void settingsAndDemoStayInTestLocation();
+    void scriptedSession_data();
+    void scriptedSession();
 };
 
 void TestMainWindow::initTestCase() {
-    // QSettings("LATMiX", "Workbench") then lives under ~/.qttest, never the user's config.
-    QStandardPaths::setTestModeEnabled(true);
     latmix::configureThreads(2);
 }
 
@@ -212,6 +223,85 @@ void TestMainWindow::themeChoicePersists() {
     w.setTheme(MainWindow::Theme::System);
     QCOMPARE(QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).value("view/theme").toString(),
              QStringLiteral("system"));
+}
+
+// Every test binary runs in QStandardPaths' test mode (tests/TestMode.cpp), so the settings
+// this suite clears and the demo model it writes live under ~/.qttest, not in the user's config
+// and data folders.
+void TestMainWindow::settingsAndDemoStayInTestLocation() {
+    QVERIFY(QStandardPaths::isTestModeEnabled());
+    const QString testRoot = QDir::homePath() + QStringLiteral("/.qttest/");
+    const QString settings = QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).fileName();
+    QVERIFY2(settings.startsWith(testRoot), qPrintable(settings));
+    QString error;
+    const QString demo = latmix::gui::prepareDemoModel(&error);
+    QVERIFY2(!demo.isEmpty(), qPrintable(error));
+    QVERIFY2(demo.startsWith(testRoot), qPrintable(demo));
+    QVERIFY(QFileInfo::exists(demo + QStringLiteral("/config.json")));
+    QVERIFY(QFileInfo::exists(demo + QStringLiteral("/model.safetensors")));
+}
+
+// latmix-workbench's scripted flags, run in process on the demo model: the view chosen, the
+// comparison run before the screenshot, the PNG of the asked size; bad arguments refused with
+// the message main prints.
+void TestMainWindow::scriptedSession_data() {
+    QTest::addColumn<QString>("view");
+    QTest::addColumn<QString>("point");
+    QTest::addColumn<QString>("activations"); // a point for the activation view
+    QTest::addColumn<QString>("method");
+    QTest::addColumn<int>("steps");
+    QTest::addColumn<QString>("error");      // empty: succeeds
+    QTest::addColumn<QString>("currentTab"); // object name of the tab shown at the end
+    QTest::newRow("calibration view") << "calibration" << "" << "" << "" << 40 << "" << "calibrationView";
+    QTest::newRow("comparison at a point") << "" << "layers.1.mlp.down_proj.input" << "" << "" << 40 << ""
+                                           << "comparisonView";
+    QTest::newRow("activations of a point") << "" << "" << "layers.2.mlp.down_proj.input" << "" << 40 << ""
+                                            << "activationView";
+    QTest::newRow("unknown view") << "plots" << "" << "" << "" << 40
+                                  << "unknown view 'plots'; choose explorer, activations, comparison or calibration" << "";
+    QTest::newRow("unknown point") << "" << "layers.99.mlp.down_proj.input" << "" << "" << 40
+                                   << "the model has no quantization point 'layers.99.mlp.down_proj.input'" << "";
+    QTest::newRow("calibration, no steps") << "" << "" << "" << "latmix-lu" << 0 << "--steps expects a positive integer" << "";
+}
+
+void TestMainWindow::scriptedSession() {
+    QFETCH(QString, view);
+    QFETCH(QString, point);
+    QFETCH(QString, activations);
+    QFETCH(QString, method);
+    QFETCH(int, steps);
+    QFETCH(QString, error);
+    QFETCH(QString, currentTab);
+    QString why;
+    const QString demo = latmix::gui::prepareDemoModel(&why);
+    QVERIFY2(!demo.isEmpty(), qPrintable(why));
+    MainWindow w;
+    QVERIFY2(w.openCheckpoint(demo, /*remember=*/false), qPrintable(w.errorBannerText()));
+    QTemporaryDir tmp;
+    latmix::gui::ScriptedSession s;
+    s.view = view;
+    s.comparePoint = point;
+    s.activationPoint = activations;
+    s.calibrateMethod = method;
+    s.steps = steps;
+    s.screenshot = tmp.filePath(QStringLiteral("shot.png"));
+    s.size = QSize(1280, 800);
+    const bool ok = latmix::gui::runScriptedSession(w, s, &why);
+    if (!error.isEmpty()) {
+        QVERIFY(!ok);
+        QCOMPARE(why, error);
+        QVERIFY(!QFileInfo::exists(s.screenshot));
+        return;
+    }
+    QVERIFY2(ok, qPrintable(why));
+    QCOMPARE(w.viewTabs()->currentWidget()->objectName(), currentTab);
+    const QImage shot(s.screenshot);
+    QCOMPARE(shot.size(), QSize(1280, 800) * w.devicePixelRatio());
+    if (!activations.isEmpty()) { // drawn before the screenshot: the point and transform asked for
+        QCOMPARE(w.activationView()->currentPoint(), activations);
+        QVERIFY(QString::fromStdString(w.activationView()->lastProfile().transform).startsWith(QStringLiteral("hadamard")));
+        QVERIFY(w.activationView()->channelPlot()->graphCount() == 2);
+    }
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -22,7 +22,6 @@
 #include <QLocale>
 #include <QSettings>
 #include <QSignalSpy>
-#include <QStandardPaths>
 #include <QStatusBar>
 #include <QTemporaryDir>
 #include <QToolButton>
@@ -77,8 +76,6 @@ private:
 };
 
 void TestModelSummaryView::initTestCase() {
-    // QSettings("LATMiX", "Workbench") then lives under ~/.qttest, never the user's config.
-    QStandardPaths::setTestModeEnabled(true);
     latmix::configureThreads(2);
     QVERIFY(m_tmp.isValid());
     m_demo = m_tmp.filePath(QStringLiteral("demo-model"));

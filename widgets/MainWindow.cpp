@@ -4,6 +4,7 @@
 #include "model/Checkpoint.h"
 #include "util/Runtime.h"
 
+#include "ActivationView.h"
 #include "CalibrationView.h"
 #include "ComparisonView.h"
 #include "ExportDialog.h"
@@ -122,7 +123,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     m_explorer = new MxExplorerView(this);
     m_calibration = new CalibrationView(this);
     m_comparison = new ComparisonView(this);
+    m_activations = new ActivationView(this);
     setCentralWidget(createCentralArea());
+    connect(this, &MainWindow::modelOpened, m_activations, &ActivationView::setModelDir);
+    connect(m_activations, &ActivationView::errorOccurred, this, &MainWindow::showErrorBanner);
     connect(this, &MainWindow::modelOpened, m_comparison, &ComparisonView::setModelDir);
     connect(m_comparison, &ComparisonView::errorOccurred, this, &MainWindow::showErrorBanner);
     connect(m_comparison, &ComparisonView::pointMetricsKnown, this,
@@ -140,6 +144,13 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     createModelDock();
     // The Model dock estimates memory for the device runs use.
     m_summary->setDevice(m_calibration->device());
+    // A point picked in the Model dock is selected in every view that shows points; from the
+    // explorer (synthetic vectors only) the activation view comes forward to show it.
+    connect(m_summary, &ModelSummaryView::pointSelected, this, [this](const QString& point) {
+        m_activations->selectPoint(point);
+        m_comparison->selectPoint(point);
+        if (m_tabs->currentWidget() == m_explorer) m_tabs->setCurrentWidget(m_activations);
+    });
     connect(m_calibration, &CalibrationView::deviceChanged, m_summary, &ModelSummaryView::setDevice);
 
     createMenus();
@@ -198,6 +209,7 @@ QWidget* MainWindow::createCentralArea() {
     m_tabs->setObjectName(QStringLiteral("viewTabs"));
     m_tabs->setDocumentMode(true);
     m_tabs->addTab(m_explorer, tr("MX format explorer"));
+    m_tabs->addTab(m_activations, tr("Activations"));
     m_tabs->addTab(m_comparison, tr("Transform comparison"));
     m_tabs->addTab(m_calibration, tr("Calibration"));
     column->addWidget(m_tabs, 1);
@@ -255,6 +267,9 @@ void MainWindow::createMenus() {
     QAction* showExplorer = view->addAction(tr("MX format &explorer"));
     showExplorer->setObjectName(QStringLiteral("actionShowExplorer"));
     connect(showExplorer, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_explorer); });
+    QAction* showActivations = view->addAction(tr("&Activations"));
+    showActivations->setObjectName(QStringLiteral("actionShowActivations"));
+    connect(showActivations, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_activations); });
     QAction* showComparison = view->addAction(tr("&Transform comparison"));
     showComparison->setObjectName(QStringLiteral("actionShowComparison"));
     connect(showComparison, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_comparison); });

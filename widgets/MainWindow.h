@@ -22,6 +22,7 @@ class Checkpoint;
 
 namespace latmix::gui {
 
+class ActivationView;
 class CalibrationView;
 class ComparisonView;
 class ExportDialog;
@@ -42,6 +43,7 @@ public:
     MxExplorerView* explorerView() const { return m_explorer; }
     CalibrationView* calibrationView() const { return m_calibration; }
     ComparisonView* comparisonView() const { return m_comparison; }
+    ActivationView* activationView() const { return m_activations; }
     QTabWidget* viewTabs() const { return m_tabs; }
     QAction* exportAction() const { return m_exportAction; }
     // The run folder File › Export quantized model… exports (the last finished or opened run).
@@ -116,6 +118,7 @@ private:
     MxExplorerView* m_explorer = nullptr;
     CalibrationView* m_calibration = nullptr;
     ComparisonView* m_comparison = nullptr;
+    ActivationView* m_activations = nullptr;
     QTabWidget* m_tabs = nullptr;
     QString m_exportRunDir;
     ModelSummaryView* m_summary = nullptr;

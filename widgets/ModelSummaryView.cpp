@@ -112,6 +112,11 @@ ModelSummaryView::ModelSummaryView(QWidget* parent) : QWidget(parent) {
     m_tree->header()->setStretchLastSection(false);
     m_tree->header()->setSectionResizeMode(0, QHeaderView::Stretch);
     m_tree->header()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+    // A point (not a layer branch) made current, by click or keyboard, is announced.
+    connect(m_tree, &QTreeWidget::currentItemChanged, this, [this](QTreeWidgetItem* item) {
+        const QString name = item ? item->data(0, Qt::UserRole).toString() : QString();
+        if (!name.isEmpty()) emit pointSelected(name);
+    });
     column->addWidget(m_tree, 1);
     m_stack->addWidget(page);
 
@@ -302,6 +307,18 @@ int ModelSummaryView::pointWidthShown(const QString& pointName) const {
                 return layer->child(j)->text(1).toInt();
     }
     return -1;
+}
+
+bool ModelSummaryView::selectPoint(const QString& pointName) {
+    for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
+        QTreeWidgetItem* layer = m_tree->topLevelItem(i);
+        for (int j = 0; j < layer->childCount(); ++j)
+            if (layer->child(j)->data(0, Qt::UserRole).toString() == pointName) {
+                m_tree->setCurrentItem(layer->child(j));
+                return true;
+            }
+    }
+    return false;
 }
 
 void ModelSummaryView::setPointMetric(const QString& metric, const QMap<QString, double>& values) {

@@ -59,6 +59,13 @@ public:
     // "864.38 K", "12.91 M", "1.24 B": parameter counts as people quote them.
     static QString formatCount(qint64 n);
 
+    // Makes the tree's item of pointName current (emits pointSelected); false when absent.
+    bool selectPoint(const QString& pointName);
+
+signals:
+    // A quantization point was picked in the tree ("layers.1.mlp.down_proj.input").
+    void pointSelected(const QString& pointName);
+
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
 

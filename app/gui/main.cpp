@@ -1,26 +1,17 @@
 // latmix-workbench: the Qt desktop workbench. A thin shell over latmix_widgets.
-#include "import/DemoModel.h"
 #include "util/Runtime.h"
 
-#include "AnalysisPlots.h"
-#include "CalibrationView.h"
-#include "ComparisonView.h"
 #include "MainWindow.h"
 #include "MxExplorerView.h"
+#include "ScriptedRun.h"
 
 #include <QApplication>
 #include <QCommandLineOption>
 #include <QCommandLineParser>
-#include <QDir>
-#include <QEventLoop>
-#include <QTabWidget>
-#include <QPixmap>
-#include <QStandardPaths>
 #include <QtGlobal>
 
 #include <cstdio>
 #include <cstring>
-#include <exception>
 
 namespace {
 
@@ -44,52 +35,6 @@ void preferOffscreenWhenHeadless(int argc, char** argv) {
 int fail(const QString& message) {
     std::fprintf(stderr, "latmix-workbench: error: %s\n", qPrintable(message));
     return 2;
-}
-
-// The built-in demo model lives in the per-user data folder (~/.local/share/LATMiX/Workbench
-// on Linux), so the workbench starts with a real model to look at and no download or ../shared
-// data. writeDemoModel is deterministic and takes milliseconds: a missing or half-written
-// folder is simply written again. Returns the folder, or an empty string and why in *error.
-QString prepareDemoModel(QString* error) {
-    const QString base = QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation);
-    if (base.isEmpty()) {
-        *error = QStringLiteral("No writable data folder for the built-in demo model; open a model folder "
-                                "with File › Open checkpoint… or latmix-workbench MODEL_DIR");
-        return {};
-    }
-    const QString dir = base + QStringLiteral("/demo-model");
-    const QDir d(dir);
-    if (d.exists(QStringLiteral("config.json")) && d.exists(QStringLiteral("model.safetensors"))) return dir;
-    try {
-        latmix::importing::writeDemoModel(dir.toStdString());
-    } catch (const std::exception& e) {
-        *error = QStringLiteral("Cannot write the built-in demo model to %1: %2")
-                     .arg(QDir::toNativeSeparators(dir), QString::fromStdString(e.what()));
-        return {};
-    }
-    return dir;
-}
-
-// One PNG of per-block error and one of E(T) vs block size per quantization point; the file
-// names are the point names ("layers.2.mlp.down_proj.input-per-block.png").
-int plotAnalysis(const QString& json, const QString& outDir) {
-    using namespace latmix::gui;
-    QVector<PointCurves> points;
-    try {
-        points = AnalysisPlots::loadAnalysisJson(json);
-    } catch (const std::exception& e) {
-        return fail(QString::fromLocal8Bit(e.what()));
-    }
-    QDir().mkpath(outDir);
-    for (const auto& p : points) {
-        QString error;
-        const QString base = QDir(outDir).filePath(p.point);
-        if (!AnalysisPlots::savePerBlockErrorPng(p, base + "-per-block.png", &error) ||
-            !AnalysisPlots::saveBlockSizeSweepPng(p, base + "-sweep.png", &error))
-            return fail(error);
-        std::printf("latmix-workbench: wrote %s-per-block.png and %s-sweep.png\n", qPrintable(base), qPrintable(base));
-    }
-    return 0;
 }
 
 } // namespace
@@ -137,7 +82,7 @@ int main(int argc, char** argv) {
     parser.addOption(plotAnalysisOption);
     parser.addOption(outDirOption);
     const QCommandLineOption viewOption(QStringLiteral("view"),
-                                        QStringLiteral("View shown first: explorer, comparison or calibration."), QStringLiteral("NAME"));
+                                        QStringLiteral("View shown first: explorer, activations, comparison or calibration."), QStringLiteral("NAME"));
     const QCommandLineOption openRunOption(QStringLiteral("open-run"),
                                            QStringLiteral("Open a finished run folder (its curves, its export)."),
                                            QStringLiteral("RUN_DIR"));
@@ -153,6 +98,16 @@ int main(int argc, char** argv) {
         QStringLiteral("Compare the transforms at POINT (e.g. layers.1.mlp.down_proj.input) and draw the per-block "
                        "error of that point in every layer; with --screenshot, taken when both are done."),
         QStringLiteral("POINT"));
+    const QCommandLineOption activationsOption(
+        QStringLiteral("activations"),
+        QStringLiteral("Show the activations of POINT (e.g. layers.1.mlp.down_proj.input) before and after --transform; "
+                       "with --screenshot, taken when they are drawn."),
+        QStringLiteral("POINT"));
+    const QCommandLineOption transformOption(QStringLiteral("transform"),
+                                             QStringLiteral("Transform of the activation view (default hadamard)."),
+                                             QStringLiteral("KIND"), QStringLiteral("hadamard"));
+    parser.addOption(activationsOption);
+    parser.addOption(transformOption);
     parser.addOption(compareOption);
     parser.addOption(viewOption);
     parser.addOption(openRunOption);
@@ -181,7 +136,14 @@ int main(int argc, char** argv) {
                         .arg(positional.size())
                         .arg(positional.join(QStringLiteral(", "))));
 
-    if (parser.isSet(plotAnalysisOption)) return plotAnalysis(parser.value(plotAnalysisOption), parser.value(outDirOption));
+    if (parser.isSet(plotAnalysisOption)) {
+        QStringList written;
+        QString error;
+        if (!latmix::gui::plotAnalysisJson(parser.value(plotAnalysisOption), parser.value(outDirOption), &written, &error))
+            return fail(error);
+        for (const QString& f : written) std::printf("latmix-workbench: wrote %s\n", qPrintable(f));
+        return 0;
+    }
 
     latmix::gui::MainWindow window;
     // An explicit --threads wins over the thread count remembered in the settings.
@@ -200,7 +162,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(window.errorBannerText()));
     } else {
         QString error;
-        const QString demo = prepareDemoModel(&error);
+        const QString demo = latmix::gui::prepareDemoModel(&error);
         // Not remembered in Recent: it opens at every start without arguments anyway.
         if (demo.isEmpty())
             window.showErrorBanner(error);
@@ -209,79 +171,19 @@ int main(int argc, char** argv) {
         if (!error.isEmpty()) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(error));
     }
 
-    if (parser.isSet(openRunOption) && !window.openRun(parser.value(openRunOption)))
-        std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(window.errorBannerText()));
-    if (parser.isSet(viewOption)) {
-        const QString v = parser.value(viewOption);
-        if (v == QLatin1String("calibration"))
-            window.viewTabs()->setCurrentWidget(window.calibrationView());
-        else if (v == QLatin1String("explorer"))
-            window.viewTabs()->setCurrentWidget(window.explorerView());
-        else if (v == QLatin1String("comparison"))
-            window.viewTabs()->setCurrentWidget(window.comparisonView());
-        else
-            return fail(QStringLiteral("unknown view '%1'; choose explorer, comparison or calibration").arg(v));
-    }
-    if (parser.isSet(compareOption)) {
-        auto* comparison = window.comparisonView();
-        if (!comparison->selectPoint(parser.value(compareOption)))
-            return fail(QStringLiteral("the model has no quantization point '%1'").arg(parser.value(compareOption)));
-        window.viewTabs()->setCurrentWidget(comparison);
-        QEventLoop loop;
-        QString error;
-        QObject::connect(comparison, &latmix::gui::ComparisonView::comparisonFinished, &loop,
-                         [&](bool done, const QString& message) {
-                             if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
-                             loop.quit();
-                         });
-        window.resize(1280, 800);
-        window.show();
-        if (!comparison->compare(&error)) return fail(error);
-        loop.exec();
-        if (!comparison->compareAcrossLayers(QStringLiteral("none"), &error)) return fail(error);
-        loop.exec();
-    }
-    if (parser.isSet(calibrateOption)) {
-        auto* calibration = window.calibrationView();
-        const int steps = parser.value(stepsOption).toInt(&ok);
-        if (!ok || steps < 1) return fail(QStringLiteral("--steps expects a positive integer"));
-        calibration->setMethod(parser.value(calibrateOption));
-        calibration->setSteps(steps);
-        window.viewTabs()->setCurrentWidget(calibration);
-        QString error;
-        if (!calibration->start(&error)) return fail(error);
-        if (parser.isSet(screenshotOption)) {
-            // Wait for the run (the window's event loop keeps the dashboard live meanwhile).
-            QEventLoop loop;
-            bool finished = false;
-            QObject::connect(calibration, &latmix::gui::CalibrationView::runFinished, &loop,
-                             [&](bool done, const QString&, const QString& message) {
-                                 finished = true;
-                                 if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
-                                 loop.quit();
-                             });
-            window.resize(1280, 800);
-            window.show();
-            if (!finished) loop.exec();
-        }
-    }
-
-    if (parser.isSet(screenshotOption)) {
-        const QString file = parser.value(screenshotOption);
-        window.resize(1280, 800);
-        window.show();
-        // Let layouts settle and QCustomPlot run its queued replots (after the resize) before
-        // grabbing; grab() then paints the widget tree into a pixmap, no screen involved.
-        for (int i = 0; i < 3; ++i) {
-            QCoreApplication::sendPostedEvents();
-            QCoreApplication::processEvents();
-        }
-        const QPixmap shot = window.grab();
-        if (shot.isNull() || !shot.save(file, "PNG"))
-            return fail(QStringLiteral("cannot write the screenshot to '%1'").arg(file));
-        std::printf("latmix-workbench: wrote %s (%dx%d)\n", qPrintable(file), shot.width(), shot.height());
-        return 0;
-    }
+    latmix::gui::ScriptedSession session;
+    session.openRun = parser.value(openRunOption);
+    session.view = parser.value(viewOption);
+    session.activationPoint = parser.value(activationsOption);
+    session.activationTransform = parser.value(transformOption);
+    session.comparePoint = parser.value(compareOption);
+    session.calibrateMethod = parser.value(calibrateOption);
+    session.steps = parser.value(stepsOption).toInt(&ok);
+    if (!ok) session.steps = 0; // refused by runScriptedSession when --calibrate is given
+    session.screenshot = parser.value(screenshotOption);
+    QString error;
+    if (!latmix::gui::runScriptedSession(window, session, &error)) return fail(error);
+    if (!session.screenshot.isEmpty()) return 0;
 
     window.show();
     return app.exec();

@@ -1,0 +1,226 @@
+// The activation tab on the demo model (offscreen): the activations it captured are exactly
+// core's capture of the same point and windows, and every plotted series (channel maxima, token
+// norms, histogram, the token's values, MX values and block errors, the named top channels) is
+// core's profileActivations of them, drawn unchanged; changing the transform re-profiles the
+// cached capture; a point picked in the Model dock is selected in every view.
+#include "import/DemoModel.h"
+#include "metrics/ActivationProfile.h"
+#include "run/ModelAnalysis.h"
+#include "transforms/AffineTransform.h"
+#include "transforms/LearnedTransforms.h"
+
+#include <ATen/ATen.h>
+// Qt after ATen: Qt's `slots` macro breaks ATen headers.
+#include "ActivationView.h"
+#include "CalibrationView.h"
+#include "ComparisonView.h"
+#include "JobRunner.h"
+#include "MainWindow.h"
+#include "ModelSummaryView.h"
+#include "MxExplorerView.h"
+#include "util/Runtime.h"
+
+#include <qcustomplot.h>
+
+#include <QCheckBox>
+#include <QLabel>
+#include <QSignalSpy>
+#include <QTabWidget>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <algorithm>
+#include <cmath>
+
+using namespace latmix;
+using latmix::gui::ActivationView;
+using latmix::gui::MainWindow;
+
+namespace {
+
+QVector<double> graphValues(QCustomPlot* p, int graph) {
+    QVector<double> v;
+    for (const auto& d : *p->graph(graph)->data()) v << d.value;
+    return v;
+}
+
+QVector<double> graphKeys(QCustomPlot* p, int graph) {
+    QVector<double> v;
+    for (const auto& d : *p->graph(graph)->data()) v << d.key;
+    return v;
+}
+
+QVector<double> values(const at::Tensor& t) {
+    const auto c = t.to(at::kDouble).contiguous();
+    return QVector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+// What the view draws on a log axis: zeros at the floor it chose (below every positive value).
+bool sameOnLogAxis(const QVector<double>& drawn, const QVector<double>& core) {
+    if (drawn.size() != core.size()) return false;
+    for (int i = 0; i < core.size(); ++i) {
+        if (core[i] > 0 ? drawn[i] != core[i] : !(drawn[i] > 0)) return false;
+    }
+    return true;
+}
+
+} // namespace
+
+class TestActivationView : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    QString m_model;
+
+private slots:
+    void initTestCase() {
+        configureThreads(2);
+        m_model = m_tmp.filePath("demo");
+        importing::writeDemoModel(m_model.toStdString());
+    }
+
+    void plotsAreCoresNumbers_data() {
+        QTest::addColumn<QString>("point");
+        QTest::addColumn<QString>("transform");
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<int>("token");
+        QTest::newRow("down_proj, hadamard, mxfp4") << "layers.1.mlp.down_proj.input" << "hadamard" << "mxfp4" << 17;
+        QTest::newRow("qkv, block-hadamard, mxint4") << "layers.0.self_attn.qkv.input" << "block-hadamard" << "mxint4" << 0;
+        QTest::newRow("o_proj, none, mxfp6_e2m3") << "layers.2.self_attn.o_proj.input" << "none" << "mxfp6_e2m3" << 63;
+    }
+    void plotsAreCoresNumbers() {
+        QFETCH(QString, point);
+        QFETCH(QString, transform);
+        QFETCH(QString, format);
+        QFETCH(int, token);
+        ActivationView v;
+        v.resize(1280, 800);
+        v.setModelDir(m_model);
+        QVERIFY(v.selectPoint(point));
+        QVERIFY(v.setTransform(transform));
+        v.setFormat(format);
+        v.setCalibration(2, 32);
+        v.setToken(token);
+        QSignalSpy done(&v, &ActivationView::profileFinished);
+        // "Update on every change" may have started a job already: wait for it, then analyse.
+        while (v.runner()->isRunning()) QVERIFY(done.wait(60000));
+        QString error;
+        QVERIFY2(v.analyze(&error), qPrintable(error));
+        QVERIFY(done.wait(60000));
+        QVERIFY2(done.last().at(0).toBool(), qPrintable(done.last().at(1).toString()));
+
+        // The capture, independently.
+        run::ModelCapture request;
+        request.modelDir = m_model.toStdString();
+        request.calibrationText = gui::builtInCalibrationText().toStdString();
+        request.pointsRegex = "^" + point.toStdString() + "$";
+        request.samples = 2;
+        request.seqLen = 32;
+        const auto acts = run::captureModelActivations(request);
+        QCOMPARE(int(acts.size()), 1);
+        QVERIFY(at::equal(acts[0].second, v.lastActivations()));
+        transforms::TransformOptions to;
+        const auto config = mx::makeConfig(mx::parseFormat(format.toStdString()));
+        to.blockSize = config.blockSize;
+        const auto t = transforms::makeTransform(transform.toStdString(), acts[0].second.size(1), to);
+        metrics::ActivationProfileOptions o;
+        o.format = config;
+        o.token = token;
+        const auto p = metrics::profileActivations(acts[0].second, *t, o, point.toStdString());
+        QCOMPARE(QString::fromStdString(v.lastProfile().transform), QString::fromStdString(p.transform));
+
+        QVERIFY(sameOnLogAxis(graphValues(v.channelPlot(), 0), values(p.before.channelAbsMax)));
+        QVERIFY(sameOnLogAxis(graphValues(v.channelPlot(), 1), values(p.after.channelAbsMax)));
+        QCOMPARE(graphValues(v.tokenNormPlot(), 0), values(p.before.tokenNorm));
+        QCOMPARE(graphValues(v.tokenNormPlot(), 1), values(p.after.tokenNorm));
+        QVERIFY(sameOnLogAxis(graphValues(v.histogramPlot(), 1), values(p.after.histogramCounts)));
+        const auto edges = values(p.after.histogramEdges);
+        const auto centres = graphKeys(v.histogramPlot(), 1);
+        for (int i = 0; i < centres.size(); ++i) QVERIFY(centres[i] > edges[i] && centres[i] < edges[i + 1]);
+        QCOMPARE(graphValues(v.blocksPlot(), 0), values(p.after.tokenValues));
+        QCOMPARE(graphValues(v.blocksPlot(), 1), values(p.after.tokenQuantized));
+        QVERIFY(sameOnLogAxis(graphValues(v.blocksPlot(), 2), values(p.after.tokenBlockError)));
+        QCOMPARE(v.blocksPlot()->graph(2)->valueAxis(), v.blocksPlot()->yAxis2);
+        // The blocks shown first hold the token's worst block; the x range is theirs.
+        const auto errs = values(p.after.tokenBlockError);
+        const int worst = int(std::max_element(errs.begin(), errs.end()) - errs.begin());
+        const auto shown = v.blocksShown();
+        QVERIFY(shown.first <= worst && worst <= shown.second && shown.second - shown.first + 1 == std::min<int>(4, errs.size()));
+        QCOMPARE(v.blocksPlot()->xAxis->range().lower, shown.first * o.format.blockSize - 0.5);
+        // The largest channels before the transform are named on the channel plot, largest
+        // first, at most five, skipping one within 6% of the axis of a name already placed.
+        QStringList labels;
+        for (int i = 0; i < v.channelPlot()->itemCount(); ++i)
+            if (auto* text = qobject_cast<QCPItemText*>(v.channelPlot()->item(i))) labels << text->text();
+        QStringList want;
+        QVector<double> placed;
+        for (auto c : p.before.topChannels) {
+            bool close = false;
+            for (double x : placed) close = close || std::fabs(x - double(c)) < 0.06 * double(p.dim);
+            if (close || placed.size() == 5) continue;
+            placed << double(c);
+            want << QString::number(c);
+        }
+        QCOMPARE(labels, want);
+        QVERIFY(!labels.isEmpty() && labels.first() == QString::number(p.before.topChannels[0]));
+        QVERIFY(v.summaryLabel()->text().contains(QString::number(p.after.mse, 'g', 4)));
+    }
+
+    // Another transform and another token: profiled again from the cached capture.
+    void reprofilesTheCachedCapture() {
+        ActivationView v;
+        QSignalSpy done(&v, &ActivationView::profileFinished);
+        v.setModelDir(m_model);
+        v.setCalibration(2, 32); // before the point: its selection starts the capture
+        QVERIFY(v.selectPoint("layers.1.mlp.down_proj.input"));
+        QSignalSpy progress(v.runner(), &gui::JobRunner::progressed);
+        while (v.runner()->isRunning()) QVERIFY(done.wait(60000));
+        QVERIFY(v.analyze());
+        QVERIFY(done.wait(60000));
+        QCOMPARE(v.cachedCaptures(), 1);
+        const at::Tensor first = v.lastActivations();
+        progress.clear();
+        QVERIFY(v.setTransform("orthogonal")); // "update on every change": analyses at once
+        QVERIFY(done.wait(60000));
+        QVERIFY(done.last().at(0).toBool());
+        QCOMPARE(v.cachedCaptures(), 1);
+        QVERIFY(v.lastActivations().is_same(first)); // the very tensor, not a new capture
+        for (const auto& args : progress) QVERIFY2(!args.at(1).toString().contains("window"), qPrintable(args.at(1).toString()));
+        QVERIFY(QString::fromStdString(v.lastProfile().transform).contains("orthogonal"));
+        QVERIFY(v.selectPoint("layers.0.mlp.down_proj.input")); // another point: a second capture
+        QVERIFY(done.wait(60000));
+        QCOMPARE(v.cachedCaptures(), 2);
+    }
+
+    void badSettingsAreRefused() {
+        ActivationView v;
+        QString error;
+        QVERIFY(!v.analyze(&error));
+        QCOMPARE(error, QStringLiteral("Open a model first"));
+        v.setModelDir(m_model);
+        v.setCalibration(1, 8);
+        v.setToken(100); // clamped to the 8 captured tokens
+        QCOMPARE(v.token(), 7);
+    }
+
+    // The Model dock's point tree drives the views: the activation view comes forward from the
+    // explorer, the comparison view selects the same point.
+    void pointTreeSelectsEverywhere() {
+        MainWindow w;
+        QVERIFY(w.openCheckpoint(m_model, false));
+        w.activationView()->findChild<QCheckBox*>("activationAutoCheck")->setChecked(false);
+        w.viewTabs()->setCurrentWidget(w.explorerView());
+        QVERIFY(w.modelSummary()->selectPoint("layers.3.self_attn.o_proj.input"));
+        QCOMPARE(w.activationView()->currentPoint(), QStringLiteral("layers.3.self_attn.o_proj.input"));
+        QCOMPARE(w.comparisonView()->currentPoint(), QStringLiteral("layers.3.self_attn.o_proj.input"));
+        QCOMPARE(w.viewTabs()->currentWidget(), static_cast<QWidget*>(w.activationView()));
+        w.viewTabs()->setCurrentWidget(w.comparisonView()); // from a view that shows points, no switch
+        QVERIFY(w.modelSummary()->selectPoint("layers.0.mlp.gate_up.input"));
+        QCOMPARE(w.viewTabs()->currentWidget(), static_cast<QWidget*>(w.comparisonView()));
+        QCOMPARE(w.activationView()->currentPoint(), QStringLiteral("layers.0.mlp.gate_up.input"));
+        QVERIFY(!w.modelSummary()->selectPoint("layers.9.mlp.gate_up.input"));
+    }
+};
+
+QTEST_MAIN(TestActivationView)
+#include "tst_activationview.moc"

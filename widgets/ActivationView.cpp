@@ -1,0 +1,489 @@
+// ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
+#include <ATen/ATen.h>
+
+#include "ActivationView.h"
+
+#include "CalibrationView.h"
+#include "JobRunner.h"
+#include "PlotExport.h"
+#include "PlotStyle.h"
+
+#include "model/LlamaModel.h"
+#include "model/ModelConfig.h"
+#include "mx/MxFormat.h"
+#include "run/ModelAnalysis.h"
+#include "transforms/AffineTransform.h"
+#include "transforms/LearnedTransforms.h"
+
+#include <qcustomplot.h>
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QEvent>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+
+namespace latmix::gui {
+
+namespace {
+
+// Captures kept in memory (a 14336-wide point of 8 windows × 64 tokens is 29 MB).
+constexpr int kMaxCachedCaptures = 8;
+
+std::string exactRegex(const QString& literal) {
+    QString r = literal;
+    r.replace(QLatin1Char('.'), QStringLiteral("\\."));
+    return ("^" + r + "$").toStdString();
+}
+
+QVector<double> values(const at::Tensor& t) {
+    QVector<double> v;
+    if (!t.defined()) return v;
+    const at::Tensor c = t.to(at::kDouble).contiguous().cpu();
+    v.reserve(static_cast<int>(c.numel()));
+    for (std::int64_t i = 0; i < c.numel(); ++i) v << c.data_ptr<double>()[i];
+    return v;
+}
+
+QVector<double> indices(int n, double offset = 0) {
+    QVector<double> v(n);
+    for (int i = 0; i < n; ++i) v[i] = i + offset;
+    return v;
+}
+
+// The log axes need positive values: zeros (an all-zero channel, an exact block) are drawn at
+// the axis floor instead of vanishing.
+QVector<double> positive(QVector<double> v, double floor) {
+    for (double& x : v) x = std::max(x, floor);
+    return v;
+}
+
+double positiveFloor(const QVector<double>& a, const QVector<double>& b) {
+    double m = std::numeric_limits<double>::infinity();
+    for (const auto* v : {&a, &b})
+        for (double x : *v)
+            if (x > 0) m = std::min(m, x);
+    return std::isfinite(m) ? m / 2 : 1e-12;
+}
+
+void setLogY(QCustomPlot* p) {
+    p->yAxis->setScaleType(QCPAxis::stLogarithmic);
+    QSharedPointer<QCPAxisTickerLog> log(new QCPAxisTickerLog);
+    log->setTickCount(4);
+    p->yAxis->setTicker(log);
+    p->yAxis->setNumberFormat(QStringLiteral("eb"));
+    p->yAxis->setNumberPrecision(0);
+}
+
+QCPGraph* addGraph(QCustomPlot* p, const QString& name, const QColor& colour, QCPGraph::LineStyle style,
+                   QCPScatterStyle::ScatterShape shape = QCPScatterStyle::ssNone) {
+    auto* g = p->addGraph();
+    g->setName(name);
+    g->setPen(QPen(colour, 1.4));
+    g->setLineStyle(style);
+    if (shape != QCPScatterStyle::ssNone) g->setScatterStyle(QCPScatterStyle(shape, colour, 4));
+    return g;
+}
+
+const QColor kBefore(140, 140, 140);
+const QColor kAfter(31, 119, 180);
+const QColor kQuantized(214, 39, 40);
+
+} // namespace
+
+QStringList ActivationView::transformKinds() {
+    return {QStringLiteral("none"), QStringLiteral("hadamard"), QStringLiteral("block-hadamard"), QStringLiteral("orthogonal"),
+            QStringLiteral("block-orthogonal")};
+}
+
+ActivationView::ActivationView(QWidget* parent) : QWidget(parent) {
+    setObjectName(QStringLiteral("activationView"));
+    m_runner = new JobRunner(this);
+
+    auto* form = new QWidget(this);
+    form->setFixedWidth(260);
+    auto* column = new QVBoxLayout(form);
+    column->setContentsMargins(0, 0, 0, 0);
+    auto* box = new QGroupBox(tr("Activations"), form);
+    auto* f = new QFormLayout(box);
+    m_point = new QComboBox(box);
+    m_point->setObjectName(QStringLiteral("activationPointCombo"));
+    // On a row of its own: "layers.27.self_attn.o_proj.input" needs the box's whole width.
+    auto* pointLabel = new QLabel(tr("&Point:"), box);
+    pointLabel->setBuddy(m_point);
+    f->addRow(pointLabel);
+    f->addRow(m_point);
+    connect(m_point, &QComboBox::currentTextChanged, m_point, &QComboBox::setToolTip);
+    m_transform = new QComboBox(box);
+    m_transform->setObjectName(QStringLiteral("activationTransformCombo"));
+    m_transform->addItems(transformKinds());
+    m_transform->setCurrentText(QStringLiteral("hadamard"));
+    m_transform->setToolTip(tr("Applied to the captured activations (seed 0, block = the format's block)"));
+    f->addRow(tr("&Transform:"), m_transform);
+    m_format = new QComboBox(box);
+    m_format->setObjectName(QStringLiteral("activationFormatCombo"));
+    for (const auto& fm : latmix::mx::allFormats()) m_format->addItem(QString::fromLatin1(fm.name));
+    m_format->setCurrentText(QStringLiteral("mxfp4"));
+    f->addRow(tr("&Format:"), m_format);
+    m_windows = new QSpinBox(box);
+    m_windows->setObjectName(QStringLiteral("activationWindowsSpin"));
+    m_windows->setRange(1, 4096);
+    m_windows->setValue(4);
+    f->addRow(tr("&Windows:"), m_windows);
+    m_seqLen = new QSpinBox(box);
+    m_seqLen->setObjectName(QStringLiteral("activationSeqLenSpin"));
+    m_seqLen->setRange(8, 8192);
+    m_seqLen->setValue(64);
+    f->addRow(tr("Window &length:"), m_seqLen);
+    m_token = new QSpinBox(box);
+    m_token->setObjectName(QStringLiteral("activationTokenSpin"));
+    m_token->setRange(0, 4 * 64 - 1);
+    m_token->setToolTip(tr("The captured token whose MX blocks are shown (windows × length tokens)"));
+    f->addRow(tr("To&ken:"), m_token);
+    m_auto = new QCheckBox(tr("Update on every change"), box);
+    m_auto->setObjectName(QStringLiteral("activationAutoCheck"));
+    m_auto->setChecked(true);
+    f->addRow(m_auto);
+    column->addWidget(box);
+    m_analyze = new QPushButton(tr("&Show activations"), form);
+    m_analyze->setObjectName(QStringLiteral("activationAnalyzeButton"));
+    column->addWidget(m_analyze);
+    m_summary = new QLabel(form);
+    m_summary->setObjectName(QStringLiteral("activationSummary"));
+    m_summary->setWordWrap(true);
+    m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    column->addWidget(m_summary);
+    m_status = new QLabel(form);
+    m_status->setObjectName(QStringLiteral("activationStatus"));
+    m_status->setWordWrap(true);
+    column->addWidget(m_status);
+    column->addStretch(1);
+
+    auto plot = [this](const char* name, const QString& title) {
+        auto* p = new QCustomPlot(this);
+        p->setObjectName(QLatin1String(name));
+        p->setMinimumSize(240, 180);
+        PlotStyle::addTitleAndLegend(p, title, font());
+        PlotExport::enableContextMenu(p);
+        return p;
+    };
+    m_channelPlot = plot("activationChannelPlot", tr("Per-channel max |x| over tokens"));
+    m_channelPlot->xAxis->setLabel(tr("channel"));
+    setLogY(m_channelPlot);
+    m_tokenNormPlot = plot("activationTokenNormPlot", tr("Per-token norm ‖x‖₂"));
+    m_tokenNormPlot->xAxis->setLabel(tr("token"));
+    m_histogramPlot = plot("activationHistogramPlot", tr("Histogram of values"));
+    m_histogramPlot->xAxis->setLabel(tr("value"));
+    setLogY(m_histogramPlot);
+    m_blocksPlot = plot("activationBlocksPlot", tr("MX blocks of one token (after)"));
+    m_blocksPlot->xAxis->setLabel(tr("channel (after the transform)"));
+    m_blocksPlot->xAxis2->setVisible(true);
+    m_blocksPlot->xAxis2->setLabel(tr("block: log₂ shared scale"));
+    m_blocksPlot->yAxis2->setVisible(true);
+    m_blocksPlot->yAxis2->setLabel(tr("block error E_B"));
+    m_blocksPlot->yAxis2->setTickLabels(true);
+    m_blocksPlot->yAxis2->ticker()->setTickCount(4);
+    for (QCustomPlot* p : {m_channelPlot, m_tokenNormPlot, m_histogramPlot, m_blocksPlot}) p->xAxis->ticker()->setTickCount(5);
+
+    auto* grid = new QGridLayout;
+    grid->addWidget(m_channelPlot, 0, 0);
+    grid->addWidget(m_tokenNormPlot, 0, 1);
+    grid->addWidget(m_histogramPlot, 1, 0);
+    grid->addWidget(m_blocksPlot, 1, 1);
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(form);
+    layout->addLayout(grid, 1);
+
+    connect(m_analyze, &QPushButton::clicked, this, [this] { analyze(); });
+    // With "update on every change", a change while a job runs is taken up when it finishes.
+    auto changed = [this] {
+        if (!m_auto->isChecked() || m_modelDir.isEmpty()) return;
+        if (m_runner->isRunning())
+            m_pending = true;
+        else
+            analyze();
+    };
+    connect(m_transform, &QComboBox::currentTextChanged, this, changed);
+    connect(m_format, &QComboBox::currentTextChanged, this, changed);
+    connect(m_token, qOverload<int>(&QSpinBox::valueChanged), this, changed);
+    connect(m_point, &QComboBox::currentTextChanged, this, changed);
+    auto tokens = [this] { m_token->setMaximum(m_windows->value() * m_seqLen->value() - 1); };
+    connect(m_windows, qOverload<int>(&QSpinBox::valueChanged), this, tokens);
+    connect(m_seqLen, qOverload<int>(&QSpinBox::valueChanged), this, tokens);
+    connect(m_runner, &JobRunner::progressed, this, [this](double fr, const QString& message, double) {
+        m_status->setText(QStringLiteral("%1% %2").arg(int(fr * 100)).arg(message));
+    });
+    restyle();
+    setModelDir(QString());
+}
+
+void ActivationView::changeEvent(QEvent* event) {
+    QWidget::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange) restyle();
+}
+
+void ActivationView::restyle() {
+    for (QCustomPlot* p : {m_channelPlot, m_tokenNormPlot, m_histogramPlot, m_blocksPlot}) {
+        PlotStyle::apply(p, palette());
+        p->replot();
+    }
+}
+
+void ActivationView::setModelDir(const QString& dir) {
+    m_modelDir = dir;
+    m_cache.clear();
+    m_cacheOrder.clear();
+    m_activations = at::Tensor();
+    const QSignalBlocker block(m_point);
+    m_point->clear();
+    if (!dir.isEmpty()) {
+        try {
+            const auto config = latmix::model::ModelConfig::fromFile(QDir(dir).filePath(QStringLiteral("config.json")).toStdString());
+            for (const auto& p : latmix::model::quantizationPointNames(config)) m_point->addItem(QString::fromStdString(p));
+        } catch (const std::exception& e) {
+            m_status->setText(QString::fromLocal8Bit(e.what()));
+        }
+    }
+    m_analyze->setEnabled(m_point->count() > 0);
+    m_analyze->setToolTip(m_point->count() > 0 ? QString() : tr("Open a model first"));
+}
+
+bool ActivationView::selectPoint(const QString& point) {
+    const int i = m_point->findText(point);
+    if (i >= 0) m_point->setCurrentIndex(i);
+    return i >= 0;
+}
+
+QString ActivationView::currentPoint() const { return m_point->currentText(); }
+
+bool ActivationView::setTransform(const QString& kind) {
+    const int i = m_transform->findText(kind);
+    if (i >= 0) m_transform->setCurrentIndex(i);
+    return i >= 0;
+}
+
+QString ActivationView::transform() const { return m_transform->currentText(); }
+void ActivationView::setFormat(const QString& format) { m_format->setCurrentText(format); }
+
+void ActivationView::setCalibration(int windows, int seqLen) {
+    m_windows->setValue(windows);
+    m_seqLen->setValue(seqLen);
+}
+
+void ActivationView::setToken(int token) { m_token->setValue(token); }
+int ActivationView::windows() const { return m_windows->value(); }
+int ActivationView::seqLen() const { return m_seqLen->value(); }
+int ActivationView::token() const { return m_token->value(); }
+
+QString ActivationView::cacheKey() const {
+    return QStringLiteral("%1|%2|%3|%4").arg(m_modelDir, currentPoint()).arg(m_windows->value()).arg(m_seqLen->value());
+}
+
+bool ActivationView::analyze(QString* error) {
+    auto fail = [&](const QString& why) {
+        if (error) *error = why;
+        m_status->setText(why);
+        emit errorOccurred(why);
+        return false;
+    };
+    if (m_modelDir.isEmpty() || currentPoint().isEmpty()) return fail(tr("Open a model first"));
+    if (m_runner->isRunning()) return fail(tr("The activations are still being captured"));
+    latmix::metrics::ActivationProfileOptions options;
+    latmix::transforms::TransformOptions to;
+    try {
+        options.format = latmix::mx::makeConfig(latmix::mx::parseFormat(m_format->currentText().toStdString()));
+        options.format.validate();
+    } catch (const std::exception& e) {
+        return fail(tr("Invalid settings: %1").arg(QString::fromLocal8Bit(e.what())));
+    }
+    options.token = m_token->value();
+    to.blockSize = options.format.blockSize;
+    const std::string kind = m_transform->currentText().toStdString();
+    const QString key = cacheKey();
+    const at::Tensor cached = m_cache.value(key);
+    const QByteArray builtIn = builtInCalibrationText();
+    if (!cached.defined() && builtIn.isEmpty()) return fail(tr("The built-in calibration text is missing from this build"));
+    latmix::run::ModelCapture request;
+    request.modelDir = m_modelDir.toStdString();
+    request.calibrationText = builtIn.toStdString();
+    request.pointsRegex = exactRegex(currentPoint());
+    request.samples = m_windows->value();
+    request.seqLen = m_seqLen->value();
+    const std::string point = currentPoint().toStdString();
+    struct Out {
+        at::Tensor activations;
+        latmix::metrics::ActivationProfile profile;
+    };
+    auto out = std::make_shared<Out>();
+    out->activations = cached;
+    const bool started = m_runner->start(tr("Activations of %1").arg(currentPoint()), [=](latmix::JobContext& job) {
+        if (!out->activations.defined()) {
+            const auto acts = latmix::run::captureModelActivations(request, job);
+            if (acts.empty()) throw std::runtime_error("no activations were captured at " + point);
+            out->activations = acts.front().second;
+        }
+        job.checkCancelled();
+        const auto t = latmix::transforms::makeTransform(kind, out->activations.size(1), to);
+        out->profile = latmix::metrics::profileActivations(out->activations, *t, options, point);
+    });
+    if (!started) return fail(tr("The activations are still being captured"));
+    m_analyze->setEnabled(false);
+    m_status->setText(cached.defined() ? tr("Analysing…") : tr("Capturing…"));
+    connect(m_runner, &JobRunner::finished, this, [this, out, key](bool ok, const QString& message) {
+        disconnect(m_runner, &JobRunner::finished, this, nullptr);
+        m_analyze->setEnabled(true);
+        if (out->activations.defined() && !m_cache.contains(key)) {
+            m_cache.insert(key, out->activations);
+            m_cacheOrder << key;
+            while (m_cacheOrder.size() > kMaxCachedCaptures) m_cache.remove(m_cacheOrder.takeFirst());
+        }
+        if (ok) {
+            m_activations = out->activations;
+            m_profile = std::move(out->profile);
+            m_status->clear();
+            showProfile();
+        } else {
+            m_status->setText(tr("Activations failed: %1").arg(message));
+            if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
+        }
+        emit profileFinished(ok, m_status->text());
+        if (m_pending) {
+            m_pending = false;
+            if (ok) analyze();
+        }
+    });
+    return true;
+}
+
+void ActivationView::showProfile() {
+    const auto& p = m_profile;
+    const QString before = tr("no transform"), after = QString::fromStdString(p.transform);
+    // Channel maxima, log scale, the largest channels of the untransformed activations named.
+    {
+        auto* plot = m_channelPlot;
+        plot->clearGraphs();
+        plot->clearItems();
+        const auto b = values(p.before.channelAbsMax), a = values(p.after.channelAbsMax);
+        const double floor = positiveFloor(b, a);
+        addGraph(plot, before, kBefore, QCPGraph::lsImpulse)->setData(indices(b.size()), positive(b, floor), true);
+        addGraph(plot, after, kAfter, QCPGraph::lsLine)->setData(indices(a.size()), positive(a, floor), true);
+        // At most five names, none closer than 6% of the axis to one already placed (they would
+        // overlap); the summary lists the top channels in full.
+        QVector<double> placed;
+        for (std::size_t k = 0; k < p.before.topChannels.size() && placed.size() < 5; ++k) {
+            const auto c = p.before.topChannels[k];
+            if (std::any_of(placed.begin(), placed.end(), [&](double x) { return std::fabs(x - double(c)) < 0.06 * b.size(); }))
+                continue;
+            placed << double(c);
+            auto* label = new QCPItemText(plot);
+            label->setObjectName(QStringLiteral("topChannelLabel"));
+            label->position->setCoords(double(c), std::max(b[int(c)], floor));
+            label->setPositionAlignment(Qt::AlignBottom | Qt::AlignHCenter);
+            label->setText(QString::number(c));
+            label->setColor(palette().color(QPalette::Text));
+            label->setClipToAxisRect(false);
+        }
+        plot->rescaleAxes();
+        const double top = *std::max_element(b.begin(), b.end());
+        plot->yAxis->setRange(floor / 1.5, std::max(top, floor) * 4); // room above for the names
+        plot->replot();
+    }
+    {
+        auto* plot = m_tokenNormPlot;
+        plot->clearGraphs();
+        const auto b = values(p.before.tokenNorm), a = values(p.after.tokenNorm);
+        // Wide and light under the transformed curve: an orthogonal T keeps every norm, and the
+        // two curves then lie on each other.
+        auto* g = addGraph(plot, before, kBefore, QCPGraph::lsLine);
+        g->setPen(QPen(kBefore.lighter(130), 4));
+        g->setData(indices(b.size()), b, true);
+        addGraph(plot, after, kAfter, QCPGraph::lsLine)->setData(indices(a.size()), a, true);
+        plot->rescaleAxes();
+        plot->replot();
+    }
+    {
+        auto* plot = m_histogramPlot;
+        plot->clearGraphs();
+        for (const auto* side : {&p.before, &p.after}) {
+            const auto edges = values(side->histogramEdges), counts = values(side->histogramCounts);
+            QVector<double> centres(counts.size());
+            for (int i = 0; i < counts.size(); ++i) centres[i] = (edges[i] + edges[i + 1]) / 2;
+            // Empty bins at the floor below 1: a log axis has no zero.
+            addGraph(plot, side == &p.before ? before : after, side == &p.before ? kBefore : kAfter, QCPGraph::lsStepCenter)
+                ->setData(centres, positive(counts, 0.5), true);
+        }
+        plot->rescaleAxes();
+        plot->yAxis->setRangeLower(0.5);
+        plot->replot();
+    }
+    {
+        auto* plot = m_blocksPlot;
+        plot->clearGraphs();
+        const auto y = values(p.after.tokenValues), q = values(p.after.tokenQuantized);
+        const auto err = values(p.after.tokenBlockError), scale = values(p.after.tokenScaleLog2);
+        addGraph(plot, tr("T(x)"), kAfter, QCPGraph::lsNone, QCPScatterStyle::ssDisc)
+            ->setData(indices(y.size()), y, true);
+        addGraph(plot, tr("MX"), kQuantized, QCPGraph::lsImpulse)->setData(indices(q.size()), q, true);
+        const int block = p.format.blockSize;
+        QVector<double> centres(err.size());
+        for (int i = 0; i < err.size(); ++i) centres[i] = i * block + (std::min<double>(block, y.size() - i * block) - 1) / 2;
+        auto* e = plot->addGraph(plot->xAxis, plot->yAxis2);
+        e->setName(tr("E_B"));
+        e->setPen(QPen(palette().color(QPalette::Text), 1, Qt::DashLine));
+        e->setLineStyle(QCPGraph::lsStepCenter);
+        e->setData(centres, err, true);
+        // The shared scale exponent above each block.
+        QSharedPointer<QCPAxisTickerText> top(new QCPAxisTickerText);
+        for (int i = 0; i < scale.size(); ++i)
+            top->addTick(centres[i], std::isfinite(scale[i]) ? QString::number(scale[i], 'g', 3) : QStringLiteral("NaN"));
+        plot->xAxis2->setTicker(top);
+        plot->rescaleAxes();
+        // Four blocks are readable value by value: those around the token's worst block (the
+        // whole token stays a drag or a wheel away).
+        const int shown = std::min<int>(4, static_cast<int>(err.size()));
+        const int worst = static_cast<int>(std::max_element(err.begin(), err.end()) - err.begin());
+        const int first = std::clamp(worst - shown / 2, 0, static_cast<int>(err.size()) - shown);
+        plot->xAxis->setRange(first * block - 0.5, std::min<double>(y.size(), (first + shown) * block) - 0.5);
+        plot->xAxis2->setRange(plot->xAxis->range());
+        connect(plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), plot->xAxis2, qOverload<const QCPRange&>(&QCPAxis::setRange),
+                Qt::UniqueConnection);
+        plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+        plot->axisRect()->setRangeDrag(Qt::Horizontal);
+        plot->axisRect()->setRangeZoom(Qt::Horizontal);
+        m_blocksShown = QPair<int, int>(first, first + shown - 1);
+        plot->replot();
+    }
+    const double ratio = p.after.mse > 0 ? p.before.mse / p.after.mse : std::numeric_limits<double>::infinity();
+    QStringList topNames;
+    for (auto c : p.before.topChannels) topNames << QString::number(c);
+    m_summary->setText(tr("%1 tokens × %2 channels, %3\nE(T): %4 without a transform, %5 with %6 (%7× %8)\n"
+                          "Largest channels: %9\nBlocks %10–%11 of %12 shown (token %13's worst in the middle)")
+                           .arg(p.rows)
+                           .arg(p.dim)
+                           .arg(QString::fromStdString(p.format.describe()))
+                           .arg(p.before.mse, 0, 'g', 4)
+                           .arg(p.after.mse, 0, 'g', 4)
+                           .arg(after)
+                           .arg(ratio >= 1 ? ratio : 1 / ratio, 0, 'g', 3)
+                           .arg(ratio >= 1 ? tr("lower") : tr("higher"))
+                           .arg(topNames.join(QStringLiteral(", ")))
+                           .arg(m_blocksShown.first)
+                           .arg(m_blocksShown.second)
+                           .arg(p.after.blockError.numel())
+                           .arg(p.token));
+}
+
+} // namespace latmix::gui

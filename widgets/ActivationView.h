@@ -1,0 +1,109 @@
+#pragma once
+// The activation tab: what the MX quantizer sees at one quantization point of the open model.
+// The point's activations are captured on calibration windows (cached per model, point,
+// windows and length, so changing the transform, token or format does not capture again) and
+// core's metrics::profileActivations measures them before and after a chosen fixed transform:
+// per-channel max |x| over tokens (log scale, the largest channels labelled: the "massive
+// activations"), per-token norm, a histogram of the values, and one token's MX blocks (its
+// values, their MX fake-quantization, each block's shared scale exponent and error). The view
+// draws core's numbers unchanged; capture and analysis run on a worker thread (JobRunner).
+#include "metrics/ActivationProfile.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <QMap>
+#include <QPair>
+#include <QString>
+#include <QStringList>
+#include <QWidget>
+
+#include <memory>
+
+class QCheckBox;
+class QComboBox;
+class QCustomPlot;
+class QLabel;
+class QPushButton;
+class QSpinBox;
+
+namespace latmix::gui {
+
+class JobRunner;
+
+class ActivationView : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit ActivationView(QWidget* parent = nullptr);
+
+    void setModelDir(const QString& dir); // fills the point list; empty disables
+    QString modelDir() const { return m_modelDir; }
+
+    bool selectPoint(const QString& point);
+    QString currentPoint() const;
+    bool setTransform(const QString& kind); // one of transformKinds()
+    QString transform() const;
+    static QStringList transformKinds();   // none, hadamard, block-hadamard, orthogonal, block-orthogonal
+    void setFormat(const QString& format);
+    void setCalibration(int windows, int seqLen);
+    void setToken(int token);
+    int windows() const;
+    int seqLen() const;
+    int token() const;
+
+    // Captures (or takes from the cache) the current point's activations and profiles them on
+    // the worker thread; false and *error when it cannot start (no model, a job running, bad
+    // settings). profileFinished follows.
+    bool analyze(QString* error = nullptr);
+
+    // The last profile, as core returned it, and the activations it was computed on.
+    const latmix::metrics::ActivationProfile& lastProfile() const { return m_profile; }
+    at::Tensor lastActivations() const { return m_activations; }
+    int cachedCaptures() const { return m_cache.size(); }
+
+    QCustomPlot* channelPlot() const { return m_channelPlot; }
+    QCustomPlot* tokenNormPlot() const { return m_tokenNormPlot; }
+    QCustomPlot* histogramPlot() const { return m_histogramPlot; }
+    QCustomPlot* blocksPlot() const { return m_blocksPlot; }
+    // The MX blocks the blocks plot shows at first: four around the token's worst.
+    QPair<int, int> blocksShown() const { return m_blocksShown; }
+    QLabel* summaryLabel() const { return m_summary; }
+    JobRunner* runner() const { return m_runner; }
+
+signals:
+    void profileFinished(bool ok, const QString& message);
+    void errorOccurred(const QString& message);
+
+protected:
+    void changeEvent(QEvent* event) override;
+
+private:
+    QString cacheKey() const;
+    void showProfile();
+    void restyle();
+
+    QString m_modelDir;
+    QMap<QString, at::Tensor> m_cache; // capture key -> activations [rows, d]
+    QStringList m_cacheOrder;          // oldest first, for eviction
+    latmix::metrics::ActivationProfile m_profile;
+    at::Tensor m_activations;
+    bool m_pending = false; // a setting changed while a job ran
+    QPair<int, int> m_blocksShown{0, 0}; // first and last MX block in the blocks plot's range
+    JobRunner* m_runner;
+    QComboBox* m_point;
+    QComboBox* m_transform;
+    QComboBox* m_format;
+    QSpinBox* m_windows;
+    QSpinBox* m_seqLen;
+    QSpinBox* m_token;
+    QCheckBox* m_auto;
+    QPushButton* m_analyze;
+    QLabel* m_status;
+    QLabel* m_summary;
+    QCustomPlot* m_channelPlot;
+    QCustomPlot* m_tokenNormPlot;
+    QCustomPlot* m_histogramPlot;
+    QCustomPlot* m_blocksPlot;
+};
+
+} // namespace latmix::gui

@@ -1,0 +1,188 @@
+#include "ScriptedRun.h"
+
+#include "import/DemoModel.h"
+
+#include "ActivationView.h"
+#include "AnalysisPlots.h"
+#include "CalibrationView.h"
+#include "ComparisonView.h"
+#include "MainWindow.h"
+#include "JobRunner.h"
+#include "MxExplorerView.h"
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QEventLoop>
+#include <QPixmap>
+#include <QStandardPaths>
+#include <QTabWidget>
+
+#include <cstdio>
+#include <exception>
+
+namespace latmix::gui {
+
+QString prepareDemoModel(QString* error) {
+    const QString base = QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation);
+    if (base.isEmpty()) {
+        *error = QStringLiteral("No writable data folder for the built-in demo model; open a model folder "
+                                "with File › Open checkpoint… or latmix-workbench MODEL_DIR");
+        return {};
+    }
+    const QString dir = base + QStringLiteral("/demo-model");
+    const QDir d(dir);
+    if (d.exists(QStringLiteral("config.json")) && d.exists(QStringLiteral("model.safetensors"))) return dir;
+    try {
+        latmix::importing::writeDemoModel(dir.toStdString());
+    } catch (const std::exception& e) {
+        *error = QStringLiteral("Cannot write the built-in demo model to %1: %2")
+                     .arg(QDir::toNativeSeparators(dir), QString::fromStdString(e.what()));
+        return {};
+    }
+    return dir;
+}
+
+bool plotAnalysisJson(const QString& json, const QString& outDir, QStringList* written, QString* error) {
+    QVector<PointCurves> points;
+    try {
+        points = AnalysisPlots::loadAnalysisJson(json);
+    } catch (const std::exception& e) {
+        *error = QString::fromLocal8Bit(e.what());
+        return false;
+    }
+    if (!QDir().mkpath(outDir)) {
+        *error = QStringLiteral("cannot create the folder '%1' for the plots").arg(outDir);
+        return false;
+    }
+    for (const auto& p : points) {
+        const QString base = QDir(outDir).filePath(p.point);
+        if (!AnalysisPlots::savePerBlockErrorPng(p, base + "-per-block.png", error) ||
+            !AnalysisPlots::saveBlockSizeSweepPng(p, base + "-sweep.png", error))
+            return false;
+        if (written) *written << base + "-per-block.png" << base + "-sweep.png";
+    }
+    return true;
+}
+
+namespace {
+
+void settle() {
+    // Let layouts settle and QCustomPlot run its queued replots (after a resize) before grabbing;
+    // grab() then paints the widget tree into a pixmap, no screen involved.
+    for (int i = 0; i < 3; ++i) {
+        QCoreApplication::sendPostedEvents();
+        QCoreApplication::processEvents();
+    }
+}
+
+void showAt(MainWindow& window, QSize size) {
+    window.resize(size);
+    window.show();
+}
+
+} // namespace
+
+bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* error) {
+    if (!s.openRun.isEmpty() && !window.openRun(s.openRun))
+        std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(window.errorBannerText()));
+    if (!s.view.isEmpty()) {
+        QWidget* target = nullptr;
+        if (s.view == QLatin1String("calibration"))
+            target = window.calibrationView();
+        else if (s.view == QLatin1String("activations"))
+            target = window.activationView();
+        else if (s.view == QLatin1String("explorer"))
+            target = window.explorerView();
+        else if (s.view == QLatin1String("comparison"))
+            target = window.comparisonView();
+        if (!target) {
+            *error = QStringLiteral("unknown view '%1'; choose explorer, activations, comparison or calibration").arg(s.view);
+            return false;
+        }
+        window.viewTabs()->setCurrentWidget(target);
+    }
+    if (!s.activationPoint.isEmpty()) {
+        auto* view = window.activationView();
+        if (!view->selectPoint(s.activationPoint)) {
+            *error = QStringLiteral("the model has no quantization point '%1'").arg(s.activationPoint);
+            return false;
+        }
+        if (!view->setTransform(s.activationTransform)) {
+            *error = QStringLiteral("unknown transform '%1' for the activation view; choose one of %2")
+                         .arg(s.activationTransform, ActivationView::transformKinds().join(QStringLiteral(", ")));
+            return false;
+        }
+        window.viewTabs()->setCurrentWidget(view);
+        showAt(window, s.size);
+        // The selection may have started a capture already ("update on every change"): wait for
+        // it, then profile once more so what is shown is surely the point and transform asked for.
+        auto wait = [&] {
+            QEventLoop loop;
+            QObject::connect(view, &ActivationView::profileFinished, &loop, [&](bool done, const QString& message) {
+                if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
+                loop.quit();
+            });
+            loop.exec();
+        };
+        while (view->runner()->isRunning()) wait();
+        if (!view->analyze(error)) return false; // the capture is cached by now: only the profile runs
+        wait();
+    }
+    if (!s.comparePoint.isEmpty()) {
+        auto* comparison = window.comparisonView();
+        if (!comparison->selectPoint(s.comparePoint)) {
+            *error = QStringLiteral("the model has no quantization point '%1'").arg(s.comparePoint);
+            return false;
+        }
+        window.viewTabs()->setCurrentWidget(comparison);
+        QEventLoop loop;
+        QObject::connect(comparison, &ComparisonView::comparisonFinished, &loop, [&](bool done, const QString& message) {
+            if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
+            loop.quit();
+        });
+        showAt(window, s.size);
+        if (!comparison->compare(error)) return false;
+        loop.exec();
+        if (!comparison->compareAcrossLayers(QStringLiteral("none"), error)) return false;
+        loop.exec();
+    }
+    if (!s.calibrateMethod.isEmpty()) {
+        if (s.steps < 1) {
+            *error = QStringLiteral("--steps expects a positive integer");
+            return false;
+        }
+        auto* calibration = window.calibrationView();
+        calibration->setMethod(s.calibrateMethod);
+        calibration->setSteps(s.steps);
+        window.viewTabs()->setCurrentWidget(calibration);
+        if (!s.screenshot.isEmpty()) {
+            // Wait for the run (the event loop keeps the dashboard live meanwhile).
+            QEventLoop loop;
+            bool finished = false;
+            QObject::connect(calibration, &CalibrationView::runFinished, &loop,
+                             [&](bool done, const QString&, const QString& message) {
+                                 finished = true;
+                                 if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
+                                 loop.quit();
+                             });
+            showAt(window, s.size);
+            if (!calibration->start(error)) return false;
+            if (!finished) loop.exec();
+        } else if (!calibration->start(error)) {
+            return false;
+        }
+    }
+    if (!s.screenshot.isEmpty()) {
+        showAt(window, s.size);
+        settle();
+        const QPixmap shot = window.grab();
+        if (shot.isNull() || !shot.save(s.screenshot, "PNG")) {
+            *error = QStringLiteral("cannot write the screenshot to '%1'").arg(s.screenshot);
+            return false;
+        }
+        std::printf("latmix-workbench: wrote %s (%dx%d)\n", qPrintable(s.screenshot), shot.width(), shot.height());
+    }
+    return true;
+}
+
+} // namespace latmix::gui
