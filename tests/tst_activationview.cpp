@@ -2,10 +2,13 @@
 // core's capture of the same point and windows, and every plotted series (channel maxima, token
 // norms, histogram, the token's values, MX values and block errors, the named top channels) is
 // core's profileActivations of them, drawn unchanged; changing the transform re-profiles the
-// cached capture; a point picked in the Model dock is selected in every view.
+// cached capture; a run's transforms show the point captured from the run's model; a point
+// picked in the Model dock is selected in every view.
 #include "import/DemoModel.h"
 #include "metrics/ActivationProfile.h"
+#include "model/Checkpoint.h"
 #include "run/ModelAnalysis.h"
+#include "train/ModelTransforms.h"
 #include "transforms/AffineTransform.h"
 #include "transforms/LearnedTransforms.h"
 
@@ -23,6 +26,7 @@
 #include <qcustomplot.h>
 
 #include <QCheckBox>
+#include <QDir>
 #include <QLabel>
 #include <QSignalSpy>
 #include <QTabWidget>
@@ -190,6 +194,65 @@ private slots:
         QVERIFY(v.selectPoint("layers.0.mlp.down_proj.input")); // another point: a second capture
         QVERIFY(done.wait(60000));
         QCOMPARE(v.cachedCaptures(), 2);
+    }
+
+    // A run's transforms: the after side is the point captured from the run's model (its
+    // transforms folded in), profiled as it is; a folder without transforms.h5 removes the choice.
+    void runTransformsShowTheRunsModel() {
+        const auto ck = model::Checkpoint::load(m_model.toStdString());
+        train::TransformSpec spec;
+        spec.t1Kind = "learned-affine-lu";
+        spec.t2Kind = "none";
+        spec.t3Block = 32;
+        train::ModelTransforms t(ck.config(), spec);
+        {
+            at::NoGradGuard g;
+            auto gen = at::detail::createCPUGenerator(5);
+            for (auto& p : t.parameters()) p.add_(at::randn(p.sizes(), gen, p.options()) * 0.05);
+        }
+        const QString runDir = m_tmp.filePath("run");
+        QVERIFY(QDir().mkpath(runDir));
+        t.save((runDir + "/transforms.h5").toStdString());
+
+        ActivationView v;
+        QSignalSpy done(&v, &ActivationView::profileFinished);
+        v.findChild<QCheckBox*>("activationAutoCheck")->setChecked(false);
+        v.setModelDir(m_model);
+        v.setCalibration(2, 32);
+        v.setToken(5);
+        QVERIFY(v.selectPoint("layers.1.mlp.down_proj.input"));
+        QVERIFY(!v.setTransform(ActivationView::runTransformName()));
+        v.setRun(runDir);
+        QVERIFY(v.setTransform(ActivationView::runTransformName()));
+        QVERIFY(v.analyze());
+        QVERIFY(done.wait(60000));
+        QVERIFY2(done.last().at(0).toBool(), qPrintable(done.last().at(1).toString()));
+        QCOMPARE(v.cachedCaptures(), 2); // the original model's and the run model's
+
+        run::ModelCapture request;
+        request.modelDir = m_model.toStdString();
+        request.calibrationText = gui::builtInCalibrationText().toStdString();
+        request.pointsRegex = "^layers\\.1\\.mlp\\.down_proj\\.input$";
+        request.samples = 2;
+        request.seqLen = 32;
+        const auto before = run::captureModelActivations(request).at(0).second;
+        request.transformsFile = (runDir + "/transforms.h5").toStdString();
+        const auto after = run::captureModelActivations(request).at(0).second;
+        QVERIFY(!at::allclose(before, after)); // T1 and T3 reach the down_proj input
+        metrics::ActivationProfileOptions o;
+        o.format = mx::makeConfig(mx::Format::MxFp4);
+        o.token = 5;
+        const auto p = metrics::profileActivationPair(before, after, "run", o, "p");
+        QCOMPARE(graphValues(v.tokenNormPlot(), 0), values(p.before.tokenNorm));
+        QCOMPARE(graphValues(v.tokenNormPlot(), 1), values(p.after.tokenNorm));
+        QVERIFY(sameOnLogAxis(graphValues(v.channelPlot(), 1), values(p.after.channelAbsMax)));
+        QCOMPARE(graphValues(v.blocksPlot(), 1), values(p.after.tokenQuantized));
+        QVERIFY(v.summaryLabel()->text().contains("MX error at the point"));
+        QVERIFY(v.summaryLabel()->text().contains(QString::number(p.after.mse, 'g', 4)));
+
+        v.setRun(m_tmp.filePath("no-such-run")); // RTN-like: no transforms.h5
+        QVERIFY(!v.setTransform(ActivationView::runTransformName()));
+        QCOMPARE(v.transform(), QStringLiteral("none"));
     }
 
     void badSettingsAreRefused() {

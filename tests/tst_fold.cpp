@@ -8,12 +8,16 @@
 #include "fold/Fold.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
+#include "run/ModelAnalysis.h"
+#include "train/ModelTransforms.h"
 #include "transforms/FixedTransforms.h"
 #include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <QtTest>
+
+#include <QTemporaryDir>
 
 #include <memory>
 #include <random>
@@ -172,6 +176,76 @@ private slots:
     }
 
     // unfoldT3 undoes applyT3 (export hf folds T3 back into W_down).
+    // run::captureModelActivations with a run's transforms.h5 captures from the model that run
+    // quantizes (train::foldedModel): at a point it holds the original model's activations
+    // mapped by that point's transform, exactly where no RMSNorm sees a non-orthogonal T1: T3
+    // at down_proj (x T3ᵀ), the layer's affine T2 per head at o_proj, an orthogonal T1 at q/k/v
+    // and gate/up acting on the γ-free normalised residual (γ folds into the weights: x / γ,
+    // then A1 — what the workbench's activation view shows for a run).
+    void runCaptureSeesItsTransforms_data() {
+        QTest::addColumn<QString>("point");
+        QTest::addColumn<QString>("t1");
+        QTest::addColumn<QString>("t2");
+        QTest::addColumn<int>("t3");
+        QTest::newRow("T3 at down_proj") << "layers.1.mlp.down_proj.input" << "none" << "none" << 32;
+        QTest::newRow("learned T2 at o_proj") << "layers.2.self_attn.o_proj.input" << "none" << "learned-affine-lu" << 0;
+        QTest::newRow("hadamard T1 at qkv") << "layers.0.self_attn.qkv.input" << "hadamard" << "none" << 0;
+        QTest::newRow("hadamard T1 at gate_up, all three") << "layers.3.mlp.gate_up.input" << "hadamard" << "learned-affine-qr" << 32;
+    }
+    void runCaptureSeesItsTransforms() {
+        QFETCH(QString, point);
+        QFETCH(QString, t1);
+        QFETCH(QString, t2);
+        QFETCH(int, t3);
+        const QString dir = test::modelFolder("demo");
+        const auto ck = model::Checkpoint::load(dir.toStdString());
+        const auto& c = ck.config();
+        train::TransformSpec spec;
+        spec.t1Kind = t1.toStdString();
+        spec.t2Kind = t2.toStdString();
+        spec.t3Block = t3;
+        spec.seed = 4;
+        spec.t3Seed = 11;
+        train::ModelTransforms t(c, spec);
+        {
+            at::NoGradGuard g;
+            auto gen = at::detail::createCPUGenerator(17);
+            for (auto& p : t.parameters()) p.add_(at::randn(p.sizes(), gen, p.options()) * 0.05);
+        }
+        QTemporaryDir tmp;
+        const std::string file = tmp.filePath("transforms.h5").toStdString();
+        t.save(file);
+        run::ModelCapture r;
+        r.modelDir = dir.toStdString();
+        r.calibrationText = "Once upon a time there was a little model that wanted to know where its quantization error "
+                            "came from, so it looked at every block of every activation, one channel at a time.";
+        r.pointsRegex = "^" + point.toStdString() + "$";
+        r.samples = 2;
+        r.seqLen = 16;
+        const auto before = run::captureModelActivations(r).at(0).second.to(at::kDouble);
+        r.transformsFile = file;
+        const auto after = run::captureModelActivations(r).at(0).second.to(at::kDouble);
+        at::NoGradGuard g;
+        at::Tensor want;
+        const int layer = QStringView(point).mid(7, point.indexOf('.', 7) - 7).toInt();
+        if (point.endsWith("down_proj.input")) {
+            want = t.t3().to(at::TensorOptions().dtype(at::kDouble)).apply(before);
+        } else if (point.endsWith("o_proj.input")) {
+            const auto heads = before.reshape({-1, c.headDim});
+            want = t.t2(layer)->forward(heads.to(t.t2(layer)->matrix().scalar_type())).to(at::kDouble).reshape(before.sizes());
+        } else {
+            const auto w = model::loadWeights(ck, at::kDouble);
+            const auto& y = w.layers[size_t(layer)];
+            const auto gamma = point.contains("qkv") ? y.inputNorm : y.postNorm;
+            const auto normalised = before / gamma;
+            want = t.t1()->forward(normalised.to(t.t1()->matrix().scalar_type())).to(at::kDouble);
+        }
+        const double rel = maxRelative(after, want);
+        QVERIFY2(rel < 1e-4, qPrintable(QString("max relative error %1 against the transform applied by hand").arg(rel)));
+        // And the capture did change: the transforms are not the identity there.
+        QVERIFY(maxRelative(after, before) > 1e-2);
+    }
+
     void unfoldT3RoundTrip() {
         const QString dir = test::demoModelDir();
         const auto ck = model::Checkpoint::load(dir.toStdString());

@@ -21,6 +21,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QEvent>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QGridLayout>
 #include <QGroupBox>
@@ -269,6 +270,28 @@ bool ActivationView::selectPoint(const QString& point) {
 
 QString ActivationView::currentPoint() const { return m_point->currentText(); }
 
+void ActivationView::setRun(const QString& runDir) {
+    const QString transforms = QDir(runDir).filePath(QStringLiteral("transforms.h5"));
+    const bool usable = !runDir.isEmpty() && QFileInfo::exists(transforms);
+    const int at = m_transform->findText(runTransformName());
+    const bool wasCurrent = at >= 0 && m_transform->currentIndex() == at;
+    {
+        const QSignalBlocker block(m_transform);
+        if (at >= 0) m_transform->removeItem(at);
+        m_runDir = usable ? runDir : QString();
+        if (usable) {
+            m_transform->addItem(runTransformName(), transforms);
+            m_transform->setItemData(m_transform->count() - 1,
+                                     tr("The point captured from the model of the run %1 (its T1/T2/T3 folded in): "
+                                        "what that run's quantizers see")
+                                         .arg(QDir::toNativeSeparators(runDir)),
+                                     Qt::ToolTipRole);
+            if (wasCurrent) m_transform->setCurrentIndex(m_transform->count() - 1);
+        }
+    }
+    if (wasCurrent && !usable) m_transform->setCurrentIndex(0);
+}
+
 bool ActivationView::setTransform(const QString& kind) {
     const int i = m_transform->findText(kind);
     if (i >= 0) m_transform->setCurrentIndex(i);
@@ -312,8 +335,10 @@ bool ActivationView::analyze(QString* error) {
     options.token = m_token->value();
     to.blockSize = options.format.blockSize;
     const std::string kind = m_transform->currentText().toStdString();
-    const QString key = cacheKey();
+    const std::string runTransforms = m_transform->currentData().toString().toStdString(); // empty: a fixed kind
+    const QString key = cacheKey(), runKey = key + QStringLiteral("|") + QString::fromStdString(runTransforms);
     const at::Tensor cached = m_cache.value(key);
+    const at::Tensor cachedRun = runTransforms.empty() ? at::Tensor() : m_cache.value(runKey);
     const QByteArray builtIn = builtInCalibrationText();
     if (!cached.defined() && builtIn.isEmpty()) return fail(tr("The built-in calibration text is missing from this build"));
     latmix::run::ModelCapture request;
@@ -324,32 +349,47 @@ bool ActivationView::analyze(QString* error) {
     request.seqLen = m_seqLen->value();
     const std::string point = currentPoint().toStdString();
     struct Out {
-        at::Tensor activations;
+        at::Tensor activations, runActivations;
         latmix::metrics::ActivationProfile profile;
     };
     auto out = std::make_shared<Out>();
     out->activations = cached;
+    out->runActivations = cachedRun;
+    const std::string runLabel = runTransformName().toStdString(); // the legend's name; the summary names the run
     const bool started = m_runner->start(tr("Activations of %1").arg(currentPoint()), [=](latmix::JobContext& job) {
-        if (!out->activations.defined()) {
-            const auto acts = latmix::run::captureModelActivations(request, job);
+        const bool twice = !runTransforms.empty() && !out->runActivations.defined();
+        auto capture = [&](const std::string& transformsFile, double begin, double end) {
+            latmix::SubJob sub(job, begin, end, transformsFile.empty() ? "" : "run's model: ");
+            auto r = request;
+            r.transformsFile = transformsFile;
+            const auto acts = latmix::run::captureModelActivations(r, sub);
             if (acts.empty()) throw std::runtime_error("no activations were captured at " + point);
-            out->activations = acts.front().second;
-        }
+            return acts.front().second;
+        };
+        if (!out->activations.defined()) out->activations = capture("", 0.0, twice ? 0.5 : 1.0);
+        if (twice) out->runActivations = capture(runTransforms, out->activations.defined() && cached.defined() ? 0.0 : 0.5, 1.0);
         job.checkCancelled();
-        const auto t = latmix::transforms::makeTransform(kind, out->activations.size(1), to);
-        out->profile = latmix::metrics::profileActivations(out->activations, *t, options, point);
+        if (!runTransforms.empty()) {
+            out->profile = latmix::metrics::profileActivationPair(out->activations, out->runActivations, runLabel, options, point);
+        } else {
+            const auto t = latmix::transforms::makeTransform(kind, out->activations.size(1), to);
+            out->profile = latmix::metrics::profileActivations(out->activations, *t, options, point);
+        }
     });
     if (!started) return fail(tr("The activations are still being captured"));
     m_analyze->setEnabled(false);
     m_status->setText(cached.defined() ? tr("Analysing…") : tr("Capturing…"));
-    connect(m_runner, &JobRunner::finished, this, [this, out, key](bool ok, const QString& message) {
+    connect(m_runner, &JobRunner::finished, this, [this, out, key, runKey, runTransforms](bool ok, const QString& message) {
         disconnect(m_runner, &JobRunner::finished, this, nullptr);
         m_analyze->setEnabled(true);
-        if (out->activations.defined() && !m_cache.contains(key)) {
-            m_cache.insert(key, out->activations);
-            m_cacheOrder << key;
+        auto keep = [this](const QString& k, const at::Tensor& t) {
+            if (!t.defined() || m_cache.contains(k)) return;
+            m_cache.insert(k, t);
+            m_cacheOrder << k;
             while (m_cacheOrder.size() > kMaxCachedCaptures) m_cache.remove(m_cacheOrder.takeFirst());
-        }
+        };
+        keep(key, out->activations);
+        if (!runTransforms.empty()) keep(runKey, out->runActivations);
         if (ok) {
             m_activations = out->activations;
             m_profile = std::move(out->profile);
@@ -466,24 +506,29 @@ void ActivationView::showProfile() {
         m_blocksShown = QPair<int, int>(first, first + shown - 1);
         plot->replot();
     }
+    const bool runMode = QString::fromStdString(p.transform) == runTransformName();
     const double ratio = p.after.mse > 0 ? p.before.mse / p.after.mse : std::numeric_limits<double>::infinity();
     QStringList topNames;
     for (auto c : p.before.topChannels) topNames << QString::number(c);
-    m_summary->setText(tr("%1 tokens × %2 channels, %3\nE(T): %4 without a transform, %5 with %6 (%7× %8)\n"
+    // For a run the two sides are two models' activations: each error is the MX error at the
+    // point in its quantizer's coordinates (SPEC §3's E(T) needs one x and a T; see core).
+    const QString errorName = runMode ? tr("MX error at the point") : tr("E(T)");
+    m_summary->setText(tr("%1 tokens × %2 channels, %3\n%14: %4 without a transform, %5 with %6 (%7× %8)\n"
                           "Largest channels: %9\nBlocks %10–%11 of %12 shown (token %13's worst in the middle)")
                            .arg(p.rows)
                            .arg(p.dim)
                            .arg(QString::fromStdString(p.format.describe()))
                            .arg(p.before.mse, 0, 'g', 4)
                            .arg(p.after.mse, 0, 'g', 4)
-                           .arg(after)
+                           .arg(runMode ? tr("the model of run %1").arg(QDir(m_runDir).dirName()) : after)
                            .arg(ratio >= 1 ? ratio : 1 / ratio, 0, 'g', 3)
                            .arg(ratio >= 1 ? tr("lower") : tr("higher"))
                            .arg(topNames.join(QStringLiteral(", ")))
                            .arg(m_blocksShown.first)
                            .arg(m_blocksShown.second)
                            .arg(p.after.blockError.numel())
-                           .arg(p.token));
+                           .arg(p.token)
+                           .arg(errorName));
 }
 
 } // namespace latmix::gui

@@ -2,7 +2,8 @@
 // The activation tab: what the MX quantizer sees at one quantization point of the open model.
 // The point's activations are captured on calibration windows (cached per model, point,
 // windows and length, so changing the transform, token or format does not capture again) and
-// core's metrics::profileActivations measures them before and after a chosen fixed transform:
+// core's metrics::profileActivations measures them before and after a chosen fixed transform
+// (or, for an open run, profileActivationPair against the point captured from the run's model):
 // per-channel max |x| over tokens (log scale, the largest channels labelled: the "massive
 // activations"), per-token norm, a histogram of the values, and one token's MX blocks (its
 // values, their MX fake-quantization, each block's shared scale exponent and error). The view
@@ -41,9 +42,16 @@ public:
 
     bool selectPoint(const QString& point);
     QString currentPoint() const;
-    bool setTransform(const QString& kind); // one of transformKinds()
+    bool setTransform(const QString& kind); // one of transformKinds(), or runTransformName() once a run is set
     QString transform() const;
     static QStringList transformKinds();   // none, hadamard, block-hadamard, orthogonal, block-orthogonal
+    // A finished run of the open model (a folder with transforms.h5): its transforms become a
+    // choice, shown as what that run's quantizers see, i.e. the point captured from the model
+    // with the run's T1/T2/T3 folded in (train::foldedModel), against the original model's.
+    // A folder without transforms.h5 (RTN, GPTQ) removes the choice; so does an empty one.
+    void setRun(const QString& runDir);
+    QString runDir() const { return m_runDir; }
+    static QString runTransformName() { return QStringLiteral("run's model"); }
     void setFormat(const QString& format);
     void setCalibration(int windows, int seqLen);
     void setToken(int token);
@@ -83,6 +91,7 @@ private:
     void restyle();
 
     QString m_modelDir;
+    QString m_runDir; // the run whose transforms are a choice; empty: none
     QMap<QString, at::Tensor> m_cache; // capture key -> activations [rows, d]
     QStringList m_cacheOrder;          // oldest first, for eviction
     latmix::metrics::ActivationProfile m_profile;

@@ -502,6 +502,7 @@ bool MainWindow::openRun(const QString& runDir) {
 
 void MainWindow::setExportRun(const QString& runDir) {
     m_exportRunDir = runDir;
+    m_activations->setRun(runDir); // its transforms join the activation view's choices
     m_exportAction->setEnabled(!runDir.isEmpty());
     m_exportAction->setToolTip(runDir.isEmpty() ? tr("Nothing to export yet")
                                                 : tr("Export the run %1").arg(QDir::toNativeSeparators(runDir)));

@@ -107,9 +107,12 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
             *error = QStringLiteral("the model has no quantization point '%1'").arg(s.activationPoint);
             return false;
         }
-        if (!view->setTransform(s.activationTransform)) {
-            *error = QStringLiteral("unknown transform '%1' for the activation view; choose one of %2")
-                         .arg(s.activationTransform, ActivationView::transformKinds().join(QStringLiteral(", ")));
+        // "run": the open run's transforms (--open-run), what its quantizers see.
+        const bool run = s.activationTransform == QLatin1String("run");
+        if (!view->setTransform(run ? ActivationView::runTransformName() : s.activationTransform)) {
+            *error = run ? QStringLiteral("--transform run needs a run with transforms (transforms.h5) opened with --open-run")
+                         : QStringLiteral("unknown transform '%1' for the activation view; choose one of %2, or run")
+                               .arg(s.activationTransform, ActivationView::transformKinds().join(QStringLiteral(", ")));
             return false;
         }
         window.viewTabs()->setCurrentWidget(view);

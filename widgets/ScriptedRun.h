@@ -29,7 +29,7 @@ struct ScriptedSession {
     QString view;           // explorer, activations, comparison or calibration; empty: unchanged
     QString comparePoint;   // compare the transforms at this point, then across layers
     QString activationPoint; // show the activations of this point (the activation view)
-    QString activationTransform = QStringLiteral("hadamard"); // ... before and after this transform
+    QString activationTransform = QStringLiteral("hadamard"); // ... before and after this transform ("run": openRun's)
     QString calibrateMethod; // start a calibration with this method
     int steps = 40;          // its training steps
     QString screenshot;      // PNG written at the end, after the comparison / calibration finished

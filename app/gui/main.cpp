@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
                        "with --screenshot, taken when they are drawn."),
         QStringLiteral("POINT"));
     const QCommandLineOption transformOption(QStringLiteral("transform"),
-                                             QStringLiteral("Transform of the activation view (default hadamard)."),
+                                             QStringLiteral("Transform of the activation view: none, hadamard (default), block-hadamard, orthogonal, "
+                                                            "block-orthogonal, or run (the transforms of --open-run)."),
                                              QStringLiteral("KIND"), QStringLiteral("hadamard"));
     parser.addOption(activationsOption);
     parser.addOption(transformOption);

@@ -64,17 +64,46 @@ ActivationSide profileSide(const at::Tensor& x, const transforms::AffineTransfor
 
 } // namespace
 
-ActivationProfile profileActivations(const at::Tensor& x, const transforms::AffineTransform& t,
-                                     const ActivationProfileOptions& o, const std::string& point) {
+namespace {
+
+void requireOptions(const at::Tensor& x, const ActivationProfileOptions& o, const std::string& point) {
     requireFiniteActivations(x, point);
     o.format.validate();
-    if (x.size(1) != t.dim())
-        throw std::invalid_argument(point + ": " + std::to_string(x.size(1)) + " channels but transform '" + t.name() +
-                                    "' is " + std::to_string(t.dim()) + "-dimensional");
     if (o.token < 0 || o.token >= x.size(0))
         throw std::invalid_argument(point + ": token " + std::to_string(o.token) + " is not one of the " +
                                     std::to_string(x.size(0)) + " captured tokens (0.." + std::to_string(x.size(0) - 1) + ")");
     if (o.histogramBins < 1) throw std::invalid_argument("the histogram needs at least one bin");
+}
+
+} // namespace
+
+ActivationProfile profileActivationPair(const at::Tensor& before, const at::Tensor& after, const std::string& transform,
+                                        const ActivationProfileOptions& o, const std::string& point) {
+    requireOptions(before, o, point);
+    requireFiniteActivations(after, point + " (transformed)");
+    if (!before.sizes().equals(after.sizes()))
+        throw std::invalid_argument(point + ": the two captures differ in shape ([" + std::to_string(before.size(0)) + ", " +
+                                    std::to_string(before.size(1)) + "] and [" + std::to_string(after.size(0)) + ", " +
+                                    std::to_string(after.size(1)) + "]); capture both with the same windows");
+    at::NoGradGuard noGrad;
+    ActivationProfile p;
+    p.transform = transform;
+    p.rows = before.size(0);
+    p.dim = before.size(1);
+    p.token = o.token;
+    p.format = o.format;
+    const auto identity = transforms::makeTransform("none", before.size(1), transforms::TransformOptions{});
+    p.before = profileSide(before, *identity, o);
+    p.after = profileSide(after, *identity, o);
+    return p;
+}
+
+ActivationProfile profileActivations(const at::Tensor& x, const transforms::AffineTransform& t,
+                                     const ActivationProfileOptions& o, const std::string& point) {
+    requireOptions(x, o, point);
+    if (x.size(1) != t.dim())
+        throw std::invalid_argument(point + ": " + std::to_string(x.size(1)) + " channels but transform '" + t.name() +
+                                    "' is " + std::to_string(t.dim()) + "-dimensional");
     at::NoGradGuard noGrad;
     ActivationProfile p;
     p.transform = t.name();

@@ -21,9 +21,13 @@ struct ModelCapture {
     std::int64_t maxRows = 0;        // per point, 0: all
     at::ScalarType dtype = at::kFloat;
     std::string device = "cpu";
+    // A run's transforms.h5: capture from the model with them folded in (train::foldedModel),
+    // i.e. what that run's quantizers see; empty: the checkpoint as it is.
+    std::string transformsFile;
 };
 
-// Throws naming the folder, the point regex or the text when something does not fit; progress
+// Throws naming the folder, the point regex, the transforms file or the text when something does
+// not fit; progress
 // per calibration window, cancel between windows.
 train::PointActivations captureModelActivations(const ModelCapture& request, JobContext& job = silentJob());
 

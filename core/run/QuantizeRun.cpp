@@ -270,15 +270,7 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
             // T2), evaluated without quantization on the run's evaluation windows.
             d.foldedEval = [&x, &original, &evalIds](const train::ModelTransforms& t) {
                 at::NoGradGuard g;
-                auto base = fold::foldNorms(x.c, model::convertWeights(original, x.fopts));
-                if (t.t3().defined()) base = fold::applyT3(base, t.t3());
-                auto folded = t.fold(x.c, base);
-                const auto config = fold::foldedConfig(x.c, folded);
-                model::ForwardOptions fo;
-                fo.dtype = at::kFloat;
-                if (t.t3().defined()) fo.t3 = t.t3().to(x.fopts);
-                return eval::evaluatePerplexity(model::LlamaModel(config, std::move(folded), fo), evalIds,
-                                                perplexityOptions(x.o))
+                return eval::evaluatePerplexity(train::foldedModel(x.c, original, t, x.fopts), evalIds, perplexityOptions(x.o))
                     .perplexity;
             };
         }

@@ -181,4 +181,17 @@ void ModelTransforms::setParameters(const std::vector<at::Tensor>& values) {
     }
 }
 
+model::LlamaModel foldedModel(const model::ModelConfig& config, const model::LlamaWeights& original, const ModelTransforms& t,
+                              const at::TensorOptions& options) {
+    at::NoGradGuard g;
+    auto base = fold::foldNorms(config, model::convertWeights(original, options));
+    if (t.t3().defined()) base = fold::applyT3(base, t.t3());
+    auto folded = t.fold(config, base);
+    const auto c = fold::foldedConfig(config, folded);
+    model::ForwardOptions fo;
+    fo.dtype = options.dtype().toScalarType();
+    if (t.t3().defined()) fo.t3 = t.t3().to(options);
+    return model::LlamaModel(c, std::move(folded), fo);
+}
+
 } // namespace latmix::train

@@ -82,4 +82,11 @@ private:
     transforms::BlockDiagonal m_t3;
 };
 
+// The full-precision model a run with transforms t quantizes (SPEC §4): γ folded, T3 on W_down
+// and applied online, T1 and T2 folded, in options' dtype and device, no activation
+// quantization. Its activation points hold exactly what the run's quantizers see there (up to
+// their quantization). original: the checkpoint's weights as loaded (any dtype/device).
+model::LlamaModel foldedModel(const model::ModelConfig& config, const model::LlamaWeights& original, const ModelTransforms& t,
+                              const at::TensorOptions& options);
+
 } // namespace latmix::train
