@@ -78,7 +78,6 @@ class TestActivationView : public QObject {
 
 private slots:
     void initTestCase() {
-        configureThreads(2);
         m_model = m_tmp.filePath("demo");
         importing::writeDemoModel(m_model.toStdString());
     }

@@ -1,4 +1,5 @@
 #include "AnalysisPlots.h"
+#include "PlotStyle.h"
 
 #include <qcustomplot.h>
 
@@ -41,8 +42,7 @@ void prepare(QCustomPlot* p, const QString& title, const QString& xLabel, const 
     p->yAxis->setNumberFormat("g"); // plain 0.035: the ranges here span one or two decades
     p->yAxis->setNumberPrecision(2);
     p->legend->setVisible(true);
-    p->legend->setBrush(QColor(255, 255, 255, 190)); // curves stay visible behind it
-    p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    PlotStyle::placeLegendAbove(p); // one name per transform: inside the axes it would hide curves
 }
 
 QPen penFor(int i) { return QPen(kPalette[i % 10], 2.0); }

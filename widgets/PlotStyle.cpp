@@ -2,9 +2,12 @@
 
 #include <qcustomplot.h>
 
+#include <algorithm>
+
 namespace latmix::gui::PlotStyle {
 
 void apply(QCustomPlot* p, const QPalette& pal) {
+    fitTicks(p);
     const QColor bg = pal.color(QPalette::Base), fg = pal.color(QPalette::Text);
     QColor grid = fg;
     grid.setAlpha(45);
@@ -28,8 +31,36 @@ void apply(QCustomPlot* p, const QPalette& pal) {
         if (auto* title = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0))) title->setTextColor(fg);
 }
 
-// Title on top, then the legend as one horizontal row above the axis rect: inside the axes a
-// legend would hide exactly what matters here (outlier spikes, the worst blocks).
+void placeLegendAbove(QCustomPlot* p) {
+    QCPLayoutInset* inset = p->axisRect()->insetLayout();
+    bool inside = false;
+    for (int i = 0; i < inset->elementCount(); ++i) inside = inside || inset->elementAt(i) == p->legend;
+    if (!inside) return; // already placed
+    inset->take(p->legend);
+    inset->simplify();
+    // The row of the axis rect: the legend row goes right above it, centred by empty elements
+    // either side that take the spare width (stretch 1 against ~0).
+    QCPLayoutGrid* grid = p->plotLayout();
+    int axisRow = 0;
+    for (int r = 0; r < grid->rowCount(); ++r)
+        if (grid->hasElement(r, 0) && grid->element(r, 0) == p->axisRect()) axisRow = r;
+    grid->insertRow(axisRow);
+    auto* row = new QCPLayoutGrid;
+    grid->addElement(axisRow, 0, row);
+    row->addElement(0, 0, new QCPLayoutElement(p));
+    row->addElement(0, 1, p->legend);
+    row->addElement(0, 2, new QCPLayoutElement(p));
+    row->setColumnStretchFactors({1.0, 0.001, 1.0});
+    p->legend->setFillOrder(QCPLegend::foColumnsFirst);
+    p->legend->setWrap(4); // then as many a row as fit (fitTicks)
+    p->legend->setColumnSpacing(16);
+    p->legend->setBorderPen(Qt::NoPen);
+    p->legend->setMargins(QMargins(4, 0, 4, 0));
+    for (int r = 0; r < grid->rowCount(); ++r)
+        if (!(grid->hasElement(r, 0) && grid->element(r, 0) == p->axisRect())) grid->setRowStretchFactor(r, 0.001);
+    grid->setRowSpacing(0);
+}
+
 void addTitleAndLegend(QCustomPlot* p, const QString& title, const QFont& base) {
     QFont bold = base;
     bold.setPointSize(base.pointSize() + 1);
@@ -37,22 +68,56 @@ void addTitleAndLegend(QCustomPlot* p, const QString& title, const QFont& base) 
     p->plotLayout()->insertRow(0);
     p->plotLayout()->addElement(0, 0, new QCPTextElement(p, title, bold));
     p->legend->setVisible(true);
-    p->axisRect()->insetLayout()->take(p->legend);
-    // Centred: empty elements either side take the spare width (stretch 1 against ~0).
-    auto* row = new QCPLayoutGrid;
-    p->plotLayout()->insertRow(1);
-    p->plotLayout()->addElement(1, 0, row);
-    row->addElement(0, 0, new QCPLayoutElement(p));
-    row->addElement(0, 1, p->legend);
-    row->addElement(0, 2, new QCPLayoutElement(p));
-    row->setColumnStretchFactors({1.0, 0.001, 1.0});
-    p->legend->setFillOrder(QCPLegend::foColumnsFirst);
-    p->legend->setColumnSpacing(24);
-    p->legend->setBorderPen(Qt::NoPen);
-    p->legend->setMargins(QMargins(4, 0, 4, 0));
-    p->plotLayout()->setRowStretchFactor(0, 0.001);
-    p->plotLayout()->setRowStretchFactor(1, 0.001);
-    p->plotLayout()->setRowSpacing(0);
+    placeLegendAbove(p);
+}
+
+void fitTicks(QCustomPlot* p) {
+    if (p->property("latmixFitTicks").toBool()) return;
+    p->setProperty("latmixFitTicks", true);
+    QObject::connect(p, &QCustomPlot::beforeReplot, p, [p] {
+        bool changed = false;
+        for (QCPAxisRect* rect : p->axisRects()) {
+            for (QCPAxis* axis : rect->axes()) {
+                if (!axis->visible() || !axis->tickLabels()) continue;
+                const QSharedPointer<QCPAxisTicker> ticker = axis->ticker();
+                if (!ticker || ticker.dynamicCast<QCPAxisTickerText>()) continue; // labels placed by hand
+                const QFontMetricsF fm(axis->tickLabelFont());
+                double extent = 0;
+                if (axis->orientation() == Qt::Horizontal) {
+                    double widest = fm.horizontalAdvance(QStringLiteral("0.000"));
+                    for (const QString& label : axis->tickVectorLabels()) widest = std::max(widest, fm.horizontalAdvance(label));
+                    extent = widest + fm.horizontalAdvance(QStringLiteral("000")); // a label and a gap
+                } else {
+                    extent = 2.2 * fm.height();
+                }
+                const double length = axis->orientation() == Qt::Horizontal ? rect->width() : rect->height();
+                // QCustomPlot treats the count as a target and may place one or two more ticks at
+                // "nice" steps: ask for fewer than fit.
+                const int count = std::clamp(static_cast<int>(length / extent) - 1, 2, 8);
+                if (ticker->tickCount() != count) {
+                    ticker->setTickCount(count);
+                    changed = true;
+                }
+            }
+        }
+        // A legend above the axes (placeLegendAbove) gets as many entries a row as fit the
+        // plot's width, so names are never cut.
+        QCPLegend* legend = p->legend;
+        if (legend && legend->visible() && legend->itemCount() > 0 && legend->layout() != p->axisRect()->insetLayout()) {
+            int widest = 1;
+            for (int i = 0; i < legend->itemCount(); ++i)
+                if (QCPAbstractLegendItem* item = legend->item(i)) // empty cells of a re-flowed grid are null
+                    widest = std::max(widest, item->minimumOuterSizeHint().width() + legend->columnSpacing());
+            const int fit = std::clamp((p->width() - 16) / widest, 1, legend->itemCount());
+            if (legend->wrap() != fit || legend->columnCount() > fit) {
+                legend->setWrap(fit);
+                legend->setFillOrder(QCPLegend::foColumnsFirst, true); // re-flows the entries already there
+                changed = true;
+            }
+        }
+        // The axis lengths were those of the last layout: after a resize, draw once more.
+        if (changed) p->replot(QCustomPlot::rpQueuedReplot);
+    });
 }
 
 } // namespace latmix::gui::PlotStyle

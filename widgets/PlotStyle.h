@@ -8,11 +8,23 @@ class QCustomPlot;
 
 namespace latmix::gui::PlotStyle {
 
-// Background, axes, grid, legend and title in the palette's Base / Text colours.
+// Background, axes, grid, legend and title in the palette's Base / Text colours; also
+// fitTicks (connected once per plot).
 void apply(QCustomPlot* plot, const QPalette& palette);
 
-// A bold title on top, then the legend as one centred horizontal row between the title and the
-// axis rect: inside the axes a legend hides exactly what matters (outlier spikes, worst blocks).
+// The legend moved out of the axis rect into centred rows right above it (as many entries a row
+// as fit the plot's width, fitTicks):
+// inside the axes a legend hides exactly what matters (outlier spikes, the worst blocks).
+// Nothing happens when it is already outside.
+void placeLegendAbove(QCustomPlot* plot);
+
+// A bold title on top, then the legend above the axis rect (placeLegendAbove).
 void addTitleAndLegend(QCustomPlot* plot, const QString& title, const QFont& base);
+
+// Tick counts from the axis length: before every replot each axis asks for as many ticks as
+// labels of its current width (horizontal) or two text lines (vertical) fit, 2 to 8, so labels
+// never run together ("0102030405060") on a narrow plot. Axes with hand-placed text labels keep
+// them. A legend above the axes gets as many entries a row as fit. Connected once per plot.
+void fitTicks(QCustomPlot* plot);
 
 } // namespace latmix::gui::PlotStyle

@@ -5,6 +5,7 @@
 #include "TrainingDashboard.h"
 
 #include "PlotExport.h"
+#include "ElidedLabel.h"
 #include "PlotStyle.h"
 
 #include <qcustomplot.h>
@@ -71,7 +72,7 @@ QCustomPlot* makePlot(QWidget* parent, const QString& objectName, const QString&
     p->yAxis->setLabel(yLabel);
     p->legend->setVisible(true);
     p->legend->setFont(QFont(p->font().family(), 7));
-    p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    PlotStyle::placeLegendAbove(p);
     p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     PlotExport::enableContextMenu(p);
     return p;
@@ -110,9 +111,12 @@ TrainingDashboard::TrainingDashboard(QWidget* parent) : QWidget(parent) {
 
     // Header: run, progress with ETA, pause, cancel, smoothing, overlays.
     auto* header = new QHBoxLayout;
-    m_title = new QLabel(tr("<b>Calibration</b> — no run yet"), this);
+    m_title = new ElidedLabel(this);
     m_title->setObjectName(QStringLiteral("dashboardTitle"));
-    m_title->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    QFont bold = m_title->font();
+    bold.setBold(true);
+    m_title->setFont(bold);
+    m_title->setFullText(tr("Calibration — no run yet"));
     m_title->setMinimumWidth(120);
     header->addWidget(m_title, 1);
     m_progress = new QProgressBar(this);
@@ -235,7 +239,7 @@ void TrainingDashboard::beginRun(const QString& name, int totalSteps, int blockS
     m_blockSize = blockSize > 0 ? blockSize : 32;
     m_a1 = m_a2 = at::Tensor();
     m_matrixStep = m_heatmapStep = -1;
-    m_title->setText(tr("<b>Calibration</b> — %1").arg(name.toHtmlEscaped()));
+    m_title->setFullText(tr("Calibration — %1").arg(name));
     m_progress->setValue(0);
     m_status->setText(tr("starting…"));
     m_pause->setChecked(false);

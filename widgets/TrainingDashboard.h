@@ -27,6 +27,8 @@ class QTimer;
 
 namespace latmix::gui {
 
+class ElidedLabel;
+
 class TrainingDashboard : public QWidget {
     Q_OBJECT
 
@@ -109,7 +111,7 @@ private:
     QElapsedTimer m_heatmapClock;
 
     QCustomPlot *m_lossPlot, *m_volPlot, *m_lrPlot, *m_a1Plot, *m_a2Plot, *m_heatPlot, *m_offPlot;
-    QLabel* m_title;
+    ElidedLabel* m_title;
     QLabel* m_status;
     QProgressBar* m_progress;
     QPushButton* m_pause;
