@@ -4,6 +4,7 @@
 #include "ActivationView.h"
 
 #include "CalibrationView.h"
+#include "FormWidgets.h"
 #include "JobRunner.h"
 #include "PlotExport.h"
 #include "PlotStyle.h"
@@ -43,12 +44,6 @@ namespace {
 
 // Captures kept in memory (a 14336-wide point of 8 windows × 64 tokens is 29 MB).
 constexpr int kMaxCachedCaptures = 8;
-
-std::string exactRegex(const QString& literal) {
-    QString r = literal;
-    r.replace(QLatin1Char('.'), QStringLiteral("\\."));
-    return ("^" + r + "$").toStdString();
-}
 
 QVector<double> values(const at::Tensor& t) {
     QVector<double> v;
@@ -134,25 +129,14 @@ ActivationView::ActivationView(QWidget* parent) : QWidget(parent) {
     m_transform->setCurrentText(QStringLiteral("hadamard"));
     m_transform->setToolTip(tr("Applied to the captured activations (seed 0, block = the format's block)"));
     f->addRow(tr("&Transform:"), m_transform);
-    m_format = new QComboBox(box);
-    m_format->setObjectName(QStringLiteral("activationFormatCombo"));
-    for (const auto& fm : latmix::mx::allFormats()) m_format->addItem(QString::fromLatin1(fm.name));
-    m_format->setCurrentText(QStringLiteral("mxfp4"));
+    m_format = FormWidgets::formatCombo(box, "activationFormatCombo");
     f->addRow(tr("&Format:"), m_format);
-    m_windows = new QSpinBox(box);
-    m_windows->setObjectName(QStringLiteral("activationWindowsSpin"));
-    m_windows->setRange(1, 4096);
-    m_windows->setValue(4);
+    m_windows = FormWidgets::spin(box, "activationWindowsSpin", 1, 4096, 4);
     f->addRow(tr("&Windows:"), m_windows);
-    m_seqLen = new QSpinBox(box);
-    m_seqLen->setObjectName(QStringLiteral("activationSeqLenSpin"));
-    m_seqLen->setRange(8, 8192);
-    m_seqLen->setValue(64);
+    m_seqLen = FormWidgets::spin(box, "activationSeqLenSpin", 8, 8192, 64);
     f->addRow(tr("Window &length:"), m_seqLen);
-    m_token = new QSpinBox(box);
-    m_token->setObjectName(QStringLiteral("activationTokenSpin"));
-    m_token->setRange(0, 4 * 64 - 1);
-    m_token->setToolTip(tr("The captured token whose MX blocks are shown (windows × length tokens)"));
+    m_token = FormWidgets::spin(box, "activationTokenSpin", 0, 4 * 64 - 1, 0,
+                                tr("The captured token whose MX blocks are shown (windows × length tokens)"));
     f->addRow(tr("To&ken:"), m_token);
     m_auto = new QCheckBox(tr("Update on every change"), box);
     m_auto->setObjectName(QStringLiteral("activationAutoCheck"));
@@ -252,8 +236,7 @@ void ActivationView::setModelDir(const QString& dir) {
     m_point->clear();
     if (!dir.isEmpty()) {
         try {
-            const auto config = latmix::model::ModelConfig::fromFile(QDir(dir).filePath(QStringLiteral("config.json")).toStdString());
-            for (const auto& p : latmix::model::quantizationPointNames(config)) m_point->addItem(QString::fromStdString(p));
+            m_point->addItems(FormWidgets::quantizationPoints(dir));
         } catch (const std::exception& e) {
             m_status->setText(QString::fromLocal8Bit(e.what()));
         }
@@ -344,7 +327,7 @@ bool ActivationView::analyze(QString* error) {
     latmix::run::ModelCapture request;
     request.modelDir = m_modelDir.toStdString();
     request.calibrationText = builtIn.toStdString();
-    request.pointsRegex = exactRegex(currentPoint());
+    request.pointsRegex = FormWidgets::exactPointRegex(currentPoint());
     request.samples = m_windows->value();
     request.seqLen = m_seqLen->value();
     const std::string point = currentPoint().toStdString();

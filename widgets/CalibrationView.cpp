@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "CalibrationView.h"
+#include "FormWidgets.h"
 
 #include "JobRunner.h"
 #include "TrainingDashboard.h"
@@ -56,26 +57,8 @@ namespace {
 
 QString dataDir() { return QString::fromStdString(latmix::util::dataDir()); }
 
-QSpinBox* spin(QWidget* parent, const char* name, int lo, int hi, int value, const QString& tip) {
-    auto* s = new QSpinBox(parent);
-    s->setObjectName(QLatin1String(name));
-    s->setRange(lo, hi);
-    s->setValue(value);
-    s->setToolTip(tip);
-    return s;
-}
-
-QDoubleSpinBox* dspin(QWidget* parent, const char* name, double lo, double hi, double value, int decimals,
-                      const QString& tip) {
-    auto* s = new QDoubleSpinBox(parent);
-    s->setObjectName(QLatin1String(name));
-    s->setRange(lo, hi);
-    s->setDecimals(decimals);
-    s->setSingleStep(std::pow(10.0, -decimals + 1) / 2);
-    s->setValue(value);
-    s->setToolTip(tip);
-    return s;
-}
+using FormWidgets::dspin;
+using FormWidgets::spin;
 
 } // namespace
 

@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 
 #include "ComparisonView.h"
+#include "FormWidgets.h"
 
 #include "AnalysisPlots.h"
 #include "CalibrationView.h"
@@ -72,12 +73,6 @@ QString pointKind(const QString& point) {
     return b > 0 ? point.mid(b + 1) : point;
 }
 
-std::string exactRegex(const QString& literal) {
-    QString r = literal;
-    r.replace(QLatin1Char('.'), QStringLiteral("\\."));
-    return ("^" + r + "$").toStdString();
-}
-
 QVector<double> toVector(const at::Tensor& t) {
     QVector<double> v;
     if (!t.defined()) return v;
@@ -108,26 +103,13 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     m_point = new QComboBox(pointBox);
     m_point->setObjectName(QStringLiteral("pointCombo"));
     pf->addRow(tr("&Point:"), m_point);
-    m_format = new QComboBox(pointBox);
-    m_format->setObjectName(QStringLiteral("comparisonFormatCombo"));
-    for (const auto& f : latmix::mx::allFormats()) m_format->addItem(QString::fromLatin1(f.name));
-    m_format->setCurrentText(QStringLiteral("mxfp4"));
+    m_format = FormWidgets::formatCombo(pointBox, "comparisonFormatCombo");
     pf->addRow(tr("&Format:"), m_format);
-    m_samples = new QSpinBox(pointBox);
-    m_samples->setObjectName(QStringLiteral("comparisonSamplesSpin"));
-    m_samples->setRange(1, 4096);
-    m_samples->setValue(8);
+    m_samples = FormWidgets::spin(pointBox, "comparisonSamplesSpin", 1, 4096, 8);
     pf->addRow(tr("&Windows:"), m_samples);
-    m_seqLen = new QSpinBox(pointBox);
-    m_seqLen->setObjectName(QStringLiteral("comparisonSeqLenSpin"));
-    m_seqLen->setRange(8, 8192);
-    m_seqLen->setValue(64);
+    m_seqLen = FormWidgets::spin(pointBox, "comparisonSeqLenSpin", 8, 8192, 64);
     pf->addRow(tr("Window &length:"), m_seqLen);
-    m_steps = new QSpinBox(pointBox);
-    m_steps->setObjectName(QStringLiteral("comparisonStepsSpin"));
-    m_steps->setRange(1, 100000);
-    m_steps->setValue(100);
-    m_steps->setToolTip(tr("Layer-local training steps of the learned kinds"));
+    m_steps = FormWidgets::spin(pointBox, "comparisonStepsSpin", 1, 100000, 100, tr("Layer-local training steps of the learned kinds"));
     pf->addRow(tr("Learned &steps:"), m_steps);
     column->addWidget(pointBox);
 
@@ -230,9 +212,7 @@ void ComparisonView::setModelDir(const QString& dir) {
     m_point->clear();
     if (!dir.isEmpty()) {
         try {
-            // config.json is enough for the point names (the window has loaded the checkpoint).
-            const auto config = latmix::model::ModelConfig::fromFile(QDir(dir).filePath(QStringLiteral("config.json")).toStdString());
-            for (const auto& p : latmix::model::quantizationPointNames(config)) m_point->addItem(QString::fromStdString(p));
+            m_point->addItems(FormWidgets::quantizationPoints(dir));
         } catch (const std::exception& e) {
             m_status->setText(QString::fromLocal8Bit(e.what()));
         }
@@ -338,7 +318,7 @@ bool ComparisonView::runAnalysis(const QString& title, const QString& failurePre
 }
 
 bool ComparisonView::compare(QString* error) {
-    return runAnalysis(tr("Compare transforms"), tr("Comparison failed: "), exactRegex(currentPoint()), nullptr, error,
+    return runAnalysis(tr("Compare transforms"), tr("Comparison failed: "), FormWidgets::exactPointRegex(currentPoint()), nullptr, error,
                        [this](latmix::train::AnalysisResult&& result) {
                            m_result = std::move(result);
                            showResult();

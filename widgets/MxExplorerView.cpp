@@ -1,4 +1,5 @@
 #include "MxExplorerView.h"
+#include "FormWidgets.h"
 
 #include "PlotExport.h"
 #include "PlotStyle.h"
@@ -100,9 +101,7 @@ QWidget* MxExplorerView::buildControls() {
 
     auto* quant = new QGroupBox(tr("Quantization"), panel);
     auto* qform = new QFormLayout(quant);
-    m_formatCombo = new QComboBox(quant);
-    m_formatCombo->setObjectName(QStringLiteral("formatCombo"));
-    for (const auto& f : latmix::mx::allFormats()) m_formatCombo->addItem(QString::fromLatin1(f.name));
+    m_formatCombo = FormWidgets::formatCombo(quant, "formatCombo", QString());
     m_formatCombo->setToolTip(tr("Element format of the MX block (nvfp4: E2M1 with E4M3 block scales)"));
     qform->addRow(tr("&Format:"), m_formatCombo);
 
