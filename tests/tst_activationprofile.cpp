@@ -188,6 +188,36 @@ private slots:
         QVERIFY(at::equal(p.after.blockError, metrics::perBlockError(x, *t, o.format)));
     }
 
+    // Two captures of one point: each side profiled as it is. With after = x A^T for an
+    // orthogonal A, the after side is profileActivations' after side exactly (the same rows).
+    void pairOfCaptures() {
+        const auto x = rows({{1, -2.6, 0, 4}, {3, 0.5, -1, 0}, {0.25, 7, -3, 2}});
+        transforms::TransformOptions to;
+        to.dtype = at::kDouble;
+        to.blockSize = 2;
+        auto t = transforms::makeTransform("hadamard", 4, to);
+        metrics::ActivationProfileOptions o;
+        o.format = mxfp4(2);
+        o.token = 2;
+        o.histogramBins = 5;
+        const auto single = metrics::profileActivations(x, *t, o, "p");
+        const auto pair = metrics::profileActivationPair(x, t->forward(x), "run's model", o, "p");
+        QCOMPARE(QString::fromStdString(pair.transform), QStringLiteral("run's model"));
+        for (auto get : {+[](const metrics::ActivationSide& s) { return s.channelAbsMax; },
+                         +[](const metrics::ActivationSide& s) { return s.tokenNorm; },
+                         +[](const metrics::ActivationSide& s) { return s.histogramCounts; },
+                         +[](const metrics::ActivationSide& s) { return s.tokenQuantized; },
+                         +[](const metrics::ActivationSide& s) { return s.tokenScaleLog2; }}) {
+            QVERIFY(at::allclose(get(pair.before), get(single.before), 0, 1e-12));
+            QVERIFY(at::allclose(get(pair.after), get(single.after), 0, 1e-12));
+        }
+        // The pair's after error is the MX error of T(x) in its own coordinates; for an
+        // orthogonal T that is E(T) (‖x − T⁻¹Q(Tx)‖ = ‖Tx − Q(Tx)‖).
+        QVERIFY(std::fabs(pair.after.mse - single.after.mse) < 1e-12);
+        const QString e = test::errorOf([&] { metrics::profileActivationPair(x, x.narrow(0, 0, 2), "r", o, "p"); });
+        QVERIFY2(e.contains("p: the two captures differ in shape ([3, 4] and [2, 4])"), qPrintable(e));
+    }
+
     void badInput_data() {
         QTest::addColumn<int>("token");
         QTest::addColumn<int>("transformDim");

@@ -75,6 +75,17 @@ void requireOptions(const at::Tensor& x, const ActivationProfileOptions& o, cons
     if (o.histogramBins < 1) throw std::invalid_argument("the histogram needs at least one bin");
 }
 
+// The profile's header (what was measured, and how) for rows x [n, d].
+ActivationProfile header(const at::Tensor& x, const std::string& transform, const ActivationProfileOptions& o) {
+    ActivationProfile p;
+    p.transform = transform;
+    p.rows = x.size(0);
+    p.dim = x.size(1);
+    p.token = o.token;
+    p.format = o.format;
+    return p;
+}
+
 } // namespace
 
 ActivationProfile profileActivationPair(const at::Tensor& before, const at::Tensor& after, const std::string& transform,
@@ -86,12 +97,7 @@ ActivationProfile profileActivationPair(const at::Tensor& before, const at::Tens
                                     std::to_string(before.size(1)) + "] and [" + std::to_string(after.size(0)) + ", " +
                                     std::to_string(after.size(1)) + "]); capture both with the same windows");
     at::NoGradGuard noGrad;
-    ActivationProfile p;
-    p.transform = transform;
-    p.rows = before.size(0);
-    p.dim = before.size(1);
-    p.token = o.token;
-    p.format = o.format;
+    ActivationProfile p = header(before, transform, o);
     const auto identity = transforms::makeTransform("none", before.size(1), transforms::TransformOptions{});
     p.before = profileSide(before, *identity, o);
     p.after = profileSide(after, *identity, o);
@@ -105,12 +111,7 @@ ActivationProfile profileActivations(const at::Tensor& x, const transforms::Affi
         throw std::invalid_argument(point + ": " + std::to_string(x.size(1)) + " channels but transform '" + t.name() +
                                     "' is " + std::to_string(t.dim()) + "-dimensional");
     at::NoGradGuard noGrad;
-    ActivationProfile p;
-    p.transform = t.name();
-    p.rows = x.size(0);
-    p.dim = x.size(1);
-    p.token = o.token;
-    p.format = o.format;
+    ActivationProfile p = header(x, t.name(), o);
     const auto identity = transforms::makeTransform("none", x.size(1), transforms::TransformOptions{});
     p.before = profileSide(x, *identity, o);
     p.after = profileSide(x, t, o);
