@@ -5,6 +5,7 @@
 // QSettings and the demo model go to QStandardPaths' test location (tests/TestMode.cpp), never
 // the user's. Opening checkpoints is tested in tst_modelsummaryview.
 #include "CalibrationView.h"
+#include "ComparisonView.h"
 #include "MainWindow.h"
 #include "ModelSummaryView.h"
 #include "ActivationView.h"
@@ -20,6 +21,10 @@
 #include <QDockWidget>
 #include <QFileInfo>
 #include <QImage>
+#include <QJsonArray>
+#include <QJsonObject>
+#include <QSignalSpy>
+#include <QCheckBox>
 #include <QLabel>
 #include <QMenu>
 #include <QSettings>
@@ -63,6 +68,10 @@ private slots:
     void settingsAndDemoStayInTestLocation();
     void scriptedSession_data();
     void scriptedSession();
+    void sessionRoundTrip();
+    void sessionWithWhatIsGone();
+    void badSessionFiles_data();
+    void badSessionFiles();
 };
 
 void TestMainWindow::initTestCase() {
@@ -302,6 +311,93 @@ void TestMainWindow::scriptedSession() {
         QVERIFY(QString::fromStdString(w.activationView()->lastProfile().transform).startsWith(QStringLiteral("hadamard")));
         QVERIFY(w.activationView()->channelPlot()->graphCount() == 2);
     }
+}
+
+// A session saved to a file and opened in a new window brings back the model, the point, the
+// runs (their curves), the view and the dock layout; closing the window remembers it for the
+// next start.
+void TestMainWindow::sessionRoundTrip() {
+    QString why;
+    const QString demo = latmix::gui::prepareDemoModel(&why);
+    QVERIFY2(!demo.isEmpty(), qPrintable(why));
+    QTemporaryDir tmp;
+    const QString run = tmp.filePath(QStringLiteral("run"));
+    const QString file = tmp.filePath(QStringLiteral("a.latmix-session"));
+    {
+        MainWindow w;
+        w.show(); // as a user's: dock visibility is saved and restored for shown windows
+        QVERIFY(w.openCheckpoint(demo, false));
+        w.activationView()->findChild<QCheckBox*>(QStringLiteral("activationAutoCheck"))->setChecked(false);
+        QVERIFY(w.modelSummary()->selectPoint(QStringLiteral("layers.2.mlp.gate_up.input")));
+        auto* cal = w.calibrationView();
+        cal->setMethod(QStringLiteral("latmix-lu"));
+        cal->setSteps(3);
+        cal->setCalibration(2, 16, 1);
+        cal->setEvalWindows(0);
+        cal->setRunDir(run);
+        QSignalSpy done(cal, &latmix::gui::CalibrationView::runFinished);
+        QVERIFY(cal->start());
+        QVERIFY(done.wait(120000));
+        QVERIFY2(done.last().at(0).toBool(), qPrintable(done.last().at(2).toString()));
+        QCOMPARE(w.openRuns(), QStringList{run});
+        w.modelDock()->hide();
+        w.viewTabs()->setCurrentWidget(w.comparisonView());
+        QVERIFY2(w.saveSessionFile(file, &why), qPrintable(why));
+        w.close(); // remembered for the next start
+        QCOMPARE(MainWindow::lastSession().value("model").toString(), demo);
+    }
+    MainWindow later;
+    later.show();
+    QVERIFY2(later.openSessionFile(file, &why), qPrintable(why));
+    QCOMPARE(later.currentModelDir(), demo);
+    QCOMPARE(later.activationView()->currentPoint(), QStringLiteral("layers.2.mlp.gate_up.input"));
+    QCOMPARE(later.comparisonView()->currentPoint(), QStringLiteral("layers.2.mlp.gate_up.input"));
+    QCOMPARE(later.openRuns(), QStringList{run});
+    QCOMPARE(later.exportRunDir(), run);
+    QCOMPARE(later.viewTabs()->currentWidget(), static_cast<QWidget*>(later.comparisonView()));
+    QVERIFY(later.modelDock()->isHidden());
+    QVERIFY(!later.isErrorBannerShown());
+    QVERIFY(later.recentCheckpoints().isEmpty()); // a restore is not a new open
+}
+
+// A model and a run that no longer exist: named in the banner, the rest restored.
+void TestMainWindow::sessionWithWhatIsGone() {
+    MainWindow w;
+    QJsonObject s = w.session();
+    s["model"] = QStringLiteral("/nonexistent/model");
+    s["runs"] = QJsonArray{QStringLiteral("/nonexistent/run")};
+    s["view"] = QStringLiteral("calibrationView");
+    QString why;
+    QVERIFY2(w.restoreSession(s, &why), qPrintable(why));
+    QVERIFY(w.isErrorBannerShown());
+    QVERIFY2(w.errorBannerText().contains("/nonexistent/model") && w.errorBannerText().contains("/nonexistent/run"),
+             qPrintable(w.errorBannerText()));
+    QCOMPARE(w.viewTabs()->currentWidget(), static_cast<QWidget*>(w.calibrationView()));
+}
+
+void TestMainWindow::badSessionFiles_data() {
+    QTest::addColumn<QByteArray>("content"); // empty: no file at all
+    QTest::addColumn<QString>("message");
+    QTest::newRow("missing") << QByteArray() << "cannot read the session";
+    QTest::newRow("not JSON") << QByteArray("{\"latmix_session\": ") << "not JSON";
+    QTest::newRow("another JSON") << QByteArray("{\"model\": \"x\"}") << "not a LATMiX Workbench session";
+}
+
+void TestMainWindow::badSessionFiles() {
+    QFETCH(QByteArray, content);
+    QFETCH(QString, message);
+    QTemporaryDir tmp;
+    const QString path = tmp.filePath(QStringLiteral("s.latmix-session"));
+    if (!content.isEmpty()) {
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(content);
+    }
+    MainWindow w;
+    QString why;
+    QVERIFY(!w.openSessionFile(path, &why));
+    QVERIFY2(why.contains(message) && why.contains(path), qPrintable(why));
+    QVERIFY(w.currentModelDir().isEmpty());
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -3,6 +3,7 @@
 // view, the open checkpoint's summary in the "Model" dock, an error banner above the central
 // view, and a status bar with the runtime facts (device, threads, libtorch version).
 #include <QIcon>
+#include <QJsonObject>
 #include <QMainWindow>
 #include <QStringList>
 
@@ -65,6 +66,20 @@ public:
     QStringList recentCheckpoints() const;
     static constexpr int kMaxRecent = 10;
 
+    // The session (File › Save session…, and on close for the next start): window geometry and
+    // dock layout, the open model, the selected quantization point, the open runs in the order
+    // they were opened, the view shown. JSON: {"latmix_session": 1, "model": ..., ...}.
+    QJsonObject session() const;
+    // Restores what it can: a model or run folder that is gone is named in the banner and
+    // skipped, the rest restored. False (and *error) when the object is not a session.
+    bool restoreSession(const QJsonObject& session, QString* error = nullptr);
+    // To a file (written to a temporary name and renamed) / from one; false and *error naming the file.
+    bool saveSessionFile(const QString& path, QString* error = nullptr) const;
+    bool openSessionFile(const QString& path, QString* error = nullptr);
+    // The session saved when the window last closed (QSettings session/last); empty when none.
+    static QJsonObject lastSession();
+    QStringList openRuns() const { return m_openRuns; }
+
     Theme theme() const { return m_theme; }
     // The About box's text (version, libtorch, device); separate so it can be tested.
     QString aboutText() const;
@@ -98,6 +113,8 @@ signals:
     void modelOpened(const QString& dir);
 
 protected:
+    // Remembers the session for the next start (lastSession).
+    void closeEvent(QCloseEvent* event) override;
     // Dropping a model folder or a .safetensors file (its folder is opened) onto the window.
     void dragEnterEvent(QDragEnterEvent* event) override;
     void dropEvent(QDropEvent* event) override;
@@ -105,6 +122,8 @@ protected:
 private slots:
     void chooseCheckpoint();
     void chooseRun();
+    void chooseSessionToOpen();
+    void chooseSessionToSave();
     void showAbout();
     void rebuildRecentMenu();
 
@@ -121,6 +140,7 @@ private:
     ActivationView* m_activations = nullptr;
     QTabWidget* m_tabs = nullptr;
     QString m_exportRunDir;
+    QStringList m_openRuns; // opened or finished here, in order (the session's runs)
     ModelSummaryView* m_summary = nullptr;
     QDockWidget* m_modelDock = nullptr;
     QFrame* m_errorBanner = nullptr;

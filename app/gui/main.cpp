@@ -8,6 +8,7 @@
 #include <QApplication>
 #include <QCommandLineOption>
 #include <QCommandLineParser>
+#include <QJsonObject>
 #include <QtGlobal>
 
 #include <cstdio>
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
     parser.addPositionalArgument(
         QStringLiteral("MODEL_DIR"),
         QStringLiteral("Hugging Face model folder to open (config.json + model.safetensors). "
-                       "Without one, the built-in demo model is opened."),
+                       "Without one, the last session is restored, or else the built-in demo model is opened."),
         QStringLiteral("[MODEL_DIR]"));
     parser.process(app); // exits on --help and unknown options
     if (parser.isSet(versionOption)) {
@@ -161,6 +162,9 @@ int main(int argc, char** argv) {
     if (!positional.isEmpty()) {
         if (!window.openCheckpoint(positional.first()))
             std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(window.errorBannerText()));
+    } else if (const QJsonObject last = latmix::gui::MainWindow::lastSession();
+               !last.isEmpty() && !last.value(QStringLiteral("model")).toString().isEmpty() && window.restoreSession(last)) {
+        // The last session (model, point, runs, view, layout) is back; what is gone is in the banner.
     } else {
         QString error;
         const QString demo = latmix::gui::prepareDemoModel(&error);
