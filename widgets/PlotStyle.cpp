@@ -93,7 +93,7 @@ void fitTicks(QCustomPlot* p) {
                 const double length = axis->orientation() == Qt::Horizontal ? rect->width() : rect->height();
                 // QCustomPlot treats the count as a target and may place one or two more ticks at
                 // "nice" steps: ask for fewer than fit.
-                const int count = std::clamp(static_cast<int>(length / extent) - 1, 2, 8);
+                const int count = std::clamp(static_cast<int>(length / extent) - 1, 1, 8);
                 if (ticker->tickCount() != count) {
                     ticker->setTickCount(count);
                     changed = true;

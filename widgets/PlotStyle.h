@@ -22,7 +22,7 @@ void placeLegendAbove(QCustomPlot* plot);
 void addTitleAndLegend(QCustomPlot* plot, const QString& title, const QFont& base);
 
 // Tick counts from the axis length: before every replot each axis asks for as many ticks as
-// labels of its current width (horizontal) or two text lines (vertical) fit, 2 to 8, so labels
+// labels of its current width (horizontal) or two text lines (vertical) fit, 1 to 8, so labels
 // never run together ("0102030405060") on a narrow plot. Axes with hand-placed text labels keep
 // them. A legend above the axes gets as many entries a row as fit. Connected once per plot.
 void fitTicks(QCustomPlot* plot);

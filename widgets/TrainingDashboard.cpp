@@ -425,7 +425,8 @@ void TrainingDashboard::drawHeatmaps() {
         map->setInterpolate(false);
         p->rescaleAxes();
         if (auto* t = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0)))
-            t->setText(QStringLiteral("%1, step %2").arg(title).arg(m_heatmapStep));
+            // Two lines: the heatmaps are narrow, "A1 off-block, step 60" on one line was cut.
+            t->setText(QStringLiteral("%1\nstep %2").arg(title).arg(m_heatmapStep));
         p->setToolTip(tr("%1 at step %2; colour scale ±%3 (blue negative, red positive)").arg(title).arg(m_heatmapStep).arg(mx, 0, 'g', 3));
         p->replot(QCustomPlot::rpQueuedReplot);
     };
