@@ -13,6 +13,7 @@
 #include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
 #include "ActivationView.h"
 #include "CalibrationView.h"
