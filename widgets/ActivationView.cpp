@@ -45,14 +45,7 @@ namespace {
 // Captures kept in memory (a 14336-wide point of 8 windows × 64 tokens is 29 MB).
 constexpr int kMaxCachedCaptures = 8;
 
-QVector<double> values(const at::Tensor& t) {
-    QVector<double> v;
-    if (!t.defined()) return v;
-    const at::Tensor c = t.to(at::kDouble).contiguous().cpu();
-    v.reserve(static_cast<int>(c.numel()));
-    for (std::int64_t i = 0; i < c.numel(); ++i) v << c.data_ptr<double>()[i];
-    return v;
-}
+using PlotStyle::values;
 
 QVector<double> indices(int n, double offset = 0) {
     QVector<double> v(n);
@@ -350,7 +343,7 @@ bool ActivationView::analyze(QString* error) {
             return acts.front().second;
         };
         if (!out->activations.defined()) out->activations = capture("", 0.0, twice ? 0.5 : 1.0);
-        if (twice) out->runActivations = capture(runTransforms, out->activations.defined() && cached.defined() ? 0.0 : 0.5, 1.0);
+        if (twice) out->runActivations = capture(runTransforms, cached.defined() ? 0.0 : 0.5, 1.0);
         job.checkCancelled();
         if (!runTransforms.empty()) {
             out->profile = latmix::metrics::profileActivationPair(out->activations, out->runActivations, runLabel, options, point);

@@ -73,14 +73,6 @@ QString pointKind(const QString& point) {
     return b > 0 ? point.mid(b + 1) : point;
 }
 
-QVector<double> toVector(const at::Tensor& t) {
-    QVector<double> v;
-    if (!t.defined()) return v;
-    const at::Tensor c = t.to(at::kDouble).contiguous();
-    v.reserve(static_cast<int>(c.numel()));
-    for (int64_t i = 0; i < c.numel(); ++i) v << c.data_ptr<double>()[i];
-    return v;
-}
 
 } // namespace
 
@@ -362,7 +354,7 @@ void ComparisonView::showResult() {
         curves.format = QString::fromStdString(r.config.describe());
         TransformCurves tc;
         tc.transform = QString::fromStdString(e.kind);
-        tc.perBlockError = toVector(r.perBlock);
+        tc.perBlockError = PlotStyle::values(r.perBlock);
         for (const auto& s : r.sweep) {
             tc.sweepBlocks << s.blockSize;
             tc.sweepMse << s.mse;
@@ -401,7 +393,7 @@ bool ComparisonView::compareAcrossLayers(const QString& kind, QString* error) {
                            for (const auto& e : result.entries) {
                                if (!e.error.empty()) continue;
                                points << QString::fromStdString(e.point);
-                               rows << toVector(e.report.perBlock);
+                               rows << PlotStyle::values(e.report.perBlock);
                                mse[QString::fromStdString(e.point)] = e.report.mse;
                            }
                            emit pointMetricsKnown(tr("E(T), %1").arg(kind), mse);

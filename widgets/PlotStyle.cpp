@@ -1,3 +1,6 @@
+// ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
+#include <ATen/ATen.h>
+
 #include "PlotStyle.h"
 
 #include <qcustomplot.h>
@@ -118,6 +121,15 @@ void fitTicks(QCustomPlot* p) {
         // The axis lengths were those of the last layout: after a resize, draw once more.
         if (changed) p->replot(QCustomPlot::rpQueuedReplot);
     });
+}
+
+QVector<double> values(const at::Tensor& t) {
+    QVector<double> v;
+    if (!t.defined()) return v;
+    const at::Tensor c = t.to(at::kDouble).contiguous().cpu();
+    v.reserve(static_cast<int>(c.numel()));
+    for (std::int64_t i = 0; i < c.numel(); ++i) v << c.data_ptr<double>()[i];
+    return v;
 }
 
 } // namespace latmix::gui::PlotStyle

@@ -3,8 +3,13 @@
 #include <QFont>
 #include <QPalette>
 #include <QString>
+#include <QVector>
 
 class QCustomPlot;
+
+namespace at {
+class Tensor;
+}
 
 namespace latmix::gui::PlotStyle {
 
@@ -26,5 +31,8 @@ void addTitleAndLegend(QCustomPlot* plot, const QString& title, const QFont& bas
 // never run together ("0102030405060") on a narrow plot. Axes with hand-placed text labels keep
 // them. A legend above the axes gets as many entries a row as fit. Connected once per plot.
 void fitTicks(QCustomPlot* plot);
+
+// A tensor's values as a plot series, in float64 (empty for an undefined tensor).
+QVector<double> values(const at::Tensor& t);
 
 } // namespace latmix::gui::PlotStyle

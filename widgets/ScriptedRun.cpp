@@ -158,10 +158,11 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
         calibration->setMethod(s.calibrateMethod);
         calibration->setSteps(s.steps);
         window.viewTabs()->setCurrentWidget(calibration);
-        if (!s.screenshot.isEmpty()) {
-            // Wait for the run (the event loop keeps the dashboard live meanwhile).
-            QEventLoop loop;
-            bool finished = false;
+        // With a screenshot to take, wait for the run (the event loop keeps the dashboard live).
+        const bool wait = !s.screenshot.isEmpty();
+        QEventLoop loop;
+        bool finished = false;
+        if (wait) {
             QObject::connect(calibration, &CalibrationView::runFinished, &loop,
                              [&](bool done, const QString&, const QString& message) {
                                  finished = true;
@@ -169,11 +170,9 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
                                  loop.quit();
                              });
             showAt(window, s.size);
-            if (!calibration->start(error)) return false;
-            if (!finished) loop.exec();
-        } else if (!calibration->start(error)) {
-            return false;
         }
+        if (!calibration->start(error)) return false;
+        if (wait && !finished) loop.exec();
     }
     if (!s.screenshot.isEmpty()) {
         showAt(window, s.size);
