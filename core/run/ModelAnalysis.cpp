@@ -2,6 +2,7 @@
 
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
+#include "model/TensorNames.h"
 #include "tokenizer/Tokenizer.h"
 #include "train/ModelTransforms.h"
 
@@ -30,6 +31,50 @@ train::PointActivations captureModelActivations(const ModelCapture& r, JobContex
     const auto folded = train::foldedModel(ck.config(), model::loadWeights(ck, r.dtype, device), *t,
                                            at::TensorOptions().dtype(r.dtype).device(device));
     return train::captureActivationsInMemory(folded, ids, r.pointsRegex, r.samples, r.seqLen, r.seed, r.maxRows, job);
+}
+
+namespace {
+
+const at::Tensor& linearOf(const model::LayerWeights& y, const std::string& linear) {
+    namespace names = model::names;
+    if (linear == names::kQProj) return y.wq;
+    if (linear == names::kKProj) return y.wk;
+    if (linear == names::kVProj) return y.wv;
+    if (linear == names::kOProj) return y.wo;
+    if (linear == names::kGateProj) return y.wGate;
+    if (linear == names::kUpProj) return y.wUp;
+    if (linear == names::kDownProj) return y.wDown;
+    std::string known;
+    for (const char* n : names::kBlockLinears) known += std::string(known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("'" + linear + "' is not a block linear (one of " + known + ")");
+}
+
+} // namespace
+
+LinearWeights loadLinearWeights(const std::string& modelDir, int layer, const std::string& linear,
+                                const std::string& transformsFile) {
+    const auto ck = model::Checkpoint::load(modelDir);
+    const auto& c = ck.config();
+    if (layer < 0 || layer >= c.numLayers)
+        throw std::invalid_argument("layer " + std::to_string(layer) + " is not a layer of the model in '" + modelDir +
+                                    "' (it has " + std::to_string(c.numLayers) + ": 0.." + std::to_string(c.numLayers - 1) + ")");
+    // The stored matrices are memory-mapped; only this layer is converted.
+    const auto stored = model::loadStoredWeights(ck, at::kFloat);
+    const auto& y = stored.layers[static_cast<std::size_t>(layer)];
+    LinearWeights r;
+    r.original = linearOf(y, linear).to(at::kFloat).contiguous();
+    if (transformsFile.empty()) return r;
+    std::unique_ptr<train::ModelTransforms> t;
+    try {
+        t = std::make_unique<train::ModelTransforms>(train::ModelTransforms::load(c, transformsFile));
+    } catch (const std::exception& e) {
+        throw std::runtime_error("cannot use the transforms in '" + transformsFile + "' with the model in '" + modelDir +
+                                 "': " + e.what() + " (is it a run of this model?)");
+    }
+    // float64 like the pipeline's final fold, then float32 as the quantizer gets it.
+    const auto folded = train::foldedLayer(c, y, *t, layer, at::TensorOptions().dtype(at::kDouble));
+    r.folded = linearOf(folded, linear).to(at::kFloat).contiguous();
+    return r;
 }
 
 } // namespace latmix::run

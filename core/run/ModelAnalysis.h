@@ -31,4 +31,16 @@ struct ModelCapture {
 // per calibration window, cancel between windows.
 train::PointActivations captureModelActivations(const ModelCapture& request, JobContext& job = silentJob());
 
+// The weight of one block linear of one layer, for the weights view: `original` as the checkpoint
+// stores it (what RTN and GPTQ quantize: nothing folded, SPEC §6), and with a run's transforms.h5
+// `folded`, the same linear as that run's weight quantizer sees it (γ, T1, T2 and T3 folded:
+// train::foldedLayer, in float64 then float32). float32 CPU; folded undefined without a run.
+struct LinearWeights {
+    at::Tensor original, folded;
+};
+// linear: one of model::names::kBlockLinears ("self_attn.q_proj" ... "mlp.down_proj"). Throws
+// naming the folder, the layer, the linear or the transforms file.
+LinearWeights loadLinearWeights(const std::string& modelDir, int layer, const std::string& linear,
+                                const std::string& transformsFile = {});
+
 } // namespace latmix::run

@@ -194,4 +194,15 @@ model::LlamaModel foldedModel(const model::ModelConfig& config, const model::Lla
     return model::LlamaModel(c, std::move(folded), fo);
 }
 
+model::LayerWeights foldedLayer(const model::ModelConfig& config, const model::LayerWeights& original,
+                                const ModelTransforms& t, int layer, const at::TensorOptions& options) {
+    // The same steps in the same order as foldedModel, on one layer.
+    at::NoGradGuard g;
+    model::LayerWeights y = model::convertLayer(original, options);
+    fold::foldLayerNorms(y);
+    if (t.t3().defined()) fold::applyT3ToLayer(y, t.t3());
+    t.foldLayer(config, y, layer);
+    return y;
+}
+
 } // namespace latmix::train

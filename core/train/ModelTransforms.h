@@ -88,5 +88,9 @@ private:
 // their quantization). original: the checkpoint's weights as loaded (any dtype/device).
 model::LlamaModel foldedModel(const model::ModelConfig& config, const model::LlamaWeights& original, const ModelTransforms& t,
                               const at::TensorOptions& options);
+// One layer of foldedModel's weights (γ folded, W_down T3ᵀ, T1 and T2 folded, in options' dtype
+// and device) without touching the other layers: what the run's weight quantizer sees there.
+model::LayerWeights foldedLayer(const model::ModelConfig& config, const model::LayerWeights& original,
+                                const ModelTransforms& t, int layer, const at::TensorOptions& options);
 
 } // namespace latmix::train
