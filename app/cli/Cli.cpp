@@ -51,6 +51,8 @@ int run(int argc, char** argv, bool mayReexec) {
     add(latmix::cli::addQuantizeCommand);
     add(latmix::cli::addExportCommand);
     add(latmix::cli::addSweepCommand);
+    add(latmix::cli::addReportCommand);
+    add(latmix::cli::addRunsCommand);
 
     try {
         app.parse(argc, argv);

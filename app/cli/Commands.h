@@ -25,5 +25,7 @@ Runner addAnalyzeCommand(CLI::App& app);
 Runner addQuantizeCommand(CLI::App& app);
 Runner addExportCommand(CLI::App& app);
 Runner addSweepCommand(CLI::App& app);
+Runner addReportCommand(CLI::App& app);
+Runner addRunsCommand(CLI::App& app);
 
 } // namespace latmix::cli

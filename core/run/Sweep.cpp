@@ -1,6 +1,7 @@
 #include "run/Sweep.h"
 
 #include "eval/ZeroShotTasks.h"
+#include "run/RunCatalog.h"
 #include "mx/MxFormat.h"
 #include "util/AtomicFile.h"
 #include "util/DataPath.h"
@@ -209,11 +210,11 @@ SweepGrid readSweepGrid(const std::string& gridPath, const std::string& modelOve
 }
 
 SweepRecord readSweepRecord(const SweepCell& cell, const std::string& latmixJson) {
-    json j;
+    RunSummary s;
     try {
-        j = json::parse(util::readTextFile(latmixJson, "run record"));
-    } catch (const json::exception& e) {
-        throw std::runtime_error(latmixJson + ": not JSON (" + e.what() + "); remove the cell's folder to run it again");
+        s = readRunSummary(fs::path(latmixJson).parent_path().string());
+    } catch (const std::runtime_error& e) {
+        throw std::runtime_error(std::string(e.what()) + " (or remove the cell's folder to run it again)");
     }
     SweepRecord r;
     r.name = cell.name;
@@ -221,19 +222,14 @@ SweepRecord readSweepRecord(const SweepCell& cell, const std::string& latmixJson
     r.format = cell.format;
     r.variant = cell.variant;
     r.seed = cell.seed;
-    if (j.contains("perplexity")) {
-        const auto& p = j["perplexity"];
-        r.fpPerplexity = p.value("fp", 0.0);
-        r.w4a4Perplexity = p.value("w4a4", 0.0);
-        r.weightsOnlyPerplexity = p.value("weights_only", 0.0);
-        r.foldedPerplexity = p.value("folded_fp", 0.0);
-    }
-    if (j.contains("training") && j["training"].contains("final_kl")) r.finalKl = j["training"]["final_kl"].get<double>();
-    if (j.contains("zeroshot")) r.zeroShotAverage = j["zeroshot"].value("average", -1.0);
-    if (j.contains("seconds")) {
-        r.trainSeconds = j["seconds"].value("train", 0.0);
-        r.totalSeconds = j["seconds"].value("total", 0.0);
-    }
+    r.fpPerplexity = s.fpPerplexity;
+    r.w4a4Perplexity = s.w4a4Perplexity;
+    r.weightsOnlyPerplexity = s.weightsOnlyPerplexity;
+    r.foldedPerplexity = s.foldedFpPerplexity;
+    r.finalKl = s.finalKl;
+    r.zeroShotAverage = s.zeroShotAverage;
+    r.trainSeconds = s.trainSeconds;
+    r.totalSeconds = s.totalSeconds;
     return r;
 }
 

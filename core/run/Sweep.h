@@ -45,7 +45,8 @@ struct SweepGrid {
 // the grid file and the key). modelOverride: --model, else the grid's "model".
 SweepGrid readSweepGrid(const std::string& gridPath, const std::string& modelOverride = {});
 
-// What the table shows of a finished cell, read back from its latmix.json.
+// What the table shows of a finished cell, read back from its latmix.json (run::readRunSummary,
+// run/RunCatalog.h); errors name the file.
 struct SweepRecord {
     std::string name, method, format, variant;
     std::uint64_t seed = 0;

@@ -1,0 +1,273 @@
+#include "run/RunCatalog.h"
+
+#include "util/AtomicFile.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+namespace latmix::run {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json; // keeps latmix.json's order (zero-shot tasks)
+
+// Typed access to latmix.json's fields; a field of the wrong type throws naming the file, the
+// field and what was expected. Absent fields and null (a NaN written by nlohmann) read as absent.
+class Fields {
+public:
+    explicit Fields(std::string file) : m_file(std::move(file)) {}
+
+    [[noreturn]] void wrong(const std::string& key, const json& v, const char* expected) const {
+        throw std::runtime_error(m_file + ": \"" + key + "\" is " + v.type_name() + " " + v.dump().substr(0, 60) +
+                                 ", not " + expected +
+                                 "; the file was not written by `latmix quantize` or was edited: run the run again");
+    }
+    static const json* find(const json& obj, const char* key) {
+        if (!obj.is_object()) return nullptr;
+        auto it = obj.find(key);
+        return it == obj.end() || it->is_null() ? nullptr : &*it;
+    }
+    const json* object(const json& obj, const char* key) const {
+        const json* v = find(obj, key);
+        if (v && !v->is_object()) wrong(key, *v, "an object");
+        return v;
+    }
+    std::string text(const json& obj, const char* key, const std::string& where = {}) const {
+        const json* v = find(obj, key);
+        if (!v) return {};
+        if (!v->is_string()) wrong(where + key, *v, "a string");
+        return v->get<std::string>();
+    }
+    double number(const json* obj, const char* key, double absent, const std::string& where = {}) const {
+        const json* v = obj ? find(*obj, key) : nullptr;
+        if (!v) return absent;
+        if (!v->is_number()) wrong(where + key, *v, "a number");
+        return v->get<double>();
+    }
+    std::int64_t integer(const json* obj, const char* key, std::int64_t absent, const std::string& where = {}) const {
+        const json* v = obj ? find(*obj, key) : nullptr;
+        if (!v) return absent;
+        if (!v->is_number_integer()) wrong(where + key, *v, "an integer");
+        return v->get<std::int64_t>();
+    }
+
+private:
+    std::string m_file;
+};
+
+// A perplexity as the summary holds it: 0 when absent, not finite or not positive (latmix.json
+// writes folded_fp 0 for methods without transforms).
+double perplexityOf(double v) { return std::isfinite(v) && v > 0 ? v : 0.0; }
+
+std::string csvField(const std::string& s) {
+    if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+}
+
+// The shortest decimal that reads back as the same double.
+std::string exact(double v) {
+    char b[64];
+    const auto r = std::to_chars(b, b + sizeof b, v);
+    return std::string(b, r.ptr);
+}
+
+bool hidden(const std::string& name) {
+    return name.empty() || name[0] == '.' ||
+           (name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0);
+}
+
+void scanFolder(const fs::path& dir, int depth, int maxDepth, std::set<fs::path>& visited,
+                std::vector<RunSummary>& runs, std::vector<std::string>* problems) {
+    std::error_code ec;
+    const fs::path real = fs::canonical(dir, ec);
+    if (ec || !visited.insert(real).second) return; // a symbolic link back to a folder seen already
+    if (fs::is_regular_file(dir / "latmix.json", ec)) {
+        try {
+            runs.push_back(readRunSummary(dir.string()));
+        } catch (const std::exception& e) {
+            if (problems) problems->push_back(e.what());
+        }
+    }
+    if (depth >= maxDepth) return;
+    std::vector<fs::path> children;
+    fs::directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+    if (ec) {
+        if (problems) problems->push_back(dir.string() + ": cannot list the folder (" + ec.message() + ")");
+        return;
+    }
+    for (const fs::directory_iterator end; it != end; it.increment(ec)) {
+        if (ec) break;
+        const std::string name = it->path().filename().string();
+        if (name == "model" || hidden(name)) continue; // a run's model folder, temporary folders
+        std::error_code e2;
+        if (it->is_directory(e2)) children.push_back(it->path()); // follows links; loops stop at `visited`
+    }
+    if (ec && problems) problems->push_back(dir.string() + ": cannot list the folder (" + ec.message() + ")");
+    std::sort(children.begin(), children.end());
+    for (const auto& c : children) scanFolder(c, depth + 1, maxDepth, visited, runs, problems);
+}
+
+} // namespace
+
+std::string RunSummary::latmixJson() const { return (fs::path(dir) / "latmix.json").string(); }
+std::string RunSummary::trainFile() const { return (fs::path(dir) / "train.h5").string(); }
+
+bool RunSummary::hasValue(double v, bool nonNegative) { return std::isfinite(v) && (nonNegative ? v >= 0 : v > 0); }
+
+RunSummary readRunSummary(const std::string& runDir) {
+    const std::string file = (fs::path(runDir) / "latmix.json").string();
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec))
+        throw std::runtime_error(file + ": missing; " +
+                                 (fs::is_directory(runDir, ec) ? "'" + runDir + "' is not a run folder"
+                                                               : "the folder '" + runDir + "' does not exist") +
+                                 " (give a folder written by `latmix quantize --out` or a sweep's OUT/cells/<cell>)");
+    json j;
+    try {
+        j = json::parse(util::readTextFile(file, "run record"));
+    } catch (const json::exception& e) {
+        throw std::runtime_error(file + ": not JSON (" + e.what() + "); the run was interrupted or the file edited: "
+                                 "run it again");
+    }
+    const Fields f(file);
+    if (!j.is_object()) f.wrong("(the file)", j, "an object");
+
+    RunSummary s;
+    s.dir = runDir;
+    s.method = f.text(j, "method");
+    if (s.method.empty())
+        throw std::runtime_error(file + ": no \"method\"; not a run record of `latmix quantize`: run the run again");
+    s.methodDescription = f.text(j, "method_description");
+    s.created = f.text(j, "created");
+    s.command = f.text(j, "command");
+    s.model = f.text(j, "model");
+    s.device = f.text(j, "device");
+    s.latmixVersion = f.text(j, "latmix_version");
+    s.libtorchVersion = f.text(j, "libtorch_version");
+    const std::int64_t seed = f.integer(&j, "seed", 0);
+    if (seed < 0) f.wrong("seed", j["seed"], "a non-negative integer");
+    s.seed = static_cast<std::uint64_t>(seed);
+
+    if (const json* fmt = f.object(j, "format")) {
+        s.format = f.text(*fmt, "format", "format.");
+        s.block = static_cast<int>(f.integer(fmt, "block", 0, "format."));
+        s.scaleMode = f.text(*fmt, "scale_mode", "format.");
+    }
+    if (const json* t = f.object(j, "training")) {
+        s.steps = static_cast<int>(f.integer(t, "steps", 0, "training."));
+        s.firstKl = f.number(t, "first_kl", -1.0, "training.");
+        s.finalKl = f.number(t, "final_kl", -1.0, "training.");
+    }
+    if (const json* p = f.object(j, "perplexity")) {
+        s.fpPerplexity = perplexityOf(f.number(p, "fp", 0.0, "perplexity."));
+        s.w4a4Perplexity = perplexityOf(f.number(p, "w4a4", 0.0, "perplexity."));
+        s.foldedFpPerplexity = perplexityOf(f.number(p, "folded_fp", 0.0, "perplexity."));
+        s.weightsOnlyPerplexity = perplexityOf(f.number(p, "weights_only", 0.0, "perplexity."));
+        s.evalSeqLen = static_cast<int>(f.integer(p, "seqlen", 0, "perplexity."));
+        s.evalWindows = static_cast<int>(f.integer(p, "windows", 0, "perplexity."));
+    }
+    if (s.fpPerplexity > 0 && s.w4a4Perplexity > 0) s.recovery = s.fpPerplexity / s.w4a4Perplexity;
+    if (const json* z = f.object(j, "zeroshot")) {
+        s.zeroShotAverage = f.number(z, "average", -1.0, "zeroshot.");
+        if (const json* tasks = f.object(*z, "tasks")) {
+            for (const auto& [name, t] : tasks->items()) {
+                const std::string where = "zeroshot.tasks." + name + ".";
+                if (!t.is_object()) f.wrong(where.substr(0, where.size() - 1), t, "an object");
+                ZeroShotScore z2;
+                z2.task = name;
+                z2.n = static_cast<int>(f.integer(&t, "n", 0, where));
+                const double nan = std::numeric_limits<double>::quiet_NaN();
+                z2.acc = f.number(&t, "acc", nan, where);
+                z2.accNorm = f.number(&t, "acc_norm", nan, where);
+                z2.perplexity = f.number(&t, "perplexity", nan, where);
+                s.zeroShot.push_back(std::move(z2));
+            }
+        }
+    }
+    if (const json* sec = f.object(j, "seconds")) {
+        s.trainSeconds = f.number(sec, "train", 0.0, "seconds.");
+        s.totalSeconds = f.number(sec, "total", 0.0, "seconds.");
+    }
+    if (const json* linears = Fields::find(j, "linears")) {
+        if (!linears->is_array()) f.wrong("linears", *linears, "a list");
+        for (std::size_t i = 0; i < linears->size(); ++i) {
+            const json& L = (*linears)[i];
+            const std::string where = "linears[" + std::to_string(i) + "].";
+            if (!L.is_object()) f.wrong(where.substr(0, where.size() - 1), L, "an object");
+            LinearError e;
+            e.layer = static_cast<int>(f.integer(&L, "layer", 0, where));
+            e.linear = f.text(L, "linear", where);
+            e.relativeError = f.number(&L, "relative_error", std::numeric_limits<double>::quiet_NaN(), where);
+            s.linears.push_back(std::move(e));
+        }
+    }
+    s.hasTrainSeries = fs::is_regular_file(fs::path(runDir) / "train.h5", ec);
+    return s;
+}
+
+std::vector<RunSummary> scanRuns(const std::string& root, std::vector<std::string>* problems, int maxDepth) {
+    std::error_code ec;
+    if (!fs::is_directory(root, ec))
+        throw std::invalid_argument("'" + root + "' is not a folder; give the folder that holds the run folders "
+                                    "(e.g. runs/ or a sweep's OUT)");
+    std::vector<RunSummary> runs;
+    std::set<fs::path> visited;
+    scanFolder(fs::path(root), 0, maxDepth, visited, runs, problems);
+    std::sort(runs.begin(), runs.end(), [](const RunSummary& a, const RunSummary& b) { return a.dir < b.dir; });
+    return runs;
+}
+
+const std::vector<std::string>& runsCsvColumns() {
+    static const std::vector<std::string> c = {
+        "dir",          "method",      "format",          "block",           "scale_mode",   "steps",
+        "seed",         "created",     "fp_ppl",          "w4a4_ppl",        "folded_fp_ppl", "weights_only_ppl",
+        "recovery",     "zeroshot_average", "final_kl",   "train_seconds",   "total_seconds", "train_series",
+        "command",      "model"};
+    return c;
+}
+
+std::string runsCsv(const std::vector<RunSummary>& runs) {
+    std::ostringstream s;
+    const auto& cols = runsCsvColumns();
+    for (std::size_t i = 0; i < cols.size(); ++i) s << (i ? "," : "") << cols[i];
+    s << "\n";
+    auto opt = [](double v, bool present) { return present ? exact(v) : std::string(); };
+    for (const auto& r : runs) {
+        const std::vector<std::string> row = {
+            csvField(r.dir),
+            csvField(r.method),
+            csvField(r.format),
+            r.block > 0 ? std::to_string(r.block) : std::string(),
+            csvField(r.scaleMode),
+            std::to_string(r.steps),
+            std::to_string(r.seed),
+            csvField(r.created),
+            opt(r.fpPerplexity, RunSummary::hasValue(r.fpPerplexity)),
+            opt(r.w4a4Perplexity, RunSummary::hasValue(r.w4a4Perplexity)),
+            opt(r.foldedFpPerplexity, RunSummary::hasValue(r.foldedFpPerplexity)),
+            opt(r.weightsOnlyPerplexity, RunSummary::hasValue(r.weightsOnlyPerplexity)),
+            opt(r.recovery, RunSummary::hasValue(r.recovery)),
+            opt(r.zeroShotAverage, RunSummary::hasValue(r.zeroShotAverage, true)),
+            opt(r.finalKl, RunSummary::hasValue(r.finalKl, true)),
+            exact(r.trainSeconds),
+            exact(r.totalSeconds),
+            r.hasTrainSeries ? "yes" : "no",
+            csvField(r.command),
+            csvField(r.model)};
+        for (std::size_t i = 0; i < row.size(); ++i) s << (i ? "," : "") << row[i];
+        s << "\n";
+    }
+    return s.str();
+}
+
+} // namespace latmix::run

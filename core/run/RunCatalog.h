@@ -1,0 +1,90 @@
+#pragma once
+// The run folders on disk: what `latmix quantize` / `latmix sweep` wrote into RUN_DIR
+// (latmix.json, train.h5 for learned methods, transforms.h5, model/), read back as one summary per
+// run. This is the one reader of latmix.json's result fields: the sweep table (run/Sweep.h), the
+// `latmix runs` catalog, the HTML report (report/Report.h) and the GUI's runs table all use it.
+//
+// Absent numbers: a perplexity, recovery or time that the run did not measure is 0 (a measured
+// perplexity is > 1, a measured recovery > 0); finalKl and zeroShotAverage are negative when
+// absent (a KL or an accuracy can be 0). hasValue() says which.
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace latmix::run {
+
+// One linear's GPTQ / RTN weight error, latmix.json "linears".
+struct LinearError {
+    int layer = 0;
+    std::string linear;        // "self_attn.q_proj", ...
+    double relativeError = 0;  // tr((W−Q) H (W−Q)ᵀ) / tr(W H Wᵀ), H the layer's Hessian (quant/)
+};
+
+// One zero-shot task of latmix.json "zeroshot"/"tasks" (the W4A4 model). Metrics the task does
+// not report are NaN (acc_norm: not for boolq, lambada_openai; perplexity: lambada_openai only).
+struct ZeroShotScore {
+    std::string task;
+    int n = 0; // documents evaluated
+    double acc = std::numeric_limits<double>::quiet_NaN();
+    double accNorm = std::numeric_limits<double>::quiet_NaN();
+    double perplexity = std::numeric_limits<double>::quiet_NaN();
+};
+
+struct RunSummary {
+    std::string dir;                    // the run folder as given / found
+    std::string method, methodDescription;
+    std::string format;                 // "mxfp4", "mxint4", "nvfp4", ...
+    int block = 0;                      // MX block size
+    std::string scaleMode;              // "floor", "ceil", "even"
+    int steps = 0;                      // training.steps; 0: the method learns nothing
+    std::uint64_t seed = 0;
+    std::string created;                // ISO 8601 UTC, "2026-11-25T01:12:01Z"
+    std::string command;                // the command line that made the run
+    std::string model;                  // the source model folder
+    std::string device;                 // "cpu", "cuda:0", "auto"
+    std::string latmixVersion, libtorchVersion;
+
+    // WikiText-2 test perplexities (0: not evaluated; folded FP: 0 for methods without transforms).
+    double fpPerplexity = 0, w4a4Perplexity = 0, foldedFpPerplexity = 0, weightsOnlyPerplexity = 0;
+    int evalSeqLen = 0, evalWindows = 0; // their windows (windows 0: all of the split)
+    // Recovery, as a fraction: FP perplexity / W4A4 perplexity (0 when either is absent). Peers'
+    // model cards (FP-Quant, Red Hat's quantized models) report "recovery" as quantized accuracy
+    // over FP accuracy; perplexity is lower-is-better, so the same idea is the inverse ratio:
+    // 1.0 = nothing lost, 0.95 = the quantized model's perplexity is 1/0.95 of the FP one.
+    double recovery = 0;
+    double zeroShotAverage = -1;        // < 0: no zero-shot tasks
+    std::vector<ZeroShotScore> zeroShot; // per task, in latmix.json order
+    double trainSeconds = 0, totalSeconds = 0;
+    double firstKl = -1, finalKl = -1;  // learned methods: the first and last step's KL (< 0: none)
+    bool hasTrainSeries = false;        // RUN_DIR/train.h5 exists
+    std::vector<LinearError> linears;   // latmix.json order (layer by layer)
+
+    std::string latmixJson() const;     // dir/latmix.json
+    std::string trainFile() const;      // dir/train.h5
+    // Whether a number of this struct holds a value under the conventions above: > 0 for
+    // perplexities, recovery; >= 0 for finalKl, firstKl, zeroShotAverage (pass nonNegative).
+    static bool hasValue(double v, bool nonNegative = false);
+};
+
+// Reads RUN_DIR/latmix.json. Throws std::runtime_error naming RUN_DIR/latmix.json and what is
+// wrong (missing, not JSON, a field of the wrong type) and what to do.
+RunSummary readRunSummary(const std::string& runDir);
+
+// Every run folder under root (root itself included): folders holding latmix.json, at most
+// maxDepth levels below root, never inside a model/ folder or a hidden / temporary one
+// (".name", "*.partial"), symbolic links followed once (a loop is visited once). A folder whose
+// latmix.json cannot be read is skipped and, when problems is given, reported there (one line
+// naming the file and why); an unreadable folder too. Sorted by dir. Throws
+// std::invalid_argument when root is not a folder.
+std::vector<RunSummary> scanRuns(const std::string& root, std::vector<std::string>* problems = nullptr,
+                                 int maxDepth = 6);
+
+// The runs as CSV (RFC 4180): a header line, one row a run; fields holding a comma, a quote or a
+// line break are quoted (quotes doubled); absent numbers are empty fields; numbers are written
+// with as many digits as they need to read back exactly.
+std::string runsCsv(const std::vector<RunSummary>& runs);
+// The CSV's columns, in order (the header line's names).
+const std::vector<std::string>& runsCsvColumns();
+
+} // namespace latmix::run
