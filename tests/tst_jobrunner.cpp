@@ -1,14 +1,20 @@
 // The GUI's job runner: core jobs run off the UI thread, progress and completion arrive as
-// signals in order, cancel and errors are reported, one job at a time.
+// signals in order, cancel and errors are reported, one job at a time; every job is listed by
+// the application's JobManager and runs with the libtorch threads it was granted.
+#include "JobManager.h"
 #include "JobRunner.h"
+#include "util/Runtime.h"
 
 #include <QSignalSpy>
 #include <QThread>
 #include <QtTest>
 
+#include <atomic>
 #include <stdexcept>
 
+using latmix::gui::JobManager;
 using latmix::gui::JobRunner;
+using latmix::gui::JobState;
 
 class TestJobRunner : public QObject {
     Q_OBJECT
@@ -65,6 +71,47 @@ private slots:
         QVERIFY(done.wait(5000));
         QCOMPARE(done.first().at(0).toBool(), ok);
         QCOMPARE(done.first().at(1).toString(), error);
+    }
+
+    // A runner registers its job with the application's manager without being told, and its work
+    // runs with the threads granted: the whole budget by default, or what it asked for.
+    void registersWithTheApplicationsManager_data() {
+        QTest::addColumn<int>("asked");
+        QTest::addColumn<int>("granted");
+        QTest::newRow("whole budget") << 0 << 3;
+        QTest::newRow("one thread") << 1 << 1;
+    }
+    void registersWithTheApplicationsManager() {
+        QFETCH(int, asked);
+        QFETCH(int, granted);
+        JobManager* manager = JobManager::instance();
+        QVERIFY(manager != nullptr);
+        QCOMPARE(JobManager::instance(), manager); // one per application
+        manager->setBudget(3);
+        JobRunner runner;
+        QSignalSpy done(&runner, &JobRunner::finished);
+        QSignalSpy grantedSpy(&runner, &JobRunner::threadsGranted);
+        std::atomic<int> seen{-1}, seenGranted{-1};
+        const int uiThreads = latmix::threadCount();
+        QVERIFY(runner.start("listed", [&](latmix::JobContext& job) {
+            seen = latmix::threadCount();
+            seenGranted = JobRunner::grantedThreads(job);
+            job.progress(0.5, "half");
+        }, asked));
+        QVERIFY(manager->contains(runner.jobId()));
+        QCOMPARE(manager->job(runner.jobId()).title, QString("listed"));
+        QVERIFY(done.wait(5000));
+        QCOMPARE(done.first().at(0).toBool(), true);
+        QCOMPARE(grantedSpy.size(), 1);
+        QCOMPARE(grantedSpy.first().at(0).toInt(), granted);
+        QCOMPARE(seen.load(), granted);
+        QCOMPARE(seenGranted.load(), granted);
+        QCOMPARE(latmix::threadCount(), uiThreads); // the UI thread's count is its own
+        QCOMPARE(manager->job(runner.jobId()).state, JobState::Finished);
+        QCOMPARE(manager->threadsInUse(), 0);
+        QCOMPARE(JobRunner::grantedThreads(latmix::silentJob()), 0); // not a runner's context
+        manager->setBudget(0);
+        manager->clearFinished();
     }
 
     void destructorCancelsRunningJob() {
