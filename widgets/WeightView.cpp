@@ -1,0 +1,425 @@
+// ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
+#include <ATen/ATen.h>
+
+#include "WeightView.h"
+
+#include "FormWidgets.h"
+#include "JobRunner.h"
+#include "PlotExport.h"
+#include "PlotStyle.h"
+
+#include "model/LlamaModel.h"
+#include "model/ModelConfig.h"
+#include "model/TensorNames.h"
+#include "mx/MxFormat.h"
+#include "run/ModelAnalysis.h"
+
+#include <qcustomplot.h>
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QEvent>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+
+namespace latmix::gui {
+
+namespace {
+
+using PlotStyle::values;
+
+const QColor kBefore(140, 140, 140);
+const QColor kAfter(31, 119, 180);
+
+QCPGraph* addGraph(QCustomPlot* p, const QString& name, const QColor& colour, QCPGraph::LineStyle style) {
+    auto* g = p->addGraph();
+    g->setName(name);
+    g->setPen(QPen(colour, 1.4));
+    g->setLineStyle(style);
+    return g;
+}
+
+// Which linear the weights view shows for an activation point: the first one reading it.
+const char* firstLinearOf(model::PointKind k) {
+    switch (k) {
+    case model::PointKind::QkvInput: return model::names::kQProj;
+    case model::PointKind::OProjInput: return model::names::kOProj;
+    case model::PointKind::GateUpInput: return model::names::kGateProj;
+    case model::PointKind::DownProjInput: return model::names::kDownProj;
+    }
+    return model::names::kQProj;
+}
+
+} // namespace
+
+QStringList WeightView::linears() {
+    QStringList l;
+    for (const char* n : model::names::kBlockLinears) l << QString::fromLatin1(n);
+    return l;
+}
+
+WeightView::WeightView(QWidget* parent) : QWidget(parent) {
+    setObjectName(QStringLiteral("weightView"));
+    m_runner = new JobRunner(this);
+
+    auto* form = new QWidget(this);
+    form->setFixedWidth(260);
+    auto* column = new QVBoxLayout(form);
+    column->setContentsMargins(0, 0, 0, 0);
+    auto* box = new QGroupBox(tr("Weights"), form);
+    auto* f = new QFormLayout(box);
+    m_layer = FormWidgets::spin(box, "weightLayerSpin", 0, 0, 0);
+    f->addRow(tr("&Layer:"), m_layer);
+    m_linear = new QComboBox(box);
+    m_linear->setObjectName(QStringLiteral("weightLinearCombo"));
+    m_linear->addItems(linears());
+    f->addRow(tr("L&inear:"), m_linear);
+    m_format = FormWidgets::formatCombo(box, "weightFormatCombo");
+    f->addRow(tr("&Format:"), m_format);
+    m_auto = new QCheckBox(tr("Update on every change"), box);
+    m_auto->setObjectName(QStringLiteral("weightAutoCheck"));
+    m_auto->setChecked(true);
+    f->addRow(m_auto);
+    column->addWidget(box);
+    m_runLabel = new QLabel(form);
+    m_runLabel->setObjectName(QStringLiteral("weightRunLabel"));
+    m_runLabel->setWordWrap(true);
+    column->addWidget(m_runLabel);
+    m_analyze = new QPushButton(tr("&Show weights"), form);
+    m_analyze->setObjectName(QStringLiteral("weightAnalyzeButton"));
+    column->addWidget(m_analyze);
+    m_summary = new QLabel(form);
+    m_summary->setObjectName(QStringLiteral("weightSummary"));
+    m_summary->setWordWrap(true);
+    m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    column->addWidget(m_summary);
+    m_status = new QLabel(form);
+    m_status->setObjectName(QStringLiteral("weightStatus"));
+    m_status->setWordWrap(true);
+    column->addWidget(m_status);
+    column->addStretch(1);
+
+    auto plot = [this](const char* name, const QString& title) {
+        auto* p = new QCustomPlot(this);
+        p->setObjectName(QLatin1String(name));
+        p->setMinimumSize(240, 180);
+        PlotStyle::addTitleAndLegend(p, title, font());
+        PlotExport::enableContextMenu(p);
+        return p;
+    };
+    // Linear axes: a weight's column norms and group errors span far less than activations do
+    // (no massive channels), and a log axis over half a decade labels the same power twice.
+    m_channelPlot = plot("weightChannelPlot", tr("Input channel norm ‖W[:, j]‖₂"));
+    m_channelPlot->xAxis->setLabel(tr("input channel"));
+    m_groupPlot = plot("weightGroupPlot", tr("MX error per group (row mean)"));
+    m_groupPlot->xAxis->setLabel(tr("group of input channels"));
+    m_groupPlot->yAxis->setNumberFormat(QStringLiteral("gb"));
+    m_heatBefore = plot("weightHeatmapBefore", tr("Group error: original"));
+    m_heatAfter = plot("weightHeatmapAfter", tr("Group error: folded"));
+    for (QCustomPlot* p : {m_heatBefore, m_heatAfter}) {
+        p->xAxis->setLabel(tr("group of input channels"));
+        p->yAxis->setLabel(tr("output row"));
+        p->yAxis->setRangeReversed(true); // row 0 on top, as in the matrix
+    }
+    for (QCustomPlot* p : {m_channelPlot, m_groupPlot, m_heatBefore, m_heatAfter}) p->xAxis->ticker()->setTickCount(5);
+
+    auto* grid = new QGridLayout;
+    grid->addWidget(m_channelPlot, 0, 0);
+    grid->addWidget(m_groupPlot, 0, 1);
+    grid->addWidget(m_heatBefore, 1, 0);
+    grid->addWidget(m_heatAfter, 1, 1);
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(form);
+    layout->addLayout(grid, 1);
+
+    connect(m_analyze, &QPushButton::clicked, this, [this] { analyze(); });
+    auto changed = [this] {
+        if (!m_auto->isChecked() || m_modelDir.isEmpty()) return;
+        if (m_runner->isRunning())
+            m_pending = true;
+        else
+            analyze();
+    };
+    connect(m_layer, qOverload<int>(&QSpinBox::valueChanged), this, changed);
+    connect(m_linear, &QComboBox::currentTextChanged, this, changed);
+    connect(m_format, &QComboBox::currentTextChanged, this, changed);
+    connect(m_runner, &JobRunner::progressed, this, [this](double fr, const QString& message, double) {
+        m_status->setText(QStringLiteral("%1% %2").arg(int(fr * 100)).arg(message));
+    });
+    restyle();
+    setModelDir(QString());
+    setRun(QString());
+}
+
+void WeightView::changeEvent(QEvent* event) {
+    QWidget::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange) restyle();
+}
+
+void WeightView::restyle() {
+    for (QCustomPlot* p : {m_channelPlot, m_groupPlot, m_heatBefore, m_heatAfter}) {
+        PlotStyle::apply(p, palette());
+        p->replot();
+    }
+}
+
+void WeightView::setModelDir(const QString& dir) {
+    m_modelDir = dir;
+    int layers = 0;
+    if (!dir.isEmpty()) {
+        try {
+            layers = latmix::model::ModelConfig::fromFile(QDir(dir).filePath(QStringLiteral("config.json")).toStdString()).numLayers;
+        } catch (const std::exception& e) {
+            m_status->setText(QString::fromLocal8Bit(e.what()));
+        }
+    }
+    {
+        const QSignalBlocker block(m_layer);
+        m_layer->setRange(0, std::max(layers - 1, 0));
+    }
+    m_analyze->setEnabled(layers > 0);
+    m_analyze->setToolTip(layers > 0 ? QString() : tr("Open a model first"));
+}
+
+void WeightView::setRun(const QString& runDir) {
+    const bool usable = !runDir.isEmpty() && QFileInfo::exists(QDir(runDir).filePath(QStringLiteral("transforms.h5")));
+    m_runDir = usable ? runDir : QString();
+    m_runLabel->setText(usable ? tr("Folded: the weights of run %1 (its T1/T2/T3 folded in)").arg(QDir(runDir).dirName())
+                               : tr("Open a run with learned or fixed transforms (File › Open run) to see its folded weights"));
+    m_runLabel->setToolTip(usable ? QDir::toNativeSeparators(runDir) : QString());
+}
+
+bool WeightView::selectLinear(int layer, const QString& linear) {
+    const int i = m_linear->findText(linear);
+    if (i < 0 || layer < m_layer->minimum() || layer > m_layer->maximum()) return false;
+    {
+        // One analysis for the pair, not one per field.
+        const QSignalBlocker a(m_layer), b(m_linear);
+        m_layer->setValue(layer);
+        m_linear->setCurrentIndex(i);
+    }
+    if (m_auto->isChecked() && !m_modelDir.isEmpty()) {
+        if (m_runner->isRunning())
+            m_pending = true;
+        else
+            analyze();
+    }
+    return true;
+}
+
+bool WeightView::selectPoint(const QString& point) {
+    static const QRegularExpression re(QStringLiteral("^layers\\.(\\d+)\\."));
+    const auto m = re.match(point);
+    if (!m.hasMatch()) return false;
+    const int layer = m.captured(1).toInt();
+    for (auto k : {model::PointKind::QkvInput, model::PointKind::OProjInput, model::PointKind::GateUpInput,
+                   model::PointKind::DownProjInput})
+        if (point == QString::fromStdString(model::pointName(layer, k))) return selectLinear(layer, QString::fromLatin1(firstLinearOf(k)));
+    return false;
+}
+
+int WeightView::layer() const { return m_layer->value(); }
+QString WeightView::linear() const { return m_linear->currentText(); }
+void WeightView::setFormat(const QString& format) { m_format->setCurrentText(format); }
+
+bool WeightView::analyze(QString* error) {
+    auto fail = [&](const QString& why) {
+        if (error) *error = why;
+        m_status->setText(why);
+        emit errorOccurred(why);
+        return false;
+    };
+    if (m_modelDir.isEmpty()) return fail(tr("Open a model first"));
+    if (m_runner->isRunning()) return fail(tr("The weights are still being loaded"));
+    latmix::metrics::WeightProfileOptions options;
+    try {
+        options.format = latmix::mx::makeConfig(latmix::mx::parseFormat(m_format->currentText().toStdString()));
+        options.format.validate();
+    } catch (const std::exception& e) {
+        return fail(tr("Invalid settings: %1").arg(QString::fromLocal8Bit(e.what())));
+    }
+    const std::string dir = m_modelDir.toStdString(), lin = linear().toStdString();
+    const std::string transforms =
+        m_runDir.isEmpty() ? std::string() : QDir(m_runDir).filePath(QStringLiteral("transforms.h5")).toStdString();
+    const int l = layer();
+    const std::string name = "layers." + std::to_string(l) + "." + lin;
+    auto out = std::make_shared<latmix::metrics::WeightProfile>();
+    const bool started = m_runner->start(tr("Weights of %1").arg(QString::fromStdString(name)), [=](latmix::JobContext& job) {
+        job.progress(0.0, transforms.empty() ? "loading " + name : "loading and folding " + name);
+        const auto w = latmix::run::loadLinearWeights(dir, l, lin, transforms);
+        job.checkCancelled();
+        job.progress(0.5, "measuring the MX error of " + name);
+        *out = latmix::metrics::profileWeights(w.original, w.folded, options, name);
+        job.progress(1.0, name);
+    });
+    if (!started) return fail(tr("The weights are still being loaded"));
+    m_analyze->setEnabled(false);
+    m_status->setText(tr("Loading…"));
+    connect(m_runner, &JobRunner::finished, this, [this, out](bool ok, const QString& message) {
+        disconnect(m_runner, &JobRunner::finished, this, nullptr);
+        m_analyze->setEnabled(true);
+        if (ok) {
+            m_profile = std::move(*out);
+            m_status->clear();
+            showProfile();
+        } else {
+            m_status->setText(tr("Weights failed: %1").arg(message));
+            if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
+        }
+        emit profileFinished(ok, m_status->text());
+        if (m_pending) {
+            m_pending = false;
+            if (ok) analyze();
+        }
+    });
+    return true;
+}
+
+void WeightView::showHeatmap(QCustomPlot* p, const latmix::metrics::WeightSide* side, double lo, double hi) {
+    p->clearPlottables();
+    for (int i = p->plotLayout()->elementCount() - 1; i >= 0; --i)
+        if (auto* scale = qobject_cast<QCPColorScale*>(p->plotLayout()->elementAt(i))) p->plotLayout()->remove(scale);
+    p->plotLayout()->simplify();
+    if (!side) {
+        p->replot();
+        return;
+    }
+    const auto& e = side->groupError;
+    const int bands = static_cast<int>(e.size(0)), groups = static_cast<int>(e.size(1));
+    const auto rows = values(e.reshape({-1}));
+    auto* map = new QCPColorMap(p->xAxis, p->yAxis);
+    map->setName(tr("MX error per group"));
+    map->removeFromLegend(); // the colour scale says what the colours are
+    map->data()->setSize(groups, bands);
+    // Cell k spans the band's rows; its centre sits at the band's middle row (bands are equal to
+    // within one row).
+    const auto& start = side->bandStart;
+    const double first = (start[0] + start[1] - 1) / 2.0, last = (start[start.size() - 2] + start.back() - 1) / 2.0;
+    map->data()->setRange(QCPRange(0, std::max(groups - 1, 0)), QCPRange(first, bands > 1 ? last : first + 1));
+    for (int k = 0; k < bands; ++k)
+        for (int g = 0; g < groups; ++g) map->data()->setCell(g, k, std::max(rows[k * groups + g], kErrorFloor));
+    auto* scale = new QCPColorScale(p);
+    p->plotLayout()->addElement(p->plotLayout()->rowCount() - 1, 1, scale);
+    scale->setType(QCPAxis::atRight);
+    scale->setDataScaleType(QCPAxis::stLogarithmic);
+    QSharedPointer<QCPAxisTickerLog> log(new QCPAxisTickerLog);
+    log->setTickCount(4);
+    scale->axis()->setTicker(log);
+    scale->axis()->setNumberFormat(QStringLiteral("eb"));
+    scale->axis()->setNumberPrecision(1);
+    scale->setLabel(tr("group error"));
+    map->setColorScale(scale);
+    map->setGradient(QCPColorGradient::gpThermal);
+    map->setInterpolate(false);
+    // Both maps on one colour range, so that a colour means the same error in each.
+    map->setDataRange(QCPRange(lo, hi));
+    auto* margins = new QCPMarginGroup(p);
+    p->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
+    scale->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
+    PlotStyle::apply(p, palette());
+    p->rescaleAxes();
+    p->replot();
+}
+
+void WeightView::showProfile() {
+    const auto& p = m_profile;
+    const QString before = tr("original"), after = tr("folded (run %1)").arg(QDir(m_runDir).dirName());
+    {
+        auto* plot = m_channelPlot;
+        plot->clearGraphs();
+        plot->clearItems();
+        const auto b = values(p.before.inputChannelNorm);
+        const auto a = p.hasAfter ? values(p.after.inputChannelNorm) : QVector<double>();
+        QVector<double> x(b.size());
+        for (int i = 0; i < x.size(); ++i) x[i] = i;
+        addGraph(plot, before, kBefore, QCPGraph::lsImpulse)->setData(x, b, true);
+        if (p.hasAfter) addGraph(plot, after, kAfter, QCPGraph::lsLine)->setData(x, a, true);
+        QVector<double> placed;
+        for (std::size_t k = 0; k < p.before.topChannels.size() && placed.size() < 5; ++k) {
+            const auto c = p.before.topChannels[k];
+            if (std::any_of(placed.begin(), placed.end(), [&](double v) { return std::fabs(v - double(c)) < 0.06 * b.size(); }))
+                continue;
+            placed << double(c);
+            auto* label = new QCPItemText(plot);
+            label->setObjectName(QStringLiteral("topChannelLabel"));
+            label->position->setCoords(double(c), b[int(c)]);
+            label->setPositionAlignment(Qt::AlignBottom | Qt::AlignHCenter);
+            label->setText(QString::number(c));
+            label->setColor(palette().color(QPalette::Text));
+            label->setClipToAxisRect(false);
+        }
+        plot->rescaleAxes();
+        double top = 0;
+        for (const auto* v : {&b, &a})
+            for (double y : *v) top = std::max(top, y);
+        plot->yAxis->setRange(0, top > 0 ? top * 1.15 : 1); // room above for the names
+        plot->replot();
+    }
+    {
+        auto* plot = m_groupPlot;
+        plot->clearGraphs();
+        const auto b = values(p.before.columnGroupError);
+        const auto a = p.hasAfter ? values(p.after.columnGroupError) : QVector<double>();
+        QVector<double> x(b.size());
+        for (int i = 0; i < x.size(); ++i) x[i] = i;
+        addGraph(plot, before, kBefore, QCPGraph::lsStepCenter)->setData(x, b, true);
+        if (p.hasAfter) addGraph(plot, after, kAfter, QCPGraph::lsStepCenter)->setData(x, a, true);
+        plot->rescaleAxes();
+        plot->yAxis->setRangeLower(0);
+        plot->replot();
+    }
+    // One colour range over both maps: the smallest positive and the largest group error.
+    double lo = std::numeric_limits<double>::infinity(), hi = 0;
+    for (const auto* side : {&p.before, p.hasAfter ? &p.after : nullptr}) {
+        if (!side) continue;
+        for (double v : values(side->groupError)) {
+            if (v > 0) lo = std::min(lo, v);
+            hi = std::max(hi, v);
+        }
+    }
+    if (!std::isfinite(lo)) lo = kErrorFloor;
+    if (hi <= lo) hi = lo * 10;
+    showHeatmap(m_heatBefore, &p.before, lo, hi);
+    showHeatmap(m_heatAfter, p.hasAfter ? &p.after : nullptr, lo, hi);
+    if (auto* t = qobject_cast<QCPTextElement*>(m_heatAfter->plotLayout()->element(0, 0)))
+        t->setText(p.hasAfter ? tr("Group error: folded") : tr("Group error: folded (open a run)"));
+    const int bands = static_cast<int>(p.before.groupError.size(0));
+    QStringList topNames;
+    for (auto c : p.before.topChannels) topNames << QString::number(c);
+    QString text = tr("%1: %2 × %3 (out × in), %4, %5 groups a row\nRelative MX error ‖W − Q(W)‖²/‖W‖²: %6 original")
+                       .arg(QString::fromStdString(p.name))
+                       .arg(p.rows)
+                       .arg(p.cols)
+                       .arg(QString::fromStdString(p.format.describe()))
+                       .arg(p.groups)
+                       .arg(p.before.relativeError, 0, 'g', 4);
+    if (p.hasAfter) {
+        const double ratio = p.after.relativeError > 0 ? p.before.relativeError / p.after.relativeError
+                                                       : std::numeric_limits<double>::infinity();
+        text += tr(", %1 folded (%2× %3)")
+                    .arg(p.after.relativeError, 0, 'g', 4)
+                    .arg(ratio >= 1 ? ratio : 1 / ratio, 0, 'g', 3)
+                    .arg(ratio >= 1 ? tr("lower") : tr("higher"));
+    }
+    text += tr("\nLargest input channels: %1\nHeat maps: %2 bands of output rows (each the mean of its rows)")
+                .arg(topNames.join(QStringLiteral(", ")))
+                .arg(bands);
+    m_summary->setText(text);
+}
+
+} // namespace latmix::gui
