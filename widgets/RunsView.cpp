@@ -1,0 +1,373 @@
+// ATen before any Qt header: Qt's "slots" keyword breaks ATen headers (train/Distillation.h).
+#include "train/Distillation.h"
+
+#include "RunsView.h"
+
+#include "PlotExport.h"
+#include "PlotStyle.h"
+#include "util/AtomicFile.h"
+
+#include <qcustomplot.h>
+
+#include <QDateTime>
+#include <QDir>
+#include <QDirIterator>
+#include <QEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFileSystemWatcher>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QItemSelectionModel>
+#include <QLabel>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QSplitter>
+#include <QStandardItemModel>
+#include <QStandardPaths>
+#include <QTableView>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace latmix::gui {
+
+namespace {
+
+// Folders below a runs folder that are watched: a sweep's cells sit two levels down
+// (OUT/cells/NAME); deeper trees are rescanned when a watched folder above them changes.
+constexpr int kWatchDepth = 3;
+
+QColor seriesColour(int i) {
+    static const QColor c[] = {QColor(31, 119, 180), QColor(214, 39, 40), QColor(44, 160, 44), QColor(148, 103, 189),
+                               QColor(255, 127, 14), QColor(23, 190, 207), QColor(140, 86, 75), QColor(227, 119, 194)};
+    return c[i % 8];
+}
+
+QStandardItem* textItem(const QString& text, const QString& tip = QString()) {
+    auto* item = new QStandardItem(text);
+    item->setData(text, RunsView::kSortRole);
+    if (!tip.isEmpty()) item->setToolTip(tip);
+    item->setEditable(false);
+    return item;
+}
+
+// A number cell: shown with `decimals`, sorted by value; absent (as core's RunSummary::hasValue
+// says) shows "–" and sorts below every value.
+QStandardItem* numberItem(double v, bool present, int decimals, double shownFactor = 1) {
+    auto* item = new QStandardItem(present ? QString::number(v * shownFactor, 'f', decimals) : QStringLiteral("–"));
+    item->setData(present ? v : -std::numeric_limits<double>::infinity(), RunsView::kSortRole);
+    item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+    item->setEditable(false);
+    return item;
+}
+
+// The run's name in the table: its folder, with the sweep it belongs to when it is a cell.
+QString runName(const QString& dir) {
+    const QFileInfo f(dir);
+    const QString parent = f.dir().dirName();
+    if (parent == QLatin1String("cells")) return QFileInfo(f.dir().absolutePath()).dir().dirName() + QLatin1Char('/') + f.fileName();
+    return f.fileName();
+}
+
+} // namespace
+
+QString RunsView::defaultFolder() {
+    return QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + QStringLiteral("/runs");
+}
+
+RunsView::RunsView(QWidget* parent) : QWidget(parent) {
+    setObjectName(QStringLiteral("runsView"));
+    m_model = new QStandardItemModel(0, ColumnCount, this);
+    m_model->setHorizontalHeaderLabels({tr("Run"), tr("Method"), tr("Format"), tr("Block"), tr("Steps"), tr("W4A4"), tr("FP"),
+                                        tr("Folded FP"), tr("Recovery %"), tr("0-shot"), tr("Train s"), tr("Date")});
+    const QStringList tips = {tr("The run's folder (sweep/cell for a sweep's cells)"),
+                              tr("Quantization method"),
+                              tr("MX format of weights and activations"),
+                              tr("MX block size"),
+                              tr("Training steps (0: the method learns nothing)"),
+                              tr("WikiText-2 test perplexity of the quantized model (W4A4)"),
+                              tr("Perplexity of the original model in the same windows"),
+                              tr("Perplexity of the folded, unquantized model (transform-based methods)"),
+                              tr("FP perplexity / W4A4 perplexity × 100: 100 = nothing lost"),
+                              tr("Zero-shot accuracy, average over the tasks evaluated"),
+                              tr("Seconds of transform training"),
+                              tr("When the run was made (UTC)")};
+    for (int c = 0; c < ColumnCount; ++c) m_model->horizontalHeaderItem(c)->setToolTip(tips[c]);
+    m_proxy = new QSortFilterProxyModel(this);
+    m_proxy->setSourceModel(m_model);
+    m_proxy->setSortRole(kSortRole);
+    m_table = new QTableView(this);
+    m_table->setObjectName(QStringLiteral("runsTable"));
+    m_table->setModel(m_proxy);
+    m_table->setSortingEnabled(true);
+    m_table->sortByColumn(W4A4, Qt::AscendingOrder);
+    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_table->setSelectionMode(QAbstractItemView::ExtendedSelection);
+    m_table->verticalHeader()->hide();
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table->horizontalHeader()->setSectionResizeMode(Name, QHeaderView::Stretch);
+    m_table->setWordWrap(false);
+    m_table->setTextElideMode(Qt::ElideLeft); // a cell's name is at the end of its path
+
+    auto* add = new QPushButton(tr("&Add folder…"), this);
+    add->setObjectName(QStringLiteral("runsAddFolderButton"));
+    auto* csv = new QPushButton(tr("E&xport CSV…"), this);
+    csv->setObjectName(QStringLiteral("runsExportCsvButton"));
+    auto* rescan = new QPushButton(tr("&Rescan"), this);
+    rescan->setObjectName(QStringLiteral("runsRescanButton"));
+    m_status = new QLabel(this);
+    m_status->setObjectName(QStringLiteral("runsStatus"));
+    m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* bar = new QHBoxLayout;
+    bar->addWidget(m_status, 1);
+    bar->addWidget(rescan);
+    bar->addWidget(add);
+    bar->addWidget(csv);
+
+    auto plot = [this](const char* name, const QString& title) {
+        auto* p = new QCustomPlot(this);
+        p->setObjectName(QLatin1String(name));
+        p->setMinimumSize(240, 180);
+        PlotStyle::addTitleAndLegend(p, title, font());
+        PlotExport::enableContextMenu(p);
+        return p;
+    };
+    m_curves = plot("runsCurvesPlot", tr("Training loss of the selected runs"));
+    m_curves->xAxis->setLabel(tr("step"));
+    m_curves->yAxis->setLabel(tr("loss"));
+    m_weights = plot("runsWeightErrorPlot", tr("Weight error per linear of the selected runs"));
+    m_weights->xAxis->setLabel(tr("linear (layer-major: q k v o gate up down)"));
+    m_weights->yAxis->setLabel(tr("relative error"));
+    m_weights->yAxis->setScaleType(QCPAxis::stLogarithmic);
+    {
+        QSharedPointer<QCPAxisTickerLog> log(new QCPAxisTickerLog);
+        log->setTickCount(4);
+        m_weights->yAxis->setTicker(log);
+        m_weights->yAxis->setNumberFormat(QStringLiteral("eb"));
+        m_weights->yAxis->setNumberPrecision(0);
+    }
+    auto* plots = new QWidget(this);
+    auto* plotRow = new QHBoxLayout(plots);
+    plotRow->setContentsMargins(0, 0, 0, 0);
+    plotRow->addWidget(m_curves);
+    plotRow->addWidget(m_weights);
+
+    auto* top = new QWidget(this);
+    auto* topColumn = new QVBoxLayout(top);
+    topColumn->setContentsMargins(0, 0, 0, 0);
+    topColumn->addLayout(bar);
+    topColumn->addWidget(m_table);
+    auto* split = new QSplitter(Qt::Vertical, this);
+    split->setObjectName(QStringLiteral("runsSplitter"));
+    split->addWidget(top);
+    split->addWidget(plots);
+    split->setStretchFactor(0, 1);
+    split->setStretchFactor(1, 1);
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(split);
+
+    m_watcher = new QFileSystemWatcher(this);
+    m_debounce = new QTimer(this);
+    m_debounce->setSingleShot(true);
+    // A run writes its folder in steps (train.h5 while training, latmix.json at the end, renamed
+    // into place): one rescan after the writes settle.
+    m_debounce->setInterval(400);
+    connect(m_debounce, &QTimer::timeout, this, &RunsView::refresh);
+    connect(m_watcher, &QFileSystemWatcher::directoryChanged, m_debounce, qOverload<>(&QTimer::start));
+    connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunsView::showSelection);
+    connect(m_table, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
+        emit runActivated(m_proxy->data(index.siblingAtColumn(Name), kDirRole).toString());
+    });
+    connect(add, &QPushButton::clicked, this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Add a folder of runs"));
+        if (!dir.isEmpty()) addFolder(dir);
+    });
+    connect(csv, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export the runs table"), QStringLiteral("runs.csv"),
+                                                          tr("CSV (*.csv)"));
+        QString error;
+        if (!path.isEmpty() && !exportCsv(path, &error)) m_status->setText(error);
+    });
+    connect(rescan, &QPushButton::clicked, this, &RunsView::refresh);
+    restyle();
+    fillTable();
+}
+
+void RunsView::changeEvent(QEvent* event) {
+    QWidget::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange) restyle();
+}
+
+void RunsView::restyle() {
+    for (QCustomPlot* p : {m_curves, m_weights}) {
+        PlotStyle::apply(p, palette());
+        p->replot();
+    }
+}
+
+void RunsView::setFolders(const QStringList& folders) {
+    m_folders.clear();
+    for (const QString& f : folders) {
+        const QString clean = QDir::cleanPath(f);
+        if (!clean.isEmpty() && !m_folders.contains(clean)) m_folders << clean;
+    }
+    refresh();
+}
+
+void RunsView::addFolder(const QString& folder) { setFolders(m_folders + QStringList{folder}); }
+
+void RunsView::refresh() {
+    const QStringList selected = selectedRuns();
+    m_runs.clear();
+    m_problems.clear();
+    std::set<std::string> seen; // a folder reachable from two runs folders is listed once
+    for (const QString& folder : m_folders) {
+        if (!QFileInfo(folder).isDir()) continue; // not made yet (no run finished here): nothing to list
+        std::vector<std::string> problems;
+        try {
+            for (auto& r : latmix::run::scanRuns(folder.toStdString(), &problems))
+                if (seen.insert(QFileInfo(QString::fromStdString(r.dir)).canonicalFilePath().toStdString()).second)
+                    m_runs.push_back(std::move(r));
+        } catch (const std::exception& e) {
+            problems.push_back(e.what());
+        }
+        for (const auto& p : problems) m_problems << QString::fromStdString(p);
+    }
+    fillTable();
+    selectRuns(selected);
+    watch();
+    emit refreshed(static_cast<int>(m_runs.size()));
+}
+
+void RunsView::watch() {
+    QStringList dirs;
+    for (const QString& folder : m_folders) {
+        if (!QFileInfo(folder).isDir()) continue;
+        dirs << folder;
+        const int base = folder.count(QLatin1Char('/'));
+        QDirIterator it(folder, QDir::Dirs | QDir::NoDotAndDotDot, QDirIterator::Subdirectories);
+        while (it.hasNext()) {
+            const QString d = it.next();
+            const QString name = it.fileName();
+            if (d.count(QLatin1Char('/')) - base > kWatchDepth || name == QLatin1String("model") || name.startsWith(QLatin1Char('.')))
+                continue;
+            if (d.contains(QLatin1String("/model/"))) continue;
+            dirs << d;
+        }
+    }
+    const QStringList old = m_watcher->directories();
+    if (!old.isEmpty()) m_watcher->removePaths(old);
+    if (!dirs.isEmpty()) m_watcher->addPaths(dirs);
+}
+
+void RunsView::fillTable() {
+    const bool sorting = m_table->isSortingEnabled();
+    m_table->setSortingEnabled(false);
+    m_model->removeRows(0, m_model->rowCount());
+    using latmix::run::RunSummary;
+    for (const auto& r : m_runs) {
+        const QString dir = QString::fromStdString(r.dir);
+        QList<QStandardItem*> row;
+        auto* name = textItem(runName(dir), QDir::toNativeSeparators(dir) + QStringLiteral("\n") + QString::fromStdString(r.command));
+        name->setData(dir, kDirRole);
+        row << name << textItem(QString::fromStdString(r.method), QString::fromStdString(r.methodDescription))
+            << textItem(QString::fromStdString(r.format)) << numberItem(r.block, r.block > 0, 0)
+            << numberItem(r.steps, true, 0) << numberItem(r.w4a4Perplexity, RunSummary::hasValue(r.w4a4Perplexity), 2)
+            << numberItem(r.fpPerplexity, RunSummary::hasValue(r.fpPerplexity), 2)
+            << numberItem(r.foldedFpPerplexity, RunSummary::hasValue(r.foldedFpPerplexity), 2)
+            << numberItem(r.recovery, RunSummary::hasValue(r.recovery), 2, 100.0)
+            << numberItem(r.zeroShotAverage, RunSummary::hasValue(r.zeroShotAverage, true), 3)
+            << numberItem(r.trainSeconds, r.trainSeconds > 0, 0);
+        const QDateTime created = QDateTime::fromString(QString::fromStdString(r.created), Qt::ISODate);
+        auto* date = textItem(created.isValid() ? created.toString(QStringLiteral("yyyy-MM-dd HH:mm")) : QString::fromStdString(r.created),
+                              QString::fromStdString(r.created));
+        row << date;
+        m_model->appendRow(row);
+    }
+    m_table->setSortingEnabled(sorting);
+    QString status = tr("%n run(s) in %1", "", static_cast<int>(m_runs.size()))
+                         .arg(m_folders.isEmpty() ? tr("no folder") : m_folders.join(QStringLiteral(", ")));
+    if (!m_problems.isEmpty()) status += tr(" · %n folder(s) skipped", "", m_problems.size());
+    m_status->setText(status);
+    m_status->setToolTip(m_problems.join(QLatin1Char('\n')));
+    showSelection();
+}
+
+void RunsView::selectRuns(const QStringList& dirs) {
+    QItemSelection selection;
+    for (int row = 0; row < m_proxy->rowCount(); ++row) {
+        const QModelIndex index = m_proxy->index(row, Name);
+        if (dirs.contains(m_proxy->data(index, kDirRole).toString()))
+            selection.select(index, m_proxy->index(row, ColumnCount - 1));
+    }
+    m_table->selectionModel()->select(selection, QItemSelectionModel::ClearAndSelect);
+}
+
+QStringList RunsView::selectedRuns() const {
+    QStringList dirs;
+    for (int row = 0; row < m_proxy->rowCount(); ++row)
+        if (m_table->selectionModel()->isRowSelected(row, QModelIndex()))
+            dirs << m_proxy->data(m_proxy->index(row, Name), kDirRole).toString();
+    return dirs;
+}
+
+void RunsView::showSelection() {
+    m_curves->clearGraphs();
+    m_weights->clearGraphs();
+    int colour = 0;
+    QStringList noSeries;
+    for (const QString& dir : selectedRuns()) {
+        const auto it = std::find_if(m_runs.begin(), m_runs.end(), [&](const auto& r) { return QString::fromStdString(r.dir) == dir; });
+        if (it == m_runs.end()) continue;
+        const QColor c = seriesColour(colour++);
+        const QString name = runName(dir);
+        if (it->hasTrainSeries) {
+            try {
+                QVector<double> steps, loss;
+                for (const auto& s : latmix::train::readDistillSeries(it->trainFile())) {
+                    steps << s.step;
+                    loss << s.loss;
+                }
+                auto* g = m_curves->addGraph();
+                g->setName(name);
+                g->setPen(QPen(c, 1.4));
+                g->setData(steps, loss, true);
+            } catch (const std::exception& e) {
+                noSeries << QStringLiteral("%1 (%2)").arg(name, QString::fromLocal8Bit(e.what()));
+            }
+        }
+        if (!it->linears.empty()) {
+            QVector<double> x, y;
+            for (std::size_t i = 0; i < it->linears.size(); ++i) {
+                x << double(i);
+                y << std::max(it->linears[i].relativeError, 1e-12); // log axis: an exact linear at the floor
+            }
+            auto* g = m_weights->addGraph();
+            g->setName(name);
+            g->setPen(QPen(c, 1.2));
+            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, c, 3));
+            g->setData(x, y, true);
+        }
+    }
+    for (QCustomPlot* p : {m_curves, m_weights}) {
+        p->rescaleAxes();
+        p->replot();
+    }
+    if (!noSeries.isEmpty()) m_status->setText(tr("No training series for %1").arg(noSeries.join(QStringLiteral("; "))));
+}
+
+bool RunsView::exportCsv(const QString& path, QString* error) const {
+    try {
+        latmix::util::writeFileAtomically(path.toStdString(), latmix::run::runsCsv(m_runs));
+        return true;
+    } catch (const std::exception& e) {
+        if (error) *error = tr("Could not write %1: %2").arg(QDir::toNativeSeparators(path), QString::fromLocal8Bit(e.what()));
+        return false;
+    }
+}
+
+} // namespace latmix::gui
