@@ -151,22 +151,29 @@ private slots:
         const auto shown = v.blocksShown();
         QVERIFY(shown.first <= worst && worst <= shown.second && shown.second - shown.first + 1 == std::min<int>(4, errs.size()));
         QCOMPARE(v.blocksPlot()->xAxis->range().lower, shown.first * o.format.blockSize - 0.5);
-        // The largest channels before the transform are named on the channel plot, largest
-        // first, at most five, skipping one within 6% of the axis of a name already placed.
-        QStringList labels;
+        // The largest channels before the transform are named on the channel plot: a name for
+        // each of core's top channels, in its order, above its maximum; at most five shown, the
+        // largest always, none overlapping another.
+        v.channelPlot()->replot();
+        QStringList labels, named;
+        QVector<QRectF> rects;
         for (int i = 0; i < v.channelPlot()->itemCount(); ++i)
-            if (auto* text = qobject_cast<QCPItemText*>(v.channelPlot()->item(i))) labels << text->text();
+            if (auto* text = qobject_cast<QCPItemText*>(v.channelPlot()->item(i))) {
+                labels << text->text();
+                QCOMPARE(text->position->key(), text->text().toDouble());
+                if (!text->visible()) continue;
+                named << text->text();
+                const QPointF at = text->position->pixelPosition();
+                const double w = QFontMetricsF(text->font()).horizontalAdvance(text->text());
+                const QRectF r(at.x() - w / 2, at.y() - 10, w, 10);
+                for (const QRectF& o : rects) QVERIFY2(!o.intersects(r), qPrintable(named.join(",")));
+                rects << r;
+            }
         QStringList want;
-        QVector<double> placed;
-        for (auto c : p.before.topChannels) {
-            bool close = false;
-            for (double x : placed) close = close || std::fabs(x - double(c)) < 0.06 * double(p.dim);
-            if (close || placed.size() == 5) continue;
-            placed << double(c);
-            want << QString::number(c);
-        }
+        for (auto c : p.before.topChannels) want << QString::number(c);
         QCOMPARE(labels, want);
-        QVERIFY(!labels.isEmpty() && labels.first() == QString::number(p.before.topChannels[0]));
+        QVERIFY(!named.isEmpty() && named.size() <= 5 && named.first() == want.first());
+        for (int i = 1; i < named.size(); ++i) QVERIFY(want.indexOf(named[i]) > want.indexOf(named[i - 1]));
         QVERIFY(v.summaryLabel()->text().contains(QString::number(p.after.mse, 'g', 4)));
     }
 

@@ -6,7 +6,6 @@
 #include "CalibrationView.h"
 #include "FormWidgets.h"
 #include "JobRunner.h"
-#include "PlotExport.h"
 #include "PlotStyle.h"
 
 #include "model/LlamaModel.h"
@@ -150,14 +149,7 @@ ActivationView::ActivationView(QWidget* parent) : QWidget(parent) {
     column->addWidget(m_status);
     column->addStretch(1);
 
-    auto plot = [this](const char* name, const QString& title) {
-        auto* p = new QCustomPlot(this);
-        p->setObjectName(QLatin1String(name));
-        p->setMinimumSize(240, 180);
-        PlotStyle::addTitleAndLegend(p, title, font());
-        PlotExport::enableContextMenu(p);
-        return p;
-    };
+    auto plot = [this](const char* name, const QString& title) { return PlotStyle::newPlot(this, name, title); };
     m_channelPlot = plot("activationChannelPlot", tr("Per-channel max |x| over tokens"));
     m_channelPlot->xAxis->setLabel(tr("channel"));
     setLogY(m_channelPlot);
@@ -396,22 +388,15 @@ void ActivationView::showProfile() {
         const double floor = positiveFloor(b, a);
         addGraph(plot, before, kBefore, QCPGraph::lsImpulse)->setData(indices(b.size()), positive(b, floor), true);
         addGraph(plot, after, kAfter, QCPGraph::lsLine)->setData(indices(a.size()), positive(a, floor), true);
-        // At most five names, none closer than 6% of the axis to one already placed (they would
-        // overlap); the summary lists the top channels in full.
-        QVector<double> placed;
-        for (std::size_t k = 0; k < p.before.topChannels.size() && placed.size() < 5; ++k) {
-            const auto c = p.before.topChannels[k];
-            if (std::any_of(placed.begin(), placed.end(), [&](double x) { return std::fabs(x - double(c)) < 0.06 * b.size(); }))
-                continue;
-            placed << double(c);
-            auto* label = new QCPItemText(plot);
-            label->setObjectName(QStringLiteral("topChannelLabel"));
-            label->position->setCoords(double(c), std::max(b[int(c)], floor));
-            label->setPositionAlignment(Qt::AlignBottom | Qt::AlignHCenter);
-            label->setText(QString::number(c));
-            label->setColor(palette().color(QPalette::Text));
-            label->setClipToAxisRect(false);
+        // At most five names that fit without overlapping (PlotStyle::addPeakLabels); the summary
+        // lists the top channels in full.
+        QVector<QPointF> at;
+        QStringList names;
+        for (const auto c : p.before.topChannels) {
+            at << QPointF(double(c), std::max(b[int(c)], floor));
+            names << QString::number(c);
         }
+        PlotStyle::addPeakLabels(plot, at, names, palette().color(QPalette::Text));
         plot->rescaleAxes();
         const double top = *std::max_element(b.begin(), b.end());
         plot->yAxis->setRange(floor / 1.5, std::max(top, floor) * 4); // room above for the names

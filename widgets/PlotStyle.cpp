@@ -3,6 +3,8 @@
 
 #include "PlotStyle.h"
 
+#include "PlotExport.h"
+
 #include <qcustomplot.h>
 
 #include <algorithm>
@@ -87,7 +89,9 @@ void fitTicks(QCustomPlot* p) {
                 const QFontMetricsF fm(axis->tickLabelFont());
                 double extent = 0;
                 if (axis->orientation() == Qt::Horizontal) {
-                    double widest = fm.horizontalAdvance(QStringLiteral("0.000"));
+                    // The labels drawn last, at least three digits wide: short integer labels
+                    // (groups, layers) get the ticks they fit, not those of "0.000".
+                    double widest = fm.horizontalAdvance(QStringLiteral("000"));
                     for (const QString& label : axis->tickVectorLabels()) widest = std::max(widest, fm.horizontalAdvance(label));
                     extent = widest + fm.horizontalAdvance(QStringLiteral("000")); // a label and a gap
                 } else {
@@ -96,7 +100,14 @@ void fitTicks(QCustomPlot* p) {
                 const double length = axis->orientation() == Qt::Horizontal ? rect->width() : rect->height();
                 // QCustomPlot treats the count as a target and may place one or two more ticks at
                 // "nice" steps: ask for fewer than fit.
-                const int count = std::clamp(static_cast<int>(length / extent) - 1, 1, 8);
+                int count = std::clamp(static_cast<int>(length / extent) - 1, 1, 8);
+                // More ticks can mean longer labels ("0", "1" become "0.25", "0.5", ...) and so
+                // fewer ticks next time: once a count had to come down at this axis length and
+                // range, it is the most they get, so the count settles instead of going back and forth.
+                const QVariantList here{length, axis->range().lower, axis->range().upper};
+                const QVariantList cap = axis->property("latmixTickCap").toList(); // here + the count
+                if (cap.size() == 4 && cap.mid(0, 3) == here) count = std::min(count, cap[3].toInt());
+                if (count < ticker->tickCount()) axis->setProperty("latmixTickCap", here + QVariantList{count});
                 if (ticker->tickCount() != count) {
                     ticker->setTickCount(count);
                     changed = true;
@@ -130,6 +141,49 @@ QVector<double> values(const at::Tensor& t) {
     v.reserve(static_cast<int>(c.numel()));
     for (std::int64_t i = 0; i < c.numel(); ++i) v << c.data_ptr<double>()[i];
     return v;
+}
+
+QCustomPlot* newPlot(QWidget* parent, const char* objectName, const QString& title) {
+    auto* p = new QCustomPlot(parent);
+    p->setObjectName(QLatin1String(objectName));
+    p->setMinimumSize(240, 180);
+    addTitleAndLegend(p, title, parent->font());
+    PlotExport::enableContextMenu(p);
+    return p;
+}
+
+void addPeakLabels(QCustomPlot* plot, const QVector<QPointF>& points, const QStringList& texts, const QColor& colour,
+                   int maxShown) {
+    for (int i = 0; i < points.size() && i < texts.size(); ++i) {
+        auto* label = new QCPItemText(plot);
+        label->setObjectName(QStringLiteral("peakLabel"));
+        label->position->setCoords(points[i].x(), points[i].y());
+        label->setPositionAlignment(Qt::AlignBottom | Qt::AlignHCenter);
+        label->setText(texts[i]);
+        label->setColor(colour);
+        label->setClipToAxisRect(false);
+        label->setProperty("latmixPeakRank", i);
+    }
+    if (plot->property("latmixPeakLabels").toBool()) return;
+    plot->setProperty("latmixPeakLabels", true);
+    QObject::connect(plot, &QCustomPlot::beforeReplot, plot, [plot, maxShown] {
+        QVector<QRectF> shown;
+        const QRectF area(plot->rect());
+        for (int i = 0; i < plot->itemCount(); ++i) {
+            auto* label = qobject_cast<QCPItemText*>(plot->item(i));
+            if (!label || label->objectName() != QLatin1String("peakLabel")) continue;
+            // Items keep their creation order: the most important first.
+            const QPointF at = label->position->pixelPosition();
+            const QFontMetricsF fm(label->font());
+            const QSizeF size(fm.horizontalAdvance(label->text()) + label->padding().left() + label->padding().right() + 4,
+                              fm.height() + label->padding().top() + label->padding().bottom());
+            const QRectF r(at.x() - size.width() / 2, at.y() - size.height(), size.width(), size.height());
+            const bool fits = shown.size() < maxShown && area.contains(r) &&
+                              std::none_of(shown.begin(), shown.end(), [&](const QRectF& o) { return o.intersects(r); });
+            label->setVisible(fits);
+            if (fits) shown << r;
+        }
+    });
 }
 
 } // namespace latmix::gui::PlotStyle

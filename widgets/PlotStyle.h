@@ -2,10 +2,14 @@
 // Plots draw themselves, so they follow the widget palette (light / dark theme) by hand.
 #include <QFont>
 #include <QPalette>
+#include <QColor>
+#include <QPointF>
 #include <QString>
+#include <QStringList>
 #include <QVector>
 
 class QCustomPlot;
+class QWidget;
 
 namespace at {
 class Tensor;
@@ -25,6 +29,17 @@ void placeLegendAbove(QCustomPlot* plot);
 
 // A bold title on top, then the legend above the axis rect (placeLegendAbove).
 void addTitleAndLegend(QCustomPlot* plot, const QString& title, const QFont& base);
+
+// A view's plot: object name, a minimum size of 240×180, addTitleAndLegend with parent's font,
+// and the context menu that exports it (PlotExport).
+QCustomPlot* newPlot(QWidget* parent, const char* objectName, const QString& title);
+
+// Names above points of a plot (the largest channels), given in order of importance: a text
+// (object name "peakLabel") centred above each point. Before every replot, at most maxShown are
+// shown: a name whose text would overlap one shown before it, or leave the plot, is hidden,
+// so the most important names always show and none run together at any plot size.
+void addPeakLabels(QCustomPlot* plot, const QVector<QPointF>& points, const QStringList& texts, const QColor& colour,
+                   int maxShown = 5);
 
 // Tick counts from the axis length: before every replot each axis asks for as many ticks as
 // labels of its current width (horizontal) or two text lines (vertical) fit, 1 to 8, so labels

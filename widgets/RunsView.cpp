@@ -3,7 +3,6 @@
 
 #include "RunsView.h"
 
-#include "PlotExport.h"
 #include "PlotStyle.h"
 #include "util/AtomicFile.h"
 
@@ -128,14 +127,7 @@ RunsView::RunsView(QWidget* parent) : QWidget(parent) {
     bar->addWidget(add);
     bar->addWidget(csv);
 
-    auto plot = [this](const char* name, const QString& title) {
-        auto* p = new QCustomPlot(this);
-        p->setObjectName(QLatin1String(name));
-        p->setMinimumSize(240, 180);
-        PlotStyle::addTitleAndLegend(p, title, font());
-        PlotExport::enableContextMenu(p);
-        return p;
-    };
+    auto plot = [this](const char* name, const QString& title) { return PlotStyle::newPlot(this, name, title); };
     m_curves = plot("runsCurvesPlot", tr("Training loss of the selected runs"));
     m_curves->xAxis->setLabel(tr("step"));
     m_curves->yAxis->setLabel(tr("loss"));

@@ -5,7 +5,6 @@
 
 #include "FormWidgets.h"
 #include "JobRunner.h"
-#include "PlotExport.h"
 #include "PlotStyle.h"
 
 #include "model/LlamaModel.h"
@@ -114,14 +113,7 @@ WeightView::WeightView(QWidget* parent) : QWidget(parent) {
     column->addWidget(m_status);
     column->addStretch(1);
 
-    auto plot = [this](const char* name, const QString& title) {
-        auto* p = new QCustomPlot(this);
-        p->setObjectName(QLatin1String(name));
-        p->setMinimumSize(240, 180);
-        PlotStyle::addTitleAndLegend(p, title, font());
-        PlotExport::enableContextMenu(p);
-        return p;
-    };
+    auto plot = [this](const char* name, const QString& title) { return PlotStyle::newPlot(this, name, title); };
     // Linear axes: a weight's column norms and group errors span far less than activations do
     // (no massive channels), and a log axis over half a decade labels the same power twice.
     m_channelPlot = plot("weightChannelPlot", tr("Input channel norm ‖W[:, j]‖₂"));
@@ -349,20 +341,13 @@ void WeightView::showProfile() {
         for (int i = 0; i < x.size(); ++i) x[i] = i;
         addGraph(plot, before, kBefore, QCPGraph::lsImpulse)->setData(x, b, true);
         if (p.hasAfter) addGraph(plot, after, kAfter, QCPGraph::lsLine)->setData(x, a, true);
-        QVector<double> placed;
-        for (std::size_t k = 0; k < p.before.topChannels.size() && placed.size() < 5; ++k) {
-            const auto c = p.before.topChannels[k];
-            if (std::any_of(placed.begin(), placed.end(), [&](double v) { return std::fabs(v - double(c)) < 0.06 * b.size(); }))
-                continue;
-            placed << double(c);
-            auto* label = new QCPItemText(plot);
-            label->setObjectName(QStringLiteral("topChannelLabel"));
-            label->position->setCoords(double(c), b[int(c)]);
-            label->setPositionAlignment(Qt::AlignBottom | Qt::AlignHCenter);
-            label->setText(QString::number(c));
-            label->setColor(palette().color(QPalette::Text));
-            label->setClipToAxisRect(false);
+        QVector<QPointF> at;
+        QStringList names;
+        for (const auto c : p.before.topChannels) {
+            at << QPointF(double(c), b[int(c)]);
+            names << QString::number(c);
         }
+        PlotStyle::addPeakLabels(plot, at, names, palette().color(QPalette::Text));
         plot->rescaleAxes();
         double top = 0;
         for (const auto* v : {&b, &a})
