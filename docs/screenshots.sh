@@ -12,11 +12,20 @@ trap 'rm -rf "$TMP"' EXIT
 # Fresh settings and run folders, so the pictures do not depend on this user's history.
 export QT_QPA_PLATFORM=offscreen XDG_CONFIG_HOME="$TMP/config" XDG_DATA_HOME="$TMP/data"
 "$BIN" "$MODEL" --view explorer --format mxfp4 --screenshot "$OUT/explorer.png"
-# A learned run to look at: LATMiX-LU, 200 steps (a few minutes on 2 cores), no evaluation.
+# Runs to look at: LATMiX-LU, 200 steps (a few minutes on 2 cores), and three methods that learn
+# nothing, each evaluated on 8 windows of 256 tokens of WikiText-2 test.
 LATMIX=${LATMIX:-build/bin/latmix}
+EVAL="--eval-seqlen 256 --eval-windows 8"
 "$LATMIX" quantize --model "$MODEL" --method latmix-lu --format mxfp4 --steps 200 --calib-samples 32 --seqlen 128 \
-  --batch 2 --out "$TMP/run" >/dev/null
-"$BIN" "$MODEL" --open-run "$TMP/run" --activations layers.2.mlp.down_proj.input --transform run \
+  --batch 2 $EVAL --out "$TMP/runs/latmix-lu" >/dev/null
+for m in rtn quarot mr-gptq; do
+  "$LATMIX" quantize --model "$MODEL" --method $m --format mxfp4 --calib-samples 32 --seqlen 128 $EVAL \
+    --out "$TMP/runs/$m" >/dev/null
+done
+"$BIN" "$MODEL" --open-run "$TMP/runs/latmix-lu" --activations layers.2.mlp.down_proj.input --transform run \
   --screenshot "$OUT/activations.png"
+"$BIN" "$MODEL" --open-run "$TMP/runs/latmix-lu" --weights layers.1.mlp.down_proj --screenshot "$OUT/weights.png"
+"$BIN" "$MODEL" --runs-folder "$TMP/runs" --screenshot "$OUT/runs.png"
+"$BIN" "$MODEL" --point layers.2.mlp.down_proj.input --view diagram --screenshot "$OUT/diagram.png"
 "$BIN" "$MODEL" --compare layers.2.mlp.down_proj.input --screenshot "$OUT/comparison.png"
 "$BIN" "$MODEL" --calibrate latmix-lu --steps 60 --screenshot "$OUT/calibration.png"

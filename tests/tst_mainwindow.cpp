@@ -4,12 +4,22 @@
 // latmix-workbench's command line (demo model, view, comparison, screenshot) run in process.
 // QSettings and the demo model go to QStandardPaths' test location (tests/TestMode.cpp), never
 // the user's. Opening checkpoints is tested in tst_modelsummaryview.
+#include "model/LlamaModel.h"
+#include "report/Report.h"
+#include "run/RunCatalog.h"
+
+#include "BlockDiagramView.h"
 #include "CalibrationView.h"
 #include "ComparisonView.h"
 #include "MainWindow.h"
 #include "ModelSummaryView.h"
 #include "ActivationView.h"
+#include "JobManager.h"
+#include "JobRunner.h"
+#include "JobsDock.h"
 #include "MxExplorerView.h"
+#include "RunsView.h"
+#include "WeightView.h"
 #include "ScriptedRun.h"
 #include "util/Runtime.h"
 
@@ -31,8 +41,11 @@
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <algorithm>
 
 using latmix::gui::MainWindow;
 
@@ -72,7 +85,31 @@ private slots:
     void sessionWithWhatIsGone();
     void badSessionFiles_data();
     void badSessionFiles();
+    void diagramSelectsEverywhere_data();
+    void diagramSelectsEverywhere();
+    void reportAndRunsFromTheWindow();
+    void jobsDockListsTheViewsJobs();
 };
+
+namespace {
+// A short LATMiX-LU calibration of the demo model into runDir, through the Calibration tab.
+bool calibrate(MainWindow& w, const QString& runDir, int steps, int evalWindows, QString* why) {
+    auto* cal = w.calibrationView();
+    cal->setMethod(QStringLiteral("latmix-lu"));
+    cal->setSteps(steps);
+    cal->setCalibration(2, 16, 1);
+    cal->setEvalWindows(evalWindows);
+    cal->setRunDir(runDir);
+    QSignalSpy done(cal, &latmix::gui::CalibrationView::runFinished);
+    if (!cal->start(why)) return false;
+    if (!done.wait(180000)) {
+        *why = QStringLiteral("the calibration did not finish in 3 minutes");
+        return false;
+    }
+    if (!done.last().at(0).toBool()) *why = done.last().at(2).toString();
+    return done.last().at(0).toBool();
+}
+} // namespace
 
 void TestMainWindow::initTestCase() {
     latmix::configureThreads(2);
@@ -261,16 +298,26 @@ void TestMainWindow::scriptedSession_data() {
     QTest::addColumn<int>("steps");
     QTest::addColumn<QString>("error");      // empty: succeeds
     QTest::addColumn<QString>("currentTab"); // object name of the tab shown at the end
-    QTest::newRow("calibration view") << "calibration" << "" << "" << "" << 40 << "" << "calibrationView";
+    QTest::addColumn<QString>("select");     // --point: selected in every view
+    QTest::newRow("calibration view") << "calibration" << "" << "" << "" << 40 << "" << "calibrationView" << "";
     QTest::newRow("comparison at a point") << "" << "layers.1.mlp.down_proj.input" << "" << "" << 40 << ""
-                                           << "comparisonView";
+                                           << "comparisonView" << "";
     QTest::newRow("activations of a point") << "" << "" << "layers.2.mlp.down_proj.input" << "" << 40 << ""
-                                            << "activationView";
+                                            << "activationView" << "";
     QTest::newRow("unknown view") << "plots" << "" << "" << "" << 40
-                                  << "unknown view 'plots'; choose explorer, activations, comparison or calibration" << "";
+                                  << "unknown view 'plots'; choose explorer, activations, weights, diagram, comparison, "
+                                     "calibration or runs"
+                                  << "" << "";
+    QTest::newRow("block diagram") << "diagram" << "" << "" << "" << 40 << "" << "blockDiagramView" << "";
+    QTest::newRow("block diagram, a point") << "diagram" << "" << "" << "" << 40 << "" << "blockDiagramView"
+                                            << "layers.3.self_attn.o_proj.input";
+    QTest::newRow("unknown selected point") << "diagram" << "" << "" << "" << 40
+                                            << "the model has no quantization point 'layers.4.mlp.down_proj.input'" << ""
+                                            << "layers.4.mlp.down_proj.input";
+    QTest::newRow("runs view") << "runs" << "" << "" << "" << 40 << "" << "runsView" << "";
     QTest::newRow("unknown point") << "" << "layers.99.mlp.down_proj.input" << "" << "" << 40
-                                   << "the model has no quantization point 'layers.99.mlp.down_proj.input'" << "";
-    QTest::newRow("calibration, no steps") << "" << "" << "" << "latmix-lu" << 0 << "--steps expects a positive integer" << "";
+                                   << "the model has no quantization point 'layers.99.mlp.down_proj.input'" << "" << "";
+    QTest::newRow("calibration, no steps") << "" << "" << "" << "latmix-lu" << 0 << "--steps expects a positive integer" << "" << "";
 }
 
 void TestMainWindow::scriptedSession() {
@@ -281,6 +328,7 @@ void TestMainWindow::scriptedSession() {
     QFETCH(int, steps);
     QFETCH(QString, error);
     QFETCH(QString, currentTab);
+    QFETCH(QString, select);
     QString why;
     const QString demo = latmix::gui::prepareDemoModel(&why);
     QVERIFY2(!demo.isEmpty(), qPrintable(why));
@@ -290,6 +338,7 @@ void TestMainWindow::scriptedSession() {
     latmix::gui::ScriptedSession s;
     s.view = view;
     s.comparePoint = point;
+    s.point = select;
     s.activationPoint = activations;
     s.calibrateMethod = method;
     s.steps = steps;
@@ -306,6 +355,11 @@ void TestMainWindow::scriptedSession() {
     QCOMPARE(w.viewTabs()->currentWidget()->objectName(), currentTab);
     const QImage shot(s.screenshot);
     QCOMPARE(shot.size(), QSize(1280, 800) * w.devicePixelRatio());
+    if (!select.isEmpty()) {
+        QCOMPARE(w.blockDiagramView()->currentPoint(), select);
+        QCOMPARE(w.activationView()->currentPoint(), select);
+        QCOMPARE(w.comparisonView()->currentPoint(), select);
+    }
     if (!activations.isEmpty()) { // drawn before the screenshot: the point and transform asked for
         QCOMPARE(w.activationView()->currentPoint(), activations);
         QVERIFY(QString::fromStdString(w.activationView()->lastProfile().transform).startsWith(QStringLiteral("hadamard")));
@@ -398,6 +452,132 @@ void TestMainWindow::badSessionFiles() {
     QVERIFY(!w.openSessionFile(path, &why));
     QVERIFY2(why.contains(message) && why.contains(path), qPrintable(why));
     QVERIFY(w.currentModelDir().isEmpty());
+}
+
+// A marker clicked in the block diagram is the point of every view (tree, activations,
+// comparison, weights), and a point picked in the tree is the diagram's, on its layer.
+void TestMainWindow::diagramSelectsEverywhere_data() {
+    QTest::addColumn<int>("layer");
+    QTest::addColumn<int>("kind");
+    QTest::addColumn<QString>("linear"); // the weights view's linear for that point
+    QTest::newRow("qkv, layer 0") << 0 << int(latmix::model::PointKind::QkvInput) << "self_attn.q_proj";
+    QTest::newRow("o_proj, layer 1") << 1 << int(latmix::model::PointKind::OProjInput) << "self_attn.o_proj";
+    QTest::newRow("gate_up, layer 2") << 2 << int(latmix::model::PointKind::GateUpInput) << "mlp.gate_proj";
+    QTest::newRow("down_proj, layer 3") << 3 << int(latmix::model::PointKind::DownProjInput) << "mlp.down_proj";
+}
+
+void TestMainWindow::diagramSelectsEverywhere() {
+    QFETCH(int, layer);
+    QFETCH(int, kind);
+    QFETCH(QString, linear);
+    QString why;
+    const QString demo = latmix::gui::prepareDemoModel(&why);
+    QVERIFY2(!demo.isEmpty(), qPrintable(why));
+    MainWindow w;
+    QVERIFY(w.openCheckpoint(demo, false));
+    // No automatic captures: the test is about selection, not the numbers behind it.
+    w.activationView()->findChild<QCheckBox*>(QStringLiteral("activationAutoCheck"))->setChecked(false);
+    w.resize(1280, 800);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    auto* diagram = w.blockDiagramView();
+    w.viewTabs()->setCurrentWidget(diagram);
+    QVERIFY(diagram->hasModel());
+    QCOMPARE(diagram->layerCount(), w.currentModel()->config().numLayers);
+    diagram->setLayer(layer);
+    const auto pk = static_cast<latmix::model::PointKind>(kind);
+    const QString point = QString::fromStdString(latmix::model::pointName(layer, pk));
+    QTest::mouseClick(diagram, Qt::LeftButton, {}, diagram->markerRect(pk).center().toPoint());
+    QCOMPARE(diagram->currentPoint(), point);
+    QCOMPARE(w.activationView()->currentPoint(), point);
+    QCOMPARE(w.comparisonView()->currentPoint(), point);
+    QCOMPARE(w.weightView()->layer(), layer);
+    QCOMPARE(w.weightView()->linear(), linear);
+    QCOMPARE(w.viewTabs()->currentWidget(), static_cast<QWidget*>(diagram)); // the user stays where they clicked
+
+    // The other way: the tree's choice moves the diagram's marker (and layer).
+    const int other = (layer + 1) % w.currentModel()->config().numLayers;
+    const QString treePoint = QString::fromStdString(latmix::model::pointName(other, latmix::model::PointKind::DownProjInput));
+    QVERIFY(w.modelSummary()->selectPoint(treePoint));
+    QCOMPARE(diagram->currentPoint(), treePoint);
+    QCOMPARE(diagram->layer(), other);
+    QVERIFY(!w.selectPoint(QStringLiteral("layers.99.mlp.down_proj.input")));
+    QCOMPARE(diagram->currentPoint(), treePoint);
+}
+
+// File › Export report… writes the report of the current run (the same page `latmix report`
+// writes), refuses while there is none, and the run appears in the runs table at once.
+void TestMainWindow::reportAndRunsFromTheWindow() {
+    QString why;
+    const QString demo = latmix::gui::prepareDemoModel(&why);
+    QVERIFY2(!demo.isEmpty(), qPrintable(why));
+    QTemporaryDir tmp;
+    MainWindow w;
+    QVERIFY(w.openCheckpoint(demo, false));
+    QAction* report = w.exportReportAction();
+    QVERIFY(report && !report->isEnabled());
+    const QString out = tmp.filePath(QStringLiteral("out/report.html"));
+    QVERIFY(!w.exportReport(out, &why));
+    QVERIFY2(why.contains(QStringLiteral("no run to report")), qPrintable(why));
+    QVERIFY(!QFileInfo::exists(out));
+
+    const QString runsRoot = tmp.filePath(QStringLiteral("runs"));
+    const QString run = runsRoot + QStringLiteral("/lu");
+    QVERIFY2(calibrate(w, run, 2, 0, &why), qPrintable(why));
+    QVERIFY(report->isEnabled());
+    QVERIFY(report->toolTip().contains(QDir::toNativeSeparators(run)));
+    QVERIFY2(w.exportReport(out, &why), qPrintable(why));
+    QFile f(out);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(QString::fromUtf8(f.readAll()), QString::fromStdString(latmix::report::runReportHtml(run.toStdString())));
+    QVERIFY(QDir(tmp.filePath(QStringLiteral("out"))).entryList(QDir::Files) == QStringList{QStringLiteral("report.html")});
+    // An unwritable target: a clear error naming it, the window carries on.
+    const QString blocked = tmp.filePath(QStringLiteral("file"));
+    QFile(blocked).open(QIODevice::WriteOnly);
+    QVERIFY(!w.exportReport(blocked + QStringLiteral("/report.html"), &why));
+    QVERIFY2(why.contains(blocked), qPrintable(why));
+
+    // The finished run's folder joined the runs table, with the run's numbers.
+    auto* runs = w.runsView();
+    QVERIFY2(runs->folders().contains(runsRoot), qPrintable(runs->folders().join(", ")));
+    const auto summary = latmix::run::readRunSummary(run.toStdString());
+    const auto listed = std::find_if(runs->runs().begin(), runs->runs().end(), [&](const latmix::run::RunSummary& r) {
+        return QDir::cleanPath(QString::fromStdString(r.dir)) == run;
+    });
+    QVERIFY(listed != runs->runs().end());
+    QCOMPARE(listed->method, std::string("latmix-lu"));
+    QCOMPARE(listed->steps, 2);
+    QVERIFY(summary.finalKl >= 0);
+    QCOMPARE(listed->finalKl, summary.finalKl);
+}
+
+// The views' jobs are the Jobs dock's rows; the status bar's summary opens the dock.
+void TestMainWindow::jobsDockListsTheViewsJobs() {
+    QString why;
+    const QString demo = latmix::gui::prepareDemoModel(&why);
+    QVERIFY2(!demo.isEmpty(), qPrintable(why));
+    QTemporaryDir tmp;
+    MainWindow w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(w.openCheckpoint(demo, false));
+    QVERIFY(w.jobsDock()->isHidden());
+    QVERIFY(w.jobIndicator());
+    QTest::mouseClick(w.jobIndicator(), Qt::LeftButton);
+    QVERIFY(w.jobsDock()->isVisible());
+    QCOMPARE(w.jobsView()->manager(), latmix::gui::JobManager::instance());
+
+    auto* cal = w.calibrationView();
+    const int before = w.jobsView()->table()->rowCount();
+    QVERIFY2(calibrate(w, tmp.filePath(QStringLiteral("run")), 2, 0, &why), qPrintable(why));
+    QCOMPARE(w.jobsView()->table()->rowCount(), before + 1);
+    const int id = cal->runner()->jobId();
+    const int row = w.jobsView()->rowOf(id);
+    QVERIFY(row >= 0);
+    QCOMPARE(latmix::gui::JobManager::instance()->job(id).state, latmix::gui::JobState::Finished);
+    QCOMPARE(w.jobsView()->table()->item(row, latmix::gui::JobsDock::StateColumn)->text(),
+             latmix::gui::jobStateText(latmix::gui::JobState::Finished));
+    QVERIFY(w.jobsView()->cancelButton(id) == nullptr); // nothing to cancel once ended
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -1,6 +1,7 @@
 // Every plot of every view of the main window, filled with real results on the demo model
-// (activations, a transform comparison, a short calibration), at 1280×800 and 1920×1080 in the
-// light and the dark theme: no two tick labels of an axis overlap, no legend entry is cut, a
+// (activations, a transform comparison, a short calibration, the weights of a linear before and
+// after the calibration's folding, the runs table with that run selected), at 1280×800 and 1920×1080 in the
+// light and the dark theme: no two tick labels of an axis overlap, no two names of peaks overlap, no legend entry is cut, a
 // legend covers at most a small share of the points its plot draws, and no table hides columns
 // behind a horizontal scroll bar. Geometry is read back from QCustomPlot after a
 // real layout and replot (offscreen), not assumed.
@@ -15,16 +16,20 @@
 #include "JobRunner.h"
 #include "MainWindow.h"
 #include "MxExplorerView.h"
+#include "RunsView.h"
+#include "WeightView.h"
 #include "util/Runtime.h"
+#include "TestData.h"
 
 #include <qcustomplot.h>
 
 #include <QCheckBox>
+#include <QFileInfo>
 #include <QLabel>
 #include <QSignalSpy>
 #include <QScrollBar>
 #include <QTabWidget>
-#include <QTableWidget>
+#include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -102,7 +107,8 @@ private slots:
         cal->setMethod("latmix-lu");
         cal->setSteps(60);
         cal->setCalibration(4, 32, 2);
-        cal->setEvalWindows(0);
+        // A perplexity for the runs table where WikiText-2 is at hand.
+        cal->setEvalWindows(QFileInfo::exists(test::dataDir() + "/wikitext-2/wiki.test.raw") ? 1 : 0);
         cal->setRunDir(m_tmp.filePath("run"));
         QString why;
         QVERIFY2(cal->start(&why), qPrintable(why));
@@ -129,6 +135,19 @@ private slots:
         QVERIFY(cmp->compareAcrossLayers("hadamard"));
         QVERIFY(cmpDone.wait(120000));
         QVERIFY2(calDone.last().at(0).toBool(), qPrintable(calDone.last().at(2).toString()));
+        // The finished run is the weights view's folded side and a row of the runs table.
+        auto* weights = m_window->weightView();
+        QCOMPARE(weights->runDir(), m_tmp.filePath("run"));
+        QSignalSpy wDone(weights, &gui::WeightView::profileFinished);
+        QVERIFY(weights->selectLinear(1, "mlp.down_proj"));
+        while (weights->runner()->isRunning()) QVERIFY(wDone.wait(60000));
+        QString error;
+        QVERIFY2(weights->analyze(&error), qPrintable(error));
+        QVERIFY(wDone.wait(60000));
+        QVERIFY2(wDone.last().at(0).toBool(), qPrintable(wDone.last().at(1).toString()));
+        auto* runs = m_window->runsView();
+        runs->selectRuns({m_tmp.filePath("run")});
+        QCOMPARE(runs->selectedRuns().size(), 1);
     }
     void cleanupTestCase() { delete m_window; }
 
@@ -162,8 +181,8 @@ private slots:
                     problems << QString("%1/%2: '%3' does not fit or lost its tooltip").arg(view->objectName(), l->objectName(), l->text());
             }
             if (size.width() <= 1280) // the tables show every column without scrolling sideways
-                for (QTableWidget* t : view->findChildren<QTableWidget*>())
-                    if (t->isVisible() && t->columnCount() > 0 && t->horizontalScrollBar()->maximum() > 0)
+                for (QTableView* t : view->findChildren<QTableView*>())
+                    if (t->isVisible() && t->model() && t->model()->columnCount() > 0 && t->horizontalScrollBar()->maximum() > 0)
                         problems << QString("%1/%2: columns hidden behind a horizontal scroll bar (%3 px)")
                                         .arg(view->objectName(), t->objectName())
                                         .arg(t->horizontalScrollBar()->maximum());
@@ -187,6 +206,19 @@ private slots:
                                         .arg(i)
                                         .arg(item->outerRect().width())
                                         .arg(item->minimumOuterSizeHint().width());
+                }
+                // Names above peaks (the largest channels) never run together or leave the plot.
+                QVector<QRectF> names;
+                for (int i = 0; i < p->itemCount(); ++i) {
+                    auto* t = qobject_cast<QCPItemText*>(p->item(i));
+                    if (!t || !t->visible() || t->objectName() != QLatin1String("peakLabel")) continue;
+                    const QPointF at = t->position->pixelPosition();
+                    const double w = QFontMetricsF(t->font()).horizontalAdvance(t->text());
+                    const QRectF r(at.x() - w / 2, at.y() - QFontMetricsF(t->font()).height(), w, QFontMetricsF(t->font()).height());
+                    if (!QRectF(p->rect()).contains(r)) problems << QString("%1: name '%2' leaves the plot").arg(where, t->text());
+                    for (const QRectF& o : names)
+                        if (o.intersects(r)) problems << QString("%1: name '%2' overlaps another").arg(where, t->text());
+                    names << r;
                 }
                 const double cover = legendCover(p);
                 if (cover > 0.02) problems << QString("%1: the legend covers %2% of the points").arg(where).arg(cover * 100, 0, 'f', 1);

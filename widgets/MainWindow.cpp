@@ -2,15 +2,20 @@
 
 // Core headers first (they include ATen/core/Tensor.h only, safe next to Qt's keywords).
 #include "model/Checkpoint.h"
+#include "report/Report.h"
 #include "util/Runtime.h"
 
 #include "ActivationView.h"
+#include "BlockDiagramView.h"
 #include "CalibrationView.h"
 #include "ComparisonView.h"
 #include "ExportDialog.h"
+#include "JobsDock.h"
 #include "ModelSummaryView.h"
 #include "MxExplorerView.h"
+#include "RunsView.h"
 #include "TrainingDashboard.h"
+#include "WeightView.h"
 #include "WorkbenchSettings.h"
 
 #include <QAction>
@@ -128,7 +133,15 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     m_calibration = new CalibrationView(this);
     m_comparison = new ComparisonView(this);
     m_activations = new ActivationView(this);
+    m_weights = new WeightView(this);
+    m_runs = new RunsView(this);
+    m_diagram = new BlockDiagramView(this);
     setCentralWidget(createCentralArea());
+    connect(this, &MainWindow::modelOpened, m_weights, &WeightView::setModelDir);
+    connect(m_weights, &WeightView::errorOccurred, this, &MainWindow::showErrorBanner);
+    // The runs table lists the workbench's own runs folder; File › Add runs folder… adds more.
+    m_runs->setFolders({RunsView::defaultFolder()});
+    connect(m_runs, &RunsView::runActivated, this, &MainWindow::openRun);
     connect(this, &MainWindow::modelOpened, m_activations, &ActivationView::setModelDir);
     connect(m_activations, &ActivationView::errorOccurred, this, &MainWindow::showErrorBanner);
     connect(this, &MainWindow::modelOpened, m_comparison, &ComparisonView::setModelDir);
@@ -147,6 +160,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
             setExportRun(dir);
             m_openRuns.removeAll(dir);
             m_openRuns << dir;
+            m_runs->refresh(); // at once, whatever folder the run went to
+            if (!m_runs->folders().contains(QFileInfo(dir).absolutePath()) &&
+                !QDir::cleanPath(dir).startsWith(RunsView::defaultFolder()))
+                m_runs->addFolder(QFileInfo(dir).absolutePath());
         }
     });
     createModelDock();
@@ -157,10 +174,19 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     connect(m_summary, &ModelSummaryView::pointSelected, this, [this](const QString& point) {
         m_activations->selectPoint(point);
         m_comparison->selectPoint(point);
+        m_weights->selectPoint(point);
+        m_diagram->selectPoint(point);
         if (m_tabs->currentWidget() == m_explorer) m_tabs->setCurrentWidget(m_activations);
+    });
+    // A marker clicked in the block diagram goes through the tree, which selects it everywhere
+    // (the diagram stays the current view: the user is looking at it).
+    connect(m_diagram, &BlockDiagramView::pointSelected, this, [this](const QString& point) { selectPoint(point); });
+    connect(this, &MainWindow::modelOpened, this, [this] {
+        if (m_model) m_diagram->setModel(m_model->config());
     });
     connect(m_calibration, &CalibrationView::deviceChanged, m_summary, &ModelSummaryView::setDevice);
 
+    createJobsDock();
     createMenus();
     createStatusBar();
     rebuildRecentMenu();
@@ -218,8 +244,13 @@ QWidget* MainWindow::createCentralArea() {
     m_tabs->setDocumentMode(true);
     m_tabs->addTab(m_explorer, tr("MX format explorer"));
     m_tabs->addTab(m_activations, tr("Activations"));
+    m_tabs->addTab(m_weights, tr("Weights"));
+    m_tabs->addTab(m_diagram, tr("Block diagram"));
+    m_tabs->setTabToolTip(m_tabs->indexOf(m_diagram),
+                          tr("Where T1, T2, T3 and the four quantization points sit in a decoder layer (SPEC §4)"));
     m_tabs->addTab(m_comparison, tr("Transform comparison"));
     m_tabs->addTab(m_calibration, tr("Calibration"));
+    m_tabs->addTab(m_runs, tr("Runs"));
     column->addWidget(m_tabs, 1);
     return area;
 }
@@ -233,6 +264,23 @@ void MainWindow::createModelDock() {
     m_summary->setMinimumWidth(260);
     m_modelDock->setWidget(m_summary);
     addDockWidget(Qt::LeftDockWidgetArea, m_modelDock);
+}
+
+void MainWindow::createJobsDock() {
+    m_jobsDock = new QDockWidget(tr("Jobs"), this);
+    m_jobsDock->setObjectName(QStringLiteral("jobsDock"));
+    m_jobs = new JobsDock(m_jobsDock);
+    m_jobsDock->setWidget(m_jobs);
+    addDockWidget(Qt::RightDockWidgetArea, m_jobsDock);
+    // Shown on demand (the status bar's job summary, View › Jobs): the views show their own
+    // job's progress, the dock is where all of them are listed and cancelled.
+    m_jobsDock->hide();
+}
+
+bool MainWindow::selectPoint(const QString& pointName) {
+    if (m_summary->selectPoint(pointName)) return true; // its pointSelected reaches every view
+    // No open model (the diagram shows the generic block): only the diagram knows the name.
+    return !m_model && m_diagram->selectPoint(pointName);
 }
 
 void MainWindow::createMenus() {
@@ -249,6 +297,10 @@ void MainWindow::createMenus() {
     QAction* openRun = file->addAction(tr("Open r&un…"), this, &MainWindow::chooseRun);
     openRun->setObjectName(QStringLiteral("actionOpenRun"));
     openRun->setStatusTip(tr("Open a finished run folder: its training curves and its export"));
+
+    QAction* addRuns = file->addAction(tr("Add runs &folder…"), this, &MainWindow::chooseRunsFolder);
+    addRuns->setObjectName(QStringLiteral("actionAddRunsFolder"));
+    addRuns->setStatusTip(tr("List the runs under a folder (a sweep's output, a CLI's --out parent) in the Runs tab"));
 
     QAction* openSession = file->addAction(tr("Open &session…"), this, &MainWindow::chooseSessionToOpen);
     openSession->setObjectName(QStringLiteral("actionOpenSession"));
@@ -270,6 +322,11 @@ void MainWindow::createMenus() {
     m_exportAction->setEnabled(false);
     m_exportAction->setToolTip(tr("Nothing to export yet: run a calibration (Calibration tab) or open a finished run"));
     m_exportAction->setStatusTip(m_exportAction->toolTip());
+    m_exportReportAction = file->addAction(tr("Export &report…"), this, &MainWindow::chooseReportFile);
+    m_exportReportAction->setObjectName(QStringLiteral("actionExportReport"));
+    m_exportReportAction->setEnabled(false);
+    m_exportReportAction->setToolTip(tr("No run to report yet: run a calibration or open a finished run"));
+    m_exportReportAction->setStatusTip(m_exportReportAction->toolTip());
 
     file->addSeparator();
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
@@ -285,16 +342,30 @@ void MainWindow::createMenus() {
     QAction* showActivations = view->addAction(tr("&Activations"));
     showActivations->setObjectName(QStringLiteral("actionShowActivations"));
     connect(showActivations, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_activations); });
+    QAction* showWeights = view->addAction(tr("&Weights"));
+    showWeights->setObjectName(QStringLiteral("actionShowWeights"));
+    connect(showWeights, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_weights); });
+    QAction* showDiagram = view->addAction(tr("&Block diagram"));
+    showDiagram->setObjectName(QStringLiteral("actionShowBlockDiagram"));
+    connect(showDiagram, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_diagram); });
     QAction* showComparison = view->addAction(tr("&Transform comparison"));
     showComparison->setObjectName(QStringLiteral("actionShowComparison"));
     connect(showComparison, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_comparison); });
     QAction* showCalibration = view->addAction(tr("&Calibration dashboard"));
     showCalibration->setObjectName(QStringLiteral("actionShowCalibration"));
     connect(showCalibration, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_calibration); });
+    QAction* showRuns = view->addAction(tr("&Runs"));
+    showRuns->setObjectName(QStringLiteral("actionShowRuns"));
+    connect(showRuns, &QAction::triggered, this, [this] { m_tabs->setCurrentWidget(m_runs); });
+    view->addSeparator();
     QAction* showModel = m_modelDock->toggleViewAction();
     showModel->setText(tr("&Model summary"));
     showModel->setObjectName(QStringLiteral("actionShowModel"));
     view->addAction(showModel);
+    QAction* showJobs = m_jobsDock->toggleViewAction();
+    showJobs->setText(tr("&Jobs"));
+    showJobs->setObjectName(QStringLiteral("actionShowJobs"));
+    view->addAction(showJobs);
 
     QMenu* themeMenu = view->addMenu(tr("&Theme"));
     themeMenu->setObjectName(QStringLiteral("menuTheme"));
@@ -333,6 +404,13 @@ void MainWindow::createStatusBar() {
         return label;
     };
     statusBar()->setObjectName(QStringLiteral("statusBar"));
+    m_jobIndicator = new JobStatusIndicator(this);
+    m_jobIndicator->setObjectName(QStringLiteral("jobIndicator"));
+    statusBar()->addPermanentWidget(m_jobIndicator);
+    connect(m_jobIndicator, &JobStatusIndicator::showJobsRequested, this, [this] {
+        m_jobsDock->show();
+        m_jobsDock->raise();
+    });
     m_deviceLabel = makeLabel("deviceLabel", tr("Compute device libtorch uses"));
     m_threadsLabel = makeLabel("threadsLabel", tr("libtorch intra-op threads (--threads, LATMIX_THREADS)"));
     m_libtorchLabel = makeLabel("libtorchLabel", tr("libtorch version"));
@@ -530,6 +608,7 @@ QJsonObject MainWindow::session() const {
     s["model"] = m_modelDir;
     s["point"] = m_activations->currentPoint();
     s["runs"] = QJsonArray::fromStringList(m_openRuns);
+    s["run_folders"] = QJsonArray::fromStringList(m_runs->folders());
     s["view"] = m_tabs->currentWidget() ? m_tabs->currentWidget()->objectName() : QString();
     return s;
 }
@@ -547,6 +626,11 @@ bool MainWindow::restoreSession(const QJsonObject& s, QString* error) {
     for (const auto& r : s.value("runs").toArray()) {
         const QString dir = r.toString();
         if (!openRun(dir)) missing << errorBannerText();
+    }
+    if (s.contains("run_folders")) {
+        QStringList folders;
+        for (const auto& f : s.value("run_folders").toArray()) folders << f.toString();
+        m_runs->setFolders(folders);
     }
     const QString view = s.value("view").toString();
     for (int i = 0; i < m_tabs->count(); ++i)
@@ -618,10 +702,56 @@ void MainWindow::chooseSessionToSave() {
 void MainWindow::setExportRun(const QString& runDir) {
     m_exportRunDir = runDir;
     m_activations->setRun(runDir); // its transforms join the activation view's choices
+    m_weights->setRun(runDir);     // and its folded weights the weights view
     m_exportAction->setEnabled(!runDir.isEmpty());
     m_exportAction->setToolTip(runDir.isEmpty() ? tr("Nothing to export yet")
                                                 : tr("Export the run %1").arg(QDir::toNativeSeparators(runDir)));
     m_exportAction->setStatusTip(m_exportAction->toolTip());
+    if (m_exportReportAction) {
+        m_exportReportAction->setEnabled(!runDir.isEmpty());
+        m_exportReportAction->setToolTip(runDir.isEmpty() ? tr("No run to report yet")
+                                                          : tr("Write the report of the run %1 as one HTML page")
+                                                                .arg(QDir::toNativeSeparators(runDir)));
+        m_exportReportAction->setStatusTip(m_exportReportAction->toolTip());
+    }
+}
+
+bool MainWindow::exportReport(const QString& outHtml, QString* error) {
+    QString why;
+    if (m_exportRunDir.isEmpty()) {
+        why = tr("no run to report: run a calibration or open a finished run (File › Open run…)");
+    } else if (outHtml.isEmpty()) {
+        why = tr("no file to write the report to");
+    } else {
+        try {
+            // Reads latmix.json and train.h5 and writes a few hundred KiB: well under a second
+            // even for long runs, so it runs here rather than as a job.
+            latmix::report::writeRunReport(m_exportRunDir.toStdString(), outHtml.toStdString());
+            statusBar()->showMessage(tr("Wrote the report of %1 to %2")
+                                         .arg(QDir::toNativeSeparators(m_exportRunDir), QDir::toNativeSeparators(outHtml)));
+            return true;
+        } catch (const std::exception& e) {
+            why = tr("could not write the report %1: %2").arg(QDir::toNativeSeparators(outHtml), QString::fromStdString(e.what()));
+        }
+    }
+    if (error) *error = why;
+    return false;
+}
+
+void MainWindow::chooseReportFile() {
+    if (m_exportRunDir.isEmpty()) return;
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export report"), m_exportRunDir + QStringLiteral("/report.html"),
+                                                      tr("HTML pages (*.html)"));
+    if (path.isEmpty()) return;
+    QString error;
+    if (!exportReport(path, &error)) showErrorBanner(error);
+}
+
+void MainWindow::chooseRunsFolder() {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Add runs folder"), QDir::homePath());
+    if (dir.isEmpty()) return;
+    m_runs->addFolder(dir);
+    m_tabs->setCurrentWidget(m_runs);
 }
 
 ExportDialog* MainWindow::showExportDialog() {

@@ -1,7 +1,9 @@
 #pragma once
-// The workbench's main window: menus (File, View, Help), the MX format explorer as central
-// view, the open checkpoint's summary in the "Model" dock, an error banner above the central
-// view, and a status bar with the runtime facts (device, threads, libtorch version).
+// The workbench's main window: menus (File, View, Help), the views as tabs (MX format explorer,
+// activations, weights, block diagram, transform comparison, calibration, runs), the open
+// checkpoint's summary in the "Model" dock, the application's jobs in the "Jobs" dock, an error
+// banner above the central view, and a status bar with the runtime facts (device, threads,
+// libtorch version) and the jobs' summary (a click shows the Jobs dock).
 #include <QIcon>
 #include <QJsonObject>
 #include <QMainWindow>
@@ -24,11 +26,16 @@ class Checkpoint;
 namespace latmix::gui {
 
 class ActivationView;
+class BlockDiagramView;
 class CalibrationView;
 class ComparisonView;
 class ExportDialog;
+class JobStatusIndicator;
+class JobsDock;
 class ModelSummaryView;
 class MxExplorerView;
+class RunsView;
+class WeightView;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -45,6 +52,13 @@ public:
     CalibrationView* calibrationView() const { return m_calibration; }
     ComparisonView* comparisonView() const { return m_comparison; }
     ActivationView* activationView() const { return m_activations; }
+    WeightView* weightView() const { return m_weights; }
+    RunsView* runsView() const { return m_runs; }
+    BlockDiagramView* blockDiagramView() const { return m_diagram; }
+    JobsDock* jobsView() const { return m_jobs; }
+    QDockWidget* jobsDock() const { return m_jobsDock; }
+    JobStatusIndicator* jobIndicator() const { return m_jobIndicator; }
+    QAction* exportReportAction() const { return m_exportReportAction; }
     QTabWidget* viewTabs() const { return m_tabs; }
     QAction* exportAction() const { return m_exportAction; }
     // The run folder File › Export quantized model… exports (the last finished or opened run).
@@ -107,6 +121,14 @@ public slots:
     void setExportRun(const QString& runDir);
     // Opens the (non-modal) export dialog for the current run; nullptr while there is none.
     ExportDialog* showExportDialog();
+    // File › Export report…: the current run (exportRunDir) as one HTML page at outHtml
+    // (report::writeRunReport: written under a temporary name, then renamed). False and *error
+    // (naming the file) when there is no run or it cannot be read or written.
+    bool exportReport(const QString& outHtml, QString* error = nullptr);
+    // Selects the quantization point (core's name) in every view that shows points: the Model
+    // dock's tree, the block diagram, the activation, comparison and weights views. False when
+    // the open model has no such point.
+    bool selectPoint(const QString& pointName);
 
 signals:
     // A checkpoint was opened; dir is its cleaned absolute folder path.
@@ -124,6 +146,8 @@ private slots:
     void chooseRun();
     void chooseSessionToOpen();
     void chooseSessionToSave();
+    void chooseReportFile();
+    void chooseRunsFolder();
     void showAbout();
     void rebuildRecentMenu();
 
@@ -131,6 +155,7 @@ private:
     void createMenus();
     void createStatusBar();
     void createModelDock();
+    void createJobsDock();
     QWidget* createCentralArea();
     void storeRecent(const QStringList& paths);
 
@@ -138,6 +163,13 @@ private:
     CalibrationView* m_calibration = nullptr;
     ComparisonView* m_comparison = nullptr;
     ActivationView* m_activations = nullptr;
+    WeightView* m_weights = nullptr;
+    RunsView* m_runs = nullptr;
+    BlockDiagramView* m_diagram = nullptr;
+    JobsDock* m_jobs = nullptr;
+    QDockWidget* m_jobsDock = nullptr;
+    JobStatusIndicator* m_jobIndicator = nullptr;
+    QAction* m_exportReportAction = nullptr;
     QTabWidget* m_tabs = nullptr;
     QString m_exportRunDir;
     QStringList m_openRuns; // opened or finished here, in order (the session's runs)

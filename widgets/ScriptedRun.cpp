@@ -4,15 +4,21 @@
 
 #include "ActivationView.h"
 #include "AnalysisPlots.h"
+#include "BlockDiagramView.h"
 #include "CalibrationView.h"
 #include "ComparisonView.h"
 #include "MainWindow.h"
+#include "RunsView.h"
+#include "WeightView.h"
 #include "JobRunner.h"
 #include "MxExplorerView.h"
 
 #include <QCoreApplication>
 #include <QDir>
 #include <QEventLoop>
+#include <QFileInfo>
+#include <QRegularExpression>
+#include <QTableView>
 #include <QPixmap>
 #include <QStandardPaths>
 #include <QTabWidget>
@@ -85,6 +91,10 @@ void showAt(MainWindow& window, QSize size) {
 bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* error) {
     if (!s.openRun.isEmpty() && !window.openRun(s.openRun))
         std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(window.errorBannerText()));
+    if (!s.point.isEmpty() && !window.selectPoint(s.point)) {
+        *error = QStringLiteral("the model has no quantization point '%1'").arg(s.point);
+        return false;
+    }
     if (!s.view.isEmpty()) {
         QWidget* target = nullptr;
         if (s.view == QLatin1String("calibration"))
@@ -95,8 +105,16 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
             target = window.explorerView();
         else if (s.view == QLatin1String("comparison"))
             target = window.comparisonView();
+        else if (s.view == QLatin1String("weights"))
+            target = window.weightView();
+        else if (s.view == QLatin1String("runs"))
+            target = window.runsView();
+        else if (s.view == QLatin1String("diagram"))
+            target = window.blockDiagramView();
         if (!target) {
-            *error = QStringLiteral("unknown view '%1'; choose explorer, activations, comparison or calibration").arg(s.view);
+            *error = QStringLiteral("unknown view '%1'; choose explorer, activations, weights, diagram, comparison, "
+                                    "calibration or runs")
+                         .arg(s.view);
             return false;
         }
         window.viewTabs()->setCurrentWidget(target);
@@ -130,6 +148,43 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
         while (view->runner()->isRunning()) wait();
         if (!view->analyze(error)) return false; // the capture is cached by now: only the profile runs
         wait();
+    }
+    if (!s.weightsLinear.isEmpty()) {
+        auto* view = window.weightView();
+        static const QRegularExpression re(QStringLiteral("^(?:layers\\.)?(\\d+)\\.(.+)$"));
+        const auto m = re.match(s.weightsLinear);
+        if (!m.hasMatch() || !view->selectLinear(m.captured(1).toInt(), m.captured(2))) {
+            *error = QStringLiteral("the model has no linear '%1'; give layers.N.LINEAR with LINEAR one of %2")
+                         .arg(s.weightsLinear, WeightView::linears().join(QStringLiteral(", ")));
+            return false;
+        }
+        window.viewTabs()->setCurrentWidget(view);
+        showAt(window, s.size);
+        auto wait = [&] {
+            QEventLoop loop;
+            QObject::connect(view, &WeightView::profileFinished, &loop, [&](bool done, const QString& message) {
+                if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
+                loop.quit();
+            });
+            loop.exec();
+        };
+        while (view->runner()->isRunning()) wait();
+        if (!view->analyze(error)) return false;
+        wait();
+    }
+    if (!s.runsFolder.isEmpty()) {
+        auto* view = window.runsView();
+        if (!QFileInfo(s.runsFolder).isDir()) {
+            *error = QStringLiteral("'%1' is not a folder of runs").arg(s.runsFolder);
+            return false;
+        }
+        view->addFolder(s.runsFolder);
+        QStringList best;
+        auto* table = view->table()->model();
+        for (int row = 0; row < table->rowCount() && best.size() < 4; ++row)
+            best << table->data(table->index(row, RunsView::Name), RunsView::kDirRole).toString();
+        view->selectRuns(best);
+        window.viewTabs()->setCurrentWidget(view);
     }
     if (!s.comparePoint.isEmpty()) {
         auto* comparison = window.comparisonView();

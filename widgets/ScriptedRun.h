@@ -26,10 +26,14 @@ bool plotAnalysisJson(const QString& json, const QString& outDir, QStringList* w
 
 struct ScriptedSession {
     QString openRun;        // a finished run folder to open (its curves, its export)
-    QString view;           // explorer, activations, comparison or calibration; empty: unchanged
+    QString view;           // explorer, activations, weights, diagram, comparison, calibration or runs; empty: unchanged
+    QString point;          // select this quantization point in every view (before view is shown)
     QString comparePoint;   // compare the transforms at this point, then across layers
     QString activationPoint; // show the activations of this point (the activation view)
     QString activationTransform = QStringLiteral("hadamard"); // ... before and after this transform ("run": openRun's)
+    QString weightsLinear;   // show the weights of this linear ("layers.1.mlp.down_proj"; the weights view,
+                             // folded with openRun's transforms when it has them)
+    QString runsFolder;      // list the runs of this folder in the runs view, the best four selected
     QString calibrateMethod; // start a calibration with this method
     int steps = 40;          // its training steps
     QString screenshot;      // PNG written at the end, after the comparison / calibration finished

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     parser.addOption(plotAnalysisOption);
     parser.addOption(outDirOption);
     const QCommandLineOption viewOption(QStringLiteral("view"),
-                                        QStringLiteral("View shown first: explorer, activations, comparison or calibration."), QStringLiteral("NAME"));
+                                        QStringLiteral("View shown first: explorer, activations, weights, diagram, comparison, calibration or runs."), QStringLiteral("NAME"));
     const QCommandLineOption openRunOption(QStringLiteral("open-run"),
                                            QStringLiteral("Open a finished run folder (its curves, its export)."),
                                            QStringLiteral("RUN_DIR"));
@@ -94,6 +94,12 @@ int main(int argc, char** argv) {
         QStringLiteral("METHOD"));
     const QCommandLineOption stepsOption(QStringLiteral("steps"), QStringLiteral("Training steps for --calibrate."),
                                          QStringLiteral("N"), QStringLiteral("40"));
+    const QCommandLineOption pointOption(QStringLiteral("point"),
+                                         QStringLiteral("Select the quantization POINT (e.g. layers.1.mlp.down_proj.input) in "
+                                                        "every view: the Model dock's tree, the block diagram, the activation, "
+                                                        "comparison and weights views."),
+                                         QStringLiteral("POINT"));
+    parser.addOption(pointOption);
     const QCommandLineOption compareOption(
         QStringLiteral("compare"),
         QStringLiteral("Compare the transforms at POINT (e.g. layers.1.mlp.down_proj.input) and draw the per-block "
@@ -108,8 +114,18 @@ int main(int argc, char** argv) {
                                              QStringLiteral("Transform of the activation view: none, hadamard (default), block-hadamard, orthogonal, "
                                                             "block-orthogonal, or run (the transforms of --open-run)."),
                                              QStringLiteral("KIND"), QStringLiteral("hadamard"));
+    const QCommandLineOption weightsOption(
+        QStringLiteral("weights"),
+        QStringLiteral("Show the weights of LINEAR (e.g. layers.1.mlp.down_proj), folded with --open-run's transforms "
+                       "when it has them; with --screenshot, taken when they are drawn."),
+        QStringLiteral("LINEAR"));
+    const QCommandLineOption runsFolderOption(QStringLiteral("runs-folder"),
+                                              QStringLiteral("List the runs under DIR in the runs view, the best four selected."),
+                                              QStringLiteral("DIR"));
     parser.addOption(activationsOption);
     parser.addOption(transformOption);
+    parser.addOption(weightsOption);
+    parser.addOption(runsFolderOption);
     parser.addOption(compareOption);
     parser.addOption(viewOption);
     parser.addOption(openRunOption);
@@ -181,6 +197,9 @@ int main(int argc, char** argv) {
     session.view = parser.value(viewOption);
     session.activationPoint = parser.value(activationsOption);
     session.activationTransform = parser.value(transformOption);
+    session.weightsLinear = parser.value(weightsOption);
+    session.runsFolder = parser.value(runsFolderOption);
+    session.point = parser.value(pointOption);
     session.comparePoint = parser.value(compareOption);
     session.calibrateMethod = parser.value(calibrateOption);
     session.steps = parser.value(stepsOption).toInt(&ok);
