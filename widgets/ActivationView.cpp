@@ -135,19 +135,10 @@ ActivationView::ActivationView(QWidget* parent) : QWidget(parent) {
     m_auto->setChecked(true);
     f->addRow(m_auto);
     column->addWidget(box);
-    m_analyze = new QPushButton(tr("&Show activations"), form);
-    m_analyze->setObjectName(QStringLiteral("activationAnalyzeButton"));
-    column->addWidget(m_analyze);
-    m_summary = new QLabel(form);
-    m_summary->setObjectName(QStringLiteral("activationSummary"));
-    m_summary->setWordWrap(true);
-    m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    column->addWidget(m_summary);
-    m_status = new QLabel(form);
-    m_status->setObjectName(QStringLiteral("activationStatus"));
-    m_status->setWordWrap(true);
-    column->addWidget(m_status);
-    column->addStretch(1);
+    const auto footer = FormWidgets::addFormFooter(form, column, QStringLiteral("activation"), tr("&Show activations"));
+    m_analyze = footer.button;
+    m_summary = footer.summary;
+    m_status = footer.status;
 
     auto plot = [this](const char* name, const QString& title) { return PlotStyle::newPlot(this, name, title); };
     m_channelPlot = plot("activationChannelPlot", tr("Per-channel max |x| over tokens"));

@@ -7,7 +7,10 @@
 #include <QComboBox>
 #include <QDir>
 #include <QDoubleSpinBox>
+#include <QLabel>
+#include <QPushButton>
 #include <QSpinBox>
+#include <QVBoxLayout>
 
 #include <cmath>
 
@@ -40,6 +43,24 @@ QComboBox* formatCombo(QWidget* parent, const char* objectName, const QString& c
     for (const auto& f : latmix::mx::allFormats()) c->addItem(QString::fromLatin1(f.name));
     c->setCurrentText(current);
     return c;
+}
+
+FormFooter addFormFooter(QWidget* form, QVBoxLayout* column, const QString& prefix, const QString& buttonText) {
+    FormFooter f;
+    f.button = new QPushButton(buttonText, form);
+    f.button->setObjectName(prefix + QStringLiteral("AnalyzeButton"));
+    column->addWidget(f.button);
+    f.summary = new QLabel(form);
+    f.summary->setObjectName(prefix + QStringLiteral("Summary"));
+    f.summary->setWordWrap(true);
+    f.summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    column->addWidget(f.summary);
+    f.status = new QLabel(form);
+    f.status->setObjectName(prefix + QStringLiteral("Status"));
+    f.status->setWordWrap(true);
+    column->addWidget(f.status);
+    column->addStretch(1);
+    return f;
 }
 
 QStringList quantizationPoints(const QString& modelDir) {

@@ -99,19 +99,10 @@ WeightView::WeightView(QWidget* parent) : QWidget(parent) {
     m_runLabel->setObjectName(QStringLiteral("weightRunLabel"));
     m_runLabel->setWordWrap(true);
     column->addWidget(m_runLabel);
-    m_analyze = new QPushButton(tr("&Show weights"), form);
-    m_analyze->setObjectName(QStringLiteral("weightAnalyzeButton"));
-    column->addWidget(m_analyze);
-    m_summary = new QLabel(form);
-    m_summary->setObjectName(QStringLiteral("weightSummary"));
-    m_summary->setWordWrap(true);
-    m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    column->addWidget(m_summary);
-    m_status = new QLabel(form);
-    m_status->setObjectName(QStringLiteral("weightStatus"));
-    m_status->setWordWrap(true);
-    column->addWidget(m_status);
-    column->addStretch(1);
+    const auto footer = FormWidgets::addFormFooter(form, column, QStringLiteral("weight"), tr("&Show weights"));
+    m_analyze = footer.button;
+    m_summary = footer.summary;
+    m_status = footer.status;
 
     auto plot = [this](const char* name, const QString& title) { return PlotStyle::newPlot(this, name, title); };
     // Linear axes: a weight's column norms and group errors span far less than activations do
