@@ -3,6 +3,7 @@
 #include "mx/MxCodes.h"
 #include "mx/MxKernelCpu.h"
 #include "mx/MxQuantizer.h"
+#include "util/NonFinite.h"
 #include "util/Text.h"
 #include "mx/MxReference.h"
 
@@ -29,14 +30,6 @@ at::Tensor onGrid(const at::Tensor& x, const at::Tensor& s, mx::ElementFormat f)
     return mx::roundToElement(x / s, f) * s;
 }
 
-// Index [row, col] of the first non-finite value of a 2-D tensor, as text.
-std::string firstNonFinite(const at::Tensor& t2d) {
-    auto idx = at::nonzero(at::logical_not(at::isfinite(t2d))).cpu();
-    if (idx.size(0) == 0) return "none";
-    return "[" + std::to_string(idx[0][0].item<std::int64_t>()) + ", " + std::to_string(idx[0][1].item<std::int64_t>()) +
-           "]";
-}
-
 void checkWeight(const at::Tensor& w, const char* fn) {
     if (!w.defined()) throw std::invalid_argument(std::string(fn) + ": the weight is undefined");
     if (w.dim() != 2 || w.size(0) == 0 || w.size(1) == 0)
@@ -44,10 +37,10 @@ void checkWeight(const at::Tensor& w, const char* fn) {
                                     util::shapeText(w.sizes().vec()));
     if (!at::isFloatingType(w.scalar_type()))
         throw std::invalid_argument(std::string(fn) + ": the weight must be a floating-point tensor");
-    const auto bad = at::logical_not(at::isfinite(w)).sum().item<std::int64_t>();
-    if (bad > 0)
-        throw std::invalid_argument(std::string(fn) + ": the weight " + util::shapeText(w.sizes().vec()) + " holds " + std::to_string(bad) +
-                                    " NaN/Inf value(s), first at " + firstNonFinite(w));
+    const auto bad = util::findNonFinite(w);
+    if (bad)
+        throw std::invalid_argument(std::string(fn) + ": the weight " + util::shapeText(w.sizes().vec()) + " holds NaN/Inf (" +
+                                    bad.describe() + ")");
 }
 
 void checkHessian(const at::Tensor& h, std::int64_t in, const char* fn) {
@@ -57,10 +50,8 @@ void checkHessian(const at::Tensor& h, std::int64_t in, const char* fn) {
                                     std::to_string(in) + "], got " + util::shapeText(h.sizes().vec()));
     if (!at::isFloatingType(h.scalar_type()))
         throw std::invalid_argument(std::string(fn) + ": the Hessian must be a floating-point tensor");
-    const auto bad = at::logical_not(at::isfinite(h)).sum().item<std::int64_t>();
-    if (bad > 0)
-        throw std::invalid_argument(std::string(fn) + ": the Hessian holds " + std::to_string(bad) +
-                                    " NaN/Inf value(s), first at " + firstNonFinite(h));
+    const auto bad = util::findNonFinite(h);
+    if (bad) throw std::invalid_argument(std::string(fn) + ": the Hessian holds NaN/Inf (" + bad.describe() + ")");
     auto negative = at::nonzero(h.diagonal() < 0).cpu();
     if (negative.size(0) > 0)
         throw std::invalid_argument(std::string(fn) + ": the Hessian has negative diagonal entries (first at input " +
@@ -368,10 +359,10 @@ void HessianAccumulator::add(const at::Tensor& x) {
     if (rows_ == 0 && (sum_.device() != x.device() || sum_.numel() != in_ * in_)) // accumulate where the data lives
         sum_ = at::zeros({in_, in_}, at::TensorOptions().dtype(at::kDouble).device(x.device()));
     auto x2 = x.detach().reshape({-1, in_}).to(sum_.device(), at::kDouble);
-    const auto bad = at::logical_not(at::isfinite(x2)).sum().item<std::int64_t>();
-    if (bad > 0)
-        throw std::invalid_argument("HessianAccumulator::add: activations " + util::shapeText(x.sizes().vec()) + " hold " +
-                                    std::to_string(bad) + " NaN/Inf value(s), first at row/input " + firstNonFinite(x2));
+    const auto bad = util::findNonFinite(x2);
+    if (bad)
+        throw std::invalid_argument("the activations " + util::shapeText(x.sizes().vec()) +
+                                    " of a Hessian hold NaN/Inf (row/input " + bad.describe() + ")");
     sum_.addmm_(x2.t(), x2);
     rows_ += x2.size(0);
 }
