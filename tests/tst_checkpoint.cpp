@@ -11,9 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 #include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
+#include "PoisonedModel.h"
 
 using namespace latmix;
 using namespace latmix::model;
@@ -189,6 +192,54 @@ private slots:
             const QString msg = QString::fromStdString(e.what());
             QVERIFY2(msg.contains(dir), qPrintable(msg));
             for (const auto& p : phrases) QVERIFY2(msg.contains(p), qPrintable(msg + "\n  lacks: " + p));
+        }
+    }
+
+    // One NaN or Inf weight: the checkpoint opens (the header is fine), and the check names the
+    // folder, the tensor, its file, the first bad index and value; a clean model passes with its
+    // progress ending at 1.
+    void nonFiniteWeights_data() {
+        QTest::addColumn<QString>("tensor"); // empty: the clean demo model
+        QTest::addColumn<qint64>("flat");
+        QTest::addColumn<double>("value");
+        QTest::addColumn<QString>("where");
+        const double inf = std::numeric_limits<double>::infinity();
+        QTest::newRow("clean") << QString() << qint64(0) << 0.0 << QString();
+        // down_proj is [hidden 128, intermediate 384]: flat 5·384 + 7 is [5, 7].
+        QTest::newRow("nan in down_proj") << "model.layers.1.mlp.down_proj.weight" << qint64(5 * 384 + 7)
+                                          << std::numeric_limits<double>::quiet_NaN() << "first at [5, 7] (nan), 1 of 49152 values";
+        QTest::newRow("inf in the embedding") << "model.embed_tokens.weight" << qint64(128 * 3 + 1) << inf
+                                              << "first at [3, 1] (inf), 1 of";
+        QTest::newRow("-inf in the final norm") << "model.norm.weight" << qint64(127) << -inf
+                                                << "first at [127] (-inf), 1 of 128 values";
+    }
+    void nonFiniteWeights() {
+        QFETCH(QString, tensor);
+        QFETCH(qint64, flat);
+        QFETCH(double, value);
+        QFETCH(QString, where);
+        QTemporaryDir tmp;
+        QString dir = latmix::test::demoModelDir();
+        if (!tensor.isEmpty()) {
+            dir = tmp.filePath("model");
+            QVERIFY(latmix::test::writePoisonedModel(latmix::test::demoModelDir(), dir, tensor.toStdString(), flat, value));
+        }
+        const Checkpoint ck = Checkpoint::load(dir.toStdString());
+        struct Progress : latmix::JobContext {
+            std::vector<double> seen;
+            void progress(double f, const std::string&) override { seen.push_back(f); }
+        } progress;
+        try {
+            checkWeightsFinite(ck, progress);
+            QVERIFY2(tensor.isEmpty(), "no error");
+            QVERIFY(!progress.seen.empty() && progress.seen.back() == 1.0);
+            QVERIFY(std::is_sorted(progress.seen.begin(), progress.seen.end()));
+        } catch (const std::runtime_error& e) {
+            const QString msg = QString::fromStdString(e.what());
+            QVERIFY2(!tensor.isEmpty(), qPrintable(msg));
+            for (const QString& p : {dir, "tensor '" + tensor + "' in model.safetensors holds NaN/Inf", where,
+                                     QString("download or export it again")})
+                QVERIFY2(msg.contains(p), qPrintable(msg + "\n  lacks: " + p));
         }
     }
 

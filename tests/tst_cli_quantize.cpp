@@ -15,8 +15,11 @@
 #include <QRegularExpression>
 #include "CliRunner.h"
 #include "TestData.h"
+#include "PoisonedModel.h"
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <limits>
 
 class TestCliQuantize : public QObject {
     Q_OBJECT
@@ -297,6 +300,67 @@ private slots:
         QVERIFY2(!QFileInfo::exists(out), "a refused run wrote its folder"); // nothing written
         if (QTest::currentDataTag() == QByteArray("absent CUDA device"))
             QVERIFY2(r.err.contains("(available: cpu"), qPrintable(r.err));
+    }
+
+    // One NaN weight in the model: every command that computes with it stops before writing
+    // anything, naming the tensor, its first bad index and value and what to do, never with
+    // "perplexity nan", an internal class name or a divergence diagnosis.
+    void nonFiniteWeight_data() {
+        QTest::addColumn<QString>("command");
+        QTest::newRow("eval") << "eval";
+        QTest::newRow("eval, zero-shot") << "eval-tasks";
+        QTest::newRow("quantize rtn") << "rtn";
+        QTest::newRow("quantize gptq") << "gptq";
+        QTest::newRow("quantize latmix-lu") << "latmix-lu";
+        QTest::newRow("capture") << "capture";
+        QTest::newRow("analyze") << "analyze";
+    }
+    void nonFiniteWeight() {
+        QFETCH(QString, command);
+        const QString model = m_tmp.filePath("nan-model");
+        if (!QFileInfo::exists(model + "/model.safetensors"))
+            QVERIFY(latmix::test::writePoisonedModel(m_model, model, "model.layers.2.self_attn.v_proj.weight", 3 * 128 + 9,
+                                                     std::numeric_limits<double>::quiet_NaN()));
+        const QString out = m_tmp.filePath("nan-" + command);
+        QStringList args;
+        if (command == "eval")
+            args = {"eval", "--model", model, "--dataset", m_calib, "--seqlen", "32", "--device", "cpu"};
+        else if (command == "eval-tasks")
+            args = {"eval", "--model", model, "--tasks", "arc_easy", "--limit", "2", "--device", "cpu"};
+        else if (command == "capture")
+            args = {"capture", "--model", model, "--calib", m_calib, "--points", "layers\\.1\\.mlp\\.down_proj", "--samples", "1",
+                    "--seqlen", "32", "--out", out};
+        else if (command == "analyze")
+            args = {"analyze", "--model", model, "--calib", m_calib, "--samples", "1", "--seqlen", "32", "--points",
+                    "layers\\.0\\.mlp\\.down_proj", "--transforms", "none", "--out", out};
+        else {
+            args = quantizeArgs(out, command, 2);
+            args[args.indexOf("--model") + 1] = model;
+        }
+        if (command == "eval-tasks" && !QFileInfo::exists(latmix::test::dataDir() + "/zeroshot"))
+            LATMIX_DATA_SKIP("no zero-shot data under LATMIX_DATA_DIR");
+        const Result r = run(args);
+        QVERIFY(r.exitCode != 0);
+        const QString last = r.err.trimmed().split('\n').last();
+        for (const QString& p : {QString("tensor 'model.layers.2.self_attn.v_proj.weight' in model.safetensors holds NaN/Inf"),
+                                 QString("first at [3, 9] (nan), 1 of"), QString("download or export it again")})
+            QVERIFY2(last.contains(p), qPrintable(r.err + "\n  lacks: " + p));
+        for (const char* no : {"perplexity", "diverged", "Accumulator"}) QVERIFY2(!r.err.contains(no), qPrintable(r.err));
+        QVERIFY2(!r.out.contains("perplexity"), qPrintable(r.out));
+        QVERIFY2(!QFileInfo::exists(out), "a refused command wrote its output");
+    }
+
+    // Finite weights whose forward overflows (a final-norm weight of 3e38): eval refuses to print
+    // a NaN perplexity and says what to do, distinct from the damaged-checkpoint message.
+    void evalOverflow() {
+        const QString model = m_tmp.filePath("overflow-model");
+        QVERIFY(latmix::test::writePoisonedModel(m_model, model, "model.norm.weight", 0, 3e38));
+        const Result r = run({"eval", "--model", model, "--dataset", m_calib, "--seqlen", "32", "--device", "cpu"});
+        QVERIFY(r.exitCode != 0);
+        const QString last = r.err.trimmed().split('\n').last();
+        QVERIFY2(last.contains("is not finite") && last.contains("although its weights are") && last.contains("--dtype float32"),
+                 qPrintable(r.err));
+        QVERIFY2(!r.out.contains("perplexity"), qPrintable(r.out));
     }
 };
 

@@ -8,6 +8,8 @@
 #include "report/Report.h"
 #include "run/RunCatalog.h"
 
+#include "PoisonedModel.h" // ATen before any Qt header
+
 #include "BlockDiagramView.h"
 #include "CalibrationView.h"
 #include "ComparisonView.h"
@@ -46,6 +48,7 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <limits>
 
 using latmix::gui::MainWindow;
 
@@ -89,6 +92,7 @@ private slots:
     void diagramSelectsEverywhere();
     void reportAndRunsFromTheWindow();
     void jobsDockListsTheViewsJobs();
+    void damagedWeightsAreNamed();
 };
 
 namespace {
@@ -568,7 +572,12 @@ void TestMainWindow::jobsDockListsTheViewsJobs() {
     QCOMPARE(w.jobsView()->manager(), latmix::gui::JobManager::instance());
 
     auto* cal = w.calibrationView();
+    QTRY_VERIFY(!w.weightCheckRunner()->isRunning()); // the open's own job, listed too
+    QCOMPARE(w.jobsView()->rowOf(w.weightCheckRunner()->jobId()) >= 0, true);
+    // The application's manager keeps the last 20 ended jobs: earlier tests' jobs go first.
+    latmix::gui::JobManager::instance()->clearFinished();
     const int before = w.jobsView()->table()->rowCount();
+    QCOMPARE(before, 0);
     QVERIFY2(calibrate(w, tmp.filePath(QStringLiteral("run")), 2, 0, &why), qPrintable(why));
     QCOMPARE(w.jobsView()->table()->rowCount(), before + 1);
     const int id = cal->runner()->jobId();
@@ -578,6 +587,32 @@ void TestMainWindow::jobsDockListsTheViewsJobs() {
     QCOMPARE(w.jobsView()->table()->item(row, latmix::gui::JobsDock::StateColumn)->text(),
              latmix::gui::jobStateText(latmix::gui::JobState::Finished));
     QVERIFY(w.jobsView()->cancelButton(id) == nullptr); // nothing to cancel once ended
+}
+
+// A checkpoint with one NaN weight opens (its header is fine), and the check that follows names
+// the tensor, its first NaN and what to do in the banner; a clean model leaves no banner.
+void TestMainWindow::damagedWeightsAreNamed() {
+    QString why;
+    const QString demo = latmix::gui::prepareDemoModel(&why);
+    QVERIFY2(!demo.isEmpty(), qPrintable(why));
+    QTemporaryDir tmp;
+    const QString damaged = tmp.filePath(QStringLiteral("damaged"));
+    QVERIFY(latmix::test::writePoisonedModel(demo, damaged, "model.layers.0.mlp.up_proj.weight", 7 * 128 + 2,
+                                             std::numeric_limits<double>::infinity()));
+    MainWindow w;
+    QSignalSpy checked(w.weightCheckRunner(), &latmix::gui::JobRunner::finished);
+    QVERIFY(w.openCheckpoint(demo, false));
+    QVERIFY(checked.wait(30000));
+    QCOMPARE(checked.last().at(0).toBool(), true);
+    QVERIFY(!w.isErrorBannerShown());
+    QVERIFY(w.openCheckpoint(damaged, false));
+    QCOMPARE(w.currentModelDir(), damaged);
+    QVERIFY(checked.wait(30000));
+    QCOMPARE(checked.last().at(0).toBool(), false);
+    QVERIFY(w.isErrorBannerShown());
+    for (const QString& p : {QString("tensor 'model.layers.0.mlp.up_proj.weight' in model.safetensors holds NaN/Inf"),
+                             QString("first at [7, 2] (inf)"), damaged})
+        QVERIFY2(w.errorBannerText().contains(p), qPrintable(w.errorBannerText()));
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -10,6 +10,7 @@
 #include "CalibrationView.h"
 #include "ComparisonView.h"
 #include "ExportDialog.h"
+#include "JobRunner.h"
 #include "JobsDock.h"
 #include "ModelSummaryView.h"
 #include "MxExplorerView.h"
@@ -186,6 +187,15 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     });
     connect(m_calibration, &CalibrationView::deviceChanged, m_summary, &ModelSummaryView::setDevice);
 
+    m_weightCheck = new JobRunner(this);
+    connect(m_weightCheck, &JobRunner::finished, this, [this](bool ok, const QString& error) {
+        if (m_weightCheckPending) { // the check of the model opened since
+            m_weightCheckPending = false;
+            checkWeights();
+        } else if (!ok && error != QLatin1String("cancelled")) {
+            showErrorBanner(error);
+        }
+    });
     createJobsDock();
     createMenus();
     createStatusBar();
@@ -479,7 +489,23 @@ bool MainWindow::openCheckpoint(const QString& path, bool remember) {
                                  .arg(checkpoint->config().numLayers)
                                  .arg(ModelSummaryView::formatCount(checkpoint->parameterCount())));
     emit modelOpened(dir);
+    checkWeights();
     return true;
+}
+
+void MainWindow::checkWeights() {
+    if (!m_model) return;
+    if (m_weightCheck->isRunning()) { // it checks the previous model: stop it, then check this one
+        m_weightCheckPending = true;
+        m_weightCheck->cancel();
+        return;
+    }
+    // Opening maps the files and checks their headers at once; reading every weight for NaN/Inf
+    // costs about as much as reading the model (~1 s for a 1B bfloat16 model here), so it runs as
+    // a one-thread job and says what it found in the banner.
+    auto model = m_model;
+    m_weightCheck->start(tr("Checking the weights of %1 for NaN/Inf").arg(QFileInfo(m_modelDir).fileName()),
+                         [model](latmix::JobContext& job) { latmix::model::checkWeightsFinite(*model, job); }, 1);
 }
 
 void MainWindow::showErrorBanner(const QString& message) {

@@ -30,6 +30,7 @@ class BlockDiagramView;
 class CalibrationView;
 class ComparisonView;
 class ExportDialog;
+class JobRunner;
 class JobStatusIndicator;
 class JobsDock;
 class ModelSummaryView;
@@ -59,6 +60,9 @@ public:
     QDockWidget* jobsDock() const { return m_jobsDock; }
     JobStatusIndicator* jobIndicator() const { return m_jobIndicator; }
     QAction* exportReportAction() const { return m_exportReportAction; }
+    // The job that checks the open model's weights for NaN/Inf (model::checkWeightsFinite), started
+    // by every successful openCheckpoint; a damaged tensor is named in the error banner.
+    JobRunner* weightCheckRunner() const { return m_weightCheck; }
     QTabWidget* viewTabs() const { return m_tabs; }
     QAction* exportAction() const { return m_exportAction; }
     // The run folder File › Export quantized model… exports (the last finished or opened run).
@@ -156,6 +160,7 @@ private:
     void createStatusBar();
     void createModelDock();
     void createJobsDock();
+    void checkWeights();
     QWidget* createCentralArea();
     void storeRecent(const QStringList& paths);
 
@@ -170,6 +175,8 @@ private:
     QDockWidget* m_jobsDock = nullptr;
     JobStatusIndicator* m_jobIndicator = nullptr;
     QAction* m_exportReportAction = nullptr;
+    JobRunner* m_weightCheck = nullptr;
+    bool m_weightCheckPending = false; // another model was opened while a check ran
     QTabWidget* m_tabs = nullptr;
     QString m_exportRunDir;
     QStringList m_openRuns; // opened or finished here, in order (the session's runs)

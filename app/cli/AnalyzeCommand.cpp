@@ -91,9 +91,10 @@ train::PointActivations loadActivations(const AnalyzeOptions& o, run::Attributes
     attrs.insert({{"model", o.model}, {"calibration", calib}, {"samples", std::to_string(o.samples)},
                   {"seqlen", std::to_string(o.seqLen)}, {"dtype", o.dtype}});
     CliProgress progress("capture");
-    return run::captureModelActivations({o.model, util::readTextFile(calib, "calibration text"), o.points, o.samples, o.seqLen, o.seed,
-                                         o.maxRows, model::parseDtype(o.dtype), o.device},
-                                        progress);
+    run::ModelCapture request{o.model, util::readTextFile(calib, "calibration text"), o.points, o.samples, o.seqLen, o.seed,
+                              o.maxRows, model::parseDtype(o.dtype), o.device};
+    request.checkWeights = true;
+    return run::captureModelActivations(request, progress);
 }
 
 std::string number(double v) {

@@ -12,6 +12,7 @@
 #include "import/DemoModel.h"
 #include "import/Llama2cImport.h"
 #include "import/RandomModel.h"
+#include "model/Capture.h"
 #include "model/LlamaModel.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/Runtime.h"
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -65,6 +67,10 @@ int runZeroShot(const EvalOptions& o) {
     // Every task file read and checked before the model loads.
     const auto tasks = eval::loadZeroShotTasks(o.tasks, util::dataDir(), o.limit);
     const auto ck = model::Checkpoint::load(o.m.model);
+    {
+        CliProgress check("check");
+        model::checkWeightsFinite(ck, check);
+    }
     const auto device = model::parseDevice(o.m.device);
     const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), device);
     const auto tok = tokenizer::Tokenizer::loadFromDir(o.m.model);
@@ -94,8 +100,17 @@ int runEval(const EvalOptions& o) {
     const std::string path = wiki ? util::wikiText2TestFile() : o.dataset;
     const std::string text = wiki ? eval::wikiText2TestText(path) : util::readTextFile(path, "evaluation text");
     const auto ids = eval::tokenizeForEvaluation(*tok, text);
+    {
+        CliProgress check("check");
+        model::checkWeightsFinite(ck, check);
+    }
     CliProgress progress("eval");
     const auto r = eval::evaluatePerplexity(m, ids, {o.seqLen, o.maxWindows}, progress);
+    // The weights are finite (checked above): a NaN/Inf here is the forward overflowing.
+    if (!std::isfinite(r.perplexity))
+        throw std::runtime_error("the perplexity of '" + o.m.model + "' on " + path + " is not finite (mean NLL " +
+                                 std::to_string(r.meanNll) + ") although its weights are: the forward overflows in " +
+                                 o.m.dtype + "; evaluate with --dtype float32");
     std::printf("model       %s (%s)\n", o.m.model.c_str(), describe(ck).c_str());
     std::printf("dataset     %s: %zu tokens, seqlen %d, %d windows\n", path.c_str(), ids.size(), r.seqLen, r.windows);
     std::printf("perplexity  %.4f\n", r.perplexity);
@@ -134,6 +149,11 @@ int runCapture(const CaptureCliOptions& o) {
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
     const std::string calib = util::calibrationTextFile(o.calib);
     const auto ids = tok->encode(util::readTextFile(calib, "calibration text"), false);
+    model::matchingPoints(model::quantizationPointNames(ck.config()), o.c.pointsRegex, ""); // refused before any work
+    {
+        CliProgress check("check");
+        model::checkWeightsFinite(ck, check);
+    }
     CliProgress progress("capture");
     const auto r = eval::captureActivations(
         m, ids, o.c, o.out,

@@ -5,6 +5,8 @@
 // forward pass.
 #include "model/Checkpoint.h"
 
+#include "util/NonFinite.h"
+
 #include "io/SafeTensors.h"
 #include "model/TensorNames.h"
 #include "util/Text.h"
@@ -190,6 +192,26 @@ std::int64_t Checkpoint::weightBytes() const {
         n += static_cast<std::int64_t>(e.end - e.begin);
     }
     return n;
+}
+
+void checkWeightsFinite(const Checkpoint& ck, JobContext& job) {
+    const auto total = static_cast<double>(std::max<std::int64_t>(1, ck.weightBytes()));
+    std::int64_t done = 0;
+    for (const auto& [name, f] : ck.m_fileOf) {
+        job.checkCancelled();
+        const auto& e = f->entry(name);
+        const auto bytes = static_cast<std::int64_t>(e.end - e.begin);
+        job.progress(done / total, "checking the weights for NaN/Inf: " + name);
+        const at::Tensor t = f->tensor(name);
+        const auto bad = util::findNonFinite(t);
+        io::releaseMappedPages(t); // one tensor resident at a time, whatever the model's size
+        if (bad)
+            throw std::runtime_error("model folder '" + ck.dir() + "': tensor '" + name + "' in " +
+                                     fs::path(f->path()).filename().string() + " holds NaN/Inf (" + bad.describe() +
+                                     "); the checkpoint is damaged: download or export it again");
+        done += bytes;
+    }
+    job.progress(1.0, "checked the weights: no NaN/Inf");
 }
 
 WeightMemory weightMemory(const Checkpoint& ck, at::ScalarType dtype, bool onCpu) {

@@ -2,6 +2,7 @@
 // A Hugging Face model folder (SPEC §8): config.json plus model.safetensors or shards listed in
 // model.safetensors.index.json. Weights stay memory-mapped, in their stored dtype.
 #include "model/ModelConfig.h"
+#include "util/Job.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -34,10 +35,19 @@ public:
     std::int64_t weightBytes() const;
 
 private:
+    friend void checkWeightsFinite(const Checkpoint& checkpoint, JobContext& job);
     std::string m_dir;
     ModelConfig m_config;
     std::map<std::string, std::shared_ptr<io::SafeTensorsFile>> m_fileOf; // tensor name -> file
 };
+
+// NaN/Inf in the weights: every floating-point tensor of the checkpoint is read once, as mapped,
+// one tensor at a time (util::findNonFinite; progress by bytes, cancellable). Throws
+// std::runtime_error naming the folder, the tensor, its file, the first NaN/Inf's index and value
+// and what to do. Commands that compute with a model call it after Checkpoint::load, before they
+// write anything: a single NaN weight otherwise turns into "perplexity nan" or a training that
+// looks diverged.
+void checkWeightsFinite(const Checkpoint& checkpoint, JobContext& job = silentJob());
 
 // The tensors (Hugging Face names) the Llama-family decoder reads for this config and the
 // shape each must have (SPEC §4); load() checks them. Biases, q_norm/k_norm and lm_head appear

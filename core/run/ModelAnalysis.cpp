@@ -1,6 +1,7 @@
 #include "run/ModelAnalysis.h"
 
 #include "model/Checkpoint.h"
+#include "model/Capture.h"
 #include "model/LlamaModel.h"
 #include "model/TensorNames.h"
 #include "tokenizer/Tokenizer.h"
@@ -17,6 +18,11 @@ train::PointActivations captureModelActivations(const ModelCapture& r, JobContex
     const auto ck = model::Checkpoint::load(r.modelDir);
     const auto device = model::parseDevice(r.device);
     const auto ids = tokenizer::Tokenizer::loadFromDir(r.modelDir)->encode(r.calibrationText, false);
+    if (r.checkWeights) {
+        model::matchingPoints(model::quantizationPointNames(ck.config()), r.pointsRegex, "of the model"); // refused first
+        SubJob check(job, 0.0, 0.0, "");
+        model::checkWeightsFinite(ck, check);
+    }
     if (r.transformsFile.empty()) {
         const model::LlamaModel m(ck, r.dtype, device);
         return train::captureActivationsInMemory(m, ids, r.pointsRegex, r.samples, r.seqLen, r.seed, r.maxRows, job);

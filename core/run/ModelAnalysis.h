@@ -24,6 +24,10 @@ struct ModelCapture {
     // A run's transforms.h5: capture from the model with them folded in (train::foldedModel),
     // i.e. what that run's quantizers see; empty: the checkpoint as it is.
     std::string transformsFile;
+    // Check every weight for NaN/Inf (model::checkWeightsFinite) once the request is known to be
+    // valid, before the capture: what the CLI does. The workbench checks a model once, when it
+    // opens it, not at every capture.
+    bool checkWeights = false;
 };
 
 // Throws naming the folder, the point regex, the transforms file or the text when something does

@@ -17,6 +17,7 @@
 #include "transforms/LearnedTransforms.h"
 #include "train/ModelTransforms.h"
 #include "util/AtomicFile.h"
+#include "util/NonFinite.h"
 #include "util/OutOfMemory.h"
 #include "util/Runtime.h"
 #include "util/Text.h"
@@ -599,7 +600,23 @@ private:
                 const auto hb = h.narrow(0, b, std::min<int64_t>(chunk, h.size(0) - b));
                 model::decoderLayer(c, y, options, hb, rope, l, [&](const std::string& point, const at::Tensor& a) {
                     for (auto k : kinds)
-                        if (point == model::pointName(l, k)) acc[k]->add(a);
+                        if (point == model::pointName(l, k)) {
+                            // The weights were checked at load: NaN/Inf here comes from the
+                            // activations (an overflow, a broken transform), named by point.
+                            const auto bad = util::findNonFinite(a);
+                            if (bad)
+                                throw std::runtime_error(
+                                    "the calibration activations at " + point + " (input of " +
+                                    (k == model::PointKind::QkvInput      ? "q/k/v_proj"
+                                     : k == model::PointKind::OProjInput  ? "o_proj"
+                                     : k == model::PointKind::GateUpInput ? "gate/up_proj"
+                                                                          : "down_proj") +
+                                    ", calibration windows " + std::to_string(b) + ".." +
+                                    std::to_string(b + hb.size(0) - 1) + ") hold NaN/Inf (" + bad.describe() +
+                                    "); the folded model overflows there: try --device cpu (float32), or a method "
+                                    "without learned transforms to see whether the transforms cause it");
+                            acc[k]->add(a);
+                        }
                     return a;
                 });
             }
@@ -925,6 +942,12 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
         for (const auto& p : plan) model::parseDevice(p.device); // an absent device is named before any work
     }
     const c10::Device device = model::parseDevice(plan.empty() ? o.device : plan.front().device);
+    {
+        // Before anything is written: a NaN weight would otherwise end as "perplexity nan" or a
+        // distillation that looks diverged.
+        SubJob check(job, 0.0, 0.0, "");
+        model::checkWeightsFinite(ck, check);
+    }
     // With offload the layers live on the CPU (memory-mapped float32) and visit the device one
     // at a time; the embeddings, final norm and lm_head stay on the device.
     const RunContext x{o, method, modelDir, runDir, ck, c, device, o.offload ? c10::Device(c10::kCPU) : device,
