@@ -5,6 +5,7 @@
 #include "train/Distillation.h"
 #include "util/AtomicFile.h"
 #include "util/Runtime.h"
+#include "util/Text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,8 @@
 
 namespace latmix::report {
 namespace {
+
+using util::exactNumber;
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;

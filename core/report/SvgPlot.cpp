@@ -1,7 +1,8 @@
 #include "report/SvgPlot.h"
 
+#include "util/Text.h"
+
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,8 @@
 #include <utility>
 
 namespace latmix::report {
+
+using util::exactNumber;
 namespace {
 
 // The series colours of the GUI's plots (widgets/TrainingDashboard), then two more.
@@ -63,14 +66,6 @@ std::string escapeXml(const std::string& text) {
         }
     }
     return out;
-}
-
-std::string exactNumber(double v) {
-    if (std::isnan(v)) return "nan";
-    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-    char b[64];
-    const auto r = std::to_chars(b, b + sizeof b, v);
-    return std::string(b, r.ptr);
 }
 
 Axis niceAxis(double lo, double hi, int ticks, bool extend, bool integer) {

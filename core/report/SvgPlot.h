@@ -17,8 +17,6 @@ namespace latmix::report {
 // Text for HTML and SVG: & < > " ' as entities.
 std::string escapeXml(const std::string& text);
 
-// A number as shortest decimal that reads back exactly ("nan" / "inf" for non-finite values).
-std::string exactNumber(double v);
 
 struct PlotSeries {
     std::string name;           // the legend's text

@@ -1,11 +1,11 @@
 #include "run/RunCatalog.h"
 
 #include "util/AtomicFile.h"
+#include "util/Text.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -72,13 +72,6 @@ std::string csvField(const std::string& s) {
     std::string q = "\"";
     for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
     return q + "\"";
-}
-
-// The shortest decimal that reads back as the same double.
-std::string exact(double v) {
-    char b[64];
-    const auto r = std::to_chars(b, b + sizeof b, v);
-    return std::string(b, r.ptr);
 }
 
 bool hidden(const std::string& name) {
@@ -241,7 +234,7 @@ std::string runsCsv(const std::vector<RunSummary>& runs) {
     const auto& cols = runsCsvColumns();
     for (std::size_t i = 0; i < cols.size(); ++i) s << (i ? "," : "") << cols[i];
     s << "\n";
-    auto opt = [](double v, bool present) { return present ? exact(v) : std::string(); };
+    auto opt = [](double v, bool present) { return present ? util::exactNumber(v) : std::string(); };
     for (const auto& r : runs) {
         const std::vector<std::string> row = {
             csvField(r.dir),
@@ -259,8 +252,8 @@ std::string runsCsv(const std::vector<RunSummary>& runs) {
             opt(r.recovery, RunSummary::hasValue(r.recovery)),
             opt(r.zeroShotAverage, RunSummary::hasValue(r.zeroShotAverage, true)),
             opt(r.finalKl, RunSummary::hasValue(r.finalKl, true)),
-            exact(r.trainSeconds),
-            exact(r.totalSeconds),
+            util::exactNumber(r.trainSeconds),
+            util::exactNumber(r.totalSeconds),
             r.hasTrainSeries ? "yes" : "no",
             csvField(r.command),
             csvField(r.model)};

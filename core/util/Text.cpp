@@ -1,6 +1,8 @@
 #include "util/Text.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 
 namespace latmix::util {
 
@@ -27,6 +29,14 @@ std::string joinList(const std::vector<std::string>& items, const std::string& s
     std::string s;
     for (const auto& x : items) s += (s.empty() ? "" : separator) + x;
     return s;
+}
+
+std::string exactNumber(double v) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    char b[64];
+    const auto r = std::to_chars(b, b + sizeof b, v);
+    return std::string(b, r.ptr);
 }
 
 } // namespace latmix::util

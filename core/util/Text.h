@@ -13,6 +13,10 @@ std::string shapeText(const std::vector<std::int64_t>& shape);
 // are kept (the one after a trailing separator too), for the caller to refuse or skip.
 std::vector<std::string> splitList(const std::string& text, char separator = ',');
 
+// A double as the shortest decimal that reads back as the same value ("nan", "inf", "-inf" for
+// non-finite ones): numbers written for machines (CSV, data-value attributes).
+std::string exactNumber(double v);
+
 // {"a", "b"} -> "a, b": names listed in messages and help texts.
 std::string joinList(const std::vector<std::string>& items, const std::string& separator = ", ");
 
