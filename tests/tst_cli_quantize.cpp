@@ -362,6 +362,25 @@ private slots:
                  qPrintable(r.err));
         QVERIFY2(!r.out.contains("perplexity"), qPrintable(r.out));
     }
+
+    // Finite weights whose calibration forward overflows (an input-norm weight of 3e38 in layer 1):
+    // RTN names the calibration windows and the point where the Hessian's activations turn
+    // NaN/Inf, and writes no run.
+    void quantizeOverflow() {
+        const QString model = m_tmp.filePath("overflow-layer1");
+        QVERIFY(latmix::test::writePoisonedModel(m_model, model, "model.layers.1.input_layernorm.weight", 0, 3e38));
+        const QString out = m_tmp.filePath("overflow-rtn");
+        QStringList args = quantizeArgs(out, "rtn", 2);
+        args[args.indexOf("--model") + 1] = model;
+        const Result r = run(args);
+        QVERIFY(r.exitCode != 0);
+        const QString last = r.err.trimmed().split('\n').last();
+        for (const QString& p : {QString("calibration windows 0.."), QString(" at layers.1."), QString("hold NaN/Inf"),
+                                 QString("the folded model overflows there")})
+            QVERIFY2(last.contains(p), qPrintable(r.err + "\n  lacks: " + p));
+        for (const char* no : {"diverged", "Accumulator", "damaged"}) QVERIFY2(!r.err.contains(no), qPrintable(r.err));
+        QVERIFY2(!QFileInfo::exists(out + "/latmix.json"), "a failed run looks finished");
+    }
 };
 
 QTEST_GUILESS_MAIN(TestCliQuantize)

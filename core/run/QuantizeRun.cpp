@@ -17,7 +17,6 @@
 #include "transforms/LearnedTransforms.h"
 #include "train/ModelTransforms.h"
 #include "util/AtomicFile.h"
-#include "util/NonFinite.h"
 #include "util/OutOfMemory.h"
 #include "util/Runtime.h"
 #include "util/Text.h"
@@ -601,21 +600,17 @@ private:
                 model::decoderLayer(c, y, options, hb, rope, l, [&](const std::string& point, const at::Tensor& a) {
                     for (auto k : kinds)
                         if (point == model::pointName(l, k)) {
-                            // The weights were checked at load: NaN/Inf here comes from the
-                            // activations (an overflow, a broken transform), named by point.
-                            const auto bad = util::findNonFinite(a);
-                            if (bad)
+                            try {
+                                acc[k]->add(a); // refuses NaN/Inf, naming the first one
+                            } catch (const std::invalid_argument& e) {
+                                // The weights were checked at load: NaN/Inf here comes from the
+                                // activations (an overflow, a broken transform), named by point.
                                 throw std::runtime_error(
-                                    "the calibration activations at " + point + " (input of " +
-                                    (k == model::PointKind::QkvInput      ? "q/k/v_proj"
-                                     : k == model::PointKind::OProjInput  ? "o_proj"
-                                     : k == model::PointKind::GateUpInput ? "gate/up_proj"
-                                                                          : "down_proj") +
-                                    ", calibration windows " + std::to_string(b) + ".." +
-                                    std::to_string(b + hb.size(0) - 1) + ") hold NaN/Inf (" + bad.describe() +
-                                    "); the folded model overflows there: try --device cpu (float32), or a method "
+                                    "calibration windows " + std::to_string(b) + ".." +
+                                    std::to_string(b + hb.size(0) - 1) + " at " + point + ": " + e.what() +
+                                    "; the folded model overflows there: try --device cpu (float32), or a method "
                                     "without learned transforms to see whether the transforms cause it");
-                            acc[k]->add(a);
+                            }
                         }
                     return a;
                 });
