@@ -161,10 +161,13 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
             setExportRun(dir);
             m_openRuns.removeAll(dir);
             m_openRuns << dir;
-            m_runs->refresh(); // at once, whatever folder the run went to
-            if (!m_runs->folders().contains(QFileInfo(dir).absolutePath()) &&
-                !QDir::cleanPath(dir).startsWith(RunsView::defaultFolder()))
-                m_runs->addFolder(QFileInfo(dir).absolutePath());
+            // The run is listed at once: its folder joins the runs table unless a listed folder
+            // holds it already (addFolder and refresh each scan the folders once).
+            const QString parent = QFileInfo(dir).absolutePath();
+            if (m_runs->folders().contains(parent) || QDir::cleanPath(dir).startsWith(RunsView::defaultFolder()))
+                m_runs->refresh();
+            else
+                m_runs->addFolder(parent);
         }
     });
     createModelDock();

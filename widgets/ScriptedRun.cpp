@@ -86,6 +86,25 @@ void showAt(MainWindow& window, QSize size) {
     window.show();
 }
 
+// What a view (activations, weights) draws for its current selection. The selection may have
+// started a job already ("update on every change"): wait for it, then analyze once more, so what
+// is shown is surely what was asked for.
+template <typename View>
+bool drawSelection(View* view, QString* error) {
+    auto wait = [view] {
+        QEventLoop loop;
+        QObject::connect(view, &View::profileFinished, &loop, [&](bool done, const QString& message) {
+            if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
+            loop.quit();
+        });
+        loop.exec();
+    };
+    while (view->runner()->isRunning()) wait();
+    if (!view->analyze(error)) return false;
+    wait();
+    return true;
+}
+
 } // namespace
 
 bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* error) {
@@ -135,19 +154,7 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
         }
         window.viewTabs()->setCurrentWidget(view);
         showAt(window, s.size);
-        // The selection may have started a capture already ("update on every change"): wait for
-        // it, then profile once more so what is shown is surely the point and transform asked for.
-        auto wait = [&] {
-            QEventLoop loop;
-            QObject::connect(view, &ActivationView::profileFinished, &loop, [&](bool done, const QString& message) {
-                if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
-                loop.quit();
-            });
-            loop.exec();
-        };
-        while (view->runner()->isRunning()) wait();
-        if (!view->analyze(error)) return false; // the capture is cached by now: only the profile runs
-        wait();
+        if (!drawSelection(view, error)) return false; // the capture is cached by then: only the profile runs
     }
     if (!s.weightsLinear.isEmpty()) {
         auto* view = window.weightView();
@@ -160,17 +167,7 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
         }
         window.viewTabs()->setCurrentWidget(view);
         showAt(window, s.size);
-        auto wait = [&] {
-            QEventLoop loop;
-            QObject::connect(view, &WeightView::profileFinished, &loop, [&](bool done, const QString& message) {
-                if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
-                loop.quit();
-            });
-            loop.exec();
-        };
-        while (view->runner()->isRunning()) wait();
-        if (!view->analyze(error)) return false;
-        wait();
+        if (!drawSelection(view, error)) return false;
     }
     if (!s.runsFolder.isEmpty()) {
         auto* view = window.runsView();

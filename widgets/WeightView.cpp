@@ -131,13 +131,7 @@ WeightView::WeightView(QWidget* parent) : QWidget(parent) {
     layout->addLayout(grid, 1);
 
     connect(m_analyze, &QPushButton::clicked, this, [this] { analyze(); });
-    auto changed = [this] {
-        if (!m_auto->isChecked() || m_modelDir.isEmpty()) return;
-        if (m_runner->isRunning())
-            m_pending = true;
-        else
-            analyze();
-    };
+    auto changed = [this] { analyzeIfAutomatic(); };
     connect(m_layer, qOverload<int>(&QSpinBox::valueChanged), this, changed);
     connect(m_linear, &QComboBox::currentTextChanged, this, changed);
     connect(m_format, &QComboBox::currentTextChanged, this, changed);
@@ -196,13 +190,16 @@ bool WeightView::selectLinear(int layer, const QString& linear) {
         m_layer->setValue(layer);
         m_linear->setCurrentIndex(i);
     }
-    if (m_auto->isChecked() && !m_modelDir.isEmpty()) {
-        if (m_runner->isRunning())
-            m_pending = true;
-        else
-            analyze();
-    }
+    analyzeIfAutomatic();
     return true;
+}
+
+void WeightView::analyzeIfAutomatic() {
+    if (!m_auto->isChecked() || m_modelDir.isEmpty()) return;
+    if (m_runner->isRunning())
+        m_pending = true; // taken up when the running job finishes
+    else
+        analyze();
 }
 
 bool WeightView::selectPoint(const QString& point) {

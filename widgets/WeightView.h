@@ -67,6 +67,8 @@ protected:
 
 private:
     void showProfile();
+    // "Update on every change": analyze now, or once the running job has finished.
+    void analyzeIfAutomatic();
     void showHeatmap(QCustomPlot* plot, const latmix::metrics::WeightSide* side, double lo, double hi);
     void restyle();
 
