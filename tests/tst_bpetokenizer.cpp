@@ -14,6 +14,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cmath>
+#include <stdexcept>
+
 using namespace latmix::tokenizer;
 
 namespace {
@@ -234,6 +237,52 @@ private slots:
         QCOMPARE(QString::fromStdString(tok.decode(got)), decoded);
         QCOMPARE(tok.bosId(), 7); // named <s>, though no template adds it
         QVERIFY(!tok.addsBosByDefault());
+    }
+
+    // Token ids the file gets wrong are refused, naming the file and the field: a fraction (its
+    // conversion to int was undefined behaviour, found by tests/fuzz/fuzz_tokenizer_json), an id
+    // past int (it wrapped into another token), a negative one, and one far beyond a dense
+    // numbering (the id table would take that many slots).
+    void refusesBadIds_data() {
+        QTest::addColumn<QString>("where"); // vocab | added
+        QTest::addColumn<double>("id");
+        QTest::addColumn<QString>("says");
+        QTest::newRow("vocab fraction") << "vocab" << 2.5e89 << "is not a token id";
+        QTest::newRow("vocab past int") << "vocab" << 4294967297.0 << "4294967297 is not a token id";
+        QTest::newRow("vocab negative") << "vocab" << -3.0 << "-3 is not a token id";
+        QTest::newRow("vocab sparse") << "vocab" << 2000000000.0 << "id 2000000000 is far beyond its 269 tokens";
+        QTest::newRow("added fraction") << "added" << 12.5 << "added_tokens id: 12.5 is not a token id";
+        QTest::newRow("added past int") << "added" << 1e12 << "added_tokens id: 1000000000000 is not a token id";
+    }
+    void refusesBadIds() {
+        QFETCH(QString, where);
+        QFETCH(double, id);
+        QFETCH(QString, says);
+        QJsonObject o = byteLevelTokenizer("gpt2", false);
+        // Whole numbers go in as JSON integers, the others as floats.
+        const QJsonValue v = std::floor(id) == id && std::abs(id) < 9e15 ? QJsonValue(qint64(id)) : QJsonValue(id);
+        if (where == "vocab") {
+            QJsonObject model = o["model"].toObject();
+            QJsonObject vocab = model["vocab"].toObject();
+            vocab.insert("zz", v);
+            model["vocab"] = vocab;
+            o["model"] = model;
+        } else {
+            QJsonArray added = o["added_tokens"].toArray();
+            QJsonObject t = added[0].toObject();
+            t["id"] = v;
+            added[0] = t;
+            o["added_tokens"] = added;
+        }
+        const QString path = write(QString("bad-ids-") + QTest::currentDataTag(), o);
+        try {
+            BpeTokenizer tok(path.toStdString());
+            QFAIL("no error");
+        } catch (const std::runtime_error& e) {
+            const QString msg = QString::fromUtf8(e.what());
+            QVERIFY2(msg.startsWith(path + ": "), qPrintable(msg));
+            QVERIFY2(msg.contains(says), qPrintable(msg));
+        }
     }
 };
 

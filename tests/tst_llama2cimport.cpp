@@ -146,6 +146,8 @@ private slots:
         QTest::newRow("version 1 export") << "magic" << QStringList{"magic 'ak42'", "legacy v0"};
         QTest::newRow("heads do not divide dim") << "heads" << QStringList{"inconsistent"};
         QTest::newRow("not a checkpoint") << "garbage" << QStringList{"impossible sizes"};
+        // vocab_size -2^31 (untied, |v| not an int): negated it was undefined behaviour (fuzz_llama2c).
+        QTest::newRow("vocab size -2^31") << "vocab-min" << QStringList{"impossible sizes"};
     }
     void malformedFiles() {
         QFETCH(QString, damage);
@@ -158,6 +160,7 @@ private slots:
         if (damage == "short") b.truncate(20);
         if (damage == "magic") putInt(b, 0, 0x616b3432), putInt(b, 1, 1);
         if (damage == "heads") putInt(b, 3, 3);
+        if (damage == "vocab-min") putInt(b, 5, INT32_MIN);
         if (damage == "garbage") b = QByteArray(4096, '\x7f');
         const QString bin = tmp.filePath("broken.bin");
         writeBytes(bin, b);

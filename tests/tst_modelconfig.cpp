@@ -213,6 +213,13 @@ private slots:
             << QStringList{"num_key_value_heads 3 must divide num_attention_heads 4"};
         QTest::newRow("gelu") << R"({"architectures": ["LlamaForCausalLM"], "hidden_act": "gelu", )" + base + "}"
                               << QStringList{"hidden_act \"gelu\" is not supported"};
+        // An id past int would wrap into another token (get<int>), a fraction is none at all.
+        QTest::newRow("bos id past int")
+            << R"({"architectures": ["LlamaForCausalLM"], "bos_token_id": 4294967297, )" + base + "}"
+            << QStringList{"test-config.json", "'bos_token_id' must be a token id or a list of ids, got 4294967297"};
+        QTest::newRow("eos ids fraction")
+            << R"({"architectures": ["LlamaForCausalLM"], "eos_token_id": [2.5, 3], )" + base + "}"
+            << QStringList{"'eos_token_id' must be a token id or a list of ids, got [2.5,3]"};
     }
     void errors() {
         QFETCH(QString, json);

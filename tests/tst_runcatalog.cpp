@@ -193,6 +193,13 @@ private slots:
             << R"("linears[0].relative_error" is string)";
         QTest::newRow("steps fraction") << QByteArray(R"({"method": "rtn", "training": {"steps": 2.5}})")
                                         << R"("training.steps" is number)";
+        // Counts held as int: 2^32 + 5 would have wrapped to 5 steps.
+        QTest::newRow("steps past int") << QByteArray(R"({"method": "rtn", "training": {"steps": 4294967301}})")
+                                        << R"("training.steps")";
+        QTest::newRow("negative block") << QByteArray(R"({"method": "rtn", "format": {"block": -32}})")
+                                        << R"("format.block")";
+        QTest::newRow("seed past int64") << QByteArray(R"({"method": "rtn", "seed": 18446744073709551615})")
+                                         << R"("seed")";
     }
     void refusesBadRecords() {
         QFETCH(QByteArray, content);

@@ -1,10 +1,7 @@
 // safetensors reader and writer (SPEC §8: weights are read through mmap, never copied whole).
 //
 // Layout of a file: 8 bytes little-endian u64 N, N bytes of JSON header, then the data section.
-// The header maps tensor names to {dtype, shape, data_offsets: [begin, end]} (offsets relative to
-// the data section) plus an optional "__metadata__" string map. Everything in the header is
-// validated before a single tensor byte is touched, so a corrupt or truncated download fails with
-// a message instead of a crash or garbage weights later.
+// io/SafeTensorsHeader validates the header before a single tensor byte is touched.
 #include "io/SafeTensors.h"
 
 #include "util/AtomicFile.h"
@@ -84,23 +81,33 @@ void releaseMappedPages(const at::Tensor& t) {
 
 namespace {
 
-// The safetensors dtypes (huggingface/safetensors' Dtype). Those libtorch lacks are kept as bytes.
-const SafeTensorsDtype kDtypes[] = {
-    {"F64", 8, true, at::kDouble},    {"F32", 4, true, at::kFloat},     {"F16", 2, true, at::kHalf},
-    {"BF16", 2, true, at::kBFloat16}, {"I64", 8, true, at::kLong},      {"I32", 4, true, at::kInt},
-    {"I16", 2, true, at::kShort},     {"I8", 1, true, at::kChar},       {"U8", 1, true, at::kByte},
-    {"BOOL", 1, true, at::kBool},     {"F8_E4M3", 1, false, at::kByte}, {"F8_E5M2", 1, false, at::kByte},
-    {"U16", 2, false, at::kByte},     {"U32", 4, false, at::kByte},     {"U64", 8, false, at::kByte},
-};
-
-// The names in the table: all of them, or only those libtorch has (what the tensor writer takes).
-std::string dtypeList(bool libtorchOnly) {
-    std::string s;
-    for (const auto& d : kDtypes) {
-        if (libtorchOnly && !d.inLibtorch) continue;
-        if (!s.empty()) s += ", ";
-        s += d.name;
+// The libtorch type of each safetensors dtype (io/SafeTensorsHeader's table) that libtorch 1.13
+// and 2.x both have. Those libtorch lacks are kept as bytes.
+std::vector<SafeTensorsDtype> makeDtypes() {
+    const std::pair<const char*, at::ScalarType> torchTypes[] = {
+        {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16}, {"I64", at::kLong},
+        {"I32", at::kInt},    {"I16", at::kShort}, {"I8", at::kChar},  {"U8", at::kByte},       {"BOOL", at::kBool},
+    };
+    std::vector<SafeTensorsDtype> r;
+    for (const auto& spec : safeTensorsDtypeSpecs()) {
+        SafeTensorsDtype d{spec.name, spec.itemSize, false, at::kByte};
+        for (const auto& [name, type] : torchTypes)
+            if (std::strcmp(name, spec.name) == 0) d.inLibtorch = true, d.type = type;
+        r.push_back(d);
     }
+    return r;
+}
+
+const std::vector<SafeTensorsDtype>& dtypes() {
+    static const std::vector<SafeTensorsDtype> table = makeDtypes();
+    return table;
+}
+
+// The names libtorch has (what the tensor writer takes).
+std::string libtorchDtypeList() {
+    std::string s;
+    for (const auto& d : dtypes())
+        if (d.inLibtorch) s += (s.empty() ? "" : ", ") + std::string(d.name);
     return s;
 }
 
@@ -110,62 +117,6 @@ std::string dtypeList(bool libtorchOnly) {
 
 [[noreturn]] void failTensor(const std::string& path, const std::string& tensor, const std::string& what) {
     fail(path, "tensor '" + tensor + "': " + what);
-}
-
-const char* kRedownload = "the file is corrupt or truncated; download or export it again";
-
-std::uint64_t readU64(const nlohmann::json& v, const std::string& path, const std::string& tensor,
-                      const char* field) {
-    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
-        failTensor(path, tensor, std::string("'") + field + "' must hold non-negative integers, got " + v.dump() +
-                                     "; " + kRedownload);
-    return v.get<std::uint64_t>();
-}
-
-SafeTensorEntry parseEntry(const std::string& path, const std::string& name, const nlohmann::json& v,
-                           std::uint64_t dataSize) {
-    if (!v.is_object()) failTensor(path, name, "header entry is not a JSON object; " + std::string(kRedownload));
-    for (const char* field : {"dtype", "shape", "data_offsets"})
-        if (!v.contains(field))
-            failTensor(path, name, std::string("header entry has no '") + field + "'; " + kRedownload);
-    SafeTensorEntry e;
-    e.name = name;
-    if (!v["dtype"].is_string()) failTensor(path, name, "'dtype' is not a string; " + std::string(kRedownload));
-    e.dtype = v["dtype"].get<std::string>();
-    const SafeTensorsDtype* dt = safeTensorsDtype(e.dtype);
-    if (!dt)
-        failTensor(path, name, "unknown dtype '" + e.dtype + "' (safetensors defines " + dtypeList(false) + "); " +
-                                   kRedownload);
-    const auto& shape = v["shape"];
-    if (!shape.is_array()) failTensor(path, name, "'shape' is not an array; " + std::string(kRedownload));
-    // Element count with overflow check: a hostile header must not wrap around to a small size.
-    std::uint64_t numel = 1;
-    for (const auto& d : shape) {
-        const std::uint64_t n = readU64(d, path, name, "shape");
-        if (n > static_cast<std::uint64_t>(std::numeric_limits<int64_t>::max()))
-            failTensor(path, name, "dimension " + d.dump() + " is too large; " + kRedownload);
-        e.shape.push_back(static_cast<int64_t>(n));
-        if (n != 0 && numel > std::numeric_limits<std::uint64_t>::max() / n)
-            failTensor(path, name, "shape " + shape.dump() + " overflows; " + kRedownload);
-        numel *= n;
-    }
-    const auto& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2)
-        failTensor(path, name, "'data_offsets' must be [begin, end], got " + off.dump() + "; " + kRedownload);
-    e.begin = readU64(off[0], path, name, "data_offsets");
-    e.end = readU64(off[1], path, name, "data_offsets");
-    if (e.end < e.begin)
-        failTensor(path, name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                                   "] are decreasing; " + kRedownload);
-    if (e.end > dataSize)
-        failTensor(path, name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                                   "] lie outside the data section of " + std::to_string(dataSize) + " bytes; " +
-                                   kRedownload);
-    if (numel > std::numeric_limits<std::uint64_t>::max() / dt->itemSize || numel * dt->itemSize != e.end - e.begin)
-        failTensor(path, name, "byte size " + std::to_string(e.end - e.begin) + " does not match shape " +
-                                   shapeText(e.shape) + " of " + e.dtype + " (" + std::to_string(numel) + " x " +
-                                   std::to_string(dt->itemSize) + " bytes); " + kRedownload);
-    return e;
 }
 
 // write() until everything is out, retrying on EINTR and short writes.
@@ -187,13 +138,13 @@ void writeAll(int fd, const void* data, std::size_t n, const std::string& path) 
 } // namespace
 
 const SafeTensorsDtype* safeTensorsDtype(const std::string& name) {
-    for (const auto& d : kDtypes)
+    for (const auto& d : dtypes())
         if (name == d.name) return &d;
     return nullptr;
 }
 
 const SafeTensorsDtype* safeTensorsDtype(at::ScalarType type) {
-    for (const auto& d : kDtypes)
+    for (const auto& d : dtypes())
         if (d.inLibtorch && type == d.type) return &d;
     return nullptr;
 }
@@ -214,8 +165,7 @@ std::shared_ptr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) 
     const auto fileSize = static_cast<std::uint64_t>(st.st_size);
     if (fileSize < 8) {
         ::close(fd);
-        fail(path, "file is " + std::to_string(fileSize) +
-                       " bytes, shorter than the 8-byte header length; " + kRedownload);
+        parseSafeTensorsHeader(path, nullptr, fileSize); // throws: too short for the header length
     }
     auto map = std::make_shared<Mapping>();
     void* addr = ::mmap(nullptr, static_cast<std::size_t>(fileSize), PROT_READ, MAP_PRIVATE, fd, 0);
@@ -226,55 +176,13 @@ std::shared_ptr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) 
     map->size = static_cast<std::size_t>(fileSize);
     map->registerLive();
 
-    // safetensors is little-endian by definition (as are all targets we build for).
-    std::uint64_t headerLen = 0;
-    for (int i = 7; i >= 0; --i) headerLen = (headerLen << 8) | map->bytes()[i];
-    if (headerLen > fileSize - 8)
-        fail(path, "header length " + std::to_string(headerLen) + " goes beyond the end of the file (" +
-                       std::to_string(fileSize) + " bytes); " + kRedownload);
-
-    const char* hbegin = reinterpret_cast<const char*>(map->bytes() + 8);
-    nlohmann::json header;
-    try {
-        header = nlohmann::json::parse(hbegin, hbegin + headerLen);
-    } catch (const nlohmann::json::exception& e) {
-        fail(path, std::string("header is not valid JSON (") + e.what() + "); " + kRedownload);
-    }
-    if (!header.is_object()) fail(path, std::string("header is not a JSON object; ") + kRedownload);
-
+    SafeTensorsHeader header = parseSafeTensorsHeader(path, map->bytes(), fileSize);
     std::shared_ptr<SafeTensorsFile> f(new SafeTensorsFile());
     f->m_path = path;
     f->m_map = map;
-    f->m_dataStart = 8 + headerLen;
-    const std::uint64_t dataSize = fileSize - f->m_dataStart;
-    for (auto it = header.begin(); it != header.end(); ++it) {
-        if (it.key() == "__metadata__") {
-            if (!it.value().is_object()) fail(path, std::string("'__metadata__' is not a JSON object; ") + kRedownload);
-            for (auto m = it.value().begin(); m != it.value().end(); ++m) {
-                if (!m.value().is_string())
-                    fail(path, "'__metadata__' entry '" + m.key() + "' is not a string; " + kRedownload);
-                f->m_metadata[m.key()] = m.value().get<std::string>();
-            }
-            continue;
-        }
-        f->m_entries.push_back(parseEntry(path, it.key(), it.value(), dataSize));
-    }
-    // File order (by offset) is the natural order for the entries; it also makes the overlap
-    // check a single pass. Empty tensors occupy no bytes and cannot overlap anything.
-    std::sort(f->m_entries.begin(), f->m_entries.end(), [](const SafeTensorEntry& a, const SafeTensorEntry& b) {
-        if (a.begin != b.begin) return a.begin < b.begin;
-        if (a.end != b.end) return a.end < b.end;
-        return a.name < b.name;
-    });
-    const SafeTensorEntry* prev = nullptr;
-    for (const auto& e : f->m_entries) {
-        if (e.begin == e.end) continue;
-        if (prev && e.begin < prev->end)
-            failTensor(path, e.name, "bytes [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                                         ") overlap tensor '" + prev->name + "' [" + std::to_string(prev->begin) +
-                                         ", " + std::to_string(prev->end) + "); " + kRedownload);
-        prev = &e;
-    }
+    f->m_dataStart = header.dataStart;
+    f->m_entries = std::move(header.entries);
+    f->m_metadata = std::move(header.metadata);
     for (size_t i = 0; i < f->m_entries.size(); ++i) f->m_index[f->m_entries[i].name] = i;
     return f;
 }
@@ -452,7 +360,7 @@ void writeSafeTensors(const std::string& path, const std::vector<std::pair<std::
         if (!dt)
             throw std::runtime_error("writing safetensors file '" + path + "': tensor '" + name + "' has dtype " +
                                      std::string(c10::toString(t.scalar_type())) +
-                                     ", which safetensors files here cannot hold (supported: " + dtypeList(true) +
+                                     ", which safetensors files here cannot hold (supported: " + libtorchDtypeList() +
                                      "); convert it first");
         specs.push_back({name, dt->name, t.sizes().vec()});
     }

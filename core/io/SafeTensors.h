@@ -2,6 +2,8 @@
 // safetensors files (SPEC §8), the one reader and writer: read through a read-only memory map,
 // validated before any data is touched; written one tensor at a time (so an export never holds a
 // second copy of a model) and atomically (util/AtomicFile).
+#include "io/SafeTensorsHeader.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
@@ -27,18 +29,10 @@ struct SafeTensorsDtype {
 const SafeTensorsDtype* safeTensorsDtype(const std::string& name);
 const SafeTensorsDtype* safeTensorsDtype(at::ScalarType type);
 
-struct SafeTensorEntry {
-    std::string name;
-    std::string dtype;          // "F32", "F16", "BF16", "I64", ... as in the header
-    std::vector<int64_t> shape;
-    std::uint64_t begin = 0;    // byte offsets into the data section
-    std::uint64_t end = 0;
-};
-
 class SafeTensorsFile {
 public:
-    // Maps the file and validates the header: length, JSON, dtypes, shape vs byte size,
-    // offsets inside the file, no overlaps. Throws std::runtime_error naming the file, the
+    // Maps the file and validates the header (parseSafeTensorsHeader): length, JSON, dtypes,
+    // shape vs byte size, offsets inside the file, no overlaps. Throws std::runtime_error naming the file, the
     // tensor and the problem.
     static std::shared_ptr<SafeTensorsFile> open(const std::string& path);
     ~SafeTensorsFile();

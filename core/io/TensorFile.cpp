@@ -1,5 +1,6 @@
 #include "io/TensorFile.h"
 
+#include "io/StoredTensors.h"
 #include "util/AtomicFile.h"
 
 #include <ATen/ATen.h>
@@ -34,30 +35,6 @@ H5::Group groupFor(H5::H5File& file, const std::string& path, std::string& leaf)
     return g;
 }
 
-void collect(const H5::Group& g, const std::string& prefix, TensorFileContents& out, const std::string& file) {
-    for (hsize_t i = 0; i < g.getNumObjs(); ++i) {
-        const std::string name = g.getObjnameByIdx(i);
-        const std::string full = prefix.empty() ? name : prefix + "/" + name;
-        if (g.getObjTypeByIdx(i) == H5G_GROUP) {
-            collect(g.openGroup(name), full, out, file);
-            continue;
-        }
-        H5::DataSet ds = g.openDataSet(name);
-        const H5::DataSpace space = ds.getSpace();
-        std::vector<hsize_t> dims(static_cast<size_t>(space.getSimpleExtentNdims()));
-        if (!dims.empty()) space.getSimpleExtentDims(dims.data());
-        std::vector<int64_t> shape(dims.begin(), dims.end());
-        const H5T_class_t cls = ds.getTypeClass();
-        at::ScalarType st = at::kDouble;
-        if (cls == H5T_INTEGER) st = at::kLong;
-        else if (cls == H5T_FLOAT && ds.getFloatType().getSize() == 4) st = at::kFloat;
-        else if (cls != H5T_FLOAT) throw std::runtime_error("'" + file + "': dataset '" + full + "' is not numeric");
-        at::Tensor t = at::empty(shape, at::TensorOptions().dtype(st));
-        if (t.numel() > 0) ds.read(t.data_ptr(), h5Type(st));
-        out.tensors[full] = t;
-    }
-}
-
 } // namespace
 
 void writeTensorFile(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
@@ -89,21 +66,15 @@ void writeTensorFile(const std::string& path, const std::vector<std::pair<std::s
 }
 
 TensorFileContents readTensorFile(const std::string& path) {
-    if (!std::filesystem::exists(path)) throw std::runtime_error("'" + path + "' does not exist");
     TensorFileContents out;
-    try {
-        H5::H5File file(path, H5F_ACC_RDONLY);
-        H5::Group root = file.openGroup("/");
-        collect(root, "", out, path);
-        for (int i = 0; i < root.getNumAttrs(); ++i) {
-            H5::Attribute a = root.openAttribute(static_cast<unsigned>(i));
-            std::string v;
-            a.read(a.getStrType(), v);
-            out.attributes[a.getName()] = v == " " ? std::string() : v;
-        }
-    } catch (const H5::Exception& e) {
-        throw std::runtime_error("cannot read '" + path + "' (not an HDF5 tensor file?): " + e.getDetailMsg());
-    }
+    out.attributes = readStoredTensors(path, [&](const StoredTensor& s) {
+        const at::ScalarType type = s.type == StoredTensor::Type::F32   ? at::kFloat
+                                    : s.type == StoredTensor::Type::I64 ? at::kLong
+                                                                        : at::kDouble;
+        at::Tensor t = at::empty(s.shape, at::TensorOptions().dtype(type));
+        out.tensors[s.name] = t;
+        return t.data_ptr();
+    });
     return out;
 }
 

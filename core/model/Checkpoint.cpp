@@ -8,6 +8,7 @@
 #include "util/NonFinite.h"
 
 #include "io/SafeTensors.h"
+#include "model/ShardIndex.h"
 #include "model/TensorNames.h"
 #include "util/Text.h"
 
@@ -23,44 +24,6 @@ namespace fs = std::filesystem;
 
 namespace latmix::model {
 using util::shapeText;
-
-std::vector<std::pair<std::string, std::vector<int64_t>>> requiredTensors(const ModelConfig& c) {
-    const int64_t h = c.hiddenSize, inter = c.intermediateSize, hd = c.headDim;
-    const int64_t q = int64_t(c.numHeads) * hd, kv = int64_t(c.numKvHeads) * hd;
-    std::vector<std::pair<std::string, std::vector<int64_t>>> r;
-    r.push_back({names::kEmbed, {c.vocabSize, h}});
-    for (int i = 0; i < c.numLayers; ++i) {
-        const std::string p = names::layerPrefix(i);
-        r.push_back({p + names::kInputNorm + ".weight", {h}});
-        r.push_back({p + names::kQProj + ".weight", {q, h}});
-        r.push_back({p + names::kKProj + ".weight", {kv, h}});
-        r.push_back({p + names::kVProj + ".weight", {kv, h}});
-        r.push_back({p + names::kOProj + ".weight", {h, q}});
-        if (c.qkvBias) {
-            r.push_back({p + names::kQProj + ".bias", {q}});
-            r.push_back({p + names::kKProj + ".bias", {kv}});
-            r.push_back({p + names::kVProj + ".bias", {kv}});
-        }
-        if (c.oProjBias) r.push_back({p + names::kOProj + ".bias", {h}});
-        if (c.qkNorm) {
-            r.push_back({p + names::kQNorm + ".weight", {hd}});
-            r.push_back({p + names::kKNorm + ".weight", {hd}});
-        }
-        r.push_back({p + names::kPostAttentionNorm + ".weight", {h}});
-        r.push_back({p + names::kGateProj + ".weight", {inter, h}});
-        r.push_back({p + names::kUpProj + ".weight", {inter, h}});
-        r.push_back({p + names::kDownProj + ".weight", {h, inter}});
-        if (c.mlpBias) {
-            r.push_back({p + names::kGateProj + ".bias", {inter}});
-            r.push_back({p + names::kUpProj + ".bias", {inter}});
-            r.push_back({p + names::kDownProj + ".bias", {h}});
-        }
-    }
-    r.push_back({names::kFinalNorm, {h}});
-    if (!c.tieWordEmbeddings) r.push_back({names::kLmHead, {c.vocabSize, h}});
-    if (c.lmHeadBias) r.push_back({names::kLmHeadBias, {c.vocabSize}});
-    return r;
-}
 
 Checkpoint Checkpoint::load(const std::string& dir) {
     std::error_code ec;
@@ -86,41 +49,23 @@ Checkpoint Checkpoint::load(const std::string& dir) {
         if (!in) throw std::runtime_error("cannot read '" + index.string() + "'");
         std::ostringstream ss;
         ss << in.rdbuf();
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(ss.str());
-        } catch (const nlohmann::json::exception& e) {
-            throw std::runtime_error("'" + index.string() + "' is not valid JSON (" + e.what() +
-                                     "); download the checkpoint again");
-        }
-        if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-            throw std::runtime_error("'" + index.string() + "' has no 'weight_map' object (tensor name -> shard file)");
         std::map<std::string, std::shared_ptr<io::SafeTensorsFile>> shards;
-        for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-            if (!it.value().is_string())
-                throw std::runtime_error("'" + index.string() + "': weight_map entry '" + it.key() +
-                                         "' is not a file name");
-            const std::string shard = it.value().get<std::string>();
+        for (const auto& [name, shard] : parseShardIndex(ss.str(), index.string())) {
             auto s = shards.find(shard);
             if (s == shards.end()) {
                 const fs::path sp = root / shard;
-                bool escapes = shard.empty() || fs::path(shard).is_absolute();
-                for (const auto& part : fs::path(shard)) escapes = escapes || part == "..";
-                if (escapes)
-                    throw std::runtime_error("'" + index.string() + "' names shard '" + shard +
-                                             "', which is not a file inside the folder");
                 if (!fs::is_regular_file(sp, ec))
                     throw std::runtime_error("model folder '" + dir + "': shard '" + shard +
                                              "' is listed in model.safetensors.index.json but missing; download "
                                              "all shards of the checkpoint");
                 s = shards.emplace(shard, io::SafeTensorsFile::open(sp.string())).first;
             }
-            if (!s->second->contains(it.key()))
-                throw std::runtime_error("model folder '" + dir + "': tensor '" + it.key() + "' is listed in "
+            if (!s->second->contains(name))
+                throw std::runtime_error("model folder '" + dir + "': tensor '" + name + "' is listed in "
                                          "model.safetensors.index.json under shard '" + shard +
                                          "' but that shard does not contain it; the index and the shards do not "
                                          "belong together");
-            ck.m_fileOf[it.key()] = s->second;
+            ck.m_fileOf[name] = s->second;
         }
     } else {
         throw std::runtime_error("model folder '" + dir + "' has no weights: expected model.safetensors or "

@@ -2,6 +2,7 @@
 // A Hugging Face model folder (SPEC §8): config.json plus model.safetensors or shards listed in
 // model.safetensors.index.json. Weights stay memory-mapped, in their stored dtype.
 #include "model/ModelConfig.h"
+#include "model/TensorNames.h"
 #include "util/Job.h"
 
 #include <ATen/core/Tensor.h>
@@ -49,10 +50,7 @@ private:
 // looks diverged.
 void checkWeightsFinite(const Checkpoint& checkpoint, JobContext& job = silentJob());
 
-// The tensors (Hugging Face names) the Llama-family decoder reads for this config and the
-// shape each must have (SPEC §4); load() checks them. Biases, q_norm/k_norm and lm_head appear
-// only when the config calls for them.
-std::vector<std::pair<std::string, std::vector<std::int64_t>>> requiredTensors(const ModelConfig& config);
+// requiredTensors (the tensors a config calls for, with their shapes): model/TensorNames.h.
 
 // The memory model::LlamaModel takes for a checkpoint's weights in dtype (activations come on
 // top, they depend on the batch). On the CPU the stored tensors are used in place

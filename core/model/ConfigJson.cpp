@@ -1,6 +1,5 @@
 #include "model/ConfigJson.h"
 
-#include "model/Checkpoint.h"
 #include "model/TensorNames.h"
 
 #include <stdexcept>

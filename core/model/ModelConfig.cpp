@@ -73,9 +73,13 @@ bool getBool(const json& j, const char* key, bool def, const std::string& source
 int getTokenId(const json& j, const char* key, const std::string& source) {
     if (!present(j, key)) return -1;
     const auto& v = j[key];
-    if (v.is_number_integer()) return v.get<int>();
-    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int>();
     if (v.is_array() && v.empty()) return -1;
+    const json& id = v.is_array() ? v[0] : v;
+    // In range before the conversion: get<int>() would wrap a larger id into another token.
+    if (id.is_number_integer() && !(id.is_number_unsigned() && id.get<std::uint64_t>() > 0x7fffffffu)) {
+        const auto x = id.get<long long>();
+        if (x >= -1 && x <= 0x7fffffff) return static_cast<int>(x); // -1: none, as null
+    }
     fail(source, std::string("field '") + key + "' must be a token id or a list of ids, got " + v.dump());
 }
 

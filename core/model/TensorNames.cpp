@@ -38,3 +38,45 @@ std::vector<std::string> blockLinearPrefixes(int numLayers) {
 }
 
 } // namespace latmix::model::names
+
+namespace latmix::model {
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> requiredTensors(const ModelConfig& c) {
+    const int64_t h = c.hiddenSize, inter = c.intermediateSize, hd = c.headDim;
+    const int64_t q = int64_t(c.numHeads) * hd, kv = int64_t(c.numKvHeads) * hd;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> r;
+    r.push_back({names::kEmbed, {c.vocabSize, h}});
+    for (int i = 0; i < c.numLayers; ++i) {
+        const std::string p = names::layerPrefix(i);
+        r.push_back({p + names::kInputNorm + ".weight", {h}});
+        r.push_back({p + names::kQProj + ".weight", {q, h}});
+        r.push_back({p + names::kKProj + ".weight", {kv, h}});
+        r.push_back({p + names::kVProj + ".weight", {kv, h}});
+        r.push_back({p + names::kOProj + ".weight", {h, q}});
+        if (c.qkvBias) {
+            r.push_back({p + names::kQProj + ".bias", {q}});
+            r.push_back({p + names::kKProj + ".bias", {kv}});
+            r.push_back({p + names::kVProj + ".bias", {kv}});
+        }
+        if (c.oProjBias) r.push_back({p + names::kOProj + ".bias", {h}});
+        if (c.qkNorm) {
+            r.push_back({p + names::kQNorm + ".weight", {hd}});
+            r.push_back({p + names::kKNorm + ".weight", {hd}});
+        }
+        r.push_back({p + names::kPostAttentionNorm + ".weight", {h}});
+        r.push_back({p + names::kGateProj + ".weight", {inter, h}});
+        r.push_back({p + names::kUpProj + ".weight", {inter, h}});
+        r.push_back({p + names::kDownProj + ".weight", {h, inter}});
+        if (c.mlpBias) {
+            r.push_back({p + names::kGateProj + ".bias", {inter}});
+            r.push_back({p + names::kUpProj + ".bias", {inter}});
+            r.push_back({p + names::kDownProj + ".bias", {h}});
+        }
+    }
+    r.push_back({names::kFinalNorm, {h}});
+    if (!c.tieWordEmbeddings) r.push_back({names::kLmHead, {c.vocabSize, h}});
+    if (c.lmHeadBias) r.push_back({names::kLmHeadBias, {c.vocabSize}});
+    return r;
+}
+
+} // namespace latmix::model

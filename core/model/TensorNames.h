@@ -1,8 +1,12 @@
 #pragma once
 // The Hugging Face Llama tensor names (Llama, Mistral, Qwen2, Qwen3 share them), spelled once.
 // A decoder layer's tensors are layerPrefix(i) + module + ".weight" / ".bias".
+#include "model/ModelConfig.h"
+
 #include <array>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace latmix::model::names {
@@ -46,3 +50,12 @@ std::string blockLinearOfWeight(const std::string& name);
 std::vector<std::string> blockLinearPrefixes(int numLayers);
 
 } // namespace latmix::model::names
+
+namespace latmix::model {
+
+// The tensors (Hugging Face names) the Llama-family decoder reads for this config and the
+// shape each must have (SPEC §4); Checkpoint::load checks them. Biases, q_norm/k_norm and lm_head appear
+// only when the config calls for them.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> requiredTensors(const ModelConfig& config);
+
+} // namespace latmix::model

@@ -55,8 +55,17 @@ public:
     std::int64_t integer(const json* obj, const char* key, std::int64_t absent, const std::string& where = {}) const {
         const json* v = obj ? find(*obj, key) : nullptr;
         if (!v) return absent;
-        if (!v->is_number_integer()) wrong(where + key, *v, "an integer");
+        if (!v->is_number_integer() ||
+            (v->is_number_unsigned() && v->get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max())))
+            wrong(where + key, *v, "an integer");
         return v->get<std::int64_t>();
+    }
+    // A count or size held as int: an integer from 0 to 2^31 - 1 (a larger one would wrap).
+    int count(const json* obj, const char* key, const std::string& where = {}) const {
+        const std::int64_t n = integer(obj, key, 0, where);
+        if (n < 0 || n > std::numeric_limits<int>::max())
+            wrong(where + key, *find(*obj, key), "an integer from 0 to 2147483647");
+        return static_cast<int>(n);
     }
 
 private:
@@ -153,11 +162,11 @@ RunSummary readRunSummary(const std::string& runDir) {
 
     if (const json* fmt = f.object(j, "format")) {
         s.format = f.text(*fmt, "format", "format.");
-        s.block = static_cast<int>(f.integer(fmt, "block", 0, "format."));
+        s.block = f.count(fmt, "block", "format.");
         s.scaleMode = f.text(*fmt, "scale_mode", "format.");
     }
     if (const json* t = f.object(j, "training")) {
-        s.steps = static_cast<int>(f.integer(t, "steps", 0, "training."));
+        s.steps = f.count(t, "steps", "training.");
         s.firstKl = f.number(t, "first_kl", -1.0, "training.");
         s.finalKl = f.number(t, "final_kl", -1.0, "training.");
     }
@@ -166,8 +175,8 @@ RunSummary readRunSummary(const std::string& runDir) {
         s.w4a4Perplexity = perplexityOf(f.number(p, "w4a4", 0.0, "perplexity."));
         s.foldedFpPerplexity = perplexityOf(f.number(p, "folded_fp", 0.0, "perplexity."));
         s.weightsOnlyPerplexity = perplexityOf(f.number(p, "weights_only", 0.0, "perplexity."));
-        s.evalSeqLen = static_cast<int>(f.integer(p, "seqlen", 0, "perplexity."));
-        s.evalWindows = static_cast<int>(f.integer(p, "windows", 0, "perplexity."));
+        s.evalSeqLen = f.count(p, "seqlen", "perplexity.");
+        s.evalWindows = f.count(p, "windows", "perplexity.");
     }
     if (s.fpPerplexity > 0 && s.w4a4Perplexity > 0) s.recovery = s.fpPerplexity / s.w4a4Perplexity;
     if (const json* z = f.object(j, "zeroshot")) {
@@ -178,7 +187,7 @@ RunSummary readRunSummary(const std::string& runDir) {
                 if (!t.is_object()) f.wrong(where.substr(0, where.size() - 1), t, "an object");
                 ZeroShotScore z2;
                 z2.task = name;
-                z2.n = static_cast<int>(f.integer(&t, "n", 0, where));
+                z2.n = f.count(&t, "n", where);
                 const double nan = std::numeric_limits<double>::quiet_NaN();
                 z2.acc = f.number(&t, "acc", nan, where);
                 z2.accNorm = f.number(&t, "acc_norm", nan, where);
@@ -198,7 +207,7 @@ RunSummary readRunSummary(const std::string& runDir) {
             const std::string where = "linears[" + std::to_string(i) + "].";
             if (!L.is_object()) f.wrong(where.substr(0, where.size() - 1), L, "an object");
             LinearError e;
-            e.layer = static_cast<int>(f.integer(&L, "layer", 0, where));
+            e.layer = f.count(&L, "layer", where);
             e.linear = f.text(L, "linear", where);
             e.relativeError = f.number(&L, "relative_error", std::numeric_limits<double>::quiet_NaN(), where);
             s.linears.push_back(std::move(e));

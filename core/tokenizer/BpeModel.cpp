@@ -19,6 +19,12 @@ BpeModel::BpeModel(std::unordered_map<std::string, int> vocab,
         if (id < 0) throw std::runtime_error(file + ": model.vocab: negative id for token '" + tok + "'");
         maxId = std::max(maxId, id);
     }
+    // The id -> token table is dense: a few entries with ids in the billions would ask for that
+    // many slots. Real vocabularies number their tokens 0..n-1; allow generous gaps, no more.
+    const std::size_t limit = 2 * vocab_.size() + 1024;
+    if (static_cast<std::size_t>(maxId) >= limit)
+        throw std::runtime_error(file + ": model.vocab: id " + std::to_string(maxId) + " is far beyond its " +
+                                 std::to_string(vocab_.size()) + " tokens (ids must number the tokens densely, from 0)");
     idToToken_.resize(static_cast<std::size_t>(maxId + 1));
     hasToken_.assign(static_cast<std::size_t>(maxId + 1), false);
     for (const auto& [tok, id] : vocab_) {

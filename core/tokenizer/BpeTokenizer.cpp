@@ -21,6 +21,20 @@ using json = nlohmann::json;
 
 namespace {
 
+// A token id from the file: an integer from 0 to 2^31 - 2 (vocabSize, one more, is an int).
+// get<int>() would truncate a larger integer and convert a float with undefined behaviour (found
+// by tests/fuzz/fuzz_tokenizer_json).
+int tokenId(const json& v, const std::string& file, const std::string& where) {
+    constexpr std::int64_t kMax = 2147483646;
+    const bool ok = v.is_number_unsigned()  ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(kMax)
+                    : v.is_number_integer() ? v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() <= kMax
+                                            : false;
+    if (!ok)
+        throw std::runtime_error(file + ": " + where + ": " + v.dump() +
+                                 " is not a token id (an integer from 0 to 2147483646)");
+    return static_cast<int>(v.get<std::int64_t>());
+}
+
 json readJson(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw std::runtime_error("cannot open tokenizer file " + path);
@@ -120,7 +134,7 @@ void BpeTokenizer::Impl::loadModel(const json& m) {
     std::unordered_map<std::string, int> vocab;
     if (!m.contains("vocab") || !m["vocab"].is_object()) unsupported("model.vocab (missing or not an object)");
     vocab.reserve(m["vocab"].size());
-    for (const auto& [tok, id] : m["vocab"].items()) vocab.emplace(tok, id.get<int>());
+    for (const auto& [tok, id] : m["vocab"].items()) vocab.emplace(tok, tokenId(id, file, "model.vocab[\"" + tok + "\"]"));
 
     std::vector<std::pair<std::string, std::string>> merges;
     if (m.contains("merges")) {
@@ -154,7 +168,7 @@ void BpeTokenizer::Impl::loadModel(const json& m) {
 void BpeTokenizer::Impl::loadAddedTokens(const json& list) {
     for (const auto& t : list) {
         AddedToken a{};
-        a.id = t.at("id").get<int>();
+        a.id = tokenId(t.at("id"), file, "added_tokens id");
         a.content = t.at("content").get<std::string>();
         a.special = t.value("special", false);
         a.lstrip = t.value("lstrip", false);
@@ -204,8 +218,8 @@ void BpeTokenizer::Impl::loadPostProcessor(const json& p, const std::string& whe
             int id = -1;
             const auto& specials = p.contains("special_tokens") ? p["special_tokens"] : json::object();
             const json ids = specials.contains(leading[0]) ? specials[leading[0]].value("ids", json::array()) : json::array();
-            if (ids.is_number_integer()) id = ids.get<int>(); // a bare number instead of [id]
-            else if (ids.is_array() && !ids.empty()) id = ids[0].get<int>();
+            if (ids.is_number()) id = tokenId(ids, file, where + ".special_tokens ids"); // a bare number, not [id]
+            else if (ids.is_array() && !ids.empty()) id = tokenId(ids[0], file, where + ".special_tokens ids");
             else id = idOf(leading[0]);
             if (id < 0) throw std::runtime_error(file + ": " + where + ": special token '" + leading[0] + "' has no id");
             bos = id;
