@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the fuzz harnesses' seed corpora (tests/fuzz/corpus/<harness>/) from the real files in
 ../shared/data: their headers, trimmed copies small enough to run many times a second, and a few
-hand-made neighbours of each. Deterministic; run it again when a format's reader learns something
-new.   LATMIX_DATA_DIR=../shared/data python3 tests/fuzz/make-corpus.py [RUN_DIR_WITH_LATMIX_JSON]"""
+hand-made neighbours of each. The same output every time, but for the time stamps libhdf5 writes
+into the small tensor file. Run it again when a format's reader learns something new.
+    LATMIX_DATA_DIR=../shared/data python3 tests/fuzz/make-corpus.py [RUN_DIR_WITH_LATMIX_JSON]"""
 import json, os, struct, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,16 +77,18 @@ v = list(struct.unpack("<7i", head))
 v[5] = -v[5]
 put("llama2c", "untied", struct.pack("<7i", *v) + struct.pack("<Q", os.path.getsize(binp)))
 
-# llama2.c tokenizer.bin: stories260K's (512 pieces, 6 KB) and the first 300 pieces of the
-# Llama 2 one.
-put("llama2c_tokenizer", "tok512", open(os.path.join(DATA, "models", "stories260K", "tok512.bin"), "rb").read())
-raw = open(os.path.join(DATA, "models", "llama2-tokenizer-32k", "tokenizer.bin"), "rb").read()
-pos, out = 4, [raw[:4]]
-for _ in range(300):
-    n = struct.unpack("<i", raw[pos + 4:pos + 8])[0]
-    out.append(raw[pos:pos + 8 + n])
-    pos += 8 + n
-put("llama2c_tokenizer", "llama2-300", b"".join(out))
+# llama2.c tokenizer.bin: the first pieces of stories260K's (512 pieces) and of the Llama 2 one.
+def first_pieces(path, count):
+    raw = open(path, "rb").read()
+    pos, out = 4, [raw[:4]]
+    for _ in range(count):
+        n = struct.unpack("<i", raw[pos + 4:pos + 8])[0]
+        out.append(raw[pos:pos + 8 + n])
+        pos += 8 + n
+    return b"".join(out)
+
+put("llama2c_tokenizer", "tok512-300", first_pieces(os.path.join(DATA, "models", "stories260K", "tok512.bin"), 300))
+put("llama2c_tokenizer", "llama2-300", first_pieces(os.path.join(DATA, "models", "llama2-tokenizer-32k", "tokenizer.bin"), 300))
 
 # tokenizer.json: the real Llama 3 file with its vocabulary cut to the first 1000 ids and the
 # merges among them (everything else as shipped), and the added tokens renumbered after them.
