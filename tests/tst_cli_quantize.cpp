@@ -17,6 +17,7 @@
 #include "TestData.h"
 #include "PoisonedModel.h"
 #include <QTemporaryDir>
+#include <QProcess>
 #include <QtTest>
 
 #include <limits>
@@ -380,6 +381,39 @@ private slots:
             QVERIFY2(last.contains(p), qPrintable(r.err + "\n  lacks: " + p));
         for (const char* no : {"diverged", "Accumulator", "damaged"}) QVERIFY2(!r.err.contains(no), qPrintable(r.err));
         QVERIFY2(!QFileInfo::exists(out + "/latmix.json"), "a failed run looks finished");
+    }
+
+    // Issue 17.5: a run folder that another process is writing is refused, naming that process,
+    // before anything is written; once the holder is killed (kill -9: it cannot clean up) the
+    // next run takes the stale lock over and says so.
+    void heldRunFolder() {
+        const QString out = m_tmp.filePath("held-rtn");
+        const QString lock = m_tmp.filePath(".held-rtn.lock");
+        {
+            QFile f(lock);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("pid 4242\nhost gpu-node-7\nstarted 2026-11-25T08:00:00Z\ncommand latmix quantize --out held-rtn\n");
+        }
+        QProcess holder; // holds the lock as a latmix process does (flock(2) on the file)
+        holder.start("flock", {"--exclusive", "--close", lock, "sh", "-c", "echo held; read x"});
+        QVERIFY(holder.waitForStarted() && holder.waitForReadyRead(10000));
+        const Result r = run(quantizeArgs(out, "rtn", 2));
+        QVERIFY(r.exitCode != 0);
+        const QString last = r.err.trimmed().split('\n').last();
+        QVERIFY2(last.contains("run folder '" + out + "' is being written by another latmix process: pid 4242 on host "
+                               "gpu-node-7 (started 2026-11-25T08:00:00Z, `latmix quantize --out held-rtn`)"),
+                 qPrintable(r.err));
+        QVERIFY2(!QFileInfo::exists(out), "the refused run wrote its folder");
+        holder.kill();
+        QVERIFY(holder.waitForFinished());
+        holder.close();
+        const Result again = run(quantizeArgs(out, "rtn", 2));
+        QVERIFY2(again.exitCode == 0, qPrintable(again.err));
+        QVERIFY2(again.out.contains("note         took over the lock of run folder '" + out + "' left by pid 4242 on host "
+                                    "gpu-node-7"),
+                 qPrintable(again.out));
+        QVERIFY(QFileInfo::exists(out + "/latmix.json"));
+        QVERIFY2(!QFileInfo::exists(lock), "a finished run left its lock file");
     }
 };
 

@@ -32,8 +32,15 @@ void makeDamaged(const std::string& kind, const std::string& path) {
         std::ofstream(path, std::ios::binary) << "definitely not HDF5, just text of some length";
         return;
     }
-    H5::H5File file(path, H5F_ACC_TRUNC);
-    if (kind == "unwritten") {
+    // The checksummed 1.8 format that io/TensorFile writes, but for the "old format" row.
+    H5::FileAccPropList access;
+    if (kind != "old format") access.setLibverBounds(H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+    H5::H5File file(path, H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, access);
+    if (kind == "old format") {
+        const hsize_t dims[1] = {2};
+        const double v[2] = {1, 2};
+        file.createDataSet("loss", H5::PredType::NATIVE_DOUBLE, H5::DataSpace(1, dims)).write(v, H5::PredType::NATIVE_DOUBLE);
+    } else if (kind == "unwritten") {
         // A dataset of 10^6 x 10^6 doubles that was never written: no storage, only fill values.
         const hsize_t dims[2] = {1000000, 1000000};
         H5::DataSpace space(2, dims);
@@ -108,7 +115,10 @@ private slots:
     void damagedFiles_data() {
         QTest::addColumn<QString>("kind");
         QTest::addColumn<QString>("expected"); // in the message, besides the file's path
-        QTest::newRow("not HDF5") << "garbage" << "cannot be read (not an HDF5 tensor file?)";
+        QTest::newRow("not HDF5") << "garbage" << "is not an HDF5 file (no HDF5 signature at its start)";
+        QTest::newRow("old format") << "old format"
+                                    << "uses HDF5 superblock version 0, a format without checksums that this version no "
+                                       "longer reads";
         QTest::newRow("never written") << "unwritten"
                                        << "dataset 'T1/A' declares 8000000000000 bytes but the file stores 0";
         QTest::newRow("partly written") << "short" << "dataset 'loss' declares 64 bytes but the file stores 16";

@@ -170,6 +170,7 @@ int runQuantize(QuantizeCli& o) {
     if (!r.zeroShot.tasks.empty())
         std::printf("zero-shot    W4A4 model, lm-evaluation-harness templates, %.1f s\n%s", r.zeroShot.seconds,
                     eval::zeroShotTable(r.zeroShot).c_str());
+    for (const auto& n : r.notes) std::printf("note         %s\n", n.c_str());
     std::printf("time         %.1f s total, peak resident %.0f MiB", r.totalSeconds, r.peakRssMb);
     if (r.peakGpuMb > 0) std::printf(", peak GPU %.0f MiB", r.peakGpuMb);
     std::printf("\n");

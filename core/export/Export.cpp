@@ -34,6 +34,7 @@
 #include "model/TensorNames.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/AtomicFile.h"
+#include "util/FolderLock.h"
 #include "util/BitCompare.h"
 #include "util/Text.h"
 #include "mx/MxPack.h"
@@ -534,6 +535,8 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
         throw std::runtime_error("run folder '" + runDir +
                                  "' does not exist; give the folder a `latmix quantize` run wrote (with model/ and "
                                  "latmix.json)");
+    // One writer per target: a second export into the same folder stops here, naming the first.
+    const util::FolderLock lock(outDir, "export folder", "latmix export " + runDir + " --out " + outDir);
     checkOutDir(runDir, outDir, options.overwrite);
     const std::string modelDir = (fs::path(runDir) / "model").string();
     job.progress(0.0, "reading run");
@@ -559,6 +562,7 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
     report.outDir = outDir;
     report.format = format;
     report.notes = plan.notes;
+    if (!lock.staleNote().empty()) report.notes.push_back(lock.staleNote());
     report.packedLinears = plan.packedLinears;
     report.tensors = static_cast<int>(plan.items.size());
 

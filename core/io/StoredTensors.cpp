@@ -2,7 +2,9 @@
 
 #include <H5Cpp.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <stdexcept>
 
@@ -13,6 +15,25 @@ constexpr int kMaxDepth = 32; // our files nest 4 levels; a hard link to a paren
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
     throw std::runtime_error("tensor file '" + path + "': " + what);
+}
+
+// Tensor files are written in the HDF5 1.8 format (io/TensorFile): superblock version 2 or later,
+// whose metadata blocks all carry checksums that libhdf5 checks. Older superblocks (0 and 1, the
+// library's default format, as LATMiX wrote before) have none, and Debian's libhdf5 1.10 crashes
+// on some damaged ones (fuzz_tensorfile: a SEGV in H5A__close while opening an attribute), so
+// they are refused before libhdf5 sees them. HDF5 looks for its signature at 0, 512, 1024, ...;
+// ours is always at 0 (no user block).
+void checkFormat(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    unsigned char head[9] = {};
+    if (!in.read(reinterpret_cast<char*>(head), sizeof head) ||
+        std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) != 0)
+        fail(path, "is not an HDF5 file (no HDF5 signature at its start); the file is damaged or not a LATMiX run "
+                   "file: run again");
+    if (head[8] < 2)
+        fail(path, "uses HDF5 superblock version " + std::to_string(head[8]) +
+                       ", a format without checksums that this version no longer reads (LATMiX wrote it so until "
+                       "2026-11-25); convert it with `h5repack --latest FILE NEW` (Debian: hdf5-tools) or run again");
 }
 
 const H5::PredType& memoryType(StoredTensor::Type t) {
@@ -85,6 +106,7 @@ std::map<std::string, std::string> readStoredTensors(const std::string& path,
                                                      const std::function<void*(const StoredTensor&)>& target) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) fail(path, "does not exist");
+    checkFormat(path);
     std::map<std::string, std::string> attributes;
     // The message below says what went wrong; libhdf5's own print of its error stack to stderr
     // would only bury it.

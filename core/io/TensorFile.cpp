@@ -41,7 +41,12 @@ void writeTensorFile(const std::string& path, const std::vector<std::pair<std::s
                      const std::map<std::string, std::string>& attributes) {
     util::AtomicFile out(path); // removes the partial file on any exception
     try {
-        H5::H5File file(out.tempPath(), H5F_ACC_TRUNC);
+        // The HDF5 1.8 file format (superblock v2): every metadata block carries a checksum that
+        // libhdf5 verifies on reading, so a damaged file is refused rather than interpreted
+        // (io/StoredTensors reads no other). Readable by libhdf5 1.8 and later.
+        H5::FileAccPropList access;
+        access.setLibverBounds(H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+        H5::H5File file(out.tempPath(), H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, access);
         for (const auto& [name, tensor] : tensors) {
             if (!tensor.defined()) continue;
             const at::Tensor t = tensor.detach().cpu().contiguous();

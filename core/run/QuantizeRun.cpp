@@ -17,6 +17,7 @@
 #include "transforms/LearnedTransforms.h"
 #include "train/ModelTransforms.h"
 #include "util/AtomicFile.h"
+#include "util/FolderLock.h"
 #include "util/OutOfMemory.h"
 #include "util/Runtime.h"
 #include "util/Text.h"
@@ -947,8 +948,13 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     // at a time; the embeddings, final norm and lm_head stay on the device.
     const RunContext x{o, method, modelDir, runDir, ck, c, device, o.offload ? c10::Device(c10::kCPU) : device,
                        at::TensorOptions().dtype(at::kFloat).device(device), std::min(o.seqLen, c.maxPositions)};
+    // One process writes a run folder at a time (the root rank of a data-parallel run): a second
+    // `latmix quantize --out` of the same folder stops here, naming the first.
+    std::unique_ptr<util::FolderLock> lock;
+    if (root) lock = std::make_unique<util::FolderLock>(runDir, "run folder", o.commandLine);
     if (root) fs::create_directories(runDir);
     QuantizeResult r;
+    if (lock && !lock->staleNote().empty()) r.notes.push_back(lock->staleNote());
     if (device.is_cuda()) compat::resetCudaPeakMemory(device.index());
 
     const auto windows = model::sampleCalibrationWindows(calibIds, o.calibSamples, x.seqLen, o.seed);

@@ -148,6 +148,7 @@ struct QuantizeResult {
     // during the weight quantization (dist::Group::bytesCommunicated); 0 for one process.
     std::uint64_t trainBytes = 0, quantizeBytes = 0;
     train::DistillResult training;
+    std::vector<std::string> notes; // what the user should know, e.g. a stale lock of the run folder taken over
 };
 
 // The token ids a run reads, tokenized with the model folder's tokenizer (the one sequence the

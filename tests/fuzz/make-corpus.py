@@ -160,7 +160,9 @@ SMALL_H5 = r"""
 #include <H5Cpp.h>
 #include <cstdint>
 int main(int, char** argv) {
-    H5::H5File f(argv[1], H5F_ACC_TRUNC);
+    H5::FileAccPropList access; // io/TensorFile's format: HDF5 1.8, checksummed metadata
+    access.setLibverBounds(H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+    H5::H5File f(argv[1], H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, access);
     f.createGroup("T1");
     f.createGroup("layers");
     f.createGroup("layers/0");
