@@ -38,7 +38,7 @@ fi
 # (libtorch1.13 / libtorch2.6, libhdf5-cpp-103-1 / -310, ... come in as dependencies).
 PACKAGES="g++ cmake ninja-build ccache pkg-config \
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libgl-dev \
-  $TORCH libgloo-dev libopenblas0-openmp libhdf5-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev libpcre2-dev \
+  $TORCH libgloo-dev libopenblas0-openmp libhdf5-dev zlib1g-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev libpcre2-dev \
   xvfb xauth dpkg-dev file"
 # clang and libFuzzer for the fuzz smoke runs (ctest -L fuzz, tests/fuzz). CI runs them once, on
 # Debian 12; on Debian 13 add them by hand (same names) to run them there too.

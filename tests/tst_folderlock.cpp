@@ -3,6 +3,7 @@
 // process that ended, even by kill -9, is taken over and named as stale; a released lock leaves
 // no file. The other process is a real one: flock(1) from util-linux holds the lock file the way
 // a latmix process does (flock(2) on .NAME.lock), so the kernel's release on kill is what is tested.
+#include "TestSupport.h"
 #include "util/FolderLock.h"
 
 #include <QDir>
@@ -20,13 +21,9 @@ using latmix::util::FolderLock;
 
 namespace {
 
+// The error of a second claim on target (empty when it succeeds).
 QString errorOf(const std::string& target) {
-    try {
-        FolderLock again(target, "run folder", "second");
-    } catch (const std::runtime_error& e) {
-        return QString::fromStdString(e.what());
-    }
-    return "(no error)";
+    return latmix::test::errorOf([&] { FolderLock again(target, "run folder", "second"); });
 }
 
 QString hostName() {

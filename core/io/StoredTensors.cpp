@@ -1,12 +1,15 @@
 #include "io/StoredTensors.h"
 
 #include <H5Cpp.h>
+#include <zlib.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 namespace latmix::io {
 namespace {
@@ -17,23 +20,60 @@ constexpr int kMaxDepth = 32; // our files nest 4 levels; a hard link to a paren
     throw std::runtime_error("tensor file '" + path + "': " + what);
 }
 
-// Tensor files are written in the HDF5 1.8 format (io/TensorFile): superblock version 2 or later,
-// whose metadata blocks all carry checksums that libhdf5 checks. Older superblocks (0 and 1, the
-// library's default format, as LATMiX wrote before) have none, and Debian's libhdf5 1.10 crashes
-// on some damaged ones (fuzz_tensorfile: a SEGV in H5A__close while opening an attribute), so
-// they are refused before libhdf5 sees them. HDF5 looks for its signature at 0, 512, 1024, ...;
-// ours is always at 0 (no user block).
-void checkFormat(const std::string& path) {
+constexpr const char* kSealTitle = "LATMiX tensor file 1";
+
+std::uint64_t fileSize(const std::string& path) {
+    std::error_code ec;
+    const auto n = std::filesystem::file_size(path, ec);
+    if (ec) fail(path, "cannot read its size: " + ec.message());
+    return n;
+}
+
+// CRC-32 (zlib) of the bytes of path from offset on, read in 1 MiB pieces.
+std::uint32_t crcFrom(const std::string& path, std::uint64_t offset) {
     std::ifstream in(path, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(offset));
+    std::vector<char> buf(1 << 20);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    while (in) {
+        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+        const auto got = in.gcount();
+        if (got > 0) crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(got));
+    }
+    if (in.bad()) fail(path, "cannot be read");
+    return static_cast<std::uint32_t>(crc);
+}
+
+// The seal (see the header), then the HDF5 format behind it: the 1.8 format (superblock 2 or
+// later), whose metadata blocks carry checksums of their own.
+void checkSealAndFormat(const std::string& path) {
+    const std::uint64_t size = fileSize(path);
+    std::ifstream in(path, std::ios::binary);
+    std::string seal(kTensorFileSealBytes, '\0');
+    if (size < kTensorFileSealBytes + 9 || !in.read(seal.data(), static_cast<std::streamsize>(seal.size())) ||
+        seal.compare(0, std::strlen(kSealTitle), kSealTitle) != 0)
+        fail(path, "is not a sealed LATMiX tensor file (written by LATMiX before 2026-11-25, by another program, or "
+                   "damaged at its start): run again to write it anew");
+    unsigned long long declared = 0;
+    unsigned long stored = 0;
+    if (std::sscanf(seal.c_str() + std::strlen(kSealTitle), "\nbytes %llu\ncrc32 %lx\n", &declared, &stored) != 2)
+        fail(path, "has a damaged seal; run again to write it anew");
+    if (declared != size)
+        fail(path, "is " + std::to_string(size) + " bytes but was written with " + std::to_string(declared) +
+                       " (truncated or appended to); the file is damaged: run again");
+    const std::uint32_t crc = crcFrom(path, kTensorFileSealBytes);
+    if (crc != stored) {
+        char text[64];
+        std::snprintf(text, sizeof text, "(CRC-32 %08x, written %08lx)", crc, stored);
+        fail(path, std::string("does not match its checksum ") + text + "; the file is damaged: run again");
+    }
     unsigned char head[9] = {};
-    if (!in.read(reinterpret_cast<char*>(head), sizeof head) ||
-        std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) != 0)
-        fail(path, "is not an HDF5 file (no HDF5 signature at its start); the file is damaged or not a LATMiX run "
-                   "file: run again");
+    in.seekg(static_cast<std::streamoff>(kTensorFileSealBytes));
+    if (!in.read(reinterpret_cast<char*>(head), sizeof head) || std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) != 0)
+        fail(path, "holds no HDF5 file behind its seal; the file is damaged: run again");
     if (head[8] < 2)
         fail(path, "uses HDF5 superblock version " + std::to_string(head[8]) +
-                       ", a format without checksums that this version no longer reads (LATMiX wrote it so until "
-                       "2026-11-25); convert it with `h5repack --latest FILE NEW` (Debian: hdf5-tools) or run again");
+                       ", a format without checksums, which tensor files are never written in; run again");
 }
 
 const H5::PredType& memoryType(StoredTensor::Type t) {
@@ -106,7 +146,7 @@ std::map<std::string, std::string> readStoredTensors(const std::string& path,
                                                      const std::function<void*(const StoredTensor&)>& target) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) fail(path, "does not exist");
-    checkFormat(path);
+    checkSealAndFormat(path);
     std::map<std::string, std::string> attributes;
     // The message below says what went wrong; libhdf5's own print of its error stack to stderr
     // would only bury it.
@@ -126,6 +166,19 @@ std::map<std::string, std::string> readStoredTensors(const std::string& path,
         fail(path, "cannot be read (not an HDF5 tensor file?): " + e.getDetailMsg());
     }
     return attributes;
+}
+
+void sealTensorFile(const std::string& path) {
+    const std::uint64_t size = fileSize(path);
+    char seal[kTensorFileSealBytes];
+    std::memset(seal, ' ', sizeof seal);
+    const int n = std::snprintf(seal, sizeof seal, "%s\nbytes %llu\ncrc32 %08lx\n", kSealTitle,
+                                static_cast<unsigned long long>(size),
+                                static_cast<unsigned long>(crcFrom(path, kTensorFileSealBytes)));
+    seal[n] = '\n'; // snprintf's terminating NUL: the rest stays spaces
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    if (!f || !f.write(seal, sizeof seal) || !f.flush())
+        throw std::runtime_error("cannot write '" + path + "'; check free disk space and permissions");
 }
 
 } // namespace latmix::io

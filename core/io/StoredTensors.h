@@ -30,4 +30,14 @@ struct StoredTensor {
 std::map<std::string, std::string> readStoredTensors(const std::string& path,
                                                      const std::function<void*(const StoredTensor&)>& target);
 
+// The seal of a tensor file: its first kTensorFileSealBytes bytes (an HDF5 user block, which
+// libhdf5 leaves alone) hold "LATMiX tensor file 1", the file's size and the CRC-32 of every byte
+// after the seal. readStoredTensors checks it before libhdf5 reads anything, so a damaged file
+// (truncated, bit flips) is refused whole: Debian 12's libhdf5 1.10 crashes on some damaged
+// files, even of its checksummed format (fuzz_tensorfile: SEGVs in H5A__close and while freeing
+// dense link storage). An integrity check, not a signature: a file crafted to match still
+// reaches libhdf5. sealTensorFile writes it into a file created with that user block.
+inline constexpr std::size_t kTensorFileSealBytes = 512;
+void sealTensorFile(const std::string& path);
+
 } // namespace latmix::io

@@ -41,12 +41,14 @@ void writeTensorFile(const std::string& path, const std::vector<std::pair<std::s
                      const std::map<std::string, std::string>& attributes) {
     util::AtomicFile out(path); // removes the partial file on any exception
     try {
-        // The HDF5 1.8 file format (superblock v2): every metadata block carries a checksum that
-        // libhdf5 verifies on reading, so a damaged file is refused rather than interpreted
-        // (io/StoredTensors reads no other). Readable by libhdf5 1.8 and later.
+        // The HDF5 1.8 file format (superblock v2: checksummed metadata, readable by libhdf5 1.8
+        // and later) behind a 512-byte user block that sealTensorFile fills with the file's size
+        // and CRC-32 (io/StoredTensors reads nothing else).
         H5::FileAccPropList access;
         access.setLibverBounds(H5F_LIBVER_V18, H5F_LIBVER_LATEST);
-        H5::H5File file(out.tempPath(), H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, access);
+        H5::FileCreatPropList create;
+        create.setUserblock(kTensorFileSealBytes);
+        H5::H5File file(out.tempPath(), H5F_ACC_TRUNC, create, access);
         for (const auto& [name, tensor] : tensors) {
             if (!tensor.defined()) continue;
             const at::Tensor t = tensor.detach().cpu().contiguous();
@@ -67,6 +69,7 @@ void writeTensorFile(const std::string& path, const std::vector<std::pair<std::s
     } catch (const H5::Exception& e) {
         throw std::runtime_error("cannot write '" + path + "': " + e.getDetailMsg());
     }
+    sealTensorFile(out.tempPath());
     out.commit();
 }
 

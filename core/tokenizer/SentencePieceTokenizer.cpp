@@ -116,9 +116,16 @@ public:
         if (!std::filesystem::is_regular_file(path, ec)) throw std::runtime_error("tokenizer file not found: " + path);
         const Api& a = api();
         a.construct(mem_.get());
-        const SpStatus st = a.load(mem_.get(), path);
-        if (!st.ok()) {
-            const std::string why = st.text();
+        std::string why;
+        try {
+            const SpStatus st = a.load(mem_.get(), path);
+            if (!st.ok()) why = st.text().empty() ? "unknown error" : st.text();
+        } catch (const std::exception& e) {
+            // libsentencepiece throws from its double-array trie on some damaged models ("failed
+            // to insert key: zero-length key", found by tests/fuzz/fuzz_tokenizer_model).
+            why = e.what();
+        }
+        if (!why.empty()) {
             a.destruct(mem_.get());
             throw std::runtime_error(path + ": not a SentencePiece model: " + why);
         }

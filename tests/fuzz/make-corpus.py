@@ -4,7 +4,7 @@
 hand-made neighbours of each. The same output every time, but for the time stamps libhdf5 writes
 into the small tensor file. Run it again when a format's reader learns something new.
     LATMIX_DATA_DIR=../shared/data python3 tests/fuzz/make-corpus.py [RUN_DIR_WITH_LATMIX_JSON]"""
-import json, os, struct, subprocess, sys, tempfile
+import json, os, struct, subprocess, sys, tempfile, zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.environ.get("LATMIX_DATA_DIR", os.path.join(HERE, "..", "..", "..", "shared", "data"))
@@ -162,7 +162,9 @@ SMALL_H5 = r"""
 int main(int, char** argv) {
     H5::FileAccPropList access; // io/TensorFile's format: HDF5 1.8, checksummed metadata
     access.setLibverBounds(H5F_LIBVER_V18, H5F_LIBVER_LATEST);
-    H5::H5File f(argv[1], H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, access);
+    H5::FileCreatPropList create; // the 512-byte user block that holds io/TensorFile's seal
+    create.setUserblock(512);
+    H5::H5File f(argv[1], H5F_ACC_TRUNC, create, access);
     f.createGroup("T1");
     f.createGroup("layers");
     f.createGroup("layers/0");
@@ -183,6 +185,8 @@ with tempfile.TemporaryDirectory() as tmp:
     open(src, "w").write(SMALL_H5)
     subprocess.run(["h5c++", src, "-o", exe], check=True, cwd=tmp)  # h5c++ leaves its .o in the cwd
     subprocess.run([exe, out], check=True)
-    put("tensorfile", "small", open(out, "rb").read())
+    body = open(out, "rb").read()[512:]
+    seal = ("LATMiX tensor file 1\nbytes %d\ncrc32 %08x\n" % (512 + len(body), zlib.crc32(body))).encode()
+    put("tensorfile", "small", seal + b" " * (512 - len(seal)) + body)
 put("runsummary", "minimal", json.dumps({"method": "rtn", "format": {"format": "mxfp4", "block": 32},
                                          "results": {"wikitext2": {"fp": 12.5, "w4a4": 13.25}}}))
