@@ -141,15 +141,6 @@ json quantArgs(const mx::MxConfig& f, bool activation) {
     return o;
 }
 
-std::string utcNow() {
-    const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
-
 Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runDir) {
     Plan plan;
     plan.format = format;
@@ -588,7 +579,7 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
         tokenizer::copyTokenizerFiles(modelDir, tmp);
         json exp;
         exp["format"] = exportFormatName(format);
-        exp["time"] = utcNow();
+        exp["time"] = util::utcTimestamp();
         exp["latmix_version"] = latmixVersion();
         exp["run_dir"] = fs::absolute(runDir).lexically_normal().string();
         exp["notes"] = plan.notes;

@@ -56,13 +56,6 @@ double peakRssMb() {
     return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-std::string isoNow() {
-    const std::time_t t = std::time(nullptr);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-    return buf;
-}
-
 } // namespace
 
 const std::vector<MethodSpec>& methods() {
@@ -780,7 +773,7 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
     nlohmann::ordered_json j;
     j["latmix_version"] = latmixVersion();
     j["libtorch_version"] = libtorchVersion();
-    j["created"] = isoNow();
+    j["created"] = util::utcTimestamp();
     j["command"] = o.commandLine;
     j["model"] = fs::absolute(x.modelDir).string();
     j["method"] = x.method.name;

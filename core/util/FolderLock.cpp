@@ -1,8 +1,9 @@
 #include "util/FolderLock.h"
 
+#include "util/Text.h"
+
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -20,13 +21,6 @@ namespace {
 std::string hostName() {
     char buf[256] = {};
     if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown host";
-    return buf;
-}
-
-std::string utcNow() {
-    const std::time_t t = std::time(nullptr);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
     return buf;
 }
 
@@ -104,7 +98,7 @@ FolderLock::FolderLock(const std::string& target, const std::string& what, const
             m_staleNote = "took over the lock of " + what + " '" + target + "' left by " + holderText(previous) +
                           ", which ended without releasing it";
         const std::string content = "pid " + std::to_string(::getpid()) + "\nhost " + hostName() + "\nstarted " +
-                                    utcNow() + "\ncommand " + command + "\n";
+                                    utcTimestamp() + "\ncommand " + command + "\n";
         if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, content.data(), content.size(), 0) !=
                                            static_cast<ssize_t>(content.size())) {
             const int err = errno;

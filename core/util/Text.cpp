@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <ctime>
 
 namespace latmix::util {
 
@@ -37,6 +38,15 @@ std::string exactNumber(double v) {
     char b[64];
     const auto r = std::to_chars(b, b + sizeof b, v);
     return std::string(b, r.ptr);
+}
+
+std::string utcTimestamp() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm); // not std::gmtime: its static result would race other threads
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
 }
 
 } // namespace latmix::util

@@ -17,6 +17,10 @@ std::vector<std::string> splitList(const std::string& text, char separator = ','
 // non-finite ones): numbers written for machines (CSV, data-value attributes).
 std::string exactNumber(double v);
 
+// The current time as ISO 8601 UTC to the second, "2026-11-25T01:12:01Z": latmix.json's
+// "created", an export's time, a lock's start time.
+std::string utcTimestamp();
+
 // {"a", "b"} -> "a, b": names listed in messages and help texts.
 std::string joinList(const std::vector<std::string>& items, const std::string& separator = ", ");
 
