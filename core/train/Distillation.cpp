@@ -5,7 +5,9 @@
 #include "metrics/TransformMetrics.h"
 #include "train/AdamW.h"
 #include "train/LayerLocalTrainer.h" // scheduleFactor
+#include "util/NonFinite.h"
 #include "util/OutOfMemory.h"
+#include "util/Text.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -46,6 +48,9 @@ struct Metrics3 {
 Metrics3 matrixMetrics(const transforms::AffineTransform* t, int block) {
     if (!t) return {DistillStep::nan, DistillStep::nan, DistillStep::nan};
     const at::Tensor a = t->matrix().detach().to(at::kDouble); // metrics on the training device
+    // A diverging run's matrix can overflow before its loss does (LU factors of 1e29 multiply to
+    // Inf); its metrics are then unknown, and the next step's loss names the divergence.
+    if (!at::isfinite(a).all().item<bool>()) return {DistillStep::nan, DistillStep::nan, DistillStep::nan};
     const auto s = metrics::spectralSummary(a);
     return {s.conditionNumber, s.orthogonalityDeviation, metrics::offBlockNorm(a, std::min<int>(block, int(a.size(0))))};
 }
@@ -386,6 +391,57 @@ std::vector<DistillStep> readDistillSeries(const std::string& runFile) {
     return out;
 }
 
+namespace {
+
+// Why step `step` of `steps` had a non-finite loss, as the one-line error the run stops with.
+// The weights were checked when the checkpoint was opened, so either the original model's own
+// forward overflows on this step's calibration windows (the teacher, named by the first
+// quantization point in forward order where its activations are not finite, with the window,
+// token and channel) or, the teacher being finite, the learned transforms made the student's
+// loss non-finite: a divergence, whose remedy is the learning rate. `windows` are the rows of
+// `tokens` as indices into the calibration set.
+std::string nonFiniteLossMessage(const model::ModelConfig& c, const model::LlamaWeights& original,
+                                 const at::Tensor& tokens, const std::vector<int64_t>& windows, int step, int steps,
+                                 double loss) {
+    std::string where;
+    util::NonFinite first;
+    {
+        at::NoGradGuard g;
+        model::ForwardOptions teacher;
+        teacher.dtype = at::kFloat;
+        const auto h = model::forwardHidden(c, original, teacher, tokens, [&](const std::string& point, const at::Tensor& x) {
+            if (where.empty()) {
+                if (auto bad = util::findNonFinite(x)) {
+                    where = "activations at " + point;
+                    first = std::move(bad);
+                }
+            }
+            return x;
+        });
+        if (where.empty()) {
+            if (auto bad = util::findNonFinite(h)) {
+                where = "final hidden states";
+                first = std::move(bad);
+            }
+        }
+    }
+    const std::string at = "training step " + std::to_string(step) + "/" + std::to_string(steps);
+    if (where.empty())
+        return "distillation diverged at " + at + " (loss " + util::exactNumber(loss) +
+               ") although the original model is finite on its calibration windows; lower the learning rate (--lr); "
+               "the run folder keeps the state before this step (--resume)";
+    // first.firstIndex is [row of the step's batch, token, channel].
+    const auto row = first.firstIndex.empty() ? int64_t(-1) : first.firstIndex[0];
+    const std::string window = row >= 0 && row < static_cast<int64_t>(windows.size())
+                                   ? "calibration window " + std::to_string(windows[static_cast<size_t>(row)])
+                                   : "this step's calibration windows";
+    return at + ": the loss is not finite because the original model's " + where + " are not finite in " + window +
+           " (" + first.describe() + " of [batch, tokens, width]) although its weights are: the model overflows in "
+           "float32 on this text, which no learning rate fixes; check it with `latmix eval`, or calibrate on other text";
+}
+
+} // namespace
+
 double readFoldedPerplexityStart(const std::string& runFile) { return foldedStartOf(io::readTensorFile(runFile)); }
 
 DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& original, const at::Tensor& calibration,
@@ -477,6 +533,8 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         // there; during AdamW's update the state may be half-stepped and the last checkpoint stays.
         const std::string stage = "training step " + std::to_string(s.step) + "/" + std::to_string(o.steps);
         bool updating = false;
+        at::Tensor stepTokens;             // set when the loss is not finite, for the diagnosis
+        std::vector<int64_t> stepWindows;
         try {
             guardMemory(stage, "rerun with a smaller --batch or a shorter --seqlen; the run folder is resumable with --resume",
                         [&] {
@@ -507,6 +565,12 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                     cancelled = terms[3].item<double>() > 0; // any rank asked
                     if (cancelled) return;
                 }
+                if (!std::isfinite(l.loss)) { // never into AdamW's state or the run file
+                    s.loss = l.loss;
+                    stepTokens = tokens;
+                    stepWindows = mine;
+                    return;
+                }
                 updating = true;
                 opt.step(s.lr);
                 s.loss = l.loss;
@@ -525,9 +589,9 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
             throw JobCancelled();
         }
         if (!std::isfinite(s.loss)) {
-            save(k, "diverged");
-            throw std::runtime_error("distillation diverged at step " + std::to_string(s.step) + " (loss " +
-                                     std::to_string(s.loss) + "); lower the learning rate (--lr)");
+            // Saved at the last finished step, the parameters untouched by this one: resumable.
+            save(k, "non-finite loss");
+            throw std::runtime_error(nonFiniteLossMessage(c, original, stepTokens, stepWindows, s.step, o.steps, s.loss));
         }
         if (root && o.metricsEvery > 0 && (s.step % o.metricsEvery == 0 || s.step == o.steps || s.step == 1)) {
             const auto t3 = Clock::now();
