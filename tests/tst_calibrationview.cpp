@@ -8,6 +8,7 @@
 #include "import/DemoModel.h"
 #include "train/Distillation.h"
 #include "metrics/TransformMetrics.h"
+#include "run/UnfinishedRun.h"
 #include "train/ModelTransforms.h"
 #include "transforms/AffineTransform.h"
 
@@ -25,6 +26,8 @@
 #include <QAction>
 #include <QDir>
 #include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
@@ -219,6 +222,38 @@ private slots:
         const auto series = train::readDistillSeries(m_tmp.filePath("run-cancel/train.h5").toStdString());
         QVERIFY(series.size() >= size_t(held));
         QVERIFY(!QFile::exists(m_tmp.filePath("run-cancel/latmix.json")));
+    }
+
+    // Issue 17.4: the cancelled run's folder is unfinished (run/UnfinishedRun.h). Opened as a
+    // run it says so and how to continue it; Run into it with another method is refused naming
+    // it; Run with its method continues its training from the saved step to the end.
+    void cancelledRunResumes() {
+        const QString runDir = m_tmp.filePath("run-cancel");
+        if (!QFile::exists(runDir + "/train.h5")) QSKIP("needs pauseAndCancel's run folder");
+        const int saved = int(train::readDistillSeries((runDir + "/train.h5").toStdString()).size());
+        MainWindow w;
+        QVERIFY(!w.openRun(runDir));
+        QVERIFY(w.isErrorBannerShown());
+        QVERIFY2(w.errorBannerText().contains("is an unfinished run of latmix-lu") &&
+                     w.errorBannerText().contains("Continue it in Calibration"),
+                 qPrintable(w.errorBannerText()));
+        QVERIFY(w.openCheckpoint(m_model, false));
+        CalibrationView* v = w.calibrationView();
+        configure(v, runDir, "latmix-qr", saved + 2);
+        QString error;
+        QVERIFY(!v->start(&error));
+        QVERIFY2(error.contains("unfinished run of latmix-lu") && error.contains("choose its method"), qPrintable(error));
+        configure(v, runDir, "latmix-lu", saved + 2);
+        QSignalSpy done(v, &CalibrationView::runFinished);
+        QVERIFY2(v->start(&error), qPrintable(error));
+        QVERIFY(done.wait(300000));
+        QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(2).toString()));
+        QVERIFY(!run::hasUnfinishedMarker(runDir.toStdString()));
+        QFile f(runDir + "/latmix.json");
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QJsonObject training = QJsonDocument::fromJson(f.readAll()).object()["training"].toObject();
+        QCOMPARE(training["resumed_from_step"].toInt(), saved);
+        QCOMPARE(training["steps"].toInt(), saved + 2);
     }
 
     // A finished run reopened from its folder joins the dashboard as an overlay; export through

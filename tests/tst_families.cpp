@@ -16,6 +16,7 @@
 #include "model/LlamaModel.h"
 #include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
+#include "run/UnfinishedRun.h"
 #include "run/RunModel.h"
 
 #include <ATen/ATen.h>
@@ -197,9 +198,11 @@ private slots:
         QVERIFY(!QFile::exists(runDir + "/model"));
         QVERIFY(!QFile::exists(runDir + "/folded.partial"));
         QVERIFY(!QFile::exists(runDir + "/latmix.json"));
-        // Only stage 1's complete file stays (what a rerun or `latmix analyze` can use).
+        // Only stage 1's complete file stays (what a rerun or `latmix analyze` can use), and the
+        // marker that says the run is unfinished (run/UnfinishedRun.h) at the stage it reached.
         const QStringList left = QDir(runDir).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden);
-        QVERIFY2(left == QStringList{"transforms.h5"}, qPrintable(left.join(", ")));
+        QVERIFY2(left == (QStringList{"transforms.h5", "unfinished.json"}), qPrintable(left.join(", ")));
+        QCOMPARE(run::readUnfinishedRun(runDir.toStdString()).stage, std::string("folding and quantizing"));
     }
 
     // Qwen3 + a T1 bias: refused before any work by default; with the check skipped the run

@@ -13,6 +13,7 @@
 #include "model/Checkpoint.h"
 #include "model/ModelConfig.h"
 #include "run/MemoryEstimate.h"
+#include "run/UnfinishedRun.h"
 #include "util/Runtime.h"
 
 #include <QComboBox>
@@ -383,6 +384,19 @@ bool CalibrationView::start(QString* error) {
     if (!QDir().mkpath(dir)) return fail(tr("Cannot create the run folder %1").arg(dir));
     if (QFile::exists(dir + QStringLiteral("/latmix.json")))
         return fail(tr("%1 already holds a finished run; choose another run folder").arg(dir));
+    // A run folder left unfinished (cancelled, failed, or its process killed: run/UnfinishedRun.h)
+    // is continued when the method is the same, from the last checkpoint of its train.h5;
+    // runQuantize refuses any other run into it.
+    if (latmix::run::hasUnfinishedMarker(dir.toStdString())) {
+        try {
+            if (latmix::run::readUnfinishedRun(dir.toStdString()).method != o.method)
+                return fail(QString::fromStdString(latmix::run::describeUnfinishedRun(dir.toStdString())) +
+                            tr(": choose its method to continue it, or another run folder"));
+        } catch (const std::exception& e) {
+            return fail(QString::fromLocal8Bit(e.what()));
+        }
+        o.resume = true;
+    }
     m_activeRunDir = QDir(dir).absolutePath();
     o.commandLine = "latmix-workbench calibration";
     saveSettings();

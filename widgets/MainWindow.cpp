@@ -3,6 +3,7 @@
 // Core headers first (they include ATen/core/Tensor.h only, safe next to Qt's keywords).
 #include "model/Checkpoint.h"
 #include "report/Report.h"
+#include "run/UnfinishedRun.h"
 #include "util/Runtime.h"
 
 #include "ActivationView.h"
@@ -602,9 +603,14 @@ void MainWindow::chooseRun() {
 bool MainWindow::openRun(const QString& runDir) {
     const QString dir = QDir::cleanPath(QFileInfo(runDir).absoluteFilePath());
     if (!QFileInfo::exists(dir + QStringLiteral("/latmix.json"))) {
-        showErrorBanner(tr("%1 is not a finished run: it has no latmix.json (runs are written by Calibration or "
-                           "`latmix quantize --out RUN_DIR`)")
-                            .arg(QDir::toNativeSeparators(dir)));
+        if (latmix::run::hasUnfinishedMarker(dir.toStdString()))
+            showErrorBanner(QString::fromStdString(latmix::run::describeUnfinishedRun(dir.toStdString())) +
+                            tr(". Continue it in Calibration with this run folder and its method, or with "
+                               "`latmix quantize --resume` and its options; until then it has no results to show"));
+        else
+            showErrorBanner(tr("%1 is not a finished run: it has no latmix.json (runs are written by Calibration or "
+                               "`latmix quantize --out RUN_DIR`)")
+                                .arg(QDir::toNativeSeparators(dir)));
         return false;
     }
     const QString trainFile = dir + QStringLiteral("/train.h5");
@@ -816,7 +822,8 @@ void MainWindow::dropEvent(QDropEvent* event) {
     if (dir.isEmpty()) return;
     event->acceptProposedAction();
     // A run folder opens as a run, anything else as a checkpoint.
-    if (QFileInfo::exists(dir + QStringLiteral("/latmix.json")) && QFileInfo::exists(dir + QStringLiteral("/model")))
+    if ((QFileInfo::exists(dir + QStringLiteral("/latmix.json")) && QFileInfo::exists(dir + QStringLiteral("/model"))) ||
+        latmix::run::hasUnfinishedMarker(dir.toStdString()))
         openRun(dir);
     else
         openCheckpoint(dir);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ public:
         if (m_tty && m_printed) std::fprintf(stderr, "\n");
     }
     void progress(double fraction, const std::string& message) override {
+        killIfAsked();
         if (m_quiet) return;
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
         const double eta = fraction > 0 ? elapsed * (1 - fraction) / fraction : 0;
@@ -46,6 +48,18 @@ public:
     }
 
 private:
+    // Fault injection for the kill-safety tests (issue 17.4, tests/tst_killsafety.cpp):
+    // LATMIX_KILL_AFTER_PROGRESS=N makes the process SIGKILL itself at its N-th progress report,
+    // counted over the whole process, as `kill -9` from outside would at that moment: no
+    // destructor, no handler, no flush runs.
+    static void killIfAsked() {
+        static const long long limit = [] {
+            const char* v = std::getenv("LATMIX_KILL_AFTER_PROGRESS");
+            return v && *v ? std::atoll(v) : 0LL;
+        }();
+        static std::atomic<long long> calls{0};
+        if (limit > 0 && ++calls >= limit) std::raise(SIGKILL);
+    }
     static std::atomic<bool>& interrupted() {
         static std::atomic<bool> flag{false};
         return flag;

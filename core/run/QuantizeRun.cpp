@@ -12,6 +12,7 @@
 #include "quant/WeightQuantizer.h"
 #include "run/MemoryEstimate.h"
 #include "run/RunModel.h"
+#include "run/UnfinishedRun.h"
 #include "tokenizer/Tokenizer.h"
 #include "transforms/Hadamard.h"
 #include "transforms/LearnedTransforms.h"
@@ -253,7 +254,8 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
         d.checkpointEvery = o.checkpointEvery;
         d.seed = o.seed;
         d.runFile = (fs::path(x.runDir) / "train.h5").string();
-        d.resume = o.resume;
+        // An unfinished run stopped before its first checkpoint has no train.h5: it starts afresh.
+        d.resume = o.resume && fs::exists(d.runFile);
         d.group = o.group;
         d.onStep = onStep;
         d.onMatrices = o.onMatrices;
@@ -945,9 +947,30 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     // `latmix quantize --out` of the same folder stops here, naming the first.
     std::unique_ptr<util::FolderLock> lock;
     if (root) lock = std::make_unique<util::FolderLock>(runDir, "run folder", o.commandLine);
+    const bool folderExisted = fs::exists(runDir);
     if (root) fs::create_directories(runDir);
     QuantizeResult r;
     if (lock && !lock->staleNote().empty()) r.notes.push_back(lock->staleNote());
+    // Kill safety (issue 17.4): from here until latmix.json the folder carries the unfinished-run
+    // marker (run/UnfinishedRun.h), rewritten at each stage, so that a run stopped at any moment
+    // reads as unfinished (and resumable) in the workbench, the runs catalog and --resume.
+    UnfinishedRun marker{o.commandLine, o.method, modelDir, util::hostName(), util::utcTimestamp(),
+                         static_cast<long long>(::getpid()), ""};
+    if (root) {
+        try {
+            claimRunFolder(runDir, marker, o.resume);
+        } catch (...) {
+            std::error_code ec;
+            if (!folderExisted) fs::remove(runDir, ec); // a refused run leaves nothing
+            throw;
+        }
+    }
+    const auto stage = [&](const std::string& what) {
+        if (!root) return;
+        marker.stage = what;
+        writeUnfinishedMarker(runDir, marker);
+    };
+    stage(method.learned ? "training (" + std::to_string(o.steps) + " steps)" : "starting");
     if (device.is_cuda()) compat::resetCudaPeakMemory(device.index());
 
     const auto windows = model::sampleCalibrationWindows(calibIds, o.calibSamples, x.seqLen, o.seed);
@@ -983,6 +1006,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
         ~Cleanup() { util::removeTreeQuietly(dir); }
     } cleanup{root ? spillDir : ownSpill}; // never rank 0's spill from another rank
     std::string modelOut;
+    stage("folding and quantizing");
     {
         const FoldedModel folded = foldModel(x, original, transforms.get(), spillDir, ownSpill, job);
         if (transforms) original = {}; // on a GPU: the float32 teacher weights leave the device
@@ -1011,6 +1035,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     }
     util::removeTreeQuietly(spillDir);
     if (evaluating) {
+        stage("evaluating");
         const auto te = Clock::now();
         evaluate(x, modelOut, evalIds, r, job);
         r.evalSeconds += since(te);
@@ -1019,6 +1044,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     r.peakRssMb = peakRssMb();
     if (device.is_cuda()) r.peakGpuMb = compat::cudaPeakAllocatedBytes(device.index()) / 1048576.0;
     util::writeFileAtomically((fs::path(runDir) / "latmix.json").string(), runRecord(x, r, transforms.get()).dump(2) + "\n");
+    removeUnfinishedMarker(runDir); // latmix.json first: killed in between, the run is finished
     return r;
 }
 

@@ -1,5 +1,6 @@
 #include "run/RunCatalog.h"
 
+#include "run/UnfinishedRun.h"
 #include "util/AtomicFile.h"
 #include "util/Text.h"
 
@@ -99,6 +100,9 @@ void scanFolder(const fs::path& dir, int depth, int maxDepth, std::set<fs::path>
         } catch (const std::exception& e) {
             if (problems) problems->push_back(e.what());
         }
+    } else if (problems && hasUnfinishedMarker(dir.string())) {
+        // Listed, not summarised: it has no results until it finishes (run/UnfinishedRun.h).
+        problems->push_back(describeUnfinishedRun(dir.string()) + "; no results until it finishes (--resume)");
     }
     if (depth >= maxDepth) return;
     std::vector<fs::path> children;

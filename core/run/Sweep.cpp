@@ -2,6 +2,7 @@
 
 #include "eval/ZeroShotTasks.h"
 #include "run/RunCatalog.h"
+#include "run/UnfinishedRun.h"
 #include "mx/MxFormat.h"
 #include "util/AtomicFile.h"
 #include "util/DataPath.h"
@@ -276,8 +277,9 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
                 if (!tasks.count(tkey)) tasks[tkey] = eval::loadZeroShotTasks(cell.evalTasks, util::dataDir(), cell.evalLimit);
                 o.evalTasks = tasks[tkey];
             }
-            // An interrupted learned cell continues its training where its train.h5 stopped.
-            o.resume = fs::exists(fs::path(runDir) / "train.h5");
+            // An interrupted cell (run/UnfinishedRun.h) continues: a learned one where its train.h5
+            // stopped.
+            o.resume = fs::exists(fs::path(runDir) / "train.h5") || hasUnfinishedMarker(runDir);
             o.commandLine = "latmix sweep " + grid.source + " (cell " + cell.name + ")";
             const double begin = double(started) / std::max(toRun, 1), end = double(started + 1) / std::max(toRun, 1);
             SubJob sub(job, std::min(begin, 1.0), std::min(end, 1.0), cell.name + ": ");

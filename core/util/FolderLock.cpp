@@ -18,12 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string hostName() {
-    char buf[256] = {};
-    if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown host";
-    return buf;
-}
-
 std::string readAll(int fd) {
     std::string s;
     char buf[4096];
@@ -56,6 +50,12 @@ std::string holderText(const std::string& content) {
 }
 
 } // namespace
+
+std::string hostName() {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown host";
+    return buf;
+}
 
 std::string FolderLock::lockPathOf(const std::string& target) {
     fs::path t = fs::path(target).lexically_normal();

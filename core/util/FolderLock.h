@@ -38,4 +38,7 @@ private:
     int m_fd = -1;
 };
 
+// This machine's name as locks and run markers record it ("unknown host" when it has none).
+std::string hostName();
+
 } // namespace latmix::util
