@@ -59,18 +59,45 @@ struct Api {
     void (*statusDestruct)(void*);
 };
 
+#ifndef LATMIX_SENTENCEPIECE_NO_DEEPBIND
+#if defined(__SANITIZE_ADDRESS__)
+#define LATMIX_ASAN_DLOPEN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LATMIX_ASAN_DLOPEN 1
+#endif
+#endif
+
+// dlopen(lib, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND). AddressSanitizer's dlopen interceptor ends
+// the process on RTLD_DEEPBIND (google/sanitizers#611: a deep-bound library's malloc may be
+// libc's rather than the runtime's); under ASan (the `sanitize` preset) the call goes to glibc's
+// own dlopen, looked up in libc.so.6 (glibc >= 2.34), past the interceptor. What that costs ASan
+// is said in util/SanitizerDefaults.cpp (alloc_dealloc_mismatch=0).
+void* openDeepBound(const char* lib) {
+    constexpr int flags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+#ifdef LATMIX_ASAN_DLOPEN
+    using Dlopen = void* (*)(const char*, int);
+    if (void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD)) {
+        if (auto real = reinterpret_cast<Dlopen>(dlsym(libc, "dlopen"))) return real(lib, flags);
+    }
+#endif
+    return dlopen(lib, flags);
+}
+#endif
+
 const Api& api() {
     static const Api a = [] {
         const char* lib = "libsentencepiece.so.0";
         // LOCAL: its symbols (protobuf-lite included) stay out of the global scope, so
         // libtorch's libprotobuf keeps resolving to itself. DEEPBIND: its own references resolve
-        // to its own definitions first, not to libprotobuf's. AddressSanitizer cannot follow
-        // DEEPBIND: sanitized builds without libtorch (tests/fuzz) define
+        // to its own definitions first, not to libprotobuf's (without it the library aborts while
+        // loading: "compiled against version 3.14.0 of the Protocol Buffer runtime ... installed
+        // version (3.21.12)"). Sanitized builds without libtorch (tests/fuzz) define
         // LATMIX_SENTENCEPIECE_NO_DEEPBIND.
 #ifdef LATMIX_SENTENCEPIECE_NO_DEEPBIND
         void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 #else
-        void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+        void* h = openDeepBound(lib);
 #endif
         if (!h) throw std::runtime_error(std::string("cannot load ") + lib + " (Debian package libsentencepiece0): " + dlerror());
         const auto sym = [&](auto& fn, const char* name) {
