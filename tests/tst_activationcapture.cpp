@@ -5,11 +5,13 @@
 #include "eval/ActivationCapture.h"
 #include "model/Capture.h"
 #include "io/ActivationStore.h"
+#include "io/StoredTensors.h"
 #include "model/Checkpoint.h"
 #include "import/DemoModel.h"
 #include "model/LlamaModel.h"
 
 #include <ATen/ATen.h>
+#include <H5Cpp.h>
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -120,6 +122,91 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
                                  eval::captureActivations(m, m_ids, o, m_tmp.filePath("x.h5").toStdString(), {}));
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, io::ActivationReader(m_tmp.filePath("missing.h5").toStdString()));
+    }
+
+    // Issue 17.2: activation run files are sealed (size + CRC-32, io/StoredTensors.h) and every
+    // dataset is checked before it is read. Damaged files and sealed files of the wrong layout
+    // (made here with libhdf5, then sealed) are refused with one error naming the file, the
+    // dataset where there is one, and the way out; none reaches a read.
+    void damagedFilesAreRefused_data() {
+        QTest::addColumn<QString>("damage");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("bit flip") << "flip" << "does not match its checksum";
+        QTest::newRow("truncated") << "truncate" << "(truncated or appended to)";
+        QTest::newRow("unsealed (written before the seal)") << "unsealed" << "is not a sealed LATMiX tensor file";
+        QTest::newRow("no /activations") << "nogroup" << "has no /activations group";
+        QTest::newRow("3-D dataset") << "rank3" << "dataset 'p' is not 2-D";
+        QTest::newRow("integer dataset") << "integer" << "dataset 'p' does not hold floating-point values";
+        QTest::newRow("bfloat16 label on 4-byte floats") << "bf16label" << "dataset 'p' says bfloat16";
+        QTest::newRow("group among the points") << "subgroup" << "'p' under /activations is not a dataset";
+        QTest::newRow("rows declared, never written") << "unwritten" << "declares 4000000000 bytes but the file stores 0";
+        QTest::newRow("text tokens") << "texttokens" << "'/tokens' does not hold integers";
+    }
+    void damagedFilesAreRefused() {
+        QFETCH(QString, damage);
+        QFETCH(QString, message);
+        const std::string path = m_tmp.filePath("damaged-" + damage + ".h5").toStdString();
+        if (damage == "flip" || damage == "truncate") {
+            const model::LlamaModel m(*m_ck);
+            eval::CaptureOptions o;
+            o.samples = 1;
+            o.seqLen = 16;
+            eval::captureActivations(m, m_ids, o, path, {});
+            QVERIFY(io::ActivationReader(path).points().size() > 0); // sound before the damage
+            QFile f(QString::fromStdString(path));
+            QVERIFY(f.open(QIODevice::ReadWrite));
+            if (damage == "flip") {
+                QVERIFY(f.seek(f.size() / 2));
+                char c = 0;
+                QVERIFY(f.getChar(&c) && f.seek(f.size() / 2) && f.putChar(char(c ^ 0x10)));
+            } else {
+                QVERIFY(f.resize(f.size() - 100));
+            }
+        } else {
+            H5::FileAccPropList access;
+            access.setLibverBounds(H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+            H5::FileCreatPropList create;
+            if (damage != "unsealed") create.setUserblock(io::kTensorFileSealBytes);
+            H5::H5File f(path, H5F_ACC_TRUNC, create, access);
+            const hsize_t d2[2] = {2, 3}, d3[3] = {2, 3, 1};
+            const float v[6] = {1, 2, 3, 4, 5, 6};
+            if (damage != "nogroup") {
+                H5::Group g = f.createGroup("/activations");
+                if (damage == "rank3")
+                    g.createDataSet("p", H5::PredType::NATIVE_FLOAT, H5::DataSpace(3, d3)).write(v, H5::PredType::NATIVE_FLOAT);
+                else if (damage == "integer")
+                    g.createDataSet("p", H5::PredType::NATIVE_INT32, H5::DataSpace(2, d2));
+                else if (damage == "subgroup")
+                    g.createGroup("p");
+                else if (damage == "unwritten") {
+                    const hsize_t big[2] = {1000000000, 1}, chunk[2] = {1024, 1};
+                    H5::DSetCreatPropList props;
+                    props.setChunk(2, chunk);
+                    g.createDataSet("p", H5::PredType::NATIVE_FLOAT, H5::DataSpace(2, big), props);
+                } else {
+                    H5::DataSet ds = g.createDataSet("p", H5::PredType::NATIVE_FLOAT, H5::DataSpace(2, d2));
+                    ds.write(v, H5::PredType::NATIVE_FLOAT);
+                    if (damage == "bf16label") {
+                        H5::StrType t(H5::PredType::C_S1, 8);
+                        ds.createAttribute("dtype", t, H5::DataSpace(H5S_SCALAR)).write(t, std::string("bfloat16"));
+                    }
+                }
+            }
+            if (damage == "texttokens") {
+                H5::StrType t(H5::PredType::C_S1, 4);
+                f.createDataSet("/tokens", t, H5::DataSpace(2, d2));
+            }
+            f.close();
+            if (damage != "unsealed") io::sealTensorFile(path);
+        }
+        try {
+            io::ActivationReader reader(path);
+            QFAIL("accepted");
+        } catch (const std::runtime_error& e) {
+            const QString what = e.what();
+            QVERIFY2(what.contains(QString::fromStdString(path)) && what.contains(message), qPrintable(what));
+            QVERIFY2(what.contains("again"), qPrintable(what)); // the way out: capture (or run) again
+        }
     }
 };
 

@@ -1,5 +1,7 @@
 #include "io/ActivationStore.h"
 
+#include "io/StoredActivations.h"
+#include "io/StoredTensors.h"
 #include "util/AtomicFile.h"
 
 #include <ATen/ATen.h>
@@ -19,18 +21,6 @@ void writeStringAttribute(H5::H5Object& obj, const std::string& name, const std:
     a.write(type, value.empty() ? std::string(1, '\0') : value);
 }
 
-std::string readStringAttribute(const H5::Attribute& a) {
-    std::string v;
-    a.read(a.getStrType(), v);
-    return v;
-}
-
-// bfloat16 has no HDF5 type: store its bits as uint16 and say so in a "dtype" attribute.
-bool isBfloat16(const H5::DataSet& ds) {
-    if (!ds.attrExists("dtype")) return false;
-    return readStringAttribute(ds.openAttribute("dtype")) == "bfloat16";
-}
-
 } // namespace
 
 struct ActivationWriter::Impl {
@@ -48,7 +38,13 @@ ActivationWriter::ActivationWriter(const std::string& path, bool bfloat16,
     : m(std::make_unique<Impl>(path)) {
     m->bf16 = bfloat16;
     try {
-        m->file = H5::H5File(m->partial, H5F_ACC_TRUNC);
+        // Sealed like the tensor files (io/StoredTensors.h): the 1.8 format behind a 512-byte user
+        // block that finish() fills with the file's size and CRC-32, which the reader checks first.
+        H5::FileAccPropList access;
+        access.setLibverBounds(H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+        H5::FileCreatPropList create;
+        create.setUserblock(kTensorFileSealBytes);
+        m->file = H5::H5File(m->partial, H5F_ACC_TRUNC, create, access);
         m->group = m->file.createGroup(kGroup);
         H5::Group root = m->file.openGroup("/");
         for (const auto& [k, v] : attributes) writeStringAttribute(root, k, v);
@@ -113,75 +109,44 @@ void ActivationWriter::writeTokens(const at::Tensor& tokens) {
 void ActivationWriter::finish() {
     m->group.close();
     m->file.close();
+    sealTensorFile(m->partial);
     m->out.commit();
     m->finished = true;
 }
 
 struct ActivationReader::Impl {
-    std::string path;
-    H5::H5File file;
+    explicit Impl(const std::string& path) : stored(path) {}
+    StoredActivations stored; // checks the seal and every dataset's type and shape
 };
 
-ActivationReader::ActivationReader(const std::string& path) : m(std::make_unique<Impl>()) {
-    m->path = path;
-    try {
-        m->file = H5::H5File(path, H5F_ACC_RDONLY);
-        if (!m->file.nameExists(kGroup)) throw std::runtime_error("no /activations group");
-    } catch (const H5::Exception& e) {
-        throw std::runtime_error("cannot open run file '" + path + "': " + e.getDetailMsg());
-    } catch (const std::runtime_error& e) {
-        throw std::runtime_error("'" + path + "' is not an activation run file: " + e.what());
-    }
-}
+ActivationReader::ActivationReader(const std::string& path) : m(std::make_unique<Impl>(path)) {}
 
 ActivationReader::~ActivationReader() = default;
 
 std::vector<std::string> ActivationReader::points() const {
-    H5::Group g = m->file.openGroup(kGroup);
     std::vector<std::string> names;
-    for (hsize_t i = 0; i < g.getNumObjs(); ++i) names.push_back(g.getObjnameByIdx(i));
+    for (const auto& p : m->stored.points()) names.push_back(p.name);
     return names;
 }
 
-std::map<std::string, std::string> ActivationReader::attributes() const {
-    std::map<std::string, std::string> out;
-    H5::Group root = m->file.openGroup("/");
-    for (int i = 0; i < root.getNumAttrs(); ++i) {
-        H5::Attribute a = root.openAttribute(static_cast<unsigned>(i));
-        out[a.getName()] = readStringAttribute(a);
-    }
-    return out;
-}
+std::map<std::string, std::string> ActivationReader::attributes() const { return m->stored.attributes(); }
 
 std::int64_t ActivationReader::rows(const std::string& point) const {
-    hsize_t dims[2];
-    m->file.openGroup(kGroup).openDataSet(point).getSpace().getSimpleExtentDims(dims);
-    return static_cast<std::int64_t>(dims[0]);
+    return static_cast<std::int64_t>(m->stored.point(point).rows);
 }
 
 at::Tensor ActivationReader::read(const std::string& point, std::int64_t maxRows) const {
-    H5::Group g = m->file.openGroup(kGroup);
-    if (!g.nameExists(point)) throw std::runtime_error("no activations for point '" + point + "' in '" + m->path + "'");
-    H5::DataSet ds = g.openDataSet(point);
-    hsize_t dims[2];
-    H5::DataSpace fileSpace = ds.getSpace();
-    fileSpace.getSimpleExtentDims(dims);
-    hsize_t n = maxRows > 0 ? std::min<hsize_t>(dims[0], static_cast<hsize_t>(maxRows)) : dims[0];
-    hsize_t start[2] = {0, 0}, count[2] = {n, dims[1]};
-    fileSpace.selectHyperslab(H5S_SELECT_SET, count, start);
-    H5::DataSpace memSpace(2, count);
-    const bool bf16 = isBfloat16(ds);
-    auto out = at::empty({static_cast<int64_t>(n), static_cast<int64_t>(dims[1])}, bf16 ? at::kBFloat16 : at::kFloat);
-    ds.read(out.data_ptr(), bf16 ? H5::PredType::NATIVE_UINT16 : H5::PredType::NATIVE_FLOAT, memSpace, fileSpace);
+    const StoredActivationPoint& p = m->stored.point(point);
+    const std::uint64_t n = maxRows > 0 ? std::min<std::uint64_t>(p.rows, static_cast<std::uint64_t>(maxRows)) : p.rows;
+    auto out = at::empty({static_cast<int64_t>(n), static_cast<int64_t>(p.width)}, p.bfloat16 ? at::kBFloat16 : at::kFloat);
+    m->stored.readRows(point, n, out.data_ptr());
     return out.to(at::kFloat);
 }
 
 at::Tensor ActivationReader::tokens() const {
-    H5::DataSet ds = m->file.openDataSet("/tokens");
-    hsize_t dims[2];
-    ds.getSpace().getSimpleExtentDims(dims);
-    auto out = at::empty({static_cast<int64_t>(dims[0]), static_cast<int64_t>(dims[1])}, at::kInt);
-    ds.read(out.data_ptr<int32_t>(), H5::PredType::NATIVE_INT32);
+    auto out = at::empty({static_cast<int64_t>(m->stored.tokenRows()), static_cast<int64_t>(m->stored.tokenColumns())},
+                         at::kInt);
+    if (m->stored.hasTokens()) m->stored.readTokens(out.data_ptr<int32_t>());
     return out;
 }
 

@@ -44,9 +44,11 @@ std::uint32_t crcFrom(const std::string& path, std::uint64_t offset) {
     return static_cast<std::uint32_t>(crc);
 }
 
+} // namespace
+
 // The seal (see the header), then the HDF5 format behind it: the 1.8 format (superblock 2 or
 // later), whose metadata blocks carry checksums of their own.
-void checkSealAndFormat(const std::string& path) {
+void checkTensorFileSeal(const std::string& path) {
     const std::uint64_t size = fileSize(path);
     std::ifstream in(path, std::ios::binary);
     std::string seal(kTensorFileSealBytes, '\0');
@@ -75,6 +77,8 @@ void checkSealAndFormat(const std::string& path) {
         fail(path, "uses HDF5 superblock version " + std::to_string(head[8]) +
                        ", a format without checksums, which tensor files are never written in; run again");
 }
+
+namespace {
 
 const H5::PredType& memoryType(StoredTensor::Type t) {
     switch (t) {
@@ -146,7 +150,7 @@ std::map<std::string, std::string> readStoredTensors(const std::string& path,
                                                      const std::function<void*(const StoredTensor&)>& target) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) fail(path, "does not exist");
-    checkSealAndFormat(path);
+    checkTensorFileSeal(path);
     std::map<std::string, std::string> attributes;
     // The message below says what went wrong; libhdf5's own print of its error stack to stderr
     // would only bury it.

@@ -39,5 +39,9 @@ std::map<std::string, std::string> readStoredTensors(const std::string& path,
 // reaches libhdf5. sealTensorFile writes it into a file created with that user block.
 inline constexpr std::size_t kTensorFileSealBytes = 512;
 void sealTensorFile(const std::string& path);
+// The check readStoredTensors makes first, for the other sealed files (io/StoredActivations):
+// the seal, the size, the CRC-32 and an HDF5 file of the checksummed 1.8 format behind them.
+// Throws std::runtime_error naming path and what to do.
+void checkTensorFileSeal(const std::string& path);
 
 } // namespace latmix::io

@@ -3,7 +3,9 @@
 ../shared/data: their headers, trimmed copies small enough to run many times a second, and a few
 hand-made neighbours of each. The same output every time, but for the time stamps libhdf5 writes
 into the small tensor file. Run it again when a format's reader learns something new.
-    LATMIX_DATA_DIR=../shared/data python3 tests/fuzz/make-corpus.py [RUN_DIR_WITH_LATMIX_JSON]"""
+    LATMIX_DATA_DIR=../shared/data python3 tests/fuzz/make-corpus.py [RUN_DIR_WITH_LATMIX_JSON [CAPTURE.h5 ...]]
+The capture files (`latmix capture --out`, small ones: a few windows of stories260K, float32 and
+--bf16) seed the activations harness."""
 import json, os, struct, subprocess, sys, tempfile, zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -154,6 +156,11 @@ if len(sys.argv) > 1:
         if os.path.getsize(f) <= 256 * 1024:
             put("tensorfile", name, open(f, "rb").read())
 
+# Activation run files (io/ActivationStore), as `latmix capture` wrote them.
+for f in sys.argv[2:]:
+    if os.path.getsize(f) <= 256 * 1024:
+        put("activations", os.path.basename(f), open(f, "rb").read())
+
 # A small tensor file in io::writeTensorFile's layout (groups, float64/float32/int64 datasets,
 # empty and 0-d ones, a string attribute on the root), written through libhdf5 by h5c++.
 SMALL_H5 = r"""
@@ -188,5 +195,39 @@ with tempfile.TemporaryDirectory() as tmp:
     body = open(out, "rb").read()[512:]
     seal = ("LATMiX tensor file 1\nbytes %d\ncrc32 %08x\n" % (512 + len(body), zlib.crc32(body))).encode()
     put("tensorfile", "small", seal + b" " * (512 - len(seal)) + body)
+# A small activation run file in io::ActivationWriter's layout: a float32 point, a bfloat16 one
+# (uint16 bits + "dtype" attribute), int32 tokens, string attributes on the root.
+SMALL_ACTIVATIONS = r"""
+#include <H5Cpp.h>
+#include <cstdint>
+int main(int, char** argv) {
+    H5::FileAccPropList access;
+    access.setLibverBounds(H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+    H5::FileCreatPropList create;
+    create.setUserblock(512);
+    H5::H5File f(argv[1], H5F_ACC_TRUNC, create, access);
+    H5::Group g = f.createGroup("/activations");
+    const hsize_t d[2] = {4, 3}, b[2] = {2, 2}, t[2] = {1, 4};
+    const float v[12] = {1, -2, 0.5f, 3, 0, -0.25f, 7, 8, 9, -1, 2, 4};
+    g.createDataSet("layers.0.mlp.down_proj.input", H5::PredType::NATIVE_FLOAT, H5::DataSpace(2, d)).write(v, H5::PredType::NATIVE_FLOAT);
+    const std::uint16_t h[4] = {0x3f80, 0xbf80, 0x4000, 0x0000};
+    H5::DataSet bf = g.createDataSet("layers.0.self_attn.qkv.input", H5::PredType::NATIVE_UINT16, H5::DataSpace(2, b));
+    bf.write(h, H5::PredType::NATIVE_UINT16);
+    H5::StrType s8(H5::PredType::C_S1, 8);
+    bf.createAttribute("dtype", s8, H5::DataSpace(H5S_SCALAR)).write(s8, std::string("bfloat16"));
+    const std::int32_t ids[4] = {1, 5, 9, 2};
+    f.createDataSet("/tokens", H5::PredType::NATIVE_INT32, H5::DataSpace(2, t)).write(ids, H5::PredType::NATIVE_INT32);
+    H5::StrType s4(H5::PredType::C_S1, 4);
+    f.openGroup("/").createAttribute("model", s4, H5::DataSpace(H5S_SCALAR)).write(s4, std::string("demo"));
+}
+"""
+with tempfile.TemporaryDirectory() as tmp:
+    src, exe, out = (os.path.join(tmp, n) for n in ("acts.cpp", "acts", "acts.h5"))
+    open(src, "w").write(SMALL_ACTIVATIONS)
+    subprocess.run(["h5c++", src, "-o", exe], check=True, cwd=tmp)
+    subprocess.run([exe, out], check=True)
+    body = open(out, "rb").read()[512:]
+    seal = ("LATMiX tensor file 1\nbytes %d\ncrc32 %08x\n" % (512 + len(body), zlib.crc32(body))).encode()
+    put("activations", "small", seal + b" " * (512 - len(seal)) + body)
 put("runsummary", "minimal", json.dumps({"method": "rtn", "format": {"format": "mxfp4", "block": 32},
                                          "results": {"wikitext2": {"fp": 12.5, "w4a4": 13.25}}}))
