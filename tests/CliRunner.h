@@ -108,6 +108,18 @@ inline bool writeCalibrationText(const QString& path) {
     return f.error() == QFileDevice::NoError;
 }
 
+// The CLI tests' fixture in dir: the demo model (`latmix demo-model`, dir/demo) and the small
+// calibration text (dir/calib.txt). Returns "" on success, else what failed.
+inline QString writeDemoFixture(const QTemporaryDir& dir, QString& model, QString& calib) {
+    if (!dir.isValid()) return "no temporary folder: " + dir.errorString();
+    model = dir.filePath("demo");
+    const CliResult r = runLatmixInProcess({"demo-model", model});
+    if (r.exitCode != 0) return "latmix demo-model failed: " + r.err;
+    calib = dir.filePath("calib.txt");
+    if (!writeCalibrationText(calib)) return "cannot write " + calib;
+    return {};
+}
+
 // Two runs' latmix.json against each other: the same training end (final KL) and the same
 // per-linear relative errors, exactly. "" when they agree, else the first difference.
 inline QString runsDiffer(const QJsonObject& a, const QJsonObject& b) {

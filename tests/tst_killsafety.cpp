@@ -84,12 +84,8 @@ class TestKillSafety : public QObject {
 
 private slots:
     void initTestCase() {
-        QVERIFY(m_tmp.isValid());
-        m_model = m_tmp.filePath("demo");
-        const Result r = run({"demo-model", m_model});
-        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-        m_calib = m_tmp.filePath("calib.txt");
-        QVERIFY(test::writeCalibrationText(m_calib));
+        const QString error = test::writeDemoFixture(m_tmp, m_model, m_calib);
+        QVERIFY2(error.isEmpty(), qPrintable(error));
     }
 
     void quantize_data() {
