@@ -106,9 +106,9 @@ private slots:
         int kills = 0, unfinished = 0, resumedTraining = 0;
         QStringList seen; // what each kill left, for the log
         // Reports before the folder is claimed (tokenizing, the weights' check) leave nothing: they
-        // are passed quickly; from the first kill that leaves something, every other report.
+        // are passed quickly; from the first kill that leaves something, every third report.
         bool reached = false;
-        for (long long n = 1;; n = reached ? n + 2 : n + std::max(1LL, n / 4)) {
+        for (long long n = 1;; n = reached ? n + 3 : n + std::max(1LL, n / 4)) {
             QVERIFY2(n < (1LL << 20), "the run never got through");
             const QString out = m_tmp.filePath(QString("killed-%1-%2").arg(method).arg(n));
             const Killed k = runKilledAfter(quantizeArgs(out, method), n);
@@ -139,9 +139,12 @@ private slots:
                          problems.empty() ? "no problem reported" : problems[0].c_str());
                 QVERIFY_THROWS_EXCEPTION(std::runtime_error, run::readRunSummary(out.toStdString()));
                 // A new run without --resume does not start it over (its training would be lost).
-                const Result fresh = run(quantizeArgs(out, method));
-                QVERIFY(fresh.exitCode != 0);
-                QVERIFY2(fresh.err.contains("is an unfinished run of " + method) && fresh.err.contains("--resume"), qPrintable(fresh.err));
+                if (unfinished == 1) {
+                    const Result fresh = run(quantizeArgs(out, method));
+                    QVERIFY(fresh.exitCode != 0);
+                    QVERIFY2(fresh.err.contains("is an unfinished run of " + method) && fresh.err.contains("--resume"),
+                             qPrintable(fresh.err));
+                }
             }
             if (state == "absent" && kills > 1 && !reached) continue; // the first one is run again below
             reached = reached || state != "absent";
@@ -165,7 +168,7 @@ private slots:
         qInfo("%s: killed at progress report %s", qPrintable(method), qPrintable(seen.join("; ")));
         // The kills reached the stages: several left an unfinished run, and a learned run was
         // resumed from a checkpoint at least once.
-        QVERIFY2(kills >= 10 && unfinished >= 5, qPrintable(QString("%1 kills, %2 unfinished").arg(kills).arg(unfinished)));
+        QVERIFY2(kills >= 10 && unfinished >= 4, qPrintable(QString("%1 kills, %2 unfinished").arg(kills).arg(unfinished)));
         if (method.startsWith("latmix")) QVERIFY(resumedTraining >= 1);
     }
 
