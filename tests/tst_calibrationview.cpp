@@ -25,6 +25,7 @@
 
 #include <QAction>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -207,8 +208,17 @@ private slots:
         QTRY_VERIFY_WITH_TIMEOUT(board->plottedValues(0, "loss").size() >= 2, 120000);
         board->findChild<QPushButton*>("pauseButton")->click();
         QVERIFY(v->runner()->isPaused());
-        QTest::qWait(300); // a step in flight finishes, then the job holds
-        const int held = board->plottedValues(0, "loss").size();
+        // A step in flight finishes, then the job holds. Under load a step takes seconds (CI's
+        // Debian 13 run saw one land after 300 ms), so wait for the count to stay put for 3 s.
+        int held = board->plottedValues(0, "loss").size();
+        QElapsedTimer settling;
+        settling.start();
+        while (settling.elapsed() < 60000) {
+            QTest::qWait(3000);
+            const int now = board->plottedValues(0, "loss").size();
+            if (now == held) break;
+            held = now;
+        }
         QTest::qWait(1500);
         QCOMPARE(board->plottedValues(0, "loss").size(), held);
         board->findChild<QPushButton*>("pauseButton")->click();
