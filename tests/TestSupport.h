@@ -94,6 +94,10 @@ inline long long firstMismatch(const std::vector<float>& a, const std::vector<fl
 
 inline QString describeMismatch(const std::vector<float>& x, const std::vector<float>& got,
                                 const std::vector<float>& want, long long i) {
+    // QVERIFY2 builds its message whether or not the check fails: i is -1 when nothing differs
+    // (reading x[-1] there was the sanitize preset's first finding).
+    const auto n = static_cast<long long>(std::min({x.size(), got.size(), want.size()}));
+    if (i < 0 || i >= n) return QString("no element %1 (of %2)").arg(i).arg(n);
     return QString("element %1: x=%2 got %3 want %4")
         .arg(i)
         .arg(static_cast<double>(x[i]), 0, 'g', 9)
