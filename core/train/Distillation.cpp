@@ -279,18 +279,31 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
                 lseP = at::logaddexp(lseP, at::logsumexp(logits(teacherNormed, w, b) / tau, -1));
                 lseQ = at::logaddexp(lseQ, at::logsumexp(logits(uv, w * gamma, b) / tau, -1));
             }
-            at::Tensor klSum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(top));
+            // The KL's value per token as Σ p·d + log Σ p·e^(−d), d = (a − b)/τ (from KL = Σ p·d +
+            // lse_q − lse_p), written Σp·d/Σp + log1p(Σp·expm1(−d)/Σp). Every term is of the size
+            // of d, not of the log-probabilities (~10): Σ p (log p − log q) in float32 carries
+            // independent roundings of log p and log q (~1e-6 each) into a KL of ~1e-4, which then
+            // moved by 1e-3 relative with the BLAS kernel and thread count; this form moves with
+            // the logits' own rounding only, which enters at second order (docs/reproducibility.md).
+            // Where e^(−d) overflows float32 (a student logit ~88τ above the teacher's: a diverging
+            // run) the token falls back to the direct form, which stays finite there.
+            at::Tensor mass = at::zeros({N}, topts), meanD = mass.clone(), expD = mass.clone(), direct = mass.clone();
             for (std::int64_t a = 0; a < V; a += chunk) {
                 const std::int64_t n = std::min(chunk, V - a);
                 const auto w = lmChunk(a, n), b = biasChunk(a, n);
                 const auto wg = w * gamma;
-                const auto za = logits(teacherNormed, w, b) / tau, zb = logits(uv, wg, b) / tau;
-                const auto logP = za - lseP.unsqueeze(1);
-                const auto p = logP.exp(), q = (zb - lseQ.unsqueeze(1)).exp();
-                klSum += (p * (logP - (zb - lseQ.unsqueeze(1)))).sum().to(at::kDouble);
+                const auto ra = logits(teacherNormed, w, b), rb = logits(uv, wg, b);
+                const auto p = (ra / tau - lseP.unsqueeze(1)).exp(), q = (rb / tau - lseQ.unsqueeze(1)).exp();
+                const auto d = (ra - rb) / tau; // close logits: the subtraction is exact (Sterbenz)
+                mass += p.sum(1);
+                meanD += (p * d).sum(1);
+                expD += (p * at::expm1(-d)).sum(1);
+                direct += (p * (d - (lseP - lseQ).unsqueeze(1))).sum(1);
                 gradU.addmm_((q - p) / (tau * double(N)), wg);
             }
-            kl = klSum.item<double>() / double(N);
+            auto perToken = meanD / mass + at::log1p(expD / mass);
+            perToken = at::where(at::isfinite(perToken), perToken, direct);
+            kl = perToken.to(at::kDouble).sum().item<double>() / double(N);
         }
         r.kl = kl;
         r.studentSeconds = since(t1);
