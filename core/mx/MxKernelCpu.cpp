@@ -8,8 +8,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LATMIX_MX_X86_PATHS 1
+#else
+#define LATMIX_MX_X86_PATHS 0
+#endif
 
 namespace latmix::mx::cpu {
 namespace {
@@ -172,13 +181,10 @@ inline std::uint8_t nvfp4Block(const KernelContext& k, const float* xb, float* y
     return k.out.scaleCodes ? encodeElement(sq, ElementFormat::E4M3) : 0;
 }
 
-// Blocks [first, last) in row-major block order. Compiled for several instruction sets and
-// picked at load time (GCC function multiversioning), so the .deb runs on any x86-64 and
-// still uses AVX2/AVX-512 where present.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void quantizeBlockRange(const KernelContext& k, std::int64_t first, std::int64_t last) {
+// Blocks [first, last) in row-major block order. Inlined into one function per instruction set
+// below (the paths of kernelPath()), so the .deb runs on any x86-64 and still uses AVX2/AVX-512
+// where present; every path gives the same bits (-ffp-contract=off, no reassociation).
+__attribute__((always_inline)) inline void blockRange(const KernelContext& k, std::int64_t first, std::int64_t last) {
     std::vector<float> codesTmp(k.out.elementCodes ? static_cast<size_t>(k.B) : 0);
     float* q = k.out.elementCodes ? codesTmp.data() : nullptr;
     std::int64_t r = first / k.blocksPerRow, col = (first % k.blocksPerRow) * k.B;
@@ -211,7 +217,57 @@ void quantizeBlockRange(const KernelContext& k, std::int64_t first, std::int64_t
     }
 }
 
+void blockRangeBaseline(const KernelContext& k, std::int64_t first, std::int64_t last) { blockRange(k, first, last); }
+#if LATMIX_MX_X86_PATHS
+__attribute__((target("avx2"))) void blockRangeAvx2(const KernelContext& k, std::int64_t first, std::int64_t last) {
+    blockRange(k, first, last);
+}
+__attribute__((target("avx512f"))) void blockRangeAvx512(const KernelContext& k, std::int64_t first, std::int64_t last) {
+    blockRange(k, first, last);
+}
+#endif
+
+bool cpuSupports(KernelPath p) {
+#if LATMIX_MX_X86_PATHS
+    if (p == KernelPath::Avx512) return __builtin_cpu_supports("avx512f");
+    if (p == KernelPath::Avx2) return __builtin_cpu_supports("avx2");
+#endif
+    return p == KernelPath::Baseline;
+}
+
+KernelPath choosePath() {
+    const char* env = std::getenv("LATMIX_MX_KERNEL");
+    const std::string want = env ? env : "";
+    if (want.empty() || want == "auto") {
+        for (KernelPath p : {KernelPath::Avx512, KernelPath::Avx2})
+            if (cpuSupports(p)) return p;
+        return KernelPath::Baseline;
+    }
+    for (KernelPath p : {KernelPath::Baseline, KernelPath::Avx2, KernelPath::Avx512}) {
+        if (want != kernelPathName(p) && !(p == KernelPath::Baseline && want == "default")) continue;
+        if (!cpuSupports(p))
+            throw std::runtime_error("LATMIX_MX_KERNEL=" + want + ": this CPU (or build) has no " + want +
+                                     " path; use one of baseline, avx2, avx512 that it supports, or unset it");
+        return p;
+    }
+    throw std::runtime_error("LATMIX_MX_KERNEL='" + want + "' is not a kernel path: use auto, baseline, avx2 or avx512");
+}
+
 } // namespace
+
+const char* kernelPathName(KernelPath p) {
+    switch (p) {
+    case KernelPath::Avx512: return "avx512";
+    case KernelPath::Avx2: return "avx2";
+    case KernelPath::Baseline: break;
+    }
+    return "baseline";
+}
+
+KernelPath kernelPath() {
+    static const KernelPath path = choosePath(); // a bad LATMIX_MX_KERNEL throws on every call
+    return path;
+}
 
 void quantizeRows(const float* x, std::int64_t rows, std::int64_t cols, const MxConfig& c,
                   float nvfp4Global, const QuantizeOutputs& out) {
@@ -230,9 +286,14 @@ void quantizeRows(const float* x, std::int64_t rows, std::int64_t cols, const Mx
     k.nanElement = (k.element == ElementFormat::E4M3 || k.element == ElementFormat::E5M2) ? 0x7F : 0;
     k.out = out;
     if (rows == 0 || cols == 0) return;
+    auto range = blockRangeBaseline;
+#if LATMIX_MX_X86_PATHS
+    if (const KernelPath p = kernelPath(); p == KernelPath::Avx512) range = blockRangeAvx512;
+    else if (p == KernelPath::Avx2) range = blockRangeAvx2;
+#endif
     const std::int64_t grain = std::max<std::int64_t>(1, 16384 / k.B);
     at::parallel_for(0, rows * k.blocksPerRow, grain,
-                     [&k](std::int64_t first, std::int64_t last) { quantizeBlockRange(k, first, last); });
+                     [&k, range](std::int64_t first, std::int64_t last) { range(k, first, last); });
 }
 
 } // namespace latmix::mx::cpu

@@ -13,6 +13,14 @@ struct QuantizeOutputs {
     std::uint8_t* elementCodes = nullptr; // [rows, cols] one code per byte, or null
 };
 
+// The instruction-set path quantizeRows runs: the widest this CPU has (AVX-512F, AVX2, else
+// baseline x86-64), or the one LATMIX_MX_KERNEL names (auto, baseline, avx2, avx512; for checks
+// across CPU paths). All paths give the same bits. Chosen once per process; an unknown or
+// unsupported LATMIX_MX_KERNEL throws std::runtime_error naming it.
+enum class KernelPath { Baseline, Avx2, Avx512 };
+KernelPath kernelPath();
+const char* kernelPathName(KernelPath p); // "baseline", "avx2", "avx512"
+
 // NVFP4 per-tensor scale over the finite values of x (SPEC §1), parallel.
 float nvfp4GlobalScale(const float* x, std::int64_t n);
 

@@ -8,6 +8,7 @@
 #include "model/ConfigJson.h"
 #include "model/LlamaModel.h"
 #include "model/TensorNames.h"
+#include "mx/MxKernelCpu.h"
 #include "io/SafeTensors.h"
 #include "quant/WeightQuantizer.h"
 #include "run/MemoryEstimate.h"
@@ -776,6 +777,14 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
     j["latmix_version"] = latmixVersion();
     j["libtorch_version"] = libtorchVersion();
     j["created"] = util::utcTimestamp();
+    // What decides float32 summation order, and so whether a rerun gives the same bits
+    // (docs/reproducibility.md): the build, the thread count and the CPU paths taken.
+    j["runtime"] = {{"build", buildDescription()},
+                    {"threads", threadCount()},
+                    {"aten_cpu_capability", atenCpuCapability()},
+                    {"blas", blasLibrary()},
+                    {"blas_core", blasCoreName()},
+                    {"mx_kernel", mx::cpu::kernelPathName(mx::cpu::kernelPath())}};
     j["command"] = o.commandLine;
     j["model"] = fs::absolute(x.modelDir).string();
     j["method"] = x.method.name;

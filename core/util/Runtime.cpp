@@ -1,6 +1,7 @@
 #include "util/Runtime.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 #ifdef LATMIX_WITH_CUDA
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <fstream>
 #include <thread>
 #include <unistd.h>
@@ -52,6 +54,39 @@ std::string blasLibrary() {
 }
 
 bool blasSharesOpenMpPool() { return blasLibrary().find("/openblas-openmp/") != std::string::npos; }
+
+std::string blasCoreName() {
+    // OpenBLAS's own C API, found in the loaded library without linking it (another BLAS: "").
+    using CoreName = char* (*)();
+    const auto f = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+    const char* name = f ? f() : nullptr;
+    return name ? name : "";
+}
+
+std::string buildDescription() {
+#if defined(__clang__)
+    std::string compiler = "clang " __clang_version__;
+#elif defined(__GNUC__)
+    std::string compiler = "GCC " __VERSION__;
+#else
+    std::string compiler = "unknown compiler";
+#endif
+#ifdef LATMIX_BUILD_TYPE
+    compiler += std::string(", ") + LATMIX_BUILD_TYPE;
+#endif
+    return compiler;
+}
+
+std::string atenCpuCapability() {
+    // libtorch 1.13 does not export at::native::get_cpu_capability(); its configuration summary
+    // carries the same value (ATEN_CPU_CAPABILITY applied) on a line of its own in 1.13 and 2.x.
+    const std::string config = at::show_config();
+    const std::string key = "CPU capability usage: ";
+    const auto pos = config.find(key);
+    if (pos == std::string::npos) return "";
+    const auto begin = pos + key.size();
+    return config.substr(begin, config.find('\n', begin) - begin);
+}
 
 void preferPassiveOpenMpWait(char** argv) {
     if (std::getenv("OMP_WAIT_POLICY") != nullptr) return; // the user's choice, or done already

@@ -17,6 +17,12 @@ int threadCount();
 // (core/CMakeLists.txt says why); this tells whether they got it.
 std::string blasLibrary();
 bool blasSharesOpenMpPool(); // true for the OpenMP build of OpenBLAS
+// The kernel set OpenBLAS picked for this CPU ("Haswell", "SkylakeX", "Zen", ...; OPENBLAS_CORETYPE
+// overrides it), or "" when the loaded BLAS is not OpenBLAS.
+std::string blasCoreName();
+// The vector instruction set ATen's CPU kernels dispatch to ("AVX512", "AVX2", "DEFAULT";
+// ATEN_CPU_CAPABILITY lowers it), or "" when this libtorch does not say.
+std::string atenCpuCapability();
 
 // When the BLAS runs its own pthreads (the pthread OpenBLAS, e.g. libopenblas0-openmp not
 // installed), libtorch's OpenMP threads spin after each parallel region while OpenBLAS's wait for
@@ -28,6 +34,8 @@ bool blasSharesOpenMpPool(); // true for the OpenMP build of OpenBLAS
 void preferPassiveOpenMpWait(char** argv);
 
 std::string libtorchVersion(); // e.g. "1.13.0"
+// The compiler and CMake build type this binary was built with, e.g. "GCC 12.2.0, Release".
+std::string buildDescription();
 std::string latmixVersion();
 
 // "cpu" plus "cuda:N" for each CUDA device libtorch can use.
