@@ -15,6 +15,7 @@
 #include "train/ModelTransforms.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
 #include "CliRunner.h"
 #include "TestSupport.h"
@@ -89,6 +90,27 @@ class TestDistributed : public QObject {
     model::LlamaWeights m_w;
     at::Tensor m_windows;
 
+    // Rounding estimates for float32 results of the demo model's forward (and backward) over
+    // `tokens` tokens: u = 2^-24 per operation, accumulated as a random walk over the dot products
+    // (length K = the widest matrix), the L layers and, for gradients, the tokens summed; ×16
+    // margin. An estimate, not a worst case; a data-parallel mistake (a missing 1/world, another
+    // rank's windows) is off by tens of percent, far above either bound.
+    double gradientRounding(std::int64_t tokens) const {
+        const auto& c = m_ck->config();
+        const double K = std::max(c.hiddenSize, c.intermediateSize), L = c.numLayers;
+        return 16 * std::ldexp(1.0, -24) * std::sqrt(K * L * double(tokens));
+    }
+    // The KL of two runs whose logits differ by rounding: the loss is formed from d = (a − b)/τ
+    // (train/Distillation.cpp), whose first-order effect on the KL is Σ (p − q)·δd, at most
+    // ‖p − q‖₁·max|δd| ≤ √(2·KL)·max|δd| (Pinsker); max|δd| ≈ 16·u·√(K·L)·max|logit|.
+    double klRounding(double kl, const at::Tensor& tokens) const {
+        const auto& c = m_ck->config();
+        const double K = std::max(c.hiddenSize, c.intermediateSize), L = c.numLayers;
+        at::NoGradGuard g;
+        const double zmax = model::LlamaModel(*m_ck).forward(tokens).abs().max().item<double>();
+        return std::sqrt(2 * kl) * 16 * std::ldexp(1.0, -24) * std::sqrt(K * L) * zmax;
+    }
+
     // Distillation of `kind` transforms on the demo model with `batch` windows per rank.
     Trained train(const std::string& kind, int batch, std::shared_ptr<dist::Group> group, int steps) {
         train::TransformSpec spec;
@@ -127,7 +149,8 @@ class TestDistributed : public QObject {
 
 private slots:
     void initTestCase() {
-        if (!dist::available()) QSKIP("this build has no c10d Gloo (libgloo-dev missing at configure time)");
+        if (!dist::available())
+            LATMIX_PREREQUISITE_SKIP("this build has no c10d Gloo: install libgloo-dev (packaging/install-deps.sh does) and configure again");
         QVERIFY(m_tmp.isValid());
         m_model = m_tmp.filePath("demo");
         importing::writeDemoModel(m_model.toStdString());
@@ -141,8 +164,10 @@ private slots:
     // The data-parallel gradient: two ranks each run a distillation step on half of 4 windows
     // and average their gradients over Gloo; one process runs the step on all 4. The mean of
     // two per-half KL means is the KL mean of the whole batch (equal halves), the volume term is
-    // the same on both ranks: the gradients agree up to float32 summation order. Measured: max
-    // |difference| / max |gradient| about 1e-6; asserted 1e-4.
+    // the same on both ranks: the gradients and KLs agree up to float32 summation order, within
+    // gradientRounding and klRounding. Measured over OpenBLAS Haswell/SkylakeX/Sandybridge/Zen,
+    // ATen default/avx2/avx512: gradients within 2e-5 of the largest (bound ~3e-4), KLs within
+    // 1.5e-7 relative (bound ~1e-2 relative).
     void averagedGradientIsTheBatchGradient_data() {
         QTest::addColumn<QString>("kind");
         QTest::newRow("learned-affine-lu") << "learned-affine-lu";
@@ -182,18 +207,22 @@ private slots:
         }
         qInfo("largest gradient %.3g, max |2 ranks - 1 process| %.3g (%.2g of it)", largest, worst, worst / largest);
         QVERIFY(largest > 0);
-        QVERIFY2(worst <= 1e-4 * largest, qPrintable(QString::number(worst / largest)));
+        const double gradTol = gradientRounding(batch.numel());
+        QVERIFY2(worst <= gradTol * largest, qPrintable(QString("%1 > %2").arg(worst / largest).arg(gradTol)));
         const double kl = whole.back().item<double>(), kl2 = ranks[0].back().item<double>();
-        QVERIFY2(std::abs(kl - kl2) <= 1e-5 * kl, qPrintable(QString("%1 vs %2").arg(kl2).arg(kl)));
+        const double klTol = klRounding(kl, batch);
+        qInfo("KL %.10g, 2 ranks %.10g: difference %.3g, bound %.3g", kl, kl2, std::abs(kl - kl2), klTol);
+        QVERIFY2(std::abs(kl - kl2) <= klTol, qPrintable(QString("%1 vs %2").arg(kl2).arg(kl)));
     }
 
     // Whole runs: 2 ranks x batch 2 against 1 process x batch 4 (same seed, so the same 4
     // windows each step). Every rank holds bit-identical transforms and loss series. Against the
-    // one process the first step's loss agrees to float32 rounding; later steps drift apart: near
-    // the exact start the gradients are small, and AdamW's first updates are lr * sign(gradient),
-    // so entries whose gradient is at rounding level take opposite steps (measured after 6 steps:
-    // parameters differ by up to 0.03 = 3 lr, losses by up to 0.6%). Asserted: step 1 within
-    // 1e-6 relative, every step within 2%.
+    // one process the first step's loss agrees to float32 rounding (klRounding); later steps drift
+    // apart: near the exact start the gradients are small, and AdamW's first updates are
+    // lr * sign(gradient), so entries whose gradient is at rounding level take opposite steps. How
+    // far depends on the machine's summation order: measured over OpenBLAS Haswell/SkylakeX/
+    // Sandybridge/Zen and ATen default/avx2, parameters differ after 6 steps by up to 0.037
+    // (3.7 lr), losses by up to 1.1%. Asserted: every step within 5%, parameters within 10 lr.
     void twoRanksMatchOneProcess_data() {
         QTest::addColumn<QString>("kind");
         QTest::newRow("learned-affine-lu") << "learned-affine-lu";
@@ -227,11 +256,14 @@ private slots:
                 moved = std::max(moved, (ranks[0].params[i] - start[i].detach()).abs().max().item<double>());
             QVERIFY2(moved > 1e-3, qPrintable(QString::number(moved)));
         }
+        QVERIFY2(worst <= 10 * 1e-2, qPrintable(QString("parameters differ by %1 > 10 lr").arg(worst)));
         QCOMPARE(ranks[0].loss.size(), size_t(steps));
-        QVERIFY2(std::abs(ranks[0].loss[0] - one.loss[0]) <= 1e-6 * std::abs(one.loss[0]),
-                 qPrintable(QString("step 1: %1 vs %2").arg(ranks[0].loss[0]).arg(one.loss[0])));
+        // Step 1: the volume term is the same bits on both sides (same start); the KL differs by rounding.
+        const double stepOneTol = klRounding(one.kl[0], m_windows);
+        QVERIFY2(std::abs(ranks[0].loss[0] - one.loss[0]) <= stepOneTol,
+                 qPrintable(QString("step 1: %1 vs %2 (bound %3)").arg(ranks[0].loss[0]).arg(one.loss[0]).arg(stepOneTol)));
         for (int k = 0; k < steps; ++k) {
-            QVERIFY2(std::abs(ranks[0].loss[k] - one.loss[k]) <= 2e-2 * std::abs(one.loss[k]),
+            QVERIFY2(std::abs(ranks[0].loss[k] - one.loss[k]) <= 5e-2 * std::abs(one.loss[k]),
                      qPrintable(QString("step %1: %2 vs %3").arg(k + 1).arg(ranks[0].loss[k]).arg(one.loss[k])));
             QCOMPARE(ranks[1].loss[k], ranks[0].loss[k]);
         }
@@ -417,9 +449,13 @@ private slots:
         }
     }
 
-    // A rank that fails leaves its cause; the other's next collective fails naming it.
+    // A rank that fails leaves its cause; the other's next collective fails naming it. Rank 0
+    // starts that collective only after rank 1 has reported and left (reportFailure returns once
+    // the store holds the report).
     void failedPeerIsNamed() {
         const int port = dist::freeLoopbackPort();
+        std::promise<void> reported;
+        std::shared_future<void> rank1Gone = reported.get_future().share();
         const auto errors = onThreads(2, [&](int r) {
             auto g = dist::Group::connect(worldOf(r, 2, port), "run", std::chrono::milliseconds(5000));
             auto x = at::ones({4});
@@ -427,9 +463,10 @@ private slots:
             if (r == 1) {
                 g->reportFailure("loss is NaN at step 3");
                 g.reset(); // the process would exit here
+                reported.set_value();
                 return;
             }
-            QThread::msleep(300); // let rank 1 report first
+            rank1Gone.wait();
             g->allreduceMean({x});
         });
         QVERIFY2(errors[1].empty(), errors[1].c_str());

@@ -245,7 +245,11 @@ void Group::barrier() {
 void Group::reportFailure(const std::string& what) noexcept {
     try {
         const std::string s = "rank " + std::to_string(rank()) + " stopped: " + what;
-        if (m->store) m->store->set("latmix/failed", std::vector<std::uint8_t>(s.begin(), s.end()));
+        if (!m->store) return;
+        m->store->set("latmix/failed", std::vector<std::uint8_t>(s.begin(), s.end()));
+        // TCPStore's set is not acknowledged; a check on the same connection is answered after the
+        // set is applied, so once this returns every rank's next look finds the report.
+        m->store->check({"latmix/failed"});
     } catch (...) {
     }
 }

@@ -61,7 +61,8 @@ public:
     // In place: every rank gets root's values.
     void broadcast(const std::vector<at::Tensor>& tensors, int root = 0);
     void barrier();
-    // Leaves "rank R: what" in the store, so the other ranks' errors name the cause. Never throws.
+    // Leaves "rank R stopped: what" in the store, so the other ranks' errors name the cause; returns
+    // once the store holds it. Never throws.
     void reportFailure(const std::string& what) noexcept;
     // Bytes this rank has sent into all-reduces and broadcasts so far (payload, not protocol).
     std::uint64_t bytesCommunicated() const;
