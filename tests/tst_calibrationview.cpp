@@ -25,7 +25,6 @@
 
 #include <QAction>
 #include <QDir>
-#include <QElapsedTimer>
 #include <QFile>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -41,6 +40,7 @@
 using namespace latmix;
 using latmix::gui::CalibrationView;
 using latmix::gui::ExportDialog;
+using latmix::gui::JobRunner;
 using latmix::gui::MainWindow;
 using latmix::gui::TrainingDashboard;
 
@@ -50,6 +50,7 @@ class TestCalibrationView : public QObject {
     QTemporaryDir m_tmp;
     QString m_model;
     QString m_stories; // stories260K imported from LATMIX_DATA_DIR, empty when the data is absent
+    QString m_cancelled; // a cancelled LATMiX-LU run (cancelledRun), made by initTestCase
 
     void configure(CalibrationView* v, const QString& runDir, const QString& method, int steps) {
         v->setMethod(method);
@@ -75,6 +76,25 @@ class TestCalibrationView : public QObject {
         return runDir;
     }
 
+    // A LATMiX-LU run cancelled after its second step, as Cancel leaves it: train.h5 with the
+    // finished steps, the unfinished-run marker, no latmix.json. Returns the run folder.
+    QString cancelledRun(const QString& name) {
+        MainWindow w;
+        if (!w.openCheckpoint(m_model, false)) qFatal("cannot open the demo model");
+        CalibrationView* v = w.calibrationView();
+        const QString runDir = m_tmp.filePath(name);
+        configure(v, runDir, QStringLiteral("latmix-lu"), 500);
+        QSignalSpy done(v, &CalibrationView::runFinished);
+        QString error;
+        if (!v->start(&error)) qFatal("cannot start: %s", qPrintable(error));
+        QSignalSpy progressed(v->runner(), &JobRunner::progressed);
+        while (v->dashboard()->plottedValues(0, "loss").size() < 2 && done.isEmpty())
+            if (!progressed.wait(120000)) qFatal("no progress from the calibration");
+        v->runner()->cancel();
+        if (done.isEmpty() && !done.wait(120000)) qFatal("the cancelled calibration did not end");
+        return runDir;
+    }
+
 private slots:
     void initTestCase() {
         QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).clear();
@@ -90,6 +110,9 @@ private slots:
             QVERIFY2(r.exitCode == 0, qPrintable(r.err));
             m_stories = m_tmp.filePath("stories260K");
         }
+        m_cancelled = cancelledRun(QStringLiteral("run-cancelled"));
+        QVERIFY(QFile::exists(m_cancelled + "/train.h5"));
+        QVERIFY(!QFile::exists(m_cancelled + "/latmix.json"));
     }
     void cleanupTestCase() { QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).clear(); }
 
@@ -206,21 +229,17 @@ private slots:
         QSignalSpy done(v, &CalibrationView::runFinished);
         QVERIFY(v->start());
         QTRY_VERIFY_WITH_TIMEOUT(board->plottedValues(0, "loss").size() >= 2, 120000);
+        QSignalSpy workerHeld(v->runner(), &JobRunner::held);
         board->findChild<QPushButton*>("pauseButton")->click();
         QVERIFY(v->runner()->isPaused());
-        // A step in flight finishes, then the job holds. Under load a step takes seconds (CI's
-        // Debian 13 run saw one land after 300 ms), so wait for the count to stay put for 3 s.
-        int held = board->plottedValues(0, "loss").size();
-        QElapsedTimer settling;
-        settling.start();
-        while (settling.elapsed() < 60000) {
-            QTest::qWait(3000);
-            const int now = board->plottedValues(0, "loss").size();
-            if (now == held) break;
-            held = now;
-        }
-        QTest::qWait(1500);
+        // A step in flight finishes, then the worker waits at its next safe point and says so
+        // (JobRunner::held): every step it finished was posted before that signal, and none can
+        // follow until it is resumed.
+        QVERIFY(workerHeld.wait(120000));
+        const int held = board->plottedValues(0, "loss").size();
+        QCoreApplication::processEvents();
         QCOMPARE(board->plottedValues(0, "loss").size(), held);
+        QCOMPARE(workerHeld.count(), 1);
         board->findChild<QPushButton*>("pauseButton")->click();
         QVERIFY(!v->runner()->isPaused());
         QTRY_VERIFY_WITH_TIMEOUT(board->plottedValues(0, "loss").size() > held, 60000);
@@ -238,8 +257,7 @@ private slots:
     // run it says so and how to continue it; Run into it with another method is refused naming
     // it; Run with its method continues its training from the saved step to the end.
     void cancelledRunResumes() {
-        const QString runDir = m_tmp.filePath("run-cancel");
-        if (!QFile::exists(runDir + "/train.h5")) QSKIP("needs pauseAndCancel's run folder");
+        const QString runDir = m_cancelled;
         const int saved = int(train::readDistillSeries((runDir + "/train.h5").toStdString()).size());
         MainWindow w;
         QVERIFY(!w.openRun(runDir));

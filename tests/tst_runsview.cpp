@@ -193,14 +193,13 @@ private slots:
     void newRunsShowUpLive() {
         RunsView v;
         v.setFolders({m_root});
-        QSignalSpy refreshed(&v, &RunsView::refreshed);
         QCOMPARE(v.table()->model()->rowCount(), 2);
         writeText(m_root + "/qr-b/latmix.json", runJson("latmix-qr", 11.0, 12.0, -1, 10, {}, "2026-11-22T08:00:00Z"));
         QTRY_COMPARE_WITH_TIMEOUT(v.table()->model()->rowCount(), 3, 10000);
         // A sweep started after the view: its folder first, the finished cell later, two levels down.
         QDir().mkpath(m_root + "/grid2/cells/gptq-mxfp4-s0");
-        QTRY_VERIFY_WITH_TIMEOUT(refreshed.count() >= 2, 10000);
-        QTest::qWait(600); // the watcher picks up the new folders with that rescan
+        // The rescan that the new folder triggers watches the cell folder from then on.
+        QTRY_VERIFY_WITH_TIMEOUT(v.watchedFolders().contains(m_root + "/grid2/cells/gptq-mxfp4-s0"), 10000);
         writeText(m_root + "/grid2/cells/gptq-mxfp4-s0/latmix.json", runJson("gptq", 11.0, 14.0, -1, 0, {}, "2026-11-22T09:00:00Z"));
         QTRY_COMPARE_WITH_TIMEOUT(v.table()->model()->rowCount(), 4, 10000);
         QVERIFY(rowOf(v, "/gptq-mxfp4-s0") >= 0);
@@ -214,9 +213,10 @@ private slots:
         v.setFolders({m_root});
         QSignalSpy opened(&v, &RunsView::runActivated);
         const int row = rowOf(v, "/lu-a");
-        QTest::qWait(50); // the table lays out its rows
-        const QRect rect = v.table()->visualRect(v.table()->model()->index(row, RunsView::Method));
-        QVERIFY2(v.table()->viewport()->rect().contains(rect.center()), qPrintable(QString("%1,%2").arg(rect.x()).arg(rect.y())));
+        const QModelIndex cell = v.table()->model()->index(row, RunsView::Method);
+        // The table lays out its rows in the event loop: wait until the cell lies in the viewport.
+        QTRY_VERIFY(v.table()->viewport()->rect().contains(v.table()->visualRect(cell).center()));
+        const QRect rect = v.table()->visualRect(cell);
         QTest::mouseClick(v.table()->viewport(), Qt::LeftButton, {}, rect.center());
         QTest::mouseDClick(v.table()->viewport(), Qt::LeftButton, {}, rect.center());
         QCOMPARE(opened.count(), 1);

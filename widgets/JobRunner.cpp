@@ -79,9 +79,13 @@ public:
             },
             Qt::QueuedConnection);
     }
-    // The job's safe point: blocks here while paused.
+    // The job's safe point: blocks here while paused. The runner hears that the worker is held
+    // (JobRunner::held) through the same queue as the job's earlier reports, so they all arrive first.
     bool cancelRequested() const override {
         if (m_paused.load() && !m_cancel.load()) {
+            QPointer<JobRunner> runner = m_runner;
+            QMetaObject::invokeMethod(
+                m_runner, [runner] { if (runner) emit runner->held(); }, Qt::QueuedConnection);
             std::unique_lock<std::mutex> lock(m_mutex);
             m_wake.wait(lock, [this] { return !m_paused.load() || m_cancel.load(); });
         }

@@ -73,6 +73,9 @@ signals:
     // fraction in [0, 1]; etaSeconds < 0 while unknown. Throttled to ~20 per second, the last
     // report of a job always arrives.
     void progressed(double fraction, const QString& message, double etaSeconds);
+    // A paused job reached its safe point and waits there: no report follows until it is resumed
+    // (or cancelled). Every report the job made before arrives before this signal.
+    void held();
     // ok == false: error holds the job's message, or "cancelled".
     void finished(bool ok, const QString& error);
 

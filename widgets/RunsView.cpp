@@ -235,6 +235,8 @@ void RunsView::refresh() {
     emit refreshed(static_cast<int>(m_runs.size()));
 }
 
+QStringList RunsView::watchedFolders() const { return m_watcher->directories(); }
+
 void RunsView::watch() {
     QStringList dirs;
     for (const QString& folder : m_folders) {

@@ -37,6 +37,9 @@ public:
 
     // Scans the folders again now (the watcher calls it, debounced).
     void refresh();
+    // The folders whose changes trigger a rescan now (the folders and what lies below them to the
+    // watched depth, as of the last scan).
+    QStringList watchedFolders() const;
     const std::vector<latmix::run::RunSummary>& runs() const { return m_runs; }
     QStringList problems() const { return m_problems; }
 
