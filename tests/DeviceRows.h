@@ -3,8 +3,9 @@
 // (addDeviceColumn) and one row per name of testDevices(); the test function starts with
 //     LATMIX_REQUIRE_DEVICE(dev, device);
 // which declares `const c10::Device dev` or QSKIPs the row ("CUDA not available: ...") when this
-// libtorch or this machine has no CUDA. With CUDA the rows run on cuda:0 and compare with the CPU;
-// the cpu rows run the same code on the CPU (where the comparison is with itself, exact).
+// libtorch or this machine has no CUDA. With CUDA the rows run on cuda:0 and compare with the CPU's
+// reference (or, for the *MatchesCpu tests, which have acceleratorDevices() rows only, the CPU's
+// result); the cpu rows run the same checks on the CPU.
 // Include this header before <QtTest>: Qt's `slots`/`signals` macros break ATen headers.
 #include "model/LlamaModel.h" // parseDevice
 
@@ -22,6 +23,9 @@ namespace latmix::test {
 
 // The devices every device-generic test runs on.
 inline QStringList testDevices() { return {QStringLiteral("cpu"), QStringLiteral("cuda:0")}; }
+// The devices a test that compares a device with the CPU runs on: a cpu row would compare the
+// CPU with itself and prove nothing, so there is none (on a machine without CUDA these rows skip).
+inline QStringList acceleratorDevices() { return {QStringLiteral("cuda:0")}; }
 
 inline void addDeviceColumn() { QTest::addColumn<QString>("device"); }
 

@@ -47,7 +47,36 @@ class TestPerplexity : public QObject {
     Q_OBJECT
     QTemporaryDir m_tmp;
 
+    QString uniformDir() const { return m_tmp.filePath("uniform"); }
+    // A one-layer model whose lm_head is all zero: every next-token distribution is uniform over
+    // its 50 tokens. Written by initTestCase for the tests that need a model of known perplexity.
+    static void writeUniformModel(const QString& dir) {
+        QDir().mkpath(dir);
+        const int d = 32, V = 50;
+        std::vector<std::pair<std::string, at::Tensor>> t;
+        t.emplace_back("model.embed_tokens.weight", at::randn({V, d}));
+        const std::string p = "model.layers.0.";
+        t.emplace_back(p + "input_layernorm.weight", at::ones({d}));
+        t.emplace_back(p + "post_attention_layernorm.weight", at::ones({d}));
+        for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) t.emplace_back(p + "self_attn." + n + ".weight", at::randn({d, d}) * 0.1);
+        t.emplace_back(p + "mlp.gate_proj.weight", at::randn({64, d}) * 0.1);
+        t.emplace_back(p + "mlp.up_proj.weight", at::randn({64, d}) * 0.1);
+        t.emplace_back(p + "mlp.down_proj.weight", at::randn({d, 64}) * 0.1);
+        t.emplace_back("model.norm.weight", at::ones({d}));
+        t.emplace_back("lm_head.weight", at::zeros({V, d}));
+        io::writeSafeTensors((dir + "/model.safetensors").toStdString(), t);
+        writeFile(dir + "/config.json",
+                  R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
+                      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 50,
+                      "max_position_embeddings": 64, "rms_norm_eps": 1e-5})");
+    }
+
 private slots:
+    void initTestCase() {
+        QVERIFY(m_tmp.isValid());
+        writeUniformModel(uniformDir());
+    }
+
     void wikiTextJoin_data() {
         QTest::addColumn<QString>("raw");
         QTest::addColumn<QString>("expected");
@@ -68,31 +97,16 @@ private slots:
 
     void uniformModelHasVocabularyPerplexity() {
         // lm_head all zero: every next-token distribution is uniform, so ppl = V exactly.
-        const QString dir = m_tmp.filePath("uniform");
-        QDir().mkpath(dir);
-        const int d = 32, V = 50;
-        std::vector<std::pair<std::string, at::Tensor>> t;
-        t.emplace_back("model.embed_tokens.weight", at::randn({V, d}));
-        const std::string p = "model.layers.0.";
-        t.emplace_back(p + "input_layernorm.weight", at::ones({d}));
-        t.emplace_back(p + "post_attention_layernorm.weight", at::ones({d}));
-        for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) t.emplace_back(p + "self_attn." + n + ".weight", at::randn({d, d}) * 0.1);
-        t.emplace_back(p + "mlp.gate_proj.weight", at::randn({64, d}) * 0.1);
-        t.emplace_back(p + "mlp.up_proj.weight", at::randn({64, d}) * 0.1);
-        t.emplace_back(p + "mlp.down_proj.weight", at::randn({d, 64}) * 0.1);
-        t.emplace_back("model.norm.weight", at::ones({d}));
-        t.emplace_back("lm_head.weight", at::zeros({V, d}));
-        io::writeSafeTensors((dir + "/model.safetensors").toStdString(), t);
-        writeFile(dir + "/config.json",
-                  R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
-                      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 50,
-                      "max_position_embeddings": 64, "rms_norm_eps": 1e-5})");
+        const QString dir = uniformDir();
+        const int V = 50;
         const model::LlamaModel m(model::Checkpoint::load(dir.toStdString()));
         std::vector<int> ids(200);
         for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i * 7 % V);
         const auto r = eval::evaluatePerplexity(m, ids, {32, 0});
         QCOMPARE(r.windows, 6);        // 200 / 32, tail dropped
         QCOMPARE(r.tokens, 6LL * 31);  // first token of each window is not predicted
+        // Zero logits give log-probabilities -log V in float32 (one rounding, ~1e-7 relative): 2e-6
+        // relative leaves a wide margin; a softmax over the wrong axis or size would miss V by far.
         QVERIFY(std::abs(r.perplexity - V) < 1e-4);
         // maxWindows and the cap at the model's positions
         QCOMPARE(eval::evaluatePerplexity(m, ids, {32, 2}).windows, 2);
@@ -101,8 +115,7 @@ private slots:
 
     void cancelStopsBetweenWindows() {
         test::CancelAfter job(1);
-        const QString dir = m_tmp.filePath("uniform");
-        if (!QDir(dir).exists()) QSKIP("needs uniformModelHasVocabularyPerplexity to run first");
+        const QString dir = uniformDir();
         const model::LlamaModel m(model::Checkpoint::load(dir.toStdString()));
         std::vector<int> ids(200, 3);
         QVERIFY_THROWS_EXCEPTION(JobCancelled, eval::evaluatePerplexity(m, ids, {32, 0}, job));
@@ -144,13 +157,13 @@ private slots:
 
     // The same evaluation with the model on cuda:0 (LlamaModel's device constructor; the windows
     // go to the model's device) equals the CPU's within 1e-4 relative: both are float32 forwards
-    // within 1e-5 of the float64 reference above. The cpu rows compare two CPU runs (exact).
+    // within 1e-5 of the float64 reference above.
     void perplexityOnDeviceMatchesCpu_data() {
         QTest::addColumn<QString>("model");
         QTest::addColumn<int>("seqLen");
         QTest::addColumn<int>("windows");
         test::addDeviceColumn();
-        for (const QString& dev : test::testDevices())
+        for (const QString& dev : test::acceleratorDevices())
             QTest::addRow("brownpy-13M %s", qPrintable(dev)) << "brownpy-13M" << 128 << 3 << dev;
     }
     void perplexityOnDeviceMatchesCpu() {

@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "TestData.h"
+
 #include <QtTest>
 
 #include <algorithm>
@@ -69,7 +71,7 @@ private slots:
     void loadsOpenMpOpenBlas() {
         const QString dir = QStringLiteral(LATMIX_OPENBLAS_OPENMP_DIR);
         if (dir.isEmpty() || !QFileInfo::exists(dir + "/libblas.so.3"))
-            QSKIP("libopenblas0-openmp is not installed (packaging/install-deps.sh installs it)");
+            LATMIX_PREREQUISITE_SKIP("libopenblas0-openmp is not installed (packaging/install-deps.sh installs it)");
         const auto c = at::matmul(at::ones({64, 64}), at::ones({64, 64})); // BLAS in use, not just mapped
         QCOMPARE(c[3][5].item<float>(), 64.0f);
         const std::string blas = blasLibrary();

@@ -102,7 +102,7 @@ private slots:
     // run accepts (kinds, granularity, loss), so none of them fails hours into a sweep.
     void shippedGridsAreValid() {
         const QString configs = qEnvironmentVariable("LATMIX_CONFIGS_DIR");
-        if (configs.isEmpty()) QSKIP("LATMIX_CONFIGS_DIR not set (run through ctest)");
+        if (configs.isEmpty()) LATMIX_PREREQUISITE_SKIP("LATMIX_CONFIGS_DIR not set: run it through ctest, or set it to resources/configs");
         const QDir grids(configs + "/../../docs/grids");
         const QStringList files = grids.entryList({"*.json"}, QDir::Files);
         QVERIFY2(files.size() >= 8, qPrintable(grids.absolutePath()));
