@@ -185,6 +185,9 @@ private slots:
         }
 
         const auto got = train::distillationStep(c, f.w, t, act, tokens, tau, lambda, objective);
+        // The reference's float32 log-softmaxes round each log-probability by ~u·|log p| (u = 2^-24,
+        // |log p| ≲ 10 here): ≲ 6e-7 on the mean; every row's loss term is ≥ 0.06, so 1e-4 relative
+        // is ≥ 10x that, while a missing or doubled term would be off by its whole size.
         QVERIFY2(std::fabs(got.kl - kl.item<double>()) <= 1e-4 * kl.item<double>() + 1e-7,
                  qPrintable(QString("KL %1 vs %2").arg(got.kl).arg(kl.item<double>())));
         QVERIFY(std::fabs(got.loss - loss.item<double>()) <= 1e-4 * loss.item<double>() + 1e-7);
@@ -226,8 +229,13 @@ private slots:
         QVERIFY2(r.history.at(0).kl < 1e-6, qPrintable(QString("KL %1").arg(r.history.at(0).kl)));
     }
 
-    // Under MXFP4 activations the KL falls as LATMiX-LU trains (mean of the last 5 steps below
-    // the first 5), every step reports finite numbers, and metrics appear every 5 steps.
+    // Under MXFP4 activations the KL falls as LATMiX trains: the mean KL of the last 40 of 200
+    // steps lies below 0.9 × the first step's. The first step's KL is the untrained transforms' (the
+    // same on every machine up to rounding); the per-step KL then wanders by ~5% from step to step
+    // (straight-through gradients, MX rounding), and with it the trajectory, which the float32
+    // summation order of the machine decides (OpenBLAS kernel, ATen's dispatch, threads). Measured
+    // over those (docs/reproducibility.md): ratio 0.78-0.81 (LU) and 0.73-0.78 (QR); the 0.9 bound
+    // is more than 3x that spread away. Also: finite numbers every step, metrics every 5 steps.
     void klFallsWhileTraining_data() {
         QTest::addColumn<QString>("kind");
         QTest::newRow("latmix-lu") << "learned-affine-lu";
@@ -240,18 +248,18 @@ private slots:
         train::TransformSpec spec;
         spec.t1Kind = spec.t2Kind = kind.toStdString();
         train::ModelTransforms t(f.ck->config(), spec);
-        auto o = quickOptions(40);
+        const int steps = 200, tail = 40;
+        auto o = quickOptions(steps);
         o.batch = 8; // every step sees all windows: the loss curve is not batch noise
-        // At quickOptions' 1e-2, LU's first steps overshoot (KL 0.067 -> 0.094 before it falls)
-        // and the 40-step drop was 11% on libtorch 1.13 but 6% on 2.6 (another summation order);
-        // at 5e-3 it is 13-20% on both.
+        // At quickOptions' 1e-2, LU's first steps overshoot (KL 0.067 -> 0.094 before it falls).
         o.lr = 5e-3;
         const auto r = train::distill(f.ck->config(), f.w, f.calib, t, o);
-        QCOMPARE(int(r.history.size()), 40);
-        double first = 0, last = 0;
-        for (int i = 0; i < 5; ++i) first += r.history[size_t(i)].kl, last += r.history[size_t(35 + i)].kl;
-        qInfo("KL of the first 5 steps %.5f, of the last 5 %.5f (ratio %.3f)", first / 5, last / 5, last / first);
-        QVERIFY2(last < 0.9 * first, qPrintable(QString("KL first %1 last %2").arg(first / 5).arg(last / 5)));
+        QCOMPARE(int(r.history.size()), steps);
+        const double first = r.history[0].kl;
+        double last = 0;
+        for (int i = steps - tail; i < steps; ++i) last += r.history[size_t(i)].kl / tail;
+        qInfo("KL of the first step %.5f, mean of the last %d %.5f (ratio %.3f)", first, tail, last, last / first);
+        QVERIFY2(last < 0.9 * first, qPrintable(QString("KL first %1 last %2").arg(first).arg(last)));
         QVERIFY(std::isfinite(r.history[4].a1Condition) && std::isfinite(r.history[4].a2OffBlock));
         QVERIFY(std::isnan(r.history[5].a1Condition));
         for (const auto& s : r.history) QVERIFY(std::isfinite(s.loss) && s.vol >= 0 && s.lr > 0);
@@ -361,12 +369,12 @@ private slots:
     // rounding boundary moves the KL a little. Parameters: AdamW's first step moves each entry by
     // lr·g/(|g|+eps), at most lr in size, so entries agree to 1e-6 (+1e-6·|p|, float32 rounding)
     // unless a gradient near 0 changed sign; at least 99% of the entries must agree that closely
-    // and every entry within 2·lr. The cpu rows compare two CPU runs (exactly equal).
+    // and every entry within 2·lr.
     void oneStepMatchesCpu_data() {
         QTest::addColumn<QString>("kind");
         test::addDeviceColumn();
         for (const char* kind : {"learned-affine-lu", "learned-affine-qr"})
-            for (const QString& dev : test::testDevices())
+            for (const QString& dev : test::acceleratorDevices())
                 QTest::addRow("%s %s", kind, qPrintable(dev)) << QString(kind) << dev;
     }
     void oneStepMatchesCpu() {
