@@ -69,6 +69,8 @@ private slots:
         o.histogramBins = 4;
         o.topChannels = 4;
         const auto p = metrics::profileActivations(x, *t, o, "hand");
+        // Exact where the value is an input, |.|, a max, a count or an MX grid point (T = identity);
+        // norms and errors are float64 of a few terms: 1e-12.
         for (const auto* side : {&p.before, &p.after}) {
             const auto& s = *side;
             QCOMPARE(toVector(s.channelAbsMax), (std::vector<double>{3, 2.6, 1, 4}));
@@ -136,6 +138,8 @@ private slots:
                 normX[r] += xv[r * dim + i] * xv[r * dim + i];
                 range = std::max(range, std::fabs(v));
             }
+        // float64 both sides, d ≤ 96-term products: ~1e-15 of the range; 1e-9 covers BLAS order and
+        // the float64 rounding of an orthogonal T's norm preservation.
         const auto gotMax = toVector(p.after.channelAbsMax), gotNorm = toVector(p.after.tokenNorm);
         for (int i = 0; i < dim; ++i) QVERIFY2(std::fabs(gotMax[i] - colMax[i]) < 1e-9 * range, qPrintable(QString::number(i)));
         for (int r = 0; r < n; ++r) {
@@ -147,7 +151,7 @@ private slots:
         QCOMPARE(p.after.topChannels.size(), std::size_t(8));
         for (std::size_t k = 1; k < p.after.topChannels.size(); ++k)
             QVERIFY(gotMax[p.after.topChannels[k - 1]] >= gotMax[p.after.topChannels[k]]);
-        QCOMPARE(gotMax[p.after.topChannels[0]], *std::max_element(gotMax.begin(), gotMax.end()));
+        QCOMPARE(gotMax[p.after.topChannels[0]], *std::max_element(gotMax.begin(), gotMax.end())); // the same values
         // Histogram: every value counted once, each in the bin whose edges hold it (values within
         // 1e-9 of an edge are allowed either neighbour).
         const auto counts = toVector(p.after.histogramCounts), edges = toVector(p.after.histogramEdges);
@@ -176,15 +180,18 @@ private slots:
         QCOMPARE(int(scales.size()), nb);
         for (int i = 0; i < dim; ++i) {
             QVERIFY(std::fabs(gotY[i] - y[o.token * dim + i]) < 1e-9 * range);
+            // MX grid values of the same y_t (loops vs BLAS differ by ~1e-16, far below a grid step): in
+            // practice equal; the slack is not a rounding bound, a wrong code is off by a whole step.
             QVERIFY2(std::fabs(gotQ[i] - q[i]) <= 1e-5 * std::fabs(q[i]) + 1e-6,
                      qPrintable(QString("channel %1: %2 vs %3").arg(i).arg(gotQ[i]).arg(q[i])));
         }
         for (int b = 0; b < nb; ++b) {
             double amax = 0;
             for (int i = b * block; i < std::min(dim, (b + 1) * block); ++i) amax = std::max(amax, double(std::fabs(yt[i])));
-            QCOMPARE(scales[b], double(mx::ref::sharedExponent(amax, mx::ElementFormat::E2M1, o.format.scaleMode)));
+            QCOMPARE(scales[b], double(mx::ref::sharedExponent(amax, mx::ElementFormat::E2M1, o.format.scaleMode))); // integer
         }
-        // The errors are SPEC §3's (TransformMetrics' own tests check those against loops).
+        // The errors are SPEC §3's (TransformMetrics' own tests check those against loops). Exact:
+        // the profile calls the same functions on the same rows.
         QCOMPARE(p.after.mse, metrics::transformationMse(x, *t, o.format));
         QVERIFY(at::equal(p.after.blockError, metrics::perBlockError(x, *t, o.format)));
     }
@@ -209,6 +216,7 @@ private slots:
                          +[](const metrics::ActivationSide& s) { return s.histogramCounts; },
                          +[](const metrics::ActivationSide& s) { return s.tokenQuantized; },
                          +[](const metrics::ActivationSide& s) { return s.tokenScaleLog2; }}) {
+            // float64, the same T(x) both ways (H4's ±1/2 entries are exact): rounding only
             QVERIFY(at::allclose(get(pair.before), get(single.before), 0, 1e-12));
             QVERIFY(at::allclose(get(pair.after), get(single.after), 0, 1e-12));
         }

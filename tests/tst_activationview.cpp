@@ -113,7 +113,8 @@ private slots:
         QVERIFY(done.wait(60000));
         QVERIFY2(done.last().at(0).toBool(), qPrintable(done.last().at(1).toString()));
 
-        // The capture, independently.
+        // The capture, independently. Exact comparisons below: the same capture and profile code on
+        // the same model, text and settings (the view's worker thread included).
         run::ModelCapture request;
         request.modelDir = m_model.toStdString();
         request.calibrationText = gui::builtInCalibrationText().toStdString();

@@ -71,7 +71,7 @@ private slots:
                 QCOMPARE(t["per_block_error"].toArray().size(), (dim + 31) / 32);
                 QVERIFY(t["sweep"].toArray().size() >= 4); // 8 .. 64 at least (dims 128, 384)
             }
-            QCOMPARE(transforms[0].toObject()["condition_number"].toDouble(), 1.0);
+            QCOMPARE(transforms[0].toObject()["condition_number"].toDouble(), 1.0); // identity: σ = 1 (QCOMPARE: 1e-12 relative)
             const QJsonObject training = transforms[2].toObject()["training"].toObject();
             QCOMPARE(training["steps"].toInt(), 5);
             QCOMPARE(training["history"].toObject()["loss"].toArray().size(), 5);

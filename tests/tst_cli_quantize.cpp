@@ -95,6 +95,7 @@ private slots:
         const Result e = run({"eval", "--model", out + "/model", "--tasks", "arc_easy,lambada_openai", "--limit", "6",
                               "--device", "cpu", "--json", out + "/zeroshot.json"});
         QVERIFY2(e.exitCode == 0, qPrintable(e.err));
+        // exact: the same scoring code on the same stored model, same machine and thread count
         const QJsonObject again = readJson(out + "/zeroshot.json")["zeroshot"].toObject()["tasks"].toObject();
         for (const char* metric : {"acc", "acc_norm"})
             QCOMPARE(again["arc_easy"].toObject()[metric].toDouble(), tasks["arc_easy"].toObject()[metric].toDouble());

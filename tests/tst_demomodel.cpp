@@ -222,10 +222,11 @@ private slots:
             qInfo("layer %d: outlier / median channel max at q/k/v input %.1f, gate/up input %.1f", l, r1, r2);
             worst = std::min({worst, r1, r2});
         }
+        // effect: ~130-200x by construction (DemoModel.cpp); rounding cannot move it by a third
         QVERIFY2(worst >= 100, qPrintable(QString("smallest outlier ratio %1").arg(worst)));
         QVERIFY(at::isfinite(a.logits).all().item<bool>());
         // The logits depend on the token (the outliers are not all the model sees).
-        QVERIFY((a.logits[5] - a.logits[6]).abs().max().item<double>() > 1e-3);
+        QVERIFY((a.logits[5] - a.logits[6]).abs().max().item<double>() > 1e-3); // a real difference, not rounding
     }
 
     void tokenizerJson() {

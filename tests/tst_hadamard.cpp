@@ -45,6 +45,7 @@ private slots:
         QCOMPARE(h.size(0), n);
         QCOMPARE(h.size(1), n);
         QVERIFY(at::all(at::abs(h) == 1).item<bool>());
+        // exact: ±1 entries, integer sums ≤ n are exact in float64 in any order
         const auto gram = at::matmul(h, h.t());
         QVERIFY(at::equal(gram, at::eye(n, at::kDouble) * static_cast<double>(n)));
     }
@@ -62,7 +63,7 @@ private slots:
             }
             const at::Tensor h = hadamardMatrix(n);
             QVERIFY(at::all(at::abs(h) == 1).item<bool>());
-            QVERIFY2(at::equal(at::matmul(h, h.t()), at::eye(n, at::kDouble) * static_cast<double>(n)),
+            QVERIFY2(at::equal(at::matmul(h, h.t()), at::eye(n, at::kDouble) * static_cast<double>(n)), // integers: exact
                      qPrintable(QString("order %1 (%2)").arg(n).arg(QString::fromStdString(hadamardConstruction(n)))));
             ++built;
         }

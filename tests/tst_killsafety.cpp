@@ -159,6 +159,8 @@ private slots:
             for (const char* key : {"perplexity"}) {
                 const QJsonObject a = want[key].toObject(), b = got[key].toObject();
                 for (const char* v : {"fp", "w4a4"}) {
+                    // Same machine and thread count, the same batches from the checkpoint: the resumed
+                    // run repeats the same float operations; 1e-6 is slack, not a rounding bound.
                     const double x = a[v].toDouble(), y = b[v].toDouble();
                     QVERIFY2(x > 0 && std::abs(x - y) <= 1e-6 * x,
                              qPrintable(what + QString(": %1 perplexity %2 vs %3 uninterrupted").arg(v).arg(y).arg(x)));

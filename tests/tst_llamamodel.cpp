@@ -136,6 +136,8 @@ private slots:
         auto want = test::ReferenceLlama(ck).logits(ids);
         const double err = relativeError(got, want);
         qInfo("%s: max |logit error| / max |logit| = %.3g", qPrintable(model), err);
+        // float32 forward vs float64: ~1e-6 when this test was written, set by the size of float32
+        // rounding over the layers, not by one summation order: 1e-5 (84·2^-23) leaves ~10×.
         QVERIFY2(err < 1e-5, qPrintable(QString("relative error %1").arg(err)));
     }
 
@@ -161,6 +163,9 @@ private slots:
         at::NoGradGuard g;
         const auto h = model::forwardHidden(ck.config(), m.weights(), m.options(), tokens).squeeze(0).narrow(0, 0, 119);
         const auto got = model::nextTokenNll(ck.config(), m.weights(), h, tokens.squeeze(0).narrow(0, 1, 119), chunk);
+        // The float32 logits' own error (≲ 1e-5 of max|z|, above) dominates the float32 running
+        // log-sum-exp's: 1e-4 absolute per token. The sum of 119 NLLs (~4.6 each, summed in
+        // float64) to 1e-6 relative allows ~5e-6 per token even if all errors had one sign.
         const double err = (got.to(at::kDouble) - want).abs().max().item<double>();
         QVERIFY2(err < 1e-4, qPrintable(QString("max |nll error| %1").arg(err)));
         QVERIFY(std::abs(m.sequenceNll(tokens) / want.sum().item<double>() - 1) < 1e-6);
@@ -193,6 +198,8 @@ private slots:
         auto ids = at::arange(48, at::kLong).remainder(ck.config().vocabSize).unsqueeze(0);
         auto f32 = model::LlamaModel(ck).forward(ids);
         auto bf16 = model::LlamaModel(ck, at::kBFloat16).forward(ids);
+        // bf16 rounds to 2^-9 ≈ 2e-3 relative at every step of the forward; 5e-2 bounds its growth
+        // over 4 layers and is still far below a wrong model's O(1).
         const double err = relativeError(bf16, f32.to(at::kDouble));
         QVERIFY2(err < 5e-2, qPrintable(QString("bf16 relative error %1").arg(err)));
         QVERIFY(err > 0); // really computed in bfloat16
@@ -232,7 +239,7 @@ private slots:
             return x;
         });
         QCOMPARE(seen, names);
-        QVERIFY(at::equal(plain, hooked));
+        QVERIFY(at::equal(plain, hooked)); // exact: identity hooks, the same code on the same inputs
         // A hook that changes the activation changes the output.
         auto zeroed = m.forward(ids, [](const std::string& p, const at::Tensor& x) {
             return p == "layers.1.mlp.down_proj.input" ? at::zeros_like(x) : x;

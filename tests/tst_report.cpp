@@ -249,7 +249,7 @@ private slots:
         QCOMPARE(a.max, max);
         QCOMPARE(a.step, step);
         QCOMPARE(int(a.ticks.size()), count);
-        for (double t : a.ticks) QVERIFY(t >= a.min - 1e-12 && t <= a.max + 1e-12);
+        for (double t : a.ticks) QVERIFY(t >= a.min - 1e-12 && t <= a.max + 1e-12); // k·step rounding
     }
 
     // Points worked by hand: plot box left 72, top 30, 510 x 224 px (600 x 300, one series);

@@ -65,7 +65,7 @@ private slots:
         QCOMPARE(int(r.entries[4].report.sweep.size()), 5);
         for (const auto& e : {r.entries[3], r.entries[5]})
             for (const auto& s : e.report.sweep)
-                if (s.blockSize == 32) QVERIFY(std::fabs(s.mse - e.report.mse) <= 1e-12 * e.report.mse);
+                if (s.blockSize == 32) QVERIFY(std::fabs(s.mse - e.report.mse) <= 1e-12 * e.report.mse); // same float64 sums
     }
 
     void blockTransformsFollowTheSweepBlock() {
@@ -75,7 +75,7 @@ private slots:
             auto c = mx::makeConfig(mx::Format::MxFp4);
             c.blockSize = s.blockSize;
             const auto t = transforms::makeBlockHadamard(64, s.blockSize, 0, at::kDouble);
-            QVERIFY(std::fabs(s.mse - metrics::transformationMse(x, *t, c)) <= 1e-12 * s.mse);
+            QVERIFY(std::fabs(s.mse - metrics::transformationMse(x, *t, c)) <= 1e-12 * s.mse); // same float64 computation
         }
     }
 

@@ -282,6 +282,8 @@ private slots:
         const transforms::MatrixTransform t(hadamard ? "H4" : "identity", toTensor(a), true);
         const auto x = toTensor(Vector{10, 1, 0.5, 0.5}).unsqueeze(0).to(at::kFloat);
         const auto c = mxfp4Block(2);
+        // Exact values in float64 (dyadic data; H4's 1/√2·1/√2 entries off 0.5 by an ulp at most):
+        // 1e-12, and 1e-9 for the bound, which goes through an SVD.
         // The reference agrees with the hand computation above ...
         const Reference ref = reference(fromTensor(x), a, Vector(4, 0.0), 2);
         QVERIFY(std::fabs(ref.mse - mse) < 1e-12);
@@ -352,6 +354,8 @@ private slots:
         const auto rows = fromTensor(xt);
         const auto c = mxfp4Block(block);
         const Reference ref = reference(rows, a, v, block);
+        // float64 both sides, d ≤ 16: rounding ~1e-15, times cond(A) for the affine rows, times
+        // cond(A)² for σ_min from the Jacobi eigenvalues of AᵀA (seeded affine rows: cond ≈ 24, ~1e-13).
         QVERIFY2(std::fabs(metrics::transformationMse(xt.to(at::kFloat), t, c) - ref.mse) < 1e-9 * std::max(1.0, ref.mse),
                  qPrintable(QString("E(T) %1 vs %2").arg(metrics::transformationMse(xt, t, c)).arg(ref.mse)));
         compareVectors(metrics::perBlockError(xt, t, c), ref.perBlock, 1e-9);
@@ -398,6 +402,7 @@ private slots:
         const Vector svOff = singularValuesRef(off);
         const double offNorm = *std::max_element(svOff.begin(), svOff.end());
         const auto at = toTensor(a);
+        // float64 SVD vs Jacobi on AᵀA: ~2^-53·cond² relative, cond ≲ 10 for these matrices
         QVERIFY(std::fabs(metrics::conditionNumber(at) - smax / smin) < 1e-9 * smax / smin);
         QVERIFY(std::fabs(metrics::inverseSpectralNormSquared(at) - 1 / (smin * smin)) < 1e-9 / (smin * smin));
         QVERIFY(std::fabs(metrics::orthogonalityDeviation(at) - orth) < 1e-9 * std::max(1.0, orth));
@@ -406,6 +411,7 @@ private slots:
 
     void conditionNumberOfDiagonal() {
         const auto a = at::diag(toTensor(Vector{1, 2, 4}));
+        // exact inputs, float64 SVD: an ulp or so
         QVERIFY(std::fabs(metrics::conditionNumber(a) - 4.0) < 1e-12);
         QVERIFY(std::fabs(metrics::inverseSpectralNormSquared(a) - 1.0) < 1e-12);
         QVERIFY(std::fabs(metrics::orthogonalityDeviation(a) - 15.0) < 1e-12); // 4² − 1
@@ -423,9 +429,9 @@ private slots:
                 for (int j = 0; j < 4; ++j) bd[4 * b + i][4 * b + j] = h4[i][j];
         for (int i = 0; i < 2; ++i)
             for (int j = 0; j < 2; ++j) bd[8 + i][8 + j] = h2[i][j];
-        QCOMPARE(metrics::offBlockNorm(toTensor(bd), 4), 0.0);
-        QVERIFY(metrics::offBlockNorm(toTensor(bd), 2) > 0.1); // finer blocks cut the H4s
-        QVERIFY(metrics::offBlockNorm(toTensor(sylvester(8)), 4) > 0.5);
+        QCOMPARE(metrics::offBlockNorm(toTensor(bd), 4), 0.0); // exact: the masked matrix is all zeros
+        QVERIFY(metrics::offBlockNorm(toTensor(bd), 2) > 0.1); // finer blocks cut the H4s (entries ±1/2)
+        QVERIFY(metrics::offBlockNorm(toTensor(sylvester(8)), 4) > 0.5); // [0 H4; H4 0]/√2: norm 1/√2
         QCOMPARE(metrics::offBlockNorm(toTensor(sylvester(8)), 8), 0.0);
     }
 
@@ -438,6 +444,7 @@ private slots:
         for (int i = 0; i < 3; ++i) {
             QCOMPARE(sweep[i].blockSize, expected[i]);
             const Reference ref = reference(fromTensor(x), sylvester(32), Vector(32, 0.0), expected[i]);
+            // float64, orthogonal A: summation order only
             QVERIFY(std::fabs(sweep[i].mse - ref.mse) < 1e-9 * std::max(1.0, ref.mse));
         }
         auto nv = mx::makeConfig(mx::Format::NvFp4);

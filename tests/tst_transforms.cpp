@@ -109,7 +109,8 @@ private slots:
         QCOMPARE(a.scalar_type(), at::kFloat);
         const double dev = maxAbs(at::matmul(a.t(), a) - at::eye(dim, at::kFloat));
         // Fixed: float64 matrices rounded to float32. Learned rotation: float32 matrix exponential
-        // of the perturbed G, a few ulps more.
+        // of the perturbed G, a few ulps more. Scale: an entry of AᵀA is a d-term float32 dot
+        // product of unit columns, off by at most d·2^-24 ≈ 7.6e-6 at d = 128 in any order.
         QVERIFY2(dev <= (isFixed(kind) ? 1e-5 : 5e-5), qPrintable(QString("|AᵀA - I|max = %1").arg(dev)));
         QVERIFY(!t->logAbsScales().defined());
     }
@@ -119,6 +120,8 @@ private slots:
     // Tolerances, relative to the largest value: forward = x Aᵀ + v 1e-5 (float32) / 1e-12
     // (float64); round trip 1e-5 / 1e-10 on every device; the device's forward against the CPU's
     // 1e-5 / 1e-12 (float32: A = L·U or Q0·expm(G)·R is built on the device, other summation order).
+    // Origin: each value is a d-term (d ≤ 128) product, rounding ~2^-24·√d ≈ 7e-7 of the largest
+    // (2^-53·√d in float64), the round trip times cond(A), a few here (perturbation 0.01): ~10× margin.
     void roundTrip_data() {
         QTest::addColumn<QString>("kind");
         QTest::addColumn<qint64>("dim");
@@ -166,7 +169,8 @@ private slots:
 
     // inverseMatrix() is A⁻¹ (checked against A and against inverse() on rows), for every kind, on
     // the CPU and on cuda:0 (tolerance 1e-4 float32 / 1e-10 float64, relative to max(1, |x|max),
-    // also for the device's A⁻¹ against the CPU's).
+    // also for the device's A⁻¹ against the CPU's). Origin: A and A⁻¹ are each rounded and built
+    // from d ≤ 128-term products, ≲ cond(A)·d·2^-24 ≈ 1e-5 in float32 (products checked in float64).
     void inverseMatrix_data() { roundTrip_data(); }
     void inverseMatrix() {
         QFETCH(QString, kind);
@@ -207,10 +211,13 @@ private slots:
         const auto logS = t->logAbsScales().detach();
         QVERIFY(logS.defined());
         QCOMPARE(logS.size(0), dim);
-        QVERIFY(std::abs(logS.sum().item<double>()) > 1e-3); // the perturbation moved the volume
+        // the perturbation moved the volume: Σ of d seeded 0.02·N(0, 1) draws, ~0.02·√d ≥ 0.16
+        QVERIFY(std::abs(logS.sum().item<double>()) > 1e-3);
         at::Tensor sign, logAbsDet;
         std::tie(sign, logAbsDet) = at::linalg_slogdet(t->matrix().detach());
         QVERIFY(sign.item<double>() != 0);
+        // float64: LAPACK's LU sums d ≤ 128 logs of pivots, ~d·cond·2^-53 ≈ 1e-13 off; 1e-9 still
+        // sees any one scale that is wrong by more than a rounding.
         const double got = logS.sum().item<double>(), want = logAbsDet.item<double>();
         QVERIFY2(std::abs(got - want) <= 1e-9, qPrintable(QString("Σlog|s| %1 vs log|det A| %2").arg(got).arg(want)));
     }
@@ -264,6 +271,8 @@ private slots:
                     down = loss().item<double>();
                     *v = orig;
                 }
+                // float64 central differences: truncation ~h²·f''' and rounding ~2^-53·Σ|terms|/h ≈ 1e-9;
+                // on a like computation (sin(x Aᵀ) + sin(y A⁻ᵀ), d = 12) |fd − an| stayed ≤ 0.11 of this bound.
                 const double fd = (up - down) / (2 * h), an = g.reshape({-1})[idx].item<double>();
                 nonzero += an != 0;
                 QVERIFY2(std::abs(fd - an) <= 1e-6 * std::max(std::abs(an), 1e-2),
@@ -307,7 +316,8 @@ private slots:
             if (tail && identityTail) {
                 QVERIFY(at::equal(blk, at::eye(n, at::kDouble)));
             } else {
-                // ±1/√n entries, orthogonal
+                // ±1/√n entries, orthogonal (float64: an ulp or two of 1/√n ≈ 3e-17 each; n ≤ 32-term
+                // products ≲ n·2^-53 ≈ 4e-15)
                 QVERIFY(maxAbs(blk.abs() - 1.0 / std::sqrt(double(n))) <= 1e-15);
                 QVERIFY(maxAbs(at::matmul(blk, blk.t()) - at::eye(n, at::kDouble)) <= 1e-12);
             }
@@ -365,6 +375,7 @@ private slots:
         const auto x = seededGaussian(dim, 1, 99).squeeze(1);
         const auto m5 = at::matmul(matrix(5), x).abs();
         const auto m6 = at::matmul(matrix(6), x).abs();
+        // effect: other input signs give other |A x| by O(1) (x ~ N(0, 1)); identical ones give 0
         const double diff = (m5 - m6).abs().max().item<double>();
         QVERIFY2(diff > 0.1, qPrintable(QString("max | |A5 x| - |A6 x| | = %1").arg(diff)));
     }
@@ -373,6 +384,7 @@ private slots:
     void seededStreamIsFixed() {
         const auto g = seededGaussian(1, 4, 42);
         const double want[4] = {-0.48121769980184498, -0.57453687389830577, 0.49458385623521328, 0.57012155220737415};
+        // 1e-12, not equality: libm's log and cos may differ by an ulp between C libraries.
         for (int i = 0; i < 4; ++i) QVERIFY(std::abs(g[0][i].item<double>() - want[i]) <= 1e-12);
         const auto s = seededSigns(8, 42); // sign = top bit of each draw
         const double signs[8] = {-1, -1, -1, 1, -1, 1, -1, 1};
@@ -384,6 +396,7 @@ private slots:
         MatrixTransform h4("H4", hadamardMatrix(4) / 2.0, /*orthogonal=*/true);
         const auto x = at::tensor({10.0, 1.0, 0.5, 0.5}, at::kDouble);
         const auto y = h4.forward(x);
+        // exact: entries ±1/2 and inputs that are multiples of 1/2, every partial sum representable
         const double want[4] = {6, 4.5, 5, 4.5};
         for (int i = 0; i < 4; ++i) QCOMPARE(y[i].item<double>(), want[i]);
         QVERIFY(at::equal(h4.inverse(y), x));
@@ -411,6 +424,7 @@ private slots:
             QCOMPARE(QString::fromStdString(resolved), kind.endsWith("lu") ? QString("block-hadamard+noise") : QString("block-orthogonal+noise"));
         const auto want = initialMatrix(resolved, dim, block, o.seed, o.noiseStd);
         const auto a = t->matrix().detach();
+        // float64: A rebuilt from the factors of A0 (d = 100-term products), ≲ d·2^-53 ≈ 1e-14
         QVERIFY2(maxAbs(a - want) <= 1e-12, qPrintable(QString("|A - A0|max = %1").arg(maxAbs(a - want))));
         QVERIFY(maxAbs(t->bias()) == 0.0);
         // Off-block-diagonal entries: N(0, 1e-3²) for "+noise", exactly 0 for the other block inits.
@@ -420,6 +434,8 @@ private slots:
         const auto off = blockOf.unsqueeze(1) != blockOf.unsqueeze(0);
         const auto offVals = want.masked_select(off);
         if (QString::fromStdString(resolved).endsWith("+noise")) {
+            // statistical: ≥ 6912 seeded draws, the sample std's relative spread 1/√(2N) ≈ 0.9%:
+            // ±10% is > 10σ
             const double sd = offVals.std().item<double>();
             QVERIFY2(sd > 0.9e-3 && sd < 1.1e-3, qPrintable(QString("noise std %1").arg(sd)));
         } else if (resolved != "orthogonal" && resolved != "hadamard") {
@@ -455,6 +471,8 @@ private slots:
         full.blockDiagonal = false;
         full.init = init; // the same draw without the off-block noise
         auto ref = makeTransform(kind.toStdString(), dim, full);
+        // float64: the same A from two factorisations, rounding only (≲ d·2^-53); off the blocks
+        // the products meet exact zeros, so exactly 0
         QVERIFY(maxAbs(blk->matrix() - ref->matrix()) <= 1e-12);
         QVERIFY(maxAbs(ref->matrix() * (1 - mask)) == 0.0);
 
@@ -470,10 +488,12 @@ private slots:
 
         perturb(*blk, 0.2, 21);
         const auto a = blk->matrix().detach(), aInv = blk->inverseMatrix().detach();
+        // A: masked, exactly 0 off the blocks; A⁻¹ from triangular solves: at most rounding dust.
+        // A·A⁻¹: float64 d = 100 terms, ~d·2^-53·cond(A) ≈ 1e-14·cond: 1e-10 allows cond up to ~1e4.
         QCOMPARE(maxAbs(a * (1 - mask)), 0.0);
         QVERIFY(maxAbs(aInv * (1 - mask)) <= 1e-14);
         QVERIFY(maxAbs(at::matmul(a, aInv) - at::eye(dim, at::kDouble)) <= 1e-10);
-        QVERIFY(maxAbs(a * mask - ref->matrix().detach()) > 1e-3); // it did move, inside the blocks
+        QVERIFY(maxAbs(a * mask - ref->matrix().detach()) > 1e-3); // it did move, inside the blocks (0.2·N(0, 1) steps)
 
         o.init = "hadamard"; // a full initialisation has no block-diagonal part to start from
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, makeTransform(kind.toStdString(), dim, o));
@@ -499,6 +519,7 @@ private slots:
         }
         const auto params = t->parameters();
         t->initBiasFromMean(mean);
+        // float64: A·mean (64 terms, Σ|a||mean| ≲ 20) formed twice, ≲ 64·2^-53·20 ≈ 1.4e-13 apart
         QVERIFY(maxAbs(t->forward(mean)) <= 1e-12);
         QVERIFY(at::allclose(t->inverse(at::zeros({64}, at::kDouble)), mean, 1e-10, 1e-10));
         // same leaf, still trainable (an optimizer holding parameters() sees the new value)
@@ -526,7 +547,7 @@ private slots:
         const auto before = t->parameters();
         t->to(dev);
         QCOMPARE(t->matrix().device(), dev);
-        QVERIFY(maxRelativeDiff(t->forward(x.to(dev)), want) < 1e-12);
+        QVERIFY(maxRelativeDiff(t->forward(x.to(dev)), want) < 1e-12); // float64 d = 32: summation order only
         const auto after = t->parameters();
         QCOMPARE(after.size(), before.size());
         for (std::size_t i = 0; i < after.size(); ++i) {

@@ -56,6 +56,7 @@ private slots:
         metrics::WeightProfileOptions o;
         o.format = config(mx::Format::MxFp4, 32);
         const auto p = metrics::profileWeights(w, {}, o, "hand");
+        // exact: dyadic values, and the same sums and one division as written here
         QCOMPARE(p.groups, std::int64_t(1));
         QCOMPARE(p.before.groupError.size(0), std::int64_t(1));
         QCOMPARE(p.before.groupError[0][0].item<double>(), 0.0625 / 32);
@@ -116,6 +117,8 @@ private slots:
                     const int g = j / block, size = std::min(block, cols - g * block);
                     rowGroup[std::size_t(i) * groups + g] += d * d / size;
                 }
+            // The MX values are those of the same float32 input (exact); every sum is float64 on both
+            // sides, so 1e-9 relative only absorbs summation order. Maxima are exact.
             for (int j = 0; j < cols; ++j) {
                 QVERIFY(std::abs(side->inputChannelNorm[j].item<double>() - std::sqrt(colSq[j])) <= 1e-9 * std::sqrt(colSq[j]));
                 QCOMPARE(side->inputChannelAbsMax[j].item<double>(), colMax[j]);
@@ -219,13 +222,15 @@ private slots:
         const at::Tensor want = l == model::names::kQProj ? y.wq : l == model::names::kVProj ? y.wv
                               : l == model::names::kOProj ? y.wo : l == model::names::kUpProj ? y.wUp : y.wDown;
         const double scale = want.abs().max().item<double>();
+        // Both folds are float64; got.folded is then rounded to float32 (≤ 2^-24 ≈ 6e-8 of the
+        // largest entry): 1e-6 leaves 16×. The original is a float32 copy of the stored weight: exact.
         QVERIFY2(maxAbsDiff(got.folded, want) <= 1e-6 * scale, qPrintable(QString::number(maxAbsDiff(got.folded, want) / scale)));
         // The original is the stored weight, untouched.
         const auto& o = loaded.layers[std::size_t(layer)];
         const at::Tensor orig = l == model::names::kQProj ? o.wq : l == model::names::kVProj ? o.wv
                               : l == model::names::kOProj ? o.wo : l == model::names::kUpProj ? o.wUp : o.wDown;
         QCOMPARE(maxAbsDiff(got.original, orig), 0.0);
-        QVERIFY(maxAbsDiff(got.folded, got.original) > 1e-3 * scale); // the fold did something
+        QVERIFY(maxAbsDiff(got.folded, got.original) > 1e-3 * scale); // the fold did something (1000× the bound above)
     }
 
     // With T3 alone the folded W_down is W_down·T3ᵀ (no γ after down_proj), worked here.
@@ -244,6 +249,7 @@ private slots:
         const auto got = run::loadLinearWeights(dir.toStdString(), 2, model::names::kDownProj, file);
         const auto h = t.t3().dense().to(at::kDouble);
         const auto want = got.original.to(at::kDouble).mm(h.t());
+        // float64 W·T3ᵀ both ways, got.folded rounded to float32 (≤ 2^-24 of the largest entry)
         QVERIFY(maxAbsDiff(got.folded, want) <= 1e-6 * want.abs().max().item<double>());
         // Without a transforms file there is no folded weight.
         QVERIFY(!run::loadLinearWeights(dir.toStdString(), 2, model::names::kDownProj).folded.defined());

@@ -115,7 +115,7 @@ private slots:
         QVERIFY(done.wait(60000));
         QVERIFY2(done.last().at(0).toBool(), qPrintable(done.last().at(1).toString()));
 
-        // The same numbers, independently of the view.
+        // The same numbers, independently of the view: the same code on the same weights, so exact.
         const auto w = run::loadLinearWeights(m_model.toStdString(), layer, linear.toStdString(),
                                               withRun ? QDir(m_run).filePath("transforms.h5").toStdString() : std::string());
         metrics::WeightProfileOptions o;

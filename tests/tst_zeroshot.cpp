@@ -161,6 +161,8 @@ private slots:
         const auto scores = eval::scoreDocuments(model, m_tok, t.docs, {});
         QCOMPARE(int(scores[0].requests.size()), 3);
         const int bytes[] = {2, 5, 3};
+        // The bigram model runs in float32: lm_head = L/s rounded, a log-softmax over 128 logits of
+        // |L| ≤ 5, ~1e-6 per token over ≤ 8 tokens: 1e-4 (1e-3 for the random tables, |L| ≲ 8).
         for (int i = 0; i < 3; ++i) {
             QVERIFY(std::abs(scores[0].requests[size_t(i)].logLikelihood + bytes[i] * kLog128) < 1e-4);
             QCOMPARE(scores[0].requests[size_t(i)].tokens, bytes[i]);
@@ -229,7 +231,7 @@ private slots:
         const auto r = eval::taskMetrics(t, s);
         QCOMPARE(r.metrics.size(), size_t(1)); // acc only
         QCOMPARE(r.metrics[0].value, 0.5);
-        QCOMPARE(r.metrics[0].stderror, 0.5); // sample std sqrt(0.5) / sqrt(2)
+        QCOMPARE(r.metrics[0].stderror, 0.5); // sample std sqrt(0.5) / sqrt(2); QCOMPARE on doubles: 1e-12 relative
     }
 
     // LAMBADA: the whole last word must be the greedy prediction, token by token. "aa bcd": the
@@ -255,6 +257,7 @@ private slots:
         QCOMPARE(r.metrics[0].metric, std::string("acc"));
         QCOMPARE(r.metrics[0].value, 0.5);
         QCOMPARE(r.metrics[1].metric, std::string("perplexity"));
+        // exp(−mean ll): its relative error is the ll error, ≤ 1e-4 as above
         const double ppl = std::exp(-(ll0 + ll1) / 2);
         QVERIFY(std::abs(r.metrics[1].value / ppl - 1) < 1e-4);
         QVERIFY(std::abs(r.metrics[1].stderror / (ppl * std::abs(ll0 - ll1) / 2) - 1) < 1e-4); // delta method
@@ -322,6 +325,8 @@ private slots:
                 double want = 0;
                 const int64_t T = ids.size(1), C = int64_t(cont.size());
                 for (int64_t j = 0; j < C; ++j) want += logp[T - C + j][cont[size_t(j)]].item<double>();
+                // Two float32 forwards of other shapes (packed rows vs one request): each log-prob off
+                // by ~1e-6 of the largest logit (tst_llamamodel's measured size), summed over C tokens.
                 QVERIFY2(std::abs(s[d].requests[i].logLikelihood - want) < 2e-4,
                          qPrintable(QString("doc %1 request %2: %3 vs %4").arg(d).arg(i).arg(s[d].requests[i].logLikelihood).arg(want)));
             }
