@@ -2,6 +2,7 @@
 #include "cli/Cli.h"
 #include "cli/Commands.h"
 
+#include "mx/MxKernelCpu.h"
 #include "util/Job.h"
 #include "util/Runtime.h"
 
@@ -29,11 +30,20 @@ int run(int argc, char** argv, bool mayReexec) {
     int threads = 0;
     app.add_option("--threads", threads,
                    "libtorch threads (default: LATMIX_THREADS, else the number of cores)");
-    // Built when asked for: the BLAS is looked up in /proc/self/maps.
+    // Built when asked for: the BLAS is looked up in /proc/self/maps. The CPU paths are what
+    // latmix.json records as "runtime" (docs/reproducibility.md).
     app.set_version_flag("--version", [] {
-        const std::string blas = latmix::blasLibrary();
+        const std::string blas = latmix::blasLibrary(), core = latmix::blasCoreName();
+        std::string mxPath;
+        try {
+            mxPath = latmix::mx::cpu::kernelPathName(latmix::mx::cpu::kernelPath());
+        } catch (const std::exception& e) {
+            mxPath = e.what();
+        }
         return latmix::latmixVersion() + " (libtorch " + latmix::libtorchVersion() + ", BLAS " +
-               (blas.empty() ? "none" : blas) + ")";
+               (blas.empty() ? "none" : blas) + (core.empty() ? "" : " [" + core + "]") + ")\nbuild " +
+               latmix::buildDescription() + "; CPU paths: ATen " + latmix::atenCpuCapability() + ", MX kernel " +
+               mxPath;
     });
 
     std::map<CLI::App*, latmix::cli::Runner> runners;
