@@ -286,8 +286,9 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
             // moved by 1e-3 relative with the BLAS kernel and thread count; this form moves with
             // the logits' own rounding only, which enters at second order (docs/reproducibility.md).
             // Where e^(−d) overflows float32 (a student logit ~88τ above the teacher's: a diverging
-            // run) the token falls back to the direct form, which stays finite there.
-            at::Tensor mass = at::zeros({N}, topts), meanD = mass.clone(), expD = mass.clone(), direct = mass.clone();
+            // run) the token falls back to the direct form Σ p·d − (lse_p − lse_q)·Σ p, which stays
+            // finite there.
+            at::Tensor mass = at::zeros({N}, topts), meanD = mass.clone(), expD = mass.clone();
             for (std::int64_t a = 0; a < V; a += chunk) {
                 const std::int64_t n = std::min(chunk, V - a);
                 const auto w = lmChunk(a, n), b = biasChunk(a, n);
@@ -298,11 +299,10 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
                 mass += p.sum(1);
                 meanD += (p * d).sum(1);
                 expD += (p * at::expm1(-d)).sum(1);
-                direct += (p * (d - (lseP - lseQ).unsqueeze(1))).sum(1);
                 gradU.addmm_((q - p) / (tau * double(N)), wg);
             }
             auto perToken = meanD / mass + at::log1p(expD / mass);
-            perToken = at::where(at::isfinite(perToken), perToken, direct);
+            perToken = at::where(at::isfinite(perToken), perToken, meanD - (lseP - lseQ) * mass);
             kl = perToken.to(at::kDouble).sum().item<double>() / double(N);
         }
         r.kl = kl;
