@@ -18,6 +18,7 @@
 #include <ATen/core/grad_mode.h>
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
 #include "CliRunner.h"
+#include "DeviceRows.h"
 #include "TestSupport.h"
 #include "TestData.h"
 
@@ -505,6 +506,72 @@ private slots:
             QVERIFY2(!error.isEmpty() && QString(e.what()).contains(error), e.what());
         }
         for (const char* n : names) qunsetenv(n);
+    }
+
+    // --dist-backend: what each name and device gives, and the refusals (one line, naming gloo).
+    void backendChoice_data() {
+        QTest::addColumn<QString>("name");
+        QTest::addColumn<bool>("onCuda");
+        QTest::addColumn<QString>("want"); // "gloo", "nccl", or the error's words
+        QTest::newRow("gloo on cpu") << "gloo" << false << "gloo";
+        QTest::newRow("gloo on cuda") << "gloo" << true << "gloo";
+        QTest::newRow("auto on cpu") << "auto" << false << "gloo";
+        QTest::newRow("auto on cuda") << "auto" << true << (dist::ncclAvailable() ? "nccl" : "gloo");
+        QTest::newRow("nccl on cuda") << "nccl" << true
+                                      << (dist::ncclAvailable() ? "nccl" : "this build of latmix has no NCCL");
+        QTest::newRow("nccl on cpu") << "nccl" << false << "these run on the CPU: use --dist-backend gloo";
+        QTest::newRow("unknown") << "mpi" << false << "'mpi' is not one of gloo, nccl, auto";
+    }
+    void backendChoice() {
+        QFETCH(QString, name);
+        QFETCH(bool, onCuda);
+        QFETCH(QString, want);
+        try {
+            const auto b = dist::chooseBackend(name.toStdString(), onCuda);
+            QCOMPARE(QString(dist::backendName(b)), want);
+        } catch (const std::invalid_argument& e) {
+            QVERIFY2(QString(e.what()).contains(want), e.what());
+            QVERIFY2(!QString(e.what()).contains('\n'), e.what());
+        }
+    }
+
+    // The refusal as a user meets it: before any work, one line naming gloo, no run folder.
+    void ncclOnCpuIsRefused() {
+        const QString out = m_tmp.filePath("nccl-cpu");
+        auto args = quantizeArgs(out, 2);
+        args << "--dist-backend" << "nccl";
+        const CliResult r = latmix::test::runLatmix(args, 60000);
+        QCOMPARE(r.exitCode, 1); // latmix's exit status for a refused run (2: a malformed command line)
+        QVERIFY2(r.err.contains("--dist-backend nccl needs the ranks on CUDA devices") && r.err.contains("use --dist-backend gloo"),
+                 qPrintable(r.err));
+        QCOMPARE(r.err.trimmed().count('\n'), 0);
+        QVERIFY(!QFileInfo::exists(out));
+    }
+
+    // One rank on one GPU through NCCL: the group forms, the collectives run on the device (one
+    // rank: the sum and the mean are the tensor itself, bit for bit; a broadcast leaves it), the
+    // tensors stay where they were, and the bytes are counted.
+    void ncclOneRankOnDevice_data() {
+        test::addDeviceColumn();
+        for (const QString& dev : test::acceleratorDevices()) QTest::newRow(qPrintable(dev)) << dev;
+    }
+    void ncclOneRankOnDevice() {
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
+        if (!dist::ncclAvailable()) QFAIL("a CUDA build without NCCL: configure must find nccl.h (docs/gpu.md)");
+        auto g = dist::Group::connect(worldOf(0, 1, dist::freeLoopbackPort()), "one rank", kTimeout, dist::Backend::Nccl,
+                                      dev.index());
+        QCOMPARE(int(g->backend()), int(dist::Backend::Nccl));
+        const auto a = at::randn({1000}, at::TensorOptions().dtype(at::kFloat).device(dev));
+        const auto h = at::randn({64, 64}, at::TensorOptions().dtype(at::kDouble).device(dev));
+        const auto a0 = a.clone(), h0 = h.clone();
+        g->allreduceMean({a});
+        g->allreduceSum({h});
+        g->broadcast({a, h});
+        g->barrier();
+        QVERIFY(a.device() == dev && h.device() == dev);
+        QVERIFY(at::equal(a, a0) && at::equal(h, h0));
+        QCOMPARE(g->bytesCommunicated(), std::uint64_t(8 * (1000 + 64 * 64 + 1000 + 64 * 64)));
     }
 
     // `latmix quantize --nproc 2` as a user runs it: one run folder written by rank 0 (world

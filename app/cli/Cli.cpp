@@ -1,5 +1,6 @@
 // latmix: the headless CLI. Everything the workbench does is reachable from here.
 #include "cli/Cli.h"
+#include "dist/ProcessGroup.h"
 #include "cli/Commands.h"
 
 #include "mx/MxKernelCpu.h"
@@ -43,7 +44,9 @@ int run(int argc, char** argv, bool mayReexec) {
         return latmix::latmixVersion() + " (libtorch " + latmix::libtorchVersion() + ", BLAS " +
                (blas.empty() ? "none" : blas) + (core.empty() ? "" : " [" + core + "]") + ")\nbuild " +
                latmix::buildDescription() + "; CPU paths: ATen " + latmix::atenCpuCapability() + ", MX kernel " +
-               mxPath;
+               mxPath + "\ndevices: " + latmix::deviceDescription() + " (" +
+               std::to_string(latmix::availableDevices().size() - 1) + " CUDA); multi-process: " +
+               (latmix::dist::available() ? (latmix::dist::ncclAvailable() ? "gloo, nccl" : "gloo") : "none");
     });
 
     std::map<CLI::App*, latmix::cli::Runner> runners;

@@ -39,6 +39,7 @@ struct QuantizeCli {
     std::string t3;        // --t3 none|block-hadamard
     int evalLimit = 0;
     double distTimeout = 1800; // seconds; PyTorch's default for process groups
+    std::string distBackend = "auto";
 };
 
 // `--nproc N`: the same command line without --nproc, started N times as the ranks of one world.
@@ -97,6 +98,9 @@ int runQuantize(QuantizeCli& o) {
         std::printf("%s", run::memoryTable(e, run::availableHostMemory()).c_str());
         return 0;
     }
+    // How the ranks talk, checked also for one process: a refusal comes before any work.
+    const c10::Device rankDevice = model::parseDevice(o.q.devices.empty() ? o.q.device : o.q.devices.front());
+    const dist::Backend backend = dist::chooseBackend(o.distBackend, rankDevice.is_cuda());
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
     o.q.calibSource = util::calibrationTextFile(o.calib);
     if (o.q.evalSeqLen > 0) o.q.evalSource = util::wikiText2TestFile();
@@ -108,7 +112,8 @@ int runQuantize(QuantizeCli& o) {
         // run the same thing, then train and run GPTQ together; rank 0 alone prints progress
         // and the report.
         o.q.group = dist::Group::connect(world, run::runKey(o.model, o.q, ids.calibIds, ids.evalIds),
-                                         std::chrono::milliseconds(static_cast<long long>(o.distTimeout * 1000)));
+                                         std::chrono::milliseconds(static_cast<long long>(o.distTimeout * 1000)), backend,
+                                         rankDevice.is_cuda() ? rankDevice.index() : 0);
     }
     run::QuantizeResult r;
     try {
@@ -240,6 +245,10 @@ Runner addQuantizeCommand(CLI::App& app) {
                     "data parallel over N processes on this machine, training and GPTQ (as torchrun --nproc-per-node N)")
         ->capture_default_str()
         ->check(CLI::Range(1, 1024));
+    cmd->add_option("--dist-backend", o->distBackend,
+                    "how the ranks talk: gloo (CPU buffers), nccl (on the GPUs; ranks on CUDA devices only) or auto "
+                    "(nccl when the ranks run on CUDA and this build has it)")
+        ->capture_default_str();
     cmd->add_option("--dist-timeout", o->distTimeout,
                     "seconds a rank waits for the others (rendezvous, each all-reduce) before failing")
         ->capture_default_str();

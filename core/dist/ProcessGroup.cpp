@@ -1,4 +1,5 @@
-// dist::Group on c10d: TCPStore rendezvous, ProcessGroupGloo collectives (ProcessGroup.h).
+// dist::Group on c10d: TCPStore rendezvous, ProcessGroupGloo or ProcessGroupNCCL collectives
+// (ProcessGroup.h).
 #include "dist/ProcessGroup.h"
 
 #include "util/TorchCompat.h"
@@ -8,6 +9,9 @@
 #ifdef LATMIX_WITH_C10D
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+#ifdef LATMIX_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 #include <atomic>
@@ -73,16 +77,72 @@ World worldFromEnvironment() {
     return w;
 }
 
+bool ncclAvailable() {
+#ifdef LATMIX_WITH_NCCL
+    return true;
+#else
+    return false;
+#endif
+}
+
+const char* backendName(Backend b) { return b == Backend::Nccl ? "nccl" : "gloo"; }
+
+Backend chooseBackend(const std::string& name, bool ranksOnCuda) {
+    if (name == "gloo") return Backend::Gloo;
+    if (name == "auto") return ranksOnCuda && ncclAvailable() ? Backend::Nccl : Backend::Gloo;
+    if (name != "nccl")
+        throw std::invalid_argument("--dist-backend '" + name + "' is not one of gloo, nccl, auto");
+    if (!ranksOnCuda)
+        throw std::invalid_argument("--dist-backend nccl needs the ranks on CUDA devices (NCCL runs on GPUs only) "
+                                    "and these run on the CPU: use --dist-backend gloo");
+    if (!ncclAvailable())
+        throw std::invalid_argument("--dist-backend nccl: this build of latmix has no NCCL (it was built against a "
+                                    "libtorch without CUDA, or without NCCL's nccl.h; see docs/gpu.md): use "
+                                    "--dist-backend gloo");
+    return Backend::Nccl;
+}
+
 #ifdef LATMIX_WITH_C10D
 
 bool available() { return true; }
 
 struct Group::Impl {
     World world;
+    Backend backend = Backend::Gloo;
+    int cudaDevice = 0;
     std::chrono::milliseconds timeout{0};
     c10::intrusive_ptr<c10d::TCPStore> store;
     c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+#ifdef LATMIX_WITH_NCCL
+    c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
+#endif
     std::atomic<std::uint64_t> bytes{0};
+
+    ~Impl() {
+#ifdef LATMIX_WITH_NCCL
+        if (nccl) compat::shutdownProcessGroup(*nccl);
+#endif
+    }
+    // Whether collectives have anything to do: a process group was formed (not a one-rank Gloo world).
+    bool formed() const {
+#ifdef LATMIX_WITH_NCCL
+        if (nccl) return true;
+#endif
+        return static_cast<bool>(pg);
+    }
+    // Starts a collective on whichever process group this is: f(group) for a generic lambda.
+    template <class F>
+    c10::intrusive_ptr<c10d::Work> start(F&& f) {
+#ifdef LATMIX_WITH_NCCL
+        if (nccl) return f(*nccl);
+#endif
+        return f(*pg);
+    }
+    // Where the collectives' buffers live: the CPU for Gloo, this rank's GPU for NCCL.
+    c10::Device bufferDevice() const {
+        return backend == Backend::Nccl ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(cudaDevice))
+                                        : c10::Device(c10::DeviceType::CPU);
+    }
 
     std::string where() const {
         return "rank " + std::to_string(world.rank) + " of " + std::to_string(world.size);
@@ -116,11 +176,15 @@ struct Group::Impl {
     }
 };
 
-std::shared_ptr<Group> Group::connect(const World& world, const std::string& runKey, std::chrono::milliseconds timeout) {
+std::shared_ptr<Group> Group::connect(const World& world, const std::string& runKey, std::chrono::milliseconds timeout,
+                                      Backend backend, int cudaDevice) {
+    if (backend == Backend::Nccl) chooseBackend("nccl", true); // a build without NCCL says so here
     auto impl = std::make_unique<Impl>();
     impl->world = world;
     impl->timeout = timeout;
-    if (world.size == 1) return std::shared_ptr<Group>(new Group(std::move(impl)));
+    impl->backend = backend;
+    impl->cudaDevice = cudaDevice;
+    if (world.size == 1 && backend == Backend::Gloo) return std::shared_ptr<Group>(new Group(std::move(impl)));
     const std::string at = world.masterAddr + ":" + std::to_string(world.masterPort);
     const std::string secs = std::to_string(timeout.count() / 1000) + " s";
     try {
@@ -175,6 +239,22 @@ std::shared_ptr<Group> Group::connect(const World& world, const std::string& run
             throw std::runtime_error("rank " + r + ": the rendezvous at " + at + " broke off (another rank stopped?)");
     }
     if (!mismatch.empty()) throw std::runtime_error(mismatch);
+#ifdef LATMIX_WITH_NCCL
+    if (backend == Backend::Nccl) {
+        try {
+            auto opts = c10d::ProcessGroupNCCL::Options::create();
+            opts->timeout = timeout;
+            impl->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, world.rank, world.size, opts);
+        } catch (const std::exception& e) {
+            std::string what = e.what();
+            if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+            throw std::runtime_error("rank " + r + ": the NCCL process group on cuda:" + std::to_string(cudaDevice) +
+                                     " did not form (" + what + "); NCCL_DEBUG=INFO says why, --dist-backend gloo "
+                                     "avoids NCCL");
+        }
+        return std::shared_ptr<Group>(new Group(std::move(impl)));
+    }
+#endif
     try {
         auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
         // Gloo's socket: GLOO_SOCKET_IFNAME as PyTorch reads it; on one machine the loopback;
@@ -195,15 +275,16 @@ std::shared_ptr<Group> Group::connect(const World& world, const std::string& run
 }
 
 namespace {
-// The tensors as one float64 CPU buffer, and back.
-// One contiguous float64 CPU tensor travels as it is (a GPTQ Hessian: 0.5 GiB at 1B, no copy).
-at::Tensor flatten(const std::vector<at::Tensor>& ts) {
-    if (ts.size() == 1 && ts[0].device().is_cpu() && ts[0].scalar_type() == at::kDouble && ts[0].is_contiguous())
+// The tensors as one float64 buffer on `device` (the CPU for Gloo, the rank's GPU for NCCL), and
+// back. One contiguous float64 tensor already there travels as it is (a GPTQ Hessian: 0.5 GiB at
+// 1B, no copy).
+at::Tensor flatten(const std::vector<at::Tensor>& ts, c10::Device device) {
+    if (ts.size() == 1 && ts[0].device() == device && ts[0].scalar_type() == at::kDouble && ts[0].is_contiguous())
         return ts[0].detach().view({-1});
     std::vector<at::Tensor> parts;
     parts.reserve(ts.size());
-    for (const auto& t : ts) parts.push_back(t.detach().reshape({-1}).to(at::kCPU, at::kDouble));
-    return parts.empty() ? at::zeros({0}, at::kDouble) : at::cat(parts);
+    for (const auto& t : ts) parts.push_back(t.detach().reshape({-1}).to(device, at::kDouble));
+    return parts.empty() ? at::zeros({0}, at::TensorOptions().dtype(at::kDouble).device(device)) : at::cat(parts);
 }
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
     std::int64_t o = 0;
@@ -218,28 +299,29 @@ void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
 } // namespace
 
 void Group::allreduce(const std::vector<at::Tensor>& ts, bool mean) {
-    if (size() == 1 || ts.empty()) return;
-    std::vector<at::Tensor> v{flatten(ts)};
+    if (!m->formed() || ts.empty()) return;
+    std::vector<at::Tensor> v{flatten(ts, m->bufferDevice())};
     m->bytes += static_cast<std::uint64_t>(v[0].numel()) * 8;
     m->run("all-reduce of " + std::to_string(v[0].numel()) + " values",
-           [&] { return m->pg->allreduce(v, c10d::AllreduceOptions{}); });
+           [&] { return m->start([&](auto& g) { return g.allreduce(v, c10d::AllreduceOptions{}); }); });
     if (mean) v[0].div_(size());
     unflatten(v[0], ts);
 }
 
 void Group::broadcast(const std::vector<at::Tensor>& ts, int root) {
-    if (size() == 1 || ts.empty()) return;
-    std::vector<at::Tensor> v{flatten(ts)};
+    if (!m->formed() || ts.empty()) return;
+    std::vector<at::Tensor> v{flatten(ts, m->bufferDevice())};
     if (rank() == root) m->bytes += static_cast<std::uint64_t>(v[0].numel()) * 8;
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    m->run("broadcast from rank " + std::to_string(root), [&] { return m->pg->broadcast(v, o); });
+    m->run("broadcast from rank " + std::to_string(root),
+           [&] { return m->start([&](auto& g) { return g.broadcast(v, o); }); });
     unflatten(v[0], ts);
 }
 
 void Group::barrier() {
-    if (size() == 1) return;
-    m->run("barrier", [&] { return m->pg->barrier(c10d::BarrierOptions{}); });
+    if (!m->formed()) return;
+    m->run("barrier", [&] { return m->start([&](auto& g) { return g.barrier(c10d::BarrierOptions{}); }); });
 }
 
 void Group::reportFailure(const std::string& what) noexcept {
@@ -260,10 +342,13 @@ bool available() { return false; }
 
 struct Group::Impl {
     World world;
+    Backend backend = Backend::Gloo;
     std::atomic<std::uint64_t> bytes{0};
 };
 
-std::shared_ptr<Group> Group::connect(const World& world, const std::string&, std::chrono::milliseconds) {
+std::shared_ptr<Group> Group::connect(const World& world, const std::string&, std::chrono::milliseconds, Backend backend,
+                                      int) {
+    if (backend == Backend::Nccl) chooseBackend("nccl", true); // throws: no c10d, so no NCCL either
     if (world.size == 1) {
         auto impl = std::make_unique<Impl>();
         impl->world = world;
@@ -285,6 +370,7 @@ void Group::allreduceMean(const std::vector<at::Tensor>& ts) { allreduce(ts, tru
 Group::~Group() = default;
 int Group::rank() const { return m->world.rank; }
 int Group::size() const { return m->world.size; }
+Backend Group::backend() const { return m->backend; }
 std::uint64_t Group::bytesCommunicated() const { return m->bytes; }
 
 } // namespace latmix::dist

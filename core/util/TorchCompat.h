@@ -28,4 +28,14 @@ void preferPlainTcpStore(Options& o) {
     if constexpr (HasUseLibUV<Options>::value) o.useLibUV = false;
 }
 
+// c10d::ProcessGroupNCCL (dist/ProcessGroup.cpp): libtorch 2.x wants shutdown() before the group is
+// destroyed (else it warns and may hang at exit); older ones have no such call.
+template <class Group, class = void>
+struct HasShutdown : std::false_type {};
+template <class Group>
+struct HasShutdown<Group, std::void_t<decltype(std::declval<Group&>().shutdown())>> : std::true_type {};
+template <class Group>
+void shutdownProcessGroup(Group& g) {
+    if constexpr (HasShutdown<Group>::value) g.shutdown();
+}
 } // namespace latmix::compat
