@@ -1,28 +1,32 @@
 #!/bin/sh
-# Runs a command (default: the README's test command) on Debian 13 "trixie" (libtorch 2.6,
-# Qt 6.8, GCC 14) in a minimal chroot made with debootstrap, on a copy of this working tree,
-# with ../shared beside it. CI runs it after the Debian 12 run on the host; developers run it
-# by hand the same way:
-#     sudo sh packaging/debian13-chroot.sh            # the README's test command
-#     sudo sh packaging/debian13-chroot.sh 'cd build && ctest -R tst_fold'   # anything else
+# Runs a command (default: the README's test command) in a minimal Debian chroot made with
+# debootstrap, on a copy of this working tree, with ../shared beside it:
+#     sudo sh packaging/chroot.sh trixie             # Debian 13 (libtorch 2.6, Qt 6.8, GCC 14): the README's test command
+#     sudo sh packaging/chroot.sh trixie 'cd build && ctest -R tst_fold'   # anything else
+#     sudo sh packaging/chroot.sh bookworm '...'     # Debian 12 (packaging/device-rehearsal.sh)
+# CI runs the trixie one after the Debian 12 run on the host (packaging/debian13-chroot.sh), and
+# the device check's rehearsal in a bookworm one.
 # Needs root (debootstrap, mount, chroot). The chroot is kept between local runs in
-# $LATMIX_CHROOT (default ~/.cache/latmix/debian13-chroot): its packages, its build folder and
+# $LATMIX_CHROOT (default ~/.cache/latmix/SUITE-chroot): its packages, its build folder and
 # its ccache survive, so a second run rebuilds only what changed. With CI=true (CI starts
 # clean) a fresh chroot is made in a temporary folder and removed at the end.
-# Environment: LATMIX_CHROOT (folder), LATMIX_MIRROR (Debian mirror, default deb.debian.org).
+# Environment: LATMIX_CHROOT (folder), LATMIX_MIRROR (Debian mirror, default deb.debian.org),
+# LATMIX_CHROOT_CARRY (ignored folders of the tree copied too, e.g. ".gpu").
 set -eu
+SUITE=${1:?usage: chroot.sh bookworm|trixie [COMMAND]}
+shift
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 SHARED=$(cd "$SRC/.." && pwd)/shared
 MIRROR=${LATMIX_MIRROR:-http://deb.debian.org/debian}
-[ "$(id -u)" -eq 0 ] || { echo "debian13-chroot: needs root (debootstrap, mount, chroot); run it with sudo" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] || { echo "chroot $SUITE: needs root (debootstrap, mount, chroot); run it with sudo" >&2; exit 2; }
 
 if [ $# -gt 0 ]; then CMD="$*"; else CMD=$(sh "$SRC/packaging/readme-test-command.sh"); fi
 
 if [ "${CI:-}" = true ]; then
-  ROOT=$(mktemp -d /var/tmp/latmix-debian13.XXXXXX)
+  ROOT=$(mktemp -d /var/tmp/latmix-$SUITE.XXXXXX)
   KEEP=no
 else
-  ROOT=${LATMIX_CHROOT:-${HOME:-/root}/.cache/latmix/debian13-chroot}
+  ROOT=${LATMIX_CHROOT:-${HOME:-/root}/.cache/latmix/$SUITE-chroot}
   KEEP=yes
 fi
 
@@ -36,7 +40,7 @@ cleanup() {
     # Never remove a folder with anything still mounted below it (that would reach the host's
     # /dev or ../shared).
     if grep -q -e " $ROOT/" -e " $ROOT.part/" /proc/mounts; then
-      echo "debian13-chroot: mounts left under $ROOT, not removing it" >&2
+      echo "chroot $SUITE: mounts left under $ROOT, not removing it" >&2
     else
       rm -rf "$ROOT" "$ROOT.part" "$ROOT.debootstrap.log"
     fi
@@ -47,18 +51,18 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 if ! command -v debootstrap > /dev/null; then
-  echo "debian13-chroot: installing debootstrap"
+  echo "chroot $SUITE: installing debootstrap"
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap
 fi
 
-# 1. A minimal trixie, made once (under a temporary name: an interrupted debootstrap is never
+# 1. A minimal Debian, made once (under a temporary name: an interrupted debootstrap is never
 #    taken for a finished chroot).
 if [ ! -f "$ROOT/etc/debian_version" ]; then
-  echo "debian13-chroot: debootstrap trixie into $ROOT"
+  echo "chroot $SUITE: debootstrap $SUITE into $ROOT"
   rm -rf "$ROOT.part"
   mkdir -p "$(dirname "$ROOT")"
-  debootstrap --variant=minbase trixie "$ROOT.part" "$MIRROR" > "$ROOT.debootstrap.log" 2>&1 ||
-    { tail -n 20 "$ROOT.debootstrap.log"; echo "debian13-chroot: debootstrap failed (log: $ROOT.debootstrap.log)" >&2; exit 1; }
+  debootstrap --variant=minbase "$SUITE" "$ROOT.part" "$MIRROR" > "$ROOT.debootstrap.log" 2>&1 ||
+    { tail -n 20 "$ROOT.debootstrap.log"; echo "chroot $SUITE: debootstrap failed (log: $ROOT.debootstrap.log)" >&2; exit 1; }
   rm -f "$ROOT.debootstrap.log"
   [ "$KEEP" = yes ] || rmdir "$ROOT"
   mv "$ROOT.part" "$ROOT"
@@ -74,11 +78,12 @@ cat /etc/resolv.conf > "$ROOT/etc/resolv.conf" 2>/dev/null || true
 #    here are deleted there. ../shared is mounted read-only at /work/shared, where the tests look
 #    by default. Build folders (build*/, ignored by git) stay.
 if ! command -v rsync > /dev/null; then
-  echo "debian13-chroot: installing rsync"
+  echo "chroot $SUITE: installing rsync"
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends rsync
 fi
 mkdir -p "$ROOT/work/main" "$ROOT/work/shared"
-(cd "$SRC" && git ls-files --cached --others --exclude-standard | while IFS= read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done | sort -u) \
+(cd "$SRC" && { git ls-files --cached --others --exclude-standard; for c in ${LATMIX_CHROOT_CARRY:-}; do find "$c" -type f; done; } |
+  while IFS= read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done | sort -u) \
   > "$ROOT/work/.files"
 rsync --checksum --files-from="$ROOT/work/.files" "$SRC/" "$ROOT/work/main/"
 (cd "$ROOT/work/main" && find . -path './build*' -prune -o -type f -print | sed 's|^\./||' | sort) |
@@ -93,10 +98,10 @@ if [ -d "$SHARED" ]; then
   mount --bind "$SHARED" "$ROOT/work/shared"
   mount -o remount,bind,ro "$ROOT/work/shared"
 else
-  echo "debian13-chroot: no $SHARED: tests that need its data will skip"
+  echo "chroot $SUITE: no $SHARED: tests that need its data will skip"
 fi
 
-echo "debian13-chroot: $(cat "$ROOT/etc/debian_version") in $ROOT: $CMD"
+echo "chroot $SUITE: $(cat "$ROOT/etc/debian_version") in $ROOT: $CMD"
 chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   LANG=C.UTF-8 CI="${CI:-}" TERM=dumb CCACHE_DIR=/root/.cache/ccache LATMIX_REQUIRE_DATA="${LATMIX_REQUIRE_DATA:-}" \
   /bin/sh -c "cd /work/main && $CMD"

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The timed runs of packaging/device-check.sh (its step 'runs'; it sets BUILD, WORK, OUT,
+# REHEARSE and LATMIX_DATA_DIR). The same commands on cuda and on cpu, then the numbers as
+# markdown table rows ('|' lines, copied into summary.txt) and OUT/runs.json.
+# On the GPU machine the CPU runs use all its cores; the rehearsal (no GPU) runs the cpu half only
+# and fewer steps.
+set -uo pipefail
+L=$BUILD/bin/latmix
+B=$LATMIX_DATA_DIR/models/brownpy-13M
+R=$WORK/runs
+rm -rf "$R"
+mkdir -p "$R"
+DEVICES="cuda cpu"
+STEPS=20 SEQ=256 SAMPLES=16 EVAL_SEQ=512 EVAL_WINDOWS=16 FWD_SEQ=1024
+# The rehearsal checks that the commands and the table work, not speeds (the chroot's libtorch
+# runs on Debian's reference BLAS): the cpu half, small.
+if [ "$REHEARSE" = yes ]; then DEVICES=cpu STEPS=2 SEQ=64 SAMPLES=4 EVAL_SEQ=64 EVAL_WINDOWS=2 FWD_SEQ=64; fi
+fails=0
+# The step's cap (STEP_CAP, from device-check.sh): runs that would start in its last 30 s are
+# skipped, so that the table below is always printed.
+END=$((SECONDS + ${STEP_CAP:-100000} - 30))
+run() { # run NAME COMMAND...: prints the command and its output, records a failure
+  local name=$1 t=$SECONDS
+  shift
+  if [ $SECONDS -ge $END ]; then echo "[$name: skipped, the step's time is up]"; fails=$((fails + 1)); return 1; fi
+  echo "+ $*"
+  "$@" > "$R/$name.txt" 2>&1
+  local rc=$?
+  cat "$R/$name.txt"
+  echo "[$name: exit $rc, $((SECONDS - t)) s]"
+  [ $rc = 0 ] || fails=$((fails + 1))
+  return $rc
+}
+
+for d in $DEVICES; do
+  run "eval-$d" "$L" eval --model "$B" --device "$d" --seqlen "$EVAL_SEQ" --max-windows "$EVAL_WINDOWS" --json "$R/eval-$d.json"
+  for m in latmix-lu mr-gptq; do
+    run "$m-$d" "$L" quantize --model "$B" --method "$m" --device "$d" --steps "$STEPS" --warmup 1 --batch 4 \
+      --calib-samples "$SAMPLES" --seqlen "$SEQ" --eval-seqlen "$EVAL_SEQ" --eval-windows 8 --metrics-every 0 --out "$R/$m-$d"
+  done
+done
+if [ "$REHEARSE" = no ]; then
+  M=$WORK/llama-1b
+  run dry-1b-lu "$L" quantize --model "$M" --method latmix-lu --device cuda --batch 4 --seqlen 2048 --calib-samples 16 \
+    --out "$R/1b-lu" --dry-run
+  for dt in bfloat16 float32; do
+    run "eval-1b-$dt" "$L" eval --model "$M" --device cuda --dtype "$dt" --seqlen 2048 --max-windows 8 --json "$R/eval-1b-$dt.json"
+  done
+  run 1b-lu "$L" quantize --model "$M" --method latmix-lu --device cuda --steps 10 --warmup 1 --batch 4 --seqlen 2048 \
+    --calib-samples 16 --metrics-every 0 --checkpoint-every 1000 --out "$R/1b-lu"
+  run 1b-gptq "$L" quantize --model "$M" --method mr-gptq --device cuda --calib-samples 16 --seqlen 2048 --out "$R/1b-gptq"
+fi
+
+for d in $DEVICES; do
+  run "bench-forward-$d" "$L" bench forward --model "$B" --device "$d" --seqlen "$FWD_SEQ" --repeat 3
+  run "bench-gptq-$d" "$L" bench gptq --device "$d" --repeat "$([ "$REHEARSE" = yes ] && echo 1 || echo 3)"
+done
+run bench-mx "$L" bench mx --repeat 3 $([ "$REHEARSE" = yes ] && echo --elements 1048576)
+
+# The numbers, from the JSON files the runs wrote.
+python3 - "$R" "$OUT/runs.json" "$STEPS" "$SEQ" "$EVAL_SEQ" "$EVAL_WINDOWS" << 'EOF'
+import json, os, sys
+R, out, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+seq, eseq, ewin = sys.argv[4:7]
+def load(p):
+    try:
+        with open(os.path.join(R, p)) as f: return json.load(f)
+    except Exception: return None
+def run(name):
+    j = load(name + "/latmix.json")
+    if not j: return None
+    s, p = j.get("seconds", {}), j.get("perplexity", {})
+    return {"train_s": s.get("train"), "quantize_s": s.get("quantize"), "total_s": s.get("total"),
+            "w4a4": p.get("w4a4"), "fp": p.get("fp"), "peak_gpu_mb": j.get("peak_gpu_mb"), "peak_rss_mb": j.get("peak_rss_mb")}
+res = {"eval": {d: load(f"eval-{d}.json") for d in ("cuda", "cpu")},
+       "latmix-lu": {d: run(f"latmix-lu-{d}") for d in ("cuda", "cpu")},
+       "mr-gptq": {d: run(f"mr-gptq-{d}") for d in ("cuda", "cpu")},
+       "1b": {"eval-bf16": load("eval-1b-bfloat16.json"), "eval-fp32": load("eval-1b-float32.json"),
+              "latmix-lu": run("1b-lu"), "mr-gptq": run("1b-gptq")}}
+with open(out, "w") as f: json.dump(res, f, indent=1)
+def g(x, *k):
+    for key in k:
+        if not isinstance(x, dict) or x.get(key) is None: return None
+        x = x[key]
+    return x
+def fmt(x, f="%.4g"): return "-" if x is None else f % x
+def rel(a, b): return None if a is None or b is None else abs(a - b) / abs(b)
+e = res["eval"]
+print("| brownpy-13M shape (random weights) | cuda | cpu | cuda vs cpu |")
+print("|---|---|---|---|")
+print("| eval ppl, seqlen %s x %s | %s | %s | rel. diff %s (tst_perplexity: < 1e-4) |" % (eseq, ewin,
+    fmt(g(e, "cuda", "perplexity"), "%.6f"), fmt(g(e, "cpu", "perplexity"), "%.6f"),
+    fmt(rel(g(e, "cuda", "perplexity"), g(e, "cpu", "perplexity")), "%.1e")))
+print("| eval tokens/s | %s | %s | x%s |" % (fmt(g(e, "cuda", "tokens_per_second"), "%.0f"), fmt(g(e, "cpu", "tokens_per_second"), "%.0f"),
+    fmt(None if not g(e, "cpu", "tokens_per_second") or g(e, "cuda", "tokens_per_second") is None else g(e, "cuda", "tokens_per_second") / g(e, "cpu", "tokens_per_second"), "%.1f")))
+for m in ("latmix-lu", "mr-gptq"):
+    c, p = res[m]["cuda"], res[m]["cpu"]
+    if m == "latmix-lu":
+        st = lambda r: None if not r or r["train_s"] is None else r["train_s"] / steps
+        print("| %s step time (s), batch 4 x %s | %s | %s | x%s |" % (m, seq, fmt(st(c)), fmt(st(p)),
+              fmt(None if not st(c) or st(p) is None else st(p) / st(c), "%.1f")))
+    print("| %s quantize (GPTQ) s | %s | %s | |" % (m, fmt(g(c, "quantize_s")), fmt(g(p, "quantize_s"))))
+    print("| %s W4A4 ppl | %s | %s | rel. diff %s |" % (m, fmt(g(c, "w4a4"), "%.4f"), fmt(g(p, "w4a4"), "%.4f"),
+          fmt(rel(g(c, "w4a4"), g(p, "w4a4")), "%.1e")))
+    print("| %s peak memory MiB (GPU / host RSS) | %s / %s | - / %s | |" % (m, fmt(g(c, "peak_gpu_mb"), "%.0f"),
+          fmt(g(c, "peak_rss_mb"), "%.0f"), fmt(g(p, "peak_rss_mb"), "%.0f")))
+b = res["1b"]
+if any(v for v in b.values()):
+    print("| Llama-3.2-1B shape (random weights), cuda | value | | |")
+    print("|---|---|---|---|")
+    for k, name in (("eval-bf16", "bfloat16"), ("eval-fp32", "float32")):
+        print("| eval tokens/s, seqlen 2048 x 8, %s | %s | peak GPU %s MiB | |" % (name, fmt(g(b, k, "tokens_per_second"), "%.0f"),
+              fmt(g(b, k, "peak_gpu_mib"), "%.0f")))
+    lu = b["latmix-lu"]
+    print("| latmix-lu step time (s), batch 4 x 2048 | %s | peak GPU %s MiB | |" % (fmt(None if not lu or lu["train_s"] is None else lu["train_s"] / 10),
+          fmt(g(lu, "peak_gpu_mb"), "%.0f")))
+    gq = b["mr-gptq"]
+    print("| mr-gptq s per layer (16 layers) | %s | peak GPU %s MiB | |" % (fmt(None if not gq or gq["quantize_s"] is None else gq["quantize_s"] / 16),
+          fmt(g(gq, "peak_gpu_mb"), "%.0f")))
+EOF
+grep -h -i -e 'estimate' -e 'peak' "$R"/dry-1b-lu.txt 2>/dev/null | sed 's/^/| dry-run: /; s/$/ | | | |/'
+echo "runs failed: $fails"
+[ $fails = 0 ]
