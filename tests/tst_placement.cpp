@@ -70,6 +70,72 @@ private slots:
         QVERIFY(plan.front().peakBytes > plan.front().weightBytes);
     }
 
+    // One GPU (quantize --device cuda): the training's peak is the one-device plan's, the weights
+    // of every stage on the device are float32 (a 1B bf16 checkpoint: 16 x 243,286,016 + 2 tables
+    // + norm, worked as above), and whether it fits follows from the estimate plus the CUDA
+    // context: an 8B fits an 80 GiB card, a 32B neither 80 nor 141 GiB (its float32 weights alone
+    // are 122 GiB), and the refusal names --offload and --devices.
+    void gpuEstimate_data() {
+        QTest::addColumn<QString>("config");
+        QTest::addColumn<double>("gib");
+        QTest::addColumn<bool>("fits");
+        QTest::newRow("1B on 80") << "llama-3.2-1b" << 80.0 << true;
+        QTest::newRow("8B on 80") << "llama-3.1-8b" << 80.0 << true;
+        QTest::newRow("32B on 80") << "qwen3-32b" << 80.0 << false;
+        QTest::newRow("32B on 141") << "qwen3-32b" << 141.0 << false;
+    }
+    void gpuEstimate() {
+        QFETCH(QString, config);
+        QFETCH(double, gib);
+        QFETCH(bool, fits);
+        const auto c = test::realConfig(config);
+        run::QuantizeOptions o;
+        o.method = "latmix-lu";
+        o.batch = 4;
+        o.seqLen = 2048;
+        o.calibSamples = 128;
+        const auto e = run::estimateDeviceMemory(c, 2, o);
+        const auto one = run::planLayerPlacement(c, {"cuda"}, o).front();
+        QCOMPARE(e.stages.front().name, std::string("train"));
+        QCOMPARE(e.stages.front().bytes, one.peakBytes);
+        const std::int64_t weights = one.weightBytes; // the one-device plan holds every weight
+        for (const auto& st : e.stages) QVERIFY2(st.bytes > weights, st.name.c_str());
+        if (config == "llama-3.2-1b")
+            QCOMPARE(weights, 16 * 60821504LL * 4 + 2 * 128256LL * 2048 * 4 + 2048 * 4);
+        const auto available = run::parseGpuMemory(QByteArray::number(gib).toStdString());
+        QCOMPARE(available, std::int64_t(gib * (1LL << 30)));
+        const std::string problem = run::memoryProblem(e, available, o, "cuda:0");
+        QCOMPARE(problem.empty(), fits);
+        QCOMPARE(problem.empty(), e.peakBytes + run::kCudaContextBytes <= available);
+        if (!fits) {
+            QVERIFY2(problem.find("--offload") != std::string::npos && problem.find("--devices") != std::string::npos &&
+                         problem.find("cuda:0") != std::string::npos,
+                     problem.c_str());
+        }
+    }
+
+    void gpuMemoryText_data() {
+        QTest::addColumn<QString>("text");
+        QTest::addColumn<double>("gib"); // 0: refused
+        QTest::newRow("80") << "80" << 80.0;
+        QTest::newRow("141 GiB") << "141 GiB" << 141.0;
+        QTest::newRow("79.6GB") << "79.6GB" << 79.6;
+        QTest::newRow("zero") << "0" << 0.0;
+        QTest::newRow("words") << "lots" << 0.0;
+        QTest::newRow("TB") << "1TB" << 0.0;
+    }
+    void gpuMemoryText() {
+        QFETCH(QString, text);
+        QFETCH(double, gib);
+        try {
+            const auto b = run::parseGpuMemory(text.toStdString());
+            QVERIFY(gib > 0);
+            QCOMPARE(b, std::int64_t(gib * (1LL << 30)));
+        } catch (const std::invalid_argument& e) {
+            QVERIFY2(gib == 0 && QString(e.what()).contains("--gpu-memory"), e.what());
+        }
+    }
+
     // The split is the best contiguous one: its largest device load equals the smallest largest
     // load over all ways to cut the layers into `devices` non-empty runs (enumerated here).
     void splitIsOptimal_data() {

@@ -5,6 +5,7 @@
 #include "dist/ProcessGroup.h"
 #include "util/AtomicFile.h"
 #include "util/DataPath.h"
+#include "util/Runtime.h"
 #include "util/Text.h"
 
 #include "eval/Perplexity.h"
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -40,6 +42,7 @@ struct QuantizeCli {
     int evalLimit = 0;
     double distTimeout = 1800; // seconds; PyTorch's default for process groups
     std::string distBackend = "auto";
+    std::string gpuMemory; // --gpu-memory (GiB) for --dry-run on a GPU this machine lacks
 };
 
 // `--nproc N`: the same command line without --nproc, started N times as the ranks of one world.
@@ -62,6 +65,37 @@ int launchRanks(const QuantizeCli& o) {
     }
     return dist::launchLocalRanks(dist::currentExecutable(), args, o.nproc,
                                   std::chrono::milliseconds(static_cast<long long>(o.distTimeout * 1000)));
+}
+
+namespace fs = std::filesystem;
+
+// --dry-run: the host memory of each stage and, with --device cuda (one GPU, no --offload, no
+// --devices: their plan is printed before), the GPU's, against --gpu-memory or the device's own
+// memory. --model may be a config.json alone (a model not downloaded yet; its torch_dtype is the
+// stored dtype), e.g. resources/configs/llama-3.1-8b.json.
+int printDryRun(const QuantizeCli& o) {
+    model::ModelConfig config;
+    int stored = 4;
+    if (fs::is_regular_file(o.model) && fs::path(o.model).extension() == ".json") {
+        config = model::ModelConfig::fromFile(o.model);
+        stored = config.torchDtype == "float32" ? 4 : 2;
+    } else {
+        const auto ck = model::Checkpoint::load(o.model);
+        config = ck.config();
+        stored = run::storedElementBytes(ck.weightBytes(), ck.parameterCount());
+    }
+    std::printf("host memory\n%s", run::memoryTable(run::estimateQuantizeMemory(config, stored, o.q), run::availableHostMemory()).c_str());
+    if (o.q.device.rfind("cuda", 0) != 0 || o.q.offload || !o.q.devices.empty()) return 0;
+    const auto g = run::estimateDeviceMemory(config, stored, o.q);
+    const auto colon = o.q.device.find(':');
+    const int index = colon == std::string::npos ? 0 : std::atoi(o.q.device.c_str() + colon + 1);
+    const std::int64_t total = o.gpuMemory.empty() ? latmix::cudaTotalMemory(index) : run::parseGpuMemory(o.gpuMemory);
+    std::printf("\nGPU memory (%s, %s)\n%s", o.q.device.c_str(),
+                !o.gpuMemory.empty() ? "--gpu-memory" : total > 0 ? "this machine's" : "not on this machine: --gpu-memory GiB compares",
+                run::memoryTable(g, total).c_str());
+    const std::string problem = run::memoryProblem(g, total, o.q, o.q.device);
+    std::printf("%s\n", problem.empty() ? (total > 0 ? "fits" : "") : ("does not fit: " + problem).c_str());
+    return 0;
 }
 
 int runQuantize(QuantizeCli& o) {
@@ -91,13 +125,7 @@ int runQuantize(QuantizeCli& o) {
             std::fflush(stdout);
         }
     }
-    if (o.dryRun) { // the memory estimate and nothing else
-        const auto ck = model::Checkpoint::load(o.model);
-        const auto e = run::estimateQuantizeMemory(
-            ck.config(), run::storedElementBytes(ck.weightBytes(), ck.parameterCount()), o.q);
-        std::printf("%s", run::memoryTable(e, run::availableHostMemory()).c_str());
-        return 0;
-    }
+    if (o.dryRun) return printDryRun(o); // the memory estimates and nothing else
     // How the ranks talk, checked also for one process: a refusal comes before any work.
     const c10::Device rankDevice = model::parseDevice(o.q.devices.empty() ? o.q.device : o.q.devices.front());
     const dist::Backend backend = dist::chooseBackend(o.distBackend, rankDevice.is_cuda());
@@ -245,6 +273,8 @@ Runner addQuantizeCommand(CLI::App& app) {
                     "data parallel over N processes on this machine, training and GPTQ (as torchrun --nproc-per-node N)")
         ->capture_default_str()
         ->check(CLI::Range(1, 1024));
+    cmd->add_option("--gpu-memory", o->gpuMemory,
+                    "--dry-run with --device cuda: the GPU's memory in GiB to compare with (default: the device's), e.g. 80 or 141");
     cmd->add_option("--dist-backend", o->distBackend,
                     "how the ranks talk: gloo (CPU buffers), nccl (on the GPUs; ranks on CUDA devices only) or auto "
                     "(nccl when the ranks run on CUDA and this build has it)")

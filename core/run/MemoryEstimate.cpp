@@ -161,6 +161,50 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
     return e;
 }
 
+MemoryEstimate estimateDeviceMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o) {
+    const MethodSpec m = runMethod(o);
+    const Shape s = shapeOf(c);
+    // The float32 weights on the device (planLayerPlacement's accounting: layers, embedding and
+    // lm_head, a copy when tied).
+    const I weights = s.layers * s.layerParams() * 4 + 2 * s.table() * 4 + s.h * 4;
+    MemoryEstimate e;
+    if (m.learned) {
+        const auto share = planLayerPlacement(c, {"cuda"}, o).front();
+        e.stages.push_back({"train", share.peakBytes, share.detail});
+    }
+    // The quantize stage: the host estimate's buffers (a layer, the Hessians, GPTQ's work, the
+    // calibration activations) without the process's own memory, next to the model's weights.
+    const MemoryEstimate host = estimateQuantizeMemory(c, stored, o);
+    for (const auto& st : host.stages)
+        if (st.name == "quantize")
+            e.stages.push_back({"quantize", weights + st.bytes - kBase, "weights " + mib(weights) + ", " + st.detail});
+    if (o.evalSeqLen > 0) {
+        // The whole float32 model and the larger of one window's layer activations and its loss.
+        const I T = std::min(o.evalSeqLen, c.maxPositions);
+        const I work = std::max(layerActivationBytes(s, T), lossBytes(s, T) + 2 * T * s.h * 4);
+        e.stages.push_back({"eval", weights + work, "weights " + mib(weights) + ", one window " + mib(work)});
+    }
+    finish(e);
+    e.note = "float32 weights on the device (" + std::string(stored == 4 ? "as stored" : "the checkpoint's 16-bit widened") +
+             "); plus the CUDA context, about " + mib(kCudaContextBytes) + " outside PyTorch's allocator";
+    return e;
+}
+
+std::int64_t parseGpuMemory(const std::string& text) {
+    std::size_t used = 0;
+    double gib = 0;
+    try {
+        gib = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    std::string unit = text.substr(used);
+    unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+    if (used == 0 || !(gib > 0) || gib > 1e6 || !(unit.empty() || unit == "GiB" || unit == "GB" || unit == "G"))
+        throw std::invalid_argument("--gpu-memory '" + text + "' is not a size in GiB, e.g. 80 (an H100) or 141 (an H200)");
+    return static_cast<std::int64_t>(gib * double(I(1) << 30));
+}
+
 std::string memoryTable(const MemoryEstimate& e, std::int64_t available) {
     std::string t;
     char buf[160];
@@ -177,12 +221,19 @@ std::string memoryTable(const MemoryEstimate& e, std::int64_t available) {
     return t;
 }
 
-std::string memoryProblem(const MemoryEstimate& e, std::int64_t available, const QuantizeOptions& o) {
-    if (available <= 0 || e.peakBytes <= available) return {};
+std::string memoryProblem(const MemoryEstimate& e, std::int64_t available, const QuantizeOptions& o,
+                          const std::string& gpu) {
+    const I need = e.peakBytes + (gpu.empty() ? 0 : kCudaContextBytes);
+    if (available <= 0 || need <= available) return {};
     std::string lower = "fewer --calib-samples (now " + std::to_string(o.calibSamples) + ") or a shorter --seqlen (now " +
                         std::to_string(o.seqLen) + ")";
     if (runMethod(o).learned) lower += ", a smaller --batch (now " + std::to_string(o.batch) + ")";
     if (o.evalSeqLen > 0) lower += ", a shorter --eval-seqlen (now " + std::to_string(o.evalSeqLen) + ")";
+    if (!gpu.empty())
+        return "the estimated peak GPU memory of this run is " + gibText(need) + " (stage " + e.peakStage +
+               ", with the CUDA context), more than the " + gibText(available) + " of " + gpu +
+               "; keep the decoder layers in host memory with --offload, split them over several GPUs with --devices, "
+               "or lower it with " + lower + "; --force runs anyway (`latmix quantize --dry-run` prints the estimate)";
     return "the estimated peak memory of this run is " + gibText(e.peakBytes) + " (stage " + e.peakStage +
            "), more than the " + gibText(available) + " this machine has available; lower it with " + lower +
            ", or quantize on a GPU with --offload; --force runs anyway (`latmix quantize --dry-run` prints the estimate)";

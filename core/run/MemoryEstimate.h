@@ -35,16 +35,33 @@ MemoryEstimate estimateEvalMemory(const model::ModelConfig& config, int storedBy
 // CPU. Training (learned methods) is included as read from the code; it is not yet streamed.
 MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options);
 
+// `latmix quantize --device cuda[:N]` without --offload: the peak of PyTorch's allocator on that
+// GPU per stage (what latmix.json's peak_gpu_mb measures). The weights are float32 on the device
+// whatever the checkpoint stores (model::loadWeights); the training's terms are those of
+// planLayerPlacement with one device; the quantize stage holds the host estimate's buffers there
+// (GPTQ runs where the model is). Not included: the CUDA context (kCudaContextBytes, outside the
+// allocator), which memoryProblem adds.
+MemoryEstimate estimateDeviceMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options);
+// What a CUDA context takes on a GPU outside PyTorch's allocator (CUDA 12-13 on Hopper: 0.5 GiB).
+constexpr std::int64_t kCudaContextBytes = std::int64_t(512) << 20;
+
 // The estimate as a table (stage, bytes, largest terms) with the peak and, when available > 0,
 // the memory available: what the CLI prints and the workbench shows before Run.
 std::string memoryTable(const MemoryEstimate& estimate, std::int64_t available);
 
 // Empty when the peak fits in `available` (or available is 0: unknown); otherwise a message with
 // both numbers and the options that lower the peak, naming --force.
-std::string memoryProblem(const MemoryEstimate& estimate, std::int64_t available, const QuantizeOptions& options);
+// gpu: the device's name when `available` is a GPU's memory (estimateDeviceMemory; the CUDA
+// context is added and the way out is --offload or --devices).
+std::string memoryProblem(const MemoryEstimate& estimate, std::int64_t available, const QuantizeOptions& options,
+                          const std::string& gpu = {});
 
 // The element size the checkpoint's weights are stored with (file bytes / parameters, rounded).
 int storedElementBytes(std::int64_t fileBytes, std::int64_t parameters);
+
+// --gpu-memory: "80", "141 GiB", "80GB" (GiB either way: the cards' marketing "80 GB" is
+// 80 GiB of HBM); throws std::invalid_argument naming the option.
+std::int64_t parseGpuMemory(const std::string& text);
 
 // Physical memory this machine has available now (MemAvailable of /proc/meminfo), 0 if unknown.
 std::int64_t availableHostMemory();

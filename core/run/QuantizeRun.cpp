@@ -917,10 +917,13 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     const model::ModelConfig& c = ck.config();
     checkExportable(c, o);
     checkMethodFits(c, o);
-    if (o.memoryCheck && model::parseDevice(o.device).is_cpu()) {
-        const auto estimate =
-            estimateQuantizeMemory(c, storedElementBytes(ck.weightBytes(), ck.parameterCount()), o);
-        const std::string problem = memoryProblem(estimate, availableHostMemory(), o);
+    if (o.memoryCheck) {
+        const int stored = storedElementBytes(ck.weightBytes(), ck.parameterCount());
+        const c10::Device device = model::parseDevice(o.device);
+        std::string problem;
+        if (device.is_cpu()) problem = memoryProblem(estimateQuantizeMemory(c, stored, o), availableHostMemory(), o);
+        else if (device.is_cuda() && !o.offload && o.devices.empty())
+            problem = memoryProblem(estimateDeviceMemory(c, stored, o), cudaTotalMemory(device.index()), o, device.str());
         if (!problem.empty()) throw std::invalid_argument(problem);
     }
     if (o.foldedEvalEvery > 0 && (!method.learned || o.evalSeqLen < 1))

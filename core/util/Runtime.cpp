@@ -111,6 +111,15 @@ std::vector<std::string> availableDevices() {
     return d;
 }
 
+std::int64_t cudaTotalMemory(int index) {
+    if (index < 0 || index >= cudaDeviceCount()) return 0;
+#ifdef LATMIX_WITH_CUDA
+    return static_cast<std::int64_t>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
+#else
+    return 0;
+#endif
+}
+
 std::string deviceDescription() {
     if (cudaDeviceCount() == 0) return "CPU";
 #ifdef LATMIX_WITH_CUDA

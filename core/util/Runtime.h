@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 // Process-wide runtime facts and settings: libtorch threads, version, devices.
 #include <string>
 #include <vector>
@@ -42,5 +43,7 @@ std::string latmixVersion();
 std::vector<std::string> availableDevices();
 // Human-readable compute device for status bars: "CPU" or "CUDA: <name>".
 std::string deviceDescription();
+// Total memory of CUDA device `index` in bytes (0 without CUDA or without that device).
+std::int64_t cudaTotalMemory(int index);
 
 } // namespace latmix
