@@ -18,7 +18,7 @@
 # Environment: LATMIX_DEVICE_CAP_SCALE multiplies every cap (the rehearsal on 2 cores: 4);
 # LATMIX_DEVICE_DEADLINE (seconds, default 480) shortens the caps so that the whole check ends by
 # then (0: no deadline), leaving the device call time to bring the logs back;
-# LATMIX_DEVICE_STEPS=configure stops after configuring (CI).
+# LATMIX_DEVICE_STEPS=configure or build-cli stops after that step (CI: build-cli).
 # Exit status: 0 when every step passed, 1 when a step failed, 2 when this machine cannot run the
 # check at all (no GPU, CPU-only torch, nothing carried), before anything is built.
 set -uo pipefail
@@ -202,6 +202,7 @@ build_cli() {
   fi
 }
 step build-cli hard 330 build.log build_cli
+[ "${LATMIX_DEVICE_STEPS:-all}" = build-cli ] && { say "latmix built in $((SECONDS - T0)) s (LATMIX_DEVICE_STEPS=build-cli: stopping here)"; exit $FAILED; }
 build_tests() { cmake --build "$BUILD" -j "$JOBS" --target $DEVICE_TESTS -- -k 0; }
 step build-tst soft 240 build.log build_tests
 

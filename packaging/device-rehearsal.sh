@@ -5,7 +5,8 @@
 # carried .debs (packaging/gpu-prep.sh; run first), configures and builds against them, and runs
 # the cpu half of the timed runs. Needs root, like chroot.sh.
 #     sudo sh packaging/device-rehearsal.sh [OUT]      # OUT (default /tmp/latmix-rehearsal) gets the logs
-# LATMIX_REHEARSAL_STEPS=configure stops after configuring (CI's short form: unpack + configure).
+# LATMIX_REHEARSAL_STEPS=configure or build-cli stops after that step (CI: build-cli, i.e. unpack,
+# configure and build `latmix` against the carried packages).
 set -eu
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-/tmp/latmix-rehearsal}

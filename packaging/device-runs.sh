@@ -43,6 +43,10 @@ if [ "$REHEARSE" = no ]; then
   M=$WORK/llama-1b
   run dry-1b-lu "$L" quantize --model "$M" --method latmix-lu --device cuda --batch 4 --seqlen 2048 --calib-samples 16 \
     --out "$R/1b-lu" --dry-run
+  for cfg in llama-3.1-8b qwen3-32b; do # sized against this GPU, nothing run
+    run "dry-$cfg" "$L" quantize --model "$SRC/resources/configs/$cfg.json" --method latmix-lu --device cuda --batch 4 \
+      --seqlen 2048 --calib-samples 128 --out "$R/dry-$cfg" --dry-run
+  done
   for dt in bfloat16 float32; do
     run "eval-1b-$dt" "$L" eval --model "$M" --device cuda --dtype "$dt" --seqlen 2048 --max-windows 8 --json "$R/eval-1b-$dt.json"
   done
@@ -118,6 +122,6 @@ if any(v for v in b.values()):
     print("| mr-gptq s per layer (16 layers) | %s | peak GPU %s MiB | |" % (fmt(None if not gq or gq["quantize_s"] is None else gq["quantize_s"] / 16),
           fmt(g(gq, "peak_gpu_mb"), "%.0f")))
 EOF
-grep -h -i -e 'estimate' -e 'peak' "$R"/dry-1b-lu.txt 2>/dev/null | sed 's/^/| dry-run: /; s/$/ | | | |/'
+grep -H -e '^peak' -e '^fits' -e '^does not fit' "$R"/dry-*.txt 2>/dev/null | sed "s|^$R/||; s/^/| /; s/\$/ | | | |/"
 echo "runs failed: $fails"
 [ $fails = 0 ]
