@@ -28,6 +28,9 @@ run() { # run NAME COMMAND...: prints the command and its output, records a fail
   local rc=$?
   cat "$R/$name.txt"
   echo "[$name: exit $rc, $((SECONDS - t)) s]"
+  if [ $rc -ge 128 ] && command -v addr2line > /dev/null; then # a crash: name latmix's frames (util/CrashReport.h)
+    grep -o 'latmix(+0x[0-9a-f]*)' "$R/$name.txt" | grep -o '0x[0-9a-f]*' | xargs -r addr2line -f -C -i -e "$L" | paste - - | head -n 40
+  fi
   [ $rc = 0 ] || fails=$((fails + 1))
   return $rc
 }

@@ -6,8 +6,10 @@
 
 #include <ATen/ATen.h>
 
-#ifdef LATMIX_WITH_C10D
+#ifdef LATMIX_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#ifdef LATMIX_WITH_C10D
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
 #ifdef LATMIX_WITH_NCCL
@@ -85,6 +87,13 @@ bool ncclAvailable() {
 #endif
 }
 
+// Why ranks on CPUs cannot run in this build.
+[[maybe_unused]] std::string noGlooMessage() {
+    return "this build of latmix has no Gloo, so ranks on CPUs cannot talk (PyTorch's wheel ships no Gloo headers; "
+           "docs/gpu.md): run the ranks on GPUs with --dist-backend nccl, or build against Debian's libtorch with "
+           "libgloo-dev, or pass -DLATMIX_GLOO_INCLUDE_DIR; or run with one process";
+}
+
 const char* backendName(Backend b) { return b == Backend::Nccl ? "nccl" : "gloo"; }
 
 Backend chooseBackend(const std::string& name, bool ranksOnCuda) {
@@ -104,7 +113,13 @@ Backend chooseBackend(const std::string& name, bool ranksOnCuda) {
 
 #ifdef LATMIX_WITH_C10D
 
-bool available() { return true; }
+bool available() {
+#ifdef LATMIX_WITH_GLOO
+    return true;
+#else
+    return false; // NCCL only: ranks on GPUs
+#endif
+}
 
 struct Group::Impl {
     World world;
@@ -112,7 +127,9 @@ struct Group::Impl {
     int cudaDevice = 0;
     std::chrono::milliseconds timeout{0};
     c10::intrusive_ptr<c10d::TCPStore> store;
+#ifdef LATMIX_WITH_GLOO
     c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+#endif
 #ifdef LATMIX_WITH_NCCL
     c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
 #endif
@@ -128,7 +145,11 @@ struct Group::Impl {
 #ifdef LATMIX_WITH_NCCL
         if (nccl) return true;
 #endif
+#ifdef LATMIX_WITH_GLOO
         return static_cast<bool>(pg);
+#else
+        return false;
+#endif
     }
     // Starts a collective on whichever process group this is: f(group) for a generic lambda.
     template <class F>
@@ -136,7 +157,11 @@ struct Group::Impl {
 #ifdef LATMIX_WITH_NCCL
         if (nccl) return f(*nccl);
 #endif
+#ifdef LATMIX_WITH_GLOO
         return f(*pg);
+#else
+        throw std::logic_error("a collective without a process group"); // formed() is checked first
+#endif
     }
     // Where the collectives' buffers live: the CPU for Gloo, this rank's GPU for NCCL.
     c10::Device bufferDevice() const {
@@ -185,6 +210,9 @@ std::shared_ptr<Group> Group::connect(const World& world, const std::string& run
     impl->backend = backend;
     impl->cudaDevice = cudaDevice;
     if (world.size == 1 && backend == Backend::Gloo) return std::shared_ptr<Group>(new Group(std::move(impl)));
+#ifndef LATMIX_WITH_GLOO
+    if (backend == Backend::Gloo) throw std::runtime_error(noGlooMessage());
+#endif
     const std::string at = world.masterAddr + ":" + std::to_string(world.masterPort);
     const std::string secs = std::to_string(timeout.count() / 1000) + " s";
     try {
@@ -255,6 +283,7 @@ std::shared_ptr<Group> Group::connect(const World& world, const std::string& run
         return std::shared_ptr<Group>(new Group(std::move(impl)));
     }
 #endif
+#ifdef LATMIX_WITH_GLOO
     try {
         auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
         // Gloo's socket: GLOO_SOCKET_IFNAME as PyTorch reads it; on one machine the loopback;
@@ -271,6 +300,7 @@ std::shared_ptr<Group> Group::connect(const World& world, const std::string& run
         throw std::runtime_error("rank " + r + ": the Gloo process group did not form within " + secs + " (" + what +
                                  "); on several machines set GLOO_SOCKET_IFNAME to the network interface to use");
     }
+#endif
     return std::shared_ptr<Group>(new Group(std::move(impl)));
 }
 

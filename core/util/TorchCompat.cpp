@@ -2,6 +2,7 @@
 
 #ifdef LATMIX_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/util/Exception.h>
 #endif
 
 #include <cstddef>
@@ -15,12 +16,24 @@ namespace latmix::compat {
 // implicit conversion of the index) compiles against both.
 constexpr std::size_t kAggregate = 0;
 
+// libtorch 2.x creates the allocator's per-device state at the first allocation and refuses the
+// statistics of a device it has not seen yet ("Invalid device argument"): nothing allocated there
+// yet means a peak of 0 and nothing to reset.
 std::int64_t cudaPeakAllocatedBytes(int device) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
-    return stats.allocated_bytes[kAggregate].peak;
+    try {
+        const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+        return stats.allocated_bytes[kAggregate].peak;
+    } catch (const c10::Error&) {
+        return 0;
+    }
 }
 
-void resetCudaPeakMemory(int device) { c10::cuda::CUDACachingAllocator::resetPeakStats(device); }
+void resetCudaPeakMemory(int device) {
+    try {
+        c10::cuda::CUDACachingAllocator::resetPeakStats(device);
+    } catch (const c10::Error&) {
+    }
+}
 #else
 std::int64_t cudaPeakAllocatedBytes(int) { return 0; }
 void resetCudaPeakMemory(int) {}
