@@ -46,7 +46,8 @@ int run(int argc, char** argv, bool mayReexec) {
                latmix::buildDescription() + "; CPU paths: ATen " + latmix::atenCpuCapability() + ", MX kernel " +
                mxPath + "\ndevices: " + latmix::deviceDescription() + " (" +
                std::to_string(latmix::availableDevices().size() - 1) + " CUDA); multi-process: " +
-               (latmix::dist::available() ? (latmix::dist::ncclAvailable() ? "gloo, nccl" : "gloo") : "none");
+               (latmix::dist::available() ? (latmix::dist::ncclAvailable() ? "gloo, nccl" : "gloo")
+                                          : (latmix::dist::ncclAvailable() ? "nccl (GPUs only)" : "none"));
     });
 
     std::map<CLI::App*, latmix::cli::Runner> runners;
