@@ -78,6 +78,20 @@ private slots:
 
     // --eval-tasks: the quantized model's zero-shot accuracies in the report and latmix.json,
     // the same numbers `latmix eval --tasks` gives for the run's model folder.
+    // --tf32 changes float32 matrix products on CUDA only: on the CPU the run is the same and
+    // latmix.json records that no TF32 was used.
+    void tf32IsCudaOnly() {
+        const QString out = m_tmp.filePath("run-tf32");
+        auto args = quantizeArgs(out, "rtn", 4);
+        args << "--tf32";
+        const Result r = run(args);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QJsonObject j = readJson(out + "/latmix.json");
+        QVERIFY(j.contains("tf32"));
+        QCOMPARE(j["tf32"].toBool(), false);
+        QCOMPARE(readJson(m_tmp.filePath("run-rtn") + "/latmix.json")["tf32"].toBool(), false);
+    }
+
     void zeroShotAfterQuantize() {
         if (!QFile::exists(latmix::test::dataDir() + "/zeroshot/arc_easy/ARC-Easy-Test.jsonl"))
             LATMIX_DATA_SKIP("zero-shot data not found (LATMIX_DATA_DIR)");

@@ -261,6 +261,9 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_flag("--resume", o->q.resume, "continue the training saved in RUN_DIR/train.h5");
     cmd->add_option("--track-layer", o->q.trackedLayer, "layer whose A2 metrics the training reports")
         ->capture_default_str();
+    cmd->add_flag("--tf32", o->q.tf32,
+                  "on CUDA: float32 matrix products in TF32 on the tensor cores (faster; 10-bit mantissa, so results "
+                  "differ from the CPU's more than in float32; recorded in latmix.json)");
     cmd->add_flag("--offload", o->q.offload,
                   "keep the decoder layers in host memory, one at a time on the device (models larger than its memory)");
     cmd->add_option("--t1-bias", o->t1Bias, "learned T1 bias v1: on (the paper) or off (v1 = 0; Qwen3 exports need it)")

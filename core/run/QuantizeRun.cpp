@@ -792,6 +792,7 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
     j["format"] = model::mxConfigJson(o.format);
     j["seed"] = o.seed;
     j["device"] = o.device;
+    j["tf32"] = o.tf32 && x.device.is_cuda();
     j["world_size"] = o.group ? o.group->size() : 1; // data-parallel ranks (training and GPTQ)
     if (o.group && o.group->size() > 1) // what rank 0 sent, in MiB
         j["communicated_mib"] = {{"train", r.trainBytes / 1048576.0}, {"quantize", r.quantizeBytes / 1048576.0}};
@@ -984,6 +985,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     };
     stage(method.learned ? "training (" + std::to_string(o.steps) + " steps)" : "starting");
     if (device.is_cuda()) compat::resetCudaPeakMemory(device.index());
+    compat::allowTf32Matmuls(o.tf32 && device.is_cuda()); // process-wide; every run sets it
 
     const auto windows = model::sampleCalibrationWindows(calibIds, o.calibSamples, x.seqLen, o.seed);
     std::vector<int64_t> flat;

@@ -86,6 +86,11 @@ struct QuantizeOptions {
     // time for training (train::distillationStep converts a layer when it runs), folding, GPTQ
     // and evaluation, so a model larger than device memory can be quantized.
     bool offload = false;
+    // Float32 matrix products on a CUDA device in TF32 (compat::allowTf32Matmuls; `--tf32`): the
+    // training's and GPTQ's products several times faster on tensor cores, with a 10-bit mantissa.
+    // Off by default: the results then match the CPU's within the tests' float32 bounds. The KL,
+    // AdamW's state and the Hessians keep their own precision (float32 / float64 sums).
+    bool tf32 = false;
     // Training with the decoder layers split over these devices (`--devices`, run/MemoryEstimate.h's
     // planLayerPlacement: balanced by bytes, embedding with the first, lm_head with the last);
     // empty: all on `device`. The stages after training run on the first device, a layer at a

@@ -5,6 +5,8 @@
 #include <c10/util/Exception.h>
 #endif
 
+#include <ATen/Context.h>
+
 #include <cstddef>
 
 namespace latmix::compat {
@@ -38,5 +40,7 @@ void resetCudaPeakMemory(int device) {
 std::int64_t cudaPeakAllocatedBytes(int) { return 0; }
 void resetCudaPeakMemory(int) {}
 #endif
+
+void allowTf32Matmuls(bool allow) { at::globalContext().setAllowTF32CuBLAS(allow); }
 
 } // namespace latmix::compat

@@ -15,6 +15,10 @@ namespace latmix::compat {
 // CUDA). The caching allocator's statistics moved between 1.13 and 2.x (TorchCompat.cpp).
 std::int64_t cudaPeakAllocatedBytes(int device);
 void resetCudaPeakMemory(int device);
+// Whether float32 matrix products on CUDA may run in TF32 on the tensor cores (10-bit mantissa;
+// PyTorch's torch.backends.cuda.matmul.allow_tf32, off by default since 1.12). The same call in
+// 1.13 and 2.x (2.9 adds a finer-grained API; this one still sets the matmul precision).
+void allowTf32Matmuls(bool allow);
 
 // c10d::TCPStoreOptions (dist/ProcessGroup.cpp): libtorch 2.x added useLibUV, on by default since
 // 2.4, which needs a libtorch built with libuv; 1.13 has no such field and only the plain TCP
