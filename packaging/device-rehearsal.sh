@@ -33,7 +33,7 @@ fi
 '
 mkdir -p "$OUT"
 LATMIX_CHROOT_CARRY=.gpu sh "$SRC/packaging/chroot.sh" bookworm \
-  "$setup mkdir -p /work/out && LATMIX_DEVICE_CAP_SCALE=${LATMIX_DEVICE_CAP_SCALE:-4} LATMIX_DEVICE_DEADLINE=0 LATMIX_DEVICE_STEPS=${LATMIX_REHEARSAL_STEPS:-all} bash packaging/device-check.sh /work/out --rehearse; rc=\$?; exit \$rc" || rc=$?
+  "$setup mkdir -p /work/out && LATMIX_DEVICE_CAP_SCALE=${LATMIX_DEVICE_CAP_SCALE:-4} LATMIX_DEVICE_DEADLINE=0 LATMIX_DEVICE_BISECT=1 LATMIX_DEVICE_STEPS=${LATMIX_REHEARSAL_STEPS:-all} bash packaging/device-check.sh /work/out --rehearse; rc=\$?; exit \$rc" || rc=$?
 root=${LATMIX_CHROOT:-${HOME:-/root}/.cache/latmix/bookworm-chroot}
 [ "${CI:-}" = true ] || cp "$root/work/out/"* "$OUT/" 2>/dev/null || true
 exit ${rc:-0}

@@ -42,6 +42,21 @@ for d in $DEVICES; do
       --calib-samples "$SAMPLES" --seqlen "$SEQ" --eval-seqlen "$EVAL_SEQ" --eval-windows 8 --metrics-every 0 --out "$R/$m-$d"
   done
 done
+# A crashed quantize run (exit >= 128) is narrowed down at once, on the smallest case (brownpy-13M,
+# rtn/mr-gptq on the CPU, a few seconds each): which of evaluation, GPTQ, the MX kernel's path,
+# ATen's CPU path or the thread count it needs. LATMIX_DEVICE_BISECT=1 runs it regardless.
+if [ "${LATMIX_DEVICE_BISECT:-0}" = 1 ] || grep -q 'crashed (signal' "$R"/*.txt 2> /dev/null; then
+  echo "=== a quantize run crashed: variants of the smallest one"
+  base=("$L" quantize --model "$B" --device cpu --steps 2 --batch 4 --calib-samples 4 --seqlen 64 --metrics-every 0)
+  run bisect-gptq-eval "${base[@]}" --method mr-gptq --eval-seqlen 64 --eval-windows 2 --out "$R/b1"
+  run bisect-gptq-noeval "${base[@]}" --method mr-gptq --out "$R/b2"
+  run bisect-rtn-noeval "${base[@]}" --method rtn --out "$R/b3"
+  LATMIX_MX_KERNEL=baseline run bisect-mxbaseline "${base[@]}" --method rtn --out "$R/b4"
+  ATEN_CPU_CAPABILITY=default run bisect-atendefault "${base[@]}" --method rtn --out "$R/b5"
+  OMP_NUM_THREADS=1 LATMIX_THREADS=1 run bisect-1thread "${base[@]}" --method rtn --out "$R/b6"
+  for b in "$R"/bisect-*.txt; do echo "bisect: $(basename "$b" .txt): $(grep -c 'crashed (signal' "$b") crash(es)"; done | tee "$R/bisect.txt"
+fi
+
 if [ "$REHEARSE" = no ]; then
   M=$WORK/llama-1b
   run dry-1b-lu "$L" quantize --model "$M" --method latmix-lu --device cuda --batch 4 --seqlen 2048 --calib-samples 16 \
@@ -125,6 +140,7 @@ if any(v for v in b.values()):
     print("| mr-gptq s per layer (16 layers) | %s | peak GPU %s MiB | |" % (fmt(None if not gq or gq["quantize_s"] is None else gq["quantize_s"] / 16),
           fmt(g(gq, "peak_gpu_mb"), "%.0f")))
 EOF
+cat "$R/bisect.txt" 2> /dev/null | sed 's/^/| /; s/$/ | | | |/'
 grep -H -e '^peak' -e '^fits' -e '^does not fit' "$R"/dry-*.txt 2>/dev/null | sed "s|^$R/||; s/^/| /; s/\$/ | | | |/"
 echo "runs failed: $fails"
 [ $fails = 0 ]
