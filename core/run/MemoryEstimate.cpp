@@ -164,14 +164,12 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
 MemoryEstimate estimateDeviceMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o) {
     const MethodSpec m = runMethod(o);
     const Shape s = shapeOf(c);
-    // The float32 weights on the device (planLayerPlacement's accounting: layers, embedding and
-    // lm_head, a copy when tied).
-    const I weights = s.layers * s.layerParams() * 4 + 2 * s.table() * 4 + s.h * 4;
+    // Everything on one device: the placement plan's float32 weights (layers, embedding and
+    // lm_head, a copy when tied) and training peak.
+    const DeviceShare one = planLayerPlacement(c, {"cuda"}, o).front();
+    const I weights = one.weightBytes;
     MemoryEstimate e;
-    if (m.learned) {
-        const auto share = planLayerPlacement(c, {"cuda"}, o).front();
-        e.stages.push_back({"train", share.peakBytes, share.detail});
-    }
+    if (m.learned) e.stages.push_back({"train", one.peakBytes, one.detail});
     // The quantize stage: the host estimate's buffers (a layer, the Hessians, GPTQ's work, the
     // calibration activations) without the process's own memory, next to the model's weights.
     const MemoryEstimate host = estimateQuantizeMemory(c, stored, o);
