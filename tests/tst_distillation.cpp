@@ -6,6 +6,7 @@
 
 #include "eval/ActivationCapture.h"
 #include "fold/Fold.h"
+#include "io/SafeTensors.h"
 #include "io/TensorFile.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
@@ -408,6 +409,51 @@ private slots:
         QVERIFY(moved > total / 4); // the step did move the parameters
         QVERIFY2(agree >= 0.99 * double(total),
                  qPrintable(QString("%1 of %2 parameter entries agree with the CPU's").arg(agree).arg(total)));
+    }
+
+    // The frozen weights of a bf16 checkpoint stay bf16 on the device (model::loadStoredWeights,
+    // what `latmix quantize` holds on a GPU) and every use widens them exactly: one step gives
+    // the same KL and the same parameters, bit for bit, as the weights widened to float32 up
+    // front (model::loadWeights), on the same device.
+    void bf16FrozenWeightsStepExactly_data() {
+        test::addDeviceColumn();
+        for (const QString& dev : test::testDevices()) QTest::newRow(qPrintable(dev)) << dev;
+    }
+    void bf16FrozenWeightsStepExactly() {
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
+        Fixture f;
+        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        QTemporaryDir tmp;
+        const std::string dir = tmp.path().toStdString();
+        std::vector<std::pair<std::string, at::Tensor>> t;
+        for (const auto& n : f.ck->names()) t.emplace_back(n, f.ck->weight(n).to(at::kBFloat16));
+        io::writeSafeTensors(dir + "/model.safetensors", t);
+        QFile::copy(test::dataDir() + "/models/stories260K-hf/config.json", tmp.path() + "/config.json");
+        const auto ck = model::Checkpoint::load(dir);
+        const auto stored = model::loadStoredWeights(ck, at::kFloat, dev);
+        QCOMPARE(stored.layers[2].wGate.scalar_type(), at::kBFloat16);
+        QCOMPARE(stored.layers[2].wGate.device(), dev);
+        QCOMPARE(stored.layers[2].inputNorm.scalar_type(), at::kFloat);
+        QCOMPARE(stored.embed.scalar_type(), at::kBFloat16);
+        const auto widened = model::loadWeights(ck, at::kFloat, dev);
+        auto step = [&](const model::LlamaWeights& w) {
+            train::TransformSpec spec;
+            train::ModelTransforms tr(ck.config(), spec);
+            tr.to(dev);
+            auto o = quickOptions(1);
+            o.metricsEvery = 0;
+            OneStep r;
+            r.step = train::distill(ck.config(), w, f.calib, tr, o).history.at(0);
+            for (const auto& p : tr.parameters()) r.after.push_back(test::onCpu(p));
+            return r;
+        };
+        const OneStep a = step(stored), b = step(widened);
+        QVERIFY(b.step.kl > 1e-4); // MXFP4 in the student: a step with something to learn
+        QCOMPARE(a.step.kl, b.step.kl);
+        QCOMPARE(a.step.loss, b.step.loss);
+        QCOMPARE(a.after.size(), b.after.size());
+        for (size_t i = 0; i < a.after.size(); ++i) QVERIFY2(at::equal(a.after[i], b.after[i]), qPrintable(QString::number(i)));
     }
 
     // transforms.h5 round trip: the restored transforms have the same matrices.

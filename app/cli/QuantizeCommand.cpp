@@ -73,17 +73,27 @@ namespace fs = std::filesystem;
 // --devices: their plan is printed before), the GPU's, against --gpu-memory or the device's own
 // memory. --model may be a config.json alone (a model not downloaded yet; its torch_dtype is the
 // stored dtype), e.g. resources/configs/llama-3.1-8b.json.
-int printDryRun(const QuantizeCli& o) {
+// The model's shape and bytes per stored weight element, from a checkpoint folder or (for the
+// estimates alone) a config.json, whose torch_dtype stands for the weights.
+struct ModelShape {
     model::ModelConfig config;
     int stored = 4;
-    if (fs::is_regular_file(o.model) && fs::path(o.model).extension() == ".json") {
-        config = model::ModelConfig::fromFile(o.model);
-        stored = config.torchDtype == "float32" ? 4 : 2;
+};
+ModelShape modelShapeOf(const std::string& path) {
+    ModelShape m;
+    if (fs::is_regular_file(path) && fs::path(path).extension() == ".json") {
+        m.config = model::ModelConfig::fromFile(path);
+        m.stored = m.config.torchDtype == "float32" ? 4 : 2;
     } else {
-        const auto ck = model::Checkpoint::load(o.model);
-        config = ck.config();
-        stored = run::storedElementBytes(ck.weightBytes(), ck.parameterCount());
+        const auto ck = model::Checkpoint::load(path);
+        m.config = ck.config();
+        m.stored = run::storedElementBytes(ck.weightBytes(), ck.parameterCount());
     }
+    return m;
+}
+
+int printDryRun(const QuantizeCli& o) {
+    const auto [config, stored] = modelShapeOf(o.model);
     std::printf("host memory\n%s", run::memoryTable(run::estimateQuantizeMemory(config, stored, o.q), run::availableHostMemory()).c_str());
     if (o.q.device.rfind("cuda", 0) != 0 || o.q.offload || !o.q.devices.empty()) return 0;
     const auto g = run::estimateDeviceMemory(config, stored, o.q);
@@ -117,9 +127,10 @@ int runQuantize(QuantizeCli& o) {
     if (world.size > 1) o.q.device = model::deviceOfLocalRank(o.q.device, world.localRank);
     if (!o.devices.empty()) { // the plan is checked and printed before anything else
         o.q.devices = run::devicesOfLocalRank(o.devices, world.localRank);
-        const auto plan = run::planLayerPlacement(model::Checkpoint::load(o.model).config(), o.q.devices, o.q);
+        const auto shape = modelShapeOf(o.model);
+        const auto plan = run::planLayerPlacement(shape.config, shape.stored, o.q.devices, o.q);
         if (world.rank == 0) {
-            std::printf("training layers across %zu devices (balanced by the float32 bytes each holds)%s:\n%s",
+            std::printf("training layers across %zu devices (balanced by the bytes of the weights each holds)%s:\n%s",
                         plan.size(), world.size > 1 ? " on rank 0; every rank holds the same split on its own devices" : "",
                         run::placementTable(plan).c_str());
             std::fflush(stdout);

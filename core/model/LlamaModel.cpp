@@ -126,8 +126,9 @@ LlamaWeights loadWeights(const Checkpoint& ckpt, at::ScalarType dtype, c10::Devi
     return loadWith(ckpt, [&](const at::Tensor& t) { return t.to(opts); });
 }
 
-LlamaWeights loadStoredWeights(const Checkpoint& ckpt, at::ScalarType dtype) {
-    return loadWith(ckpt, [&](const at::Tensor& t) { return t.dim() >= 2 ? t : t.to(dtype); });
+LlamaWeights loadStoredWeights(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device device) {
+    const auto vectors = at::TensorOptions().dtype(dtype).device(device);
+    return loadWith(ckpt, [&](const at::Tensor& t) { return t.dim() >= 2 ? t.to(device) : t.to(vectors); });
 }
 
 std::vector<std::pair<std::string, at::Tensor>> namedLayerTensors(const LayerWeights& y, int layer) {

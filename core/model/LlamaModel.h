@@ -51,10 +51,11 @@ struct LlamaWeights {
 // the memory-mapped ones (read-only: clone before editing in place); other dtypes or devices
 // are converted.
 LlamaWeights loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat, c10::Device device = c10::kCPU);
-// The matrices as stored (memory-mapped views in the file's dtype, on the CPU), the vectors
-// (norms, biases) converted to dtype: for a pass that converts one layer at a time
-// (ForwardOptions::dtype), so a model costs its file plus one converted layer.
-LlamaWeights loadStoredWeights(const Checkpoint& checkpoint, at::ScalarType dtype);
+// The matrices as stored (in the file's dtype: memory-mapped views on the CPU, copies on another
+// device), the vectors (norms, biases) converted to dtype on that device: for a pass that
+// converts one layer at a time (ForwardOptions::dtype), so a model costs its stored size plus
+// one converted layer. A tied lm_head stays the embedding.
+LlamaWeights loadStoredWeights(const Checkpoint& checkpoint, at::ScalarType dtype, c10::Device device = c10::kCPU);
 // The same tensors under their Hugging Face names (ties resolved: lm_head.weight written when
 // it is not the embedding itself or when the config does not tie).
 std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& config, const LlamaWeights& w);

@@ -164,27 +164,34 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
 MemoryEstimate estimateDeviceMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o) {
     const MethodSpec m = runMethod(o);
     const Shape s = shapeOf(c);
-    // Everything on one device: the placement plan's float32 weights (layers, embedding and
-    // lm_head, a copy when tied) and training peak.
-    const DeviceShare one = planLayerPlacement(c, {"cuda"}, o).front();
-    const I weights = one.weightBytes;
+    // Everything on one device: the placement plan's weights as stored (layers, embedding and
+    // lm_head) and training peak.
+    const DeviceShare one = planLayerPlacement(c, stored, {"cuda"}, o).front();
     MemoryEstimate e;
     if (m.learned) e.stages.push_back({"train", one.peakBytes, one.detail});
     // The quantize stage: the host estimate's buffers (a layer, the Hessians, GPTQ's work, the
-    // calibration activations) without the process's own memory, next to the model's weights.
+    // calibration activations) without the process's own memory, next to the weights GPTQ
+    // reads: the original as stored, or for the methods with transforms the folded model's
+    // float32 embedding and lm_head (its layers are mapped in host memory, a layer at a time
+    // on the device).
+    const I read = m.transformed ? 2 * s.table() * 4 + s.h * 4 : one.weightBytes;
+    const std::string readName = m.transformed ? "folded embedding + lm_head " : "weights ";
     const MemoryEstimate host = estimateQuantizeMemory(c, stored, o);
     for (const auto& st : host.stages)
         if (st.name == "quantize")
-            e.stages.push_back({"quantize", weights + st.bytes - kBase, "weights " + mib(weights) + ", " + st.detail});
+            e.stages.push_back({"quantize", read + st.bytes - kBase, readName + mib(read) + ", " + st.detail});
     if (o.evalSeqLen > 0) {
-        // The whole float32 model and the larger of one window's layer activations and its loss.
+        // The evaluated model in float32 (the frozen weights have left the device) and the larger
+        // of one window's layer activations and its loss.
+        const I weights = s.layers * s.layerParams() * 4 + (c.tieWordEmbeddings ? 1 : 2) * s.table() * 4 + s.h * 4;
         const I T = std::min(o.evalSeqLen, c.maxPositions);
         const I work = std::max(layerActivationBytes(s, T), lossBytes(s, T) + 2 * T * s.h * 4);
-        e.stages.push_back({"eval", weights + work, "weights " + mib(weights) + ", one window " + mib(work)});
+        e.stages.push_back({"eval", weights + work, "float32 model " + mib(weights) + ", one window " + mib(work)});
     }
     finish(e);
-    e.note = "float32 weights on the device (" + std::string(stored == 4 ? "as stored" : "the checkpoint's 16-bit widened") +
-             "); plus the CUDA context, about " + mib(kCudaContextBytes) + " outside PyTorch's allocator";
+    e.note = "frozen weights on the device as stored (" + std::string(stored == 4 ? "float32" : "16-bit") +
+             "), each layer converted to float32 where it is used; plus the CUDA context, about " +
+             mib(kCudaContextBytes) + " outside PyTorch's allocator";
     return e;
 }
 
@@ -280,7 +287,7 @@ std::vector<std::string> devicesOfLocalRank(const std::string& list, int localRa
     return devices;
 }
 
-std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, const std::vector<std::string>& devices,
+std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, int stored, const std::vector<std::string>& devices,
                                             const QuantizeOptions& o) {
     const Shape s = shapeOf(c);
     const I L = s.layers, D = static_cast<I>(devices.size());
@@ -288,9 +295,12 @@ std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, const s
     if (D > L)
         throw std::invalid_argument(std::to_string(D) + " devices for " + std::to_string(L) +
                                     " decoder layers: give at most one device per layer");
-    // float32 on the devices (model::loadWeights): the layers, the embedding on the first device,
-    // the final norm and lm_head (a copy when tied) on the last.
-    const I layer = s.layerParams() * 4, embed = s.table() * 4, head = s.table() * 4 + s.h * 4;
+    // As stored on the devices (run/QuantizeRun.cpp's placeLayers, model::loadStoredWeights): the
+    // layers' matrices in the stored element size and their norms in float32, the embedding on
+    // the first device, the final norm and lm_head on the last (a copy when tied, unless one
+    // device holds both).
+    const I layer = (s.layerParams() - 2 * s.h) * stored + 2 * s.h * 4, embed = s.table() * stored;
+    const I head = (c.tieWordEmbeddings && D == 1 ? 0 : s.table() * stored) + s.h * 4;
     auto load = [&](I d, I layers) { return layers * layer + (d == 0 ? embed : 0) + (d == D - 1 ? head : 0); };
     // best[d][l]: the smallest largest load placing the first l layers on devices 0..d-1, each
     // with at least one layer; cut[d][l] where device d-1's run starts.
@@ -317,12 +327,12 @@ std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, const s
         p.lmHead = d == D;
         p.weightBytes = load(d - 1, p.layers);
     }
-    // The training's peak on each device (the train stage of estimateQuantizeMemory, float32
-    // weights): its weights, its layers' checkpointed inputs, and the larger of one layer's graph
+    // The training's peak on each device (the train stage of estimateQuantizeMemory): its
+    // weights, its layers' checkpointed inputs, and the larger of one layer's graph
     // and (last device) a vocabulary chunk of both models' logits; the transforms with AdamW's
     // two moments and gradients on the first device.
     const I T = std::min(o.seqLen, c.maxPositions), B = o.batch, N = B * T;
-    const I layerGraph = trainLayerGraphBytes(s, 4, B, T);
+    const I layerGraph = trainLayerGraphBytes(s, stored, B, T);
     const I top = trainTopBytes(s, B, T);
     const I hd = c.headDim;
     const I transforms = 4 * 4 * (s.h * s.h + s.h + s.layers * (hd * hd + hd));

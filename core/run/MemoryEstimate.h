@@ -36,8 +36,8 @@ MemoryEstimate estimateEvalMemory(const model::ModelConfig& config, int storedBy
 MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options);
 
 // `latmix quantize --device cuda[:N]` without --offload: the peak of PyTorch's allocator on that
-// GPU per stage (what latmix.json's peak_gpu_mb measures). The weights are float32 on the device
-// whatever the checkpoint stores (model::loadWeights); the training's terms are those of
+// GPU per stage (what latmix.json's peak_gpu_mb measures). The frozen weights are on the device
+// as stored (model::loadStoredWeights: bf16 stays bf16); the training's terms are those of
 // planLayerPlacement with one device; the quantize stage holds the host estimate's buffers there
 // (GPTQ runs where the model is). Not included: the CUDA context (kCudaContextBytes, outside the
 // allocator), which memoryProblem adds.
@@ -70,15 +70,16 @@ std::int64_t availableHostMemory();
 std::string gibText(std::int64_t bytes);
 
 // `--devices D0,D1,...`: the decoder layers of the training split into contiguous runs over
-// several devices, balanced by the float32 bytes each device holds, the embedding with the first
-// device and the final norm and lm_head with the last (a tied lm_head is a copy there), and the
+// several devices, balanced by the bytes each device holds (the weights as stored: `stored`
+// bytes per matrix element, storedElementBytes), the embedding with the first device and the
+// final norm and lm_head with the last (a tied lm_head is a copy there), and the
 // training's peak on each device (the train stage's terms of estimateQuantizeMemory for the
 // layers it holds; without the CUDA context).
 struct DeviceShare {
     std::string device;
     int firstLayer = 0, layers = 0; // layers [firstLayer, firstLayer + layers)
     bool embedding = false, lmHead = false;
-    std::int64_t weightBytes = 0; // float32 weights held on the device
+    std::int64_t weightBytes = 0; // weights held on the device, as stored
     std::int64_t peakBytes = 0;   // weights + checkpointed layer inputs + the larger working set
     std::string detail;
 };
@@ -95,8 +96,8 @@ std::vector<std::string> parseDeviceList(const std::string& list);
 std::vector<std::string> devicesOfLocalRank(const std::string& list, int localRank);
 // Throws std::invalid_argument when there are more devices than decoder layers. The split
 // minimises the largest device's weight bytes (ties: the earlier split point).
-std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& config, const std::vector<std::string>& devices,
-                                            const QuantizeOptions& options);
+std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& config, int storedBytes,
+                                            const std::vector<std::string>& devices, const QuantizeOptions& options);
 std::string placementTable(const std::vector<DeviceShare>& plan);
 
 } // namespace latmix::run

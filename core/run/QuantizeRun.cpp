@@ -466,21 +466,22 @@ FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, 
     return loadFoldedSpill(x, *transforms, ownSpill);
 }
 
-// --devices: the weights (mapped as stored) converted to float32 on the plan's devices, a layer
-// at a time: the embedding on the first, the layers on theirs, final norm and lm_head (a copy
-// when tied) on the last.
+// --devices: the weights (mapped as stored) copied in their dtype onto the plan's devices, a
+// layer at a time: the embedding on the first, the layers on theirs, final norm and lm_head on
+// the last (a tied lm_head is a copy there unless that is the first device too).
 model::LlamaWeights placeLayers(const model::LlamaWeights& stored, const std::vector<DeviceShare>& plan) {
     model::LlamaWeights w = stored; // shallow; every tensor is replaced below
-    const auto f32 = [](const std::string& d) { return at::TensorOptions().dtype(at::kFloat).device(model::parseDevice(d)); };
-    w.embed = stored.embed.to(f32(plan.front().device));
+    const auto on = [](const std::string& d) { return at::TensorOptions().device(model::parseDevice(d)); }; // dtype kept
+    w.embed = stored.embed.to(on(plan.front().device));
     for (const auto& p : plan)
         for (int l = p.firstLayer; l < p.firstLayer + p.layers; ++l) {
-            w.layers[static_cast<size_t>(l)] = model::convertLayer(stored.layers[static_cast<size_t>(l)], f32(p.device));
+            w.layers[static_cast<size_t>(l)] = model::convertLayer(stored.layers[static_cast<size_t>(l)], on(p.device));
             model::releaseMappedLayer(stored.layers[static_cast<size_t>(l)]);
         }
-    const auto last = f32(plan.back().device);
+    const auto last = on(plan.back().device);
     w.finalNorm = stored.finalNorm.to(last);
-    w.lmHead = stored.lmHead.to(last);
+    const bool tiedHere = stored.lmHead.is_same(stored.embed) && w.embed.device() == last.device();
+    w.lmHead = tiedHere ? w.embed : stored.lmHead.to(last);
     if (stored.lmHeadBias.defined()) w.lmHeadBias = stored.lmHeadBias.to(last);
     return w;
 }
@@ -918,8 +919,8 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     const model::ModelConfig& c = ck.config();
     checkExportable(c, o);
     checkMethodFits(c, o);
+    const int stored = storedElementBytes(ck.weightBytes(), ck.parameterCount()); // bytes per weight element
     if (o.memoryCheck) {
-        const int stored = storedElementBytes(ck.weightBytes(), ck.parameterCount());
         const c10::Device device = model::parseDevice(o.device);
         std::string problem;
         if (device.is_cpu()) problem = memoryProblem(estimateQuantizeMemory(c, stored, o), availableHostMemory(), o);
@@ -942,7 +943,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
             throw std::invalid_argument("--devices splits the training's layers over devices, and method " + o.method +
                                         " trains nothing; use --device (and --offload for a model larger than it)");
         if (o.offload) throw std::invalid_argument("--devices and --offload: use one or the other");
-        plan = planLayerPlacement(c, o.devices, o);
+        plan = planLayerPlacement(c, stored, o.devices, o);
         for (const auto& p : plan) model::parseDevice(p.device); // an absent device is named before any work
     }
     const c10::Device device = model::parseDevice(plan.empty() ? o.device : plan.front().device);
@@ -991,15 +992,18 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     std::vector<int64_t> flat;
     for (const auto& w : windows) flat.insert(flat.end(), w.begin(), w.end());
     const at::Tensor calib = at::tensor(flat, at::kLong).reshape({o.calibSamples, x.seqLen});
-    // On the CPU the weights stay mapped as stored (bf16 or float32) and each layer is converted
-    // when a stage reaches it; on a GPU they are loaded in float32 (or kept in host memory with
-    // offload).
-    // With --devices each layer is converted from the mapped file onto its device.
+    // The frozen weights stay in the checkpoint's dtype (bf16 for most Hugging Face models):
+    // mapped on the CPU, copied as they are onto a GPU (half the memory of float32) or onto the
+    // devices of --devices; every stage converts the layer it works on to float32 (the teacher,
+    // the student's folded layer, GPTQ's layer) and the lm_head a vocabulary chunk at a time.
+    // Norms and biases are float32 from the start. Float64 is kept where precision decides the
+    // result: the folding of the transforms into the weights, the GPTQ Hessians and their
+    // factorisations, and the data-parallel gradient sums. With --offload the layers wait in
+    // host memory in float32.
     model::LlamaWeights original =
-        !plan.empty()        ? placeLayers(model::loadStoredWeights(ck, at::kFloat), plan)
-        : o.offload          ? model::offloadLayers(model::loadWeights(ck, at::kFloat, x.home), x.fopts)
-        : device.is_cpu()    ? model::loadStoredWeights(ck, at::kFloat)
-                             : model::loadWeights(ck, at::kFloat, device);
+        !plan.empty()     ? placeLayers(model::loadStoredWeights(ck, at::kFloat), plan)
+        : o.offload       ? model::offloadLayers(model::loadWeights(ck, at::kFloat, x.home), x.fopts)
+                          : model::loadStoredWeights(ck, at::kFloat, device);
     const bool perplexities = o.evalSeqLen > 0 && !evalIds.empty();
     const bool evaluating = perplexities || !o.evalTasks.empty(); // perplexities and/or zero-shot tasks
 
@@ -1042,6 +1046,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
         r.quantizeBytes = sentSoFar() - r.trainBytes;
         if (parallel) foldedCheck();
     }
+    original = {}; // the evaluation loads its own models: the frozen weights leave the device
     if (!root) { // the run folder, its evaluation and latmix.json are rank 0's
         r.totalSeconds = since(start);
         r.peakRssMb = peakRssMb();
