@@ -29,7 +29,15 @@ run() { # run NAME COMMAND...: prints the command and its output, records a fail
   cat "$R/$name.txt"
   echo "[$name: exit $rc, $((SECONDS - t)) s]"
   if [ $rc -ge 128 ] && command -v addr2line > /dev/null; then # a crash: name latmix's frames (util/CrashReport.h)
-    grep -o 'latmix(+0x[0-9a-f]*)' "$R/$name.txt" | grep -o '0x[0-9a-f]*' | xargs -r addr2line -f -C -i -e "$L" | paste - - | head -n 40
+    echo "[$name: latmix's frames, in the report's order]"
+    grep -o 'latmix(+0x[0-9a-f]*)' "$R/$name.txt" | grep -o '0x[0-9a-f]*' | xargs -r addr2line -f -C -i -e "$L" | paste - - | head -n 60
+    echo "[$name: the libraries' frames, demangled]"
+    grep -E '^  (instruction|return address|frame) ' "$R/$name.txt" | grep -v '/latmix(+' | c++filt | cut -c1-300 | head -n 30
+  fi
+  if [ $rc -ge 128 ] && [ -d "$R/$name" ]; then # how far a crashed quantize got: its folder and marker
+    echo "[$name: the run folder]"
+    ls -la "$R/$name" "$R/$name/model" 2> /dev/null | head -n 30
+    cat "$R/$name/unfinished.json" 2> /dev/null | head -n 20
   fi
   [ $rc = 0 ] || fails=$((fails + 1))
   return $rc

@@ -48,17 +48,25 @@ public:
     }
 
 private:
-    // Fault injection for the kill-safety tests (issue 17.4, tests/tst_killsafety.cpp):
-    // LATMIX_KILL_AFTER_PROGRESS=N makes the process SIGKILL itself at its N-th progress report,
-    // counted over the whole process, as `kill -9` from outside would at that moment: no
-    // destructor, no handler, no flush runs.
+    // Fault injection, counted over the whole process's progress reports:
+    // LATMIX_KILL_AFTER_PROGRESS=N (the kill-safety tests, issue 17.4, tests/tst_killsafety.cpp)
+    // makes the process SIGKILL itself at its N-th report, as `kill -9` from outside would at that
+    // moment: no destructor, no handler, no flush runs. LATMIX_CRASH_AFTER_PROGRESS=N calls
+    // through a null function pointer there (tests/tst_crashreport.cpp): a SIGSEGV whose
+    // interrupted frame the unwinder cannot pass, the case util/CrashReport's stack scan is for.
     static void killIfAsked() {
-        static const long long limit = [] {
-            const char* v = std::getenv("LATMIX_KILL_AFTER_PROGRESS");
-            return v && *v ? std::atoll(v) : 0LL;
-        }();
+        static const long long killAt = envCount("LATMIX_KILL_AFTER_PROGRESS"), crashAt = envCount("LATMIX_CRASH_AFTER_PROGRESS");
         static std::atomic<long long> calls{0};
-        if (limit > 0 && ++calls >= limit) std::raise(SIGKILL);
+        const long long n = ++calls;
+        if (killAt > 0 && n >= killAt) std::raise(SIGKILL);
+        if (crashAt > 0 && n >= crashAt) {
+            void (*volatile nowhere)() = nullptr;
+            nowhere();
+        }
+    }
+    static long long envCount(const char* name) {
+        const char* v = std::getenv(name);
+        return v && *v ? std::atoll(v) : 0LL;
     }
     static std::atomic<bool>& interrupted() {
         static std::atomic<bool> flag{false};
