@@ -8,6 +8,7 @@
 
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -49,6 +50,8 @@ private slots:
     void everyCodeRoundTrips() {
         QFETCH(ElementFormat, format);
         const int codes = 1 << elementSpec(format).bits;
+        const ElementCodebook book(format);
+        std::vector<double> values;
         int checked = 0;
         for (int c = 0; c < codes; ++c) {
             const double v = decodeElement(static_cast<std::uint8_t>(c), format);
@@ -56,9 +59,24 @@ private slots:
             if (format == ElementFormat::Int8 && c == 0x80) continue; // -128/64: outside the symmetric range
             QCOMPARE(ref::quantizeElement(v, format), v);
             QCOMPARE(int(encodeElement(v, format)), c);
+            double got = 1;
+            QCOMPARE(int(book.nearest(v, &got)), c); // the codebook packing uses: the same code
+            QCOMPARE(got, v);
+            QCOMPARE(std::signbit(got), std::signbit(v));
             ++checked;
+            values.push_back(v);
         }
         QVERIFY(checked >= codes - 8); // E5M2 has 8 Inf/NaN codes
+        // Off the grid, a quarter of the way from one grid value to the next (no tie): the nearest
+        // code's value is the reference quantizer's round to nearest.
+        std::sort(values.begin(), values.end());
+        for (size_t i = 0; i + 1 < values.size(); ++i)
+            for (double f : {0.25, 0.75}) {
+                const double x = values[i] + f * (values[i + 1] - values[i]);
+                double got = 0;
+                book.nearest(x, &got);
+                QCOMPARE(got, ref::quantizeElement(x, format));
+            }
     }
 
     void nibbleLayout() {

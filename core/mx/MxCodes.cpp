@@ -1,5 +1,6 @@
 #include "mx/MxCodes.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -7,6 +8,40 @@
 #include <string>
 
 namespace latmix::mx {
+
+ElementCodebook::ElementCodebook(ElementFormat f) {
+    std::vector<std::pair<double, std::uint8_t>> all;
+    for (unsigned code = 0; code < (1u << elementSpec(f).bits); ++code) {
+        const double v = decodeElement(static_cast<std::uint8_t>(code), f);
+        if (!std::isfinite(v) || v == 0.0) continue;
+        try { // only the codes encodeElement gives (INT8's -128/64 lies outside its symmetric range)
+            if (encodeElement(v, f) != code) continue;
+        } catch (const std::invalid_argument&) {
+            continue;
+        }
+        all.emplace_back(v, static_cast<std::uint8_t>(code));
+    }
+    all.emplace_back(0.0, 0); // zero: its code by the sign of the value looked up
+    std::sort(all.begin(), all.end());
+    for (const auto& [v, code] : all) {
+        m_values.push_back(v);
+        m_codes.push_back(code);
+    }
+    m_zero = encodeElement(0.0, f);
+    m_negativeZero = encodeElement(-0.0, f); // INT8 has one zero: the same code
+}
+
+std::uint8_t ElementCodebook::nearest(double x, double* value) const {
+    const auto it = std::lower_bound(m_values.begin(), m_values.end(), x);
+    std::size_t i = static_cast<std::size_t>(it - m_values.begin());
+    if (i == m_values.size() || (i > 0 && x - m_values[i - 1] < m_values[i] - x)) --i;
+    if (m_values[i] == 0.0) { // rounds to zero: its sign is the value's
+        *value = std::signbit(x) ? -0.0 : 0.0;
+        return std::signbit(x) ? m_negativeZero : m_zero;
+    }
+    *value = m_values[i];
+    return m_codes[i];
+}
 
 std::uint8_t encodeElement(double value, ElementFormat f) {
     const ElementSpec& spec = elementSpec(f);

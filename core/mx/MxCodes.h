@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace latmix::mx {
 
@@ -13,6 +14,23 @@ namespace latmix::mx {
 std::uint8_t encodeElement(double value, ElementFormat f);
 // Inverse of encodeElement. E4M3 0x7F/0xFF and E5M2 exponent-31 codes decode to NaN/Inf.
 double decodeElement(std::uint8_t code, ElementFormat f);
+
+// The codes of one element format ordered by value, for values already on its grid (packing a
+// quantized weight): nearest() finds a value's code by a binary search over the 2^bits decoded
+// codes instead of ref::quantizeElement's and encodeElement's floating-point arithmetic, which
+// cost more than the rest of packing. The caller checks that the code's value is the one it has.
+class ElementCodebook {
+public:
+    explicit ElementCodebook(ElementFormat f);
+    // The code whose value is nearest x (x finite; ±0 keep their sign where the format has one),
+    // and that value in *value.
+    std::uint8_t nearest(double x, double* value) const;
+
+private:
+    std::vector<double> m_values; // the finite values, ascending, zero once
+    std::vector<std::uint8_t> m_codes;
+    std::uint8_t m_zero = 0, m_negativeZero = 0;
+};
 
 // E8M0: byte b means 2^(b - 127); 0xFF is NaN.
 inline std::uint8_t encodeE8M0(int exponent) { return static_cast<std::uint8_t>(exponent + 127); }

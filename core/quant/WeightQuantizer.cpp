@@ -207,6 +207,7 @@ mx::PackedTensor packWithScales(const at::Tensor& dequantized, const at::Tensor&
     }
 
     const mx::ElementFormat elem = c.element();
+    const mx::ElementCodebook book(elem);
     auto codes = at::empty({rows, n}, at::TensorOptions().dtype(at::kByte));
     std::atomic<std::int64_t> firstBad{std::numeric_limits<std::int64_t>::max()};
     {
@@ -220,11 +221,12 @@ mx::PackedTensor packWithScales(const at::Tensor& dequantized, const at::Tensor&
                     const float xv = xp[i], sv = ep[r * nb + j / B];
                     bool ok = std::isfinite(xv);
                     if (ok) {
-                        const double v = mx::ref::quantizeElement(static_cast<double>(xv) / sv, elem);
+                        double v = 0;
+                        const std::uint8_t code = book.nearest(static_cast<double>(xv) / sv, &v);
                         // unpack computes decode(code) * scale in FP32: that product must give xv back.
                         const float back = static_cast<float>(v) * sv;
                         ok = std::memcmp(&back, &xv, sizeof xv) == 0 || (back == 0.0f && xv == 0.0f); // INT8: no -0
-                        if (ok) cp[i] = mx::encodeElement(v, elem);
+                        if (ok) cp[i] = code;
                     }
                     if (!ok) {
                         std::int64_t cur = firstBad.load();
