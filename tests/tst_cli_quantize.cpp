@@ -376,13 +376,13 @@ private slots:
     }
 
     // Finite weights whose calibration forward overflows (an input-norm weight of 3e38 in layer 1):
-    // RTN names the calibration windows and the point where the Hessian's activations turn
-    // NaN/Inf, and writes no run.
+    // GPTQ names the calibration windows and the point where the Hessian's activations turn
+    // NaN/Inf, and writes no run. (RTN runs no calibration forward unless --rtn-error-windows.)
     void quantizeOverflow() {
         const QString model = m_tmp.filePath("overflow-layer1");
         QVERIFY(latmix::test::writePoisonedModel(m_model, model, "model.layers.1.input_layernorm.weight", 0, 3e38));
-        const QString out = m_tmp.filePath("overflow-rtn");
-        QStringList args = quantizeArgs(out, "rtn", 2);
+        const QString out = m_tmp.filePath("overflow-gptq");
+        QStringList args = quantizeArgs(out, "gptq", 2);
         args[args.indexOf("--model") + 1] = model;
         const Result r = run(args);
         QVERIFY(r.exitCode != 0);

@@ -15,6 +15,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -151,6 +153,7 @@ private slots:
         QTemporaryDir a, b;
         auto o = options("rtn", format);
         o.evalSeqLen = 0;
+        o.rtnErrorWindows = o.calibSamples; // RTN's error on GPTQ's windows, in GPTQ's output space
         const auto ids = randomIds(4000, 512, 2);
         const auto rtn = run::runQuantize(modelDir().toStdString(), ids, {}, a.path().toStdString(), o);
         o.method = "gptq";
@@ -159,6 +162,60 @@ private slots:
         // flip at most a few codes, which moves these sums by far less than 10%.
         QVERIFY2(layerErrorSum(gptq) < 0.9 * layerErrorSum(rtn),
                  qPrintable(QString("GPTQ %1 RTN %2").arg(layerErrorSum(gptq)).arg(layerErrorSum(rtn))));
+    }
+
+    // RTN needs no calibration: without --rtn-error-windows no window passes through the layers,
+    // the quantized weights are the same bits as with them (RTN reads nothing but W), and each
+    // linear's error is its weight-space one, ||Q(W) - W||^2 / ||W||^2, recomputed here in
+    // float64 from the run model against the checkpoint (rtn: nothing folded). With windows the
+    // error is the output-space one, which weights the columns differently.
+    void rtnNeedsNoCalibration_data() {
+        QTest::addColumn<QString>("method");
+        QTest::newRow("rtn") << "rtn";
+        QTest::newRow("quarot-rtn") << "quarot-rtn";
+    }
+    void rtnNeedsNoCalibration() {
+        QFETCH(QString, method);
+        if (!QFile::exists(modelDir() + "/config.json")) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        QTemporaryDir a, b;
+        auto o = options(method, "mxfp4");
+        o.evalSeqLen = 0;
+        const auto ids = randomIds(4000, 512, 2);
+        const auto none = run::runQuantize(modelDir().toStdString(), ids, {}, a.path().toStdString(), o);
+        o.rtnErrorWindows = 4;
+        const auto some = run::runQuantize(modelDir().toStdString(), ids, {}, b.path().toStdString(), o);
+        auto bytes = [](const QString& path) {
+            QFile f(path);
+            return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+        };
+        for (const char* file : {"/model/model.safetensors", "/model/quantized.safetensors"}) {
+            const QByteArray x = bytes(a.path() + file);
+            QVERIFY2(!x.isEmpty() && x == bytes(b.path() + file), file);
+        }
+        auto kind = [](const QString& dir) {
+            QFile f(dir + "/latmix.json");
+            if (!f.open(QIODevice::ReadOnly)) return QString();
+            return QJsonDocument::fromJson(f.readAll())["weight_quantization"]["relative_error"].toString();
+        };
+        QCOMPARE(kind(a.path()), QString("weights"));
+        QCOMPARE(kind(b.path()), QString("outputs (4 windows)"));
+        QCOMPARE(none.linears.size(), some.linears.size());
+        int differ = 0;
+        for (size_t i = 0; i < none.linears.size(); ++i) differ += none.linears[i].relativeError != some.linears[i].relativeError;
+        QVERIFY(differ > int(none.linears.size()) / 2);
+        if (method != "rtn") return; // quarot-rtn's weights are the folded ones, not the checkpoint's
+        const auto ck = model::Checkpoint::load(modelDir().toStdString());
+        const auto run = model::Checkpoint::load(a.filePath("model").toStdString());
+        for (const auto& l : none.linears) {
+            const std::string name = "model.layers." + std::to_string(l.layer) + "." + l.linear + ".weight";
+            const auto w = ck.weight(name).to(at::kDouble), q = run.weight(name).to(at::kDouble);
+            const double want = (q - w).square().sum().item<double>() / w.square().sum().item<double>();
+            // The run's diagnostic sums in float32 (quant/WeightQuantizer.cpp): each of its two sums of
+            // n squares within n * 2^-24 relative of the exact one, whatever the summation order.
+            const double tol = 4.0 * double(w.numel()) * std::ldexp(1.0, -24) * want;
+            QVERIFY2(std::abs(l.relativeError - want) <= tol,
+                     qPrintable(QString("%1: %2 vs %3").arg(QString::fromStdString(name)).arg(l.relativeError).arg(want)));
+        }
     }
 
     // --offload keeps the layers in host memory and moves one at a time to the device; on the

@@ -203,6 +203,9 @@ int runQuantize(QuantizeCli& o) {
         std::printf("             %d ranks: Hessians summed over the ranks, each linear quantized by one; %.1f MiB "
                     "communicated\n",
                     o.q.group->size(), r.quantizeBytes / 1048576.0);
+    if (!run::methodSpec(o.q.method).gptq && std::min(o.q.rtnErrorWindows, o.q.calibSamples) <= 0)
+        std::printf("             no calibration: relative errors of the weights (--rtn-error-windows N: of the "
+                    "outputs on N windows)\n");
     for (const auto& [name, v] : perLinear)
         std::printf("  %-18s mean relative error %.5f\n", name.c_str(), v.first / v.second);
     if (r.fpPerplexity > 0)
@@ -267,6 +270,11 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_option("--device", o->q.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
     cmd->add_flag("--act-order", o->q.gptq.actOrder, "GPTQ: inputs by decreasing Hessian diagonal");
     cmd->add_option("--damping", o->q.gptq.damping, "GPTQ damping (fraction of mean diag H)")->capture_default_str();
+    cmd->add_option("--rtn-error-windows", o->q.rtnErrorWindows,
+                    "rtn, quarot-rtn: pass the first N calibration windows through the layers for each linear's "
+                    "output-space error (0: none, the error is in weight space and RTN costs no calibration)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     cmd->add_option("--metrics-every", o->q.metricsEvery, "matrix metrics every k steps (0: never)")->capture_default_str();
     cmd->add_option("--checkpoint-every", o->q.checkpointEvery, "training state saved every k steps")->capture_default_str();
     cmd->add_flag("--resume", o->q.resume, "continue the training saved in RUN_DIR/train.h5");

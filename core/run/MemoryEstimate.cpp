@@ -142,10 +142,12 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
         const I layer = P * stored + (m.transformed || stored == 4 ? P * 4 : P * 8);
         // At down_proj: the three smaller Hessians, down_proj's own (taken, no copy) and GPTQ's
         // two [in, in] matrices alive at a time plus W and its working copy in float64.
-        const I hess = (2 * s.h * s.h + s.q * s.q + s.i * s.i) * 8;
+        // RTN runs windows through the layers only for --rtn-error-windows (QuantizeOptions).
+        const I windows = m.gptq ? N : std::min<I>(N, std::max(0, o.rtnErrorWindows));
+        const I hess = windows > 0 ? (2 * s.h * s.h + s.q * s.q + s.i * s.i) * 8 : 0;
         const I gptq = m.gptq ? 2 * s.i * s.i * 8 + 2 * s.h * s.i * 8 : 0;
-        const I calib = 2 * N * T * s.h * 4;
-        const I chunk = std::min<I>(8, N) * T * (3 * s.i + 6 * s.h) * 4;
+        const I calib = 2 * windows * T * s.h * 4;
+        const I chunk = std::min<I>(8, windows) * T * (3 * s.i + 6 * s.h) * 4;
         // The run model's writer converts the embedding to float32 when it is stored narrower.
         const I top = m.transformed || stored == 4 ? 0 : s.table() * 4;
         e.stages.push_back({"quantize", kBase + packed + layer + hess + gptq + calib + chunk + top,

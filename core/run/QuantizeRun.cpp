@@ -217,6 +217,26 @@ eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
     return p;
 }
 
+} // namespace
+
+train::TransformSpec transformSpecOf(const MethodSpec& m, const QuantizeOptions& o) {
+    train::TransformSpec spec;
+    spec.t1Kind = m.t1Kind;
+    spec.t2Kind = m.t2Kind;
+    spec.init = m.init;
+    spec.noiseStd = m.initNoise;
+    spec.blockSize = o.format.blockSize;
+    spec.blockDiagonal = m.granularity == "block";
+    spec.seed = o.seed;
+    spec.t3Block = m.t3Block; // SPEC §4: online block Hadamard of 32 on the down_proj input
+    spec.t3Seed = o.seed + 7919;
+    spec.t1Bias = o.t1Bias;
+    spec.t2Bias = o.t2Bias;
+    return spec;
+}
+
+namespace {
+
 // Stage 1: the method's transforms, trained by distillation for the learned methods (resumable
 // from train.h5), saved to transforms.h5. Null for the methods without transforms.
 std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, const model::LlamaWeights& original,
@@ -225,19 +245,7 @@ std::unique_ptr<train::ModelTransforms> buildTransforms(const RunContext& x, con
                                                         const std::function<void(const train::DistillStep&)>& onStep) {
     if (!x.method.transformed) return nullptr;
     const QuantizeOptions& o = x.o;
-    train::TransformSpec spec;
-    spec.t1Kind = x.method.t1Kind;
-    spec.t2Kind = x.method.t2Kind;
-    spec.init = x.method.init;
-    spec.noiseStd = x.method.initNoise;
-    spec.blockSize = o.format.blockSize;
-    spec.blockDiagonal = x.method.granularity == "block";
-    spec.seed = o.seed;
-    spec.t3Block = x.method.t3Block; // SPEC §4: online block Hadamard of 32 on the down_proj input
-    spec.t3Seed = o.seed + 7919;
-    spec.t1Bias = o.t1Bias;
-    spec.t2Bias = o.t2Bias;
-    auto transforms = std::make_unique<train::ModelTransforms>(x.c, spec);
+    auto transforms = std::make_unique<train::ModelTransforms>(x.c, transformSpecOf(x.method, o));
     transforms->to(x.device);
     if (x.method.learned) {
         const auto t0 = Clock::now();
@@ -517,8 +525,13 @@ public:
         options = f.options;
         options.activationQuant = x.o.format;
         group = x.o.group && x.o.group->size() > 1 ? x.o.group.get() : nullptr;
+        // GPTQ needs every window's Hessians; RTN none (its error then in weight space) unless
+        // --rtn-error-windows asks for the output-space error over the first windows.
+        const int64_t n = x.method.gptq ? calib.size(0) : std::min<int64_t>(calib.size(0), std::max(0, x.o.rtnErrorWindows));
+        calibrated = n > 0;
+        if (!calibrated) return;
         // This rank's windows: a contiguous share of the calibration windows (all of them alone).
-        const int64_t n = calib.size(0), world = group ? group->size() : 1, rank = group ? group->rank() : 0;
+        const int64_t world = group ? group->size() : 1, rank = group ? group->rank() : 0;
         const at::Tensor mine = calib.narrow(0, n * rank / world, n * (rank + 1) / world - n * rank / world);
         h = model::embedTokens(x.c, f.weights, mine.to(f.weights.embed.device())).to(x.fopts).detach();
     }
@@ -590,8 +603,9 @@ private:
         std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>> acc;
         const model::PointKind kinds[] = {model::PointKind::QkvInput, model::PointKind::OProjInput,
                                           model::PointKind::GateUpInput, model::PointKind::DownProjInput};
-        for (auto k : kinds) acc[k] = std::make_unique<quant::HessianAccumulator>(model::pointWidth(c, k));
-        guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerAdvice, [&] {
+        if (calibrated)
+            for (auto k : kinds) acc[k] = std::make_unique<quant::HessianAccumulator>(model::pointWidth(c, k));
+        if (calibrated) guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerAdvice, [&] {
             at::NoGradGuard g;
             for (int64_t b = 0; b < h.size(0); b += chunk) {
                 const auto hb = h.narrow(0, b, std::min<int64_t>(chunk, h.size(0) - b));
@@ -614,7 +628,7 @@ private:
                 });
             }
         });
-        if (group)
+        if (group && calibrated)
             for (auto k : kinds) acc[k]->reduce([&](const at::Tensor& t) { group->allreduceSum({t}); });
         const std::vector<Linear> linears = {{names::kQProj, &y.wq, model::PointKind::QkvInput},
                                              {names::kKProj, &y.wk, model::PointKind::QkvInput},
@@ -641,7 +655,9 @@ private:
                 done[li] = guardMemory(std::string(x.method.gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
                                            std::to_string(l) + ")",
                                        kLayerAdvice, [&] {
-                                           const auto hess = lastAtPoint ? acc[lin.point]->take() : acc[lin.point]->hessian();
+                                           const auto hess = !calibrated ? at::Tensor()
+                                                             : lastAtPoint ? acc[lin.point]->take()
+                                                                           : acc[lin.point]->hessian();
                                            return x.method.gptq ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq)
                                                                 : quant::quantizeRtn(*lin.w, o.format, hess);
                                        });
@@ -662,7 +678,7 @@ private:
             r.linears.push_back({l, lin.name, done[li].relativeError, seconds[li]});
             done[li] = {};
         }
-        guardMemory("the quantized forward of layer " + std::to_string(l), kLayerAdvice, [&] {
+        if (calibrated) guardMemory("the quantized forward of layer " + std::to_string(l), kLayerAdvice, [&] {
             at::NoGradGuard g;
             std::vector<at::Tensor> next;
             for (int64_t b = 0; b < h.size(0); b += chunk)
@@ -713,6 +729,7 @@ private:
     model::ForwardOptions options;
     dist::Group* group = nullptr; // several ranks, else null
     at::Tensor h;
+    bool calibrated = false; // windows pass through the layers (GPTQ's Hessians, or RTN's output-space error)
     int m_layer = -1;
     std::map<std::string, at::Tensor> m_named;
     std::map<std::string, mx::PackedTensor> m_packed;
@@ -771,6 +788,13 @@ void evaluate(const RunContext& x, const std::string& modelOut, const std::vecto
     }
 }
 
+// What a linear's relative_error measures: "outputs (N windows)" (tr(dW H dW^T) / tr(W H W^T)
+// over the calibration windows) or "weights" (RTN without --rtn-error-windows).
+std::string relativeErrorKind(const RunContext& x) {
+    const int n = x.method.gptq ? x.o.calibSamples : std::min(x.o.calibSamples, std::max(0, x.o.rtnErrorWindows));
+    return n > 0 ? "outputs (" + std::to_string(n) + " windows)" : "weights";
+}
+
 // Stage 6: latmix.json, enough to reproduce the run.
 nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, const train::ModelTransforms* transforms) {
     const QuantizeOptions& o = x.o;
@@ -825,7 +849,8 @@ nlohmann::ordered_json runRecord(const RunContext& x, const QuantizeResult& r, c
         j["training"] = t;
     }
     j["weight_quantization"] = {{"algorithm", x.method.gptq ? "gptq" : "rtn"}, {"damping", o.gptq.damping},
-                                {"column_block", o.gptq.columnBlock}, {"act_order", o.gptq.actOrder}};
+                                {"column_block", o.gptq.columnBlock}, {"act_order", o.gptq.actOrder},
+                                {"relative_error", relativeErrorKind(x)}};
     nlohmann::ordered_json layers = nlohmann::ordered_json::array();
     for (const auto& L : r.linears)
         layers.push_back({{"layer", L.layer}, {"linear", L.linear}, {"relative_error", L.relativeError}, {"seconds", L.seconds}});
@@ -902,7 +927,7 @@ std::string runKey(const std::string& modelDir, const QuantizeOptions& o, const 
       << m.initNoise << " t3 " << m.t3Block << (m.granularity == "full" ? "" : " granularity " + m.granularity) << "\nformat " << o.format.describe() << "\nsteps " << o.steps << "\nbatch per rank "
       << o.batch << "\nlr " << o.lr << "\ntemperature " << o.temperature << "\nvolume weight " << o.volumeWeight << "\nweight decay " << o.weightDecay << "\nloss " << o.loss
       << "\nwarmup " << o.warmupSteps << "\ncalibration " << o.calibSamples << " x " << o.seqLen << "\nseed " << o.seed
-      << "\nt1 bias " << o.t1Bias << "\nt2 bias " << o.t2Bias << "\nresume " << o.resume << "\ncalibration ids "
+      << "\nrtn error windows " << o.rtnErrorWindows << "\nt1 bias " << o.t1Bias << "\nt2 bias " << o.t2Bias << "\nresume " << o.resume << "\ncalibration ids "
       << calibIds.size() << " hash " << fnv(calibIds) << "\nevaluation ids " << evalIds.size() << " hash "
       << fnv(evalIds) << "\n";
     return k.str();

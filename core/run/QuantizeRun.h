@@ -12,6 +12,7 @@
 #include "mx/MxFormat.h"
 #include "quant/WeightQuantizer.h"
 #include "train/Distillation.h"
+#include "train/ModelTransforms.h"
 #include "util/Job.h"
 
 #include <cstdint>
@@ -42,6 +43,9 @@ struct QuantizeOptions;
 // T2; transformed: any of T1, T2, T3. Throws std::invalid_argument naming an unknown kind or
 // initialisation (listing the valid ones) or an unknown loss.
 MethodSpec runMethod(const QuantizeOptions& options);
+// The transforms of a run of method m with these options (train::ModelTransforms' spec): kinds,
+// initialisation, MX block, T3 and the seeds. What `latmix quantize` and `latmix bench train` build.
+train::TransformSpec transformSpecOf(const MethodSpec& m, const QuantizeOptions& options);
 // --t3 / a grid's "t3": "none" -> 0 (no online Hadamard), "block-hadamard" -> 32 (SPEC §4's
 // block); anything else throws std::invalid_argument naming the two.
 int t3BlockOf(const std::string& t3);
@@ -81,6 +85,11 @@ struct QuantizeOptions {
     int seqLen = 256;
     std::uint64_t seed = 0;      // windows, transforms init, batch draws; T3 uses seed too
     quant::GptqOptions gptq;
+    // The methods with RTN weights (rtn, quarot-rtn) need no calibration: each linear's relative
+    // error is then in weight space, ||Q(W) - W||^2 / ||W||^2. With N > 0 the first N calibration
+    // windows go through the layers as for GPTQ and the error is GPTQ's output-space one,
+    // tr(dW H dW^T) / tr(W H W^T) (`--rtn-error-windows N`). GPTQ methods ignore it.
+    int rtnErrorWindows = 0;
     std::string device = "cpu";
     // Layer-wise offload: the decoder layers stay in host memory and go to the device one at a
     // time for training (train::distillationStep converts a layer when it runs), folding, GPTQ
