@@ -1,5 +1,6 @@
 // latmix bench: mx (bandwidth of MX fake quantization next to a plain tensor copy), forward
-// (a model's forward pass), gptq (Hessian, RTN and GPTQ of one weight).
+// (a model's forward pass), train (a distillation step, split), gptq (Hessian, RTN and GPTQ of one
+// weight), memory (the estimates).
 #include "cli/Commands.h"
 
 #include "model/Checkpoint.h"
@@ -9,6 +10,8 @@
 #include "quant/WeightQuantizer.h"
 #include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
+#include "train/Distillation.h"
+#include "train/ModelTransforms.h"
 #include "util/Runtime.h"
 
 #include <ATen/ATen.h>
@@ -21,6 +24,9 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <sys/resource.h>
 
 namespace latmix::cli {
 namespace {
@@ -142,6 +148,78 @@ int runGptq(const BenchOptions& o) {
     return 0;
 }
 
+// The training step of a learned method (train::distill) on --batch windows of --seqlen random
+// tokens: the warm-up step, then --repeat timed steps, each split into the teacher's forward, the
+// student's folded layers, the loss over the vocabulary, the backward pass and AdamW's update;
+// the minor page faults per step (memory the allocator returned to the system and asked for
+// again) and the peak resident memory.
+int runTrain(const BenchOptions& o) {
+    if (o.model.empty()) throw std::invalid_argument("bench train needs --model DIR");
+    const std::string method = o.method.empty() ? "latmix-lu" : o.method;
+    run::QuantizeOptions q;
+    q.method = method;
+    const run::MethodSpec m = run::runMethod(q);
+    if (!m.learned) throw std::invalid_argument("bench train times a method that trains (latmix-lu, latmix-qr, spinquant), not " + method);
+    const auto ck = model::Checkpoint::load(o.model);
+    const model::ModelConfig& c = ck.config();
+    const auto device = model::parseDevice(o.device);
+    const int seq = std::min(o.seqLen, c.maxPositions);
+    // The frozen weights as `latmix quantize` holds them: as stored, mapped on the CPU.
+    const model::LlamaWeights original = model::loadStoredWeights(ck, at::kFloat, device);
+    train::ModelTransforms transforms(c, run::transformSpecOf(m, q));
+    transforms.to(device);
+    const int steps = 1 + o.repeat;
+    const at::Tensor windows = at::randint(0, c.vocabSize, {int64_t(o.batch) * steps, seq}, at::detail::createCPUGenerator(7), at::kLong);
+    train::DistillOptions d;
+    d.activation = q.format;
+    d.steps = steps;
+    d.batch = o.batch;
+    d.metricsEvery = 0;
+    d.checkpointEvery = 0;
+    d.warmupSteps = 1;
+    std::vector<long> faults; // minor page faults after each step
+    auto minorFaults = [] {
+        rusage u{};
+        getrusage(RUSAGE_SELF, &u);
+        return u.ru_minflt;
+    };
+    d.onStep = [&](const train::DistillStep&) { faults.push_back(minorFaults()); };
+    std::printf("training step of %s (%s, %d layers, hidden %d, vocabulary %d), method %s, batch %d x %d tokens, %s, "
+                "%d threads; step 1 warms up, then %d timed\n",
+                o.model.c_str(), c.architectureName.c_str(), c.numLayers, c.hiddenSize, c.vocabSize, method.c_str(), o.batch,
+                seq, device.str().c_str(), threadCount(), o.repeat);
+    const auto r = train::distill(c, original, windows, transforms, d);
+    std::vector<train::DistillStep> timed(r.history.begin() + 1, r.history.end());
+    auto medianOf = [&](const std::function<double(const train::DistillStep&)>& part) {
+        std::vector<double> v;
+        for (const auto& s : timed) v.push_back(part(s));
+        std::sort(v.begin(), v.end());
+        return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    auto median = [&](double train::DistillStep::*field) { return medianOf([&](const train::DistillStep& s) { return s.*field; }); };
+    const double other = medianOf([](const train::DistillStep& s) {
+        return s.seconds - s.teacherSeconds - s.studentSeconds - s.backwardSeconds - s.optimizerSeconds;
+    });
+    const double step = median(&train::DistillStep::seconds), teacher = median(&train::DistillStep::teacherSeconds),
+                 student = median(&train::DistillStep::studentSeconds), loss = median(&train::DistillStep::lossSeconds),
+                 backward = median(&train::DistillStep::backwardSeconds), optimizer = median(&train::DistillStep::optimizerSeconds);
+    std::printf("%-34s %10s %9s\n", "part (median of the timed steps)", "s", "of step");
+    auto row = [&](const char* name, double sec) { std::printf("%-34s %10.4f %8.1f%%\n", name, sec, 100 * sec / step); };
+    row("step", step);
+    row("teacher forward", teacher);
+    row("student forward (folded layers)", student - loss);
+    row("loss over the vocabulary", loss);
+    row("backward", backward);
+    row("optimizer (AdamW)", optimizer);
+    row("other (batch, transforms, metrics)", other);
+    const long perStep = faults.size() > 1 ? (faults.back() - faults.front()) / long(faults.size() - 1) : 0;
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    std::printf("minor page faults per step %ld (%.0f MiB of pages); peak resident %.0f MiB; student / teacher %.2f\n",
+                perStep, perStep * 4096.0 / 1048576.0, u.ru_maxrss / 1024.0, student / std::max(teacher, 1e-12));
+    return 0;
+}
+
 // The estimated peak host memory of `latmix eval` (no --method) or `latmix quantize --method X`
 // for a model, stage by stage (run/MemoryEstimate.h); nothing is loaded but the config and the
 // file sizes.
@@ -196,23 +274,26 @@ int runMemory(const BenchOptions& o) {
 Runner addBenchCommand(CLI::App& app) {
     auto o = std::make_shared<BenchOptions>();
     auto* cmd = app.add_subcommand("bench", "benchmarks that print a table");
-    cmd->add_option("what", o->what, "what to benchmark: mx (MX kernels), forward (model forward pass), gptq or memory (estimate)")
-        ->check(CLI::IsMember({"mx", "forward", "gptq", "memory"}))
+    cmd->add_option("what", o->what,
+                    "what to benchmark: mx (MX kernels), forward (model forward pass), train (a training step), gptq or "
+                    "memory (estimate)")
+        ->check(CLI::IsMember({"mx", "forward", "train", "gptq", "memory"}))
         ->capture_default_str();
-    cmd->add_option("--model", o->model, "forward: Hugging Face model folder");
-    cmd->add_option("--seqlen", o->seqLen, "forward: tokens per forward pass")->capture_default_str();
-    cmd->add_option("--device", o->device, "forward, gptq: cpu, cuda, cuda:N or auto")->capture_default_str();
+    cmd->add_option("--model", o->model, "forward, train: Hugging Face model folder");
+    cmd->add_option("--seqlen", o->seqLen, "forward, train: tokens per forward pass (per window)")->capture_default_str();
+    cmd->add_option("--device", o->device, "forward, train, gptq: cpu, cuda, cuda:N or auto")->capture_default_str();
     cmd->add_option("--elements", o->elements, "tensor size in elements")->capture_default_str();
     cmd->add_option("--repeat", o->repeat, "timed repetitions (best is reported)")->capture_default_str();
     cmd->add_flag("--tensor-ops", o->tensorOps, "also time the device-generic tensor-ops path");
-    cmd->add_option("--method", o->method, "memory: the quantize method (none: latmix eval)");
+    cmd->add_option("--method", o->method, "memory: the quantize method (none: latmix eval); train: the learned method (latmix-lu)");
     cmd->add_option("--config", o->config, "memory: a config.json instead of --model (estimate before downloading)");
     cmd->add_option("--dtype", o->dtype, "memory with --config: the weights' dtype, bfloat16 or float32")->capture_default_str();
     cmd->add_option("--calib-samples", o->calibSamples, "memory: calibration windows")->capture_default_str();
     cmd->add_option("--eval-seqlen", o->evalSeqLen, "memory: quantize's evaluation window (0: none)")->capture_default_str();
-    cmd->add_option("--batch", o->batch, "memory: training sequences per step")->capture_default_str();
+    cmd->add_option("--batch", o->batch, "memory, train: training sequences per step")->capture_default_str();
     return [o] {
         return o->what == "forward" ? runForward(*o)
+               : o->what == "train" ? runTrain(*o)
                : o->what == "gptq"  ? runGptq(*o)
                : o->what == "memory" ? runMemory(*o)
                                      : runMx(*o);

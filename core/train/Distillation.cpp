@@ -223,6 +223,7 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     // Block MSE has no top: its terms are formed block by block in the backward pass below.
     at::Tensor gradOut; // the gradient reaching the current layer's output
     Clock::time_point t2;
+    const auto tLoss = Clock::now();
     if (!blockMse) {
         const auto xTop = x.detach().to(top).requires_grad_(true);
         auto u = model::rmsNorm(xTop, at::ones({c.hiddenSize}, topts), c.rmsNormEps).reshape({N, c.hiddenSize});
@@ -271,42 +272,54 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
             kl = ceSum.item<double>() / M;
         } else {
             at::NoGradGuard g;
-            const auto uv = u.detach();
-            at::Tensor lseP = at::full({N}, -std::numeric_limits<float>::infinity(), topts), lseQ = lseP.clone();
-            for (std::int64_t a = 0; a < V; a += chunk) {
-                const std::int64_t n = std::min(chunk, V - a);
-                const auto w = lmChunk(a, n), b = biasChunk(a, n);
-                lseP = at::logaddexp(lseP, at::logsumexp(logits(teacherNormed, w, b) / tau, -1));
-                lseQ = at::logaddexp(lseQ, at::logsumexp(logits(uv, w * gamma, b) / tau, -1));
-            }
-            // The KL's value per token as Σ p·d + log Σ p·e^(−d), d = (a − b)/τ (from KL = Σ p·d +
-            // lse_q − lse_p), written Σp·d/Σp + log1p(Σp·expm1(−d)/Σp). Every term is of the size
-            // of d, not of the log-probabilities (~10): Σ p (log p − log q) in float32 carries
-            // independent roundings of log p and log q (~1e-6 each) into a KL of ~1e-4, which then
-            // moved by 1e-3 relative with the BLAS kernel and thread count; this form moves with
-            // the logits' own rounding only, which enters at second order (docs/reproducibility.md).
-            // Where e^(−d) overflows float32 (a student logit ~88τ above the teacher's: a diverging
-            // run) the token falls back to the direct form Σ p·d − (lse_p − lse_q)·Σ p, which stays
-            // finite there.
+            // γ on the hidden states instead of on lm_head's rows ((u ⊙ γ) Wᵀ = u (W diag γ)ᵀ), so the
+            // table is read as it is; the gradient is then ((q − p) W) ⊙ γ.
+            const auto ug = u.detach() * gamma;
+            const float inf = std::numeric_limits<float>::infinity();
+            at::Tensor lseP = at::full({N}, -inf, topts), lseQ = lseP.clone();
             at::Tensor mass = at::zeros({N}, topts), meanD = mass.clone(), expD = mass.clone();
-            for (std::int64_t a = 0; a < V; a += chunk) {
-                const std::int64_t n = std::min(chunk, V - a);
-                const auto w = lmChunk(a, n), b = biasChunk(a, n);
-                const auto wg = w * gamma;
-                const auto ra = logits(teacherNormed, w, b), rb = logits(uv, wg, b);
-                const auto p = (ra / tau - lseP.unsqueeze(1)).exp(), q = (rb / tau - lseQ.unsqueeze(1)).exp();
-                const auto d = (ra - rb) / tau; // close logits: the subtraction is exact (Sterbenz)
-                mass += p.sum(1);
-                meanD += (p * d).sum(1);
-                expD += (p * at::expm1(-d)).sum(1);
-                gradU.addmm_((q - p) / (tau * double(N)), wg);
+            // Token blocks whose logits over the whole vocabulary (teacher's and student's) stay in
+            // memory between the log-sum-exp pass and the KL pass: each of the three vocabulary
+            // products (teacher, student, gradient) runs once, where vocabulary chunks alone
+            // recomputed both models' logits (five products). A block holds 2·V logits per token
+            // plus a chunk's temporaries, within the 6 chunk-widths per token the chunked form held
+            // (run/MemoryEstimate's trainTopBytes); in place where a temporary can be reused.
+            const std::int64_t width = std::min(chunk, V);
+            const std::int64_t block = std::max<std::int64_t>(1, std::min(N, 6 * N * width / (2 * V + 4 * width)));
+            for (std::int64_t r0 = 0; r0 < N; r0 += block) {
+                const std::int64_t nr = std::min(block, N - r0);
+                const auto tb = teacherNormed.narrow(0, r0, nr), sb = ug.narrow(0, r0, nr);
+                auto lp = lseP.narrow(0, r0, nr), lq = lseQ.narrow(0, r0, nr);
+                std::vector<at::Tensor> ra, rb; // per vocabulary chunk: [nr, n] logits
+                for (std::int64_t a = 0; a < V; a += chunk) {
+                    const std::int64_t n = std::min(chunk, V - a);
+                    const auto w = lmChunk(a, n), b = biasChunk(a, n);
+                    ra.push_back(logits(tb, w, b));
+                    rb.push_back(logits(sb, w, b));
+                    lp.copy_(at::logaddexp(lp, at::logsumexp(ra.back() / tau, -1)));
+                    lq.copy_(at::logaddexp(lq, at::logsumexp(rb.back() / tau, -1)));
+                }
+                auto gb = gradU.narrow(0, r0, nr);
+                for (std::size_t k = 0; k < ra.size(); ++k) {
+                    const std::int64_t a = static_cast<std::int64_t>(k) * chunk, n = std::min(chunk, V - a);
+                    auto d = (ra[k] - rb[k]).div_(tau); // close logits: the subtraction is exact (Sterbenz)
+                    const auto p = ra[k].div_(tau).sub_(lp.unsqueeze(1)).exp_(); // ra[k] becomes p
+                    const auto q = rb[k].div_(tau).sub_(lq.unsqueeze(1)).exp_(); // rb[k] becomes q
+                    mass.narrow(0, r0, nr).add_(p.sum(1));
+                    meanD.narrow(0, r0, nr).add_((p * d).sum(1));
+                    expD.narrow(0, r0, nr).add_(d.neg_().expm1_().mul_(p).sum(1));
+                    gb.addmm_(q.sub_(p).div_(tau * double(N)), lmChunk(a, n));
+                    ra[k] = rb[k] = at::Tensor(); // freed as the pass goes
+                }
             }
+            gradU.mul_(gamma);
             auto perToken = meanD / mass + at::log1p(expD / mass);
             perToken = at::where(at::isfinite(perToken), perToken, meanD - (lseP - lseQ) * mass);
             kl = perToken.to(at::kDouble).sum().item<double>() / double(N);
         }
         r.kl = kl;
         r.studentSeconds = since(t1);
+        r.lossSeconds = since(tLoss);
         t2 = Clock::now();
 
         // Backward: the top, then each layer recomputed with its graph from its saved input, then
@@ -585,7 +598,10 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                     return;
                 }
                 updating = true;
+                const auto tOpt = Clock::now();
                 opt.step(s.lr);
+                s.optimizerSeconds = since(tOpt);
+                s.lossSeconds = l.lossSeconds;
                 s.loss = l.loss;
                 s.kl = l.kl;
                 s.vol = l.vol;

@@ -29,6 +29,9 @@ struct DistillStep {
     double loss = 0, kl = 0, vol = 0, lr = 0;
     double seconds = 0; // whole step
     double teacherSeconds = 0, studentSeconds = 0, backwardSeconds = 0, metricsSeconds = 0;
+    // Parts not kept in train.h5's series (`latmix bench train` prints them): the loss over the
+    // vocabulary within studentSeconds, and AdamW's update.
+    double lossSeconds = 0, optimizerSeconds = 0;
     static constexpr double nan = std::numeric_limits<double>::quiet_NaN();
     // A1 and the tracked A2 (NaN on steps without metrics or without that transform)
     double a1Condition = nan, a1Orthogonality = nan, a1OffBlock = nan;
@@ -117,6 +120,7 @@ DistillResult distill(const model::ModelConfig& config, const model::LlamaWeight
 struct DistillLoss {
     double loss = 0, kl = 0, vol = 0;
     double teacherSeconds = 0, studentSeconds = 0, backwardSeconds = 0;
+    double lossSeconds = 0; // the part of studentSeconds spent on the loss over the vocabulary
 };
 DistillLoss distillationStep(const model::ModelConfig& config, const model::LlamaWeights& original,
                              const ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
