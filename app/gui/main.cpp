@@ -42,6 +42,7 @@ int fail(const QString& message) {
 
 int main(int argc, char** argv) {
     latmix::preferPassiveOpenMpWait(argv); // before Qt or libtorch start threads
+    latmix::configureAllocator();
     preferOffscreenWhenHeadless(argc, argv);
     QApplication app(argc, argv);
     QCoreApplication::setOrganizationName(QStringLiteral("LATMiX"));

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <malloc.h>
 #include <dlfcn.h>
 #include <fstream>
 #include <thread>
@@ -93,6 +95,12 @@ void preferPassiveOpenMpWait(char** argv) {
     if (blasSharesOpenMpPool()) return;
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
     execv("/proc/self/exe", argv); // returns only on failure: carry on with spinning threads
+}
+
+void configureAllocator() {
+    if (const char* t = std::getenv("GLIBC_TUNABLES"); t && std::strstr(t, "glibc.malloc.")) return; // the user's
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
 
 std::string libtorchVersion() {
