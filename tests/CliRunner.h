@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <stdio_ext.h>
 #include <unistd.h>
 
@@ -44,6 +45,37 @@ inline CliResult runLatmix(const QStringList& args, int timeoutMs, const QByteAr
     }
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
             QString::fromUtf8(p.readAllStandardError())};
+}
+
+// The executable with one more environment variable (the fault injections of app/cli/CliProgress.h):
+// whether it ended by a signal (kill -9, a crash), its exit status, and what it wrote to stderr. No
+// core file is written for a deliberate crash.
+struct SignalledResult {
+    bool signalled = false; // QProcess::CrashExit
+    int exitCode = -1;
+    QString err;
+};
+inline SignalledResult runLatmixWithEnv(const QStringList& args, const QString& name, const QString& value) {
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(name, value);
+    p.setProcessEnvironment(env);
+    p.setChildProcessModifier([] {
+        const rlimit none{0, 0};
+        ::setrlimit(RLIMIT_CORE, &none);
+    });
+    p.start(QString::fromLocal8Bit(qgetenv("LATMIX_BIN_DIR")) + "/latmix", args);
+    SignalledResult r;
+    if (!p.waitForStarted() || !p.waitForFinished(300000)) {
+        p.kill();
+        p.waitForFinished();
+        r.err = "latmix did not start or finish: " + p.errorString();
+        return r;
+    }
+    r.signalled = p.exitStatus() == QProcess::CrashExit;
+    r.exitCode = p.exitCode();
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    return r;
 }
 
 // The same command in this process: exit status, and what it wrote to stdout and stderr.

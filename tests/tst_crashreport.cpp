@@ -5,45 +5,13 @@
 // signal and thread, the interrupted instruction, the return address on the stack (in the
 // latmix executable: the caller of the null call) and, from the stack scan, further return
 // addresses of the main thread's callers.
-#include <QProcess>
+#include "CliRunner.h" // first: it may include libtorch headers, which Qt's macros break
+
 #include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include <sys/resource.h>
-
 #include "TestData.h"
-
-namespace {
-
-struct Crash {
-    bool crashed = false;
-    QString err;
-};
-
-Crash runCrashingAt(const QStringList& args, int report) {
-    QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert("LATMIX_CRASH_AFTER_PROGRESS", QString::number(report));
-    p.setProcessEnvironment(env);
-    p.setChildProcessModifier([] { // no core file from the deliberate crash
-        const rlimit none{0, 0};
-        ::setrlimit(RLIMIT_CORE, &none);
-    });
-    p.start(QString::fromLocal8Bit(qgetenv("LATMIX_BIN_DIR")) + "/latmix", args);
-    Crash c;
-    if (!p.waitForStarted() || !p.waitForFinished(300000)) {
-        p.kill();
-        p.waitForFinished();
-        c.err = "latmix did not start or finish: " + p.errorString();
-        return c;
-    }
-    c.crashed = p.exitStatus() == QProcess::CrashExit;
-    c.err = QString::fromUtf8(p.readAllStandardError());
-    return c;
-}
-
-} // namespace
 
 class TestCrashReport : public QObject {
     Q_OBJECT
@@ -70,8 +38,8 @@ private slots:
             LATMIX_DATA_SKIP("brownpy-13M not found (set LATMIX_DATA_DIR)");
         QTemporaryDir tmp;
         if (args.last() == "--out") args << tmp.filePath("run");
-        const Crash c = runCrashingAt(args, report);
-        QVERIFY2(c.crashed, qPrintable("latmix did not crash: " + c.err));
+        const auto c = latmix::test::runLatmixWithEnv(args, "LATMIX_CRASH_AFTER_PROGRESS", QString::number(report));
+        QVERIFY2(c.signalled, qPrintable("latmix did not crash: " + c.err));
         QVERIFY2(c.err.contains(QRegularExpression("latmix: crashed \\(signal SIGSEGV\\) in thread \\d+ \\(the main thread\\)")),
                  qPrintable(c.err));
         QVERIFY2(c.err.contains("instruction 0x0 (not in any loaded file)"), qPrintable(c.err));

@@ -40,22 +40,8 @@ struct Killed {
 
 // The executable with the kill after n progress reports.
 Killed runKilledAfter(const QStringList& args, long long n) {
-    QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert("LATMIX_KILL_AFTER_PROGRESS", QString::number(n));
-    p.setProcessEnvironment(env);
-    p.start(QString::fromLocal8Bit(qgetenv("LATMIX_BIN_DIR")) + "/latmix", args);
-    Killed k;
-    if (!p.waitForStarted() || !p.waitForFinished(300000)) {
-        p.kill();
-        p.waitForFinished();
-        k.err = "latmix did not start or finish: " + p.errorString();
-        return k;
-    }
-    k.killed = p.exitStatus() == QProcess::CrashExit;
-    k.exitCode = p.exitCode();
-    k.err = QString::fromUtf8(p.readAllStandardError());
-    return k;
+    const auto r = test::runLatmixWithEnv(args, "LATMIX_KILL_AFTER_PROGRESS", QString::number(n));
+    return {r.signalled, r.exitCode, r.err};
 }
 
 QJsonObject readJson(const QString& path) {
