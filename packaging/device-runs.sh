@@ -82,6 +82,14 @@ if [ "$REHEARSE" = no ]; then
 fi
 
 for d in $DEVICES; do
+  run "bench-train-$d" "$L" bench train --model "$B" --device "$d" --batch 4 --seqlen "$SEQ" --repeat 3
+done
+if [ "$REHEARSE" = no ]; then # TF32's speed, and the 1B training step's measured peak beside dry-1b-lu's estimate
+  run bench-train-cuda-tf32 "$L" bench train --model "$B" --device cuda --batch 4 --seqlen "$SEQ" --repeat 3 --tf32
+  run bench-train-1b "$L" bench train --model "$WORK/llama-1b" --device cuda --batch 4 --seqlen 2048 --repeat 2
+  run bench-train-1b-tf32 "$L" bench train --model "$WORK/llama-1b" --device cuda --batch 4 --seqlen 2048 --repeat 2 --tf32
+fi
+for d in $DEVICES; do
   run "bench-forward-$d" "$L" bench forward --model "$B" --device "$d" --seqlen "$FWD_SEQ" --repeat 3
   run "bench-gptq-$d" "$L" bench gptq --device "$d" --repeat "$([ "$REHEARSE" = yes ] && echo 1 || echo 3)"
 done
@@ -150,5 +158,6 @@ if any(v for v in b.values()):
 EOF
 cat "$R/bisect.txt" 2> /dev/null | sed 's/^/| /; s/$/ | | | |/'
 grep -H -e '^peak' -e '^fits' -e '^does not fit' "$R"/dry-*.txt 2>/dev/null | sed "s|^$R/||; s/^/| /; s/\$/ | | | |/"
+grep -H -e '^step ' -e '^loss over' -e '^peak GPU' -e '^minor page' "$R"/bench-train-*.txt 2>/dev/null | sed "s|^$R/||; s/^/| /; s/\$/ | | | |/"
 echo "runs failed: $fails"
 [ $fails = 0 ]

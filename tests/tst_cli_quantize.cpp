@@ -18,6 +18,7 @@
 #include "PoisonedModel.h"
 #include <QTemporaryDir>
 #include <QProcess>
+#include <QMap>
 #include <QtTest>
 
 #include <limits>
@@ -90,6 +91,39 @@ private slots:
         QVERIFY(j.contains("tf32"));
         QCOMPARE(j["tf32"].toBool(), false);
         QCOMPARE(readJson(m_tmp.filePath("run-rtn") + "/latmix.json")["tf32"].toBool(), false);
+    }
+
+    // latmix bench train: with one timed step its parts are that step's, so they add up to the
+    // step (each printed to 0.1 ms); a method that trains nothing is refused by name.
+    void benchTrain_data() {
+        QTest::addColumn<QString>("method");
+        QTest::newRow("latmix-lu") << "latmix-lu";
+        QTest::newRow("spinquant") << "spinquant";
+    }
+    void benchTrain() {
+        QFETCH(QString, method);
+        const Result r = run({"bench", "train", "--model", m_model, "--method", method, "--batch", "2", "--seqlen", "16",
+                              "--repeat", "1", "--tf32"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.out.contains("method " + method) && !r.out.contains("TF32"), qPrintable(r.out)); // --tf32: CUDA only
+        QMap<QString, double> part;
+        const QRegularExpression row("^(\\S.*\\S) +([0-9]+\\.[0-9]{4}) +[-0-9.]+%$", QRegularExpression::MultilineOption);
+        for (auto it = row.globalMatch(r.out); it.hasNext();) {
+            const auto m = it.next();
+            part[m.captured(1)] = m.captured(2).toDouble();
+        }
+        QCOMPARE(part.size(), 7);
+        double sum = 0;
+        for (auto it = part.cbegin(); it != part.cend(); ++it)
+            if (it.key() != "step") sum += it.value();
+        QVERIFY2(part["step"] > 0 && std::abs(sum - part["step"]) <= 6 * 0.00005 + 1e-9,
+                 qPrintable(QString("parts %1 vs step %2\n%3").arg(sum).arg(part["step"]).arg(r.out)));
+        QVERIFY2(r.out.contains(QRegularExpression("minor page faults per step \\d+")), qPrintable(r.out));
+    }
+    void benchTrainRefusesFixedMethods() {
+        const Result r = run({"bench", "train", "--model", m_model, "--method", "quarot"});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("not quarot"), qPrintable(r.err));
     }
 
     void zeroShotAfterQuantize() {

@@ -13,6 +13,7 @@
 #include "train/Distillation.h"
 #include "train/ModelTransforms.h"
 #include "util/Runtime.h"
+#include "util/TorchCompat.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -41,7 +42,16 @@ struct BenchOptions {
     std::string method;              // memory: quantize with this method (empty: eval)
     std::string config, dtype = "bfloat16"; // memory: a config.json instead of a model folder
     int calibSamples = 64, evalSeqLen = 0, batch = 4;
+    bool tf32 = false; // forward, train: float32 matrix products in TF32 on CUDA (as quantize --tf32)
 };
+
+// --tf32 as `latmix quantize` applies it: on a CUDA device only (a CPU run ignores it); the
+// header line says which.
+const char* applyTf32(const BenchOptions& o, c10::Device device) {
+    const bool on = o.tf32 && device.is_cuda();
+    compat::allowTf32Matmuls(on);
+    return on ? ", TF32 matmuls" : "";
+}
 
 double bestSeconds(int repeat, const std::function<void()>& fn) {
     fn(); // warm-up: page faults, thread pool start
@@ -100,9 +110,10 @@ int runForward(const BenchOptions& o) {
     if (o.model.empty()) throw std::invalid_argument("bench forward needs --model DIR");
     const auto ck = model::Checkpoint::load(o.model);
     const auto device = model::parseDevice(o.device);
-    std::printf("forward pass of %s (%s, %d layers, hidden %d), seqlen %d, %s, %d threads, best of %d\n",
+    const char* tf32 = applyTf32(o, device);
+    std::printf("forward pass of %s (%s, %d layers, hidden %d), seqlen %d, %s%s, %d threads, best of %d\n",
                 o.model.c_str(), ck.config().architectureName.c_str(), ck.config().numLayers, ck.config().hiddenSize,
-                o.seqLen, device.str().c_str(), threadCount(), o.repeat);
+                o.seqLen, device.str().c_str(), tf32, threadCount(), o.repeat);
     std::printf("%-10s %12s %12s %14s %14s %9s\n", "dtype", "ms/forward", "tokens/s", "model GFLOP/s", "matmul GFLOP/s",
                 "fraction");
     at::NoGradGuard noGrad;
@@ -184,10 +195,12 @@ int runTrain(const BenchOptions& o) {
         return u.ru_minflt;
     };
     d.onStep = [&](const train::DistillStep&) { faults.push_back(minorFaults()); };
-    std::printf("training step of %s (%s, %d layers, hidden %d, vocabulary %d), method %s, batch %d x %d tokens, %s, "
+    const char* tf32 = applyTf32(o, device);
+    std::printf("training step of %s (%s, %d layers, hidden %d, vocabulary %d), method %s, batch %d x %d tokens, %s%s, "
                 "%d threads; step 1 warms up, then %d timed\n",
                 o.model.c_str(), c.architectureName.c_str(), c.numLayers, c.hiddenSize, c.vocabSize, method.c_str(), o.batch,
-                seq, device.str().c_str(), threadCount(), o.repeat);
+                seq, device.str().c_str(), tf32, threadCount(), o.repeat);
+    if (device.is_cuda()) compat::resetCudaPeakMemory(device.index());
     const auto r = train::distill(c, original, windows, transforms, d);
     std::vector<train::DistillStep> timed(r.history.begin() + 1, r.history.end());
     auto medianOf = [&](const std::function<double(const train::DistillStep&)>& part) {
@@ -217,6 +230,9 @@ int runTrain(const BenchOptions& o) {
     getrusage(RUSAGE_SELF, &u);
     std::printf("minor page faults per step %ld (%.0f MiB of pages); peak resident %.0f MiB; student / teacher %.2f\n",
                 perStep, perStep * 4096.0 / 1048576.0, u.ru_maxrss / 1024.0, student / std::max(teacher, 1e-12));
+    if (device.is_cuda()) // beside `latmix quantize --dry-run --device cuda`'s train stage
+        std::printf("peak GPU memory %.0f MiB (PyTorch's allocator; the CUDA context adds about 512 MiB)\n",
+                    compat::cudaPeakAllocatedBytes(device.index()) / 1048576.0);
     return 0;
 }
 
@@ -291,6 +307,7 @@ Runner addBenchCommand(CLI::App& app) {
     cmd->add_option("--calib-samples", o->calibSamples, "memory: calibration windows")->capture_default_str();
     cmd->add_option("--eval-seqlen", o->evalSeqLen, "memory: quantize's evaluation window (0: none)")->capture_default_str();
     cmd->add_option("--batch", o->batch, "memory, train: training sequences per step")->capture_default_str();
+    cmd->add_flag("--tf32", o->tf32, "forward, train: float32 matrix products in TF32 on a CUDA device (ignored on the CPU)");
     return [o] {
         return o->what == "forward" ? runForward(*o)
                : o->what == "train" ? runTrain(*o)
