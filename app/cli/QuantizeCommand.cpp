@@ -203,7 +203,7 @@ int runQuantize(QuantizeCli& o) {
         std::printf("             %d ranks: Hessians summed over the ranks, each linear quantized by one; %.1f MiB "
                     "communicated\n",
                     o.q.group->size(), r.quantizeBytes / 1048576.0);
-    if (!run::methodSpec(o.q.method).gptq && std::min(o.q.rtnErrorWindows, o.q.calibSamples) <= 0)
+    if (run::weightQuantizationWindows(run::runMethod(o.q), o.q) == 0)
         std::printf("             no calibration: relative errors of the weights (--rtn-error-windows N: of the "
                     "outputs on N windows)\n");
     for (const auto& [name, v] : perLinear)

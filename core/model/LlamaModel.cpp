@@ -408,14 +408,15 @@ LlamaModel::LlamaModel(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device
     if (offload)
         m_w = offloadLayers(loadWeights(ckpt, dtype, c10::kCPU), at::TensorOptions().dtype(dtype).device(device));
     else if (device.is_cpu() && dtype == at::kBFloat16) {
-        // bf16 compute: the layers converted once, not at every forward (bf16 -> bf16 is no copy: a
-        // bf16 checkpoint stays mapped); half a float32 checkpoint's size, for libtorch's own bf16
+        // bf16 compute: every tensor converted once, not at every forward (bf16 -> bf16 is no copy:
+        // a bf16 checkpoint stays mapped); half a float32 checkpoint's size, for libtorch's own bf16
         // matrix products at every call (`latmix bench forward`: twice the tokens/s at seqlen 256).
-        m_w = loadStoredWeights(ckpt, dtype);
-        for (auto& y : m_w.layers) {
-            LayerWeights converted = convertLayer(y, at::TensorOptions().dtype(dtype));
+        const auto bf16 = at::TensorOptions().dtype(dtype);
+        const LlamaWeights stored = loadStoredWeights(ckpt, dtype);
+        m_w = convertTopLevel(stored, bf16);
+        for (const LayerWeights& y : stored.layers) {
+            m_w.layers.push_back(convertLayer(y, bf16));
             releaseMappedLayer(y);
-            y = std::move(converted);
         }
     } else if (device.is_cpu())
         m_w = loadStoredWeights(ckpt, dtype); // mapped, converted a layer at a time (forwardHidden)

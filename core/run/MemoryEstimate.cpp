@@ -143,7 +143,7 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
         // At down_proj: the three smaller Hessians, down_proj's own (taken, no copy) and GPTQ's
         // two [in, in] matrices alive at a time plus W and its working copy in float64.
         // RTN runs windows through the layers only for --rtn-error-windows (QuantizeOptions).
-        const I windows = m.gptq ? N : std::min<I>(N, std::max(0, o.rtnErrorWindows));
+        const I windows = weightQuantizationWindows(m, o);
         const I hess = windows > 0 ? (2 * s.h * s.h + s.q * s.q + s.i * s.i) * 8 : 0;
         const I gptq = m.gptq ? 2 * s.i * s.i * 8 + 2 * s.h * s.i * 8 : 0;
         const I calib = 2 * windows * T * s.h * 4;

@@ -72,7 +72,8 @@ std::string gibText(std::int64_t bytes);
 // `--devices D0,D1,...`: the decoder layers of the training split into contiguous runs over
 // several devices, balanced by the bytes each device holds (the weights as stored: `stored`
 // bytes per matrix element, storedElementBytes), the embedding with the first device and the
-// final norm and lm_head with the last (a tied lm_head is a copy there), and the
+// final norm and lm_head with the last (a tied lm_head is a copy there unless one device holds
+// both), and the
 // training's peak on each device (the train stage's terms of estimateQuantizeMemory for the
 // layers it holds; without the CUDA context).
 struct DeviceShare {

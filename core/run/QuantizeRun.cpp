@@ -219,6 +219,10 @@ eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
 
 } // namespace
 
+int weightQuantizationWindows(const MethodSpec& m, const QuantizeOptions& o) {
+    return m.gptq ? o.calibSamples : std::min(o.calibSamples, std::max(0, o.rtnErrorWindows));
+}
+
 train::TransformSpec transformSpecOf(const MethodSpec& m, const QuantizeOptions& o) {
     train::TransformSpec spec;
     spec.t1Kind = m.t1Kind;
@@ -527,7 +531,7 @@ public:
         group = x.o.group && x.o.group->size() > 1 ? x.o.group.get() : nullptr;
         // GPTQ needs every window's Hessians; RTN none (its error then in weight space) unless
         // --rtn-error-windows asks for the output-space error over the first windows.
-        const int64_t n = x.method.gptq ? calib.size(0) : std::min<int64_t>(calib.size(0), std::max(0, x.o.rtnErrorWindows));
+        const int64_t n = std::min<int64_t>(calib.size(0), weightQuantizationWindows(x.method, x.o));
         calibrated = n > 0;
         if (!calibrated) return;
         // This rank's windows: a contiguous share of the calibration windows (all of them alone).
@@ -603,33 +607,34 @@ private:
         std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>> acc;
         const model::PointKind kinds[] = {model::PointKind::QkvInput, model::PointKind::OProjInput,
                                           model::PointKind::GateUpInput, model::PointKind::DownProjInput};
-        if (calibrated)
+        if (calibrated) {
             for (auto k : kinds) acc[k] = std::make_unique<quant::HessianAccumulator>(model::pointWidth(c, k));
-        if (calibrated) guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerAdvice, [&] {
-            at::NoGradGuard g;
-            for (int64_t b = 0; b < h.size(0); b += chunk) {
-                const auto hb = h.narrow(0, b, std::min<int64_t>(chunk, h.size(0) - b));
-                model::decoderLayer(c, y, options, hb, rope, l, [&](const std::string& point, const at::Tensor& a) {
-                    for (auto k : kinds)
-                        if (point == model::pointName(l, k)) {
-                            try {
-                                acc[k]->add(a); // refuses NaN/Inf, naming the first one
-                            } catch (const std::invalid_argument& e) {
-                                // The weights were checked at load: NaN/Inf here comes from the
-                                // activations (an overflow, a broken transform), named by point.
-                                throw std::runtime_error(
-                                    "calibration windows " + std::to_string(b) + ".." +
-                                    std::to_string(b + hb.size(0) - 1) + " at " + point + ": " + e.what() +
-                                    "; the folded model overflows there: try --device cpu (float32), or a method "
-                                    "without learned transforms to see whether the transforms cause it");
+            guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerAdvice, [&] {
+                at::NoGradGuard g;
+                for (int64_t b = 0; b < h.size(0); b += chunk) {
+                    const auto hb = h.narrow(0, b, std::min<int64_t>(chunk, h.size(0) - b));
+                    model::decoderLayer(c, y, options, hb, rope, l, [&](const std::string& point, const at::Tensor& a) {
+                        for (auto k : kinds)
+                            if (point == model::pointName(l, k)) {
+                                try {
+                                    acc[k]->add(a); // refuses NaN/Inf, naming the first one
+                                } catch (const std::invalid_argument& e) {
+                                    // The weights were checked at load: NaN/Inf here comes from the
+                                    // activations (an overflow, a broken transform), named by point.
+                                    throw std::runtime_error(
+                                        "calibration windows " + std::to_string(b) + ".." +
+                                        std::to_string(b + hb.size(0) - 1) + " at " + point + ": " + e.what() +
+                                        "; the folded model overflows there: try --device cpu (float32), or a method "
+                                        "without learned transforms to see whether the transforms cause it");
+                                }
                             }
-                        }
-                    return a;
-                });
-            }
-        });
-        if (group && calibrated)
-            for (auto k : kinds) acc[k]->reduce([&](const at::Tensor& t) { group->allreduceSum({t}); });
+                        return a;
+                    });
+                }
+            });
+            if (group)
+                for (auto k : kinds) acc[k]->reduce([&](const at::Tensor& t) { group->allreduceSum({t}); });
+        }
         const std::vector<Linear> linears = {{names::kQProj, &y.wq, model::PointKind::QkvInput},
                                              {names::kKProj, &y.wk, model::PointKind::QkvInput},
                                              {names::kVProj, &y.wv, model::PointKind::QkvInput},
@@ -791,7 +796,7 @@ void evaluate(const RunContext& x, const std::string& modelOut, const std::vecto
 // What a linear's relative_error measures: "outputs (N windows)" (tr(dW H dW^T) / tr(W H W^T)
 // over the calibration windows) or "weights" (RTN without --rtn-error-windows).
 std::string relativeErrorKind(const RunContext& x) {
-    const int n = x.method.gptq ? x.o.calibSamples : std::min(x.o.calibSamples, std::max(0, x.o.rtnErrorWindows));
+    const int n = weightQuantizationWindows(x.method, x.o);
     return n > 0 ? "outputs (" + std::to_string(n) + " windows)" : "weights";
 }
 

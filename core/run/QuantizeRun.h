@@ -43,6 +43,11 @@ struct QuantizeOptions;
 // T2; transformed: any of T1, T2, T3. Throws std::invalid_argument naming an unknown kind or
 // initialisation (listing the valid ones) or an unknown loss.
 MethodSpec runMethod(const QuantizeOptions& options);
+// The calibration windows the weight quantization runs through the layers: all of them for GPTQ
+// (its Hessians), for RTN the first --rtn-error-windows (0: none; its error is then in weight
+// space). What LayerQuantizer runs, latmix.json's weight_quantization.relative_error names and
+// the memory estimate counts.
+int weightQuantizationWindows(const MethodSpec& m, const QuantizeOptions& options);
 // The transforms of a run of method m with these options (train::ModelTransforms' spec): kinds,
 // initialisation, MX block, T3 and the seeds. What `latmix quantize` and `latmix bench train` build.
 train::TransformSpec transformSpecOf(const MethodSpec& m, const QuantizeOptions& options);
