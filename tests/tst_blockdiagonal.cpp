@@ -2,10 +2,12 @@
 // matrix in float64: x·Mᵀ, x·M, gradient, and the block Hadamard's structure.
 #include "transforms/BlockDiagonal.h"
 #include "transforms/FixedTransforms.h"
+#include "transforms/Hadamard.h"
 
 #include <ATen/ATen.h>
 #include <QtTest>
 
+#include <cmath>
 #include <vector>
 
 using namespace latmix;
@@ -62,6 +64,36 @@ private slots:
         // rounded, B ≤ 32-term sums: ~2^-24·√B ≈ 3e-7 of |y| ≲ 5; 1e-5 is ~5× the largest expected).
         const auto m32 = m.to(at::TensorOptions().dtype(at::kFloat));
         QVERIFY((m32.apply(x.to(at::kFloat)).to(at::kDouble).reshape({-1, n}) - flat.mm(d.t())).abs().max().item<double>() < 1e-5);
+    }
+
+    // The signs blockHadamard records for the fused T3 kernel: each block is exactly
+    // (H_B/√B)·diag(s_b) with Sylvester H_B, in float64; none where a smaller last block exists.
+    void hadamardSigns_data() {
+        QTest::addColumn<qint64>("n");
+        QTest::addColumn<qint64>("block");
+        QTest::addColumn<bool>("recorded");
+        QTest::newRow("768/32") << qint64(768) << qint64(32) << true;
+        QTest::newRow("64/16") << qint64(64) << qint64(16) << true;
+        QTest::newRow("256/64") << qint64(256) << qint64(64) << true;
+        QTest::newRow("172/32 (last 12)") << qint64(172) << qint64(32) << false;
+        QTest::newRow("96/12 (Paley)") << qint64(96) << qint64(12) << false;
+    }
+    void hadamardSigns() {
+        QFETCH(qint64, n);
+        QFETCH(qint64, block);
+        QFETCH(bool, recorded);
+        const auto m = transforms::blockHadamard(n, block, 11);
+        QCOMPARE(m.hadamardSigns().defined(), recorded);
+        if (!recorded) return;
+        const at::Tensor s = m.hadamardSigns().to(at::kDouble);
+        QCOMPARE(s.numel(), n);
+        QVERIFY(at::equal(s.abs(), at::ones({n}, at::kDouble)));
+        QVERIFY(s.lt(0).any().item<bool>() && s.gt(0).any().item<bool>()); // a real draw, not all +1
+        const at::Tensor h = transforms::hadamardMatrix(block) / std::sqrt(double(block));
+        for (qint64 b = 0; b < n / block; ++b)
+            QVERIFY(at::equal(m.blocks()[b], h * s.narrow(0, b * block, block).unsqueeze(0)));
+        QVERIFY(at::equal(m.to(at::kFloat).hadamardSigns(), m.hadamardSigns())); // to() keeps them
+        QVERIFY(!m.transposed().hadamardSigns().defined());                       // diag(s)·H is another form
     }
 
     void undefinedIsIdentity() {

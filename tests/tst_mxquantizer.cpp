@@ -6,6 +6,7 @@
 
 #include "mx/MxQuantizer.h"
 #include "mx/MxReference.h"
+#include "transforms/FixedTransforms.h"
 
 #include <QtTest>
 
@@ -212,6 +213,69 @@ private slots:
             }
         if (c.scaleMode == ScaleMode::Floor) QVERIFY(zeros > 0); // floor clips some maxima
         else QCOMPARE(zeros, 0);                                 // ceil never clips
+    }
+
+    // T3 fused with the quantization (SPEC §4), against two independent paths: bit for bit
+    // against the scalar reference (ref::walshHadamard, then ref::fakeQuantize; every CPU path,
+    // as CI's baseline leg reruns it), and its rotation against blockHadamard's float64 blocks.
+    void fusedHadamardAgreesWithReference_data() {
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<QString>("mode");
+        QTest::addColumn<int>("block");
+        for (const char* f : {"mxfp4", "mxint4", "mxfp6_e2m3", "mxfp8_e4m3", "mxint8"})
+            for (const char* mode : {"floor", "even"}) QTest::addRow("%s %s B32", f, mode) << QString(f) << QString(mode) << 32;
+        QTest::addRow("mxfp4 floor B16") << QString("mxfp4") << QString("floor") << 16;
+        QTest::addRow("mxint4 ceil B64") << QString("mxint4") << QString("ceil") << 64;
+    }
+    void fusedHadamardAgreesWithReference() {
+        QFETCH(QString, format);
+        QFETCH(QString, mode);
+        QFETCH(int, block);
+        const MxConfig c{parseFormat(format.toStdString()), block, parseScaleMode(mode.toStdString())};
+        const int64_t rows = 60, cols = 1024;
+        const std::vector<float> x = stressValues(rows, cols, 777 + block);
+        const auto t3 = latmix::transforms::blockHadamard(cols, block, 42);
+        QVERIFY(t3.hadamardSigns().defined());
+        const std::vector<float> signs = toVector(t3.hadamardSigns());
+        const std::vector<float> rotated = ref::walshHadamard(x, signs, block);
+        const std::vector<float> want = ref::fakeQuantize(rotated, cols, c);
+        const at::Tensor xt = toTensor(x).reshape({rows, cols});
+        QVERIFY(fusedHadamardApplies(xt, c, block));
+        const std::vector<float> got = toVector(fakeQuantizeAfterHadamard(xt, t3.hadamardSigns(), c));
+        const long long bad = firstMismatch(got, want);
+        QVERIFY2(bad < 0, qPrintable(describeMismatch(rotated, got, want, bad)));
+
+        // The rotation is the float64 block Hadamard up to float32 rounding: log2(B) butterfly
+        // stages, the rounded 1/√B and the product each add at most u = 2^-24 relative to the
+        // block's Σ|x| / √B (1.01: second-order terms). Blocks with NaN/Inf are skipped.
+        const std::vector<double> exact = [&] {
+            const at::Tensor e = t3.apply(xt.to(at::kDouble)).contiguous();
+            return std::vector<double>(e.data_ptr<double>(), e.data_ptr<double>() + e.numel());
+        }();
+        const int stages = static_cast<int>(std::log2(block));
+        int checked = 0;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t b = 0; b < cols; b += block) {
+                double l1 = 0;
+                bool finite = true;
+                for (int64_t j = b; j < b + block; ++j) {
+                    finite = finite && std::isfinite(x[r * cols + j]);
+                    l1 += std::fabs(double(x[r * cols + j]));
+                }
+                if (!finite) continue;
+                const double bound = 1.01 * (stages + 2) * std::ldexp(1.0, -24) * l1 / std::sqrt(double(block));
+                for (int64_t j = b; j < b + block; ++j) {
+                    const double err = std::fabs(double(rotated[r * cols + j]) - exact[r * cols + j]);
+                    if (err > bound) QFAIL(qPrintable(QString("row %1 column %2: |error| %3 > %4").arg(r).arg(j).arg(err).arg(bound)));
+                }
+                ++checked;
+            }
+        QVERIFY(checked > rows * cols / block / 2);
+        // Refused where it does not apply: NVFP4 (no power-of-two scale), a block that does not
+        // divide the row, a Hadamard block other than the MX block.
+        QVERIFY(!fusedHadamardApplies(xt, makeConfig(Format::NvFp4), 16));
+        QVERIFY(!fusedHadamardApplies(xt.narrow(1, 0, cols - 8), c, block));
+        QVERIFY(!fusedHadamardApplies(xt, c, block * 2));
     }
 
     void keepsDtypeAndShape() {

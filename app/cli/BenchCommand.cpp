@@ -12,6 +12,7 @@
 #include "run/QuantizeRun.h"
 #include "train/Distillation.h"
 #include "train/ModelTransforms.h"
+#include "transforms/FixedTransforms.h"
 #include "util/Runtime.h"
 #include "util/TorchCompat.h"
 
@@ -94,6 +95,22 @@ int runMx(const BenchOptions& o) {
             row(mx::formatName(f) + " (tensor ops, allocating)", t);
         }
     }
+    // T3 of a run (block Hadamard 32, SPEC §4) followed by the activation quantization: the
+    // fused one-pass kernel, and the two steps it replaces (batched matmul, then the kernel).
+    const auto t3 = transforms::blockHadamard(cols, 32, 1234);
+    const float* signs = t3.hadamardSigns().data_ptr<float>();
+    for (mx::Format f : {mx::Format::MxFp4, mx::Format::MxInt4}) {
+        const mx::MxConfig c = mx::makeConfig(f);
+        mx::cpu::QuantizeOutputs out;
+        out.dequantized = y.data_ptr<float>();
+        const double s = bestSeconds(o.repeat, [&] {
+            mx::cpu::quantizeRowsAfterHadamard(x.data_ptr<float>(), signs, rows, cols, c, out);
+        });
+        row("T3 + " + mx::formatName(f) + " (fused kernel)", s);
+    }
+    const auto t3f = t3.to(at::kFloat);
+    const double unfused = bestSeconds(o.repeat, [&] { mx::fakeQuantize(t3f.apply(x), mx::makeConfig(mx::Format::MxFp4)); });
+    row("T3 + mxfp4 (bmm, then kernel)", unfused);
     return 0;
 }
 

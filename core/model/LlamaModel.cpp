@@ -233,8 +233,16 @@ namespace {
 // What the linear(s) of a point get: T3 first (down_proj), MX quantization, then the hook.
 at::Tensor atPoint(const ForwardOptions& o, const at::Tensor& x, int layer, PointKind kind, const ActivationHook& hook) {
     at::Tensor y = x;
-    if (kind == PointKind::DownProjInput) y = o.t3.apply(y);
-    if (o.activationQuant) y = mx::fakeQuantize(y, *o.activationQuant);
+    const bool t3 = kind == PointKind::DownProjInput && o.t3.defined();
+    if (t3 && o.activationQuant && o.t3.hadamardSigns().defined() &&
+        mx::fusedHadamardApplies(y, *o.activationQuant, o.t3.blockSize())) {
+        // One pass instead of a batched matmul and a quantization (CPU float32, no gradient):
+        // the same rotation with float32 butterflies in place of 32-term dot products.
+        y = mx::fakeQuantizeAfterHadamard(y, o.t3.hadamardSigns(), *o.activationQuant);
+    } else {
+        if (t3) y = o.t3.apply(y);
+        if (o.activationQuant) y = mx::fakeQuantize(y, *o.activationQuant);
+    }
     if (hook) y = hook(pointName(layer, kind), y);
     return y;
 }

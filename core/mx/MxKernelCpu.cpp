@@ -12,6 +12,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -138,6 +139,80 @@ float nvfp4GlobalScale(const float* x, std::int64_t n) {
 
 namespace {
 
+// ---- The rotation of quantizeRowsAfterHadamard (ref::walshHadamard's arithmetic, vectorised).
+constexpr std::int64_t kMaxHadamardBlock = 64;
+
+// GCC vector extensions, W lanes: W = 16 (one zmm) on the AVX-512 path, 8 (one ymm) on AVX2, 4
+// (one xmm) on baseline x86-64. Strides ≥ W pair whole registers; strides < W pair lanes of one
+// register through a shuffle. Every lane does the reference's IEEE operation, so all widths
+// give the same bits.
+typedef float V4 __attribute__((vector_size(16)));
+typedef float V8 __attribute__((vector_size(32)));
+typedef float V16 __attribute__((vector_size(64)));
+typedef std::int32_t I4 __attribute__((vector_size(16)));
+typedef std::int32_t I8 __attribute__((vector_size(32)));
+typedef std::int32_t I16 __attribute__((vector_size(64)));
+// U: the same vector type at float alignment, for loads and stores straight from memory (a
+// memcpy into a vector variable goes through the stack in halves on some tunings).
+typedef float U4 __attribute__((vector_size(16), aligned(4)));
+typedef float U8 __attribute__((vector_size(32), aligned(4)));
+typedef float U16 __attribute__((vector_size(64), aligned(4)));
+template <int W> struct Lanes;
+template <> struct Lanes<4> { using F = V4; using I = I4; using U = U4; };
+template <> struct Lanes<8> { using F = V8; using I = I8; using U = U8; };
+template <> struct Lanes<16> { using F = V16; using I = I16; using U = U16; };
+
+template <int W, int H, std::size_t... L>
+__attribute__((always_inline)) inline typename Lanes<W>::F butterflyLanes(typename Lanes<W>::F v,
+                                                                          std::index_sequence<L...>) {
+    using F = typename Lanes<W>::F;
+    using I = typename Lanes<W>::I;
+    // Lane i pairs with lane i^H: lower lanes keep a+b (p + v), upper lanes a−b (p + (−v)), the
+    // additions of the scalar butterfly (IEEE addition commutes, and x + (−y) is x − y exactly).
+    const F p = __builtin_shuffle(v, I{static_cast<std::int32_t>(L ^ H)...});
+    const I negateUpper = I{((L & H) ? std::int32_t(0x80000000u) : 0)...};
+    return p + reinterpret_cast<F>(reinterpret_cast<I>(v) ^ negateUpper);
+}
+
+// 32 values in 32/W registers: strides 16..W between registers, then W/2..1 inside each.
+template <int W>
+__attribute__((always_inline)) inline void walshHadamard32(const float* x, const float* s, float scale, float* y) {
+    using F = typename Lanes<W>::F;
+    using U = typename Lanes<W>::U;
+    constexpr int R = 32 / W;
+    F v[R];
+    for (int r = 0; r < R; ++r) v[r] = F(*reinterpret_cast<const U*>(x + r * W)) * F(*reinterpret_cast<const U*>(s + r * W));
+    for (int h = R / 2; h >= 1; h /= 2)
+        for (int r = 0; r < R; ++r)
+            if ((r & h) == 0) {
+                const F a = v[r], b = v[r + h];
+                v[r] = a + b;
+                v[r + h] = a - b;
+            }
+    const F sv = F{} + scale;
+    for (int r = 0; r < R; ++r) {
+        F t = v[r];
+        if constexpr (W >= 16) t = butterflyLanes<W, 8>(t, std::make_index_sequence<W>{});
+        if constexpr (W >= 8) t = butterflyLanes<W, 4>(t, std::make_index_sequence<W>{});
+        t = butterflyLanes<W, 1>(butterflyLanes<W, 2>(t, std::make_index_sequence<W>{}), std::make_index_sequence<W>{});
+        *reinterpret_cast<U*>(y + r * W) = t * sv;
+    }
+}
+
+// Any power-of-two block, written as the reference writes it.
+__attribute__((always_inline)) inline void walshHadamardAny(const float* x, const float* s, float scale, float* y,
+                                                          std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * s[i];
+    for (std::int64_t h = n / 2; h >= 1; h /= 2)
+        for (std::int64_t i = 0; i < n; ++i)
+            if ((i & h) == 0) {
+                const float a = y[i], b = y[i + h];
+                y[i] = a + b;
+                y[i + h] = a - b;
+            }
+    for (std::int64_t i = 0; i < n; ++i) y[i] *= scale;
+}
+
 struct KernelContext {
     const float* x;
     std::int64_t cols, B, blocksPerRow;
@@ -149,6 +224,8 @@ struct KernelContext {
     float nvfp4Global;
     std::uint8_t nanScale, nanElement;
     QuantizeOutputs out;
+    const float* signs = nullptr; // quantizeRowsAfterHadamard: rotate each block first
+    float hadamardScale = 1.0f;   // fl(1/√B)
 };
 
 // Power-of-two scaled block; FixedB > 0 lets the compiler unroll a full block completely.
@@ -184,6 +261,8 @@ inline std::uint8_t nvfp4Block(const KernelContext& k, const float* xb, float* y
 // Blocks [first, last) in row-major block order. Inlined into one function per instruction set
 // below (the paths of kernelPath()), so the .deb runs on any x86-64 and still uses AVX2/AVX-512
 // where present; every path gives the same bits (-ffp-contract=off, no reassociation).
+// W: the vector width of the fused Hadamard's butterflies on this path.
+template <int W>
 __attribute__((always_inline)) inline void blockRange(const KernelContext& k, std::int64_t first, std::int64_t last) {
     std::vector<float> codesTmp(k.out.elementCodes ? static_cast<size_t>(k.B) : 0);
     float* q = k.out.elementCodes ? codesTmp.data() : nullptr;
@@ -191,11 +270,17 @@ __attribute__((always_inline)) inline void blockRange(const KernelContext& k, st
     for (std::int64_t blk = first; blk < last; ++blk) {
         const std::int64_t n = std::min(k.B, k.cols - col);
         const std::int64_t begin = r * k.cols + col;
+        const float* xb = k.x + begin;
+        alignas(64) float rotated[kMaxHadamardBlock];
+        if (k.signs) { // n == B here: quantizeRowsAfterHadamard checked that B divides cols
+            if (n == 32) walshHadamard32<W>(xb, k.signs + col, k.hadamardScale, rotated);
+            else walshHadamardAny(xb, k.signs + col, k.hadamardScale, rotated, n);
+            xb = rotated;
+        }
         col += k.B;
         if (col >= k.cols) col = 0, ++r;
-        const float* xb = k.x + begin;
         float* yb = k.out.dequantized ? k.out.dequantized + begin : nullptr;
-        const std::uint32_t amaxBits = blockAmaxBits(xb, n);
+        const std::uint32_t amaxBits = n == 32 ? blockAmaxBits(xb, 32) : blockAmaxBits(xb, n); // 32: unrolled
         if (amaxBits >= kExpMask) { // NaN or Inf in the block: the whole block is NaN
             fillNan(k.out, begin, n, k.nanElement);
             if (k.out.scaleCodes) k.out.scaleCodes[blk] = k.nanScale;
@@ -217,13 +302,13 @@ __attribute__((always_inline)) inline void blockRange(const KernelContext& k, st
     }
 }
 
-void blockRangeBaseline(const KernelContext& k, std::int64_t first, std::int64_t last) { blockRange(k, first, last); }
+void blockRangeBaseline(const KernelContext& k, std::int64_t first, std::int64_t last) { blockRange<4>(k, first, last); }
 #if LATMIX_MX_X86_PATHS
 __attribute__((target("avx2"))) void blockRangeAvx2(const KernelContext& k, std::int64_t first, std::int64_t last) {
-    blockRange(k, first, last);
+    blockRange<8>(k, first, last);
 }
 __attribute__((target("avx512f"))) void blockRangeAvx512(const KernelContext& k, std::int64_t first, std::int64_t last) {
-    blockRange(k, first, last);
+    blockRange<16>(k, first, last);
 }
 #endif
 
@@ -269,8 +354,10 @@ KernelPath kernelPath() {
     return path;
 }
 
-void quantizeRows(const float* x, std::int64_t rows, std::int64_t cols, const MxConfig& c,
-                  float nvfp4Global, const QuantizeOutputs& out) {
+namespace {
+
+KernelContext makeContext(const float* x, std::int64_t cols, const MxConfig& c, float nvfp4Global,
+                          const QuantizeOutputs& out) {
     c.validate();
     KernelContext k;
     k.x = x;
@@ -285,7 +372,11 @@ void quantizeRows(const float* x, std::int64_t rows, std::int64_t cols, const Mx
     k.nanScale = k.nvfp4 ? 0x7F : kScaleNanCode;
     k.nanElement = (k.element == ElementFormat::E4M3 || k.element == ElementFormat::E5M2) ? 0x7F : 0;
     k.out = out;
-    if (rows == 0 || cols == 0) return;
+    return k;
+}
+
+void run(const KernelContext& k, std::int64_t rows) {
+    if (rows == 0 || k.cols == 0) return;
     auto range = blockRangeBaseline;
 #if LATMIX_MX_X86_PATHS
     if (const KernelPath p = kernelPath(); p == KernelPath::Avx512) range = blockRangeAvx512;
@@ -294,6 +385,26 @@ void quantizeRows(const float* x, std::int64_t rows, std::int64_t cols, const Mx
     const std::int64_t grain = std::max<std::int64_t>(1, 16384 / k.B);
     at::parallel_for(0, rows * k.blocksPerRow, grain,
                      [&k, range](std::int64_t first, std::int64_t last) { range(k, first, last); });
+}
+
+} // namespace
+
+void quantizeRows(const float* x, std::int64_t rows, std::int64_t cols, const MxConfig& c,
+                  float nvfp4Global, const QuantizeOutputs& out) {
+    run(makeContext(x, cols, c, nvfp4Global, out), rows);
+}
+
+void quantizeRowsAfterHadamard(const float* x, const float* signs, std::int64_t rows, std::int64_t cols,
+                               const MxConfig& c, const QuantizeOutputs& out) {
+    KernelContext k = makeContext(x, cols, c, 1.0f, out);
+    if (k.nvfp4 || k.B > kMaxHadamardBlock || (k.B & (k.B - 1)) != 0 || cols % k.B != 0)
+        throw std::invalid_argument("block Hadamard + MX quantization needs a power-of-two block of at most " +
+                                    std::to_string(kMaxHadamardBlock) + " that divides the row (" +
+                                    std::to_string(cols) + " values, block " + std::to_string(k.B) +
+                                    ") and a power-of-two scale (not NVFP4)");
+    k.signs = signs;
+    k.hadamardScale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k.B)));
+    run(k, rows);
 }
 
 } // namespace latmix::mx::cpu

@@ -29,4 +29,16 @@ float nvfp4GlobalScale(const float* x, std::int64_t n);
 void quantizeRows(const float* x, std::int64_t rows, std::int64_t cols, const MxConfig& c,
                   float nvfp4Global, const QuantizeOutputs& out);
 
+// T3 fused with the quantization that follows it (SPEC §4: the down_proj input is rotated by
+// the online block Hadamard, then MX-quantized), in one pass over x. Each B-wide block x_b of a
+// row (B = c.blockSize) becomes y_b = fwht(s_b ⊙ x_b) · fl(1/√B): the Sylvester Walsh–Hadamard
+// transform in natural order, i.e. H_B with H(i,j) = (-1)^popcount(i&j), computed by butterflies
+// with strides B/2, …, 2, 1 (a+b kept above, a−b below, as ref::walshHadamard), then quantized
+// as quantizeRows does. That is x_b ↦ (H_B/√B)·diag(s_b)·x_b, the block of
+// transforms::blockHadamard, with float32 rounding in place of a dot product's. signs: [cols]
+// of ±1. Throws std::invalid_argument unless B is a power of two ≤ 64 dividing cols and the
+// format has power-of-two scales (not NVFP4). Same bits on every path.
+void quantizeRowsAfterHadamard(const float* x, const float* signs, std::int64_t rows, std::int64_t cols,
+                               const MxConfig& c, const QuantizeOutputs& out);
+
 } // namespace latmix::mx::cpu

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 namespace latmix::mx {
 namespace {
@@ -169,6 +170,28 @@ at::Tensor fakeQuantize(const at::Tensor& x, const MxConfig& c, Backend backend)
         return FakeQuantFunction::apply(x, static_cast<int64_t>(c.format), static_cast<int64_t>(c.blockSize),
                                         static_cast<int64_t>(c.scaleMode), static_cast<int64_t>(backend));
     return quantize(x, c, backend, false).values.reshape(x.sizes()).to(x.scalar_type());
+}
+
+bool fusedHadamardApplies(const at::Tensor& x, const MxConfig& c, std::int64_t hadamardBlock) {
+    const std::int64_t B = c.blockSize;
+    return x.device().is_cpu() && x.scalar_type() == at::kFloat && x.dim() >= 1 && !c.isNvfp4() &&
+           hadamardBlock == B && B <= 64 && (B & (B - 1)) == 0 && x.size(-1) % B == 0 &&
+           !(x.requires_grad() && at::GradMode::is_enabled());
+}
+
+at::Tensor fakeQuantizeAfterHadamard(const at::Tensor& x, const at::Tensor& signs, const MxConfig& c) {
+    const int64_t n = x.dim() == 0 ? 1 : x.size(-1);
+    if (!fusedHadamardApplies(x, c, c.blockSize) || signs.numel() != n)
+        throw std::invalid_argument("fakeQuantizeAfterHadamard: needs a float32 CPU tensor without gradient, rows a "
+                                    "multiple of the MX block and one sign per column (got " +
+                                    std::to_string(n) + " columns, " + std::to_string(signs.numel()) + " signs)");
+    const auto x2d = x.contiguous().view({-1, n});
+    const auto s = signs.to(at::kFloat).cpu().contiguous();
+    auto y = at::empty_like(x2d);
+    cpu::QuantizeOutputs out;
+    out.dequantized = y.data_ptr<float>();
+    cpu::quantizeRowsAfterHadamard(x2d.data_ptr<float>(), s.data_ptr<float>(), x2d.size(0), n, c, out);
+    return y.view(x.sizes());
 }
 
 at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend) {

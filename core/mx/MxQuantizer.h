@@ -18,6 +18,14 @@ enum class Backend {
 // |x| <= max_elem * block scale and 0 where the value saturated (SPEC §1).
 at::Tensor fakeQuantize(const at::Tensor& x, const MxConfig& c, Backend backend = Backend::Auto);
 
+// The online block Hadamard T3 then fakeQuantize, fused into one pass over x
+// (cpu::quantizeRowsAfterHadamard): x [..., n] float32 on the CPU, signs [n] float32 ±1 such
+// that every block of B = c.blockSize is (H_B/√B)·diag(signs). Not differentiable (call it with
+// no gradient wanted; fusedHadamardApplies says so); throws std::invalid_argument otherwise.
+at::Tensor fakeQuantizeAfterHadamard(const at::Tensor& x, const at::Tensor& signs, const MxConfig& c);
+// Whether fakeQuantizeAfterHadamard takes x and c for a sign-Hadamard of block hadamardBlock.
+bool fusedHadamardApplies(const at::Tensor& x, const MxConfig& c, std::int64_t hadamardBlock);
+
 // Per-block scales actually used (E8M0 power of two; NVFP4: E4M3 scale times the tensor scale),
 // shape [..., ceil(n/B)], float32, NaN for blocks holding NaN/Inf.
 at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend = Backend::Auto);

@@ -107,4 +107,23 @@ std::vector<float> fakeQuantize(const std::vector<float>& x, int64_t rowLength, 
     return out;
 }
 
+std::vector<float> walshHadamard(const std::vector<float>& x, const std::vector<float>& signs, int64_t block) {
+    const int64_t cols = static_cast<int64_t>(signs.size());
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * signs[i % static_cast<size_t>(cols)];
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(block)));
+    for (size_t begin = 0; begin < y.size(); begin += static_cast<size_t>(block)) {
+        float* v = y.data() + begin;
+        for (int64_t h = block / 2; h >= 1; h /= 2)
+            for (int64_t i = 0; i < block; ++i)
+                if ((i & h) == 0) {
+                    const float a = v[i], b = v[i + h];
+                    v[i] = a + b;
+                    v[i + h] = a - b;
+                }
+        for (int64_t i = 0; i < block; ++i) v[i] *= scale;
+    }
+    return y;
+}
+
 } // namespace latmix::mx::ref

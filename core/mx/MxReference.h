@@ -28,4 +28,10 @@ float nvfp4BlockScale(float blockAmax, float globalScale);
 // becomes all NaN.
 std::vector<float> fakeQuantize(const std::vector<float>& x, int64_t rowLength, const MxConfig& c);
 
+// The rotation of cpu::quantizeRowsAfterHadamard, one block at a time in float32 as it defines
+// it: every `block` values (a power of two) of x are multiplied by their signs, transformed by
+// the butterflies of the Walsh–Hadamard transform (stride block/2 first; a+b kept at the lower
+// index, a−b at the upper) and scaled by fl(1/√block). signs holds one ±1 per column.
+std::vector<float> walshHadamard(const std::vector<float>& x, const std::vector<float>& signs, int64_t block);
+
 } // namespace latmix::mx::ref

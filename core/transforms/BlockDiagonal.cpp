@@ -49,8 +49,19 @@ std::vector<at::Tensor> BlockDiagonal::diagonalBlocks() const {
     return r;
 }
 
+BlockDiagonal BlockDiagonal::withHadamardSigns(at::Tensor signs) const {
+    if (m_tail.defined() || !m_blocks.defined() || signs.numel() != size())
+        throw std::invalid_argument("BlockDiagonal: Hadamard signs need equal blocks and one sign per channel");
+    BlockDiagonal r = *this;
+    r.m_hadamardSigns = signs.to(at::TensorOptions().dtype(at::kFloat).device(c10::kCPU)).contiguous();
+    return r;
+}
+
 BlockDiagonal BlockDiagonal::to(const at::TensorOptions& options) const {
-    return {m_blocks.defined() ? m_blocks.to(options) : at::Tensor(), m_tail.defined() ? m_tail.to(options) : at::Tensor()};
+    BlockDiagonal r{m_blocks.defined() ? m_blocks.to(options) : at::Tensor(),
+                    m_tail.defined() ? m_tail.to(options) : at::Tensor()};
+    r.m_hadamardSigns = m_hadamardSigns;
+    return r;
 }
 
 BlockDiagonal BlockDiagonal::transposed() const {

@@ -30,6 +30,13 @@ public:
     // The diagonal blocks in order, the last one possibly smaller.
     std::vector<at::Tensor> diagonalBlocks() const;
 
+    // Set by blockHadamard when every block is (H_b/√b)·diag(s_b) with Sylvester H_b (b a power
+    // of two, no smaller last block): the signs, float32 [n] on the CPU, so that
+    // mx::fakeQuantizeAfterHadamard can apply the blocks by butterflies. Undefined otherwise;
+    // to() keeps it, transposed() drops it.
+    const at::Tensor& hadamardSigns() const { return m_hadamardSigns; }
+    BlockDiagonal withHadamardSigns(at::Tensor signs) const;
+
     BlockDiagonal to(const at::TensorOptions& options) const;
     BlockDiagonal transposed() const;
     at::Tensor dense() const; // [n, n], for tests and small sizes
@@ -41,6 +48,7 @@ public:
 private:
     at::Tensor m_blocks;
     at::Tensor m_tail;
+    at::Tensor m_hadamardSigns;
 };
 
 } // namespace latmix::transforms

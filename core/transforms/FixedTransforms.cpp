@@ -135,7 +135,11 @@ BlockDiagonal blockHadamard(std::int64_t dim, std::int64_t block, std::uint64_t 
         for (std::int64_t i = 0; i < full; ++i) blocks[i].copy_(rng.randomHadamard(block));
     }
     if (rest != 0) tail = hasHadamard(rest) ? rng.randomHadamard(rest) : at::eye(rest, at::kDouble);
-    return {blocks, tail};
+    BlockDiagonal r{blocks, tail};
+    // Sylvester blocks (powers of two, whose row 0 is all +1): each block is (H/√b)·diag(s) with
+    // s its first row's signs, which the fused T3 + MX kernel applies by butterflies.
+    if (rest == 0 && (block & (block - 1)) == 0) r = r.withHadamardSigns(blocks.select(1, 0).sign().reshape({-1}));
+    return r;
 }
 
 at::Tensor blockHadamardMatrix(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note) {
