@@ -262,6 +262,32 @@ private slots:
         for (size_t l = 0; l < w.layers.size(); ++l) QVERIFY(maxRelative(back.layers[l].wDown, w.layers[l].wDown) < 1e-12);
     }
 
+    // QuaRot's T1 (a random Hadamard of a power-of-two width) folds through the fast Walsh–
+    // Hadamard transform; the dense matrices give the same model to float64 rounding (the demo
+    // model's hidden 64: embedding, q/k/v/gate/up input side, o/down output side, lm_head).
+    void sylvesterFoldMatchesDense() {
+        const auto ck = model::Checkpoint::load(test::demoModelDir().toStdString());
+        const auto& c = ck.config();
+        const auto t1 = transforms::makeRandomHadamard(c.hiddenSize, 77, at::kDouble);
+        const AffineMatrices fast{t1->matrix(), t1->inverseMatrix(), {}, t1->sylvesterDiagonal()};
+        QVERIFY(fast.sylvesterDiagonal.defined());
+        const auto w = fold::foldNorms(c, model::loadWeights(ck, at::kDouble));
+        const auto a = fold::applyT1(c, w, fast), b = fold::applyT1(c, w, matricesOf(*t1));
+        // Sums of 64 float64 terms either way: ≲ 2·64·2^-53 ≈ 1.4e-14 of the largest weight.
+        QVERIFY(maxRelative(a.embed, b.embed) < 1e-12);
+        QVERIFY(maxRelative(a.lmHead, b.lmHead) < 1e-12);
+        for (size_t l = 0; l < w.layers.size(); ++l) {
+            const auto &x = a.layers[l], &y = b.layers[l];
+            for (const auto& [p, q] : {std::pair{x.wq, y.wq}, {x.wk, y.wk}, {x.wv, y.wv}, {x.wo, y.wo}, {x.wGate, y.wGate},
+                                       {x.wUp, y.wUp}, {x.wDown, y.wDown}})
+                QVERIFY(maxRelative(p, q) < 1e-12);
+        }
+        // And T1 did something: the embedding moved by O(1) of its size.
+        QVERIFY(maxRelative(a.embed, w.embed) > 0.1);
+        // Not a power of two: no diagonal, the dense path.
+        QVERIFY(!transforms::makeRandomHadamard(12, 1, at::kDouble)->sylvesterDiagonal().defined());
+    }
+
     void badShapesThrow() {
         const QString dir = test::demoModelDir();
         const auto ck = model::Checkpoint::load(dir.toStdString());

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <QtTest>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -79,6 +80,28 @@ private slots:
     }
 
     // No construction: an error naming the size and pointing to block mode.
+    // The fast Walsh–Hadamard transform against the dense product with hadamardMatrix(n) in
+    // float64: rows r ↦ H·(d ⊙ r). Error: log2(n) rounded additions and one product, each ≤ 2^-53
+    // relative to the row's Σ|d_j r_j| (1.01: second-order terms); a wrong order or sign is O(|r|).
+    void walshHadamardRowsMatchesDense_data() {
+        QTest::addColumn<qint64>("n");
+        QTest::addColumn<qint64>("rows");
+        for (qint64 n : {1, 2, 4, 32, 256, 2048}) QTest::addRow("n=%lld", n) << n << qint64(n >= 256 ? 9 : 40);
+    }
+    void walshHadamardRowsMatchesDense() {
+        QFETCH(qint64, n);
+        QFETCH(qint64, rows);
+        const auto x = at::randn({rows, n}, at::kDouble) * at::exp(at::randn({rows, 1}, at::kDouble) * 3);
+        const auto d = at::randn({n}, at::kDouble);
+        const auto got = walshHadamardRows(x.view({rows, 1, n}), d);
+        QVERIFY(got.sizes() == at::IntArrayRef({rows, 1, n}));
+        const auto want = at::matmul(x * d, hadamardMatrix(n).t());
+        const double stages = std::log2(double(n));
+        const auto bound = 1.01 * (stages + 1) * std::ldexp(1.0, -53) * (x * d).abs().sum(1, true);
+        QVERIFY((got.view({rows, n}) - want).abs().le(bound).all().item<bool>());
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, walshHadamardRows(at::zeros({2, 12}, at::kDouble), at::ones({12}, at::kDouble)));
+    }
+
     void noConstruction_data() {
         QTest::addColumn<qint64>("n");
         QTest::newRow("172 (stories260K intermediate)") << qint64(172);

@@ -1,5 +1,7 @@
 #include "fold/Fold.h"
 
+#include "transforms/Hadamard.h"
+
 #include <ATen/ATen.h>
 
 #include <stdexcept>
@@ -12,9 +14,15 @@ at::Tensor scaleColumns(const at::Tensor& w, const at::Tensor& gamma) { return w
 
 at::Tensor cast(const at::Tensor& t, const at::Tensor& like) { return t.to(like.scalar_type()).to(like.device()); }
 
+// Rows x ↦ A x, i.e. x·Aᵀ (for an orthogonal A also x·A⁻¹).
+at::Tensor rowsTimesAT(const at::Tensor& x, const AffineMatrices& t) {
+    if (t.sylvesterDiagonal.defined()) return transforms::walshHadamardRows(x, t.sylvesterDiagonal);
+    return at::matmul(x, cast(t.a, x).t());
+}
+
 // Input side of a linear: W A⁻¹ and b − W A⁻¹ v.
 void foldInput(at::Tensor& w, at::Tensor& b, const AffineMatrices& t) {
-    w = at::matmul(w, cast(t.aInv, w));
+    w = t.sylvesterDiagonal.defined() ? rowsTimesAT(w, t) : at::matmul(w, cast(t.aInv, w)); // A⁻¹ = Aᵀ there
     if (t.v.defined()) {
         auto shift = at::matmul(w, cast(t.v, w));
         b = b.defined() ? b - shift : -shift;
@@ -23,6 +31,11 @@ void foldInput(at::Tensor& w, at::Tensor& b, const AffineMatrices& t) {
 
 // Output side of a linear writing the residual: A W and A b.
 void foldOutput(at::Tensor& w, at::Tensor& b, const AffineMatrices& t) {
+    if (t.sylvesterDiagonal.defined()) { // A W = (Wᵀ Aᵀ)ᵀ
+        w = rowsTimesAT(w.t(), t).t().contiguous();
+        if (b.defined()) b = rowsTimesAT(b, t);
+        return;
+    }
     const auto a = cast(t.a, w);
     w = at::matmul(a, w);
     if (b.defined()) b = at::matmul(a, b);
@@ -74,7 +87,7 @@ void applyT1ToLayer(const model::ModelConfig& c, model::LayerWeights& y, const A
 void applyT1ToTopLevel(const model::ModelConfig& c, model::LlamaWeights& w, const AffineMatrices& t) {
     checkSquare(t, c.hiddenSize, "T1");
     // Embedding rows e ↦ A e + v: E Aᵀ + v.
-    at::Tensor e = at::matmul(w.embed, cast(t.a, w.embed).t());
+    at::Tensor e = rowsTimesAT(w.embed, t);
     if (t.v.defined()) e = e + cast(t.v, w.embed);
     w.embed = e;
     foldInput(w.lmHead, w.lmHeadBias, t);

@@ -58,6 +58,7 @@ at::Tensor MatrixTransform::inverseMatrix() const {
 void MatrixTransform::to(const at::Device& device) {
     m_a = m_a.to(device);
     if (m_v.defined()) m_v = m_v.to(device);
+    if (m_sylvesterDiagonal.defined()) m_sylvesterDiagonal = m_sylvesterDiagonal.to(device);
     if (m_lu.defined()) {
         m_lu = m_lu.to(device);
         m_pivots = m_pivots.to(device);

@@ -28,6 +28,11 @@ public:
     // A⁻¹, [d, d], from the factors (triangular solves / transposes); differentiable like matrix().
     virtual at::Tensor inverseMatrix() const = 0;
 
+    // d when A = H_n·diag(d) with H_n the unnormalised Sylvester Hadamard (a random Hadamard of
+    // a power-of-two size: d = s/√n as A stores it, its first row), so products with A can go
+    // through walshHadamardRows; undefined for every other A.
+    virtual at::Tensor sylvesterDiagonal() const { return {}; }
+
     // Learnable leaf tensors (requires_grad), empty for fixed transforms.
     virtual std::vector<at::Tensor> parameters() const { return {}; }
     // log|s| of the diagonal of the LU/QR factorisation (SPEC §2), for the volume regulariser
@@ -67,10 +72,13 @@ public:
     at::Tensor inverseMatrix() const override;
     std::string remainderNote() const override { return m_note; }
     void to(const at::Device& device) override;
+    at::Tensor sylvesterDiagonal() const override { return m_sylvesterDiagonal; }
+    // Declares A = H_n·diag(A's first row) (the caller built it so: makeRandomHadamard).
+    void markSylvester() { m_sylvesterDiagonal = m_a[0].clone(); }
 
 private:
     std::string m_name;
-    at::Tensor m_a, m_v, m_lu, m_pivots;
+    at::Tensor m_a, m_v, m_lu, m_pivots, m_sylvesterDiagonal;
     bool m_orthogonal;
     std::string m_note;
 };

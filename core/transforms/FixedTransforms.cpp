@@ -161,7 +161,10 @@ std::unique_ptr<AffineTransform> makeIdentity(std::int64_t dim, at::ScalarType d
 }
 
 std::unique_ptr<AffineTransform> makeRandomHadamard(std::int64_t dim, std::uint64_t seed, at::ScalarType dtype) {
-    return wrap("hadamard", randomHadamardMatrix(dim, seed), dtype);
+    auto t = wrap("hadamard", randomHadamardMatrix(dim, seed), dtype);
+    // Powers of two are Sylvester (Hadamard.h): every entry of A is ±(the same rounded 1/√n).
+    if ((dim & (dim - 1)) == 0) static_cast<MatrixTransform*>(t.get())->markSylvester();
+    return t;
 }
 
 std::unique_ptr<AffineTransform> makeBlockHadamard(std::int64_t dim, std::int64_t block, std::uint64_t seed, at::ScalarType dtype) {

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -284,6 +285,32 @@ at::Tensor hadamardMatrix(std::int64_t n) {
                                     "); use a block-diagonal transform instead, e.g. block-hadamard with block 32");
     }
     return build(n);
+}
+
+at::Tensor walshHadamardRows(const at::Tensor& x, const at::Tensor& d) {
+    const std::int64_t n = d.numel();
+    if (n < 1 || (n & (n - 1)) != 0 || x.dim() < 1 || x.size(-1) != n)
+        throw std::invalid_argument("walshHadamardRows: needs rows of a power-of-two length equal to the diagonal's (" +
+                                    std::to_string(n) + "), got " + std::to_string(x.dim() ? x.size(-1) : 0));
+    const auto sizes = x.sizes().vec();
+    at::Tensor y = (x * d.to(x.options())).reshape({-1, n}).contiguous();
+    // Butterflies on bit h of the column index, in place: (a, b) ↦ (a + b, a − b); the stages
+    // commute, and together they are H_n = H_2 ⊗ … ⊗ H_2 in natural (Sylvester) order. A chunk
+    // of ~1 MiB of rows at a time: it stays in cache through the log2(n) passes, and the
+    // temporary half is small enough for the allocator to reuse (no fresh pages per stage).
+    const std::int64_t rows = y.size(0), chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / (n * y.element_size()));
+    for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const std::int64_t m = std::min(chunk, rows - r0);
+        const auto part = y.narrow(0, r0, m);
+        for (std::int64_t h = n / 2; h >= 1; h /= 2) {
+            const auto v = part.view({m, n / (2 * h), 2, h});
+            auto a = v.select(2, 0), b = v.select(2, 1);
+            const auto old = a.clone();
+            a.add_(b);
+            b.sub_(old).neg_(); // old − b: negation is exact
+        }
+    }
+    return y.view(sizes);
 }
 
 } // namespace latmix::transforms

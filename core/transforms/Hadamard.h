@@ -27,6 +27,12 @@ at::Tensor hadamardMatrix(std::int64_t n);
 // Whether hadamardMatrix(n) succeeds (cheap: plans the construction without building it).
 bool hasHadamard(std::int64_t n);
 
+// Rows of x times (H_n·diag(d))ᵀ, i.e. each row r ↦ H_n·(d ⊙ r), with H_n the unnormalised
+// Sylvester matrix (n = d.numel() a power of two, x.size(-1) == n): the fast Walsh–Hadamard
+// transform, n·log2(n) additions per row instead of n² multiply-adds, in x's dtype and device.
+// A random Hadamard H_n·diag(s)/√n is d = s/√n. Throws std::invalid_argument for another n.
+at::Tensor walshHadamardRows(const at::Tensor& x, const at::Tensor& d);
+
 // How hadamardMatrix(n) builds its matrix, e.g. "Sylvester 2^5", "Sylvester 2^3 ⊗ Paley II (q=17)";
 // empty when there is no construction.
 std::string hadamardConstruction(std::int64_t n);
