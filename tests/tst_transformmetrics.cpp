@@ -4,6 +4,7 @@
 #include "metrics/TransformMetrics.h"
 #include "mx/MxFormat.h"
 #include "transforms/AffineTransform.h"
+#include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
 #include <QtTest>
@@ -433,6 +434,39 @@ private slots:
         QVERIFY(metrics::offBlockNorm(toTensor(bd), 2) > 0.1); // finer blocks cut the H4s (entries ±1/2)
         QVERIFY(metrics::offBlockNorm(toTensor(sylvester(8)), 4) > 0.5); // [0 H4; H4 0]/√2: norm 1/√2
         QCOMPARE(metrics::offBlockNorm(toTensor(sylvester(8)), 8), 0.0);
+    }
+
+    // The spectral summary and off-block norm read off a transform's structure (blocks,
+    // Sylvester) against the SVD of its dense matrix in float64: both are exact up to the SVD's
+    // own rounding (~d·2^-53 relative; 1e-9 leaves room and catches any wrong block or factor).
+    void structuredSpectralMatchesDense_data() {
+        QTest::addColumn<QString>("kind");
+        QTest::addColumn<qint64>("dim");
+        QTest::addColumn<int>("mxBlock");
+        QTest::newRow("none 48") << "none" << qint64(48) << 32;
+        QTest::newRow("hadamard 256, MX 32") << "hadamard" << qint64(256) << 32;
+        QTest::newRow("hadamard 64, MX 16") << "hadamard" << qint64(64) << 16;
+        QTest::newRow("block-hadamard 172, MX 32") << "block-hadamard" << qint64(172) << 32;
+        QTest::newRow("block-hadamard 128, MX 16 (blocks straddle)") << "block-hadamard" << qint64(128) << 16;
+        QTest::newRow("block-orthogonal 100, MX 32") << "block-orthogonal" << qint64(100) << 32;
+    }
+    void structuredSpectralMatchesDense() {
+        QFETCH(QString, kind);
+        QFETCH(qint64, dim);
+        QFETCH(int, mxBlock);
+        transforms::TransformOptions o;
+        o.seed = 4;
+        o.dtype = at::kFloat; // as the views build them: the float32 rounding must be seen too
+        const auto t = transforms::makeTransform(kind.toStdString(), dim, o);
+        QVERIFY(t->blockStructure() || t->sylvesterDiagonal().defined());
+        const auto fast = metrics::spectralSummary(*t), dense = metrics::spectralSummary(t->matrix());
+        auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(b)); };
+        QVERIFY2(near(fast.sigmaMax, dense.sigmaMax), qPrintable(QString("%1 vs %2").arg(fast.sigmaMax).arg(dense.sigmaMax)));
+        QVERIFY(near(fast.sigmaMin, dense.sigmaMin));
+        QVERIFY(near(fast.conditionNumber, dense.conditionNumber));
+        QVERIFY(std::fabs(fast.orthogonalityDeviation - dense.orthogonalityDeviation) <= 1e-9);
+        const double off = metrics::offBlockNorm(*t, mxBlock), offDense = metrics::offBlockNorm(t->matrix(), mxBlock);
+        QVERIFY2(near(off, offDense), qPrintable(QString("%1 vs %2").arg(off).arg(offDense)));
     }
 
     void sweepSkipsLargeBlocks() {

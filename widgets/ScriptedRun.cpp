@@ -1,6 +1,7 @@
 #include "ScriptedRun.h"
 
 #include "import/DemoModel.h"
+#include "transforms/LearnedTransforms.h"
 
 #include "ActivationView.h"
 #include "AnalysisPlots.h"
@@ -188,6 +189,17 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
         if (!comparison->selectPoint(s.comparePoint)) {
             *error = QStringLiteral("the model has no quantization point '%1'").arg(s.comparePoint);
             return false;
+        }
+        if (!s.compareTransforms.isEmpty()) {
+            QStringList known;
+            for (const auto& k : latmix::transforms::transformKinds()) known << QString::fromStdString(k);
+            for (const QString& k : s.compareTransforms)
+                if (!known.contains(k)) {
+                    *error = QStringLiteral("unknown transform '%1' for --compare-transforms; choose from %2")
+                                 .arg(k, known.join(QStringLiteral(", ")));
+                    return false;
+                }
+            comparison->setTransforms(s.compareTransforms);
         }
         window.viewTabs()->setCurrentWidget(comparison);
         QEventLoop loop;

@@ -106,6 +106,11 @@ int main(int argc, char** argv) {
         QStringLiteral("Compare the transforms at POINT (e.g. layers.1.mlp.down_proj.input) and draw the per-block "
                        "error of that point in every layer; with --screenshot, taken when both are done."),
         QStringLiteral("POINT"));
+    const QCommandLineOption compareTransformsOption(
+        QStringLiteral("compare-transforms"),
+        QStringLiteral("Transforms --compare ticks, comma-separated (e.g. none,hadamard,block-hadamard); default: "
+                       "none, hadamard, block-hadamard and learned-affine-lu."),
+        QStringLiteral("KINDS"));
     const QCommandLineOption activationsOption(
         QStringLiteral("activations"),
         QStringLiteral("Show the activations of POINT (e.g. layers.1.mlp.down_proj.input) before and after --transform; "
@@ -128,6 +133,7 @@ int main(int argc, char** argv) {
     parser.addOption(weightsOption);
     parser.addOption(runsFolderOption);
     parser.addOption(compareOption);
+    parser.addOption(compareTransformsOption);
     parser.addOption(viewOption);
     parser.addOption(openRunOption);
     parser.addOption(calibrateOption);
@@ -202,6 +208,8 @@ int main(int argc, char** argv) {
     session.runsFolder = parser.value(runsFolderOption);
     session.point = parser.value(pointOption);
     session.comparePoint = parser.value(compareOption);
+    if (parser.isSet(compareTransformsOption))
+        session.compareTransforms = parser.value(compareTransformsOption).split(QLatin1Char(','), Qt::SkipEmptyParts);
     session.calibrateMethod = parser.value(calibrateOption);
     session.steps = parser.value(stepsOption).toInt(&ok);
     if (!ok) session.steps = 0; // refused by runScriptedSession when --calibrate is given

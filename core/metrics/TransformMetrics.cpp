@@ -3,6 +3,7 @@
 #include "mx/MxQuantizer.h"
 #include "transforms/AffineTransform.h"
 #include "transforms/BlockDiagonal.h"
+#include "transforms/Hadamard.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -129,8 +130,27 @@ at::Tensor blockMaxSquared(const at::Tensor& x, const transforms::AffineTransfor
     return sum / static_cast<double>(x.size(0));
 }
 
-SpectralSummary spectralSummary(const at::Tensor& a) {
-    const auto sv = singularValues(a);
+namespace {
+SpectralSummary summaryOf(const at::Tensor& sv);
+} // namespace
+
+SpectralSummary spectralSummary(const at::Tensor& a) { return summaryOf(singularValues(a)); }
+
+SpectralSummary spectralSummary(const transforms::AffineTransform& t) {
+    at::NoGradGuard noGrad;
+    if (const auto* blocks = t.blockStructure()) { // the union of the blocks' singular values
+        std::vector<at::Tensor> sv;
+        if (blocks->blocks().defined()) sv.push_back(at::linalg_svdvals(blocks->blocks().to(at::kDouble)).reshape({-1}));
+        if (blocks->tail().defined()) sv.push_back(at::linalg_svdvals(blocks->tail().to(at::kDouble)));
+        return summaryOf(at::cat(sv));
+    }
+    const at::Tensor d = t.sylvesterDiagonal();
+    if (d.defined()) return summaryOf(d.detach().to(at::kDouble).abs() * std::sqrt(static_cast<double>(d.numel())));
+    return spectralSummary(t.matrix());
+}
+
+namespace {
+SpectralSummary summaryOf(const at::Tensor& sv) {
     SpectralSummary s;
     s.sigmaMax = sv.max().item<double>();
     s.sigmaMin = sv.min().item<double>();
@@ -141,6 +161,7 @@ SpectralSummary spectralSummary(const at::Tensor& a) {
     s.orthogonalityDeviation = (sv.pow(2) - 1.0).abs().max().item<double>();
     return s;
 }
+} // namespace
 
 double inverseSpectralNormSquared(const at::Tensor& a) { return spectralSummary(a).inverseNormSquared; }
 double conditionNumber(const at::Tensor& a) { return spectralSummary(a).conditionNumber; }
@@ -155,7 +176,26 @@ at::Tensor offBlockPart(const at::Tensor& a, int blockSize) {
 }
 
 double offBlockNorm(const at::Tensor& a, int blockSize) {
-    return singularValues(offBlockPart(a, blockSize)).max().item<double>();
+    const at::Tensor p = offBlockPart(a, blockSize);
+    if (!p.ne(0).any().item<bool>()) return 0.0; // block-diagonal at this block size: no SVD needed
+    return singularValues(p).max().item<double>();
+}
+
+double offBlockNorm(const transforms::AffineTransform& t, int blockSize) {
+    requireBlock(blockSize);
+    const at::Tensor d = t.sylvesterDiagonal();
+    const std::int64_t n = d.defined() ? d.numel() : 0, b = blockSize;
+    if (n > b && (b & (b - 1)) == 0) {
+        const auto mag = d.detach().to(at::kDouble).abs();
+        const double c = mag.max().item<double>();
+        if (mag.min().item<double>() == c) { // every |d_j| the same: the Kronecker identity holds
+            at::NoGradGuard noGrad;
+            const auto h = transforms::hadamardMatrix(n / b);
+            const auto small = h - at::diag(h.diagonal()); // H_m minus its diagonal ((-1)^popcount(i))
+            return c * std::sqrt(static_cast<double>(b)) * at::linalg_svdvals(small).max().item<double>();
+        }
+    }
+    return offBlockNorm(t.matrix(), blockSize);
 }
 
 double errorBound(double inverseNormSquared, const at::Tensor& m) {
@@ -163,7 +203,7 @@ double errorBound(double inverseNormSquared, const at::Tensor& m) {
 }
 
 double errorBound(const at::Tensor& x, const transforms::AffineTransform& t, const mx::MxConfig& c) {
-    return errorBound(inverseSpectralNormSquared(t.matrix()), blockMaxSquared(x, t, c.blockSize));
+    return errorBound(spectralSummary(t).inverseNormSquared, blockMaxSquared(x, t, c.blockSize));
 }
 
 const std::vector<int>& defaultSweepBlockSizes() {
@@ -203,10 +243,9 @@ TransformReport analyzeTransform(const std::string& point, const at::Tensor& x, 
     r.perBlockMean = r.perBlock.mean().item<double>();
     r.perBlockMax = r.perBlock.max().item<double>();
     r.blockMaxSquared = s.blockMaxSquared / n;
-    const at::Tensor a = t.matrix();
-    r.spectral = spectralSummary(a);
+    r.spectral = spectralSummary(t);
     r.bound = errorBound(r.spectral.inverseNormSquared, r.blockMaxSquared);
-    r.offBlockNorm = offBlockNorm(a, c.blockSize);
+    r.offBlockNorm = offBlockNorm(t, c.blockSize);
     r.sweep = blockSizeSweep(x, t, c, sweepSizes);
     return r;
 }

@@ -1,5 +1,7 @@
 #include "transforms/AffineTransform.h"
 
+#include "transforms/Hadamard.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -40,8 +42,23 @@ MatrixTransform::MatrixTransform(std::string name, at::Tensor a, bool orthogonal
 
 std::int64_t MatrixTransform::dim() const { return m_a.size(0); }
 
+namespace {
+bool gradientWanted(const at::Tensor& x) { return x.requires_grad() && at::GradMode::is_enabled(); }
+} // namespace
+
+at::Tensor MatrixTransform::forward(const at::Tensor& x) const {
+    at::Tensor y;
+    if (m_blocks.defined()) y = m_blocks.to(x.options()).apply(x);
+    else if (m_sylvesterDiagonal.defined() && !gradientWanted(x)) y = walshHadamardRows(x, m_sylvesterDiagonal);
+    else return AffineTransform::forward(x);
+    return m_v.defined() ? y + m_v.to(x.scalar_type()) : y;
+}
+
 at::Tensor MatrixTransform::inverse(const at::Tensor& y) const {
     auto z = m_v.defined() ? y - m_v.to(y.scalar_type()) : y;
+    if (m_orthogonal && m_blocks.defined()) return m_blocks.to(z.options()).transposed().apply(z); // z·A
+    if (m_orthogonal && m_sylvesterDiagonal.defined() && !gradientWanted(z)) // z·A: rows ↦ diag(d)·H·row
+        return walshHadamardRows(z, at::ones_like(m_sylvesterDiagonal)) * m_sylvesterDiagonal.to(z.options());
     if (m_orthogonal) return at::matmul(z, m_a.to(y.scalar_type())); // (A⁻ᵀ = A for orthogonal A)
     // rows z: x Aᵀ = z  <=>  A xᵀ = zᵀ; solve with the stored LU factors.
     auto flat = z.reshape({-1, dim()}).to(at::kDouble).t();
@@ -59,6 +76,7 @@ void MatrixTransform::to(const at::Device& device) {
     m_a = m_a.to(device);
     if (m_v.defined()) m_v = m_v.to(device);
     if (m_sylvesterDiagonal.defined()) m_sylvesterDiagonal = m_sylvesterDiagonal.to(device);
+    if (m_blocks.defined()) m_blocks = m_blocks.to(at::TensorOptions().dtype(m_a.scalar_type()).device(device));
     if (m_lu.defined()) {
         m_lu = m_lu.to(device);
         m_pivots = m_pivots.to(device);

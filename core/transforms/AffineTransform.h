@@ -2,6 +2,8 @@
 // Affine transforms T(x) = A x + v acting on the last dimension of activations (SPEC §2):
 // for rows x (shape [..., d]) forward(x) = x Aᵀ + v and inverse(y) = (y - v) A⁻ᵀ, the inverse
 // always through transposes or triangular solves, never a generic matrix inverse.
+#include "transforms/BlockDiagonal.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -32,6 +34,9 @@ public:
     // a power-of-two size: d = s/√n as A stores it, its first row), so products with A can go
     // through walshHadamardRows; undefined for every other A.
     virtual at::Tensor sylvesterDiagonal() const { return {}; }
+    // A's diagonal blocks when A is block-diagonal by construction (the fixed block kinds,
+    // identity as blocks of 1); null otherwise. Metrics read singular values off the blocks.
+    virtual const BlockDiagonal* blockStructure() const { return nullptr; }
 
     // Learnable leaf tensors (requires_grad), empty for fixed transforms.
     virtual std::vector<at::Tensor> parameters() const { return {}; }
@@ -75,10 +80,17 @@ public:
     at::Tensor sylvesterDiagonal() const override { return m_sylvesterDiagonal; }
     // Declares A = H_n·diag(A's first row) (the caller built it so: makeRandomHadamard).
     void markSylvester() { m_sylvesterDiagonal = m_a[0].clone(); }
+    // Declares A block-diagonal with blocks of `block` (the block factories, identity as blocks
+    // of 1). Either declaration lets forward() and inverse() skip the dense n² product per row:
+    // block by block (n·b), or by the fast Walsh–Hadamard transform (n·log2 n; without gradient).
+    void markBlockDiagonal(std::int64_t block) { m_blocks = BlockDiagonal::ofDense(m_a, block); }
+    at::Tensor forward(const at::Tensor& x) const override;
+    const BlockDiagonal* blockStructure() const override { return m_blocks.defined() ? &m_blocks : nullptr; }
 
 private:
     std::string m_name;
     at::Tensor m_a, m_v, m_lu, m_pivots, m_sylvesterDiagonal;
+    BlockDiagonal m_blocks;
     bool m_orthogonal;
     std::string m_note;
 };

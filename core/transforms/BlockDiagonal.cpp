@@ -33,6 +33,16 @@ BlockDiagonal::BlockDiagonal(at::Tensor blocks, at::Tensor tail) : m_blocks(std:
         throw std::invalid_argument("BlockDiagonal: the last block must be smaller than the others");
 }
 
+BlockDiagonal BlockDiagonal::ofDense(const at::Tensor& m, std::int64_t block) {
+    if (m.dim() != 2 || m.size(0) != m.size(1) || block < 1)
+        throw std::invalid_argument("BlockDiagonal::ofDense: needs a square matrix and a positive block size");
+    const std::int64_t n = m.size(0), full = n / block, rest = n % block;
+    std::vector<at::Tensor> blocks;
+    for (std::int64_t i = 0; i < full; ++i) blocks.push_back(m.narrow(0, i * block, block).narrow(1, i * block, block));
+    return {full > 0 ? at::stack(blocks) : at::Tensor(),
+            rest > 0 ? m.narrow(0, full * block, rest).narrow(1, full * block, rest).contiguous() : at::Tensor()};
+}
+
 std::int64_t BlockDiagonal::size() const {
     return (m_blocks.defined() ? m_blocks.size(0) * m_blocks.size(1) : 0) + (m_tail.defined() ? m_tail.size(0) : 0);
 }

@@ -21,6 +21,9 @@ public:
     BlockDiagonal() = default;
     // blocks: [nb, b, b] (nb >= 1) or undefined; tail: [r, r] (r < b) or undefined.
     BlockDiagonal(at::Tensor blocks, at::Tensor tail);
+    // The diagonal blocks of a dense [n, n] matrix that is block-diagonal with blocks of `block`
+    // (the last one smaller where block does not divide n); what lies outside them is ignored.
+    static BlockDiagonal ofDense(const at::Tensor& m, std::int64_t block);
 
     bool defined() const { return m_blocks.defined() || m_tail.defined(); }
     std::int64_t size() const;       // n = nb·b + r

@@ -157,7 +157,9 @@ at::Tensor blockOrthogonalMatrix(std::int64_t dim, std::int64_t block, std::uint
 
 std::unique_ptr<AffineTransform> makeIdentity(std::int64_t dim, at::ScalarType dtype) {
     checkDim(dim, "none");
-    return wrap("none", at::eye(dim, at::kDouble), dtype);
+    auto t = wrap("none", at::eye(dim, at::kDouble), dtype);
+    static_cast<MatrixTransform*>(t.get())->markBlockDiagonal(1);
+    return t;
 }
 
 std::unique_ptr<AffineTransform> makeRandomHadamard(std::int64_t dim, std::uint64_t seed, at::ScalarType dtype) {
@@ -170,7 +172,9 @@ std::unique_ptr<AffineTransform> makeRandomHadamard(std::int64_t dim, std::uint6
 std::unique_ptr<AffineTransform> makeBlockHadamard(std::int64_t dim, std::int64_t block, std::uint64_t seed, at::ScalarType dtype) {
     std::string note;
     auto a = blockHadamardMatrix(dim, block, seed, &note);
-    return wrap("block-hadamard(" + std::to_string(block) + ")", a, dtype, note);
+    auto t = wrap("block-hadamard(" + std::to_string(block) + ")", a, dtype, note);
+    static_cast<MatrixTransform*>(t.get())->markBlockDiagonal(block);
+    return t;
 }
 
 std::unique_ptr<AffineTransform> makeRandomOrthogonal(std::int64_t dim, std::uint64_t seed, at::ScalarType dtype) {
@@ -180,7 +184,9 @@ std::unique_ptr<AffineTransform> makeRandomOrthogonal(std::int64_t dim, std::uin
 std::unique_ptr<AffineTransform> makeBlockOrthogonal(std::int64_t dim, std::int64_t block, std::uint64_t seed, at::ScalarType dtype) {
     std::string note;
     auto a = blockOrthogonalMatrix(dim, block, seed, &note);
-    return wrap("block-orthogonal(" + std::to_string(block) + ")", a, dtype, note);
+    auto t = wrap("block-orthogonal(" + std::to_string(block) + ")", a, dtype, note);
+    static_cast<MatrixTransform*>(t.get())->markBlockDiagonal(block);
+    return t;
 }
 
 } // namespace latmix::transforms

@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <tuple>
 
@@ -56,6 +58,15 @@ at::Tensor LuTransform::permutation() const {
 at::Tensor LuTransform::matrix() const {
     // P X = X[perm]: a row gather, exact and differentiable.
     return at::matmul(lowerFactor(), upperFactor()).index_select(0, m_perm);
+}
+
+at::Tensor LuTransform::forward(const at::Tensor& x) const {
+    const std::int64_t rows = x.numel() / std::max<std::int64_t>(dim(), 1);
+    if (rows >= dim()) return AffineTransform::forward(x);
+    // A = P L W with (P X) = X[perm]: (x Aᵀ)[:, i] = (x (L W)ᵀ)[:, perm[i]].
+    const auto type = x.scalar_type();
+    auto y = at::matmul(at::matmul(x, upperFactor().to(type).t()), lowerFactor().to(type).t()).index_select(-1, m_perm);
+    return m_v.defined() ? y + m_v.to(type) : y;
 }
 
 at::Tensor LuTransform::inverse(const at::Tensor& y) const {
