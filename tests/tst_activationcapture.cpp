@@ -96,6 +96,45 @@ private slots:
         QCOMPARE(tokens[2][0].item<int>(), windows[2][0]);
     }
 
+    // Windows run together as one batch give each window's rows, in window order per point, as
+    // one window per pass does (the views batch; the pipeline does not). Batched products may
+    // sum in another order: float32, a few layers of a 64-wide model, 1e-5 of the largest value
+    // is ~100 ulps of headroom; a window mixed up with another differs by O(1).
+    void batchedPassesMatchOneWindowEach_data() {
+        QTest::addColumn<qint64>("tokensPerPass");
+        QTest::newRow("two windows a pass") << qint64(80);
+        QTest::newRow("all five in one pass") << qint64(4096);
+    }
+    void batchedPassesMatchOneWindowEach() {
+        QFETCH(qint64, tokensPerPass);
+        const model::LlamaModel m(*m_ck);
+        const auto windows = model::sampleCalibrationWindows(m_ids, 5, 40, 9);
+        const auto names = model::quantizationPointNames(m_ck->config());
+        auto capture = [&](std::int64_t perPass) {
+            std::vector<std::pair<std::size_t, std::string>> order;
+            std::map<std::string, std::vector<at::Tensor>> rows;
+            model::captureWindows(m, windows, names, [&](std::size_t w, const std::string& p, const at::Tensor& x) {
+                order.emplace_back(w, p);
+                rows[p].push_back(x.clone());
+            }, silentJob(), nullptr, perPass);
+            return std::make_pair(order, rows);
+        };
+        const auto one = capture(0), batched = capture(tokensPerPass);
+        QCOMPARE(batched.first.size(), one.first.size());
+        for (const auto& name : names) {
+            const auto& a = one.second.at(name);
+            const auto& b = batched.second.at(name);
+            QCOMPARE(b.size(), a.size());
+            for (size_t w = 0; w < a.size(); ++w) {
+                const double scale = a[w].abs().max().item<double>();
+                QVERIFY2((a[w] - b[w]).abs().max().item<double>() <= 1e-5 * scale, name.c_str());
+            }
+        }
+        // Each point's windows arrive in order.
+        std::map<std::string, std::size_t> next;
+        for (const auto& [w, p] : batched.first) QCOMPARE(w, next[p]++);
+    }
+
     void cancelLeavesNoFile() {
         test::CancelAfter job(1);
         const model::LlamaModel m(*m_ck);

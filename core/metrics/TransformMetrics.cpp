@@ -183,6 +183,9 @@ double offBlockNorm(const at::Tensor& a, int blockSize) {
 
 double offBlockNorm(const transforms::AffineTransform& t, int blockSize) {
     requireBlock(blockSize);
+    // Blocks of bt with B a multiple of bt: every block (and the smaller last one, which starts
+    // on a multiple of bt) lies inside one MX block, so nothing couples two of them.
+    if (const auto* blocks = t.blockStructure(); blocks && blockSize % blocks->blockSize() == 0) return 0.0;
     const at::Tensor d = t.sylvesterDiagonal();
     const std::int64_t n = d.defined() ? d.numel() : 0, b = blockSize;
     if (n > b && (b & (b - 1)) == 0) {

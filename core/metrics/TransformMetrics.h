@@ -58,7 +58,7 @@ double orthogonalityDeviation(const at::Tensor& a);
 // ‖A − blockdiag_B(A)‖σ: the spectral norm of what couples different blocks of B channels
 // (paper Fig. 5b). A trailing partial block is a smaller diagonal block.
 double offBlockNorm(const at::Tensor& a, int blockSize);
-// The same for t.matrix(): 0 without an SVD when nothing lies outside the blocks, and for
+// The same for t.matrix(): 0 when t's blocks divide B (or nothing lies outside the blocks), and for
 // A = H_n·diag(d) with |d_j| = c and B a power of two, c·√B·‖H_m − Diag(H_m)‖σ, m = n/B (Sylvester
 // order makes H_n = H_m ⊗ H_B, whose diagonal blocks are Diag(H_m) ⊗ H_B); otherwise
 // offBlockNorm(A).

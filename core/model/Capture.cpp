@@ -48,34 +48,46 @@ std::vector<std::string> matchingPoints(const std::vector<std::string>& points, 
 
 void captureWindows(const LlamaModel& model, const std::vector<std::vector<int>>& windows,
                     const std::vector<std::string>& points, const CaptureSink& sink, JobContext& job,
-                    const std::function<bool(std::size_t)>& stopAfter) {
+                    const std::function<bool(std::size_t)>& stopAfter, std::int64_t tokensPerPass) {
     const std::set<std::string> wanted(points.begin(), points.end());
-    // Thrown by the hook once a window has reached every wanted point: the rest of the pass (the
+    // Thrown by the hook once a pass has reached every wanted point: the rest of the pass (the
     // later layers, the vocabulary-sized lm_head) is of no use to a capture. At the 1B shape a
     // point in layer 8 costs half the forward, and the lm_head alone a third of it.
     struct AllPointsSeen {};
     at::NoGradGuard noGrad;
-    for (std::size_t w = 0; w < windows.size(); ++w) {
+    for (std::size_t first = 0; first < windows.size();) {
         job.checkCancelled();
-        const auto tokens =
-            at::tensor(std::vector<std::int64_t>(windows[w].begin(), windows[w].end()), at::kLong).unsqueeze(0);
+        // This pass: windows [first, last) of one length, within the token budget.
+        const auto length = static_cast<std::int64_t>(windows[first].size());
+        std::size_t last = first + 1;
+        while (last < windows.size() && static_cast<std::int64_t>(windows[last].size()) == length &&
+               static_cast<std::int64_t>(last - first + 1) * length <= tokensPerPass)
+            ++last;
+        std::vector<std::int64_t> ids;
+        for (std::size_t w = first; w < last; ++w) ids.insert(ids.end(), windows[w].begin(), windows[w].end());
+        const auto batch = static_cast<std::int64_t>(last - first);
+        const auto tokens = at::tensor(ids, at::kLong).reshape({batch, length});
         std::size_t seen = 0;
         try {
             model.forward(tokens.to(model.device()), [&](const std::string& point, const at::Tensor& x) {
                 if (wanted.count(point)) {
-                    if (!at::isfinite(x).all().item<bool>())
-                        throw std::runtime_error("non-finite activations at " + point + " in calibration window " +
-                                                 std::to_string(w) + ": the model or its weights are broken");
-                    sink(w, point, x.reshape({-1, x.size(-1)}));
+                    for (std::int64_t b = 0; b < batch; ++b) {
+                        const std::size_t w = first + static_cast<std::size_t>(b);
+                        const at::Tensor rows = x.select(0, b).reshape({-1, x.size(-1)});
+                        if (!at::isfinite(rows).all().item<bool>())
+                            throw std::runtime_error("non-finite activations at " + point + " in calibration window " +
+                                                     std::to_string(w) + ": the model or its weights are broken");
+                        sink(w, point, rows);
+                    }
                     if (++seen == wanted.size()) throw AllPointsSeen{};
                 }
                 return x;
             });
         } catch (const AllPointsSeen&) {
         }
-        job.progress(double(w + 1) / windows.size(),
-                     "window " + std::to_string(w + 1) + "/" + std::to_string(windows.size()));
-        if (stopAfter && stopAfter(w + 1)) break;
+        first = last;
+        job.progress(double(first) / windows.size(), "window " + std::to_string(first) + "/" + std::to_string(windows.size()));
+        if (stopAfter && stopAfter(first)) break;
     }
 }
 

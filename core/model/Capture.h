@@ -31,12 +31,15 @@ std::vector<std::string> matchingPoints(const std::vector<std::string>& points, 
 // device, finite (checked before the call).
 using CaptureSink = std::function<void(std::size_t window, const std::string& point, const at::Tensor& rows)>;
 
-// Runs the model (no gradients) over each window in turn and calls sink for each of `points`.
-// Throws std::runtime_error naming the point and window for non-finite activations. Progress
-// per window; cancel between windows (JobCancelled). stopAfter(windowsDone), when given, ends
-// the loop early once it returns true.
+// Runs the model (no gradients) over the windows and calls sink for each of `points` and
+// window, in window order for each point. Throws std::runtime_error naming the point and window
+// for non-finite activations. Progress per pass; cancel between passes (JobCancelled).
+// stopAfter(windowsDone), when given, ends the loop early once it returns true. tokensPerPass > 0
+// runs consecutive windows of one length together as a batch of up to that many tokens: each
+// stored layer is then converted (a bf16 checkpoint on the CPU) once per pass instead of once
+// per window, which is most of a short window's cost at 1B; 0 runs one window per pass.
 void captureWindows(const LlamaModel& model, const std::vector<std::vector<int>>& windows,
                     const std::vector<std::string>& points, const CaptureSink& sink, JobContext& job = silentJob(),
-                    const std::function<bool(std::size_t)>& stopAfter = nullptr);
+                    const std::function<bool(std::size_t)>& stopAfter = nullptr, std::int64_t tokensPerPass = 0);
 
 } // namespace latmix::model

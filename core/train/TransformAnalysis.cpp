@@ -98,7 +98,10 @@ PointActivations captureActivationsInMemory(const model::LlamaModel& model, cons
         [&](std::size_t, const std::string& point, const at::Tensor& rows) {
             parts[point].push_back(rows.to(at::kCPU).to(at::kFloat));
         },
-        job, [&](std::size_t done) { return maxRows > 0 && static_cast<std::int64_t>(done) * seqLen >= maxRows; });
+        job, [&](std::size_t done) { return maxRows > 0 && static_cast<std::int64_t>(done) * seqLen >= maxRows; },
+        // Windows together up to 4096 tokens: a bf16 checkpoint's layers are converted once per
+        // pass, not once per window (the views' 8 × 64 tokens: one pass).
+        4096);
     PointActivations out;
     for (const auto& name : names) {
         auto x = at::cat(parts.at(name), 0);
