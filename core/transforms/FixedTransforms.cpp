@@ -86,7 +86,7 @@ at::Tensor blockDiagonal(std::int64_t dim, std::int64_t block, MakeBlock&& make)
     return a;
 }
 
-std::unique_ptr<AffineTransform> wrap(std::string name, const at::Tensor& a, at::ScalarType dtype, std::string note = {}) {
+std::unique_ptr<MatrixTransform> wrap(std::string name, const at::Tensor& a, at::ScalarType dtype, std::string note = {}) {
     if (dtype != at::kFloat && dtype != at::kDouble) throw std::invalid_argument(name + ": dtype must be float32 or float64");
     return std::make_unique<MatrixTransform>(std::move(name), a.to(dtype), /*orthogonal=*/true, at::Tensor(), std::move(note));
 }
@@ -158,14 +158,14 @@ at::Tensor blockOrthogonalMatrix(std::int64_t dim, std::int64_t block, std::uint
 std::unique_ptr<AffineTransform> makeIdentity(std::int64_t dim, at::ScalarType dtype) {
     checkDim(dim, "none");
     auto t = wrap("none", at::eye(dim, at::kDouble), dtype);
-    static_cast<MatrixTransform*>(t.get())->markBlockDiagonal(1);
+    t->markBlockDiagonal(1);
     return t;
 }
 
 std::unique_ptr<AffineTransform> makeRandomHadamard(std::int64_t dim, std::uint64_t seed, at::ScalarType dtype) {
     auto t = wrap("hadamard", randomHadamardMatrix(dim, seed), dtype);
     // Powers of two are Sylvester (Hadamard.h): every entry of A is ±(the same rounded 1/√n).
-    if ((dim & (dim - 1)) == 0) static_cast<MatrixTransform*>(t.get())->markSylvester();
+    if ((dim & (dim - 1)) == 0) t->markSylvester();
     return t;
 }
 
@@ -173,7 +173,7 @@ std::unique_ptr<AffineTransform> makeBlockHadamard(std::int64_t dim, std::int64_
     std::string note;
     auto a = blockHadamardMatrix(dim, block, seed, &note);
     auto t = wrap("block-hadamard(" + std::to_string(block) + ")", a, dtype, note);
-    static_cast<MatrixTransform*>(t.get())->markBlockDiagonal(block);
+    t->markBlockDiagonal(block);
     return t;
 }
 
@@ -185,7 +185,7 @@ std::unique_ptr<AffineTransform> makeBlockOrthogonal(std::int64_t dim, std::int6
     std::string note;
     auto a = blockOrthogonalMatrix(dim, block, seed, &note);
     auto t = wrap("block-orthogonal(" + std::to_string(block) + ")", a, dtype, note);
-    static_cast<MatrixTransform*>(t.get())->markBlockDiagonal(block);
+    t->markBlockDiagonal(block);
     return t;
 }
 
