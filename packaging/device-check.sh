@@ -140,9 +140,12 @@ export PKG_CONFIG_LIBDIR=$SYS/usr/lib/$ARCH/pkgconfig:$SYS/usr/share/pkgconfig
 export PKG_CONFIG=$SYS/usr/bin/pkgconf
 
 # --- 2. configure against this machine's libtorch ---------------------------------------------
-configure() {
+configure() { configure_in "$BUILD"; }
+# configure_in DIR [CMAKE ARGS...]: the same configuration in DIR (the asan step adds a sanitizer).
+configure_in() {
   set -e
-  local cuda=()
+  local dir=$1 cuda=()
+  shift
   if [ "$REHEARSE" = no ]; then
     local nvcc
     nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc 2> /dev/null | head -n 1)
@@ -151,8 +154,8 @@ configure() {
     root=$(cd "$(dirname "$nvcc")/.." && pwd)
     cuda=(-DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$root" -DCUDA_TOOLKIT_ROOT_DIR="$root")
   fi
-  rm -f "$BUILD/CMakeCache.txt" # a fresh configure each time; the objects stay
-  cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  rm -f "$dir/CMakeCache.txt" # a fresh configure each time; the objects stay
+  cmake -S "$SRC" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DTorch_DIR="$TORCH_CMAKE" \
     -DCMAKE_PREFIX_PATH="$SYS/usr;$SYS/usr/lib/$ARCH/cmake" \
     -DCMAKE_FIND_ROOT_PATH="$SYS" \
@@ -160,8 +163,8 @@ configure() {
     -DCMAKE_LIBRARY_PATH="$SYS/usr/lib/$ARCH/hdf5/serial;$SYS/usr/lib/$ARCH" \
     -DCMAKE_INCLUDE_PATH="$SYS/usr/include/hdf5/serial;$SYS/usr/include" \
     -DLATMIX_BUILD_GUI=OFF -DLATMIX_OPENBLAS_OPENMP_DIR= -DLATMIX_TEST_THREADS="$JOBS" \
-    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 "${cuda[@]}"
-  grep -E '^(CMAKE_CXX_STANDARD|LATMIX_)' "$BUILD/CMakeCache.txt" || true
+    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 "${cuda[@]}" "$@"
+  grep -E '^(CMAKE_CXX_STANDARD|LATMIX_)' "$dir/CMakeCache.txt" || true
 }
 step configure hard 150 build.log configure
 [ "${LATMIX_DEVICE_STEPS:-all}" = configure ] && { say "configured in $((SECONDS - T0)) s (LATMIX_DEVICE_STEPS=configure: stopping here)"; exit $FAILED; }
@@ -193,6 +196,13 @@ build_cli() {
   done
   [ -z "$missing" ]
   ldd "$BUILD/bin/latmix" | grep -E 'torch|c10|cuda|nccl|hdf5|gomp' || true
+  # C++ library functions that latmix imports and PyTorch's libraries define too: the loader binds
+  # latmix's calls to those copies (libtorch.so comes before libstdc++ in its search order). One
+  # such copy, std::filesystem::remove_all, crashed every quantize run (util/AtomicFile.cpp).
+  local defs
+  defs=$(for so in "$TORCH_ROOT"/lib/lib*.so; do nm -D --defined-only "$so" 2> /dev/null | awk '{print $3}'; done | grep '^_ZN*K*St' | sort -u)
+  echo "std:: functions latmix imports that PyTorch's libraries also define:"
+  nm -D --undefined-only "$BUILD/bin/latmix" | awk '{print $2}' | grep '^_ZN*K*St' | sort -u | comm -12 - <(echo "$defs") | c++filt | head -n 40
   "$BUILD/bin/latmix" --version
   # A linker with --as-needed (Ubuntu's default) drops libtorch_cuda, which no symbol of ours
   # names: then CUDA is "not available" at run time although the build is a CUDA one.
@@ -248,6 +258,32 @@ tests() {
 # --- 6. timed runs: cuda next to cpu ----------------------------------------------------------
 runs() { bash "$SRC/packaging/device-runs.sh"; }
 step runs soft 330 runs.log runs
+
+# --- 6b. a crashed quantize run again, under AddressSanitizer (only when one crashed) ----------
+# device-runs.sh leaves $WORK/crashed with the smallest crashing command. The same sources built
+# with -fsanitize=address (LATMIX_SANITIZE) name an invalid access in our code with its stack;
+# where this machine has gdb, the plain build's crash is also printed with gdb's backtrace.
+asan() {
+  set -e
+  local dir=$SRC/build-asan cmd
+  read -r -a cmd < "$WORK/crashed" || true # no newline at its end: read says 1 but fills cmd
+  configure_in "$dir" -DLATMIX_SANITIZE=address > "$WORK/asan-configure.txt" 2>&1 || { tail -n 30 "$WORK/asan-configure.txt"; return 1; }
+  cmake --build "$dir" -j "$JOBS" --target latmix > "$WORK/asan-build.txt" 2>&1 || { tail -n 30 "$WORK/asan-build.txt"; return 1; }
+  set +e
+  echo "+ (asan) ${cmd[*]}"
+  ASAN_OPTIONS=detect_leaks=0:protect_shadow_gap=0:halt_on_error=1:allocator_may_return_null=1:alloc_dealloc_mismatch=0 \
+    "$dir/bin/latmix" "${cmd[@]}" --out "$WORK/asan-run" 2>&1 | tail -n 120
+  echo "[asan run: exit ${PIPESTATUS[0]}]"
+  # ASan's frames as BINARY(+OFFSET): named with addr2line where no symbolizer named them
+  if command -v gdb > /dev/null; then
+    echo "+ gdb --batch (plain build) ${cmd[*]}"
+    timeout 120 gdb --batch -ex run -ex bt -ex 'info registers rip' -ex 'x/8i $pc' --args "$BUILD/bin/latmix" "${cmd[@]}" --out "$WORK/gdb-run" 2>&1 | tail -n 80
+  else
+    echo "(no gdb on this machine)"
+  fi
+  return 0
+}
+[ -f "$WORK/crashed" ] && step asan soft 200 asan.log asan
 
 # --- 7. c10d backends in this build -----------------------------------------------------------
 c10d() {

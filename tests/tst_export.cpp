@@ -15,6 +15,7 @@
 #include "model/ConfigJson.h"
 #include "model/LlamaModel.h"
 #include "mx/MxPack.h"
+#include "util/AtomicFile.h"
 #include "util/Job.h"
 
 #include <ATen/ATen.h>
@@ -448,7 +449,7 @@ private slots:
         QFETCH(QStringList, phrases);
         const QString good = run("mxfp4");
         QString dir = m_tmp.filePath("bad/" + QString(QTest::currentDataTag()).replace(' ', '_'));
-        fs::remove_all(dir.toStdString());
+        latmix::util::removeTreeQuietly(dir.toStdString());
         fs::create_directories(dir.toStdString());
         fs::copy(good.toStdString(), dir.toStdString(), fs::copy_options::recursive);
         const std::string model = (dir + "/model").toStdString();

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 
 namespace fs = std::filesystem;
@@ -84,9 +85,20 @@ std::string makeTempSibling(const std::string& finalDir) {
     return pattern;
 }
 
+// POSIX nftw, not std::filesystem::remove_all. PyTorch's wheels (libtorch.so, built with
+// manylinux's devtoolset) export their own copy of std::filesystem::remove_all(path, error_code&),
+// and an executable that names libtorch.so before libstdc++ binds its calls to that copy; on the
+// H100/H200 machine with PyTorch 2.11 it jumped to address 0 as soon as the folder had entries
+// (every quantize run with a spill folder crashed there: docs/results.md, "GPU"). libc's walk has
+// no such twin. FTW_PHYS: a symbolic link is removed, never followed; FTW_DEPTH: a folder after
+// its entries.
 void removeTreeQuietly(const std::string& dir) noexcept {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
+    if (dir.empty()) return;
+    const auto removeEntry = [](const char* path, const struct stat*, int, struct FTW*) -> int {
+        ::remove(path); // errors ignored: the walk goes on and removes what it can
+        return 0;
+    };
+    ::nftw(dir.c_str(), removeEntry, 32, FTW_DEPTH | FTW_PHYS);
 }
 
 void replaceDirectory(const std::string& tmp, const std::string& finalDir) {
