@@ -199,8 +199,30 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     setModelDir(QString());
 }
 
+// The last capture of this view, kept so that a comparison at one point after the across-layers
+// map of its kind (or the same request again) reuses the activations instead of running the
+// windows through the model again: at the Llama-3.2-1B shape that is 9 of the 25 decoder-layer
+// passes of the two (docs/results.md, the workbench table). Same model, windows and length only.
+struct ComparisonView::CaptureCache {
+    std::string modelDir, regex;
+    int samples = 0, seqLen = 0;
+    latmix::train::PointActivations acts;
+
+    // The activations of the request, if this capture holds them.
+    bool serve(const std::string& dir, int n, int len, const std::string& wantRegex, const std::string& onePoint,
+               latmix::train::PointActivations& out) const {
+        if (acts.empty() || dir != modelDir || n != samples || len != seqLen) return false;
+        if (wantRegex == regex) return out = acts, true;
+        if (onePoint.empty()) return false;
+        for (const auto& [name, t] : acts)
+            if (name == onePoint) return out = {{name, t}}, true;
+        return false;
+    }
+};
+
 void ComparisonView::setModelDir(const QString& dir) {
     m_modelDir = dir;
+    m_captureCache = std::make_shared<CaptureCache>(); // another model: the old activations go
     m_point->clear();
     if (!dir.isEmpty()) {
         try {
@@ -256,7 +278,7 @@ latmix::train::AnalysisOptions ComparisonView::analysisOptions() const {
 }
 
 bool ComparisonView::runAnalysis(const QString& title, const QString& failurePrefix, const std::string& regex,
-                                 const std::function<void(latmix::train::AnalysisOptions&)>& adjust, QString* error,
+                                 const std::string& onePoint, const std::function<void(latmix::train::AnalysisOptions&)>& adjust, QString* error,
                                  std::function<void(latmix::train::AnalysisResult&&)> done) {
     auto fail = [&](const QString& why) {
         if (error) *error = why;
@@ -281,14 +303,19 @@ bool ComparisonView::runAnalysis(const QString& title, const QString& failurePre
     if (builtIn.isEmpty()) return fail(tr("The built-in calibration text is missing from this build"));
     const std::string calibrationText = builtIn.toStdString();
     auto result = std::make_shared<latmix::train::AnalysisResult>();
+    const std::shared_ptr<CaptureCache> cache = m_captureCache;
     const bool started = m_runner->start(title, [=](latmix::JobContext& job) {
-        latmix::run::ModelCapture request;
-        request.modelDir = modelDir;
-        request.calibrationText = calibrationText;
-        request.pointsRegex = regex;
-        request.samples = samples;
-        request.seqLen = seqLen;
-        const auto acts = latmix::run::captureModelActivations(request, job);
+        latmix::train::PointActivations acts;
+        if (!cache->serve(modelDir, samples, seqLen, regex, onePoint, acts)) {
+            latmix::run::ModelCapture request;
+            request.modelDir = modelDir;
+            request.calibrationText = calibrationText;
+            request.pointsRegex = regex;
+            request.samples = samples;
+            request.seqLen = seqLen;
+            acts = latmix::run::captureModelActivations(request, job);
+            *cache = {modelDir, regex, samples, seqLen, acts}; // tensors shared, not copied
+        }
         *result = latmix::train::analyzeTransforms(acts, options, job);
     });
     if (!started) return fail(tr("A comparison is already running"));
@@ -310,7 +337,8 @@ bool ComparisonView::runAnalysis(const QString& title, const QString& failurePre
 }
 
 bool ComparisonView::compare(QString* error) {
-    return runAnalysis(tr("Compare transforms"), tr("Comparison failed: "), FormWidgets::exactPointRegex(currentPoint()), nullptr, error,
+    return runAnalysis(tr("Compare transforms"), tr("Comparison failed: "), FormWidgets::exactPointRegex(currentPoint()),
+                       currentPoint().toStdString(), nullptr, error,
                        [this](latmix::train::AnalysisResult&& result) {
                            m_result = std::move(result);
                            showResult();
@@ -385,7 +413,7 @@ bool ComparisonView::compareAcrossLayers(const QString& kind, QString* error) {
     QString pattern = pointKind(currentPoint());
     pattern.replace(QLatin1Char('.'), QStringLiteral("\\."));
     const std::string regex = ("^layers\\.[0-9]+\\." + pattern + "$").toStdString();
-    return runAnalysis(tr("Per-block error across layers"), tr("Across layers failed: "), regex, oneFixedKind, error,
+    return runAnalysis(tr("Per-block error across layers"), tr("Across layers failed: "), regex, std::string(), oneFixedKind, error,
                        [this, kind](latmix::train::AnalysisResult&& result) {
                            QStringList points;
                            QVector<QVector<double>> rows;

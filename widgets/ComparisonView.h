@@ -16,6 +16,7 @@
 #include <QWidget>
 
 #include <functional>
+#include <memory>
 #include <string>
 
 class QComboBox;
@@ -79,13 +80,18 @@ signals:
 private:
     // Captures the activations of the points matching regex and analyses them on the worker
     // thread; done() gets the result on this thread. Shared by compare and compareAcrossLayers.
+    // onePoint: the request is for that point alone, which the last capture may already hold
+    // (compareAcrossLayers captures every layer's point of one kind; see CaptureCache).
     bool runAnalysis(const QString& title, const QString& failurePrefix, const std::string& regex,
+                     const std::string& onePoint,
                      const std::function<void(latmix::train::AnalysisOptions&)>& adjust, QString* error,
                      std::function<void(latmix::train::AnalysisResult&&)> done);
     void showResult();
     void showHeatmap(const QStringList& points, const QVector<QVector<double>>& rows, const QString& kind);
 
     QString m_modelDir;
+    struct CaptureCache;
+    std::shared_ptr<CaptureCache> m_captureCache; // the last capture; read and written by one job at a time
     latmix::train::AnalysisResult m_result;
     QStringList m_heatmapPoints;
     QVector<QVector<double>> m_heatmapRows;

@@ -208,9 +208,11 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
             loop.quit();
         });
         showAt(window, s.size);
-        if (!comparison->compare(error)) return false;
-        loop.exec();
+        // The map across layers first: its capture holds the compared point too, which compare()
+        // then reuses (ComparisonView::CaptureCache).
         if (!comparison->compareAcrossLayers(QStringLiteral("none"), error)) return false;
+        loop.exec();
+        if (!comparison->compare(error)) return false;
         loop.exec();
     }
     if (!s.calibrateMethod.isEmpty()) {

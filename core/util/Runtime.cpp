@@ -1,4 +1,5 @@
 #include "util/Runtime.h"
+#include "util/LargeBlockCache.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
@@ -98,6 +99,7 @@ void preferPassiveOpenMpWait(char** argv) {
 }
 
 void configureAllocator() {
+    util::installDefaultLargeBlockCache(); // blocks above glibc's largest mmap threshold (util/LargeBlockCache.h)
     if (const char* t = std::getenv("GLIBC_TUNABLES"); t && std::strstr(t, "glibc.malloc.")) return; // the user's
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);

@@ -40,7 +40,8 @@ void preferPassiveOpenMpWait(char** argv);
 // their pages in again each time (a quarter of a step's time at brownpy-13M). Fixed at 32 MiB
 // (blocks below it come from the heap) with 256 MiB of free heap kept before trimming; larger
 // blocks are still mapped and returned. Nothing is changed when GLIBC_TUNABLES sets the
-// allocator's own (glibc.malloc.*). Called by the executables at start.
+// allocator's own (glibc.malloc.*). Larger tensors are kept for reuse by util/LargeBlockCache
+// (LATMIX_CPU_CACHE_MIB=0 turns that off). Called by the executables at start.
 void configureAllocator();
 
 std::string libtorchVersion(); // e.g. "1.13.0"

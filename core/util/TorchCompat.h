@@ -42,4 +42,8 @@ template <class Group>
 void shutdownProcessGroup(Group& g) {
     if constexpr (HasShutdown<Group>::value) g.shutdown();
 }
+// c10::Allocator (util/LargeBlockCache.cpp, the host allocator behind libtorch's CPU tensors):
+// allocate() is const in 1.13 and non-const in 2.x, and 2.x adds the pure virtual copy_data().
+// The allocator declares both spellings without `override`; whichever the base class has is
+// overridden, so no version test is needed.
 } // namespace latmix::compat

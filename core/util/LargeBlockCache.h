@@ -1,0 +1,40 @@
+#pragma once
+// A cache of large host blocks behind libtorch's CPU allocator.
+//
+// glibc serves requests above its mmap threshold (at most 32 MiB) with a fresh mmap and returns
+// them with munmap, so every large temporary (a float32 layer converted from bf16, a batch of
+// activations at 8192 features) is faulted in page by page and zeroed by the kernel each time it
+// is allocated. At the Llama-3.2-1B shape that was over 6 million page faults and half the CPU
+// time of the workbench's transform comparison (docs/results.md). This cache keeps freed blocks
+// of at least `minBytes` (sizes rounded up to 2 MiB) up to `capBytes` in all, and serves a request
+// of the same rounded size from them; smaller requests go to libtorch's own allocator. New blocks
+// are asked for as transparent huge pages (MADV_HUGEPAGE), so their first touch faults 2 MiB at a
+// time. It is PyTorch's CUDA caching allocator's idea on the host, exact sizes only.
+#include <cstddef>
+#include <cstdint>
+
+namespace latmix::util {
+
+struct LargeBlockCacheStats {
+    std::int64_t hits = 0;         // requests served from the cache
+    std::int64_t misses = 0;       // large requests that allocated a new block
+    std::int64_t cachedBytes = 0;  // freed blocks held now
+    std::int64_t evictedBytes = 0; // freed blocks given back because the cache was full
+    bool installed = false;
+};
+
+// Puts the cache in front of libtorch's CPU allocator (c10::SetCPUAllocator), once per process;
+// later calls only change the limits. capBytes 0 turns caching off (blocks are freed at once).
+void installLargeBlockCache(std::size_t minBytes, std::size_t capBytes);
+
+// The default limits: blocks from 32 MiB (below, glibc's heap keeps freed memory itself), at most
+// min(2 GiB, an eighth of the physical memory) cached; LATMIX_CPU_CACHE_MIB overrides the cap
+// (0: no cache).
+void installDefaultLargeBlockCache();
+
+LargeBlockCacheStats largeBlockCacheStats();
+
+// Gives every cached block back to the system (a long idle phase, a test).
+void releaseLargeBlockCache();
+
+} // namespace latmix::util
