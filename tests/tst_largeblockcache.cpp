@@ -1,9 +1,11 @@
 // util/LargeBlockCache: large CPU tensors freed are kept and handed out again at the same rounded
 // size (the same block, so no page faults), small ones go to libtorch's own allocator, the cache
-// never holds more than its cap, and a block larger than the cap is given back at once.
+// never holds more than its cap, a block larger than the cap is given back at once, and the
+// raw interface (raw_allocate / raw_deallocate) works for blocks of either kind.
 #include "util/LargeBlockCache.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 
 #include <QtTest>
 
@@ -90,6 +92,26 @@ private slots:
             QVERIFY(after.evictedBytes > before.evictedBytes);
             QCOMPARE(after.cachedBytes + (after.evictedBytes - before.evictedBytes), total);
         }
+    }
+
+    // ATen's raw_allocate / raw_deallocate (some kernels' scratch buffers, e.g. the bf16 matmul's)
+    // free through raw_deleter() whatever the size: small blocks are the default allocator's.
+    void rawAllocateAnySize_data() {
+        QTest::addColumn<qint64>("size");
+        QTest::newRow("small") << qint64(4096);
+        QTest::newRow("large") << 48 * kMiB;
+    }
+    void rawAllocateAnySize() {
+        QFETCH(qint64, size);
+        c10::Allocator* a = c10::GetCPUAllocator();
+        QVERIFY(a->raw_deleter() != nullptr);
+        const auto before = largeBlockCacheStats();
+        void* p = a->raw_allocate(static_cast<std::size_t>(size));
+        QVERIFY(p != nullptr);
+        static_cast<char*>(p)[size - 1] = 1; // writable to its end
+        a->raw_deallocate(p);
+        const auto after = largeBlockCacheStats();
+        QCOMPARE(after.cachedBytes - before.cachedBytes, size >= 32 * kMiB ? std::int64_t(48 * kMiB) : std::int64_t(0));
     }
 
     // Cap 0: nothing is kept.

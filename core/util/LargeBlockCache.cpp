@@ -49,20 +49,17 @@ public:
         return p;
     }
 
-    void give(void* p) {
+    // Takes back a block of ours; false (nothing done) for any other pointer.
+    bool give(void* p) {
         std::unique_lock<std::mutex> lock(m_mutex);
         const auto it = m_live.find(p);
-        if (it == m_live.end()) { // not ours: cannot happen, but never leak or double-free
-            lock.unlock();
-            std::free(p);
-            return;
-        }
+        if (it == m_live.end()) return false;
         const std::size_t bytes = it->second;
         m_live.erase(it);
         if (bytes > m_cap) {
             lock.unlock();
             std::free(p);
-            return;
+            return true;
         }
         // Full: the largest cached blocks go first (they are the least likely to be asked for again
         // at the same size, and free the most).
@@ -78,6 +75,7 @@ public:
         m_cached += bytes;
         lock.unlock();
         for (void* d : drop) std::free(d);
+        return true;
     }
 
     void setCap(std::size_t cap) {
@@ -114,7 +112,16 @@ BlockCache& cache() {
     return *c;
 }
 
-void giveBack(void* p) { cache().give(p); }
+// libtorch's own CPU allocator's raw deleter, for the blocks it served (below the minimum).
+c10::DeleterFnPtr g_fallbackDeleter = nullptr;
+
+// The deleter of every block this allocator hands out, and its raw_deleter: ATen's
+// raw_allocate / raw_deallocate (scratch buffers of some kernels) free through raw_deleter()
+// whatever the size, so it must take the fallback's small blocks too.
+void giveBack(void* p) {
+    if (!p || cache().give(p)) return;
+    g_fallbackDeleter(p);
+}
 
 // libtorch's CPU allocator interface differs between versions: allocate() is const in 1.13 and
 // not in 2.x, and 2.x adds the pure virtual copy_data(). Both spellings are declared without
@@ -126,7 +133,7 @@ public:
 
     c10::DataPtr allocate(std::size_t n) const { return allocateBlock(n); }
     c10::DataPtr allocate(std::size_t n) { return allocateBlock(n); }
-    c10::DeleterFnPtr raw_deleter() const { return nullptr; } // two kinds of blocks: no single raw deleter
+    c10::DeleterFnPtr raw_deleter() const { return &giveBack; }
     void copy_data(void* dest, const void* src, std::size_t count) const {
         if (count) std::copy_n(static_cast<const char*>(src), count, static_cast<char*>(dest));
     }
@@ -161,7 +168,10 @@ std::size_t g_cap = 0;
 void installLargeBlockCache(std::size_t minBytes, std::size_t capBytes) {
     std::lock_guard<std::mutex> lock(g_installMutex);
     if (!g_allocator) {
-        g_allocator = new LargeBlockAllocator(c10::GetDefaultCPUAllocator()); // leaked like the cache
+        c10::Allocator* fallback = c10::GetDefaultCPUAllocator();
+        g_fallbackDeleter = fallback->raw_deleter();
+        if (!g_fallbackDeleter) return; // a libtorch whose CPU allocator has no raw deleter: leave it alone
+        g_allocator = new LargeBlockAllocator(fallback); // leaked like the cache
         c10::SetCPUAllocator(g_allocator, /*priority=*/1);
     }
     g_allocator->minBytes = std::max<std::size_t>(minBytes, 1);
