@@ -209,6 +209,21 @@ private slots:
         }
         qInfo("%s: loss term %.6g vs %.6g, worst gradient difference / largest gradient %.2g", qPrintable(kind), got.kl,
               kl.item<double>(), worst);
+
+        // The other way of keeping the graph (each layer's graph kept from the forward, or each
+        // layer recomputed from its saved input) gives the same loss and gradients, bit for bit:
+        // the recomputation is the same float32 arithmetic in the same order.
+        std::vector<at::Tensor> first;
+        for (auto& p : t.parameters()) {
+            first.push_back(p.grad().clone());
+            p.mutable_grad() = at::Tensor();
+        }
+        const bool keptFirst = train::keepsLayerGraphs(c, tokens.size(0), tokens.size(1));
+        const auto other = train::distillationStep(c, f.w, t, act, tokens, tau, lambda, objective, !keptFirst);
+        QCOMPARE(other.kl, got.kl);
+        QCOMPARE(other.loss, got.loss);
+        for (size_t i = 0; i < params.size(); ++i)
+            QVERIFY2(at::equal(params[i].grad(), first[i]), qPrintable(QString("parameter %1 (kept graphs: %2)").arg(i).arg(!keptFirst)));
     }
 
     // A rotation start with quantization off folds exactly: the first KL is ~0 (float32 noise).

@@ -3,6 +3,7 @@
 #include "run/MemoryEstimate.h"
 
 #include "mx/MxFormat.h"
+#include "train/Distillation.h"
 #include "util/Text.h"
 
 #include <algorithm>
@@ -117,9 +118,13 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
         const I inputs = perLayer * s.layers * N * s.h * 4;
         const I top = trainTopBytes(s, B, T);
         const I layerGraph = trainLayerGraphBytes(s, stored, B, T);
-        e.stages.push_back({"train", kBase + lmHead + inputs + std::max(top, layerGraph),
-                            "lm_head " + mib(lmHead) + (perLayer == 2 ? ", layer inputs and teacher outputs " : ", layer inputs ") + mib(inputs) + ", one layer's graph " +
-                                mib(layerGraph) + ", vocabulary chunk " + mib(top)});
+        // Small models keep every layer's graph instead (train::keepsLayerGraphs): all of them
+        // live beside the top.
+        const bool kept = train::keepsLayerGraphs(c, B, T);
+        e.stages.push_back({"train", kBase + lmHead + inputs + (kept ? s.layers * layerGraph + top : std::max(top, layerGraph)),
+                            "lm_head " + mib(lmHead) + (perLayer == 2 ? ", layer inputs and teacher outputs " : ", layer inputs ") + mib(inputs) +
+                                (kept ? ", every layer's graph " + mib(s.layers * layerGraph) : ", one layer's graph " + mib(layerGraph)) +
+                                ", vocabulary chunk " + mib(top)});
     }
     if (m.transformed) {
         // fold: one layer as stored, its float64 copy with a matmul result (the largest is an

@@ -116,10 +116,27 @@ void writeRunFile(const std::string& path, const std::vector<DistillStep>& histo
 
 } // namespace
 
+std::int64_t layerGraphBytes(const model::ModelConfig& c, std::int64_t batch, std::int64_t seqLen) {
+    const std::int64_t h = c.hiddenSize, i = c.intermediateSize, N = batch * seqLen;
+    const std::int64_t q = std::int64_t(c.numHeads) * c.headDim, kv = std::int64_t(c.numKvHeads) * c.headDim;
+    const std::int64_t params = 2 * h * q + 2 * h * kv + 3 * h * i;
+    // weights: the folded copy and the products that made it (T1, T2, γ, T3), about 3 copies;
+    // activations saved for the backward: about 12 hidden-wide and 4 intermediate-wide rows per
+    // token (norms, q/k/v/o inputs and outputs, MLP inputs, SiLU, products), and the attention
+    // probabilities, per head T² per sequence.
+    return 4 * (3 * params + N * (12 * h + 4 * i) + batch * c.numHeads * seqLen * seqLen);
+}
+
+bool keepsLayerGraphs(const model::ModelConfig& c, std::int64_t batch, std::int64_t seqLen) {
+    return c.numLayers * layerGraphBytes(c, batch, seqLen) <= (std::int64_t(512) << 20);
+}
+
 DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeights& original,
                              const ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
-                             const at::Tensor& tokens, double tau, double volumeWeight, Objective objective) {
+                             const at::Tensor& tokens, double tau, double volumeWeight, Objective objective,
+                             std::optional<bool> keepLayerGraphs) {
     DistillLoss r;
+    const bool keepGraphs = keepLayerGraphs ? *keepLayerGraphs : keepsLayerGraphs(c, tokens.size(0), tokens.size(1));
     const bool crossEntropy = objective == Objective::CrossEntropy, blockMse = objective == Objective::BlockMse;
     const auto t0 = Clock::now();
     const auto device = tokens.device();
@@ -203,18 +220,28 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
         return leaf1.v.defined() ? x + leaf1.v : x;
     };
 
-    // Forward without a graph, keeping each layer's input (activation checkpointing).
-    std::vector<at::Tensor> inputs;
+    // Forward without a graph, keeping each layer's input (activation checkpointing); or, when
+    // every layer's graph fits (keepGraphs), with each layer's graph kept, its input a leaf.
+    std::vector<at::Tensor> inputs, outputs;
     at::Tensor x;
     {
         at::NoGradGuard g;
         x = embedStudent();
-        for (int l = 0; l < c.numLayers; ++l) {
-            x = x.to(devOf(l));
+    }
+    for (int l = 0; l < c.numLayers; ++l) {
+        x = x.to(devOf(l));
+        if (keepGraphs) {
+            const auto xi = x.detach().requires_grad_(true);
+            const auto out = model::decoderLayer(c, studentLayer(l), on(devOf(l)).student, xi, on(devOf(l)).rope, l);
+            inputs.push_back(xi);
+            outputs.push_back(out);
+            x = out.detach();
+        } else {
+            at::NoGradGuard g;
             inputs.push_back(x);
             x = model::decoderLayer(c, studentLayer(l), on(devOf(l)).student, x, on(devOf(l)).rope, l);
-            model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
         }
+        model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
     }
 
     // The top: final norm (γ folded into lm_head), T1⁻¹ on the hidden states, lm_head W·diag(γ)
@@ -386,9 +413,11 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     double mseSum = 0;
     for (int l = c.numLayers - 1; l >= 0; --l) {
         const c10::Device d = devOf(l);
-        const auto xi = inputs[static_cast<size_t>(l)].detach().requires_grad_(true);
+        const auto xi = keepGraphs ? inputs[static_cast<size_t>(l)] : inputs[static_cast<size_t>(l)].detach().requires_grad_(true);
         inputs[static_cast<size_t>(l)] = at::Tensor();
-        const auto out = model::decoderLayer(c, studentLayer(l), on(d).student, xi, on(d).rope, l);
+        const auto out = keepGraphs ? outputs[static_cast<size_t>(l)]
+                                    : model::decoderLayer(c, studentLayer(l), on(d).student, xi, on(d).rope, l);
+        if (keepGraphs) outputs[static_cast<size_t>(l)] = at::Tensor(); // the graph goes with the backward
         if (blockMse) {
             // This block's term, mean((T1⁻¹(x'_l) − x_l)²) / L, differentiated together with
             // what the later blocks sent back through its output.

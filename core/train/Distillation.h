@@ -122,10 +122,22 @@ struct DistillLoss {
     double teacherSeconds = 0, studentSeconds = 0, backwardSeconds = 0;
     double lossSeconds = 0; // the part of studentSeconds spent on the loss over the vocabulary
 };
+// keepLayerGraphs: whether the forward keeps every layer's graph for the backward pass
+// (nullopt: keepsLayerGraphs decides) instead of recomputing each layer from its saved input.
+// The gradients are the same bits either way.
 DistillLoss distillationStep(const model::ModelConfig& config, const model::LlamaWeights& original,
                              const ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
                              const at::Tensor& tokens, double temperature, double volumeWeight,
-                             Objective objective = Objective::Kl);
+                             Objective objective = Objective::Kl, std::optional<bool> keepLayerGraphs = std::nullopt);
+
+// Activation checkpointing (one layer's graph at a time, each layer computed twice) bounds the
+// step's memory at 1B and beyond; when the graphs of all layers together stay under 512 MiB
+// (a model of a few layers of width ≤ 512 at batch 4 × 256: brownpy-13M, stories260K) the
+// forward keeps them and the backward pass skips the second forward. layerGraphBytes is the
+// estimate of one layer's graph over `tokens` tokens (float32 weights folded with their graph,
+// the saved activations and attention scores); run/MemoryEstimate counts the kept graphs too.
+std::int64_t layerGraphBytes(const model::ModelConfig& config, std::int64_t batch, std::int64_t seqLen);
+bool keepsLayerGraphs(const model::ModelConfig& config, std::int64_t batch, std::int64_t seqLen);
 
 // KL(p ‖ q) per token, averaged over tokens, of softmax(teacher/τ) and softmax(student/τ);
 // logits [..., V]. Exposed for tests.
