@@ -38,6 +38,10 @@ public:
                 return p;
             }
             ++m_misses;
+            // A new block: the cached ones go back first, so that the cache never adds to the
+            // process's peak (a run whose sizes repeat, a training step or a view's layers,
+            // still finds its blocks; one whose live memory grows keeps nothing in reserve).
+            dropAllLocked();
         }
         void* p = nullptr;
         if (::posix_memalign(&p, kGranule, bytes) != 0 || !p) return nullptr;
@@ -92,6 +96,15 @@ public:
             }
         }
         for (void* d : drop) std::free(d);
+    }
+
+    void dropAllLocked() {
+        for (const auto& [bytes, p] : m_free) {
+            m_evicted += static_cast<std::int64_t>(bytes);
+            std::free(p);
+        }
+        m_free.clear();
+        m_cached = 0;
     }
 
     LargeBlockCacheStats stats() {

@@ -7,7 +7,9 @@
 // is allocated. At the Llama-3.2-1B shape that was over 6 million page faults and half the CPU
 // time of the workbench's transform comparison (docs/results.md). This cache keeps freed blocks
 // of at least `minBytes` (sizes rounded up to 2 MiB) up to `capBytes` in all, and serves a request
-// of the same rounded size from them; smaller requests go to libtorch's own allocator. New blocks
+// of the same rounded size from them; a request it cannot serve first gives every cached block
+// back, so the cache does not raise the process's peak (at the 1B shape a training step kept
+// ~0.9 GiB more without that rule). Smaller requests go to libtorch's own allocator. New blocks
 // are asked for as transparent huge pages (MADV_HUGEPAGE), so their first touch faults 2 MiB at a
 // time. It is PyTorch's CUDA caching allocator's idea on the host, exact sizes only.
 #include <cstddef>
