@@ -67,14 +67,7 @@ public:
         }
         // Full: the largest cached blocks go first (they are the least likely to be asked for again
         // at the same size, and free the most).
-        std::vector<void*> drop;
-        while (m_cached + bytes > m_cap && !m_free.empty()) {
-            auto last = std::prev(m_free.end());
-            m_cached -= last->first;
-            m_evicted += static_cast<std::int64_t>(last->first);
-            drop.push_back(last->second);
-            m_free.erase(last);
-        }
+        std::vector<void*> drop = evictLocked(m_cap - bytes);
         m_free.emplace(bytes, p);
         m_cached += bytes;
         lock.unlock();
@@ -82,29 +75,28 @@ public:
         return true;
     }
 
+    // A cap of 0 gives every cached block back.
     void setCap(std::size_t cap) {
         std::vector<void*> drop;
         {
             std::lock_guard<std::mutex> lock(m_mutex);
             m_cap = cap;
-            while (m_cached > m_cap && !m_free.empty()) {
-                auto last = std::prev(m_free.end());
-                m_cached -= last->first;
-                m_evicted += static_cast<std::int64_t>(last->first);
-                drop.push_back(last->second);
-                m_free.erase(last);
-            }
+            drop = evictLocked(m_cap);
+        }
+        for (void* d : drop) std::free(d);
+    }
+
+    void dropAll() {
+        std::vector<void*> drop;
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            drop = evictLocked(0);
         }
         for (void* d : drop) std::free(d);
     }
 
     void dropAllLocked() {
-        for (const auto& [bytes, p] : m_free) {
-            m_evicted += static_cast<std::int64_t>(bytes);
-            std::free(p);
-        }
-        m_free.clear();
-        m_cached = 0;
+        for (void* d : evictLocked(0)) std::free(d);
     }
 
     LargeBlockCacheStats stats() {
@@ -113,6 +105,20 @@ public:
     }
 
 private:
+    // Takes cached blocks out, the largest first, until at most `limit` bytes stay cached; the
+    // caller frees them (outside the lock where it can).
+    std::vector<void*> evictLocked(std::size_t limit) {
+        std::vector<void*> drop;
+        while (m_cached > limit && !m_free.empty()) {
+            auto last = std::prev(m_free.end());
+            m_cached -= last->first;
+            m_evicted += static_cast<std::int64_t>(last->first);
+            drop.push_back(last->second);
+            m_free.erase(last);
+        }
+        return drop;
+    }
+
     std::mutex m_mutex;
     std::multimap<std::size_t, void*> m_free;      // size -> block
     std::unordered_map<void*, std::size_t> m_live; // block -> size, for blocks handed out
@@ -174,7 +180,6 @@ private:
 
 std::mutex g_installMutex;
 LargeBlockAllocator* g_allocator = nullptr;
-std::size_t g_cap = 0;
 
 } // namespace
 
@@ -188,7 +193,6 @@ void installLargeBlockCache(std::size_t minBytes, std::size_t capBytes) {
         c10::SetCPUAllocator(g_allocator, /*priority=*/1);
     }
     g_allocator->minBytes = std::max<std::size_t>(minBytes, 1);
-    g_cap = capBytes;
     cache().setCap(capBytes);
 }
 
@@ -212,14 +216,6 @@ LargeBlockCacheStats largeBlockCacheStats() {
     return cache().stats();
 }
 
-void releaseLargeBlockCache() {
-    std::size_t cap;
-    {
-        std::lock_guard<std::mutex> lock(g_installMutex);
-        cap = g_cap;
-    }
-    cache().setCap(0);
-    cache().setCap(cap);
-}
+void releaseLargeBlockCache() { cache().dropAll(); }
 
 } // namespace latmix::util
