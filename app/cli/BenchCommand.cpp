@@ -232,21 +232,34 @@ int runTrain(const BenchOptions& o) {
     });
     const double step = median(&train::DistillStep::seconds), teacher = median(&train::DistillStep::teacherSeconds),
                  student = median(&train::DistillStep::studentSeconds), loss = median(&train::DistillStep::lossSeconds),
-                 backward = median(&train::DistillStep::backwardSeconds), optimizer = median(&train::DistillStep::optimizerSeconds);
-    std::printf("%-34s %10s %9s\n", "part (median of the timed steps)", "s", "of step");
-    auto row = [&](const char* name, double sec) { std::printf("%-34s %10.4f %8.1f%%\n", name, sec, 100 * sec / step); };
+                 backward = median(&train::DistillStep::backwardSeconds), optimizer = median(&train::DistillStep::optimizerSeconds),
+                 teacherLogits = median(&train::DistillStep::teacherLogitsSeconds),
+                 lossGradient = median(&train::DistillStep::lossGradientSeconds);
+    std::printf("%-44s %10s %9s\n", "part (median of the timed steps)", "s", "of step");
+    auto row = [&](const char* name, double sec) { std::printf("%-44s %10.4f %8.1f%%\n", name, sec, 100 * sec / step); };
     row("step", step);
-    row("teacher forward", teacher);
+    row("teacher forward (layers)", teacher);
     row("student forward (folded layers)", student - loss);
     row("loss over the vocabulary", loss);
+    if (teacherLogits > 0) { // the CPU's fused loss times its products apart
+        row("  of which the teacher's logits", teacherLogits);
+        row("  of which the student's logits and the KL", loss - teacherLogits - lossGradient);
+        row("  of which the gradient to the hidden states", lossGradient);
+    }
     row("backward", backward);
     row("optimizer (AdamW)", optimizer);
     row("other (batch, transforms, metrics)", other);
     const long perStep = faults.size() > 1 ? (faults.back() - faults.front()) / long(faults.size() - 1) : 0;
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
-    std::printf("minor page faults per step %ld (%.0f MiB of pages); peak resident %.0f MiB; student / teacher %.2f\n",
-                perStep, perStep * 4096.0 / 1048576.0, u.ru_maxrss / 1024.0, student / std::max(teacher, 1e-12));
+    std::printf("minor page faults per step %ld (%.0f MiB of pages); peak resident %.0f MiB\n", perStep,
+                perStep * 4096.0 / 1048576.0, u.ru_maxrss / 1024.0);
+    // An eager forward (the peers') makes each model's logits in its own forward and the loss's
+    // gradient product in the backward; the same split here, beside the plain one.
+    std::printf("student / teacher %.2f (each model's forward with its own logits); (student layers + loss) / teacher "
+                "layers %.2f\n",
+                (student - teacherLogits - lossGradient) / std::max(teacher + teacherLogits, 1e-12),
+                student / std::max(teacher, 1e-12));
     if (device.is_cuda()) // beside `latmix quantize --dry-run --device cuda`'s train stage
         std::printf("peak GPU memory %.0f MiB (PyTorch's allocator; the CUDA context adds about 512 MiB)\n",
                     compat::cudaPeakAllocatedBytes(device.index()) / 1048576.0);

@@ -2,6 +2,7 @@
 
 #include "mx/MxCodes.h"
 #include "mx/MxReference.h"
+#include "util/VectorLanes.h"
 
 #include <ATen/Parallel.h>
 
@@ -142,25 +143,10 @@ namespace {
 // ---- The rotation of quantizeRowsAfterHadamard (ref::walshHadamard's arithmetic, vectorised).
 constexpr std::int64_t kMaxHadamardBlock = 64;
 
-// GCC vector extensions, W lanes: W = 16 (one zmm) on the AVX-512 path, 8 (one ymm) on AVX2, 4
-// (one xmm) on baseline x86-64. Strides ≥ W pair whole registers; strides < W pair lanes of one
-// register through a shuffle. Every lane does the reference's IEEE operation, so all widths
-// give the same bits.
-typedef float V4 __attribute__((vector_size(16)));
-typedef float V8 __attribute__((vector_size(32)));
-typedef float V16 __attribute__((vector_size(64)));
-typedef std::int32_t I4 __attribute__((vector_size(16)));
-typedef std::int32_t I8 __attribute__((vector_size(32)));
-typedef std::int32_t I16 __attribute__((vector_size(64)));
-// U: the same vector type at float alignment, for loads and stores straight from memory (a
-// memcpy into a vector variable goes through the stack in halves on some tunings).
-typedef float U4 __attribute__((vector_size(16), aligned(4)));
-typedef float U8 __attribute__((vector_size(32), aligned(4)));
-typedef float U16 __attribute__((vector_size(64), aligned(4)));
-template <int W> struct Lanes;
-template <> struct Lanes<4> { using F = V4; using I = I4; using U = U4; };
-template <> struct Lanes<8> { using F = V8; using I = I8; using U = U8; };
-template <> struct Lanes<16> { using F = V16; using I = I16; using U = U16; };
+// W lanes (util/VectorLanes.h): strides ≥ W pair whole registers; strides < W pair lanes of one
+// register through a shuffle. Every lane does the reference's IEEE operation, so all widths give
+// the same bits.
+using util::simd::Lanes;
 
 template <int W, int H, std::size_t... L>
 __attribute__((always_inline)) inline typename Lanes<W>::F butterflyLanes(typename Lanes<W>::F v,
@@ -174,13 +160,14 @@ __attribute__((always_inline)) inline typename Lanes<W>::F butterflyLanes(typena
     return p + reinterpret_cast<F>(reinterpret_cast<I>(v) ^ negateUpper);
 }
 
-// 32 values in 32/W registers: strides 16..W between registers, then W/2..1 inside each.
+// 32 values in 32/W registers: strides 16..W between registers, then W/2..1 inside each; the
+// rotated block stays in v.
 template <int W>
-__attribute__((always_inline)) inline void walshHadamard32(const float* x, const float* s, float scale, float* y) {
+__attribute__((always_inline)) inline void walshHadamard32(const float* x, const float* s, float scale,
+                                                         typename Lanes<W>::F* v) {
     using F = typename Lanes<W>::F;
     using U = typename Lanes<W>::U;
     constexpr int R = 32 / W;
-    F v[R];
     for (int r = 0; r < R; ++r) v[r] = F(*reinterpret_cast<const U*>(x + r * W)) * F(*reinterpret_cast<const U*>(s + r * W));
     for (int h = R / 2; h >= 1; h /= 2)
         for (int r = 0; r < R; ++r)
@@ -195,8 +182,75 @@ __attribute__((always_inline)) inline void walshHadamard32(const float* x, const
         if constexpr (W >= 16) t = butterflyLanes<W, 8>(t, std::make_index_sequence<W>{});
         if constexpr (W >= 8) t = butterflyLanes<W, 4>(t, std::make_index_sequence<W>{});
         t = butterflyLanes<W, 1>(butterflyLanes<W, 2>(t, std::make_index_sequence<W>{}), std::make_index_sequence<W>{});
-        *reinterpret_cast<U*>(y + r * W) = t * sv;
+        v[r] = t * sv;
     }
+}
+
+// Largest lane of an integer vector: W/2, W/4, ..., 1 apart, each lane against its partner.
+template <int W, std::size_t... L>
+__attribute__((always_inline)) inline std::int32_t maxLane(typename Lanes<W>::I m, std::index_sequence<L...>) {
+    using I = typename Lanes<W>::I;
+    for (int h = W / 2; h >= 1; h /= 2) {
+        const I other = __builtin_shuffle(m, I{static_cast<std::int32_t>(L ^ static_cast<std::size_t>(h))...});
+        m = m > other ? m : other;
+    }
+    return m[0];
+}
+
+// ElementGrid::quantize on W lanes, in fewer operations and to the same bits. The scalar form
+// rounds |y|·2^−k to an integer with the 1.5·2^23 addition and multiplies by 2^k; here |y| + M_k,
+// M_k = 1.5·2^(23+k), rounds |y| to a multiple of 2^k directly (the sum's ulp is 2^k) and
+// subtracting M_k is exact: the same round-half-even to the same grid point, without the two
+// products. M_k's bits are |y|'s exponent field, clamped to [emin, eHigh], plus 23 − mbits in the
+// exponent and the 0.5 mantissa bit. The exponent is also kept ≤ 100: no block gets near it
+// (|y| ≤ 2^(emax+2) after the shared scale), and above it both forms give maxValue.
+template <int W> struct GridLanes {
+    typename Lanes<W>::I lowExponent, highExponent, magicOffset; // float32 bit patterns
+    typename Lanes<W>::F maxValue;
+    explicit GridLanes(const ElementGrid& g)
+        : lowExponent(typename Lanes<W>::I{} + ((g.emin + 127) << 23)),
+          highExponent(typename Lanes<W>::I{} + ((std::min(g.eHigh, 100) + 127) << 23)),
+          magicOffset(typename Lanes<W>::I{} + (((23 - g.mbits) << 23) | 0x400000)),
+          maxValue(typename Lanes<W>::F{} + g.maxValue) {}
+};
+
+template <int W>
+__attribute__((always_inline)) inline typename Lanes<W>::F quantizeLanes(typename Lanes<W>::F y, const GridLanes<W>& g) {
+    using F = typename Lanes<W>::F;
+    using I = typename Lanes<W>::I;
+    const I bits = reinterpret_cast<I>(y);
+    const I absBits = bits & static_cast<std::int32_t>(kAbsMask);
+    I e = absBits & static_cast<std::int32_t>(kExpMask);
+    e = e < g.lowExponent ? g.lowExponent : e;
+    e = e > g.highExponent ? g.highExponent : e;
+    const F magic = reinterpret_cast<F>(e + g.magicOffset);
+    F q = (reinterpret_cast<F>(absBits) + magic) - magic;
+    q = q < g.maxValue ? q : g.maxValue; // std::min(q, max): q unless max is smaller
+    return reinterpret_cast<F>(reinterpret_cast<I>(q) | (bits & static_cast<std::int32_t>(0x80000000u)));
+}
+
+// One block of 32 values with a power-of-two scale, held in 32/W registers, dequantized into y:
+// the scalar path's block maximum, shared exponent and rounding on whole registers. Returns the
+// block maximum's bits (≥ kExpMask: NaN or Inf, nothing written) and sets the exponent.
+template <int W>
+__attribute__((always_inline)) inline std::uint32_t quantizeBlock32(const typename Lanes<W>::F* v, const GridLanes<W>& g,
+                                                                    const ScaleRule& rule, float* y, int& exponent) {
+    using F = typename Lanes<W>::F;
+    using I = typename Lanes<W>::I;
+    using U = typename Lanes<W>::U;
+    constexpr int R = 32 / W;
+    // Non-negative float bits order as the floats, NaN/Inf above every finite value.
+    I m = reinterpret_cast<I>(v[0]) & static_cast<std::int32_t>(kAbsMask);
+    for (int r = 1; r < R; ++r) {
+        const I a = reinterpret_cast<I>(v[r]) & static_cast<std::int32_t>(kAbsMask);
+        m = m > a ? m : a;
+    }
+    const auto amaxBits = static_cast<std::uint32_t>(maxLane<W>(m, std::make_index_sequence<W>{}));
+    if (amaxBits >= kExpMask) return amaxBits;
+    exponent = rule.exponent(amaxBits);
+    const F inv = F{} + pow2f(-exponent), s = F{} + pow2f(exponent);
+    for (int r = 0; r < R; ++r) *reinterpret_cast<U*>(y + r * W) = quantizeLanes<W>(v[r] * inv, g) * s;
+    return amaxBits;
 }
 
 // Any power-of-two block, written as the reference writes it.
@@ -267,14 +321,43 @@ __attribute__((always_inline)) inline void blockRange(const KernelContext& k, st
     std::vector<float> codesTmp(k.out.elementCodes ? static_cast<size_t>(k.B) : 0);
     float* q = k.out.elementCodes ? codesTmp.data() : nullptr;
     std::int64_t r = first / k.blocksPerRow, col = (first % k.blocksPerRow) * k.B;
+    // Full 32-blocks with a power-of-two scale and only values wanted (every fake quantization
+    // of a forward) stay in registers from the load (and T3's rotation) to the store.
+    const bool registers = k.B == 32 && !k.nvfp4 && q == nullptr && k.out.dequantized != nullptr;
+    using F = typename Lanes<W>::F;
+    using U = typename Lanes<W>::U;
+    const GridLanes<W> gridLanes(k.grid);
+    const ScaleRule rule = k.rule;
+    float* const dequantized = k.out.dequantized;
     for (std::int64_t blk = first; blk < last; ++blk) {
         const std::int64_t n = std::min(k.B, k.cols - col);
         const std::int64_t begin = r * k.cols + col;
         const float* xb = k.x + begin;
         alignas(64) float rotated[kMaxHadamardBlock];
+        if (registers && n == 32) {
+            F v[32 / W];
+            if (k.signs) walshHadamard32<W>(xb, k.signs + col, k.hadamardScale, v);
+            else
+                for (int i = 0; i < 32 / W; ++i) v[i] = F(*reinterpret_cast<const U*>(xb + i * W));
+            col += k.B;
+            if (col >= k.cols) col = 0, ++r;
+            int e = 0;
+            if (quantizeBlock32<W>(v, gridLanes, rule, dequantized + begin, e) >= kExpMask) {
+                fillNan(k.out, begin, n, k.nanElement);
+                if (k.out.scaleCodes) k.out.scaleCodes[blk] = k.nanScale;
+            } else if (k.out.scaleCodes) {
+                k.out.scaleCodes[blk] = encodeE8M0(e);
+            }
+            continue;
+        }
         if (k.signs) { // n == B here: quantizeRowsAfterHadamard checked that B divides cols
-            if (n == 32) walshHadamard32<W>(xb, k.signs + col, k.hadamardScale, rotated);
-            else walshHadamardAny(xb, k.signs + col, k.hadamardScale, rotated, n);
+            if (n == 32) {
+                F v[32 / W];
+                walshHadamard32<W>(xb, k.signs + col, k.hadamardScale, v);
+                for (int i = 0; i < 32 / W; ++i) *reinterpret_cast<U*>(rotated + i * W) = v[i];
+            } else {
+                walshHadamardAny(xb, k.signs + col, k.hadamardScale, rotated, n);
+            }
             xb = rotated;
         }
         col += k.B;

@@ -338,14 +338,21 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
                     at::Tensor tb = teacherNormed.narrow(0, r0, nr), sb = ug.narrow(0, r0, nr);
                     if (tau != 1.0) tb = tb * invTau, sb = sb * invTau;
                     auto zaB = za.narrow(0, 0, nr), zbB = zb.narrow(0, 0, nr);
-                    for (std::int64_t a = 0; a < V; a += chunk) {
-                        const std::int64_t n = std::min(chunk, V - a);
-                        const auto w = lmChunk(a, n), bias = biasChunk(a, n);
-                        auto oa = zaB.narrow(1, a, n), ob = zbB.narrow(1, a, n);
-                        at::mm_out(oa, tb, w.t());
-                        at::mm_out(ob, sb, w.t());
-                        if (bias.defined()) oa.add_(bias * invTau), ob.add_(bias * invTau);
-                    }
+                    // The teacher's logits, then the student's: timed apart so that `bench train`
+                    // counts each model's lm_head product on its own side, as an eager forward does.
+                    auto logitsInto = [&](at::Tensor& z, const at::Tensor& h) {
+                        for (std::int64_t a = 0; a < V; a += chunk) {
+                            const std::int64_t n = std::min(chunk, V - a);
+                            const auto bias = biasChunk(a, n);
+                            auto o = z.narrow(1, a, n);
+                            at::mm_out(o, h, lmChunk(a, n).t());
+                            if (bias.defined()) o.add_(bias * invTau);
+                        }
+                    };
+                    const auto tTeacher = Clock::now();
+                    logitsInto(zaB, tb);
+                    r.teacherLogitsSeconds += since(tTeacher);
+                    logitsInto(zbB, sb);
                     cpu::KlRowOutputs out;
                     out.lseA = stats[0].narrow(0, r0, nr).data_ptr<float>();
                     out.lseB = stats[1].narrow(0, r0, nr).data_ptr<float>();
@@ -355,10 +362,12 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
                     cpu::klRows(zaB.data_ptr<float>(), zbB.data_ptr<float>(), nr, V, zaB.stride(0),
                                 static_cast<float>(invTau / double(N)), out);
                     auto gb = gradU.narrow(0, r0, nr);
+                    const auto tGradient = Clock::now();
                     for (std::int64_t a = 0; a < V; a += chunk) {
                         const std::int64_t n = std::min(chunk, V - a);
                         gb.addmm_(zaB.narrow(1, a, n), lmChunk(a, n));
                     }
+                    r.lossGradientSeconds += since(tGradient);
                 }
                 lseP = stats[0];
                 lseQ = stats[1];
@@ -684,6 +693,8 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                 opt.step(s.lr);
                 s.optimizerSeconds = since(tOpt);
                 s.lossSeconds = l.lossSeconds;
+                s.teacherLogitsSeconds = l.teacherLogitsSeconds;
+                s.lossGradientSeconds = l.lossGradientSeconds;
                 s.loss = l.loss;
                 s.kl = l.kl;
                 s.vol = l.vol;

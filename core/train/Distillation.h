@@ -32,6 +32,9 @@ struct DistillStep {
     // Parts not kept in train.h5's series (`latmix bench train` prints them): the loss over the
     // vocabulary within studentSeconds, and AdamW's update.
     double lossSeconds = 0, optimizerSeconds = 0;
+    // Within lossSeconds (CPU only; 0 elsewhere): the teacher's lm_head product and the product
+    // that takes the loss's gradient back to the hidden states.
+    double teacherLogitsSeconds = 0, lossGradientSeconds = 0;
     static constexpr double nan = std::numeric_limits<double>::quiet_NaN();
     // A1 and the tracked A2 (NaN on steps without metrics or without that transform)
     double a1Condition = nan, a1Orthogonality = nan, a1OffBlock = nan;
@@ -121,6 +124,8 @@ struct DistillLoss {
     double loss = 0, kl = 0, vol = 0;
     double teacherSeconds = 0, studentSeconds = 0, backwardSeconds = 0;
     double lossSeconds = 0; // the part of studentSeconds spent on the loss over the vocabulary
+    // Within lossSeconds, on the CPU: the teacher's logit product and the loss gradient's product.
+    double teacherLogitsSeconds = 0, lossGradientSeconds = 0;
 };
 // keepLayerGraphs: whether the forward keeps every layer's graph for the backward pass
 // (nullopt: keepsLayerGraphs decides) instead of recomputing each layer from its saved input.

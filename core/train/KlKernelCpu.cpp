@@ -1,6 +1,7 @@
 #include "train/KlKernelCpu.h"
 
 #include "mx/MxKernelCpu.h"
+#include "util/VectorLanes.h"
 
 #include <ATen/Parallel.h>
 
@@ -18,19 +19,7 @@
 namespace latmix::train::cpu {
 namespace {
 
-typedef float F4 __attribute__((vector_size(16)));
-typedef float F8 __attribute__((vector_size(32)));
-typedef float F16 __attribute__((vector_size(64)));
-typedef std::int32_t J4 __attribute__((vector_size(16)));
-typedef std::int32_t J8 __attribute__((vector_size(32)));
-typedef std::int32_t J16 __attribute__((vector_size(64)));
-typedef float G4 __attribute__((vector_size(16), aligned(4))); // unaligned loads and stores
-typedef float G8 __attribute__((vector_size(32), aligned(4)));
-typedef float G16 __attribute__((vector_size(64), aligned(4)));
-template <int W> struct Vec;
-template <> struct Vec<4> { using F = F4; using I = J4; using U = G4; };
-template <> struct Vec<8> { using F = F8; using I = J8; using U = G8; };
-template <> struct Vec<16> { using F = F16; using I = J16; using U = G16; };
+template <int W> using Vec = util::simd::Lanes<W>; // util/VectorLanes.h
 
 // exp(x): x = n·ln2 + r, |r| ≤ ln2/2, n by the 1.5·2^23 rounding trick, ln2 split in two
 // (Cephes' expf: 0.693359375 + (−2.12194440e−4)); e^r by Cephes' degree-7 form, 2^n through the
