@@ -114,6 +114,40 @@ private slots:
         QCOMPARE(after.cachedBytes - before.cachedBytes, size >= 32 * kMiB ? std::int64_t(48 * kMiB) : std::int64_t(0));
     }
 
+    // The cache never lifts the peak: blocks in use (large and libtorch's own small ones) plus
+    // cached blocks stay within the high-water mark of blocks in use, so a heap that grows after
+    // a large block was freed takes the cached block's place instead of adding to it.
+    void neverAboveHighWater_data() {
+        QTest::addColumn<int>("smallMiB"); // allocated in 4 MiB tensors after the large block is freed
+        QTest::addColumn<qint64>("stillCached");
+        QTest::newRow("nothing grows") << 0 << 64 * kMiB;
+        QTest::newRow("the heap grows 8 MiB") << 8 << qint64(0);
+        QTest::newRow("the heap grows 80 MiB") << 80 << qint64(0);
+    }
+    void neverAboveHighWater() {
+        QFETCH(int, smallMiB);
+        QFETCH(qint64, stillCached);
+        auto within = [](const LargeBlockCacheStats& s) {
+            return s.cachedBytes + s.inUseBytes <= s.peakInUseBytes;
+        };
+        at::Tensor a = bytes(64 * kMiB), b = bytes(64 * kMiB);
+        const auto full = largeBlockCacheStats();
+        QVERIFY(full.inUseBytes >= 128 * kMiB);
+        QCOMPARE(full.peakInUseBytes, full.inUseBytes);
+        a = at::Tensor();
+        QCOMPARE(largeBlockCacheStats().cachedBytes, 64 * kMiB); // freed below the peak: kept
+        std::vector<at::Tensor> heap;
+        for (int i = 0; i < smallMiB / 4; ++i) {
+            heap.push_back(bytes(4 * kMiB));
+            QVERIFY(within(largeBlockCacheStats()));
+        }
+        const auto after = largeBlockCacheStats();
+        QCOMPARE(after.cachedBytes, stillCached);
+        QVERIFY2(within(after), qPrintable(QString("cached %1 + in use %2 > peak %3")
+                                               .arg(after.cachedBytes).arg(after.inUseBytes).arg(after.peakInUseBytes)));
+        QVERIFY(after.inUseBytes - full.inUseBytes + 64 * kMiB >= smallMiB * kMiB); // the small blocks were counted
+    }
+
     // Cap 0: nothing is kept.
     void capZeroKeepsNothing() {
         installLargeBlockCache(32 * kMiB, 0);
