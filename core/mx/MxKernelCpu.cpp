@@ -326,47 +326,48 @@ __attribute__((always_inline)) inline void blockRange(const KernelContext& k, st
     const bool registers = k.B == 32 && !k.nvfp4 && q == nullptr && k.out.dequantized != nullptr;
     using F = typename Lanes<W>::F;
     using U = typename Lanes<W>::U;
+    // Local copies: the stores below could alias fields read through k, which the compiler
+    // would then reload for every block.
     const GridLanes<W> gridLanes(k.grid);
     const ScaleRule rule = k.rule;
     float* const dequantized = k.out.dequantized;
+    // A block with NaN or Inf is NaN throughout (its scale code too).
+    auto markNan = [&k](std::int64_t blk, std::int64_t begin, std::int64_t n) {
+        fillNan(k.out, begin, n, k.nanElement);
+        if (k.out.scaleCodes) k.out.scaleCodes[blk] = k.nanScale;
+    };
     for (std::int64_t blk = first; blk < last; ++blk) {
         const std::int64_t n = std::min(k.B, k.cols - col);
         const std::int64_t begin = r * k.cols + col;
         const float* xb = k.x + begin;
+        const float* signs = k.signs ? k.signs + col : nullptr;
+        col += k.B;
+        if (col >= k.cols) col = 0, ++r;
         alignas(64) float rotated[kMaxHadamardBlock];
         if (registers && n == 32) {
             F v[32 / W];
-            if (k.signs) walshHadamard32<W>(xb, k.signs + col, k.hadamardScale, v);
+            if (signs) walshHadamard32<W>(xb, signs, k.hadamardScale, v);
             else
                 for (int i = 0; i < 32 / W; ++i) v[i] = F(*reinterpret_cast<const U*>(xb + i * W));
-            col += k.B;
-            if (col >= k.cols) col = 0, ++r;
             int e = 0;
-            if (quantizeBlock32<W>(v, gridLanes, rule, dequantized + begin, e) >= kExpMask) {
-                fillNan(k.out, begin, n, k.nanElement);
-                if (k.out.scaleCodes) k.out.scaleCodes[blk] = k.nanScale;
-            } else if (k.out.scaleCodes) {
-                k.out.scaleCodes[blk] = encodeE8M0(e);
-            }
+            if (quantizeBlock32<W>(v, gridLanes, rule, dequantized + begin, e) >= kExpMask) markNan(blk, begin, n);
+            else if (k.out.scaleCodes) k.out.scaleCodes[blk] = encodeE8M0(e);
             continue;
         }
-        if (k.signs) { // n == B here: quantizeRowsAfterHadamard checked that B divides cols
+        if (signs) { // n == B here: quantizeRowsAfterHadamard checked that B divides cols
             if (n == 32) {
                 F v[32 / W];
-                walshHadamard32<W>(xb, k.signs + col, k.hadamardScale, v);
+                walshHadamard32<W>(xb, signs, k.hadamardScale, v);
                 for (int i = 0; i < 32 / W; ++i) *reinterpret_cast<U*>(rotated + i * W) = v[i];
             } else {
-                walshHadamardAny(xb, k.signs + col, k.hadamardScale, rotated, n);
+                walshHadamardAny(xb, signs, k.hadamardScale, rotated, n);
             }
             xb = rotated;
         }
-        col += k.B;
-        if (col >= k.cols) col = 0, ++r;
         float* yb = k.out.dequantized ? k.out.dequantized + begin : nullptr;
         const std::uint32_t amaxBits = n == 32 ? blockAmaxBits(xb, 32) : blockAmaxBits(xb, n); // 32: unrolled
-        if (amaxBits >= kExpMask) { // NaN or Inf in the block: the whole block is NaN
-            fillNan(k.out, begin, n, k.nanElement);
-            if (k.out.scaleCodes) k.out.scaleCodes[blk] = k.nanScale;
+        if (amaxBits >= kExpMask) {
+            markNan(blk, begin, n);
             continue;
         }
         std::uint8_t scaleCode;

@@ -35,7 +35,6 @@ public:
                 void* p = it->second;
                 m_free.erase(it);
                 m_cached -= bytes;
-                m_cachedNow.store(m_cached, std::memory_order_relaxed);
                 m_live[p] = bytes;
                 m_liveBytes += bytes;
                 ++m_hits;
@@ -83,7 +82,6 @@ public:
         std::vector<void*> drop = evictLocked(room - bytes);
         m_free.emplace(bytes, p);
         m_cached += bytes;
-        m_cachedNow.store(m_cached, std::memory_order_relaxed);
         lock.unlock();
         for (void* d : drop) std::free(d);
         return true;
@@ -98,14 +96,11 @@ public:
         while (now > peak && !m_smallPeak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
         }
         if (now <= peak) return; // within the heap's high-water mark: nothing in use grew
-        if (m_cachedNow.load(std::memory_order_relaxed) == 0) { // nothing to trim: keep the mark only
-            notePeak();
-            return;
-        }
+        notePeak();
+        if (m_cached.load(std::memory_order_relaxed) == 0) return; // nothing to trim
         std::vector<void*> drop;
         {
             std::lock_guard<std::mutex> lock(m_mutex);
-            notePeak();
             drop = evictLocked(headroomLocked());
         }
         for (void* d : drop) std::free(d);
@@ -156,7 +151,6 @@ private:
             drop.push_back(last->second);
             m_free.erase(last);
         }
-        m_cachedNow.store(m_cached, std::memory_order_relaxed);
         return drop;
     }
 
@@ -182,11 +176,11 @@ private:
     std::mutex m_mutex;
     std::multimap<std::size_t, void*> m_free;      // size -> block
     std::unordered_map<void*, std::size_t> m_live; // block -> size, for blocks handed out
-    std::size_t m_cached = 0, m_cap = 0;
+    std::atomic<std::size_t> m_cached{0}; // changed under the lock; read without it by smallMoved
+    std::size_t m_cap = 0;
     // Large blocks handed out (changed under the lock), and the high-water mark of all in use.
     std::atomic<std::size_t> m_liveBytes{0}, m_peakInUse{0};
     std::atomic<std::int64_t> m_smallBytes{0}, m_smallPeak{0}; // libtorch's own (small) blocks in use; their most
-    std::atomic<std::size_t> m_cachedNow{0};      // m_cached, readable without the lock
     std::int64_t m_hits = 0, m_misses = 0, m_evicted = 0;
 };
 
