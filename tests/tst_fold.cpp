@@ -269,8 +269,8 @@ private slots:
         const auto ck = model::Checkpoint::load(test::demoModelDir().toStdString());
         const auto& c = ck.config();
         const auto t1 = transforms::makeRandomHadamard(c.hiddenSize, 77, at::kDouble);
-        const AffineMatrices fast{t1->matrix(), t1->inverseMatrix(), {}, t1->sylvesterDiagonal()};
-        QVERIFY(fast.sylvesterDiagonal.defined());
+        const AffineMatrices fast{t1->matrix(), t1->inverseMatrix(), {}, t1->hadamardDiagonal()};
+        QVERIFY(fast.hadamardDiagonal.defined());
         const auto w = fold::foldNorms(c, model::loadWeights(ck, at::kDouble));
         const auto a = fold::applyT1(c, w, fast), b = fold::applyT1(c, w, matricesOf(*t1));
         // Sums of 64 float64 terms either way: ≲ 2·64·2^-53 ≈ 1.4e-14 of the largest weight.
@@ -284,8 +284,14 @@ private slots:
         }
         // And T1 did something: the embedding moved by O(1) of its size.
         QVERIFY(maxRelative(a.embed, w.embed) > 0.1);
-        // Not a power of two: no diagonal, the dense path.
-        QVERIFY(!transforms::makeRandomHadamard(12, 1, at::kDouble)->sylvesterDiagonal().defined());
+        // Not a power of two (12: Paley I) goes by its construction as well, to the same rounding.
+        const auto t12 = transforms::makeRandomHadamard(12, 1, at::kDouble);
+        QVERIFY(t12->hadamardDiagonal().defined());
+        // Sums of 12 float64 terms either way: ≲ 2·12·2^-53 of the largest term.
+        const auto x12 = at::randn({5, 12}, at::kDouble);
+        const auto a12 = t12->matrix();
+        QVERIFY(maxRelative(t12->forward(x12), at::matmul(x12, a12.t())) < 1e-13);
+        QVERIFY(maxRelative(t12->inverse(x12), at::matmul(x12, a12)) < 1e-13);
     }
 
     void badShapesThrow() {

@@ -80,26 +80,68 @@ private slots:
     }
 
     // No construction: an error naming the size and pointing to block mode.
-    // The fast Walsh–Hadamard transform against the dense product with hadamardMatrix(n) in
-    // float64: rows r ↦ H·(d ⊙ r). Error: log2(n) rounded additions and one product, each ≤ 2^-53
-    // relative to the row's Σ|d_j r_j| (1.01: second-order terms); a wrong order or sign is O(|r|).
-    void walshHadamardRowsMatchesDense_data() {
+    // The product by H_n's construction against the dense product with hadamardMatrix(n) in
+    // float64: rows r ↦ H·(d ⊙ r) and r ↦ d ⊙ (Hᵀ r). Every output is a signed sum of the n terms
+    // d_j r_j (or r_j), so each stage of additions (log2 of the Sylvester part, one inner product of
+    // at most the Paley order per dense factor) adds at most 2^-53 of Σ|terms|: the bound counts
+    // the stages as log2(n) + 1 + the largest dense factor (1.01: second-order terms). A wrong
+    // order, sign or transpose is O(|r|).
+    void hadamardRowsMatchDense_data() {
         QTest::addColumn<qint64>("n");
         QTest::addColumn<qint64>("rows");
-        for (qint64 n : {1, 2, 4, 32, 256, 2048}) QTest::addRow("n=%lld", n) << n << qint64(n >= 256 ? 9 : 40);
+        for (qint64 n : {1, 2, 4, 32, 256, 2048}) QTest::addRow("Sylvester n=%lld", n) << n << qint64(n >= 256 ? 9 : 40);
+        // Paley I 12, Paley II 36, Sylvester 8 ⊗ Paley 12, Sylvester 16 ⊗ Paley 28 (the Llama-3 8B
+        // intermediate 14336 is 512 ⊗ 28), 20 ⊗ 20 style products of two non-Sylvester factors.
+        for (qint64 n : {12, 36, 96, 448, 3584, 400}) QTest::addRow("%s n=%lld", hadamardConstruction(n).c_str(), n) << n << qint64(7);
     }
-    void walshHadamardRowsMatchesDense() {
+    void hadamardRowsMatchDense() {
         QFETCH(qint64, n);
         QFETCH(qint64, rows);
         const auto x = at::randn({rows, n}, at::kDouble) * at::exp(at::randn({rows, 1}, at::kDouble) * 3);
         const auto d = at::randn({n}, at::kDouble);
-        const auto got = walshHadamardRows(x.view({rows, 1, n}), d);
+        const auto h = hadamardMatrix(n);
+        const double stages = std::ceil(std::log2(double(n))) + 1 + 64; // 64 ≥ any dense factor here
+        const auto check = [&](const at::Tensor& got, const at::Tensor& want, const at::Tensor& terms) {
+            const auto bound = 1.01 * stages * std::ldexp(1.0, -53) * terms.abs().sum(1, true);
+            return (got.view({rows, n}) - want).abs().le(bound).all().item<bool>();
+        };
+        const auto got = hadamardRows(x.view({rows, 1, n}), d);
         QVERIFY(got.sizes() == at::IntArrayRef({rows, 1, n}));
-        const auto want = at::matmul(x * d, hadamardMatrix(n).t());
-        const double stages = std::log2(double(n));
-        const auto bound = 1.01 * (stages + 1) * std::ldexp(1.0, -53) * (x * d).abs().sum(1, true);
-        QVERIFY((got.view({rows, n}) - want).abs().le(bound).all().item<bool>());
-        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, walshHadamardRows(at::zeros({2, 12}, at::kDouble), at::ones({12}, at::kDouble)));
+        QVERIFY(check(got, at::matmul(x * d, h.t()), x * d));
+        // Rows times H·diag(d): each r ↦ d ⊙ (Hᵀ r); the bound scales with |d|.
+        const auto back = hadamardRowsTransposed(x, d);
+        QVERIFY(check(back / d, at::matmul(x, h), x));
+        // H·diag(d)/√n orthogonal with |d| = 1/√n: the transposed product undoes the forward one.
+        if (n > 2) {
+            const auto s = at::sign(d) / std::sqrt(double(n));
+            QVERIFY(check(hadamardRowsTransposed(hadamardRows(x, s), s), x, x * 2));
+        }
+    }
+    // The diagonal blocks from the construction's entries equal the dense matrix's, exactly (±1).
+    void diagonalBlocksMatchDense_data() {
+        QTest::addColumn<qint64>("n");
+        QTest::addColumn<qint64>("block");
+        QTest::newRow("Sylvester 64, B 16") << qint64(64) << qint64(16);
+        QTest::newRow("Paley 12, B 5 (tail 2)") << qint64(12) << qint64(5);
+        QTest::newRow("8 x 12, B 32 (tail)") << qint64(96) << qint64(32);
+        QTest::newRow("16 x 28, B 32") << qint64(448) << qint64(32);
+        QTest::newRow("20 x 20, B 16 (tail)") << qint64(400) << qint64(16);
+    }
+    void diagonalBlocksMatchDense() {
+        QFETCH(qint64, n);
+        QFETCH(qint64, block);
+        const auto want = latmix::transforms::BlockDiagonal::ofDense(hadamardMatrix(n), block);
+        const auto got = hadamardDiagonalBlocks(n, block);
+        QCOMPARE(got.blocks().defined(), want.blocks().defined());
+        QCOMPARE(got.tail().defined(), want.tail().defined());
+        if (want.blocks().defined()) QVERIFY(at::equal(got.blocks(), want.blocks().contiguous()));
+        if (want.tail().defined()) QVERIFY(at::equal(got.tail(), want.tail()));
+    }
+
+    void hadamardRowsRefuseOtherOrders() {
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, hadamardRows(at::zeros({2, 12}, at::kDouble), at::ones({8}, at::kDouble)));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, hadamardRows(at::zeros({2, 172}, at::kDouble), at::ones({172}, at::kDouble)));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, hadamardRowsTransposed(at::zeros({2, 6}, at::kDouble), at::ones({6}, at::kDouble)));
     }
 
     void noConstruction_data() {

@@ -4,6 +4,7 @@
 #include "metrics/TransformMetrics.h"
 #include "mx/MxFormat.h"
 #include "transforms/AffineTransform.h"
+#include "transforms/FixedTransforms.h"
 #include "transforms/LearnedTransforms.h"
 
 #include <ATen/ATen.h>
@@ -449,6 +450,11 @@ private slots:
         QTest::newRow("block-hadamard 172, MX 32") << "block-hadamard" << qint64(172) << 32;
         QTest::newRow("block-hadamard 128, MX 16 (blocks straddle)") << "block-hadamard" << qint64(128) << 16;
         QTest::newRow("block-orthogonal 100, MX 32") << "block-orthogonal" << qint64(100) << 32;
+        // Other Hadamard orders: σ from √n·|d|, the off-block norm by Lanczos above 1024 with the
+        // product by the construction (12 = Paley I; 1536 = Sylvester 128 ⊗ Paley 12; 1792 = 64 ⊗ 28).
+        QTest::newRow("hadamard 96, MX 32") << "hadamard" << qint64(96) << 32;
+        QTest::newRow("hadamard 1536, MX 32") << "hadamard" << qint64(1536) << 32;
+        QTest::newRow("hadamard 1792, MX 16") << "hadamard" << qint64(1792) << 16;
     }
     void structuredSpectralMatchesDense() {
         QFETCH(QString, kind);
@@ -458,15 +464,45 @@ private slots:
         o.seed = 4;
         o.dtype = at::kFloat; // as the views build them: the float32 rounding must be seen too
         const auto t = transforms::makeTransform(kind.toStdString(), dim, o);
-        QVERIFY(t->blockStructure() || t->sylvesterDiagonal().defined());
+        QVERIFY(t->blockStructure() || t->hadamardDiagonal().defined());
         const auto fast = metrics::spectralSummary(*t), dense = metrics::spectralSummary(t->matrix());
         auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(b)); };
         QVERIFY2(near(fast.sigmaMax, dense.sigmaMax), qPrintable(QString("%1 vs %2").arg(fast.sigmaMax).arg(dense.sigmaMax)));
         QVERIFY(near(fast.sigmaMin, dense.sigmaMin));
         QVERIFY(near(fast.conditionNumber, dense.conditionNumber));
         QVERIFY(std::fabs(fast.orthogonalityDeviation - dense.orthogonalityDeviation) <= 1e-9);
-        const double off = metrics::offBlockNorm(*t, mxBlock), offDense = metrics::offBlockNorm(t->matrix(), mxBlock);
+        const double off = metrics::offBlockNorm(*t, mxBlock);
+        const double offDense = at::linalg_svdvals(metrics::offBlockPart(t->matrix(), mxBlock)).max().item<double>();
         QVERIFY2(near(off, offDense), qPrintable(QString("%1 vs %2").arg(off).arg(offDense)));
+    }
+
+    // Above 1024 channels a dense matrix's off-block norm comes from Lanczos iterations; the SVD
+    // of the same off-block part is the reference. Stopping at a residual of 1e-10·‖P‖² puts the
+    // estimate within 1e-10 relative of an eigenvalue of PᵀP, so σ within ~1e-10 (1e-9: rounding).
+    void offBlockNormLanczosMatchesSvd_data() {
+        QTest::addColumn<QString>("matrix");
+        QTest::addColumn<int>("mxBlock");
+        QTest::newRow("random orthogonal 1100, MX 32") << "orthogonal" << 32;
+        QTest::newRow("block-diagonal + 1e-3 Gaussian, MX 32") << "noisy-blocks" << 32;
+        QTest::newRow("random orthogonal 1100, MX 8") << "orthogonal" << 8;
+    }
+    void offBlockNormLanczosMatchesSvd() {
+        QFETCH(QString, matrix);
+        QFETCH(int, mxBlock);
+        const std::int64_t n = 1100;
+        at::Tensor a;
+        if (matrix == "orthogonal") {
+            a = transforms::randomOrthogonalMatrix(n, 9);
+        } else {
+            transforms::TransformOptions o;
+            o.seed = 9;
+            o.blockSize = mxBlock;
+            a = transforms::makeTransform("block-orthogonal", n, o)->matrix().to(at::kDouble);
+            a = a + 1e-3 * at::randn({n, n}, at::kDouble);
+        }
+        const double got = metrics::offBlockNorm(a, mxBlock);
+        const double want = at::linalg_svdvals(metrics::offBlockPart(a, mxBlock)).max().item<double>();
+        QVERIFY2(std::fabs(got - want) <= 1e-9 * want, qPrintable(QString("%1 vs %2").arg(got, 0, 'g', 17).arg(want, 0, 'g', 17)));
     }
 
     void sweepSkipsLargeBlocks() {

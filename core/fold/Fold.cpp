@@ -16,13 +16,13 @@ at::Tensor cast(const at::Tensor& t, const at::Tensor& like) { return t.to(like.
 
 // Rows x ↦ A x, i.e. x·Aᵀ (for an orthogonal A also x·A⁻¹).
 at::Tensor rowsTimesAT(const at::Tensor& x, const AffineMatrices& t) {
-    if (t.sylvesterDiagonal.defined()) return transforms::walshHadamardRows(x, t.sylvesterDiagonal);
+    if (t.hadamardDiagonal.defined()) return transforms::hadamardRows(x, t.hadamardDiagonal);
     return at::matmul(x, cast(t.a, x).t());
 }
 
 // Input side of a linear: W A⁻¹ and b − W A⁻¹ v.
 void foldInput(at::Tensor& w, at::Tensor& b, const AffineMatrices& t) {
-    w = t.sylvesterDiagonal.defined() ? rowsTimesAT(w, t) : at::matmul(w, cast(t.aInv, w)); // A⁻¹ = Aᵀ there
+    w = t.hadamardDiagonal.defined() ? rowsTimesAT(w, t) : at::matmul(w, cast(t.aInv, w)); // A⁻¹ = Aᵀ there
     if (t.v.defined()) {
         auto shift = at::matmul(w, cast(t.v, w));
         b = b.defined() ? b - shift : -shift;
@@ -31,7 +31,7 @@ void foldInput(at::Tensor& w, at::Tensor& b, const AffineMatrices& t) {
 
 // Output side of a linear writing the residual: A W and A b.
 void foldOutput(at::Tensor& w, at::Tensor& b, const AffineMatrices& t) {
-    if (t.sylvesterDiagonal.defined()) { // A W = (Wᵀ Aᵀ)ᵀ
+    if (t.hadamardDiagonal.defined()) { // A W = (Wᵀ Aᵀ)ᵀ
         w = rowsTimesAT(w.t(), t).t().contiguous();
         if (b.defined()) b = rowsTimesAT(b, t);
         return;

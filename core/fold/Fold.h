@@ -23,10 +23,11 @@ namespace latmix::fold {
 // A, A⁻¹ (computed by the transform with triangular solves / transposes) and v (undefined: no bias).
 struct AffineMatrices {
     at::Tensor a, aInv, v;
-    // d where A = H_n·diag(d), A orthogonal and aInv = Aᵀ (AffineTransform::sylvesterDiagonal):
-    // the folds then multiply by the fast Walsh–Hadamard transform, the same product in
+    // d where A = H_n·diag(d), A orthogonal and aInv = Aᵀ (AffineTransform::hadamardDiagonal):
+    // the folds then multiply by H_n's construction (transforms::hadamardRows: butterflies, and
+    // a small dense Paley factor where n is not a power of two), the same product in about
     // n·log2(n) instead of n² operations per row (a Llama-3 embedding: seconds, not a minute).
-    at::Tensor sylvesterDiagonal;
+    at::Tensor hadamardDiagonal;
     bool defined() const { return a.defined(); }
 };
 

@@ -10,6 +10,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <random>
+#include <tuple>
+#include <vector>
 #include <limits>
 #include <stdexcept>
 
@@ -139,12 +143,14 @@ SpectralSummary spectralSummary(const at::Tensor& a) { return summaryOf(singular
 SpectralSummary spectralSummary(const transforms::AffineTransform& t) {
     at::NoGradGuard noGrad;
     if (const auto* blocks = t.blockStructure()) { // the union of the blocks' singular values
+        if (blocks->blockSize() == 1 && !blocks->tail().defined()) return summaryOf(blocks->blocks().to(at::kDouble).abs().reshape({-1}));
         std::vector<at::Tensor> sv;
         if (blocks->blocks().defined()) sv.push_back(at::linalg_svdvals(blocks->blocks().to(at::kDouble)).reshape({-1}));
         if (blocks->tail().defined()) sv.push_back(at::linalg_svdvals(blocks->tail().to(at::kDouble)));
         return summaryOf(at::cat(sv));
     }
-    const at::Tensor d = t.sylvesterDiagonal();
+    // A = H_n·diag(d) with H_nᵀH_n = n·I: AᵀA = n·diag(d)², σ_j = √n·|d_j| for every construction.
+    const at::Tensor d = t.hadamardDiagonal();
     if (d.defined()) return summaryOf(d.detach().to(at::kDouble).abs() * std::sqrt(static_cast<double>(d.numel())));
     return spectralSummary(t.matrix());
 }
@@ -175,10 +181,70 @@ at::Tensor offBlockPart(const at::Tensor& a, int blockSize) {
     return a.detach().to(at::kDouble).masked_fill(sameBlock, 0.0);
 }
 
+namespace {
+
+// Up to this order the off-block norm is the largest value of a dense float64 SVD (exact to its
+// rounding, under a second); beyond it the SVD is d³ (minutes at 8192, an hour at 14336) and the
+// norm comes from Lanczos iterations on PᵀP instead.
+constexpr std::int64_t kDenseSvdMaxOrder = 1024;
+
+using RowMap = std::function<at::Tensor(const at::Tensor&)>;
+
+// σ_max(P) for P given by its products with rows (p: v ↦ P v, pT: v ↦ Pᵀ v, v float64 [1, n]):
+// Lanczos on the symmetric PᵀP with full reorthogonalisation from a fixed Gaussian start, the
+// largest Ritz value θ of the tridiagonal T_k accepted once its residual ‖PᵀP y − θ y‖ =
+// β_k·|last entry of T_k's eigenvector| is below 1e-10·θ (a symmetric matrix then has an
+// eigenvalue within that of θ, and θ ≤ λ_max; ARPACK's criterion). At k = n the Krylov space is
+// everything and θ = λ_max up to rounding. What scipy.sparse.linalg.svds(P, k=1) asks ARPACK for.
+double largestSingularValue(const RowMap& p, const RowMap& pT, std::int64_t n) {
+    const auto options = at::TensorOptions().dtype(at::kDouble);
+    std::mt19937_64 rng(0x1a7c0ffee);
+    std::normal_distribution<double> gauss;
+    std::vector<double> start(static_cast<std::size_t>(n));
+    for (double& v : start) v = gauss(rng);
+    at::Tensor q = at::tensor(start, options).view({1, n});
+    q = q / q.norm();
+    std::vector<double> alpha, beta;
+    const std::int64_t maxSteps = std::min<std::int64_t>(n, 600);
+    const at::Tensor basis = at::empty({maxSteps, n}, options);
+    double theta = 0, residual = 0;
+    for (std::int64_t k = 0; k < maxSteps; ++k) {
+        basis[k].copy_(q.view({n}));
+        at::Tensor w = pT(p(q));
+        alpha.push_back(at::dot(w.view({n}), q.view({n})).item<double>());
+        const auto qs = basis.narrow(0, 0, k + 1);
+        for (int pass = 0; pass < 2; ++pass) w = w - at::matmul(at::matmul(w, qs.t()), qs);
+        const double b = w.norm().item<double>();
+        const std::int64_t m = k + 1;
+        // T_k's eigenproblem costs k³: looked at every 8 steps, at the end and on breakdown.
+        if (m % 8 == 0 || m == maxSteps || b == 0) {
+            auto t = at::diag(at::tensor(alpha, options));
+            if (m > 1) {
+                const auto off = at::tensor(beta, options);
+                t = t + at::diag(off, 1) + at::diag(off, -1);
+            }
+            at::Tensor values, vectors;
+            std::tie(values, vectors) = at::linalg_eigh(t);
+            theta = values[m - 1].item<double>();
+            residual = b * std::fabs(vectors[m - 1][m - 1].item<double>());
+            if (theta <= 0) return 0.0; // PᵀP q = 0 for a Gaussian q: P = 0
+            if (residual <= 1e-10 * theta || m == n) return std::sqrt(theta);
+        }
+        beta.push_back(b);
+        q = w / b;
+    }
+    throw std::runtime_error("off-block norm: Lanczos did not converge in " + std::to_string(maxSteps) +
+                             " steps (residual " + std::to_string(residual / theta) + " of the estimate)");
+}
+
+} // namespace
+
 double offBlockNorm(const at::Tensor& a, int blockSize) {
     const at::Tensor p = offBlockPart(a, blockSize);
     if (!p.ne(0).any().item<bool>()) return 0.0; // block-diagonal at this block size: no SVD needed
-    return singularValues(p).max().item<double>();
+    if (p.size(0) <= kDenseSvdMaxOrder) return singularValues(p).max().item<double>();
+    return largestSingularValue([&](const at::Tensor& v) { return at::matmul(v, p.t()); },
+                                [&](const at::Tensor& v) { return at::matmul(v, p); }, p.size(0));
 }
 
 double offBlockNorm(const transforms::AffineTransform& t, int blockSize) {
@@ -186,19 +252,33 @@ double offBlockNorm(const transforms::AffineTransform& t, int blockSize) {
     // Blocks of bt with B a multiple of bt: every block (and the smaller last one, which starts
     // on a multiple of bt) lies inside one MX block, so nothing couples two of them.
     if (const auto* blocks = t.blockStructure(); blocks && blockSize % blocks->blockSize() == 0) return 0.0;
-    const at::Tensor d = t.sylvesterDiagonal();
+    const at::Tensor d = t.hadamardDiagonal();
     const std::int64_t n = d.defined() ? d.numel() : 0, b = blockSize;
-    if (n > b && (b & (b - 1)) == 0) {
-        const auto mag = d.detach().to(at::kDouble).abs();
-        const double c = mag.max().item<double>();
-        if (mag.min().item<double>() == c) { // every |d_j| the same: the Kronecker identity holds
-            at::NoGradGuard noGrad;
-            const auto h = transforms::hadamardMatrix(n / b);
-            const auto small = h - at::diag(h.diagonal()); // H_m minus its diagonal ((-1)^popcount(i))
-            return c * std::sqrt(static_cast<double>(b)) * at::linalg_svdvals(small).max().item<double>();
-        }
+    if (n == 0 || n <= b) return offBlockNorm(t.matrix(), blockSize);
+    at::NoGradGuard noGrad;
+    const auto mag = d.detach().to(at::kDouble).abs();
+    const double c = mag.max().item<double>();
+    // Sylvester H_n = H_m ⊗ H_B for B a power of two: the diagonal blocks are Diag(H_m) ⊗ H_B, so
+    // with every |d_j| the same the off-block part is c·(H_m − Diag(H_m)) ⊗ H_B (exact, no iteration).
+    if ((n & (n - 1)) == 0 && (b & (b - 1)) == 0 && mag.min().item<double>() == c) {
+        const auto h = transforms::hadamardMatrix(n / b);
+        const auto small = h - at::diag(h.diagonal()); // H_m minus its diagonal ((-1)^popcount(i))
+        return c * std::sqrt(static_cast<double>(b)) * at::linalg_svdvals(small).max().item<double>();
     }
-    return offBlockNorm(t.matrix(), blockSize);
+    if (n <= kDenseSvdMaxOrder) return offBlockNorm(t.matrix(), blockSize);
+    // Any other Hadamard order (14336 = 512·28): P = H_n·diag(d) − blockdiag_B, the first term by
+    // its construction (hadamardRows), the diagonal blocks from its entries, n·(B + log n + b) per
+    // product instead of n², and no n×n matrix.
+    const auto dd = d.detach().to(at::kDouble);
+    const auto h = transforms::hadamardDiagonalBlocks(n, b); // blockdiag_B(H_n·diag(d)): H's blocks, columns scaled
+    const std::int64_t full = n / b;
+    const auto onBlocks = transforms::BlockDiagonal(
+        h.blocks().defined() ? h.blocks() * dd.narrow(0, 0, full * b).view({full, 1, b}) : at::Tensor(),
+        h.tail().defined() ? h.tail() * dd.narrow(0, full * b, n - full * b).view({1, -1}) : at::Tensor());
+    const auto onBlocksT = onBlocks.transposed();
+    return largestSingularValue([&](const at::Tensor& v) { return transforms::hadamardRows(v, dd) - onBlocks.apply(v); },
+                                [&](const at::Tensor& v) { return transforms::hadamardRowsTransposed(v, dd) - onBlocksT.apply(v); },
+                                n);
 }
 
 double errorBound(double inverseNormSquared, const at::Tensor& m) {

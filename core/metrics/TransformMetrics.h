@@ -49,19 +49,22 @@ struct SpectralSummary {
 SpectralSummary spectralSummary(const at::Tensor& a);
 // The same for t.matrix(), read off its structure where it has one (the SVD of a d×d matrix is
 // d³: minutes at d = 8192): a block-diagonal A from its blocks' singular values, A = H_n·diag(d)
-// (Sylvester) from √n·|d_j| (H_n/√n is orthogonal); any other A through spectralSummary.
+// (any Hadamard construction) from √n·|d_j| (H_n/√n is orthogonal); any other A through
+// spectralSummary.
 SpectralSummary spectralSummary(const transforms::AffineTransform& t);
 
 double inverseSpectralNormSquared(const at::Tensor& a);
 double conditionNumber(const at::Tensor& a);
 double orthogonalityDeviation(const at::Tensor& a);
 // ‖A − blockdiag_B(A)‖σ: the spectral norm of what couples different blocks of B channels
-// (paper Fig. 5b). A trailing partial block is a smaller diagonal block.
+// (paper Fig. 5b). A trailing partial block is a smaller diagonal block. Up to d = 1024 the largest
+// value of a dense SVD; beyond, Lanczos iterations on PᵀP to 1e-10 of ‖P‖² (an SVD is d³).
 double offBlockNorm(const at::Tensor& a, int blockSize);
-// The same for t.matrix(): 0 when t's blocks divide B (or nothing lies outside the blocks), and for
-// A = H_n·diag(d) with |d_j| = c and B a power of two, c·√B·‖H_m − Diag(H_m)‖σ, m = n/B (Sylvester
-// order makes H_n = H_m ⊗ H_B, whose diagonal blocks are Diag(H_m) ⊗ H_B); otherwise
-// offBlockNorm(A).
+// The same for t.matrix(): 0 when t's blocks divide B (or nothing lies outside the blocks); for
+// A = H_n·diag(d) with n and B powers of two and |d_j| = c, c·√B·‖H_m − Diag(H_m)‖σ, m = n/B
+// (Sylvester order makes H_n = H_m ⊗ H_B, whose diagonal blocks are Diag(H_m) ⊗ H_B); for another
+// Hadamard order above 1024, the Lanczos iterations with H_n applied by its construction;
+// otherwise offBlockNorm(A).
 double offBlockNorm(const transforms::AffineTransform& t, int blockSize);
 // A − blockdiag_B(A): a with its B×B diagonal blocks zeroed, float64 on a's device (what offBlockNorm
 // measures; the training dashboard draws it).

@@ -28,7 +28,7 @@ std::unique_ptr<transforms::AffineTransform> build(const std::string& kind, std:
 
 fold::AffineMatrices matricesOf(const transforms::AffineTransform* t) {
     if (!t) return {};
-    return {t->matrix(), t->inverseMatrix(), t->bias(), t->sylvesterDiagonal()};
+    return {t->matrix(), t->inverseMatrix(), t->bias(), t->hadamardDiagonal()};
 }
 
 } // namespace

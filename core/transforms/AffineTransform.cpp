@@ -40,7 +40,28 @@ MatrixTransform::MatrixTransform(std::string name, at::Tensor a, bool orthogonal
     if (!m_orthogonal) std::tie(m_lu, m_pivots) = at::linalg_lu_factor(m_a.to(at::kDouble));
 }
 
-std::int64_t MatrixTransform::dim() const { return m_a.size(0); }
+MatrixTransform::MatrixTransform(std::string name, BlockDiagonal blocks, std::string note)
+    : m_name(std::move(name)), m_blocks(std::move(blocks)), m_orthogonal(true), m_note(std::move(note)) {
+    if (!m_blocks.defined()) throw std::invalid_argument(m_name + ": no blocks");
+}
+
+MatrixTransform::MatrixTransform(std::string name, at::Tensor hadamardDiagonal)
+    : m_name(std::move(name)), m_hadamardDiagonal(std::move(hadamardDiagonal)), m_orthogonal(true) {
+    if (m_hadamardDiagonal.dim() != 1 || !hasHadamard(m_hadamardDiagonal.size(0)))
+        throw std::invalid_argument(m_name + ": the diagonal needs a Hadamard order");
+}
+
+std::int64_t MatrixTransform::dim() const {
+    if (m_a.defined()) return m_a.size(0);
+    return m_blocks.defined() ? m_blocks.size() : m_hadamardDiagonal.size(0);
+}
+
+at::Tensor MatrixTransform::matrix() const {
+    if (m_a.defined()) return m_a;
+    if (m_blocks.defined()) return m_blocks.dense();
+    const auto& d = m_hadamardDiagonal;
+    return hadamardMatrix(d.size(0)).to(d.options()) * d.unsqueeze(0);
+}
 
 namespace {
 bool gradientWanted(const at::Tensor& x) { return x.requires_grad() && at::GradMode::is_enabled(); }
@@ -49,7 +70,7 @@ bool gradientWanted(const at::Tensor& x) { return x.requires_grad() && at::GradM
 at::Tensor MatrixTransform::forward(const at::Tensor& x) const {
     at::Tensor y;
     if (m_blocks.defined()) y = m_blocks.to(x.options()).apply(x);
-    else if (m_sylvesterDiagonal.defined() && !gradientWanted(x)) y = walshHadamardRows(x, m_sylvesterDiagonal);
+    else if (m_hadamardDiagonal.defined() && !gradientWanted(x)) y = hadamardRows(x, m_hadamardDiagonal);
     else return AffineTransform::forward(x);
     return m_v.defined() ? y + m_v.to(x.scalar_type()) : y;
 }
@@ -57,9 +78,9 @@ at::Tensor MatrixTransform::forward(const at::Tensor& x) const {
 at::Tensor MatrixTransform::inverse(const at::Tensor& y) const {
     auto z = m_v.defined() ? y - m_v.to(y.scalar_type()) : y;
     if (m_orthogonal && m_blocks.defined()) return m_blocks.to(z.options()).transposed().apply(z); // z·A
-    if (m_orthogonal && m_sylvesterDiagonal.defined() && !gradientWanted(z)) // z·A: rows ↦ diag(d)·H·row
-        return walshHadamardRows(z, at::ones_like(m_sylvesterDiagonal)) * m_sylvesterDiagonal.to(z.options());
-    if (m_orthogonal) return at::matmul(z, m_a.to(y.scalar_type())); // (A⁻ᵀ = A for orthogonal A)
+    if (m_orthogonal && m_hadamardDiagonal.defined() && !gradientWanted(z)) // z·A: rows ↦ diag(d)·Hᵀ·row
+        return hadamardRowsTransposed(z, m_hadamardDiagonal);
+    if (m_orthogonal) return at::matmul(z, matrix().to(y.scalar_type())); // (A⁻ᵀ = A for orthogonal A)
     // rows z: x Aᵀ = z  <=>  A xᵀ = zᵀ; solve with the stored LU factors.
     auto flat = z.reshape({-1, dim()}).to(at::kDouble).t();
     auto x = at::linalg_lu_solve(m_lu, m_pivots, flat).t();
@@ -67,16 +88,19 @@ at::Tensor MatrixTransform::inverse(const at::Tensor& y) const {
 }
 
 at::Tensor MatrixTransform::inverseMatrix() const {
-    if (m_orthogonal) return m_a.t();
+    if (m_orthogonal) return matrix().t();
     auto eye = at::eye(dim(), m_lu.options());
     return at::linalg_lu_solve(m_lu, m_pivots, eye).to(m_a.scalar_type());
 }
 
 void MatrixTransform::to(const at::Device& device) {
-    m_a = m_a.to(device);
+    if (m_a.defined()) m_a = m_a.to(device);
     if (m_v.defined()) m_v = m_v.to(device);
-    if (m_sylvesterDiagonal.defined()) m_sylvesterDiagonal = m_sylvesterDiagonal.to(device);
-    if (m_blocks.defined()) m_blocks = m_blocks.to(at::TensorOptions().dtype(m_a.scalar_type()).device(device));
+    if (m_hadamardDiagonal.defined()) m_hadamardDiagonal = m_hadamardDiagonal.to(device);
+    if (m_blocks.defined()) {
+        const auto& any = m_blocks.blocks().defined() ? m_blocks.blocks() : m_blocks.tail();
+        m_blocks = m_blocks.to(at::TensorOptions().dtype(any.scalar_type()).device(device));
+    }
     if (m_lu.defined()) {
         m_lu = m_lu.to(device);
         m_pivots = m_pivots.to(device);

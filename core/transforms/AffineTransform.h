@@ -30,10 +30,10 @@ public:
     // A⁻¹, [d, d], from the factors (triangular solves / transposes); differentiable like matrix().
     virtual at::Tensor inverseMatrix() const = 0;
 
-    // d when A = H_n·diag(d) with H_n the unnormalised Sylvester Hadamard (a random Hadamard of
-    // a power-of-two size: d = s/√n as A stores it, its first row), so products with A can go
-    // through walshHadamardRows; undefined for every other A.
-    virtual at::Tensor sylvesterDiagonal() const { return {}; }
+    // d when A = H_n·diag(d) with H_n = hadamardMatrix(n), the unnormalised ±1 Hadamard matrix of
+    // transforms/Hadamard.h (a random Hadamard: d = s/√n), so products with A can go through
+    // hadamardRows and A's singular values are √n·|d_j|; undefined for every other A.
+    virtual at::Tensor hadamardDiagonal() const { return {}; }
     // A's diagonal blocks when A is block-diagonal by construction (the fixed block kinds,
     // identity as blocks of 1); null otherwise. Metrics read singular values off the blocks.
     virtual const BlockDiagonal* blockStructure() const { return nullptr; }
@@ -69,27 +69,32 @@ protected:
 class MatrixTransform : public AffineTransform {
 public:
     MatrixTransform(std::string name, at::Tensor a, bool orthogonal, at::Tensor v = {}, std::string note = {});
+    // An orthogonal block-diagonal A kept as its blocks only (identity, block-Hadamard,
+    // block-orthogonal): at d = 14336 the dense float64 matrix would be 1.6 GB to build and zero
+    // for products that need n·b; matrix() builds it when a caller asks.
+    MatrixTransform(std::string name, BlockDiagonal blocks, std::string note = {});
+    // A = H_n·diag(d), H_n = hadamardMatrix(n), kept as d (a random Hadamard: d = s/√n): rows go
+    // through hadamardRows, metrics read σ_j = √n·|d_j|; matrix() builds the dense A on request.
+    MatrixTransform(std::string name, at::Tensor hadamardDiagonal);
     std::int64_t dim() const override;
     std::string name() const override { return m_name; }
-    at::Tensor matrix() const override { return m_a; }
+    at::Tensor matrix() const override;
     at::Tensor bias() const override { return m_v; }
     at::Tensor inverse(const at::Tensor& y) const override;
     at::Tensor inverseMatrix() const override;
     std::string remainderNote() const override { return m_note; }
     void to(const at::Device& device) override;
-    at::Tensor sylvesterDiagonal() const override { return m_sylvesterDiagonal; }
-    // Declares A = H_n·diag(A's first row) (the caller built it so: makeRandomHadamard).
-    void markSylvester() { m_sylvesterDiagonal = m_a[0].clone(); }
+    at::Tensor hadamardDiagonal() const override { return m_hadamardDiagonal; }
     // Declares A block-diagonal with blocks of `block` (the block factories, identity as blocks
     // of 1). Either declaration lets forward() and inverse() skip the dense n² product per row:
-    // block by block (n·b), or by the fast Walsh–Hadamard transform (n·log2 n; without gradient).
+    // block by block (n·b), or by H_n's construction (hadamardRows; without gradient).
     void markBlockDiagonal(std::int64_t block) { m_blocks = BlockDiagonal::ofDense(m_a, block); }
     at::Tensor forward(const at::Tensor& x) const override;
     const BlockDiagonal* blockStructure() const override { return m_blocks.defined() ? &m_blocks : nullptr; }
 
 private:
     std::string m_name;
-    at::Tensor m_a, m_v, m_lu, m_pivots, m_sylvesterDiagonal;
+    at::Tensor m_a, m_v, m_lu, m_pivots, m_hadamardDiagonal;
     BlockDiagonal m_blocks;
     bool m_orthogonal;
     std::string m_note;

@@ -104,6 +104,8 @@ at::Tensor BlockDiagonal::apply(const at::Tensor& x) const {
     if (m_blocks.defined()) {
         const std::int64_t nb = m_blocks.size(0), b = m_blocks.size(1);
         main = nb * b;
+        // Blocks of one (the identity, a diagonal): a product per channel, not nb 1×1 matmuls.
+        if (b == 1 && !m_tail.defined()) return x * m_blocks.view({nb}).to(x.scalar_type());
         // [rows, nb, b] → [nb, rows, b] · blockᵀ → back; one batched matmul, no dense n×n.
         auto xm = x.narrow(-1, 0, main).reshape({rows, nb, b}).transpose(0, 1);
         auto y = at::bmm(xm, m_blocks.transpose(1, 2)).transpose(0, 1);

@@ -77,18 +77,31 @@ void checkBlock(std::int64_t block, const char* what) {
 
 // Places the blocks produced by make(size) on the diagonal: ⌊dim/block⌋ of `block`, then the rest.
 template <typename MakeBlock>
-at::Tensor blockDiagonal(std::int64_t dim, std::int64_t block, MakeBlock&& make) {
-    auto a = at::zeros({dim, dim}, at::kDouble);
-    for (std::int64_t start = 0; start < dim; start += block) {
-        const std::int64_t size = std::min(block, dim - start);
-        a.narrow(0, start, size).narrow(1, start, size).copy_(make(size));
+BlockDiagonal blockDiagonal(std::int64_t dim, std::int64_t block, MakeBlock&& make) {
+    const std::int64_t full = dim / block, rest = dim % block;
+    at::Tensor blocks, tail;
+    if (full > 0) {
+        blocks = at::empty({full, block, block}, at::kDouble);
+        for (std::int64_t i = 0; i < full; ++i) blocks[i].copy_(make(block));
     }
-    return a;
+    if (rest != 0) tail = make(rest);
+    return {blocks, tail};
+}
+
+void checkDtype(const std::string& name, at::ScalarType dtype) {
+    if (dtype != at::kFloat && dtype != at::kDouble) throw std::invalid_argument(name + ": dtype must be float32 or float64");
 }
 
 std::unique_ptr<MatrixTransform> wrap(std::string name, const at::Tensor& a, at::ScalarType dtype, std::string note = {}) {
-    if (dtype != at::kFloat && dtype != at::kDouble) throw std::invalid_argument(name + ": dtype must be float32 or float64");
+    checkDtype(name, dtype);
     return std::make_unique<MatrixTransform>(std::move(name), a.to(dtype), /*orthogonal=*/true, at::Tensor(), std::move(note));
+}
+
+// A block-diagonal orthogonal A kept as its blocks (no dense d×d matrix).
+std::unique_ptr<MatrixTransform> wrapBlocks(std::string name, const BlockDiagonal& a, at::ScalarType dtype, std::string note = {}) {
+    checkDtype(name, dtype);
+    return std::make_unique<MatrixTransform>(std::move(name), BlockDiagonal(a.blocks(), a.tail()).to(at::TensorOptions().dtype(dtype)),
+                                             std::move(note));
 }
 
 } // namespace
@@ -121,7 +134,7 @@ BlockDiagonal blockHadamard(std::int64_t dim, std::int64_t block, std::uint64_t 
                                     " has no Hadamard matrix; use a power of two such as 32");
     SeededStream rng(seed);
     std::string n;
-    const std::int64_t full = dim / block, rest = dim % block;
+    const std::int64_t rest = dim % block;
     // SPEC §1/§2: the remainder is a smaller block, Hadamard where its size has one, else identity.
     if (rest != 0) {
         n = "last block of " + std::to_string(rest) + " channels: ";
@@ -129,16 +142,12 @@ BlockDiagonal blockHadamard(std::int64_t dim, std::int64_t block, std::uint64_t 
                                : "identity (no Hadamard matrix of order " + std::to_string(rest) + ")";
     }
     if (note) *note = n;
-    at::Tensor blocks, tail;
-    if (full > 0) {
-        blocks = at::empty({full, block, block}, at::kDouble);
-        for (std::int64_t i = 0; i < full; ++i) blocks[i].copy_(rng.randomHadamard(block));
-    }
-    if (rest != 0) tail = hasHadamard(rest) ? rng.randomHadamard(rest) : at::eye(rest, at::kDouble);
-    BlockDiagonal r{blocks, tail};
+    BlockDiagonal r = blockDiagonal(dim, block, [&](std::int64_t size) {
+        return size == block || hasHadamard(size) ? rng.randomHadamard(size) : at::eye(size, at::kDouble);
+    });
     // Sylvester blocks (powers of two, whose row 0 is all +1): each block is (H/√b)·diag(s) with
     // s its first row's signs, which the fused T3 + MX kernel applies by butterflies.
-    if (rest == 0 && (block & (block - 1)) == 0) r = r.withHadamardSigns(blocks.select(1, 0).sign().reshape({-1}));
+    if (rest == 0 && (block & (block - 1)) == 0) r = r.withHadamardSigns(r.blocks().select(1, 0).sign().reshape({-1}));
     return r;
 }
 
@@ -146,7 +155,7 @@ at::Tensor blockHadamardMatrix(std::int64_t dim, std::int64_t block, std::uint64
     return blockHadamard(dim, block, seed, note).dense();
 }
 
-at::Tensor blockOrthogonalMatrix(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note) {
+BlockDiagonal blockOrthogonal(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note) {
     checkDim(dim, "block-orthogonal");
     checkBlock(block, "block-orthogonal");
     SeededStream rng(seed);
@@ -155,26 +164,28 @@ at::Tensor blockOrthogonalMatrix(std::int64_t dim, std::int64_t block, std::uint
     return blockDiagonal(dim, block, [&](std::int64_t size) { return rng.randomOrthogonal(size); });
 }
 
+at::Tensor blockOrthogonalMatrix(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note) {
+    return blockOrthogonal(dim, block, seed, note).dense();
+}
+
 std::unique_ptr<AffineTransform> makeIdentity(std::int64_t dim, at::ScalarType dtype) {
     checkDim(dim, "none");
-    auto t = wrap("none", at::eye(dim, at::kDouble), dtype);
-    t->markBlockDiagonal(1);
-    return t;
+    return wrapBlocks("none", BlockDiagonal(at::ones({dim, 1, 1}, at::kDouble), at::Tensor()), dtype);
 }
 
 std::unique_ptr<AffineTransform> makeRandomHadamard(std::int64_t dim, std::uint64_t seed, at::ScalarType dtype) {
-    auto t = wrap("hadamard", randomHadamardMatrix(dim, seed), dtype);
-    // Powers of two are Sylvester (Hadamard.h): every entry of A is ±(the same rounded 1/√n).
-    if ((dim & (dim - 1)) == 0) t->markSylvester();
-    return t;
+    checkDim(dim, "hadamard");
+    checkDtype("hadamard", dtype);
+    if (!hasHadamard(dim)) hadamardMatrix(dim); // throws: the size and the block-mode hint
+    // A = H_n·diag(s/√n) with the signs randomHadamardMatrix draws (the stream's first n draws:
+    // building H_n takes none), the same entries: (±1)·s/√n rounds as s/√n does.
+    return std::make_unique<MatrixTransform>("hadamard", (seededSigns(dim, seed) / std::sqrt(static_cast<double>(dim))).to(dtype));
 }
 
 std::unique_ptr<AffineTransform> makeBlockHadamard(std::int64_t dim, std::int64_t block, std::uint64_t seed, at::ScalarType dtype) {
     std::string note;
-    auto a = blockHadamardMatrix(dim, block, seed, &note);
-    auto t = wrap("block-hadamard(" + std::to_string(block) + ")", a, dtype, note);
-    t->markBlockDiagonal(block);
-    return t;
+    const auto a = blockHadamard(dim, block, seed, &note);
+    return wrapBlocks("block-hadamard(" + std::to_string(block) + ")", a, dtype, note);
 }
 
 std::unique_ptr<AffineTransform> makeRandomOrthogonal(std::int64_t dim, std::uint64_t seed, at::ScalarType dtype) {
@@ -183,10 +194,8 @@ std::unique_ptr<AffineTransform> makeRandomOrthogonal(std::int64_t dim, std::uin
 
 std::unique_ptr<AffineTransform> makeBlockOrthogonal(std::int64_t dim, std::int64_t block, std::uint64_t seed, at::ScalarType dtype) {
     std::string note;
-    auto a = blockOrthogonalMatrix(dim, block, seed, &note);
-    auto t = wrap("block-orthogonal(" + std::to_string(block) + ")", a, dtype, note);
-    t->markBlockDiagonal(block);
-    return t;
+    const auto a = blockOrthogonal(dim, block, seed, &note);
+    return wrapBlocks("block-orthogonal(" + std::to_string(block) + ")", a, dtype, note);
 }
 
 } // namespace latmix::transforms

@@ -36,6 +36,7 @@ at::Tensor blockHadamardMatrix(std::int64_t dim, std::int64_t block, std::uint64
 // The same matrix as its blocks (the online T3 of SPEC §4 without the dense n×n).
 BlockDiagonal blockHadamard(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note = nullptr);
 at::Tensor blockOrthogonalMatrix(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note = nullptr);
+BlockDiagonal blockOrthogonal(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note = nullptr);
 
 // ---- Transforms (MatrixTransform, orthogonal: inverse through Aᵀ).
 // Names: "none", "hadamard", "block-hadamard(B)", "orthogonal", "block-orthogonal(B)".

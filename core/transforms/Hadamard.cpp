@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -287,18 +288,26 @@ at::Tensor hadamardMatrix(std::int64_t n) {
     return build(n);
 }
 
-at::Tensor walshHadamardRows(const at::Tensor& x, const at::Tensor& d) {
-    const std::int64_t n = d.numel();
-    if (n < 1 || (n & (n - 1)) != 0 || x.dim() < 1 || x.size(-1) != n)
-        throw std::invalid_argument("walshHadamardRows: needs rows of a power-of-two length equal to the diagonal's (" +
-                                    std::to_string(n) + "), got " + std::to_string(x.dim() ? x.size(-1) : 0));
-    const auto sizes = x.sizes().vec();
-    at::Tensor y = (x * d.to(x.options())).reshape({-1, n}).contiguous();
-    // Butterflies on bit h of the column index, in place: (a, b) ↦ (a + b, a − b); the stages
-    // commute, and together they are H_n = H_2 ⊗ … ⊗ H_2 in natural (Sylvester) order. A chunk
-    // of ~1 MiB of rows at a time: it stays in cache through the log2(n) passes, and the
-    // temporary half is small enough for the allocator to reuse (no fresh pages per stage).
-    const std::int64_t rows = y.size(0), chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / (n * y.element_size()));
+namespace {
+
+// H_n in float64, kept for the orders the fast product meets as a dense factor (a Paley base
+// such as 28 in 14336 = 512·28): built once per process, small (b² doubles).
+at::Tensor denseFactor(std::int64_t n) {
+    static std::mutex mutex;
+    static std::map<std::int64_t, at::Tensor> built;
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto& h = built[n];
+    if (!h.defined()) h = build(n);
+    return h;
+}
+
+// Butterflies on bit h of the column index, in place: (a, b) ↦ (a + b, a − b); the stages
+// commute, and together they are H_n = H_2 ⊗ … ⊗ H_2 in natural (Sylvester) order. A chunk of
+// ~1 MiB of rows at a time: it stays in cache through the log2(n) passes, and the temporary half
+// is small enough for the allocator to reuse (no fresh pages per stage). y: [m, n], contiguous.
+void butterflies(const at::Tensor& y) {
+    const std::int64_t n = y.size(1), rows = y.size(0);
+    const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / (n * y.element_size()));
     for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const std::int64_t m = std::min(chunk, rows - r0);
         const auto part = y.narrow(0, r0, m);
@@ -310,7 +319,105 @@ at::Tensor walshHadamardRows(const at::Tensor& x, const at::Tensor& d) {
             b.sub_(old).neg_(); // old − b: negation is exact
         }
     }
-    return y.view(sizes);
+}
+
+// Rows y [m, n] (contiguous, owned: may be overwritten) times H_nᵀ (r ↦ H_n r), or times H_n
+// (r ↦ H_nᵀ r) when transposed, following the construction hadamardMatrix(n) uses: butterflies
+// for Sylvester (symmetric), the dense matrix for a Paley order, and for H_a ⊗ H_b the row seen
+// as R [a, b] goes to H_a R H_bᵀ: H_b along the last axis, then H_a along the first.
+at::Tensor mixRows(at::Tensor y, std::int64_t n, bool transposed) {
+    const Plan p = plan(n);
+    const std::int64_t m = y.size(0);
+    switch (p.kind) {
+    case Plan::Sylvester: butterflies(y); return y;
+    case Plan::PaleyI:
+    case Plan::PaleyII: {
+        const auto h = denseFactor(n).to(y.options());
+        return at::matmul(y, transposed ? h : h.t());
+    }
+    case Plan::Kron: {
+        auto z = mixRows(y.view({m * p.a, p.b}), p.b, transposed);
+        z = mixRows(z.view({m, p.a, p.b}).transpose(1, 2).contiguous().view({m * p.b, p.a}), p.a, transposed);
+        return z.view({m, p.b, p.a}).transpose(1, 2).contiguous().view({m, n});
+    }
+    case Plan::None: break;
+    }
+    throw std::logic_error("mixRows: no Hadamard construction of order " + std::to_string(n));
+}
+
+at::Tensor hadamardProduct(const at::Tensor& x, const at::Tensor& d, bool transposed, const char* what) {
+    const std::int64_t n = d.numel();
+    if (n < 1 || !hasHadamard(n) || x.dim() < 1 || x.size(-1) != n)
+        throw std::invalid_argument(std::string(what) + ": needs rows of a Hadamard order equal to the diagonal's (" +
+                                    std::to_string(n) + "), got " + std::to_string(x.dim() ? x.size(-1) : 0));
+    const auto sizes = x.sizes().vec();
+    const auto dd = d.to(x.options());
+    if (transposed) return (mixRows(x.reshape({-1, n}).clone(at::MemoryFormat::Contiguous), n, true) * dd).view(sizes);
+    return mixRows((x * dd).reshape({-1, n}).contiguous(), n, false).view(sizes);
+}
+
+} // namespace
+
+namespace {
+
+// hadamardMatrix(n) as its Kronecker factors, outermost first: H_n = F_1 ⊗ F_2 ⊗ … with each F
+// Sylvester (dense undefined) or a Paley matrix; entry (i, j) is the product of the factors'
+// entries at the mixed-radix digits of i and j (the last factor's digit varies fastest).
+struct Factor {
+    std::int64_t order;
+    at::Tensor dense; // float64, Paley only
+};
+
+void factorsOf(std::int64_t n, std::vector<Factor>& out) {
+    const Plan p = plan(n);
+    if (p.kind == Plan::Kron) {
+        factorsOf(p.a, out);
+        factorsOf(p.b, out);
+    } else {
+        out.push_back({n, p.kind == Plan::Sylvester ? at::Tensor() : denseFactor(n)});
+    }
+}
+
+} // namespace
+
+BlockDiagonal hadamardDiagonalBlocks(std::int64_t n, std::int64_t block) {
+    if (!hasHadamard(n) || block < 1)
+        throw std::invalid_argument("hadamardDiagonalBlocks: no Hadamard matrix of order " + std::to_string(n) +
+                                    " or block " + std::to_string(block) + " < 1");
+    std::vector<Factor> factors;
+    factorsOf(n, factors);
+    auto entry = [&](std::int64_t i, std::int64_t j) {
+        double v = 1;
+        for (auto f = factors.rbegin(); f != factors.rend(); ++f) {
+            const std::int64_t fi = i % f->order, fj = j % f->order;
+            if (f->dense.defined()) v *= f->dense.data_ptr<double>()[fi * f->order + fj];
+            else if (__builtin_popcountll(static_cast<unsigned long long>(fi & fj)) & 1) v = -v;
+            i /= f->order;
+            j /= f->order;
+        }
+        return v;
+    };
+    auto blockAt = [&](std::int64_t start, std::int64_t size) {
+        auto b = at::empty({size, size}, at::kDouble);
+        double* p = b.data_ptr<double>();
+        for (std::int64_t r = 0; r < size; ++r)
+            for (std::int64_t c = 0; c < size; ++c) p[r * size + c] = entry(start + r, start + c);
+        return b;
+    };
+    const std::int64_t full = n / block, rest = n % block;
+    at::Tensor blocks, tail;
+    if (full > 0) {
+        blocks = at::empty({full, block, block}, at::kDouble);
+        for (std::int64_t k = 0; k < full; ++k) blocks[k].copy_(blockAt(k * block, block));
+    }
+    if (rest > 0) tail = blockAt(full * block, rest);
+    return {blocks, tail};
+}
+
+at::Tensor hadamardRows(const at::Tensor& x, const at::Tensor& d) { return hadamardProduct(x, d, false, "hadamardRows"); }
+
+at::Tensor hadamardRowsTransposed(const at::Tensor& x, const at::Tensor& d) {
+    return hadamardProduct(x, d, true, "hadamardRowsTransposed");
 }
 
 } // namespace latmix::transforms

@@ -13,6 +13,8 @@
 //   - otherwise a Kronecker product H_a ⊗ H_b of two constructible factors (a ≤ b, a smallest).
 // Orders that none of these reach (every n not 1, 2 or a multiple of 4, and multiples of 4 such
 // as 172 or 92) are an error naming the size and suggesting block mode.
+#include "transforms/BlockDiagonal.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -27,11 +29,20 @@ at::Tensor hadamardMatrix(std::int64_t n);
 // Whether hadamardMatrix(n) succeeds (cheap: plans the construction without building it).
 bool hasHadamard(std::int64_t n);
 
-// Rows of x times (H_n·diag(d))ᵀ, i.e. each row r ↦ H_n·(d ⊙ r), with H_n the unnormalised
-// Sylvester matrix (n = d.numel() a power of two, x.size(-1) == n): the fast Walsh–Hadamard
-// transform, n·log2(n) additions per row instead of n² multiply-adds, in x's dtype and device.
-// A random Hadamard H_n·diag(s)/√n is d = s/√n. Throws std::invalid_argument for another n.
-at::Tensor walshHadamardRows(const at::Tensor& x, const at::Tensor& d);
+// Rows of x times (H_n·diag(d))ᵀ, i.e. each row r ↦ H_n·(d ⊙ r), with H_n = hadamardMatrix(n)
+// (n = d.numel(), x.size(-1) == n), in x's dtype and device, by H_n's construction instead of an
+// n² product per row: Sylvester by butterflies (n·log2 n additions), H_a ⊗ H_b factor by factor,
+// a Paley order by its dense matrix (14336 = 512·28: 9 butterfly stages and a product with H_28).
+// A random Hadamard H_n·diag(s)/√n is d = s/√n. Throws std::invalid_argument for an order with no
+// construction or rows of another length.
+at::Tensor hadamardRows(const at::Tensor& x, const at::Tensor& d);
+// Rows of x times H_n·diag(d): each row r ↦ d ⊙ (H_nᵀ r) (the inverse of an orthogonal
+// H_n·diag(d) applied to rows; Paley matrices are not symmetric, Sylvester ones are).
+at::Tensor hadamardRowsTransposed(const at::Tensor& x, const at::Tensor& d);
+
+// The diagonal blocks of hadamardMatrix(n) for blocks of `block` (the last one smaller where
+// block does not divide n), float64, from the construction's entries without the n×n matrix.
+BlockDiagonal hadamardDiagonalBlocks(std::int64_t n, std::int64_t block);
 
 // How hadamardMatrix(n) builds its matrix, e.g. "Sylvester 2^5", "Sylvester 2^3 ⊗ Paley II (q=17)";
 // empty when there is no construction.
