@@ -4,6 +4,7 @@
 // latmix-workbench's command line (demo model, view, comparison, screenshot) run in process.
 // QSettings and the demo model go to QStandardPaths' test location (tests/TestMode.cpp), never
 // the user's. Opening checkpoints is tested in tst_modelsummaryview.
+#include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
 #include "report/Report.h"
 #include "run/RunCatalog.h"
@@ -84,6 +85,8 @@ private slots:
     void settingsAndDemoStayInTestLocation();
     void scriptedSession_data();
     void scriptedSession();
+    void scriptedAcrossLayers_data();
+    void scriptedAcrossLayers();
     void sessionRoundTrip();
     void sessionWithWhatIsGone();
     void badSessionFiles_data();
@@ -369,6 +372,46 @@ void TestMainWindow::scriptedSession() {
         QVERIFY(QString::fromStdString(w.activationView()->lastProfile().transform).startsWith(QStringLiteral("hadamard")));
         QVERIFY(w.activationView()->channelPlot()->graphCount() == 2);
     }
+}
+
+// --compare's map across layers: drawn with the transform asked for (one row per layer of the
+// demo model), left out with "off", and a learned kind refused before anything runs.
+void TestMainWindow::scriptedAcrossLayers_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<bool>("drawn");
+    QTest::addColumn<QString>("error");
+    QTest::newRow("hadamard") << "hadamard" << true << "";
+    QTest::newRow("off") << "off" << false << "";
+    QTest::newRow("learned refused") << "learned-affine-lu" << false
+                                     << "unknown transform 'learned-affine-lu' for --across-layers; choose a fixed one "
+                                        "(none, hadamard, block-hadamard, orthogonal, block-orthogonal) or off";
+}
+
+void TestMainWindow::scriptedAcrossLayers() {
+    QFETCH(QString, kind);
+    QFETCH(bool, drawn);
+    QFETCH(QString, error);
+    QString why;
+    const QString demo = latmix::gui::prepareDemoModel(&why);
+    QVERIFY2(!demo.isEmpty(), qPrintable(why));
+    MainWindow w;
+    QVERIFY2(w.openCheckpoint(demo, /*remember=*/false), qPrintable(w.errorBannerText()));
+    QTemporaryDir tmp;
+    latmix::gui::ScriptedSession s;
+    s.comparePoint = QStringLiteral("layers.1.mlp.down_proj.input");
+    s.compareTransforms = {QStringLiteral("none")};
+    s.acrossLayers = kind;
+    s.screenshot = tmp.filePath(QStringLiteral("shot.png"));
+    s.size = QSize(1280, 800);
+    const bool ok = latmix::gui::runScriptedSession(w, s, &why);
+    QCOMPARE(ok, error.isEmpty());
+    if (!ok) {
+        QCOMPARE(why, error);
+        return;
+    }
+    const int layers = int(latmix::model::Checkpoint::load(demo.toStdString()).config().numLayers);
+    QCOMPARE(w.comparisonView()->heatmapRows().size(), drawn ? layers : 0);
+    QCOMPARE(int(w.comparisonView()->lastResult().entries.size()), 1); // the comparison itself ran either way
 }
 
 // A session saved to a file and opened in a new window brings back the model, the point, the

@@ -14,6 +14,8 @@
 #include "JobRunner.h"
 #include "MxExplorerView.h"
 
+#include <algorithm>
+
 #include <QCoreApplication>
 #include <QDir>
 #include <QEventLoop>
@@ -201,6 +203,16 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
                 }
             comparison->setTransforms(s.compareTransforms);
         }
+        const bool map = s.acrossLayers != QLatin1String("off");
+        const std::string acrossKind = s.acrossLayers.toStdString();
+        const auto kinds = latmix::transforms::transformKinds();
+        if (map && (latmix::transforms::isLearnedKind(acrossKind) ||
+                    std::find(kinds.begin(), kinds.end(), acrossKind) == kinds.end())) {
+            *error = QStringLiteral("unknown transform '%1' for --across-layers; choose a fixed one (none, hadamard, "
+                                    "block-hadamard, orthogonal, block-orthogonal) or off")
+                         .arg(s.acrossLayers);
+            return false;
+        }
         window.viewTabs()->setCurrentWidget(comparison);
         QEventLoop loop;
         QObject::connect(comparison, &ComparisonView::comparisonFinished, &loop, [&](bool done, const QString& message) {
@@ -210,8 +222,10 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
         showAt(window, s.size);
         // The map across layers first: its capture holds the compared point too, which compare()
         // then reuses (ComparisonView::CaptureCache).
-        if (!comparison->compareAcrossLayers(QStringLiteral("none"), error)) return false;
-        loop.exec();
+        if (map) {
+            if (!comparison->compareAcrossLayers(s.acrossLayers, error)) return false;
+            loop.exec();
+        }
         if (!comparison->compare(error)) return false;
         loop.exec();
     }

@@ -30,6 +30,7 @@ struct ScriptedSession {
     QString point;          // select this quantization point in every view (before view is shown)
     QString comparePoint;   // compare the transforms at this point, then across layers
     QStringList compareTransforms; // the transforms ticked for it (empty: the view's defaults)
+    QString acrossLayers = QStringLiteral("none"); // transform of the map across layers, or "off"
     QString activationPoint; // show the activations of this point (the activation view)
     QString activationTransform = QStringLiteral("hadamard"); // ... before and after this transform ("run": openRun's)
     QString weightsLinear;   // show the weights of this linear ("layers.1.mlp.down_proj"; the weights view,

@@ -104,8 +104,13 @@ int main(int argc, char** argv) {
     const QCommandLineOption compareOption(
         QStringLiteral("compare"),
         QStringLiteral("Compare the transforms at POINT (e.g. layers.1.mlp.down_proj.input) and draw the per-block "
-                       "error of that point in every layer; with --screenshot, taken when both are done."),
+                       "error of that point in every layer (--across-layers); with --screenshot, taken when both are done."),
         QStringLiteral("POINT"));
+    const QCommandLineOption acrossLayersOption(
+        QStringLiteral("across-layers"),
+        QStringLiteral("Transform of --compare's per-block error map across layers (default none), or off for the "
+                       "comparison alone (the map captures every layer: most of the time at 8B)."),
+        QStringLiteral("KIND"), QStringLiteral("none"));
     const QCommandLineOption compareTransformsOption(
         QStringLiteral("compare-transforms"),
         QStringLiteral("Transforms --compare ticks, comma-separated (e.g. none,hadamard,block-hadamard); default: "
@@ -134,6 +139,7 @@ int main(int argc, char** argv) {
     parser.addOption(runsFolderOption);
     parser.addOption(compareOption);
     parser.addOption(compareTransformsOption);
+    parser.addOption(acrossLayersOption);
     parser.addOption(viewOption);
     parser.addOption(openRunOption);
     parser.addOption(calibrateOption);
@@ -210,6 +216,7 @@ int main(int argc, char** argv) {
     session.comparePoint = parser.value(compareOption);
     if (parser.isSet(compareTransformsOption))
         session.compareTransforms = parser.value(compareTransformsOption).split(QLatin1Char(','), Qt::SkipEmptyParts);
+    session.acrossLayers = parser.value(acrossLayersOption);
     session.calibrateMethod = parser.value(calibrateOption);
     session.steps = parser.value(stepsOption).toInt(&ok);
     if (!ok) session.steps = 0; // refused by runScriptedSession when --calibrate is given
