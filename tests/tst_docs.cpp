@@ -1,0 +1,100 @@
+// The repository's docs answer what its code cites: every "SPEC §N" in the sources names a
+// section "## N." of docs/spec.md, and the README links the page (issue 35: a clone stands on
+// its own, ../shared is not there for its readers).
+#include <QtTest>
+
+#include <QDirIterator>
+#include <QMap>
+#include <QFile>
+#include <QRegularExpression>
+#include <QSet>
+
+class TestDocs : public QObject {
+    Q_OBJECT
+
+    static QString sourceDir() { return QStringLiteral(LATMIX_SOURCE_DIR); }
+
+    static QString readAll(const QString& path) {
+        QFile f(path);
+        if (!f.open(QIODevice::ReadOnly)) return {};
+        return QString::fromUtf8(f.readAll());
+    }
+
+    // The section numbers "## N." of docs/spec.md.
+    static QSet<int> specSections() {
+        QSet<int> out;
+        static const QRegularExpression heading(QStringLiteral("^## (\\d+)\\. "), QRegularExpression::MultilineOption);
+        auto it = heading.globalMatch(readAll(sourceDir() + QStringLiteral("/docs/spec.md")));
+        while (it.hasNext()) out.insert(it.next().captured(1).toInt());
+        return out;
+    }
+
+private slots:
+    void specSectionsResolve_data() {
+        QTest::addColumn<QString>("folder");
+        for (const char* f : {"core", "widgets", "app", "tests"}) QTest::newRow(f) << QString::fromLatin1(f);
+    }
+    void specSectionsResolve() {
+        QFETCH(QString, folder);
+        const QSet<int> sections = specSections();
+        QVERIFY2(sections.size() >= 8, "docs/spec.md lost its numbered sections");
+        static const QRegularExpression cite(QStringLiteral("SPEC §(\\d+)"));
+        int citations = 0;
+        QStringList missing;
+        QDirIterator it(sourceDir() + QLatin1Char('/') + folder, {QStringLiteral("*.cpp"), QStringLiteral("*.h")},
+                        QDir::Files, QDirIterator::Subdirectories);
+        while (it.hasNext()) {
+            const QString path = it.next();
+            auto m = cite.globalMatch(readAll(path));
+            while (m.hasNext()) {
+                const int n = m.next().captured(1).toInt();
+                ++citations;
+                if (!sections.contains(n)) missing << QStringLiteral("%1: §%2").arg(path.mid(sourceDir().size() + 1)).arg(n);
+            }
+        }
+        QVERIFY2(missing.isEmpty(), qPrintable(QStringLiteral("no such section in docs/spec.md: ") + missing.join(QStringLiteral(", "))));
+        if (folder == QLatin1String("core")) QVERIFY(citations > 0); // the scan reads the sources at all
+    }
+
+    // docs/architecture.md's table of direct dependencies is core/CMakeLists.txt's DEPS, folder
+    // by folder (the build enforces the DEPS; the table is what a newcomer reads).
+    void dependencyTableMatchesBuild() {
+        QMap<QString, QSet<QString>> build, table;
+        static const QRegularExpression call(QStringLiteral("latmix_core_folder\\((\\w+)([^)]*)"));
+        auto it = call.globalMatch(readAll(sourceDir() + QStringLiteral("/core/CMakeLists.txt")));
+        while (it.hasNext()) {
+            const auto m = it.next();
+            const QStringList words = m.captured(2).simplified().split(QLatin1Char(' '), Qt::SkipEmptyParts);
+            QSet<QString> deps;
+            for (int i = words.indexOf(QStringLiteral("DEPS")) + 1; i > 0 && i < words.size() && words[i] != "SOURCES" && words[i] != "LIBS"; ++i)
+                deps.insert(words[i]);
+            if (m.captured(1) != QLatin1String("name")) build[m.captured(1)] = deps; // skip the function's own definition
+        }
+        static const QRegularExpression row(QStringLiteral("^\\| ((?:`\\w+`(?:, )?)+) \\| (.*) \\|$"), QRegularExpression::MultilineOption);
+        static const QRegularExpression name(QStringLiteral("`(\\w+)`"));
+        auto rows = row.globalMatch(readAll(sourceDir() + QStringLiteral("/docs/architecture.md")));
+        while (rows.hasNext()) {
+            const auto r = rows.next();
+            QSet<QString> deps;
+            for (auto d = name.globalMatch(r.captured(2)); d.hasNext();) deps.insert(d.next().captured(1));
+            for (auto f = name.globalMatch(r.captured(1)); f.hasNext();) table[f.next().captured(1)] = deps;
+        }
+        QVERIFY2(build.size() >= 10, qPrintable(QStringLiteral("read %1 folders from core/CMakeLists.txt").arg(build.size())));
+        for (auto b = build.cbegin(); b != build.cend(); ++b) {
+            QVERIFY2(table.contains(b.key()), qPrintable(QStringLiteral("docs/architecture.md has no row for ") + b.key()));
+            QVERIFY2(table[b.key()] == b.value(),
+                     qPrintable(QStringLiteral("%1: the table says {%2}, the build {%3}")
+                                    .arg(b.key(), QStringList(table[b.key()].values()).join(','), QStringList(b.value().values()).join(','))));
+        }
+        QCOMPARE(table.size(), build.size());
+    }
+
+    void readmeLinksSpec() {
+        const QString readme = readAll(sourceDir() + QStringLiteral("/README.md"));
+        QVERIFY(readme.contains(QStringLiteral("](docs/spec.md)")));
+        QVERIFY2(!readme.contains(QStringLiteral("../shared/SPEC")), "the README points outside the repository");
+    }
+};
+
+QTEST_GUILESS_MAIN(TestDocs)
+#include "tst_docs.moc"
