@@ -65,6 +65,8 @@ private slots:
         QVERIFY(r.out.contains("run "));
         const QJsonObject j = readJson(out + "/latmix.json");
         QCOMPARE(j["method"].toString(), method);
+        // The command as typed (every flag, not a rebuilt subset); these arguments need no quotes.
+        QCOMPARE(j["command"].toString(), "latmix " + quantizeArgs(out, method, 4).join(' '));
         QCOMPARE(j["format"].toObject()["format"].toString(), QString("mxfp4"));
         const int layers = readJson(m_model + "/config.json")["num_hidden_layers"].toInt();
         QVERIFY(layers > 0);

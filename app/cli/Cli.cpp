@@ -11,6 +11,9 @@
 #include <exception>
 #include <map>
 #include <string>
+#include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <vector>
 
 namespace latmix::cli {
@@ -19,12 +22,34 @@ std::vector<std::string>& invocationStore() {
     static std::vector<std::string> v;
     return v;
 }
+std::vector<std::string>& typedStore() {
+    static std::vector<std::string> v;
+    return v;
+}
+
+std::string shellQuoted(const std::string& a) {
+    const bool plain = !a.empty() && std::all_of(a.begin(), a.end(), [](unsigned char c) {
+        return std::isalnum(c) || std::strchr("_@%+=:,./-", c) != nullptr;
+    });
+    if (plain) return a;
+    std::string q = "'";
+    for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
 } // namespace
 
 const std::vector<std::string>& invocation() { return invocationStore(); }
 
+std::string typedCommandLine() {
+    std::string line = "latmix";
+    const auto& argv = typedStore();
+    for (std::size_t i = 1; i < argv.size(); ++i) line += " " + shellQuoted(argv[i]);
+    return line;
+}
+
 int run(int argc, char** argv, bool mayReexec) {
     invocationStore().clear();
+    typedStore().assign(argv, argv + argc);
     if (mayReexec) invocationStore().assign(argv, argv + argc);
     CLI::App app{"latmix: LATMiX quantization workbench, command line"};
     app.require_subcommand(1);

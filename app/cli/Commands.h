@@ -14,6 +14,10 @@ using Runner = std::function<int()>;
 // The command line `latmix` was started with (argv), for commands that start copies of
 // themselves (quantize --nproc); empty when the CLI runs in process (tests), where they can't.
 const std::vector<std::string>& invocation();
+// The command as typed, program named "latmix", each argument shell-quoted where it needs it
+// ('…', a ' inside as '\''): what latmix.json records, so a run repeats from its own record.
+// Set in process too.
+std::string typedCommandLine();
 
 Runner addMxQuantizeCommand(CLI::App& app);
 Runner addBenchCommand(CLI::App& app);

@@ -324,11 +324,7 @@ Runner addQuantizeCommand(CLI::App& app) {
     o->q.device = "auto";
     o->q.evalSeqLen = 0;
     return [o] {
-        o->q.commandLine = "latmix quantize --model " + o->model + " --method " + o->q.method + " --format " + o->format +
-                           " --steps " + std::to_string(o->q.steps) + " --calib-samples " +
-                           std::to_string(o->q.calibSamples) + " --seqlen " + std::to_string(o->q.seqLen) + " --seed " +
-                           std::to_string(o->q.seed) + (o->t1Bias == "off" ? " --t1-bias off" : "") +
-                           (o->t2Bias == "off" ? " --t2-bias off" : "") + " --out " + o->out;
+        o->q.commandLine = typedCommandLine();
         return runQuantize(*o);
     };
 }
