@@ -327,6 +327,17 @@ void TestMainWindow::scriptedSession_data() {
     QTest::newRow("calibration, no steps") << "" << "" << "" << "latmix-lu" << 0 << "--steps expects a positive integer" << "" << "";
 }
 
+namespace {
+// The demo model opened in w, not remembered among the recent files; false with why when not.
+bool openDemo(MainWindow& w, QString* why) {
+    const QString demo = latmix::gui::prepareDemoModel(why);
+    if (demo.isEmpty()) return false;
+    if (w.openCheckpoint(demo, /*remember=*/false)) return true;
+    *why = w.errorBannerText();
+    return false;
+}
+} // namespace
+
 void TestMainWindow::scriptedSession() {
     QFETCH(QString, view);
     QFETCH(QString, point);
@@ -337,10 +348,8 @@ void TestMainWindow::scriptedSession() {
     QFETCH(QString, currentTab);
     QFETCH(QString, select);
     QString why;
-    const QString demo = latmix::gui::prepareDemoModel(&why);
-    QVERIFY2(!demo.isEmpty(), qPrintable(why));
     MainWindow w;
-    QVERIFY2(w.openCheckpoint(demo, /*remember=*/false), qPrintable(w.errorBannerText()));
+    QVERIFY2(openDemo(w, &why), qPrintable(why));
     QTemporaryDir tmp;
     latmix::gui::ScriptedSession s;
     s.view = view;
@@ -392,10 +401,8 @@ void TestMainWindow::scriptedAcrossLayers() {
     QFETCH(bool, drawn);
     QFETCH(QString, error);
     QString why;
-    const QString demo = latmix::gui::prepareDemoModel(&why);
-    QVERIFY2(!demo.isEmpty(), qPrintable(why));
     MainWindow w;
-    QVERIFY2(w.openCheckpoint(demo, /*remember=*/false), qPrintable(w.errorBannerText()));
+    QVERIFY2(openDemo(w, &why), qPrintable(why));
     QTemporaryDir tmp;
     latmix::gui::ScriptedSession s;
     s.comparePoint = QStringLiteral("layers.1.mlp.down_proj.input");
@@ -409,7 +416,7 @@ void TestMainWindow::scriptedAcrossLayers() {
         QCOMPARE(why, error);
         return;
     }
-    const int layers = int(latmix::model::Checkpoint::load(demo.toStdString()).config().numLayers);
+    const int layers = latmix::model::Checkpoint::load(w.comparisonView()->modelDir().toStdString()).config().numLayers;
     QCOMPARE(w.comparisonView()->heatmapRows().size(), drawn ? layers : 0);
     QCOMPARE(int(w.comparisonView()->lastResult().entries.size()), 1); // the comparison itself ran either way
 }
