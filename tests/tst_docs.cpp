@@ -6,6 +6,8 @@
 #include <QDirIterator>
 #include <QMap>
 #include <QFile>
+#include <QFileInfo>
+#include <QDir>
 #include <QRegularExpression>
 #include <QSet>
 
@@ -87,6 +89,40 @@ private slots:
                                     .arg(b.key(), QStringList(table[b.key()].values()).join(','), QStringList(b.value().values()).join(','))));
         }
         QCOMPARE(table.size(), build.size());
+    }
+
+    // Every relative link of the README and of docs/*.md names a file that exists (the pages
+    // moved out of the README must not point at paths that were only right from the top).
+    void relativeLinksResolve_data() {
+        QTest::addColumn<QString>("page");
+        QTest::newRow("README.md") << QStringLiteral("README.md");
+        QDirIterator it(sourceDir() + QStringLiteral("/docs"), {QStringLiteral("*.md")}, QDir::Files);
+        while (it.hasNext()) {
+            const QString path = it.next();
+            const QString rel = path.mid(sourceDir().size() + 1);
+            QTest::newRow(qPrintable(rel)) << rel;
+        }
+    }
+    void relativeLinksResolve() {
+        QFETCH(QString, page);
+        static const QRegularExpression link(QStringLiteral("\\]\\(([^)#\\s]+)(#[^)]*)?\\)"));
+        const QString text = readAll(sourceDir() + QLatin1Char('/') + page);
+        QVERIFY(!text.isEmpty());
+        const QDir base = QFileInfo(sourceDir() + QLatin1Char('/') + page).dir();
+        QStringList broken;
+        for (auto m = link.globalMatch(text); m.hasNext();) {
+            const QString target = m.next().captured(1);
+            if (target.contains(QStringLiteral("://")) || target.startsWith(QStringLiteral("mailto:"))) continue;
+            if (!QFileInfo::exists(base.filePath(target))) broken << target;
+        }
+        QVERIFY2(broken.isEmpty(), qPrintable(page + QStringLiteral(" links to missing ") + broken.join(QStringLiteral(", "))));
+    }
+
+    // The README stays a front page: at most 150 lines, its two commands first.
+    void readmeIsShort() {
+        const QString readme = readAll(sourceDir() + QStringLiteral("/README.md"));
+        QVERIFY2(readme.count(QLatin1Char('\n')) <= 150, qPrintable(QString::number(readme.count(QLatin1Char('\n')))));
+        QVERIFY(readme.indexOf(QStringLiteral("# 2. build and run the test suite")) < 400);
     }
 
     void readmeLinksSpec() {
