@@ -1,6 +1,10 @@
 // The repository's docs answer what its code cites: every "SPEC §N" in the sources names a
 // section "## N." of docs/spec.md, and the README links the page (issue 35: a clone stands on
 // its own, ../shared is not there for its readers).
+#include "CliRunner.h"
+
+#include <CLI/Version.hpp>
+
 #include <QtTest>
 
 #include <QDirIterator>
@@ -123,6 +127,51 @@ private slots:
         const QString readme = readAll(sourceDir() + QStringLiteral("/README.md"));
         QVERIFY2(readme.count(QLatin1Char('\n')) <= 150, qPrintable(QString::number(readme.count(QLatin1Char('\n')))));
         QVERIFY(readme.indexOf(QStringLiteral("# 2. build and run the test suite")) < 400);
+    }
+
+    // docs/cli.md is every command's --help as the built `latmix` prints it (the program path
+    // written as "latmix"), so the reference cannot drift from the code. After changing an
+    // option: LATMIX_WRITE_CLI_DOC=1 build/bin/tst_docs cliReferenceIsCurrent rewrites the page.
+    void cliReferenceIsCurrent() {
+        auto help = [](const QStringList& args) {
+            const auto r = latmix::test::runLatmix(args + QStringList{QStringLiteral("--help")}, 60000);
+            QString text = r.out;
+            static const QRegularExpression usage(QStringLiteral("^Usage: \\S*latmix"), QRegularExpression::MultilineOption);
+            return r.exitCode == 0 ? text.replace(usage, QStringLiteral("Usage: latmix")).trimmed() : QString();
+        };
+        const QString top = help({});
+        QVERIFY2(!top.isEmpty(), "latmix --help failed");
+        QStringList commands;
+        static const QRegularExpression sub(QStringLiteral("^  ([a-z0-9-]+)  "), QRegularExpression::MultilineOption);
+        for (auto m = sub.globalMatch(top.mid(top.indexOf(QStringLiteral("Subcommands:")))); m.hasNext();)
+            commands << m.next().captured(1);
+        QVERIFY(commands.contains(QStringLiteral("quantize")) && commands.size() >= 10);
+        QString page = QStringLiteral(
+            "# Command-line reference\n\n"
+            "Every command's `--help`, as `latmix` prints it. tests/tst_docs.cpp checks that this page is\n"
+            "current; after changing an option, `LATMIX_WRITE_CLI_DOC=1 build/bin/tst_docs cliReferenceIsCurrent`\n"
+            "rewrites it. The README has the three jobs as steps; docs/features.md says what each command does.\n"
+            "Help text laid out by CLI11 ") + QStringLiteral(CLI11_VERSION) + QStringLiteral(" (Debian 12's).\n\n"
+            "## latmix\n\n```text\n") + top + QStringLiteral("\n```\n");
+        for (const QString& c : commands) {
+            const QString text = help({c});
+            QVERIFY2(!text.isEmpty(), qPrintable("latmix " + c + " --help failed"));
+            page += QStringLiteral("\n## latmix %1\n\n```text\n%2\n```\n").arg(c, text);
+        }
+        const QString path = sourceDir() + QStringLiteral("/docs/cli.md");
+        // CLI11 lays the help out differently from one version to the next (Debian 13's 2.4 writes
+        // OPTIONS: and other widths): the page is compared where its version builds.
+        const QString stamp = QStringLiteral("Help text laid out by CLI11 ") + QStringLiteral(CLI11_VERSION) + QLatin1Char(' ');
+        if (!qEnvironmentVariableIsSet("LATMIX_WRITE_CLI_DOC") && !readAll(path).contains(stamp))
+            QSKIP(qPrintable(QStringLiteral("docs/cli.md was laid out by another CLI11 than this build's ") + QStringLiteral(CLI11_VERSION) +
+                             QStringLiteral(": compared on Debian 12")));
+        if (qEnvironmentVariableIsSet("LATMIX_WRITE_CLI_DOC")) {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+            f.write(page.toUtf8());
+        }
+        QVERIFY2(readAll(path) == page, "docs/cli.md differs from latmix --help: LATMIX_WRITE_CLI_DOC=1 build/bin/tst_docs "
+                                        "cliReferenceIsCurrent rewrites it");
     }
 
     void readmeLinksSpec() {
