@@ -203,7 +203,7 @@ struct RunContext {
 // spilled to RUN_DIR/folded.partial, memory-mapped) and are brought to the device one at a time;
 // the embedding, final norm and lm_head are in the compute options. The tensor names are those
 // of the run model before quantization (zero biases completing a group included).
-struct FoldedModel {
+struct ModelToQuantize {
     model::ModelConfig config; // bias groups as folding made them
     model::LlamaWeights weights;
     std::set<std::string> names;
@@ -412,8 +412,8 @@ void writeFoldedSpill(const RunContext& x, const model::LlamaWeights& original, 
 
 // The folded model read back from a spill folder (mapped float32 layers; the top level in the
 // compute options).
-FoldedModel loadFoldedSpill(const RunContext& x, const train::ModelTransforms& transforms, const std::string& spillDir) {
-    FoldedModel f;
+ModelToQuantize foldedToQuantize(const RunContext& x, const train::ModelTransforms& transforms, const std::string& spillDir) {
+    ModelToQuantize f;
     const auto spill = model::Checkpoint::load(spillDir);
     f.config = spill.config();
     f.weights = model::loadStoredWeights(spill, at::kFloat); // mapped float32
@@ -429,8 +429,8 @@ FoldedModel loadFoldedSpill(const RunContext& x, const train::ModelTransforms& t
 
 // The model the weight quantization reads: the original as it is for the methods without
 // transforms (foldedConfig only adds zero biases), else the folded spill.
-FoldedModel unfoldedModel(const RunContext& x, const model::LlamaWeights& original) {
-    FoldedModel f;
+ModelToQuantize originalToQuantize(const RunContext& x, const model::LlamaWeights& original) {
+    ModelToQuantize f;
     model::LlamaWeights filled = original; // shallow
     f.config = fold::foldedConfig(x.c, filled);
     for (const auto& [name, t] : model::namedTensors(x.c, original)) f.names.insert(name);
@@ -445,12 +445,12 @@ FoldedModel unfoldedModel(const RunContext& x, const model::LlamaWeights& origin
 // shared with rank 0) reads rank 0's spill, any other folds its own copy into `ownSpill` on its
 // machine. The other ranks wait for rank 0's fold in a broadcast, so the collective timeout
 // (--dist-timeout) must cover the fold.
-FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, train::ModelTransforms* transforms,
+ModelToQuantize foldModel(const RunContext& x, const model::LlamaWeights& original, train::ModelTransforms* transforms,
                       const std::string& runSpill, const std::string& ownSpill, JobContext& job) {
-    if (!transforms) return unfoldedModel(x, original);
+    if (!transforms) return originalToQuantize(x, original);
     if (!x.o.group || x.o.group->size() == 1) {
         writeFoldedSpill(x, original, transforms, runSpill, job);
-        return loadFoldedSpill(x, *transforms, runSpill);
+        return foldedToQuantize(x, *transforms, runSpill);
     }
     dist::Group& group = *x.o.group;
     const std::string tokenFile = (fs::path(runSpill) / "rank0.token").string();
@@ -463,7 +463,7 @@ FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, 
         token.fill_(static_cast<double>(t));
     }
     group.broadcast({token});
-    if (group.isRoot()) return loadFoldedSpill(x, *transforms, runSpill);
+    if (group.isRoot()) return foldedToQuantize(x, *transforms, runSpill);
     std::error_code ec;
     if (fs::exists(tokenFile, ec)) {
         std::string seen;
@@ -472,10 +472,10 @@ FoldedModel foldModel(const RunContext& x, const model::LlamaWeights& original, 
         } catch (const std::exception&) {
         }
         const std::string expected = std::to_string(static_cast<std::uint64_t>(token.item<double>()));
-        if (seen.substr(0, seen.find('\n')) == expected) return loadFoldedSpill(x, *transforms, runSpill);
+        if (seen.substr(0, seen.find('\n')) == expected) return foldedToQuantize(x, *transforms, runSpill);
     }
     writeFoldedSpill(x, original, transforms, ownSpill, job);
-    return loadFoldedSpill(x, *transforms, ownSpill);
+    return foldedToQuantize(x, *transforms, ownSpill);
 }
 
 // --devices: the weights (mapped as stored) copied in their dtype onto the plan's devices, a
@@ -499,7 +499,7 @@ model::LlamaWeights placeLayers(const model::LlamaWeights& stored, const std::ve
 }
 
 // Paper Table 3's check: the folded full-precision model (T1/T2/T3 in, nothing quantized).
-double foldedPerplexity(const RunContext& x, const FoldedModel& f, const std::vector<int>& evalIds, JobContext& job) {
+double foldedPerplexity(const RunContext& x, const ModelToQuantize& f, const std::vector<int>& evalIds, JobContext& job) {
     const StageShares shares = stageShares(x.method);
     SubJob e0(job, shares.fold, shares.foldedEval, "perplexity folded FP: ");
     return eval::evaluatePerplexity(model::LlamaModel(f.config, f.weights, f.options), evalIds, perplexityOptions(x.o), e0)
@@ -523,7 +523,7 @@ double foldedPerplexity(const RunContext& x, const FoldedModel& f, const std::ve
 // its windows on to the next layer. Rank 0 writes the run model; the others call quantizeAll().
 class LayerQuantizer {
 public:
-    LayerQuantizer(const RunContext& x, const FoldedModel& f, const at::Tensor& calib, QuantizeResult& r, JobContext& job)
+    LayerQuantizer(const RunContext& x, const ModelToQuantize& f, const at::Tensor& calib, QuantizeResult& r, JobContext& job)
         : x(x), f(f), r(r), job(job), qjob(job, stageShares(x.method).foldedEval, stageShares(x.method).quantize, "quantizing: "),
           rope(model::ropeTables(x.c, x.seqLen, at::kFloat, x.device)) {
         options = f.options;
@@ -726,7 +726,7 @@ private:
     }
 
     const RunContext& x;
-    const FoldedModel& f;
+    const ModelToQuantize& f;
     QuantizeResult& r;
     JobContext& job;
     SubJob qjob;
@@ -742,7 +742,7 @@ private:
 
 // Stages 3 and 4 together: RUN_DIR/model (run/RunModel.h) written while the layers are quantized.
 // Returns its path.
-std::string quantizeIntoModelFolder(const RunContext& x, const FoldedModel& f, const at::Tensor& calib,
+std::string quantizeIntoModelFolder(const RunContext& x, const ModelToQuantize& f, const at::Tensor& calib,
                                     const train::ModelTransforms* transforms, QuantizeResult& r, JobContext& job) {
     LayerQuantizer quantizer(x, f, calib, r, job);
     RunModelSource src;
@@ -1056,7 +1056,7 @@ QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& 
     std::string modelOut;
     stage("folding and quantizing");
     {
-        const FoldedModel folded = foldModel(x, original, transforms.get(), spillDir, ownSpill, job);
+        const ModelToQuantize folded = foldModel(x, original, transforms.get(), spillDir, ownSpill, job);
         if (transforms) original = {}; // on a GPU: the float32 teacher weights leave the device
         // Paper Table 3's check, rank 0's. Data parallel: after the weight quantization, which
         // needs every rank (the others would wait for it in a collective).

@@ -43,10 +43,11 @@ std::vector<int64_t> batchOf(std::uint64_t seed, int k, int n, int batch) {
     return idx;
 }
 
-struct Metrics3 {
+// κ(A), ‖AᵀA − I‖σ and the off-block norm of one transform (SPEC §3), as a training step records them.
+struct MatrixMetrics {
     double cond, orth, off;
 };
-Metrics3 matrixMetrics(const transforms::AffineTransform* t, int block) {
+MatrixMetrics matrixMetrics(const transforms::AffineTransform* t, int block) {
     if (!t) return {DistillStep::nan, DistillStep::nan, DistillStep::nan};
     const at::Tensor a = t->matrix().detach().to(at::kDouble); // metrics on the training device
     // A diverging run's matrix can overflow before its loss does (LU factors of 1e29 multiply to
@@ -720,7 +721,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
             const auto m1 = matrixMetrics(transforms.t1(), transforms.spec().blockSize);
             const auto m2 = transforms.layers() > o.trackedLayer
                                 ? matrixMetrics(transforms.t2(o.trackedLayer), transforms.spec().blockSize)
-                                : Metrics3{DistillStep::nan, DistillStep::nan, DistillStep::nan};
+                                : MatrixMetrics{DistillStep::nan, DistillStep::nan, DistillStep::nan};
             s.a1Condition = m1.cond, s.a1Orthogonality = m1.orth, s.a1OffBlock = m1.off;
             s.a2Condition = m2.cond, s.a2Orthogonality = m2.orth, s.a2OffBlock = m2.off;
             s.metricsSeconds = since(t3);
