@@ -100,7 +100,7 @@ private slots:
     void relativeLinksResolve_data() {
         QTest::addColumn<QString>("page");
         QTest::newRow("README.md") << QStringLiteral("README.md");
-        QDirIterator it(sourceDir() + QStringLiteral("/docs"), {QStringLiteral("*.md")}, QDir::Files);
+        QDirIterator it(sourceDir() + QStringLiteral("/docs"), {QStringLiteral("*.md")}, QDir::Files, QDirIterator::Subdirectories);
         while (it.hasNext()) {
             const QString path = it.next();
             const QString rel = path.mid(sourceDir().size() + 1);
