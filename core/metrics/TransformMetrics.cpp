@@ -254,13 +254,13 @@ double offBlockNorm(const transforms::AffineTransform& t, int blockSize) {
     if (const auto* blocks = t.blockStructure(); blocks && blockSize % blocks->blockSize() == 0) return 0.0;
     const at::Tensor d = t.hadamardDiagonal();
     const std::int64_t n = d.defined() ? d.numel() : 0, b = blockSize;
-    if (n == 0 || n <= b) return offBlockNorm(t.matrix(), blockSize);
+    if (n == 0) return offBlockNorm(t.matrix(), blockSize);
     at::NoGradGuard noGrad;
     const auto mag = d.detach().to(at::kDouble).abs();
     const double c = mag.max().item<double>();
     // Sylvester H_n = H_m ⊗ H_B for B a power of two: the diagonal blocks are Diag(H_m) ⊗ H_B, so
     // with every |d_j| the same the off-block part is c·(H_m − Diag(H_m)) ⊗ H_B (exact, no iteration).
-    if ((n & (n - 1)) == 0 && (b & (b - 1)) == 0 && mag.min().item<double>() == c) {
+    if (n > b && (n & (n - 1)) == 0 && (b & (b - 1)) == 0 && mag.min().item<double>() == c) {
         const auto h = transforms::hadamardMatrix(n / b);
         const auto small = h - at::diag(h.diagonal()); // H_m minus its diagonal ((-1)^popcount(i))
         return c * std::sqrt(static_cast<double>(b)) * at::linalg_svdvals(small).max().item<double>();

@@ -85,10 +85,6 @@ public:
     std::string remainderNote() const override { return m_note; }
     void to(const at::Device& device) override;
     at::Tensor hadamardDiagonal() const override { return m_hadamardDiagonal; }
-    // Declares A block-diagonal with blocks of `block` (the block factories, identity as blocks
-    // of 1). Either declaration lets forward() and inverse() skip the dense n² product per row:
-    // block by block (n·b), or by H_n's construction (hadamardRows; without gradient).
-    void markBlockDiagonal(std::int64_t block) { m_blocks = BlockDiagonal::ofDense(m_a, block); }
     at::Tensor forward(const at::Tensor& x) const override;
     const BlockDiagonal* blockStructure() const override { return m_blocks.defined() ? &m_blocks : nullptr; }
 

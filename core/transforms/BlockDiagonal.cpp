@@ -43,6 +43,18 @@ BlockDiagonal BlockDiagonal::ofDense(const at::Tensor& m, std::int64_t block) {
             rest > 0 ? m.narrow(0, full * block, rest).narrow(1, full * block, rest).contiguous() : at::Tensor()};
 }
 
+BlockDiagonal BlockDiagonal::generate(std::int64_t n, std::int64_t block,
+                                     const std::function<at::Tensor(std::int64_t, std::int64_t)>& make) {
+    const std::int64_t full = n / block, rest = n % block;
+    at::Tensor blocks, tail;
+    if (full > 0) {
+        blocks = at::empty({full, block, block}, at::kDouble);
+        for (std::int64_t i = 0; i < full; ++i) blocks[i].copy_(make(i * block, block));
+    }
+    if (rest != 0) tail = make(full * block, rest);
+    return {blocks, tail};
+}
+
 std::int64_t BlockDiagonal::size() const {
     return (m_blocks.defined() ? m_blocks.size(0) * m_blocks.size(1) : 0) + (m_tail.defined() ? m_tail.size(0) : 0);
 }

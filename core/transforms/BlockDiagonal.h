@@ -7,6 +7,7 @@
 #include <c10/core/TensorOptions.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace latmix::transforms {
@@ -24,6 +25,10 @@ public:
     // The diagonal blocks of a dense [n, n] matrix that is block-diagonal with blocks of `block`
     // (the last one smaller where block does not divide n); what lies outside them is ignored.
     static BlockDiagonal ofDense(const at::Tensor& m, std::int64_t block);
+    // ⌊n/block⌋ blocks of `block` then the smaller rest, each make(start, size) (float64
+    // [size, size]) called in order of start: the one place that lays blocks out.
+    static BlockDiagonal generate(std::int64_t n, std::int64_t block,
+                                  const std::function<at::Tensor(std::int64_t start, std::int64_t size)>& make);
 
     bool defined() const { return m_blocks.defined() || m_tail.defined(); }
     std::int64_t size() const;       // n = nb·b + r

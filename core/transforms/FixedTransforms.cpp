@@ -75,19 +75,6 @@ void checkBlock(std::int64_t block, const char* what) {
     if (block < 1) throw std::invalid_argument(std::string(what) + ": block size must be positive, got " + std::to_string(block));
 }
 
-// Places the blocks produced by make(size) on the diagonal: ⌊dim/block⌋ of `block`, then the rest.
-template <typename MakeBlock>
-BlockDiagonal blockDiagonal(std::int64_t dim, std::int64_t block, MakeBlock&& make) {
-    const std::int64_t full = dim / block, rest = dim % block;
-    at::Tensor blocks, tail;
-    if (full > 0) {
-        blocks = at::empty({full, block, block}, at::kDouble);
-        for (std::int64_t i = 0; i < full; ++i) blocks[i].copy_(make(block));
-    }
-    if (rest != 0) tail = make(rest);
-    return {blocks, tail};
-}
-
 void checkDtype(const std::string& name, at::ScalarType dtype) {
     if (dtype != at::kFloat && dtype != at::kDouble) throw std::invalid_argument(name + ": dtype must be float32 or float64");
 }
@@ -142,7 +129,7 @@ BlockDiagonal blockHadamard(std::int64_t dim, std::int64_t block, std::uint64_t 
                                : "identity (no Hadamard matrix of order " + std::to_string(rest) + ")";
     }
     if (note) *note = n;
-    BlockDiagonal r = blockDiagonal(dim, block, [&](std::int64_t size) {
+    BlockDiagonal r = BlockDiagonal::generate(dim, block, [&](std::int64_t, std::int64_t size) {
         return size == block || hasHadamard(size) ? rng.randomHadamard(size) : at::eye(size, at::kDouble);
     });
     // Sylvester blocks (powers of two, whose row 0 is all +1): each block is (H/√b)·diag(s) with
@@ -161,7 +148,7 @@ BlockDiagonal blockOrthogonal(std::int64_t dim, std::int64_t block, std::uint64_
     SeededStream rng(seed);
     const std::int64_t rest = dim % block;
     if (note) *note = rest ? "last block of " + std::to_string(rest) + " channels: orthogonal " + std::to_string(rest) : "";
-    return blockDiagonal(dim, block, [&](std::int64_t size) { return rng.randomOrthogonal(size); });
+    return BlockDiagonal::generate(dim, block, [&](std::int64_t, std::int64_t size) { return rng.randomOrthogonal(size); });
 }
 
 at::Tensor blockOrthogonalMatrix(std::int64_t dim, std::int64_t block, std::uint64_t seed, std::string* note) {

@@ -356,10 +356,6 @@ at::Tensor hadamardProduct(const at::Tensor& x, const at::Tensor& d, bool transp
     return mixRows((x * dd).reshape({-1, n}).contiguous(), n, false).view(sizes);
 }
 
-} // namespace
-
-namespace {
-
 // hadamardMatrix(n) as its Kronecker factors, outermost first: H_n = F_1 ⊗ F_2 ⊗ … with each F
 // Sylvester (dense undefined) or a Paley matrix; entry (i, j) is the product of the factors'
 // entries at the mixed-radix digits of i and j (the last factor's digit varies fastest).
@@ -397,21 +393,13 @@ BlockDiagonal hadamardDiagonalBlocks(std::int64_t n, std::int64_t block) {
         }
         return v;
     };
-    auto blockAt = [&](std::int64_t start, std::int64_t size) {
+    return BlockDiagonal::generate(n, block, [&](std::int64_t start, std::int64_t size) {
         auto b = at::empty({size, size}, at::kDouble);
         double* p = b.data_ptr<double>();
         for (std::int64_t r = 0; r < size; ++r)
             for (std::int64_t c = 0; c < size; ++c) p[r * size + c] = entry(start + r, start + c);
         return b;
-    };
-    const std::int64_t full = n / block, rest = n % block;
-    at::Tensor blocks, tail;
-    if (full > 0) {
-        blocks = at::empty({full, block, block}, at::kDouble);
-        for (std::int64_t k = 0; k < full; ++k) blocks[k].copy_(blockAt(k * block, block));
-    }
-    if (rest > 0) tail = blockAt(full * block, rest);
-    return {blocks, tail};
+    });
 }
 
 at::Tensor hadamardRows(const at::Tensor& x, const at::Tensor& d) { return hadamardProduct(x, d, false, "hadamardRows"); }
