@@ -18,13 +18,14 @@
 
 namespace latmix::cli {
 namespace {
-std::vector<std::string>& invocationStore() {
-    static std::vector<std::string> v;
-    return v;
-}
-std::vector<std::string>& typedStore() {
-    static std::vector<std::string> v;
-    return v;
+// argv of the running command, and whether it may start copies of itself (not in process).
+struct Invocation {
+    std::vector<std::string> argv;
+    bool mayReexec = false;
+};
+Invocation& current() {
+    static Invocation i;
+    return i;
 }
 
 std::string shellQuoted(const std::string& a) {
@@ -38,19 +39,20 @@ std::string shellQuoted(const std::string& a) {
 }
 } // namespace
 
-const std::vector<std::string>& invocation() { return invocationStore(); }
+const std::vector<std::string>& invocation() {
+    static const std::vector<std::string> none;
+    return current().mayReexec ? current().argv : none;
+}
 
 std::string typedCommandLine() {
     std::string line = "latmix";
-    const auto& argv = typedStore();
+    const auto& argv = current().argv;
     for (std::size_t i = 1; i < argv.size(); ++i) line += " " + shellQuoted(argv[i]);
     return line;
 }
 
 int run(int argc, char** argv, bool mayReexec) {
-    invocationStore().clear();
-    typedStore().assign(argv, argv + argc);
-    if (mayReexec) invocationStore().assign(argv, argv + argc);
+    current() = {std::vector<std::string>(argv, argv + argc), mayReexec};
     CLI::App app{"latmix: LATMiX quantization workbench, command line"};
     app.require_subcommand(1);
     int threads = 0;
