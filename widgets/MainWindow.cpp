@@ -59,58 +59,6 @@ static void initWorkbenchResources() { Q_INIT_RESOURCE(resources); }
 namespace latmix::gui {
 namespace {
 
-const char* const kRecentKey = "recent/checkpoints";
-const char* const kThemeKey = "view/theme";
-
-
-QString themeName(MainWindow::Theme t) {
-    switch (t) {
-    case MainWindow::Theme::Light: return QStringLiteral("light");
-    case MainWindow::Theme::Dark: return QStringLiteral("dark");
-    default: return QStringLiteral("system");
-    }
-}
-
-MainWindow::Theme parseTheme(const QString& s) {
-    if (s == QLatin1String("light")) return MainWindow::Theme::Light;
-    if (s == QLatin1String("dark")) return MainWindow::Theme::Dark;
-    return MainWindow::Theme::System;
-}
-
-// The style the platform chose, remembered before the first theme switch so "System" can
-// return to it.
-QString systemStyleName() {
-    static const QString name = QApplication::style() ? QApplication::style()->name() : QString();
-    return name;
-}
-
-QPalette darkPalette() {
-    QPalette p;
-    const QColor window(0x2b, 0x2d, 0x31), base(0x1e, 0x1f, 0x22), text(0xe6, 0xe6, 0xe6);
-    const QColor disabled(0x80, 0x80, 0x80), highlight(0x3d, 0x7e, 0xd6);
-    p.setColor(QPalette::Window, window);
-    p.setColor(QPalette::WindowText, text);
-    p.setColor(QPalette::Base, base);
-    p.setColor(QPalette::AlternateBase, window);
-    p.setColor(QPalette::ToolTipBase, base);
-    p.setColor(QPalette::ToolTipText, text);
-    p.setColor(QPalette::PlaceholderText, disabled);
-    p.setColor(QPalette::Text, text);
-    p.setColor(QPalette::Button, window);
-    p.setColor(QPalette::ButtonText, text);
-    p.setColor(QPalette::BrightText, Qt::red);
-    p.setColor(QPalette::Link, highlight.lighter(130));
-    p.setColor(QPalette::Highlight, highlight);
-    p.setColor(QPalette::HighlightedText, Qt::white);
-    p.setColor(QPalette::Light, window.lighter(150));
-    p.setColor(QPalette::Midlight, window.lighter(125));
-    p.setColor(QPalette::Mid, window.darker(120));
-    p.setColor(QPalette::Dark, window.darker(150));
-    p.setColor(QPalette::Shadow, Qt::black);
-    for (auto role : {QPalette::WindowText, QPalette::Text, QPalette::ButtonText, QPalette::HighlightedText})
-        p.setColor(QPalette::Disabled, role, disabled);
-    return p;
-}
 
 } // namespace
 
@@ -129,7 +77,6 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     setObjectName(QStringLiteral("mainWindow"));
     setWindowTitle(tr("LATMiX Workbench"));
     setWindowIcon(applicationIcon());
-    systemStyleName(); // remember the platform style before any theme is applied
 
     m_explorer = new MxExplorerView(this);
     m_calibration = new CalibrationView(this);
@@ -204,7 +151,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     createMenus();
     createStatusBar();
     rebuildRecentMenu();
-    setTheme(parseTheme(workbenchSettings().value(QLatin1String(kThemeKey)).toString()));
+    restoreTheme();
     resize(1280, 800);
     // After resize(): the dock's share is set against the final window width.
     resizeDocks({m_modelDock}, {310}, Qt::Horizontal);
@@ -524,77 +471,6 @@ bool MainWindow::isErrorBannerShown() const { return m_errorBanner->isVisibleTo(
 
 QString MainWindow::errorBannerText() const { return m_errorText->text(); }
 
-QStringList MainWindow::recentCheckpoints() const {
-    return workbenchSettings().value(QLatin1String(kRecentKey)).toStringList();
-}
-
-void MainWindow::storeRecent(const QStringList& paths) {
-    QSettings settings = workbenchSettings();
-    settings.setValue(QLatin1String(kRecentKey), paths);
-    settings.sync();
-    rebuildRecentMenu();
-}
-
-void MainWindow::addRecentCheckpoint(const QString& path) {
-    if (path.isEmpty()) return;
-    const QString clean = QDir::cleanPath(path);
-    QStringList paths = recentCheckpoints();
-    paths.removeAll(clean);
-    paths.prepend(clean);
-    while (paths.size() > kMaxRecent) paths.removeLast();
-    storeRecent(paths);
-}
-
-void MainWindow::clearRecentCheckpoints() { storeRecent({}); }
-
-void MainWindow::rebuildRecentMenu() {
-    m_recentMenu->clear(); // deletes the entries it owns; the Clear action belongs to us
-    const QStringList paths = recentCheckpoints();
-    for (int i = 0; i < paths.size(); ++i) {
-        const QString label = QStringLiteral("&%1 %2").arg(i + 1).arg(QDir::toNativeSeparators(paths[i]));
-        QAction* a = m_recentMenu->addAction(label);
-        a->setObjectName(QStringLiteral("recentCheckpointAction"));
-        a->setData(paths[i]);
-        connect(a, &QAction::triggered, this, [this, p = paths[i]] { openCheckpoint(p); });
-    }
-    if (paths.isEmpty()) {
-        QAction* none = m_recentMenu->addAction(tr("No recent checkpoints"));
-        none->setEnabled(false);
-    }
-    m_recentMenu->addSeparator();
-    m_recentMenu->addAction(m_clearRecentAction);
-    m_clearRecentAction->setEnabled(!paths.isEmpty());
-}
-
-void MainWindow::setTheme(Theme theme) {
-    m_theme = theme;
-    // Switching styles repolishes every widget; skip it when the style would not change.
-    auto useStyle = [](const QString& name) {
-        if (!name.isEmpty() && QApplication::style()->name().compare(name, Qt::CaseInsensitive) != 0)
-            QApplication::setStyle(name);
-    };
-    switch (theme) {
-    case Theme::System:
-        useStyle(systemStyleName());
-        // An empty palette (no resolved roles) resets the application palette to the
-        // platform's, which keeps following the desktop's light/dark setting.
-        QApplication::setPalette(QPalette());
-        break;
-    case Theme::Light:
-        // Fusion draws the same on every platform and honours the palette fully.
-        useStyle(QStringLiteral("Fusion"));
-        QApplication::setPalette(QApplication::style()->standardPalette());
-        break;
-    case Theme::Dark:
-        useStyle(QStringLiteral("Fusion"));
-        QApplication::setPalette(darkPalette());
-        break;
-    }
-    for (QAction* a : m_themeGroup->actions())
-        if (a->data().toInt() == static_cast<int>(theme)) a->setChecked(true);
-    workbenchSettings().setValue(QLatin1String(kThemeKey), themeName(theme));
-}
-
 void MainWindow::chooseRun() {
     const QString dir = QFileDialog::getExistingDirectory(this, tr("Open run folder"), m_exportRunDir);
     if (!dir.isEmpty()) openRun(dir);
@@ -628,110 +504,6 @@ bool MainWindow::openRun(const QString& runDir) {
     hideErrorBanner();
     statusBar()->showMessage(tr("Opened run %1").arg(QDir::toNativeSeparators(dir)));
     return true;
-}
-
-namespace {
-constexpr const char* kSessionKey = "session/last";
-constexpr int kSessionVersion = 1;
-} // namespace
-
-QJsonObject MainWindow::session() const {
-    QJsonObject s;
-    s["latmix_session"] = kSessionVersion;
-    s["geometry"] = QString::fromLatin1(saveGeometry().toBase64());
-    s["state"] = QString::fromLatin1(saveState().toBase64());
-    s["model"] = m_modelDir;
-    s["point"] = m_activations->currentPoint();
-    s["runs"] = QJsonArray::fromStringList(m_openRuns);
-    s["run_folders"] = QJsonArray::fromStringList(m_runs->folders());
-    s["view"] = m_tabs->currentWidget() ? m_tabs->currentWidget()->objectName() : QString();
-    return s;
-}
-
-bool MainWindow::restoreSession(const QJsonObject& s, QString* error) {
-    if (s.value("latmix_session").toInt() != kSessionVersion) {
-        if (error) *error = tr("not a LATMiX Workbench session (no \"latmix_session\": %1)").arg(kSessionVersion);
-        return false;
-    }
-    QStringList missing;
-    const QString model = s.value("model").toString();
-    if (!model.isEmpty() && !openCheckpoint(model, /*remember=*/false)) missing << errorBannerText();
-    const QString point = s.value("point").toString();
-    if (!point.isEmpty()) m_summary->selectPoint(point); // the tree selects it in every view
-    for (const auto& r : s.value("runs").toArray()) {
-        const QString dir = r.toString();
-        if (!openRun(dir)) missing << errorBannerText();
-    }
-    if (s.contains("run_folders")) {
-        QStringList folders;
-        for (const auto& f : s.value("run_folders").toArray()) folders << f.toString();
-        m_runs->setFolders(folders);
-    }
-    const QString view = s.value("view").toString();
-    for (int i = 0; i < m_tabs->count(); ++i)
-        if (m_tabs->widget(i)->objectName() == view) m_tabs->setCurrentIndex(i);
-    // Last: opening a model shows the Model dock, the saved layout may have it hidden.
-    restoreGeometry(QByteArray::fromBase64(s.value("geometry").toString().toLatin1()));
-    restoreState(QByteArray::fromBase64(s.value("state").toString().toLatin1()));
-    if (!missing.isEmpty())
-        showErrorBanner(tr("Restored the session without what is gone: %1").arg(missing.join(QStringLiteral("; "))));
-    return true;
-}
-
-bool MainWindow::saveSessionFile(const QString& path, QString* error) const {
-    QSaveFile f(path); // a temporary name, renamed on commit: never a half-written session
-    const QByteArray bytes = QJsonDocument(session()).toJson();
-    if (!f.open(QIODevice::WriteOnly) || f.write(bytes) != bytes.size() || !f.commit()) {
-        if (error) *error = tr("cannot write the session to %1: %2").arg(QDir::toNativeSeparators(path), f.errorString());
-        return false;
-    }
-    return true;
-}
-
-bool MainWindow::openSessionFile(const QString& path, QString* error) {
-    QFile f(path);
-    if (!f.open(QIODevice::ReadOnly)) {
-        if (error) *error = tr("cannot read the session %1: %2").arg(QDir::toNativeSeparators(path), f.errorString());
-        return false;
-    }
-    QJsonParseError parse;
-    const QJsonDocument doc = QJsonDocument::fromJson(f.readAll(), &parse);
-    QString why;
-    if (!doc.isObject()) {
-        why = tr("not JSON (%1 at offset %2)").arg(parse.errorString()).arg(parse.offset);
-    } else if (restoreSession(doc.object(), &why)) {
-        return true;
-    }
-    if (error) *error = tr("%1: %2").arg(QDir::toNativeSeparators(path), why);
-    return false;
-}
-
-QJsonObject MainWindow::lastSession() {
-    const QByteArray bytes = workbenchSettings().value(QLatin1String(kSessionKey)).toByteArray();
-    const QJsonDocument doc = QJsonDocument::fromJson(bytes);
-    return doc.isObject() ? doc.object() : QJsonObject();
-}
-
-void MainWindow::closeEvent(QCloseEvent* event) {
-    workbenchSettings().setValue(QLatin1String(kSessionKey), QJsonDocument(session()).toJson(QJsonDocument::Compact));
-    QMainWindow::closeEvent(event);
-}
-
-void MainWindow::chooseSessionToOpen() {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open session"), QString(), tr("Workbench sessions (*.latmix-session)"));
-    QString error;
-    if (!path.isEmpty() && !openSessionFile(path, &error)) showErrorBanner(error);
-}
-
-void MainWindow::chooseSessionToSave() {
-    QString path = QFileDialog::getSaveFileName(this, tr("Save session"), QString(), tr("Workbench sessions (*.latmix-session)"));
-    if (path.isEmpty()) return;
-    if (!path.endsWith(QLatin1String(".latmix-session"))) path += QLatin1String(".latmix-session");
-    QString error;
-    if (!saveSessionFile(path, &error))
-        showErrorBanner(error);
-    else
-        statusBar()->showMessage(tr("Saved the session to %1").arg(QDir::toNativeSeparators(path)));
 }
 
 void MainWindow::setExportRun(const QString& runDir) {

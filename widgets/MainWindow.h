@@ -154,6 +154,7 @@ private slots:
     void chooseRunsFolder();
     void showAbout();
     void rebuildRecentMenu();
+    void restoreTheme(); // the theme the settings remember (MainWindowTheme.cpp)
 
 private:
     void createMenus();
