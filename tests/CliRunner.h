@@ -155,7 +155,7 @@ inline QString writeDemoFixture(const QTemporaryDir& dir, QString& model, QStrin
 // Two runs' latmix.json against each other: the same training end (final KL) and the same
 // per-linear relative errors, exactly. "" when they agree, else the first difference.
 inline QString runsDiffer(const QJsonObject& a, const QJsonObject& b) {
-    const double ka = a["training"].toObject()["final_kl"].toDouble(), kb = b["training"].toObject()["final_kl"].toDouble();
+    const double ka = a["training"].toObject()["final_objective"].toDouble(), kb = b["training"].toObject()["final_objective"].toDouble();
     if (ka != kb) return QString("final KL %1 vs %2").arg(ka, 0, 'g', 17).arg(kb, 0, 'g', 17);
     const QJsonArray la = a["linears"].toArray(), lb = b["linears"].toArray();
     if (la.size() != lb.size()) return QString("%1 vs %2 linears").arg(la.size()).arg(lb.size());

@@ -8,7 +8,7 @@
 #include "metrics/ActivationProfile.h"
 #include "model/Checkpoint.h"
 #include "run/ModelAnalysis.h"
-#include "train/ModelTransforms.h"
+#include "fold/ModelTransforms.h"
 #include "transforms/AffineTransform.h"
 #include "transforms/LearnedTransforms.h"
 
@@ -208,11 +208,11 @@ private slots:
     // transforms folded in), profiled as it is; a folder without transforms.h5 removes the choice.
     void runTransformsShowTheRunsModel() {
         const auto ck = model::Checkpoint::load(m_model.toStdString());
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         spec.t1Kind = "learned-affine-lu";
         spec.t2Kind = "none";
         spec.t3Block = 32;
-        train::ModelTransforms t(ck.config(), spec);
+        fold::ModelTransforms t(ck.config(), spec);
         {
             at::NoGradGuard g;
             auto gen = at::detail::createCPUGenerator(5);

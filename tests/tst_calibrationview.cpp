@@ -9,7 +9,8 @@
 #include "train/Distillation.h"
 #include "metrics/TransformMetrics.h"
 #include "run/UnfinishedRun.h"
-#include "train/ModelTransforms.h"
+#include "run/quantize/OptionTable.h"
+#include "fold/ModelTransforms.h"
 #include "transforms/AffineTransform.h"
 
 #include <ATen/ATen.h>
@@ -24,6 +25,9 @@
 #include "TrainingDashboard.h"
 
 #include <QAction>
+#include <QCheckBox>
+#include <QFormLayout>
+#include <QLabel>
 #include <QDir>
 #include <QFile>
 #include <QJsonDocument>
@@ -96,6 +100,26 @@ class TestCalibrationView : public QObject {
     }
 
 private slots:
+    // The form's controls carry the option table's names (run/quantize/OptionTable.h), which a
+    // refused run's message uses: "Learned T1 bias: off" is what the form shows.
+    void controlsAreNamedAsTheOptionTable() {
+        CalibrationView view;
+        int checked = 0;
+        for (QWidget* w : view.findChildren<QWidget*>()) {
+            const QString key = w->property("optionKey").toString();
+            if (key.isEmpty()) continue;
+            QString label;
+            if (auto* box = qobject_cast<QCheckBox*>(w)) label = box->text();
+            for (auto* form : view.findChildren<QFormLayout*>())
+                if (auto* l = qobject_cast<QLabel*>(form->labelForField(w))) label = l->text();
+            label.remove(QLatin1Char('&'));
+            if (label.endsWith(QLatin1Char(':'))) label.chop(1);
+            QCOMPARE(label, QString::fromStdString(latmix::run::optionName(key.toStdString(), latmix::run::Face::Workbench)));
+            ++checked;
+        }
+        QVERIFY2(checked >= 15, qPrintable(QString::number(checked)));
+    }
+
     void initTestCase() {
         QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).clear();
         QVERIFY(m_tmp.isValid());
@@ -139,12 +163,12 @@ private slots:
 
         const auto series = train::readDistillSeries((run + "/train.h5").toStdString());
         QCOMPARE(int(series.size()), 6);
-        const QVector<double> loss = board->plottedValues(0, "loss"), kl = board->plottedValues(0, "kl"),
+        const QVector<double> loss = board->plottedValues(0, "loss"), kl = board->plottedValues(0, "objective"),
                               lr = board->plottedValues(0, "lr"), vol = board->plottedValues(0, "vol");
         QCOMPARE(loss.size(), 6);
         for (int i = 0; i < 6; ++i) {
             QCOMPARE(loss[i], series[size_t(i)].loss);
-            QCOMPARE(kl[i], series[size_t(i)].kl);
+            QCOMPARE(kl[i], series[size_t(i)].objective);
             QCOMPARE(lr[i], series[size_t(i)].lr);
             QCOMPARE(vol[i], series[size_t(i)].vol);
         }
@@ -156,7 +180,7 @@ private slots:
         // Heatmap: the final A1, as saved in transforms.h5 (float32 copy of the float64 matrix).
         QTRY_COMPARE(board->heatmapStep(), 6);
         const auto ck = model::Checkpoint::load(dir.toStdString());
-        const auto t = train::ModelTransforms::load(ck.config(), (run + "/transforms.h5").toStdString());
+        const auto t = fold::ModelTransforms::load(ck.config(), (run + "/transforms.h5").toStdString());
         const at::Tensor a1 = t.t1()->matrix().detach().to(at::kDouble);
         const QVector<double> cells = board->heatmapValues(false);
         QCOMPARE(cells.size(), int(a1.numel()));
@@ -183,7 +207,7 @@ private slots:
         for (int k = 1; k <= 5; ++k) {
             train::DistillStep s;
             s.step = k;
-            s.loss = s.kl = 1.0 / k;
+            s.loss = s.objective = 1.0 / k;
             if (k == 1 || k == 4 || k == 5) s.foldedPerplexity = 100.0 + k;
             board.addStep(s);
         }
@@ -194,7 +218,7 @@ private slots:
         plain.beginRun(QStringLiteral("untracked"), 2, 32);
         train::DistillStep s;
         s.step = 1;
-        s.loss = s.kl = 1;
+        s.loss = s.objective = 1;
         plain.addStep(s);
         QTRY_COMPARE(plain.plottedValues(0, "loss").size(), 1);
         QVERIFY(plain.plottedValues(0, "folded_ppl").isEmpty());
@@ -210,7 +234,7 @@ private slots:
         v->setTrackedLayer(2);
         const QString run = runCalibration(w, "run-track2", "latmix-qr", 3);
         const auto ck = model::Checkpoint::load(m_model.toStdString());
-        const auto t = train::ModelTransforms::load(ck.config(), (run + "/transforms.h5").toStdString());
+        const auto t = fold::ModelTransforms::load(ck.config(), (run + "/transforms.h5").toStdString());
         const at::Tensor a2 = t.t2(2)->matrix().detach().to(at::kDouble);
         const double want = metrics::orthogonalityDeviation(a2);
         const double got = v->dashboard()->plottedValues(0, "a2_orth").last();
@@ -305,8 +329,8 @@ private slots:
         TrainingDashboard* board = w.calibrationView()->dashboard();
         QCOMPARE(board->runCount(), 1);
         const auto series = train::readDistillSeries((run + "/train.h5").toStdString());
-        QCOMPARE(board->plottedValues(0, "kl").size(), int(series.size()));
-        QCOMPARE(board->plottedValues(0, "kl").last(), series.back().kl);
+        QCOMPARE(board->plottedValues(0, "objective").size(), int(series.size()));
+        QCOMPARE(board->plottedValues(0, "objective").last(), series.back().objective);
 
         QVERIFY(w.exportAction()->isEnabled());
         w.exportAction()->trigger();

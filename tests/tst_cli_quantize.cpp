@@ -165,8 +165,8 @@ private slots:
         const QJsonObject b = readJson(decayed + "/latmix.json")["training"].toObject();
         QCOMPARE(a["weight_decay"].toDouble(), 0.0);
         QCOMPARE(b["weight_decay"].toDouble(), 0.5);
-        QVERIFY(a["final_kl"].toDouble() != b["final_kl"].toDouble());
-        QCOMPARE(a["first_kl"].toDouble(), b["first_kl"].toDouble()); // the same start
+        QVERIFY(a["final_objective"].toDouble() != b["final_objective"].toDouble());
+        QCOMPARE(a["first_objective"].toDouble(), b["first_objective"].toDouble()); // the same start
         QVERIFY(run(quantizeArgs(m_tmp.filePath("wd-bad"), "latmix-lu", 3) << "--weight-decay" << "-1").exitCode != 0);
         // --loss ce (tst_distillation checks its value and gradient): recorded, and its first
         // value is the student's cross-entropy on the text, far above the KL to the teacher.
@@ -176,8 +176,8 @@ private slots:
         const QJsonObject t = readJson(ce + "/latmix.json")["training"].toObject();
         QCOMPARE(t["loss"].toString(), QString("ce"));
         QCOMPARE(a["loss"].toString(), QString("kl"));
-        QVERIFY2(t["first_kl"].toDouble() > 1 && a["first_kl"].toDouble() < 1,
-                 qPrintable(QString("CE %1, KL %2").arg(t["first_kl"].toDouble()).arg(a["first_kl"].toDouble())));
+        QVERIFY2(t["first_objective"].toDouble() > 1 && a["first_objective"].toDouble() < 1,
+                 qPrintable(QString("CE %1, KL %2").arg(t["first_objective"].toDouble()).arg(a["first_objective"].toDouble())));
         // --loss block-mse (value and gradient: tst_distillation): recorded, trains, and its
         // value is another number than the KL of the same start.
         const QString mse = m_tmp.filePath("loss-block-mse");
@@ -185,8 +185,8 @@ private slots:
         QVERIFY2(m.exitCode == 0, qPrintable(m.err));
         const QJsonObject tm = readJson(mse + "/latmix.json")["training"].toObject();
         QCOMPARE(tm["loss"].toString(), QString("block-mse"));
-        QVERIFY(std::isfinite(tm["first_kl"].toDouble()) && tm["first_kl"].toDouble() > 0);
-        QVERIFY(tm["first_kl"].toDouble() != a["first_kl"].toDouble());
+        QVERIFY(std::isfinite(tm["first_objective"].toDouble()) && tm["first_objective"].toDouble() > 0);
+        QVERIFY(tm["first_objective"].toDouble() != a["first_objective"].toDouble());
     }
 
     // --folded-eval-every (paper Table 2): the folded FP model's perplexity before training,
@@ -269,6 +269,27 @@ private slots:
         const Result r = run(quantizeArgs(out, "latmix-lu", 4) << "--resume");
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
         QCOMPARE(readJson(out + "/latmix.json")["training"].toObject()["resumed_from_step"].toInt(), 2);
+        // The run folder alone: every option from latmix.json's "options", --steps replacing its.
+        const QJsonObject before = readJson(out + "/latmix.json")["options"].toObject();
+        const Result again = run({"quantize", "--resume", out, "--steps", "6"});
+        QVERIFY2(again.exitCode == 0, qPrintable(again.err));
+        const QJsonObject j = readJson(out + "/latmix.json");
+        QCOMPARE(j["training"].toObject()["resumed_from_step"].toInt(), 4);
+        QJsonObject expected = before;
+        expected["steps"] = 6;
+        QCOMPARE(j["options"].toObject(), expected);
+        QCOMPARE(j["command"].toString(), QString("latmix quantize --resume %1 --steps 6").arg(out));
+        // A record written before runs kept their options: the way out is named.
+        QJsonObject old = j;
+        old.remove("options");
+        QFile f(out + "/latmix.json");
+        QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        f.write(QJsonDocument(old).toJson());
+        f.close();
+        const Result refused = run({"quantize", "--resume", out});
+        QVERIFY(refused.exitCode != 0);
+        QVERIFY2(refused.err.contains("holds no options to resume with") && refused.err.contains("--model, --method"),
+                 qPrintable(refused.err));
     }
 
     // `--devices` with --dry-run: the plan (the demo model's 4 layers, 2 per device; the tables
@@ -319,7 +340,7 @@ private slots:
         QTest::newRow("unknown --t3") << QStringList{"--t3", "hadamard"} << "unknown --t3 'hadamard'";
         QTest::newRow("unknown --loss") << QStringList{"--loss", "mse"} << "unknown --loss 'mse'; use kl, ce or block-mse";
         QTest::newRow("--folded-eval-every without evaluation") << QStringList{"--folded-eval-every", "2"}
-                                                                << "and the evaluation windows of --eval-seqlen";
+                                                                << "needs the evaluation windows; use --eval-seqlen 256";
         QTest::newRow("unknown --granularity") << QStringList{"--granularity", "row"} << "unknown --granularity 'row'; use one of full, block";
         QTest::newRow("--granularity block, nothing learned") << QStringList{"--granularity", "block", "--method", "quarot"}
                                                               << "--granularity block applies to learned T1/T2";

@@ -11,7 +11,7 @@
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
 #include "train/Distillation.h"
-#include "train/ModelTransforms.h"
+#include "fold/ModelTransforms.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -58,9 +58,9 @@ struct OneStep {
     std::vector<at::Tensor> before, after;
 };
 OneStep oneStep(const Fixture& f, const std::string& kind, c10::Device device) {
-    train::TransformSpec spec;
+    fold::TransformSpec spec;
     spec.t1Kind = spec.t2Kind = kind;
-    train::ModelTransforms t(f.ck->config(), spec);
+    fold::ModelTransforms t(f.ck->config(), spec);
     t.to(device); // before distill takes parameters(): to() makes new leaves
     OneStep r;
     for (const auto& p : t.parameters()) r.before.push_back(test::onCpu(p).clone());
@@ -131,11 +131,11 @@ private slots:
         Fixture f;
         if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         const auto& c = f.ck->config();
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         spec.t1Kind = spec.t2Kind = kind.toStdString();
         spec.t3Block = 32;
         spec.t1Bias = spec.t2Bias = bias;
-        train::ModelTransforms t(c, spec);
+        fold::ModelTransforms t(c, spec);
         if (bias) { // a start with non-zero biases, so their paths carry gradient and value
             at::NoGradGuard g;
             for (auto& p : t.parameters())
@@ -189,8 +189,8 @@ private slots:
         // The reference's float32 log-softmaxes round each log-probability by ~u·|log p| (u = 2^-24,
         // |log p| ≲ 10 here): ≲ 6e-7 on the mean; every row's loss term is ≥ 0.06, so 1e-4 relative
         // is ≥ 10x that, while a missing or doubled term would be off by its whole size.
-        QVERIFY2(std::fabs(got.kl - kl.item<double>()) <= 1e-4 * kl.item<double>() + 1e-7,
-                 qPrintable(QString("KL %1 vs %2").arg(got.kl).arg(kl.item<double>())));
+        QVERIFY2(std::fabs(got.objective - kl.item<double>()) <= 1e-4 * kl.item<double>() + 1e-7,
+                 qPrintable(QString("KL %1 vs %2").arg(got.objective).arg(kl.item<double>())));
         QVERIFY(std::fabs(got.loss - loss.item<double>()) <= 1e-4 * loss.item<double>() + 1e-7);
         QVERIFY(kl.item<double>() > 1e-4); // a start the step has something to learn from
         const auto params = t.parameters();
@@ -207,7 +207,7 @@ private slots:
             QVERIFY2(diff <= 2e-3 * scale + 1e-4 * overall,
                      qPrintable(QString("parameter %1: max |grad - reference| %2, max |reference| %3").arg(i).arg(diff).arg(scale)));
         }
-        qInfo("%s: loss term %.6g vs %.6g, worst gradient difference / largest gradient %.2g", qPrintable(kind), got.kl,
+        qInfo("%s: loss term %.6g vs %.6g, worst gradient difference / largest gradient %.2g", qPrintable(kind), got.objective,
               kl.item<double>(), worst);
 
         // The other way of keeping the graph (each layer's graph kept from the forward, or each
@@ -220,7 +220,7 @@ private slots:
         }
         const bool keptFirst = train::keepsLayerGraphs(c, tokens.size(0), tokens.size(1));
         const auto other = train::distillationStep(c, f.w, t, act, tokens, tau, lambda, objective, !keptFirst);
-        QCOMPARE(other.kl, got.kl);
+        QCOMPARE(other.objective, got.objective);
         QCOMPARE(other.loss, got.loss);
         for (size_t i = 0; i < params.size(); ++i)
             QVERIFY2(at::equal(params[i].grad(), first[i]), qPrintable(QString("parameter %1 (kept graphs: %2)").arg(i).arg(!keptFirst)));
@@ -235,14 +235,14 @@ private slots:
         QFETCH(QString, kind);
         Fixture f;
         if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         spec.t1Kind = spec.t2Kind = kind.toStdString();
         spec.init = "hadamard";
-        train::ModelTransforms t(f.ck->config(), spec);
+        fold::ModelTransforms t(f.ck->config(), spec);
         auto o = quickOptions(1);
         o.activation.reset();
         const auto r = train::distill(f.ck->config(), f.w, f.calib, t, o);
-        QVERIFY2(r.history.at(0).kl < 1e-6, qPrintable(QString("KL %1").arg(r.history.at(0).kl)));
+        QVERIFY2(r.history.at(0).objective < 1e-6, qPrintable(QString("KL %1").arg(r.history.at(0).objective)));
     }
 
     // Under MXFP4 activations the KL falls as LATMiX trains: the mean KL of the last 40 of 200
@@ -262,9 +262,9 @@ private slots:
         QFETCH(QString, kind);
         Fixture f;
         if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         spec.t1Kind = spec.t2Kind = kind.toStdString();
-        train::ModelTransforms t(f.ck->config(), spec);
+        fold::ModelTransforms t(f.ck->config(), spec);
         const int steps = 200, tail = 40;
         auto o = quickOptions(steps);
         o.batch = 8; // every step sees all windows: the loss curve is not batch noise
@@ -272,9 +272,9 @@ private slots:
         o.lr = 5e-3;
         const auto r = train::distill(f.ck->config(), f.w, f.calib, t, o);
         QCOMPARE(int(r.history.size()), steps);
-        const double first = r.history[0].kl;
+        const double first = r.history[0].objective;
         double last = 0;
-        for (int i = steps - tail; i < steps; ++i) last += r.history[size_t(i)].kl / tail;
+        for (int i = steps - tail; i < steps; ++i) last += r.history[size_t(i)].objective / tail;
         qInfo("KL of the first step %.5f, mean of the last %d %.5f (ratio %.3f)", first, tail, last, last / first);
         QVERIFY2(last < 0.9 * first, qPrintable(QString("KL first %1 last %2").arg(first).arg(last)));
         QVERIFY(std::isfinite(r.history[4].a1Condition) && std::isfinite(r.history[4].a2OffBlock));
@@ -288,24 +288,24 @@ private slots:
         Fixture f;
         if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         QTemporaryDir tmp;
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         auto o = quickOptions(12);
         o.checkpointEvery = 4;
 
-        train::ModelTransforms a(f.ck->config(), spec);
+        fold::ModelTransforms a(f.ck->config(), spec);
         train::distill(f.ck->config(), f.w, f.calib, a, o);
-        train::ModelTransforms b(f.ck->config(), spec);
+        fold::ModelTransforms b(f.ck->config(), spec);
         train::distill(f.ck->config(), f.w, f.calib, b, o);
         const auto pa = a.parameters(), pb = b.parameters();
         for (size_t i = 0; i < pa.size(); ++i) QVERIFY(at::equal(pa[i], pb[i]));
 
         const std::string run = (tmp.path() + "/train.h5").toStdString();
         o.runFile = run;
-        train::ModelTransforms c(f.ck->config(), spec);
+        fold::ModelTransforms c(f.ck->config(), spec);
         test::CancelAfter cancel(7);
         QVERIFY_THROWS_EXCEPTION(JobCancelled, train::distill(f.ck->config(), f.w, f.calib, c, o, cancel));
         QCOMPARE(int(train::readDistillSeries(run).size()), 7);
-        train::ModelTransforms d(f.ck->config(), spec); // fresh: everything comes from the run file
+        fold::ModelTransforms d(f.ck->config(), spec); // fresh: everything comes from the run file
         o.resume = true;
         const auto r = train::distill(f.ck->config(), f.w, f.calib, d, o);
         QCOMPARE(r.startStep, 7);
@@ -356,7 +356,7 @@ private slots:
         auto o = quickOptions(3);
         o.lr = lr;
         o.runFile = (tmp.path() + "/train.h5").toStdString();
-        train::ModelTransforms t(f.ck->config(), train::TransformSpec{});
+        fold::ModelTransforms t(f.ck->config(), fold::TransformSpec{});
         QString message;
         try {
             train::distill(f.ck->config(), w, f.calib, t, o);
@@ -402,11 +402,11 @@ private slots:
         if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         const OneStep d = oneStep(f, kind.toStdString(), dev), c = oneStep(f, kind.toStdString(), c10::kCPU);
         auto close = [](double a, double b) { return std::abs(a - b) <= 1e-3 * std::abs(b) + 1e-6; };
-        QVERIFY2(close(d.step.kl, c.step.kl) && close(d.step.loss, c.step.loss),
+        QVERIFY2(close(d.step.objective, c.step.objective) && close(d.step.loss, c.step.loss),
                  qPrintable(QString("%1: KL %2 loss %3; CPU: KL %4 loss %5")
-                                .arg(device).arg(d.step.kl, 0, 'g', 9).arg(d.step.loss, 0, 'g', 9)
-                                .arg(c.step.kl, 0, 'g', 9).arg(c.step.loss, 0, 'g', 9)));
-        QVERIFY(c.step.kl > 1e-4); // MXFP4 makes the student differ: the step has something to learn
+                                .arg(device).arg(d.step.objective, 0, 'g', 9).arg(d.step.loss, 0, 'g', 9)
+                                .arg(c.step.objective, 0, 'g', 9).arg(c.step.loss, 0, 'g', 9)));
+        QVERIFY(c.step.objective > 1e-4); // MXFP4 makes the student differ: the step has something to learn
         QCOMPARE(d.after.size(), c.after.size());
         const double lr = c.step.lr;
         std::int64_t total = 0, agree = 0, moved = 0;
@@ -419,7 +419,7 @@ private slots:
             moved += (c.after[i] != c.before[i]).sum().item<std::int64_t>();
             total += diff.numel();
         }
-        qInfo("%s: KL %.9g (CPU %.9g), %lld of %lld entries agree, %lld moved", qPrintable(device), d.step.kl, c.step.kl,
+        qInfo("%s: KL %.9g (CPU %.9g), %lld of %lld entries agree, %lld moved", qPrintable(device), d.step.objective, c.step.objective,
               static_cast<long long>(agree), static_cast<long long>(total), static_cast<long long>(moved));
         QVERIFY(moved > total / 4); // the step did move the parameters
         QVERIFY2(agree >= 0.99 * double(total),
@@ -453,8 +453,8 @@ private slots:
         QCOMPARE(stored.embed.scalar_type(), at::kBFloat16);
         const auto widened = model::loadWeights(ck, at::kFloat, dev);
         auto step = [&](const model::LlamaWeights& w) {
-            train::TransformSpec spec;
-            train::ModelTransforms tr(ck.config(), spec);
+            fold::TransformSpec spec;
+            fold::ModelTransforms tr(ck.config(), spec);
             tr.to(dev);
             auto o = quickOptions(1);
             o.metricsEvery = 0;
@@ -464,8 +464,8 @@ private slots:
             return r;
         };
         const OneStep a = step(stored), b = step(widened);
-        QVERIFY(b.step.kl > 1e-4); // MXFP4 in the student: a step with something to learn
-        QCOMPARE(a.step.kl, b.step.kl);
+        QVERIFY(b.step.objective > 1e-4); // MXFP4 in the student: a step with something to learn
+        QCOMPARE(a.step.objective, b.step.objective);
         QCOMPARE(a.step.loss, b.step.loss);
         QCOMPARE(a.after.size(), b.after.size());
         for (size_t i = 0; i < a.after.size(); ++i) QVERIFY2(at::equal(a.after[i], b.after[i]), qPrintable(QString::number(i)));
@@ -476,17 +476,17 @@ private slots:
         Fixture f;
         if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         QTemporaryDir tmp;
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         spec.seed = 17;
-        train::ModelTransforms a(f.ck->config(), spec);
+        fold::ModelTransforms a(f.ck->config(), spec);
         train::distill(f.ck->config(), f.w, f.calib, a, quickOptions(3));
         const std::string path = (tmp.path() + "/transforms.h5").toStdString();
         a.save(path, {{"method", "latmix-lu"}});
-        const auto b = train::ModelTransforms::load(f.ck->config(), path);
+        const auto b = fold::ModelTransforms::load(f.ck->config(), path);
         QVERIFY(at::equal(a.t1()->matrix(), b.t1()->matrix()));
         QVERIFY(at::equal(a.t2(2)->bias(), b.t2(2)->bias()));
         QVERIFY(at::equal(a.t3().dense(), b.t3().dense()));
-        QVERIFY_THROWS_EXCEPTION(std::runtime_error, train::ModelTransforms::load(f.ck->config(), path + ".missing"));
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, fold::ModelTransforms::load(f.ck->config(), path + ".missing"));
     }
 };
 

@@ -12,7 +12,7 @@
 #include "run/QuantizeRun.h"
 #include "train/Distillation.h"
 #include "mx/MxFormat.h"
-#include "train/ModelTransforms.h"
+#include "fold/ModelTransforms.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -114,10 +114,10 @@ class TestDistributed : public QObject {
 
     // Distillation of `kind` transforms on the demo model with `batch` windows per rank.
     Trained train(const std::string& kind, int batch, std::shared_ptr<dist::Group> group, int steps) {
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         spec.t1Kind = spec.t2Kind = kind;
         spec.seed = 11;
-        train::ModelTransforms t(m_ck->config(), spec);
+        fold::ModelTransforms t(m_ck->config(), spec);
         train::DistillOptions o;
         o.steps = steps;
         o.batch = batch;
@@ -131,7 +131,7 @@ class TestDistributed : public QObject {
         for (const auto& p : t.parameters()) out.params.push_back(p.detach().clone());
         for (const auto& s : r.history) {
             out.loss.push_back(s.loss);
-            out.kl.push_back(s.kl);
+            out.kl.push_back(s.objective);
         }
         return out;
     }
@@ -186,16 +186,16 @@ private slots:
     }
     void averagedGradientIsTheBatchGradient() {
         QFETCH(QString, kind);
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         spec.t1Kind = spec.t2Kind = kind.toStdString();
         spec.seed = 11;
         auto gradients = [&](const at::Tensor& tokens, const std::shared_ptr<dist::Group>& g) {
-            train::ModelTransforms t(m_ck->config(), spec);
+            fold::ModelTransforms t(m_ck->config(), spec);
             const auto l = train::distillationStep(m_ck->config(), m_w, t, mx::MxConfig{}, tokens, 1.5, 0.1);
             std::vector<at::Tensor> grads;
             for (const auto& p : t.parameters())
                 grads.push_back(p.grad().defined() ? p.grad().clone() : at::zeros_like(p.detach()));
-            auto kl = at::full({1}, l.kl, at::kDouble);
+            auto kl = at::full({1}, l.objective, at::kDouble);
             grads.push_back(kl);
             if (g) g->allreduceMean(grads);
             return grads;
@@ -257,10 +257,10 @@ private slots:
         }
         qInfo("max |2 ranks - 1 process| over the parameters: %.3g", worst);
         { // and training moved them (the comparison is not between two untouched starts)
-            train::TransformSpec spec;
+            fold::TransformSpec spec;
             spec.t1Kind = spec.t2Kind = kind.toStdString();
             spec.seed = 11;
-            const auto start = train::ModelTransforms(m_ck->config(), spec).parameters();
+            const auto start = fold::ModelTransforms(m_ck->config(), spec).parameters();
             double moved = 0;
             for (size_t i = 0; i < start.size(); ++i)
                 moved = std::max(moved, (ranks[0].params[i] - start[i].detach()).abs().max().item<double>());
@@ -383,9 +383,9 @@ private slots:
         std::vector<int> cancelled(2, 0);
         const auto errors = onThreads(2, [&](int r) {
             auto g = dist::Group::connect(worldOf(r, 2, port), "same run", kTimeout);
-            train::TransformSpec spec;
+            fold::TransformSpec spec;
             spec.t1Kind = spec.t2Kind = "learned-affine-lu";
-            train::ModelTransforms t(m_ck->config(), spec);
+            fold::ModelTransforms t(m_ck->config(), spec);
             train::DistillOptions o;
             o.steps = 10;
             o.batch = 2;

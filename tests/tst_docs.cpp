@@ -1,6 +1,8 @@
 // The repository's docs answer what its code cites: every "SPEC §N" in the sources names a
 // section "## N." of docs/spec.md, and the README links the page (issue 35: a clone stands on
 // its own, ../shared is not there for its readers).
+#include "run/quantize/OptionTable.h"
+
 #include "CliRunner.h"
 
 #include <CLI/Version.hpp>
@@ -172,6 +174,35 @@ private slots:
         }
         QVERIFY2(readAll(path) == page, "docs/cli.md differs from latmix --help: LATMIX_WRITE_CLI_DOC=1 build/bin/tst_docs "
                                         "cliReferenceIsCurrent rewrites it");
+    }
+
+    // docs/options.md: the option table (run/quantize/OptionTable.h) as a page, so that the keys
+    // of latmix.json, sweep grids and the workbench's names cannot drift from the code.
+    // LATMIX_WRITE_OPTIONS_DOC=1 build/bin/tst_docs optionsReferenceIsCurrent rewrites it.
+    void optionsReferenceIsCurrent() {
+        static const char* const types[] = {"text", "integer", "number", "flag", "on/off", "list"};
+        QString page = QStringLiteral(
+            "# Quantize options\n\n"
+            "Every option of a `latmix quantize` run, from the one table in core/run/quantize/OptionTable.cpp:\n"
+            "the **key** is its name in latmix.json's `options`, in a sweep grid's `options` and variants, in\n"
+            "the unfinished-run marker (`latmix quantize --resume RUN_DIR` continues with those) and in the\n"
+            "run key of a data-parallel run (the options marked *result*: ranks must agree on them); the\n"
+            "**flag** is the CLI's (docs/cli.md) and the **workbench** name is its control's, which the\n"
+            "workbench's messages use. tests/tst_docs.cpp checks this page; after changing the table,\n"
+            "`LATMIX_WRITE_OPTIONS_DOC=1 build/bin/tst_docs optionsReferenceIsCurrent` rewrites it.\n\n"
+            "| key | flag | workbench | type | result | what |\n|---|---|---|---|---|---|\n");
+        for (const auto& f : latmix::run::optionFields())
+            page += QStringLiteral("| `%1` | `%2` | %3 | %4 | %5 | %6 |\n")
+                        .arg(f.key, f.flag, f.label, types[int(f.type)], f.changesResult ? "result" : "",
+                             QString(f.help).replace('|', "\\|"));
+        const QString path = sourceDir() + QStringLiteral("/docs/options.md");
+        if (qEnvironmentVariableIsSet("LATMIX_WRITE_OPTIONS_DOC")) {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+            f.write(page.toUtf8());
+        }
+        QVERIFY2(readAll(path) == page, "docs/options.md differs from the option table: LATMIX_WRITE_OPTIONS_DOC=1 "
+                                        "build/bin/tst_docs optionsReferenceIsCurrent rewrites it");
     }
 
     void readmeLinksSpec() {

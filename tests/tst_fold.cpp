@@ -9,7 +9,7 @@
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
 #include "run/ModelAnalysis.h"
-#include "train/ModelTransforms.h"
+#include "fold/ModelTransforms.h"
 #include "transforms/FixedTransforms.h"
 #include "transforms/LearnedTransforms.h"
 
@@ -181,7 +181,7 @@ private slots:
 
     // unfoldT3 undoes applyT3 (export hf folds T3 back into W_down).
     // run::captureModelActivations with a run's transforms.h5 captures from the model that run
-    // quantizes (train::foldedModel): at a point it holds the original model's activations
+    // quantizes (fold::foldedModel): at a point it holds the original model's activations
     // mapped by that point's transform, exactly where no RMSNorm sees a non-orthogonal T1: T3
     // at down_proj (x T3ᵀ), the layer's affine T2 per head at o_proj, an orthogonal T1 at q/k/v
     // and gate/up acting on the γ-free normalised residual (γ folds into the weights: x / γ,
@@ -204,13 +204,13 @@ private slots:
         const QString dir = test::modelFolder("demo");
         const auto ck = model::Checkpoint::load(dir.toStdString());
         const auto& c = ck.config();
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         spec.t1Kind = t1.toStdString();
         spec.t2Kind = t2.toStdString();
         spec.t3Block = t3;
         spec.seed = 4;
         spec.t3Seed = 11;
-        train::ModelTransforms t(c, spec);
+        fold::ModelTransforms t(c, spec);
         {
             at::NoGradGuard g;
             auto gen = at::detail::createCPUGenerator(17);

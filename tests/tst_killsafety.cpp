@@ -136,7 +136,8 @@ private slots:
             reached = reached || state != "absent";
             // Resumed (or run again when nothing was written), it finishes like the whole run.
             const bool resume = marked && !finished;
-            const Result again = run(quantizeArgs(out, method) << (resume ? QStringList{"--resume"} : QStringList{}));
+            // The folder alone says what to resume (the marker's options, run/UnfinishedRun.h).
+            const Result again = run(resume ? QStringList{"quantize", "--resume", out} : quantizeArgs(out, method));
             QVERIFY2(again.exitCode == 0, qPrintable(what + "\n" + again.err));
             QVERIFY2(!run::hasUnfinishedMarker(out.toStdString()), qPrintable(what));
             QVERIFY2(!QFileInfo::exists(out + "/folded.partial"), qPrintable(what));

@@ -601,8 +601,8 @@ void TestMainWindow::reportAndRunsFromTheWindow() {
     QVERIFY(listed != runs->runs().end());
     QCOMPARE(listed->method, std::string("latmix-lu"));
     QCOMPARE(listed->steps, 2);
-    QVERIFY(summary.finalKl >= 0);
-    QCOMPARE(listed->finalKl, summary.finalKl);
+    QVERIFY(summary.finalObjective >= 0);
+    QCOMPARE(listed->finalObjective, summary.finalObjective);
 }
 
 // The views' jobs are the Jobs dock's rows; the status bar's summary opens the dock.

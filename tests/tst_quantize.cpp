@@ -10,7 +10,7 @@
 #include "eval/Perplexity.h"
 #include "fold/Fold.h"
 #include "run/QuantizeRun.h"
-#include "train/ModelTransforms.h"
+#include "fold/ModelTransforms.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -101,7 +101,7 @@ private slots:
             // trained student (SPEC §5) without activation quantization, not the original. Rebuild
             // that student independently from transforms.h5 (float32 folding) and compare.
             const auto base = model::Checkpoint::load(modelDir().toStdString());
-            const auto t = train::ModelTransforms::load(base.config(), tmp.filePath("transforms.h5").toStdString());
+            const auto t = fold::ModelTransforms::load(base.config(), tmp.filePath("transforms.h5").toStdString());
             at::NoGradGuard noGrad;
             auto w = fold::applyT3(fold::foldNorms(base.config(), model::loadWeights(base, at::kFloat)), t.t3());
             w = t.fold(base.config(), w);

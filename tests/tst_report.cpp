@@ -146,7 +146,7 @@ QString xmlError(const QString& svg) {
 using Field = std::function<double(const train::DistillStep&)>;
 Field fieldOf(const QString& key) {
     if (key == "loss") return [](const train::DistillStep& s) { return s.loss; };
-    if (key == "kl") return [](const train::DistillStep& s) { return s.kl; };
+    if (key == "objective") return [](const train::DistillStep& s) { return s.objective; };
     if (key == "vol") return [](const train::DistillStep& s) { return s.vol; };
     if (key == "lr") return [](const train::DistillStep& s) { return s.lr; };
     if (key == "a1_cond") return [](const train::DistillStep& s) { return s.a1Condition; };
@@ -311,7 +311,7 @@ private slots:
         QTest::addColumn<QString>("plot");
         QTest::addColumn<QString>("series");
         QTest::newRow("loss") << "loss" << "loss";
-        QTest::newRow("kl") << "loss" << "kl";
+        QTest::newRow("objective") << "loss" << "objective";
         QTest::newRow("volume") << "vol" << "vol";
         QTest::newRow("lr") << "lr" << "lr";
         QTest::newRow("A1 condition") << "a1_cond" << "a1_cond";
@@ -359,7 +359,7 @@ private slots:
             QVERIFY(got[i].second >= p.ymin - p.yTol() && got[i].second <= p.ymax + p.yTol());
         }
         // Every step has a value of the per-step series: one unbroken line.
-        if (series == "loss" || series == "kl" || series == "lr") QCOMPARE(int(lines.size()), 1);
+        if (series == "loss" || series == "objective" || series == "lr") QCOMPARE(int(lines.size()), 1);
     }
 
     // Each perplexity > 0 of latmix.json (absent: 0) is a row with its exact value and its
@@ -410,8 +410,8 @@ private slots:
             QCOMPARE(resultCell(html, "seconds:total").first.toDouble(), 3.5);
             QCOMPARE(resultCell(html, "seconds:total").second, QString("3.5 s"));
         } else {
-            const double finalKl = j["training"].toObject()["final_kl"].toDouble();
-            QCOMPARE(resultCell(html, "final_kl").first.toDouble(), finalKl);
+            const double finalKl = j["training"].toObject()["final_objective"].toDouble();
+            QCOMPARE(resultCell(html, "final_objective").first.toDouble(), finalKl);
         }
     }
 

@@ -133,8 +133,8 @@ private slots:
         QCOMPARE(s.zeroShot[1].perplexity, 99.5);
         QCOMPARE(s.trainSeconds, 12.5);
         QCOMPARE(s.totalSeconds, 15.75);
-        QCOMPARE(s.firstKl, 0.5);
-        QCOMPARE(s.finalKl, 0.125);
+        QCOMPARE(s.firstObjective, 0.5);
+        QCOMPARE(s.finalObjective, 0.125);
         QVERIFY(s.hasTrainSeries);
         QCOMPARE(int(s.linears.size()), 2);
         QCOMPARE(s.linears[1].layer, 1);
@@ -151,7 +151,7 @@ private slots:
         QCOMPARE(r.w4a4Perplexity, 25.0);
         QCOMPARE(r.foldedPerplexity, 20.5);
         QCOMPARE(r.weightsOnlyPerplexity, 21.25);
-        QCOMPARE(r.finalKl, 0.125);
+        QCOMPARE(r.finalObjective, 0.125);
         QCOMPARE(r.zeroShotAverage, 0.375);
         QCOMPARE(r.trainSeconds, 12.5);
         QCOMPARE(r.totalSeconds, 15.75);
@@ -166,9 +166,9 @@ private slots:
         QCOMPARE(s.steps, 0);
         QCOMPARE(s.fpPerplexity, 0.0);
         QCOMPARE(s.recovery, 0.0);
-        QVERIFY(s.finalKl < 0 && s.zeroShotAverage < 0);
+        QVERIFY(s.finalObjective < 0 && s.zeroShotAverage < 0);
         QVERIFY(!s.hasTrainSeries);
-        QVERIFY(!run::RunSummary::hasValue(s.fpPerplexity) && !run::RunSummary::hasValue(s.finalKl, true));
+        QVERIFY(!run::RunSummary::hasValue(s.fpPerplexity) && !run::RunSummary::hasValue(s.finalObjective, true));
         QVERIFY(writeText(dir + "/latmix.json",
                           R"({"method": "gptq", "perplexity": {"fp": null, "folded_fp": 0.0, "w4a4": 30.5}})"));
         s = run::readRunSummary(dir.toStdString());
@@ -278,12 +278,12 @@ private slots:
         QCOMPARE(cell(1, "weights_only_ppl").toDouble(), 21.25);
         QCOMPARE(cell(1, "recovery").toDouble(), 0.8);
         QCOMPARE(cell(1, "zeroshot_average").toDouble(), 0.375);
-        QCOMPARE(cell(1, "final_kl").toDouble(), 0.125);
+        QCOMPARE(cell(1, "final_objective").toDouble(), 0.125);
         QCOMPARE(cell(1, "total_seconds").toDouble(), 15.75);
         QCOMPARE(cell(1, "train_series"), QString("no"));
         QCOMPARE(cell(2, "dir"), root + "/rtn");
         QCOMPARE(cell(2, "command"), QString("latmix quantize, with a comma and \"quotes\""));
-        for (const char* absent : {"fp_ppl", "w4a4_ppl", "folded_fp_ppl", "recovery", "zeroshot_average", "final_kl"})
+        for (const char* absent : {"fp_ppl", "w4a4_ppl", "folded_fp_ppl", "recovery", "zeroshot_average", "final_objective"})
             QVERIFY2(cell(2, absent).isEmpty(), absent);
         QCOMPARE(cell(2, "steps"), QString("0"));
         QCOMPARE(cell(2, "total_seconds").toDouble(), 2.5);

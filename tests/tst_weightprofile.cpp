@@ -2,7 +2,7 @@
 // weights of real-ish shapes every number against a float64 computation written here with loops
 // and the scalar MX reference (mx/MxReference): column norms and maxima, the per-row group
 // errors, their band and column means, the totals, a ragged last group. run::loadLinearWeights:
-// the one-layer fold equals the whole-model fold (train::foldedModel) and, for T3 alone,
+// the one-layer fold equals the whole-model fold (fold::foldedModel) and, for T3 alone,
 // W_down·T3ᵀ worked here. Bad input names the linear.
 #include "metrics/WeightProfile.h"
 #include "model/Checkpoint.h"
@@ -10,7 +10,7 @@
 #include "model/TensorNames.h"
 #include "mx/MxReference.h"
 #include "run/ModelAnalysis.h"
-#include "train/ModelTransforms.h"
+#include "fold/ModelTransforms.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -183,7 +183,7 @@ private slots:
     }
 
     // The weights view's folded weight of one linear (one layer folded alone) against the whole
-    // model folded by train::foldedModel (the fold every run and the activation view use).
+    // model folded by fold::foldedModel (the fold every run and the activation view use).
     void oneLayerFoldMatchesModelFold_data() {
         QTest::addColumn<QString>("linear");
         QTest::addColumn<int>("layer");
@@ -199,13 +199,13 @@ private slots:
         const QString dir = test::modelFolder("demo");
         const auto ck = model::Checkpoint::load(dir.toStdString());
         const auto& c = ck.config();
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         spec.t1Kind = "learned-affine-lu";
         spec.t2Kind = "learned-affine-qr";
         spec.t3Block = 32;
         spec.seed = 5;
         spec.t3Seed = 13;
-        train::ModelTransforms t(c, spec);
+        fold::ModelTransforms t(c, spec);
         {
             at::NoGradGuard g;
             auto gen = at::detail::createCPUGenerator(23);
@@ -216,7 +216,7 @@ private slots:
         t.save(file);
         const auto got = run::loadLinearWeights(dir.toStdString(), layer, linear.toStdString(), file);
         const auto loaded = model::loadWeights(ck, at::kDouble);
-        const auto whole = train::foldedModel(c, loaded, t, at::TensorOptions().dtype(at::kDouble));
+        const auto whole = fold::foldedModel(c, loaded, t, at::TensorOptions().dtype(at::kDouble));
         const auto& y = whole.weights().layers[std::size_t(layer)];
         const std::string l = linear.toStdString();
         const at::Tensor want = l == model::names::kQProj ? y.wq : l == model::names::kVProj ? y.wv
@@ -237,12 +237,12 @@ private slots:
     void t3AloneByHand() {
         const QString dir = test::modelFolder("demo");
         const auto ck = model::Checkpoint::load(dir.toStdString());
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         spec.t1Kind = "none";
         spec.t2Kind = "none";
         spec.t3Block = 32;
         spec.t3Seed = 3;
-        train::ModelTransforms t(ck.config(), spec);
+        fold::ModelTransforms t(ck.config(), spec);
         QTemporaryDir tmp;
         const std::string file = tmp.filePath("transforms.h5").toStdString();
         t.save(file);

@@ -10,7 +10,7 @@
 #include "model/TensorNames.h"
 #include "mx/MxFormat.h"
 #include "run/ModelAnalysis.h"
-#include "train/ModelTransforms.h"
+#include "fold/ModelTransforms.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -73,13 +73,13 @@ private slots:
         m_run = m_tmp.filePath("run");
         QVERIFY(QDir().mkpath(m_run));
         const auto ck = model::Checkpoint::load(m_model.toStdString());
-        train::TransformSpec spec;
+        fold::TransformSpec spec;
         spec.t1Kind = "learned-affine-lu";
         spec.t2Kind = "learned-affine-lu";
         spec.t3Block = 32;
         spec.seed = 2;
         spec.t3Seed = 9;
-        train::ModelTransforms t(ck.config(), spec);
+        fold::ModelTransforms t(ck.config(), spec);
         at::NoGradGuard g;
         auto gen = at::detail::createCPUGenerator(31);
         for (auto& p : t.parameters()) p.add_(at::randn(p.sizes(), gen, p.options()) * 0.05);
@@ -217,11 +217,11 @@ private slots:
             const auto ck = model::Checkpoint::load(m_model.toStdString());
             auto c = ck.config();
             c.hiddenSize *= 2; // another model's T1
-            train::TransformSpec spec;
+            fold::TransformSpec spec;
             spec.t1Kind = "learned-affine-lu";
             spec.t2Kind = "none";
             spec.t3Block = 0;
-            train::ModelTransforms(c, spec).save(QDir(bad).filePath("transforms.h5").toStdString());
+            fold::ModelTransforms(c, spec).save(QDir(bad).filePath("transforms.h5").toStdString());
         }
         v.setModelDir(m_model);
         v.setRun(bad);

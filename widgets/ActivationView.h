@@ -47,7 +47,7 @@ public:
     static QStringList transformKinds();   // none, hadamard, block-hadamard, orthogonal, block-orthogonal
     // A finished run of the open model (a folder with transforms.h5): its transforms become a
     // choice, shown as what that run's quantizers see, i.e. the point captured from the model
-    // with the run's T1/T2/T3 folded in (train::foldedModel), against the original model's.
+    // with the run's T1/T2/T3 folded in (fold::foldedModel), against the original model's.
     // A folder without transforms.h5 (RTN, GPTQ) removes the choice; so does an empty one.
     void setRun(const QString& runDir);
     QString runDir() const { return m_runDir; }

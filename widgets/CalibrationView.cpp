@@ -14,6 +14,7 @@
 #include "model/ModelConfig.h"
 #include "run/MemoryEstimate.h"
 #include "run/UnfinishedRun.h"
+#include "run/quantize/OptionTable.h"
 #include "util/Runtime.h"
 
 #include <QComboBox>
@@ -188,6 +189,21 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     dirRow->addWidget(browseDir);
     df->addRow(tr("Run folder:"), dirRow);
     column->addWidget(dataBox);
+    // Each control of a run option says which (run/quantize/OptionTable.h): its label is the
+    // table's, the name the run's messages give it ("Learned T1 bias: off"); tst_calibrationview
+    // checks that the two agree.
+    const std::pair<QWidget*, const char*> optionControls[] = {
+        {m_method, "method"},          {m_format, "format"},
+        {m_block, "block"},            {m_scaleMode, "scale_mode"},
+        {m_t1Bias, "t1_bias"},         {m_skipExportCheck, "skip_export_check"},
+        {m_steps, "steps"},            {m_batch, "batch"},
+        {m_lr, "lr"},                  {m_temperature, "temperature"},
+        {m_volumeWeight, "volume_weight"}, {m_metricsEvery, "metrics_every"},
+        {m_trackedLayer, "tracked_layer"}, {m_samples, "calib_samples"},
+        {m_seqLen, "seqlen"},          {m_seed, "seed"},
+        {m_evalWindows, "eval_windows"}, {m_foldedEvery, "folded_eval_every"},
+        {m_device, "device"}};
+    for (const auto& [control, key] : optionControls) control->setProperty("optionKey", QString::fromLatin1(key));
 
     m_memory = new QLabel(form);
     m_memory->setObjectName(QStringLiteral("memoryEstimateLabel"));
@@ -348,10 +364,12 @@ bool CalibrationView::start(QString* error) {
     if (m_modelDir.isEmpty()) return fail(tr("Open a model before running a calibration"));
     if (m_runner->isRunning()) return fail(tr("A calibration is already running; cancel it first"));
     latmix::run::QuantizeOptions o;
+    latmix::run::ResolvedRun resolved; // every check before the run starts (run/quantize/Preflight.h)
     try {
         o = options();
-        o.format.validate();
-        latmix::run::methodSpec(o.method);
+        resolved = latmix::run::preflight(m_modelDir.toStdString(), o);
+    } catch (const latmix::run::RunRefused& e) { // the remedies in the names of this form's controls
+        return fail(tr("Cannot run: %1").arg(QString::fromStdString(e.message(latmix::run::Face::Workbench))));
     } catch (const std::exception& e) {
         return fail(tr("Invalid settings: %1").arg(QString::fromLocal8Bit(e.what())));
     }
@@ -401,8 +419,7 @@ bool CalibrationView::start(QString* error) {
     o.commandLine = "latmix-workbench calibration";
     saveSettings();
 
-    const auto spec = latmix::run::methodSpec(o.method);
-    m_dashboard->beginRun(QFileInfo(m_activeRunDir).fileName(), spec.learned ? o.steps : 0, o.format.blockSize);
+    m_dashboard->beginRun(QFileInfo(m_activeRunDir).fileName(), resolved.method.learned ? o.steps : 0, o.format.blockSize);
     m_dashboard->setTrackedLayer(o.trackedLayer);
     QPointer<TrainingDashboard> board = m_dashboard;
     o.onMatrices = [board](int step, const at::Tensor& a1, const at::Tensor& a2) {
@@ -413,7 +430,7 @@ bool CalibrationView::start(QString* error) {
                       evalFile = evalPath.toStdString();
     const bool started = m_runner->start(tr("Calibration %1").arg(m_method->currentText()), [=](latmix::JobContext& job) {
         const auto ids = latmix::run::tokenizeRunInputs(modelDir, text, evalFile, o.seqLen);
-        latmix::run::runQuantize(modelDir, ids.calibIds, ids.evalIds, runDir, o, job, [board](const latmix::train::DistillStep& s) {
+        latmix::run::runQuantize(resolved, ids.calibIds, ids.evalIds, runDir, o, job, [board](const latmix::train::DistillStep& s) {
             QMetaObject::invokeMethod(
                 board, [board, s] { if (board) board->addStep(s); }, Qt::QueuedConnection);
         });

@@ -44,7 +44,7 @@ struct Quantity {
 const std::vector<Quantity>& quantityTable() {
     static const std::vector<Quantity> q = {
         {"loss", "loss", &DistillStep::loss, true, false, Qt::SolidLine},
-        {"kl", "KL", &DistillStep::kl, true, false, Qt::DashLine},
+        {"objective", "objective (KL, CE or MSE)", &DistillStep::objective, true, false, Qt::DashLine},
         {"vol", "volume term", &DistillStep::vol, true, false, Qt::SolidLine},
         {"lr", "learning rate", &DistillStep::lr, false, false, Qt::SolidLine},
         {"a1_orth", "‖AᵀA − I‖", &DistillStep::a1Orthogonality, false, false, Qt::SolidLine},
@@ -162,7 +162,7 @@ TrainingDashboard::TrainingDashboard(QWidget* parent) : QWidget(parent) {
     options->addWidget(clear);
     root->addLayout(options);
 
-    m_lossPlot = makePlot(this, QStringLiteral("lossPlot"), tr("Loss, KL"), tr("loss"));
+    m_lossPlot = makePlot(this, QStringLiteral("lossPlot"), tr("Loss, objective"), tr("loss"));
     m_lossPlot->yAxis->setScaleType(QCPAxis::stLogarithmic);
     m_lossPlot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
     m_lossPlot->yAxis2->setLabel(tr("folded FP perplexity"));
@@ -335,7 +335,7 @@ void TrainingDashboard::setSmoothing(double alpha) {
 }
 
 static QCustomPlot* plotOf(const TrainingDashboard* d, const QString& q) {
-    if (q == QLatin1String("loss") || q == QLatin1String("kl") || q == QLatin1String("folded_ppl")) return d->lossPlot();
+    if (q == QLatin1String("loss") || q == QLatin1String("objective") || q == QLatin1String("folded_ppl")) return d->lossPlot();
     if (q == QLatin1String("vol")) return d->volumePlot();
     if (q == QLatin1String("lr")) return d->lrPlot();
     return q.startsWith(QLatin1String("a1")) ? d->a1Plot() : d->a2Plot();

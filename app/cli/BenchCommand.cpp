@@ -11,7 +11,7 @@
 #include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
 #include "train/Distillation.h"
-#include "train/ModelTransforms.h"
+#include "fold/ModelTransforms.h"
 #include "transforms/FixedTransforms.h"
 #include "util/Runtime.h"
 #include "util/TorchCompat.h"
@@ -194,7 +194,7 @@ int runTrain(const BenchOptions& o) {
     const int seq = std::min(o.seqLen, c.maxPositions);
     // The frozen weights as `latmix quantize` holds them: as stored, mapped on the CPU.
     const model::LlamaWeights original = model::loadStoredWeights(ck, at::kFloat, device);
-    train::ModelTransforms transforms(c, run::transformSpecOf(m, q));
+    fold::ModelTransforms transforms(c, run::transformSpecOf(m, q));
     transforms.to(device);
     const int steps = 1 + o.repeat;
     const at::Tensor windows = at::randint(0, c.vocabSize, {int64_t(o.batch) * steps, seq}, at::detail::createCPUGenerator(7), at::kLong);

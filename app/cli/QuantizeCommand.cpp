@@ -15,6 +15,8 @@
 #include "model/LlamaModel.h"
 #include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
+#include "run/UnfinishedRun.h"
+#include "run/quantize/OptionTable.h"
 #include "transforms/LearnedTransforms.h"
 
 #include <chrono>
@@ -22,24 +24,28 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <stdexcept>
 
 namespace latmix::cli {
 namespace {
 
+namespace fs = std::filesystem;
+
 struct QuantizeCli {
     run::QuantizeOptions q;
-    std::string model, format = "mxfp4", scaleMode = "floor", calib, out;
-    std::string t1Bias = "on", t2Bias = "on";
-    bool skipExportCheck = false;
-    bool dryRun = false, force = false;
-    int block = 0;
+    std::string model, out;
+    // --resume [RUN_DIR]: continue the unfinished run there with the options it recorded.
+    std::string resumeDir;
+    CLI::Option* resume = nullptr;
+    // The run's options (run/quantize/OptionTable.h) as typed: text by key, flags by key, and
+    // each option's CLI entry (its count() says whether it was given).
+    std::map<std::string, std::string> text;
+    std::map<std::string, bool> flag;
+    std::map<std::string, CLI::Option*> given;
+    bool dryRun = false;
     int nproc = 1;
-    std::string devices; // --devices: the training's layers split over these (run::QuantizeOptions::devices)
-    std::string evalTasks; // --eval-tasks: zero-shot tasks of the W4A4 model
-    std::string t3;        // --t3 none|block-hadamard
-    int evalLimit = 0;
     double distTimeout = 1800; // seconds; PyTorch's default for process groups
     std::string distBackend = "auto";
     std::string gpuMemory; // --gpu-memory (GiB) for --dry-run on a GPU this machine lacks
@@ -67,84 +73,112 @@ int launchRanks(const QuantizeCli& o) {
                                   std::chrono::milliseconds(static_cast<long long>(o.distTimeout * 1000)));
 }
 
-namespace fs = std::filesystem;
-
 // --dry-run: the host memory of each stage and, with --device cuda (one GPU, no --offload, no
 // --devices: their plan is printed before), the GPU's, against --gpu-memory or the device's own
 // memory. --model may be a config.json alone (a model not downloaded yet; its torch_dtype is the
 // stored dtype), e.g. resources/configs/llama-3.1-8b.json.
-// The model's shape and bytes per stored weight element, from a checkpoint folder or (for the
-// estimates alone) a config.json, whose torch_dtype stands for the weights.
-struct ModelShape {
-    model::ModelConfig config;
-    int stored = 4;
-};
-ModelShape modelShapeOf(const std::string& path) {
-    ModelShape m;
-    if (fs::is_regular_file(path) && fs::path(path).extension() == ".json") {
-        m.config = model::ModelConfig::fromFile(path);
-        m.stored = m.config.torchDtype == "float32" ? 4 : 2;
-    } else {
-        const auto ck = model::Checkpoint::load(path);
-        m.config = ck.config();
-        m.stored = run::storedElementBytes(ck.weightBytes(), ck.parameterCount());
-    }
-    return m;
-}
-
-int printDryRun(const QuantizeCli& o) {
-    const auto [config, stored] = modelShapeOf(o.model);
-    std::printf("host memory\n%s", run::memoryTable(run::estimateQuantizeMemory(config, stored, o.q), run::availableHostMemory()).c_str());
-    if (o.q.device.rfind("cuda", 0) != 0 || o.q.offload || !o.q.devices.empty()) return 0;
-    const auto g = run::estimateDeviceMemory(config, stored, o.q);
+int printDryRun(const QuantizeCli& o, const run::ResolvedRun& resolved) {
+    std::printf("host memory\n%s", run::memoryTable(resolved.host, run::availableHostMemory()).c_str());
+    if (resolved.gpu.stages.empty()) return 0;
     const auto colon = o.q.device.find(':');
     const int index = colon == std::string::npos ? 0 : std::atoi(o.q.device.c_str() + colon + 1);
     const std::int64_t total = o.gpuMemory.empty() ? latmix::cudaTotalMemory(index) : run::parseGpuMemory(o.gpuMemory);
     std::printf("\nGPU memory (%s, %s)\n%s", o.q.device.c_str(),
                 !o.gpuMemory.empty() ? "--gpu-memory" : total > 0 ? "this machine's" : "not on this machine: --gpu-memory GiB compares",
-                run::memoryTable(g, total).c_str());
-    const std::string problem = run::memoryProblem(g, total, o.q, o.q.device);
+                run::memoryTable(resolved.gpu, total).c_str());
+    const std::string problem = run::memoryProblem(resolved.gpu, total, o.q, o.q.device);
     std::printf("%s\n", problem.empty() ? (total > 0 ? "fits" : "") : ("does not fit: " + problem).c_str());
     return 0;
 }
 
-int runQuantize(QuantizeCli& o) {
-    if (!o.t3.empty()) o.q.t3Block = run::t3BlockOf(o.t3);
-    run::runMethod(o.q); // unknown method, transform kind, initialisation or loss: fail before loading anything
-    if (o.nproc > 1 && !o.dryRun) return launchRanks(o);
-    if (o.distTimeout <= 0) throw std::invalid_argument("--dist-timeout must be positive (seconds)");
-    const dist::World world = dist::worldFromEnvironment();
-    o.q.format = mx::makeConfig(mx::parseFormat(o.format), mx::parseScaleMode(o.scaleMode));
-    if (o.block > 0) o.q.format.blockSize = o.block;
-    o.q.format.validate();
-    if (o.q.steps < 1) throw std::invalid_argument("--steps must be at least 1");
-    o.q.t1Bias = o.t1Bias == "on";
-    o.q.t2Bias = o.t2Bias == "on";
-    o.q.exportCheck = !o.skipExportCheck;
-    o.q.memoryCheck = !o.force;
+// The options the CLI starts from: QuantizeOptions' defaults with the device chosen automatically.
+run::RunConfig cliDefaults() {
+    run::RunConfig c;
+    c.device = "auto";
+    c.evalSeqLen = 0;
+    return c;
+}
+
+// --resume RUN_DIR (or --resume --out RUN_DIR): the run folder, its model and the options it
+// recorded (the unfinished-run marker, or latmix.json of a finished learned run whose training
+// goes on). Markers written before the options were recorded need the flags typed again.
+run::RunConfig resumedConfig(QuantizeCli& o) {
+    if (!o.resumeDir.empty() && !o.out.empty() && fs::path(o.resumeDir) != fs::path(o.out))
+        throw std::invalid_argument("--resume " + o.resumeDir + " and --out " + o.out + " name two run folders; give one");
+    if (o.out.empty()) o.out = o.resumeDir;
+    if (o.out.empty()) throw std::invalid_argument("--resume needs the run folder: --resume RUN_DIR");
+    std::string options, model, what;
+    if (run::hasUnfinishedMarker(o.out)) {
+        const auto marker = run::readUnfinishedRun(o.out);
+        options = marker.options;
+        model = marker.model;
+        what = run::unfinishedMarkerPath(o.out);
+    } else if (fs::exists(fs::path(o.out) / "latmix.json")) {
+        what = (fs::path(o.out) / "latmix.json").string();
+        const auto j = nlohmann::ordered_json::parse(util::readTextFile(what, "run record"));
+        if (j.contains("options")) options = j["options"].dump();
+        if (j.contains("model") && j["model"].is_string()) model = j["model"].get<std::string>();
+    }
+    if (o.model.empty()) o.model = model;
+    if (options.empty()) {
+        if (!o.given.at("method")->count() || o.model.empty())
+            throw std::invalid_argument(
+                "'" + o.out + "' holds no options to resume with (" +
+                (what.empty() ? std::string("no unfinished run there") : what + " was written before runs recorded them") +
+                "): give --model, --method and the other options as first typed, with --resume --out " + o.out);
+        return cliDefaults();
+    }
+    return run::configFromJson(nlohmann::ordered_json::parse(options), cliDefaults(), what);
+}
+
+// The run's options: the defaults (or those a resumed run recorded), then every option typed on
+// the command line, in the table's order.
+void completeOptions(QuantizeCli& o, const dist::World& world) {
+    run::RunConfig config = cliDefaults();
+    o.q.resume = o.resume->count() > 0;
+    if (o.q.resume) config = resumedConfig(o);
+    else if (!o.given.at("method")->count()) throw std::invalid_argument("--method is required (or --resume RUN_DIR)");
+    if (o.model.empty()) throw std::invalid_argument("--model is required (or --resume RUN_DIR)");
+    if (o.out.empty()) throw std::invalid_argument("--out is required");
+    for (const auto& f : run::optionFields()) {
+        if (!o.given.at(f.key)->count()) continue;
+        if (std::string(f.key) == "devices") // one list per rank: this rank's
+            config.devices = run::devicesOfLocalRank(o.text.at(f.key), world.localRank);
+        else if (f.type == run::OptionType::Flag)
+            run::setOption(config, f.key, o.flag.at(f.key));
+        else
+            run::setOption(config, f.key, run::optionFromText(f, o.text.at(f.key)));
+    }
+    static_cast<run::RunConfig&>(o.q) = config;
     // Several ranks on one machine: each on its own GPU (torchrun's convention, local rank r on
     // cuda:r) unless the devices name their indices.
     if (world.size > 1) o.q.device = model::deviceOfLocalRank(o.q.device, world.localRank);
-    if (!o.devices.empty()) { // the plan is checked and printed before anything else
-        o.q.devices = run::devicesOfLocalRank(o.devices, world.localRank);
-        const auto shape = modelShapeOf(o.model);
-        const auto plan = run::planLayerPlacement(shape.config, shape.stored, o.q.devices, o.q);
-        if (world.rank == 0) {
-            std::printf("training layers across %zu devices (balanced by the bytes of the weights each holds)%s:\n%s",
-                        plan.size(), world.size > 1 ? " on rank 0; every rank holds the same split on its own devices" : "",
-                        run::placementTable(plan).c_str());
-            std::fflush(stdout);
-        }
+}
+
+int runQuantize(QuantizeCli& o) {
+    if (o.distTimeout <= 0) throw std::invalid_argument("--dist-timeout must be positive (seconds)");
+    const dist::World world = dist::worldFromEnvironment();
+    completeOptions(o, world);
+    // Every check before any work, once: method, options, checkpoint, placement, memory.
+    const run::ResolvedRun resolved =
+        run::preflight(o.model, o.q, o.dryRun ? run::PreflightFor::Estimate : run::PreflightFor::Run);
+    if (o.nproc > 1 && !o.dryRun) return launchRanks(o); // each rank checks again and rank 0 prints the plan
+    if (!resolved.placement.empty() && world.rank == 0) {
+        std::printf("training layers across %zu devices (balanced by the bytes of the weights each holds)%s:\n%s",
+                    resolved.placement.size(),
+                    world.size > 1 ? " on rank 0; every rank holds the same split on its own devices" : "",
+                    run::placementTable(resolved.placement).c_str());
+        std::fflush(stdout);
     }
-    if (o.dryRun) return printDryRun(o); // the memory estimates and nothing else
+    if (o.dryRun) return printDryRun(o, resolved); // the memory estimates and nothing else
     // How the ranks talk, checked also for one process: a refusal comes before any work.
-    const c10::Device rankDevice = model::parseDevice(o.q.devices.empty() ? o.q.device : o.q.devices.front());
+    const c10::Device rankDevice = model::parseDevice(resolved.device);
     const dist::Backend backend = dist::chooseBackend(o.distBackend, rankDevice.is_cuda());
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
-    o.q.calibSource = util::calibrationTextFile(o.calib);
+    o.q.calibSource = util::calibrationTextFile(o.q.calibSource);
     if (o.q.evalSeqLen > 0) o.q.evalSource = util::wikiText2TestFile();
-    if (!o.evalTasks.empty() && world.rank == 0) // read and checked now: a bad task file stops before any work
-        o.q.evalTasks = eval::loadZeroShotTasks(o.evalTasks, util::dataDir(), o.evalLimit);
+    if (!o.q.evalTaskNames.empty() && world.rank == 0) // read and checked now: a bad task file stops before any work
+        o.q.evalTasks = eval::loadZeroShotTasks(o.q.evalTaskNames, util::dataDir(), o.q.evalLimit);
     const auto ids = run::tokenizeRunInputs(o.model, util::readTextFile(o.q.calibSource, "calibration text"), o.q.evalSource, o.q.seqLen);
     if (world.size > 1) {
         // One rank of a data-parallel run (torchrun or --nproc): the ranks meet, check that they
@@ -158,10 +192,10 @@ int runQuantize(QuantizeCli& o) {
     try {
         if (world.rank == 0) {
             CliProgress progress("quantize " + o.q.method);
-            r = run::runQuantize(o.model, ids.calibIds, ids.evalIds, o.out, o.q, progress);
+            r = run::runQuantize(resolved, ids.calibIds, ids.evalIds, o.out, o.q, progress);
         } else {
             CliProgress cancelOnly("", true);
-            r = run::runQuantize(o.model, ids.calibIds, ids.evalIds, o.out, o.q, cancelOnly);
+            r = run::runQuantize(resolved, ids.calibIds, ids.evalIds, o.out, o.q, cancelOnly);
             return 0;
         }
     } catch (const JobCancelled&) {
@@ -181,8 +215,8 @@ int runQuantize(QuantizeCli& o) {
             metrics += s.metricsSeconds, total += s.seconds;
         }
         const double n = static_cast<double>(r.training.history.size());
-        std::printf("training     %zu steps, KL %.4f -> %.4f, %.1f s\n", r.training.history.size(), first.kl, last.kl,
-                    r.trainSeconds);
+        std::printf("training     %zu steps, %s %.4f -> %.4f, %.1f s\n", r.training.history.size(),
+                    o.q.loss == "kl" ? "KL" : o.q.loss.c_str(), first.objective, last.objective, r.trainSeconds);
         std::printf("step time    %.3f s: teacher %.3f, student %.3f, backward %.3f, metrics %.3f (means)\n", total / n,
                     teacher / n, student / n, backward / n, metrics / n);
         if (o.q.group)
@@ -197,13 +231,13 @@ int runQuantize(QuantizeCli& o) {
         perLinear[l.linear].second += 1;
         seconds += l.seconds;
     }
-    std::printf("weights      %s, %.1f s (%.2f s per layer)\n", run::methodSpec(o.q.method).gptq ? "GPTQ" : "RTN",
+    std::printf("weights      %s, %.1f s (%.2f s per layer)\n", resolved.method.gptq ? "GPTQ" : "RTN",
                 r.quantizeSeconds, r.linears.empty() ? 0.0 : r.quantizeSeconds / (r.linears.size() / 7.0));
     if (o.q.group) // only for several ranks
         std::printf("             %d ranks: Hessians summed over the ranks, each linear quantized by one; %.1f MiB "
                     "communicated\n",
                     o.q.group->size(), r.quantizeBytes / 1048576.0);
-    if (run::weightQuantizationWindows(run::runMethod(o.q), o.q) == 0)
+    if (run::weightQuantizationWindows(resolved.method, o.q) == 0)
         std::printf("             no calibration: relative errors of the weights (--rtn-error-windows N: of the "
                     "outputs on N windows)\n");
     for (const auto& [name, v] : perLinear)
@@ -224,73 +258,49 @@ int runQuantize(QuantizeCli& o) {
     return 0;
 }
 
+// Each option of the table (run/quantize/OptionTable.h) as a flag, with its default shown
+// where one means something.
+void addOptionFlags(CLI::App* cmd, QuantizeCli& o) {
+    const run::RunConfig defaults = cliDefaults();
+    for (const auto& f : run::optionFields()) {
+        CLI::Option* opt = nullptr;
+        std::string help = f.help;
+        if (std::string(f.key) == "t1") help += ": " + util::joinList(transforms::transformKinds());
+        if (std::string(f.key) == "init") help += ": " + util::joinList(transforms::initKinds());
+        const bool required = std::string(f.key) == "method";
+        if (required) help = "one of " + run::methodNameList() + " (required unless --resume)";
+        if (f.type == run::OptionType::Flag) {
+            opt = cmd->add_flag(f.flag, o.flag[f.key], help);
+        } else {
+            opt = cmd->add_option(f.flag, o.text[f.key], help);
+            const auto value = run::optionValue(defaults, f.key);
+            const std::string shown = run::optionText(f, value);
+            const bool unset = shown.empty() || (value.is_number() && value.get<double>() < 0) ||
+                               (std::string(f.key) == "block" && value.get<int>() == 0);
+            if (!unset && !required && std::string(f.key) != "block") opt->default_str(shown);
+            opt->type_name(f.type == run::OptionType::Integer  ? "INT"
+                           : f.type == run::OptionType::Number ? "FLOAT"
+                           : f.type == run::OptionType::OnOff  ? "on|off"
+                           : f.type == run::OptionType::List   ? "LIST"
+                                                               : "TEXT");
+        }
+        o.given[f.key] = opt;
+    }
+}
+
 } // namespace
 
 Runner addQuantizeCommand(CLI::App& app) {
     auto o = std::make_shared<QuantizeCli>();
     auto* cmd = app.add_subcommand("quantize", "quantize a model with one of the paper's methods (folded W4A4 MX run)");
-    cmd->add_option("--model", o->model, "Hugging Face model folder")->required();
-    cmd->add_option("--method", o->q.method, "one of " + run::methodNameList())->required();
-    cmd->add_option("--format", o->format, "mxfp4, mxint4, nvfp4 (weights and activations)")->capture_default_str();
-    cmd->add_option("--block", o->block, "block size (default: the format's)");
-    cmd->add_option("--scale-mode", o->scaleMode, "floor, ceil or even")->capture_default_str();
-    cmd->add_option("--out", o->out, "run folder to write")->required();
-    cmd->add_option("--steps", o->q.steps, "training steps (learned methods)")->capture_default_str();
-    cmd->add_option("--batch", o->q.batch, "sequences per training step")->capture_default_str();
-    cmd->add_option("--lr", o->q.lr, "peak learning rate")->capture_default_str();
-    cmd->add_option("--warmup", o->q.warmupSteps, "warmup steps (at most steps/10)")->capture_default_str();
-    cmd->add_option("--temperature", o->q.temperature, "distillation temperature tau")->capture_default_str();
-    cmd->add_option("--volume-weight", o->q.volumeWeight, "lambda of the volume regulariser")->capture_default_str();
-    cmd->add_option("--t1", o->q.t1Kind,
-                    "ablation: T1 (residual stream) of this kind instead of the method's: " +
-                        util::joinList(transforms::transformKinds()));
-    cmd->add_option("--t2", o->q.t2Kind, "ablation: T2 (value/o_proj head space) of this kind instead of the method's");
-    cmd->add_option("--t3", o->t3, "ablation: the online T3 on the down_proj input: none or block-hadamard (the default "
-                                   "of the transformed methods)");
-    cmd->add_option("--init", o->q.init,
-                    "ablation: initialisation of the learned transforms: " + util::joinList(transforms::initKinds()));
-    cmd->add_option("--init-noise", o->q.initNoise, "ablation: standard deviation of the +noise initialisations (1e-3)")
-        ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--granularity", o->q.granularity,
-                    "ablation: the learned T1/T2 as full matrices (full, the method's) or block-diagonal with the MX "
-                    "block (block; paper Table 1)");
-    cmd->add_option("--loss", o->q.loss,
-                    "what the learned methods minimise: kl (to the original model, SPEC §5), ce (cross-entropy "
-                    "against the calibration text, SpinQuant's loss) or block-mse (every decoder block's output "
-                    "against the original's, FlatQuant's loss)")
-        ->capture_default_str();
-    cmd->add_option("--weight-decay", o->q.weightDecay,
-                    "AdamW weight decay of the transforms (the paper uses some, unstated; PyTorch's default is 0.01)")
-        ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--calib", o->calib, "calibration text (default LATMIX_DATA_DIR/wikitext-2/wiki.valid.tokens)");
-    cmd->add_option("--calib-samples", o->q.calibSamples, "calibration windows")->capture_default_str();
-    cmd->add_option("--seqlen", o->q.seqLen, "calibration window length")->capture_default_str();
-    cmd->add_option("--seed", o->q.seed, "seed of windows, initialisations, batches and T3")->capture_default_str();
-    cmd->add_option("--device", o->q.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
-    cmd->add_flag("--act-order", o->q.gptq.actOrder, "GPTQ: inputs by decreasing Hessian diagonal");
-    cmd->add_option("--damping", o->q.gptq.damping, "GPTQ damping (fraction of mean diag H)")->capture_default_str();
-    cmd->add_option("--rtn-error-windows", o->q.rtnErrorWindows,
-                    "rtn, quarot-rtn: pass the first N calibration windows through the layers for each linear's "
-                    "output-space error (0: none, the error is in weight space and RTN costs no calibration)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    cmd->add_option("--metrics-every", o->q.metricsEvery, "matrix metrics every k steps (0: never)")->capture_default_str();
-    cmd->add_option("--checkpoint-every", o->q.checkpointEvery, "training state saved every k steps")->capture_default_str();
-    cmd->add_flag("--resume", o->q.resume, "continue the training saved in RUN_DIR/train.h5");
-    cmd->add_option("--track-layer", o->q.trackedLayer, "layer whose A2 metrics the training reports")
-        ->capture_default_str();
-    cmd->add_flag("--tf32", o->q.tf32,
-                  "on CUDA: float32 matrix products in TF32 on the tensor cores (faster; 10-bit mantissa, so results "
-                  "differ from the CPU's more than in float32; recorded in latmix.json)");
-    cmd->add_flag("--offload", o->q.offload,
-                  "keep the decoder layers in host memory, one at a time on the device (models larger than its memory)");
-    cmd->add_option("--t1-bias", o->t1Bias, "learned T1 bias v1: on (the paper) or off (v1 = 0; Qwen3 exports need it)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"on", "off"}));
-    cmd->add_option("--t2-bias", o->t2Bias, "learned T2 bias v2: on or off")->capture_default_str()->check(CLI::IsMember({"on", "off"}));
-    cmd->add_flag("--skip-export-check", o->skipExportCheck,
-                  "run even when no Hugging Face / vLLM runtime could load the folded biases");
+    cmd->add_option("--model", o->model, "Hugging Face model folder (with --resume: the run's own)");
+    cmd->add_option("--out", o->out, "run folder to write");
+    o->resume = cmd->add_option("--resume", o->resumeDir,
+                                "continue the unfinished run in RUN_DIR (or --out) with the options it recorded; "
+                                "flags given too replace those")
+                    ->expected(0, 1)
+                    ->type_name("[RUN_DIR]");
+    addOptionFlags(cmd, *o);
     cmd->add_option("--nproc", o->nproc,
                     "data parallel over N processes on this machine, training and GPTQ (as torchrun --nproc-per-node N)")
         ->capture_default_str()
@@ -304,25 +314,7 @@ Runner addQuantizeCommand(CLI::App& app) {
     cmd->add_option("--dist-timeout", o->distTimeout,
                     "seconds a rank waits for the others (rendezvous, each all-reduce) before failing")
         ->capture_default_str();
-    cmd->add_option("--devices", o->devices,
-                    "split the training's decoder layers over these devices, e.g. cuda:0,cuda:1 (several ranks: local rank r "
-                    "shifts the CUDA indices by r x the list's length, or give one ';'-separated list per rank; printed "
-                    "with each device's memory first; --dry-run: only that)");
     cmd->add_flag("--dry-run", o->dryRun, "print the estimated peak memory of each stage and exit (nothing is run)");
-    cmd->add_flag("--force", o->force, "run even when the estimated peak memory exceeds the memory available");
-    cmd->add_option("--eval-seqlen", o->q.evalSeqLen, "WikiText-2 test perplexity window (0: no evaluation)")
-        ->capture_default_str();
-    cmd->add_option("--eval-windows", o->q.evalWindows, "evaluation windows (0: all)")->capture_default_str();
-    cmd->add_option("--folded-eval-every", o->q.foldedEvalEvery,
-                    "learned methods: perplexity of the folded, unquantized model (the evaluation windows) before "
-                    "training, after step 1, every K steps and after the last (paper Table 2); 0: never")
-        ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--eval-tasks", o->evalTasks,
-                    "zero-shot tasks of the quantized model, e.g. arc_easy,piqa (as latmix eval --tasks; into latmix.json)");
-    cmd->add_option("--eval-limit", o->evalLimit, "the first N documents of each --eval-tasks task (0: all)")
-        ->capture_default_str();
-    o->q.device = "auto";
-    o->q.evalSeqLen = 0;
     return [o] {
         o->q.commandLine = typedCommandLine();
         return runQuantize(*o);

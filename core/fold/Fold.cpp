@@ -133,6 +133,14 @@ void applyT3ToLayer(model::LayerWeights& y, const transforms::BlockDiagonal& t3)
     y.wDown = t3.to(y.wDown.options()).apply(y.wDown); // rows of W_down: W T3ᵀ
 }
 
+void foldLayer(const model::ModelConfig& config, model::LayerWeights& y, int layer, const transforms::BlockDiagonal& t3,
+               const AffineMatrices& t1, const AffineMatrices& t2) {
+    foldLayerNorms(y);
+    if (t3.defined()) applyT3ToLayer(y, t3);
+    if (t1.defined()) applyT1ToLayer(config, y, t1);
+    if (t2.defined()) applyT2ToLayer(config, y, t2, layer);
+}
+
 model::LlamaWeights applyT3(const model::LlamaWeights& w, const transforms::BlockDiagonal& t3) {
     model::LlamaWeights r = w;
     for (auto& y : r.layers) applyT3ToLayer(y, t3);

@@ -63,6 +63,13 @@ void applyT1ToTopLevel(const model::ModelConfig& config, model::LlamaWeights& w,
 void applyT2ToLayer(const model::ModelConfig& config, model::LayerWeights& y, const AffineMatrices& t2, int layer);
 void applyT3ToLayer(model::LayerWeights& y, const transforms::BlockDiagonal& t3);
 
+// One decoder layer folded as a run computes it (SPEC §4): γ into the linears after each norm,
+// T3 on W_down, then T1 and T2 (undefined t3 / matrices: absent). y: the layer already in the
+// dtype and device the fold runs in. The one fold of a layer: the training's student
+// (differentiable in t1 and t2), the run's folded spill and the analysis views all call it.
+void foldLayer(const model::ModelConfig& config, model::LayerWeights& y, int layer, const transforms::BlockDiagonal& t3,
+               const AffineMatrices& t1, const AffineMatrices& t2);
+
 model::ModelConfig foldedConfig(const model::ModelConfig& config, model::LlamaWeights& w);
 
 } // namespace latmix::fold

@@ -1,4 +1,4 @@
-#include "train/ModelTransforms.h"
+#include "fold/ModelTransforms.h"
 
 #include "io/TensorFile.h"
 #include "transforms/FixedTransforms.h"
@@ -9,7 +9,7 @@
 
 #include <stdexcept>
 
-namespace latmix::train {
+namespace latmix::fold {
 namespace {
 
 std::unique_ptr<transforms::AffineTransform> build(const std::string& kind, std::int64_t dim, const TransformSpec& s,
@@ -92,11 +92,6 @@ model::LlamaWeights ModelTransforms::fold(const model::ModelConfig& c, const mod
 fold::AffineMatrices ModelTransforms::t1Matrices() const { return matricesOf(m_t1.get()); }
 fold::AffineMatrices ModelTransforms::t2Matrices(int layer) const {
     return m_t2.empty() ? fold::AffineMatrices{} : matricesOf(t2(layer));
-}
-
-void ModelTransforms::foldLayer(const model::ModelConfig& c, model::LayerWeights& y, int layer) const {
-    if (m_t1) fold::applyT1ToLayer(c, y, matricesOf(m_t1.get()));
-    if (!m_t2.empty() && m_t2.at(static_cast<size_t>(layer))) fold::applyT2ToLayer(c, y, matricesOf(t2(layer)), layer);
 }
 
 void ModelTransforms::foldTopLevel(const model::ModelConfig& c, model::LlamaWeights& base) const {
@@ -199,10 +194,8 @@ model::LayerWeights foldedLayer(const model::ModelConfig& config, const model::L
     // The same steps in the same order as foldedModel, on one layer.
     at::NoGradGuard g;
     model::LayerWeights y = model::convertLayer(original, options);
-    fold::foldLayerNorms(y);
-    if (t.t3().defined()) fold::applyT3ToLayer(y, t.t3());
-    t.foldLayer(config, y, layer);
+    fold::foldLayer(config, y, layer, t.t3(), t.t1Matrices(), t.t2Matrices(layer));
     return y;
 }
 
-} // namespace latmix::train
+} // namespace latmix::fold

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace latmix::train {
+namespace latmix::fold {
 
 struct TransformSpec {
     std::string t1Kind = "learned-affine-lu"; // any transforms::transformKinds() kind; "none": no T1
@@ -60,9 +60,8 @@ public:
     // Norm-folded weights (fold::foldNorms) with T3 already applied → the student's weights with
     // T1 and T2 folded in; differentiable w.r.t. parameters().
     model::LlamaWeights fold(const model::ModelConfig& config, const model::LlamaWeights& base) const;
-    // The same for one norm-folded, T3-applied layer, and for the top-level tensors (embed,
-    // lm_head) of base, its layers left as they are: folding a layer at a time.
-    void foldLayer(const model::ModelConfig& config, model::LayerWeights& y, int layer) const;
+    // The same for the top-level tensors (embed, lm_head) of base, its layers left as they are
+    // (a layer at a time: foldedLayer).
     void foldTopLevel(const model::ModelConfig& config, model::LlamaWeights& base) const;
 
     // transforms.h5: T1/A, T1/v, layers/<l>/T2/A, layers/<l>/T2/v (float64 matrices, what the
@@ -88,9 +87,9 @@ private:
 // their quantization). original: the checkpoint's weights as loaded (any dtype/device).
 model::LlamaModel foldedModel(const model::ModelConfig& config, const model::LlamaWeights& original, const ModelTransforms& t,
                               const at::TensorOptions& options);
-// One layer of foldedModel's weights (γ folded, W_down T3ᵀ, T1 and T2 folded, in options' dtype
-// and device) without touching the other layers: what the run's weight quantizer sees there.
+// One layer of foldedModel's weights (fold::foldLayer in options' dtype and device) without
+// touching the other layers: what the run's weight quantizer sees there.
 model::LayerWeights foldedLayer(const model::ModelConfig& config, const model::LayerWeights& original,
                                 const ModelTransforms& t, int layer, const at::TensorOptions& options);
 
-} // namespace latmix::train
+} // namespace latmix::fold

@@ -119,7 +119,7 @@ std::string trainingPlots(const run::RunSummary& s, const std::string& objective
     };
     const std::string objName = objective == "ce" ? "cross-entropy" : objective == "block-mse" ? "block MSE" : "KL";
     figure("loss", {{"loss (" + objName + " + λ·volume)", "loss", x, column(&train::DistillStep::loss)},
-                    {objName, "kl", x, column(&train::DistillStep::kl), false, false, true}},
+                    {objName, "objective", x, column(&train::DistillStep::objective), false, false, true}},
            "Distillation loss and " + objName + " per step", objName == "KL" ? "loss, KL" : "loss, " + objName);
     figure("vol", {{"volume term", "vol", x, column(&train::DistillStep::vol)}}, "Volume term (Σ log|s|)² per step",
            "volume term");
@@ -256,8 +256,8 @@ std::string runReportHtml(const std::string& runDir) {
                                          fmt("%.2f %%", 100 * s.recovery) + "</td>"
                                    : std::string("<td class=\"num absent\">–</td>"))
       << "</tr>\n";
-    if (RS::hasValue(s.firstKl, true)) row("first_kl", "first step's " + std::string(objective == "kl" ? "KL" : objective), s.firstKl, true, "%.6g");
-    if (RS::hasValue(s.finalKl, true)) row("final_kl", "last step's " + std::string(objective == "kl" ? "KL" : objective), s.finalKl, true, "%.6g");
+    if (RS::hasValue(s.firstObjective, true)) row("first_objective", "first step's " + std::string(objective == "kl" ? "KL" : objective), s.firstObjective, true, "%.6g");
+    if (RS::hasValue(s.finalObjective, true)) row("final_objective", "last step's " + std::string(objective == "kl" ? "KL" : objective), s.finalObjective, true, "%.6g");
     if (RS::hasValue(s.zeroShotAverage, true)) row("zeroshot_average", "zero-shot average accuracy", s.zeroShotAverage, true, "%.4f");
     h << "</table>\n<p class=\"note\">Recovery is FP perplexity over W4A4 perplexity: the inverse of the "
          "quantized/FP accuracy ratio that quantized-model cards report, since lower perplexity is better "

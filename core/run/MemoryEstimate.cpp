@@ -2,6 +2,8 @@
 // sizes in bytes, float32 = 4, float64 = 8, s = the stored element size.
 #include "run/MemoryEstimate.h"
 
+#include "run/quantize/OptionTable.h"
+
 #include "mx/MxFormat.h"
 #include "train/Distillation.h"
 #include "util/Text.h"
@@ -233,22 +235,37 @@ std::string memoryTable(const MemoryEstimate& e, std::int64_t available) {
     return t;
 }
 
+void refuseOverMemory(const MemoryEstimate& e, std::int64_t available, const QuantizeOptions& o, const std::string& gpu) {
+    const I need = e.peakBytes + (gpu.empty() ? 0 : kCudaContextBytes);
+    if (available <= 0 || need <= available) return;
+    const auto now = [](int v) { return "(now " + std::to_string(v) + ")"; };
+    std::vector<Remedy> ways;
+    if (!gpu.empty()) {
+        ways.push_back({"offload", "", "", "(the decoder layers in host memory)"});
+        ways.push_back({"devices", "", "", "(the layers split over several GPUs)"});
+    }
+    ways.push_back({"calib_samples", "", "fewer", now(o.calibSamples)});
+    ways.push_back({"seqlen", "", "a shorter", now(o.seqLen)});
+    if (runMethod(o).learned) ways.push_back({"batch", "", "a smaller", now(o.batch)});
+    if (o.evalSeqLen > 0) ways.push_back({"eval_seqlen", "", "a shorter", now(o.evalSeqLen)});
+    if (gpu.empty()) ways.push_back({"offload", "", "a GPU with", ""});
+    ways.push_back({"force", "", "", "to run anyway"});
+    const std::string cause =
+        gpu.empty() ? "the estimated peak memory of this run is " + gibText(e.peakBytes) + " (stage " + e.peakStage +
+                          "), more than the " + gibText(available) + " this machine has available"
+                    : "the estimated peak GPU memory of this run is " + gibText(need) + " (stage " + e.peakStage +
+                          ", with the CUDA context), more than the " + gibText(available) + " of " + gpu;
+    throw RunRefused(cause, ways, "the estimate is what `latmix quantize --dry-run` prints");
+}
+
 std::string memoryProblem(const MemoryEstimate& e, std::int64_t available, const QuantizeOptions& o,
                           const std::string& gpu) {
-    const I need = e.peakBytes + (gpu.empty() ? 0 : kCudaContextBytes);
-    if (available <= 0 || need <= available) return {};
-    std::string lower = "fewer --calib-samples (now " + std::to_string(o.calibSamples) + ") or a shorter --seqlen (now " +
-                        std::to_string(o.seqLen) + ")";
-    if (runMethod(o).learned) lower += ", a smaller --batch (now " + std::to_string(o.batch) + ")";
-    if (o.evalSeqLen > 0) lower += ", a shorter --eval-seqlen (now " + std::to_string(o.evalSeqLen) + ")";
-    if (!gpu.empty())
-        return "the estimated peak GPU memory of this run is " + gibText(need) + " (stage " + e.peakStage +
-               ", with the CUDA context), more than the " + gibText(available) + " of " + gpu +
-               "; keep the decoder layers in host memory with --offload, split them over several GPUs with --devices, "
-               "or lower it with " + lower + "; --force runs anyway (`latmix quantize --dry-run` prints the estimate)";
-    return "the estimated peak memory of this run is " + gibText(e.peakBytes) + " (stage " + e.peakStage +
-           "), more than the " + gibText(available) + " this machine has available; lower it with " + lower +
-           ", or quantize on a GPU with --offload; --force runs anyway (`latmix quantize --dry-run` prints the estimate)";
+    try {
+        refuseOverMemory(e, available, o, gpu);
+    } catch (const RunRefused& r) {
+        return r.what();
+    }
+    return {};
 }
 
 int storedElementBytes(std::int64_t fileBytes, std::int64_t parameters) {

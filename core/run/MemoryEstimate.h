@@ -6,7 +6,7 @@
 // peak (read from the code of that stage, see MemoryEstimate.cpp); the constants were checked
 // against measured peaks on the Llama-3.2-1B shape (docs/results.md, "Scale").
 #include "model/ModelConfig.h"
-#include "run/QuantizeRun.h"
+#include "run/quantize/Method.h"
 
 #include <cstdint>
 #include <string>
@@ -55,6 +55,10 @@ std::string memoryTable(const MemoryEstimate& estimate, std::int64_t available);
 // context is added and the way out is --offload or --devices).
 std::string memoryProblem(const MemoryEstimate& estimate, std::int64_t available, const QuantizeOptions& options,
                           const std::string& gpu = {});
+// The same as a refusal: throws run::RunRefused (run/quantize/OptionTable.h) with the remedies as
+// options, so that the workbench names its controls.
+void refuseOverMemory(const MemoryEstimate& estimate, std::int64_t available, const QuantizeOptions& options,
+                      const std::string& gpu = {});
 
 // The element size the checkpoint's weights are stored with (file bytes / parameters, rounded).
 int storedElementBytes(std::int64_t fileBytes, std::int64_t parameters);

@@ -5,7 +5,7 @@
 #include "model/LlamaModel.h"
 #include "model/TensorNames.h"
 #include "tokenizer/Tokenizer.h"
-#include "train/ModelTransforms.h"
+#include "fold/ModelTransforms.h"
 
 #include <ATen/ATen.h>
 
@@ -27,14 +27,14 @@ train::PointActivations captureModelActivations(const ModelCapture& r, JobContex
         const model::LlamaModel m(ck, r.dtype, device);
         return train::captureActivationsInMemory(m, ids, r.pointsRegex, r.samples, r.seqLen, r.seed, r.maxRows, job);
     }
-    std::unique_ptr<train::ModelTransforms> t;
+    std::unique_ptr<fold::ModelTransforms> t;
     try {
-        t = std::make_unique<train::ModelTransforms>(train::ModelTransforms::load(ck.config(), r.transformsFile));
+        t = std::make_unique<fold::ModelTransforms>(fold::ModelTransforms::load(ck.config(), r.transformsFile));
     } catch (const std::exception& e) {
         throw std::runtime_error("cannot use the transforms in '" + r.transformsFile + "' with the model in '" + r.modelDir +
                                  "': " + e.what() + " (is it a run of this model?)");
     }
-    const auto folded = train::foldedModel(ck.config(), model::loadWeights(ck, r.dtype, device), *t,
+    const auto folded = fold::foldedModel(ck.config(), model::loadWeights(ck, r.dtype, device), *t,
                                            at::TensorOptions().dtype(r.dtype).device(device));
     return train::captureActivationsInMemory(folded, ids, r.pointsRegex, r.samples, r.seqLen, r.seed, r.maxRows, job);
 }
@@ -70,15 +70,15 @@ LinearWeights loadLinearWeights(const std::string& modelDir, int layer, const st
     LinearWeights r;
     r.original = linearOf(y, linear).to(at::kFloat).contiguous();
     if (transformsFile.empty()) return r;
-    std::unique_ptr<train::ModelTransforms> t;
+    std::unique_ptr<fold::ModelTransforms> t;
     try {
-        t = std::make_unique<train::ModelTransforms>(train::ModelTransforms::load(c, transformsFile));
+        t = std::make_unique<fold::ModelTransforms>(fold::ModelTransforms::load(c, transformsFile));
     } catch (const std::exception& e) {
         throw std::runtime_error("cannot use the transforms in '" + transformsFile + "' with the model in '" + modelDir +
                                  "': " + e.what() + " (is it a run of this model?)");
     }
     // float64 like the pipeline's final fold, then float32 as the quantizer gets it.
-    const auto folded = train::foldedLayer(c, y, *t, layer, at::TensorOptions().dtype(at::kDouble));
+    const auto folded = fold::foldedLayer(c, y, *t, layer, at::TensorOptions().dtype(at::kDouble));
     r.folded = linearOf(folded, linear).to(at::kFloat).contiguous();
     return r;
 }

@@ -21,7 +21,7 @@ struct ModelCapture {
     std::int64_t maxRows = 0;        // per point, 0: all
     at::ScalarType dtype = at::kFloat;
     std::string device = "cpu";
-    // A run's transforms.h5: capture from the model with them folded in (train::foldedModel),
+    // A run's transforms.h5: capture from the model with them folded in (fold::foldedModel),
     // i.e. what that run's quantizers see; empty: the checkpoint as it is.
     std::string transformsFile;
     // Check every weight for NaN/Inf (model::checkWeightsFinite) once the request is known to be
@@ -38,7 +38,7 @@ train::PointActivations captureModelActivations(const ModelCapture& request, Job
 // The weight of one block linear of one layer, for the weights view: `original` as the checkpoint
 // stores it (what RTN and GPTQ quantize: nothing folded, SPEC §6), and with a run's transforms.h5
 // `folded`, the same linear as that run's weight quantizer sees it (γ, T1, T2 and T3 folded:
-// train::foldedLayer, in float64 then float32). float32 CPU; folded undefined without a run.
+// fold::foldedLayer, in float64 then float32). float32 CPU; folded undefined without a run.
 struct LinearWeights {
     at::Tensor original, folded;
 };

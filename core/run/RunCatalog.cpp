@@ -171,8 +171,10 @@ RunSummary readRunSummary(const std::string& runDir) {
     }
     if (const json* t = f.object(j, "training")) {
         s.steps = f.count(t, "steps", "training.");
-        s.firstKl = f.number(t, "first_kl", -1.0, "training.");
-        s.finalKl = f.number(t, "final_kl", -1.0, "training.");
+        // "first_kl" / "final_kl" in runs recorded before the objective got its own name.
+        const bool renamed = t->contains("final_objective");
+        s.firstObjective = f.number(t, renamed ? "first_objective" : "first_kl", -1.0, "training.");
+        s.finalObjective = f.number(t, renamed ? "final_objective" : "final_kl", -1.0, "training.");
     }
     if (const json* p = f.object(j, "perplexity")) {
         s.fpPerplexity = perplexityOf(f.number(p, "fp", 0.0, "perplexity."));
@@ -237,7 +239,7 @@ const std::vector<std::string>& runsCsvColumns() {
     static const std::vector<std::string> c = {
         "dir",          "method",      "format",          "block",           "scale_mode",   "steps",
         "seed",         "created",     "fp_ppl",          "w4a4_ppl",        "folded_fp_ppl", "weights_only_ppl",
-        "recovery",     "zeroshot_average", "final_kl",   "train_seconds",   "total_seconds", "train_series",
+        "recovery",     "zeroshot_average", "final_objective", "train_seconds",   "total_seconds", "train_series",
         "command",      "model"};
     return c;
 }
@@ -264,7 +266,7 @@ std::string runsCsv(const std::vector<RunSummary>& runs) {
             opt(r.weightsOnlyPerplexity, RunSummary::hasValue(r.weightsOnlyPerplexity)),
             opt(r.recovery, RunSummary::hasValue(r.recovery)),
             opt(r.zeroShotAverage, RunSummary::hasValue(r.zeroShotAverage, true)),
-            opt(r.finalKl, RunSummary::hasValue(r.finalKl, true)),
+            opt(r.finalObjective, RunSummary::hasValue(r.finalObjective, true)),
             util::exactNumber(r.trainSeconds),
             util::exactNumber(r.totalSeconds),
             r.hasTrainSeries ? "yes" : "no",

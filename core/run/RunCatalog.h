@@ -5,7 +5,7 @@
 // `latmix runs` catalog, the HTML report (report/Report.h) and the GUI's runs table all use it.
 //
 // Absent numbers: a perplexity, recovery or time that the run did not measure is 0 (a measured
-// perplexity is > 1, a measured recovery > 0); finalKl and zeroShotAverage are negative when
+// perplexity is > 1, a measured recovery > 0); finalObjective and zeroShotAverage are negative when
 // absent (a KL or an accuracy can be 0). hasValue() says which.
 #include <cstdint>
 #include <limits>
@@ -56,14 +56,16 @@ struct RunSummary {
     double zeroShotAverage = -1;        // < 0: no zero-shot tasks
     std::vector<ZeroShotScore> zeroShot; // per task, in latmix.json order
     double trainSeconds = 0, totalSeconds = 0;
-    double firstKl = -1, finalKl = -1;  // learned methods: the first and last step's KL (< 0: none)
+    // Learned methods: the first and last step's objective term (the KL, CE or block MSE of
+    // training.loss; < 0: none).
+    double firstObjective = -1, finalObjective = -1;
     bool hasTrainSeries = false;        // RUN_DIR/train.h5 exists
     std::vector<LinearError> linears;   // latmix.json order (layer by layer)
 
     std::string latmixJson() const;     // dir/latmix.json
     std::string trainFile() const;      // dir/train.h5
     // Whether a number of this struct holds a value under the conventions above: > 0 for
-    // perplexities, recovery; >= 0 for finalKl, firstKl, zeroShotAverage (pass nonNegative).
+    // perplexities, recovery; >= 0 for finalObjective, firstObjective, zeroShotAverage (pass nonNegative).
     static bool hasValue(double v, bool nonNegative = false);
 };
 

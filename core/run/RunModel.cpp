@@ -88,19 +88,7 @@ model::ModelConfig runModelConfig(const RunModel& run) {
 }
 
 void writeRunModel(const std::string& dir, const RunModel& run, const std::string& tokenizerSourceDir) {
-    RunModelSource src;
-    src.configJson = run.configJson;
-    src.quant = run.quant;
-    for (const auto& [name, t] : run.tensors) src.names.insert(name);
-    src.tensor = [&](const std::string& name) { return run.tensors.at(name); };
     const std::string where = "writing run model '" + dir + "'";
-    src.packed = [&](const std::string& prefix) {
-        auto it = run.packed.find(prefix);
-        if (it == run.packed.end())
-            throw std::runtime_error(where + ": no packed weight for '" + prefix +
-                                     "'; every block linear is quantized when latmix.weight_format is set");
-        return it->second;
-    };
     if (run.quant.weightFormat) {
         const std::set<std::string> prefixes = [&] {
             const auto c = model::ModelConfig::fromJsonText(run.configJson, where + " (config.json)");
@@ -114,21 +102,46 @@ void writeRunModel(const std::string& dir, const RunModel& run, const std::strin
         throw std::runtime_error(where + ": packed weights given (e.g. '" + run.packed.begin()->first +
                                  "') but quant.weightFormat is unset");
     }
-    writeRunModel(dir, src, tokenizerSourceDir);
+    std::set<std::string> names;
+    for (const auto& [name, t] : run.tensors) names.insert(name);
+    RunModelWriter out(dir, run.configJson, run.quant, names, tokenizerSourceDir);
+    for (int l = 0; l < out.layers(); ++l) out.writeLayer(l, run.tensors, run.packed);
+    out.writeTopLevel(run.tensors);
+    out.commit();
 }
 
-void writeRunModel(const std::string& dir, const RunModelSource& run, const std::string& tokenizerSourceDir) {
-    const std::string where = "writing run model '" + dir + "'";
-    const std::string fix = "this is a bug in the code that built the run model";
+// What the writer knows once the names are checked: the files' entries in order, the bias
+// groups' zeros, the block linears' weights, and the two files being written in the temporary
+// folder.
+struct RunModelWriter::State {
+    std::string dir, where, tmp, tokenizerSourceDir;
+    model::LatmixQuantization quant;
+    model::ModelConfig config;
+    std::set<std::string> names;
+    std::vector<io::TensorSpec> specs; // the decoder layers first, in order, then the top level
+    std::set<std::string> linearWeights;
+    std::unique_ptr<io::SafeTensorsWriter> weights, packed;
+    bool committed = false;
+
+    bool has(const std::string& n) const { return names.count(n) != 0; }
+    void writeNext(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, mx::PackedTensor>& packedOf);
+};
+
+namespace {
+
+// The "latmix" object and the bias flags set on the config the writer is given; throws naming
+// what is wrong.
+std::string runConfigText(const std::string& configJson, const model::LatmixQuantization& q,
+                          const std::set<std::string>& names, const std::string& where,
+                          std::map<std::string, std::vector<std::int64_t>>& zeros) {
     nlohmann::ordered_json j;
     try {
-        j = nlohmann::ordered_json::parse(run.configJson);
+        j = nlohmann::ordered_json::parse(configJson);
     } catch (const nlohmann::json::exception& e) {
         throw std::runtime_error(where + ": configJson is not valid JSON (" + e.what() + ")");
     }
     if (!j.is_object()) throw std::runtime_error(where + ": configJson is not a JSON object");
     j.erase("latmix");
-    const auto& q = run.quant;
     if (q.method.empty()) throw std::runtime_error(where + ": quant.method is empty; name the method (\"rtn\", \"latmix-lu\", ...)");
     try {
         if (q.weightFormat) q.weightFormat->validate();
@@ -137,9 +150,9 @@ void writeRunModel(const std::string& dir, const RunModelSource& run, const std:
         throw std::runtime_error(where + ": " + e.what());
     }
     if (q.t3Block < 0) throw std::runtime_error(where + ": online Hadamard block must be >= 0");
-
-    auto has = [&](const std::string& n) { return run.names.count(n) != 0; };
+    auto has = [&](const std::string& n) { return names.count(n) != 0; };
     const auto fixup = model::fixBiasFlags(j, has, model::BiasTarget::RunModel, where);
+    zeros = std::map<std::string, std::vector<std::int64_t>>(fixup.zeroBiases.begin(), fixup.zeroBiases.end());
     j["torch_dtype"] = "float32";
     model::ModelConfig biases;
     biases.qkvBias = fixup.qkvBias;
@@ -147,83 +160,134 @@ void writeRunModel(const std::string& dir, const RunModelSource& run, const std:
     biases.mlpBias = fixup.mlpBias;
     biases.lmHeadBias = has(names::kLmHeadBias);
     j["latmix"] = model::latmixJson(q, biases);
-    const std::string configText = j.dump(2) + "\n";
-    const model::ModelConfig c = model::ModelConfig::fromJsonText(configText, where + " (config.json)");
+    return j.dump(2) + "\n";
+}
 
-    // Every name checked before anything is produced; the file lists the decoder layers first
-    // (in order: a source may produce them a layer at a time), then the other tensors.
+} // namespace
+
+RunModelWriter::RunModelWriter(const std::string& dir, const std::string& configJson, const model::LatmixQuantization& q,
+                               const std::set<std::string>& tensorNames, const std::string& tokenizerSourceDir)
+    : m(std::make_unique<State>()) {
+    m->dir = dir;
+    m->where = "writing run model '" + dir + "'";
+    m->quant = q;
+    m->names = tensorNames;
+    m->tokenizerSourceDir = tokenizerSourceDir;
+    const std::string& where = m->where;
+    std::map<std::string, std::vector<std::int64_t>> zeros;
+    const std::string configText = runConfigText(configJson, q, tensorNames, where, zeros);
+    m->config = model::ModelConfig::fromJsonText(configText, where + " (config.json)");
+    const model::ModelConfig& c = m->config;
+
+    // Every name checked before anything is written; the file lists the decoder layers first
+    // (in order: they come a layer at a time), then the other tensors.
     std::set<std::string> expected;
-    std::map<std::string, std::vector<std::int64_t>> zeros(fixup.zeroBiases.begin(), fixup.zeroBiases.end());
-    std::vector<io::TensorSpec> layerSpecs, otherSpecs;
+    std::vector<io::TensorSpec> otherSpecs;
     for (const auto& [name, shape] : model::requiredTensors(c)) {
         expected.insert(name);
-        if (!has(name) && !zeros.count(name))
+        if (!m->has(name) && !zeros.count(name))
             throw std::runtime_error(where + ": tensor '" + name + "' " + shapeText(shape) + " is missing; a " +
                                      c.architectureName + " model with this config needs it");
-        (names::layerOf(name) >= 0 ? layerSpecs : otherSpecs).push_back({name, "F32", shape});
+        (names::layerOf(name) >= 0 ? m->specs : otherSpecs).push_back({name, "F32", shape});
     }
-    for (const auto& name : run.names)
+    for (const auto& name : tensorNames)
         if (!expected.count(name))
             throw std::runtime_error(where + ": tensor '" + name + "' is not part of a " + c.architectureName +
                                      " model with this config (q/k/v bias " + (c.qkvBias ? "true" : "false") +
                                      ", o_proj bias " + (c.oProjBias ? "true" : "false") + ", mlp bias " +
                                      (c.mlpBias ? "true" : "false") + ", tie_word_embeddings " +
                                      (c.tieWordEmbeddings ? "true" : "false") + "); remove it or fix the config");
-    std::vector<io::TensorSpec> specs = std::move(layerSpecs);
-    specs.insert(specs.end(), otherSpecs.begin(), otherSpecs.end());
-    std::set<std::string> linearWeights;
+    m->specs.insert(m->specs.end(), otherSpecs.begin(), otherSpecs.end());
     if (q.weightFormat)
-        for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) linearWeights.insert(p + ".weight");
+        for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) m->linearWeights.insert(p + ".weight");
 
     // Packed weights: exactly the block linears, each checked against its float32 weight (bit for
-    // bit) when the writer reaches that weight and written to quantized.safetensors right away,
-    // in the same order, so neither file's tensors are held in memory.
+    // bit) when its weight is written and written to quantized.safetensors right away, in the
+    // same order, so neither file's tensors are held in memory.
     std::vector<io::TensorSpec> packedSpecs;
-    if (q.weightFormat)
-        for (const auto& s : specs)
-            if (linearWeights.count(s.name)) {
-                const std::string p = names::blockLinearOfWeight(s.name);
-                const std::int64_t out = s.shape[0], in = s.shape[1];
-                packedSpecs.push_back({p + ".weight_packed", "U8", codesShape(*q.weightFormat, out, in)});
-                packedSpecs.push_back({p + ".weight_scale", "U8", scalesShape(*q.weightFormat, out, in)});
-                if (q.weightFormat->isNvfp4()) packedSpecs.push_back({p + ".weight_global_scale", "F32", {1}});
-            }
-    std::unique_ptr<io::SafeTensorsWriter> packedOut;
-    auto produce = [&](std::size_t i) {
-        const auto& [name, dtype, shape] = specs[i];
-        if (!has(name)) return at::zeros(shape, at::kFloat);
-        at::Tensor t = run.tensor(name);
-        if (!t.defined() || !at::isFloatingType(t.scalar_type()))
-            throw std::runtime_error(where + ": tensor '" + name + "' must be a floating-point tensor");
-        if (t.sizes().vec() != shape)
-            throw std::runtime_error(where + ": tensor '" + name + "' has shape " + shapeText(t.sizes().vec()) +
-                                     ", the config implies " + shapeText(shape));
-        t = t.detach().to(at::kCPU).to(at::kFloat).contiguous();
-        if (linearWeights.count(name)) {
-            const std::string p = names::blockLinearOfWeight(name);
-            const mx::PackedTensor pk = run.packed(p);
-            checkPacked(p, pk, t, *q.weightFormat, where, fix);
-            packedOut->write(pk.codes);
-            packedOut->write(pk.scales);
-            if (q.weightFormat->isNvfp4()) packedOut->write(at::full({1}, pk.globalScale, at::kFloat));
+    for (const auto& s : m->specs)
+        if (m->linearWeights.count(s.name)) {
+            const std::string p = names::blockLinearOfWeight(s.name);
+            const std::int64_t out = s.shape[0], in = s.shape[1];
+            packedSpecs.push_back({p + ".weight_packed", "U8", codesShape(*q.weightFormat, out, in)});
+            packedSpecs.push_back({p + ".weight_scale", "U8", scalesShape(*q.weightFormat, out, in)});
+            if (q.weightFormat->isNvfp4()) packedSpecs.push_back({p + ".weight_global_scale", "F32", {1}});
         }
-        return t;
-    };
-
-    const std::string tmp = util::makeTempSibling(dir);
+    m->tmp = util::makeTempSibling(dir);
     try {
-        util::writeTextFile(join(tmp, kRunConfigFile), configText);
+        util::writeTextFile(join(m->tmp, kRunConfigFile), configText);
         if (!packedSpecs.empty())
-            packedOut = std::make_unique<io::SafeTensorsWriter>(join(tmp, kRunPackedFile), packedSpecs,
+            m->packed = std::make_unique<io::SafeTensorsWriter>(join(m->tmp, kRunPackedFile), packedSpecs,
                                                                 std::map<std::string, std::string>{{"format", "latmix-mx"}});
-        io::writeSafeTensorsStreamed(join(tmp, kRunWeightsFile), specs, produce, {{"format", "pt"}});
-        if (packedOut) packedOut->finish();
-        tokenizer::copyTokenizerFiles(tokenizerSourceDir, tmp);
-        util::replaceDirectory(tmp, dir);
+        m->weights = std::make_unique<io::SafeTensorsWriter>(join(m->tmp, kRunWeightsFile), m->specs,
+                                                             std::map<std::string, std::string>{{"format", "pt"}});
     } catch (...) {
-        util::removeTreeQuietly(tmp);
+        util::removeTreeQuietly(m->tmp);
         throw;
     }
+}
+
+RunModelWriter::~RunModelWriter() {
+    if (!m || m->committed) return;
+    m->weights.reset();
+    m->packed.reset();
+    util::removeTreeQuietly(m->tmp);
+}
+
+int RunModelWriter::layers() const { return m->config.numLayers; }
+
+// The next entry of the weights file from tensors (a bias the group needs and nobody gave:
+// zeros), with its packed weight when it is a block linear's.
+void RunModelWriter::State::writeNext(const std::map<std::string, at::Tensor>& tensors,
+                                      const std::map<std::string, mx::PackedTensor>& packedOf) {
+    const auto& [name, dtype, shape] = specs[weights->next()];
+    if (!has(name)) return weights->write(at::zeros(shape, at::kFloat));
+    const auto it = tensors.find(name);
+    if (it == tensors.end() || !it->second.defined() || !at::isFloatingType(it->second.scalar_type()))
+        throw std::runtime_error(where + ": tensor '" + name + "' must be a floating-point tensor");
+    at::Tensor t = it->second;
+    if (t.sizes().vec() != shape)
+        throw std::runtime_error(where + ": tensor '" + name + "' has shape " + shapeText(t.sizes().vec()) +
+                                 ", the config implies " + shapeText(shape));
+    t = t.detach().to(at::kCPU).to(at::kFloat).contiguous();
+    if (linearWeights.count(name)) {
+        const std::string p = names::blockLinearOfWeight(name);
+        const auto pk = packedOf.find(p);
+        if (pk == packedOf.end())
+            throw std::runtime_error(where + ": no packed weight for '" + p +
+                                     "'; every block linear is quantized when latmix.weight_format is set");
+        checkPacked(p, pk->second, t, *quant.weightFormat, where, "this is a bug in the code that built the run model");
+        packed->write(pk->second.codes);
+        packed->write(pk->second.scales);
+        if (quant.weightFormat->isNvfp4()) packed->write(at::full({1}, pk->second.globalScale, at::kFloat));
+    }
+    weights->write(t);
+}
+
+void RunModelWriter::writeLayer(int layer, const std::map<std::string, at::Tensor>& tensors,
+                                const std::map<std::string, mx::PackedTensor>& packed) {
+    const std::size_t next = m->weights->next();
+    if (next >= m->specs.size() || names::layerOf(m->specs[next].name) != layer)
+        throw std::logic_error(m->where + ": layer " + std::to_string(layer) + " written out of order");
+    while (m->weights->next() < m->specs.size() && names::layerOf(m->specs[m->weights->next()].name) == layer)
+        m->writeNext(tensors, packed);
+}
+
+void RunModelWriter::writeTopLevel(const std::map<std::string, at::Tensor>& tensors) {
+    while (m->weights->next() < m->specs.size()) {
+        if (names::layerOf(m->specs[m->weights->next()].name) >= 0)
+            throw std::logic_error(m->where + ": the top level written before the last layer");
+        m->writeNext(tensors, {});
+    }
+}
+
+void RunModelWriter::commit() {
+    if (m->weights->next() != m->specs.size()) throw std::logic_error(m->where + ": committed before every tensor");
+    m->weights->finish();
+    if (m->packed) m->packed->finish();
+    tokenizer::copyTokenizerFiles(m->tokenizerSourceDir, m->tmp);
+    util::replaceDirectory(m->tmp, m->dir);
+    m->committed = true;
 }
 
 RunModel readRunModel(const std::string& dir) {

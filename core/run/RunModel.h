@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -71,20 +72,32 @@ struct RunModel {
 // by the export (export/Export.h).
 void writeRunModel(const std::string& dir, const RunModel& run, const std::string& tokenizerSourceDir = "");
 
-// The same from a source that produces each tensor when the writer reaches it, so a run model is
-// written while its layers are quantized, one at a time (run/QuantizeRun): names lists the
-// tensors that exist (they decide the bias groups); tensor(name) is called once per name, the
-// decoder layers first and in order, then the embedding, final norm and lm_head; packed(prefix)
-// right after "prefix.weight" (written to quantized.safetensors at once: neither file is held in
-// memory).
-struct RunModelSource {
-    std::string configJson;
-    model::LatmixQuantization quant;
-    std::set<std::string> names;
-    std::function<at::Tensor(const std::string& name)> tensor;
-    std::function<mx::PackedTensor(const std::string& prefix)> packed;
+// The same a layer at a time, so a run model is written while its layers are quantized (run/
+// QuantizeRun.cpp: one layer quantized, written, released): names lists the tensors that will
+// exist (they decide the bias groups; a missing member of a group is written as zeros), checked
+// in the constructor, which opens both files in a temporary sibling of dir. Then writeLayer for
+// layers 0, 1, ... in order, writeTopLevel (embedding, final norm, lm_head), commit. Each
+// packed weight is checked against its float32 weight and written to quantized.safetensors at
+// once: neither file is held in memory. A writer destroyed before commit leaves dir untouched.
+class RunModelWriter {
+public:
+    RunModelWriter(const std::string& dir, const std::string& configJson, const model::LatmixQuantization& quant,
+                   const std::set<std::string>& names, const std::string& tokenizerSourceDir = "");
+    ~RunModelWriter();
+    RunModelWriter(const RunModelWriter&) = delete;
+    RunModelWriter& operator=(const RunModelWriter&) = delete;
+    int layers() const;
+    // The tensors of decoder layer `layer` (looked up by name in tensors) and the packed weights
+    // of its block linears (by prefix).
+    void writeLayer(int layer, const std::map<std::string, at::Tensor>& tensors,
+                    const std::map<std::string, mx::PackedTensor>& packed);
+    void writeTopLevel(const std::map<std::string, at::Tensor>& tensors);
+    void commit();
+
+private:
+    struct State;
+    std::unique_ptr<State> m;
 };
-void writeRunModel(const std::string& dir, const RunModelSource& source, const std::string& tokenizerSourceDir = "");
 
 // Reads and validates dir: missing config.json / model.safetensors / quantized.safetensors, a
 // config without "latmix" object, missing or extra tensors, non-float32 tensors and packed

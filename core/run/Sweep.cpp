@@ -3,6 +3,7 @@
 #include "eval/ZeroShotTasks.h"
 #include "run/RunCatalog.h"
 #include "run/UnfinishedRun.h"
+#include "run/quantize/OptionTable.h"
 #include "mx/MxFormat.h"
 #include "util/AtomicFile.h"
 #include "util/DataPath.h"
@@ -36,62 +37,21 @@ std::string relativeTo(const std::string& grid, const std::string& path) {
     return (fs::path(grid).parent_path() / path).lexically_normal().string();
 }
 
-// One option of the grid's "options" or of a variant applied to a cell.
+// One option of the grid's "options" or of a variant applied to a cell: a key of the option table
+// (run/quantize/OptionTable.h), or "calib", a text file relative to the grid.
 void applyOption(SweepCell& c, const std::string& key, const json& v, const std::string& grid) {
-    QuantizeOptions& o = c.options;
-    const std::string where = "option '" + key + "'";
-    auto num = [&]() -> double {
-        if (!v.is_number()) bad(grid, where + " must be a number, not " + v.dump());
-        return v.get<double>();
-    };
-    auto integer = [&]() -> int {
-        if (!v.is_number_integer()) bad(grid, where + " must be an integer, not " + v.dump());
-        return v.get<int>();
-    };
-    auto text = [&]() -> std::string {
-        if (!v.is_string()) bad(grid, where + " must be a string, not " + v.dump());
-        return v.get<std::string>();
-    };
-    auto flag = [&]() -> bool {
-        if (!v.is_boolean()) bad(grid, where + " must be true or false, not " + v.dump());
-        return v.get<bool>();
-    };
-    if (key == "steps") o.steps = integer();
-    else if (key == "batch") o.batch = integer();
-    else if (key == "lr") o.lr = num();
-    else if (key == "temperature") o.temperature = num();
-    else if (key == "volume_weight") o.volumeWeight = num();
-    else if (key == "weight_decay") o.weightDecay = num();
-    else if (key == "loss") o.loss = text(); // checked with the method (runMethod)
-    else if (key == "warmup_steps") o.warmupSteps = integer();
-    else if (key == "calib_samples") o.calibSamples = integer();
-    else if (key == "seqlen") o.seqLen = integer();
-    else if (key == "eval_seqlen") o.evalSeqLen = integer();
-    else if (key == "eval_windows") o.evalWindows = integer();
-    else if (key == "folded_eval_every") o.foldedEvalEvery = integer();
-    else if (key == "block") o.format.blockSize = integer();
-    else if (key == "scale_mode") o.format.scaleMode = mx::parseScaleMode(text());
-    else if (key == "act_order") o.gptq.actOrder = flag();
-    else if (key == "t1") o.t1Kind = text();
-    else if (key == "t2") o.t2Kind = text();
-    else if (key == "t3") {
-        const std::string t3 = text();
-        try {
-            o.t3Block = t3BlockOf(t3);
-        } catch (const std::invalid_argument& e) {
-            bad(grid, e.what());
-        }
-    } else if (key == "init") o.init = text();
-    else if (key == "init_noise") o.initNoise = num();
-    else if (key == "granularity") o.granularity = text(); // checked with the method (runMethod)
-    else if (key == "t1_bias") o.t1Bias = flag();
-    else if (key == "t2_bias") o.t2Bias = flag();
-    else if (key == "eval_tasks") c.evalTasks = text();
-    else if (key == "eval_limit") c.evalLimit = integer();
-    else if (key == "device") o.device = text();
-    else if (key == "checkpoint_every") o.checkpointEvery = integer();
-    else if (key == "calib") c.calib = relativeTo(grid, text());
-    else bad(grid, "unknown option '" + key + "' (see `latmix sweep --help`)");
+    if (key == "calib") {
+        if (!v.is_string()) bad(grid, "option 'calib' must be a text, not " + v.dump());
+        c.calib = relativeTo(grid, v.get<std::string>());
+        return;
+    }
+    if (key == "method" || key == "format")
+        bad(grid, "'" + key + "' is an axis of the grid (its \"" + key + "s\" list), not an option");
+    try {
+        setOption(c.options, key, nlohmann::ordered_json::parse(v.dump()));
+    } catch (const std::invalid_argument& e) {
+        bad(grid, e.what());
+    }
 }
 
 std::vector<std::string> stringList(const json& j, const char* key, const std::string& grid,
@@ -189,7 +149,7 @@ SweepGrid readSweepGrid(const std::string& gridPath, const std::string& modelOve
                     try {
                         c.options.format.validate();
                         runMethod(c.options); // unknown kinds and inits, named
-                        if (!c.evalTasks.empty()) eval::parseTaskList(c.evalTasks);
+                        if (!c.options.evalTaskNames.empty()) eval::parseTaskList(c.options.evalTaskNames);
                     } catch (const std::exception& e) {
                         bad(gridPath, e.what());
                     }
@@ -227,7 +187,7 @@ SweepRecord readSweepRecord(const SweepCell& cell, const std::string& latmixJson
     r.w4a4Perplexity = s.w4a4Perplexity;
     r.weightsOnlyPerplexity = s.weightsOnlyPerplexity;
     r.foldedPerplexity = s.foldedFpPerplexity;
-    r.finalKl = s.finalKl;
+    r.finalObjective = s.finalObjective;
     r.zeroShotAverage = s.zeroShotAverage;
     r.trainSeconds = s.trainSeconds;
     r.totalSeconds = s.totalSeconds;
@@ -251,6 +211,19 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
     const auto recordOf = [&](const SweepCell& cell) { return fs::path(outDir) / "cells" / cell.name / "latmix.json"; };
     const int toRun = static_cast<int>(std::count_if(grid.cells.begin(), grid.cells.end(),
                                                      [&](const SweepCell& c) { return !fs::exists(recordOf(c)); }));
+    // Every cell still to run is checked before the first one starts (run/quantize/Preflight.h),
+    // the model opened once: a cell that cannot run stops the sweep before any work, named.
+    std::vector<ResolvedRun> resolved(grid.cells.size());
+    std::shared_ptr<const model::Checkpoint> checkpoint;
+    for (std::size_t i = 0; i < grid.cells.size(); ++i) {
+        if (fs::exists(recordOf(grid.cells[i]))) continue;
+        if (!checkpoint) checkpoint = std::make_shared<const model::Checkpoint>(model::Checkpoint::load(grid.model));
+        try {
+            resolved[i] = preflight(checkpoint, grid.cells[i].options);
+        } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument("sweep cell " + grid.cells[i].name + ": " + e.what());
+        }
+    }
     int started = 0;
     auto writeTables = [&] {
         util::writeFileAtomically((fs::path(outDir) / "results.csv").string(), sweepCsv(result.records));
@@ -272,9 +245,9 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
             auto key = std::make_pair(o.calibSource + "\n" + o.evalSource, o.seqLen);
             if (!tokens.count(key))
                 tokens[key] = tokenizeRunInputs(grid.model, util::readTextFile(o.calibSource, "calibration text"), o.evalSource, o.seqLen);
-            if (!cell.evalTasks.empty()) {
-                auto tkey = std::make_pair(cell.evalTasks, cell.evalLimit);
-                if (!tasks.count(tkey)) tasks[tkey] = eval::loadZeroShotTasks(cell.evalTasks, util::dataDir(), cell.evalLimit);
+            if (!o.evalTaskNames.empty()) {
+                auto tkey = std::make_pair(o.evalTaskNames, o.evalLimit);
+                if (!tasks.count(tkey)) tasks[tkey] = eval::loadZeroShotTasks(o.evalTaskNames, util::dataDir(), o.evalLimit);
                 o.evalTasks = tasks[tkey];
             }
             // An interrupted cell (run/UnfinishedRun.h) continues: a learned one where its train.h5
@@ -283,7 +256,7 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
             o.commandLine = "latmix sweep " + grid.source + " (cell " + cell.name + ")";
             const double begin = double(started) / std::max(toRun, 1), end = double(started + 1) / std::max(toRun, 1);
             SubJob sub(job, std::min(begin, 1.0), std::min(end, 1.0), cell.name + ": ");
-            runQuantize(grid.model, tokens[key].calibIds, tokens[key].evalIds, runDir, o, sub);
+            runQuantize(resolved[static_cast<std::size_t>(i)], tokens[key].calibIds, tokens[key].evalIds, runDir, o, sub);
             ++started;
             ++result.ran;
         } else {
@@ -301,14 +274,14 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
 
 std::string sweepCsv(const std::vector<SweepRecord>& records) {
     std::ostringstream s;
-    s << "cell,method,format,variant,seed,fp_ppl,w4a4_ppl,weights_only_ppl,folded_fp_ppl,final_kl,zeroshot_average,"
+    s << "cell,method,format,variant,seed,fp_ppl,w4a4_ppl,weights_only_ppl,folded_fp_ppl,final_objective,zeroshot_average,"
          "train_seconds,total_seconds\n";
     auto opt = [](double v, bool present) { return present ? fixed(v, 6) : std::string(); };
     for (const auto& r : records)
         s << r.name << "," << r.method << "," << r.format << ",\"" << r.variant << "\"," << r.seed << ","
           << opt(r.fpPerplexity, r.fpPerplexity > 0) << "," << opt(r.w4a4Perplexity, r.w4a4Perplexity > 0) << ","
           << opt(r.weightsOnlyPerplexity, r.weightsOnlyPerplexity > 0) << ","
-          << opt(r.foldedPerplexity, r.foldedPerplexity > 0) << "," << opt(r.finalKl, r.finalKl >= 0) << ","
+          << opt(r.foldedPerplexity, r.foldedPerplexity > 0) << "," << opt(r.finalObjective, r.finalObjective >= 0) << ","
           << opt(r.zeroShotAverage, r.zeroShotAverage >= 0) << "," << fixed(r.trainSeconds, 1) << ","
           << fixed(r.totalSeconds, 1) << "\n";
     return s.str();
@@ -318,7 +291,7 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
     // Rows: method x format x variant in the order first seen; the seeds aggregated.
     struct Row {
         std::string method, format, variant;
-        std::vector<double> fp, w4a4, weightsOnly, folded, kl, zeroShot, train, total;
+        std::vector<double> fp, w4a4, weightsOnly, folded, objective, zeroShot, train, total;
     };
     std::vector<Row> rows;
     for (const auto& r : records) {
@@ -333,7 +306,7 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
         if (r.w4a4Perplexity > 0) it->w4a4.push_back(r.w4a4Perplexity);
         if (r.weightsOnlyPerplexity > 0) it->weightsOnly.push_back(r.weightsOnlyPerplexity);
         if (r.foldedPerplexity > 0) it->folded.push_back(r.foldedPerplexity);
-        if (r.finalKl >= 0) it->kl.push_back(r.finalKl);
+        if (r.finalObjective >= 0) it->objective.push_back(r.finalObjective);
         if (r.zeroShotAverage >= 0) it->zeroShot.push_back(r.zeroShotAverage);
         it->train.push_back(r.trainSeconds);
         it->total.push_back(r.totalSeconds);
@@ -342,7 +315,7 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
     for (const auto& r : rows) variants = variants || !r.variant.empty();
     std::ostringstream s;
     s << "| method | format |" << (variants ? " variant |" : "") << " seeds | W4A4 ppl | vs best | weights-only ppl | "
-      << "FP ppl | folded FP ppl | final KL | zero-shot avg | train s | total s |\n";
+      << "FP ppl | folded FP ppl | final objective | zero-shot avg | train s | total s |\n";
     s << "|---|---|" << (variants ? "---|" : "") << "---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& r : rows) {
         // The best W4A4 perplexity among the rows of this format (and variant set), and whether
@@ -358,7 +331,7 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
         s << "| " << r.method << " | " << r.format << " |" << (variants ? " " + r.variant + " |" : "") << " "
           << r.total.size() << " | " << meanStd(r.w4a4, 3) << " | " << vs << " | "
           << meanStd(r.weightsOnly, 3) << " | " << meanStd(r.fp, 3) << " | " << meanStd(r.folded, 3) << " | "
-          << meanStd(r.kl, 4) << " | " << meanStd(r.zeroShot, 4) << " | "
+          << meanStd(r.objective, 4) << " | " << meanStd(r.zeroShot, 4) << " | "
           << fixed(util::mean(r.train), 1) << " | " << fixed(util::mean(r.total), 1) << " |\n";
     }
     s << "\n" << records.size() << " of " << cellsInGrid << " cells finished";

@@ -30,9 +30,7 @@ struct SweepCell {
     std::string method, format, variant;
     std::uint64_t seed = 0;
     QuantizeOptions options;
-    std::string calib;      // calibration text file
-    std::string evalTasks;  // zero-shot tasks ("" none) and their limit
-    int evalLimit = 0;
+    std::string calib; // calibration text file (relative to the grid)
 };
 
 struct SweepGrid {
@@ -52,7 +50,7 @@ struct SweepRecord {
     std::uint64_t seed = 0;
     double fpPerplexity = 0, w4a4Perplexity = 0, weightsOnlyPerplexity = 0; // 0: not evaluated
     double foldedPerplexity = 0;                                            // transformed methods: folded, unquantized
-    double finalKl = -1;                                                    // learned methods: the last step's KL
+    double finalObjective = -1;                                                    // learned methods: the last step's objective term
     double zeroShotAverage = -1;                                            // < 0: no zero-shot tasks
     double trainSeconds = 0, totalSeconds = 0;
 };

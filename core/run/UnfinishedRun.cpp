@@ -31,6 +31,7 @@ UnfinishedRun readUnfinishedRun(const std::string& runDir) {
         r.host = str("host");
         r.started = str("started");
         r.stage = str("stage");
+        if (j.contains("options") && j["options"].is_object()) r.options = j["options"].dump();
         if (j.contains("pid") && j["pid"].is_number_integer()) r.pid = j["pid"].get<long long>();
         if (r.method.empty()) throw std::runtime_error("no \"method\"");
         return r;
@@ -40,9 +41,11 @@ UnfinishedRun readUnfinishedRun(const std::string& runDir) {
 }
 
 void writeUnfinishedMarker(const std::string& runDir, const UnfinishedRun& r) {
-    const json j = {{"what", "latmix run in progress or stopped before the end; latmix.json appears when it finishes"},
-                    {"command", r.command}, {"method", r.method},   {"model", r.model}, {"host", r.host},
-                    {"pid", r.pid},         {"started", r.started}, {"stage", r.stage}};
+    nlohmann::ordered_json j = {
+        {"what", "latmix run in progress or stopped before the end; latmix.json appears when it finishes"},
+        {"command", r.command}, {"method", r.method},   {"model", r.model}, {"host", r.host},
+        {"pid", r.pid},         {"started", r.started}, {"stage", r.stage}};
+    if (!r.options.empty()) j["options"] = nlohmann::ordered_json::parse(r.options);
     util::writeFileAtomically(unfinishedMarkerPath(runDir), j.dump(2) + "\n");
 }
 

@@ -25,6 +25,10 @@ struct UnfinishedRun {
     std::string host, started; // who started it: host name, ISO 8601 UTC time
     long long pid = 0;
     std::string stage;        // what it was doing when last seen: "training", "folding", ...
+    // The run's options as latmix.json's "options" records them (run/quantize/OptionTable.h),
+    // JSON text: what `latmix quantize --resume RUN_DIR` continues with. Empty in markers
+    // written before 2026-11-27.
+    std::string options;
 };
 
 // RUN_DIR/unfinished.json

@@ -1,4 +1,5 @@
 #include "train/Distillation.h"
+#include "train/TrainFile.h"
 #include "train/KlKernelCpu.h"
 
 #include "fold/Fold.h"
@@ -57,64 +58,6 @@ MatrixMetrics matrixMetrics(const transforms::AffineTransform* t, int block) {
     return {s.conditionNumber, s.orthogonalityDeviation, metrics::offBlockNorm(a, std::min<int>(block, int(a.size(0))))};
 }
 
-const char* kSeries[] = {"loss", "kl", "vol", "lr", "seconds", "teacher_seconds", "student_seconds", "backward_seconds",
-                         "metrics_seconds", "a1_condition", "a1_orthogonality", "a1_off_block", "a2_condition",
-                         "a2_orthogonality", "a2_off_block", "folded_ppl"};
-// Series added after the first run files were written: absent ones read as NaN.
-bool optionalSeries(const std::string& name) { return name == "folded_ppl"; }
-// The folded FP perplexity before training a run file records (NaN: none).
-double foldedStartOf(const io::TensorFileContents& f) {
-    const auto it = f.attributes.find("folded_ppl_start");
-    return it == f.attributes.end() ? DistillStep::nan : std::stod(it->second);
-}
-
-std::vector<double> fieldsOf(const DistillStep& s) {
-    return {s.loss, s.kl, s.vol, s.lr, s.seconds, s.teacherSeconds, s.studentSeconds, s.backwardSeconds, s.metricsSeconds,
-            s.a1Condition, s.a1Orthogonality, s.a1OffBlock, s.a2Condition, s.a2Orthogonality, s.a2OffBlock,
-            s.foldedPerplexity};
-}
-
-void writeRunFile(const std::string& path, const std::vector<DistillStep>& history, double foldedStart,
-                  const ModelTransforms& transforms, const AdamW& opt, const DistillOptions& o, int stepsDone,
-                  const std::string& status) {
-    std::vector<std::pair<std::string, at::Tensor>> t;
-    const size_t n = history.size();
-    auto steps = at::empty({static_cast<int64_t>(n)}, at::kLong);
-    for (size_t i = 0; i < n; ++i) steps[static_cast<int64_t>(i)] = history[i].step;
-    t.emplace_back("series/step", steps);
-    for (size_t f = 0; f < std::size(kSeries); ++f) {
-        auto col = at::empty({static_cast<int64_t>(n)}, at::kDouble);
-        auto* p = col.data_ptr<double>();
-        for (size_t i = 0; i < n; ++i) p[i] = fieldsOf(history[i])[f];
-        t.emplace_back(std::string("series/") + kSeries[f], col);
-    }
-    for (size_t i = 0; i < opt.params.size(); ++i) {
-        t.emplace_back("state/param/" + std::to_string(i), opt.params[i].detach().cpu());
-        t.emplace_back("state/m/" + std::to_string(i), opt.m[i].cpu());
-        t.emplace_back("state/v/" + std::to_string(i), opt.v[i].cpu());
-    }
-    t.emplace_back("state/adam_t", at::full({1}, opt.t, at::kLong));
-    t.emplace_back("state/steps_done", at::full({1}, stepsDone, at::kLong));
-    {
-        at::NoGradGuard g;
-        if (transforms.t1()) t.emplace_back("T1/A", transforms.t1()->matrix().detach().to(at::kDouble).cpu());
-        if (transforms.layers() > 0 && transforms.t2(o.trackedLayer))
-            t.emplace_back("T2/A", transforms.t2(o.trackedLayer)->matrix().detach().to(at::kDouble).cpu());
-    }
-    std::ostringstream cfg;
-    cfg << "steps=" << o.steps << " batch=" << o.batch << " lr=" << o.lr << " temperature=" << o.temperature
-        << " volume_weight=" << o.volumeWeight << " seed=" << o.seed << " activation=" << (o.activation ? o.activation->describe() : std::string("none"));
-    std::map<std::string, std::string> attributes{
-        {"status", status}, {"options", cfg.str()}, {"tracked_layer", std::to_string(o.trackedLayer)}};
-    if (std::isfinite(foldedStart)) {
-        std::ostringstream v;
-        v.precision(17);
-        v << foldedStart;
-        attributes["folded_ppl_start"] = v.str();
-    }
-    io::writeTensorFile(path, t, attributes);
-}
-
 } // namespace
 
 std::int64_t layerGraphBytes(const model::ModelConfig& c, std::int64_t batch, std::int64_t seqLen) {
@@ -133,7 +76,7 @@ bool keepsLayerGraphs(const model::ModelConfig& c, std::int64_t batch, std::int6
 }
 
 DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeights& original,
-                             const ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
+                             const fold::ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
                              const at::Tensor& tokens, double tau, double volumeWeight, Objective objective,
                              std::optional<bool> keepLayerGraphs) {
     DistillLoss r;
@@ -204,13 +147,10 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     auto studentLayer = [&](int l) {
         const c10::Device d = devOf(l);
         model::LayerWeights y = model::convertLayer(original.layers[static_cast<size_t>(l)], fopts.device(d));
-        fold::foldLayerNorms(y);
-        if (transforms.t3().defined()) fold::applyT3ToLayer(y, d == device ? transforms.t3() : on(d).student.t3);
-        const fold::AffineMatrices& t1 = leaf1On(d);
-        if (t1.defined()) fold::applyT1ToLayer(c, y, t1);
         fold::AffineMatrices m2 = transforms.t2Matrices(l);
         if (m2.defined() && d != device) m2 = {m2.a.to(d), m2.aInv.to(d), m2.v.defined() ? m2.v.to(d) : m2.v};
-        if (m2.defined()) fold::applyT2ToLayer(c, y, m2, l);
+        const auto& t3 = !transforms.t3().defined() || d == device ? transforms.t3() : on(d).student.t3;
+        fold::foldLayer(c, y, l, t3, leaf1On(d), m2);
         return y;
     };
     // Embedding rows through T1 (e ↦ A1 e + v1) on the looked-up rows, not the table.
@@ -407,7 +347,7 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
             perToken = at::where(at::isfinite(perToken), perToken, meanD - (lseP - lseQ) * mass);
             kl = perToken.to(at::kDouble).sum().item<double>() / double(N);
         }
-        r.kl = kl;
+        r.objective = kl;
         r.studentSeconds = since(t1);
         r.lossSeconds = since(tLoss);
         t2 = Clock::now();
@@ -445,7 +385,7 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
         gradOut = xi.grad();
         model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
     }
-    if (blockMse) r.kl = mseSum;
+    if (blockMse) r.objective = mseSum;
     if (leaf1.defined()) {
         embedStudent().backward(gradOut.to(device));
         at::Tensor s = at::zeros({}, fopts);
@@ -462,7 +402,7 @@ DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeig
     const auto vol = transforms.volume().to(device);
     r.vol = vol.item<double>();
     if (volumeWeight != 0 && vol.requires_grad()) (vol * volumeWeight).backward();
-    r.loss = r.kl + volumeWeight * r.vol;
+    r.loss = r.objective + volumeWeight * r.vol;
     r.backwardSeconds = since(t2);
     return r;
 }
@@ -474,39 +414,23 @@ Objective objectiveOf(const std::string& name) {
     throw std::invalid_argument("unknown --loss '" + name + "'; use kl, ce or block-mse");
 }
 
+int effectiveWarmupSteps(int warmupSteps, int steps) { return std::min(warmupSteps, std::max(1, steps / 10)); }
+
+const char* objectiveName(Objective objective) {
+    switch (objective) {
+    case Objective::Kl: return "kl";
+    case Objective::CrossEntropy: return "ce";
+    case Objective::BlockMse: return "block-mse";
+    }
+    return "kl";
+}
+
 at::Tensor distillationKl(const at::Tensor& teacher, const at::Tensor& student, double tau) {
     const auto logP = at::log_softmax(teacher.to(at::kFloat) / tau, -1);
     const auto logQ = at::log_softmax(student.to(at::kFloat) / tau, -1);
     // Σ_v p (log p − log q), averaged over tokens. SPEC §5 states the KL at temperature τ without
     // Hinton's τ² factor; with a fixed τ that only rescales the learning rate.
     return (logP.exp() * (logP - logQ)).sum(-1).mean();
-}
-
-std::vector<DistillStep> readDistillSeries(const std::string& runFile) {
-    const auto f = io::readTensorFile(runFile);
-    auto it = f.tensors.find("series/step");
-    if (it == f.tensors.end()) throw std::runtime_error("'" + runFile + "' holds no training series");
-    const auto steps = it->second;
-    std::vector<DistillStep> out(static_cast<size_t>(steps.numel()));
-    std::vector<const double*> cols;
-    for (const char* name : kSeries) {
-        auto c = f.tensors.find(std::string("series/") + name);
-        if (c == f.tensors.end() && optionalSeries(name)) {
-            cols.push_back(nullptr);
-            continue;
-        }
-        if (c == f.tensors.end()) throw std::runtime_error("'" + runFile + "' lacks series/" + name);
-        cols.push_back(c->second.data_ptr<double>());
-    }
-    for (size_t i = 0; i < out.size(); ++i) {
-        DistillStep& s = out[i];
-        s.step = static_cast<int>(steps[static_cast<int64_t>(i)].item<int64_t>());
-        double* dst[] = {&s.loss, &s.kl, &s.vol, &s.lr, &s.seconds, &s.teacherSeconds, &s.studentSeconds, &s.backwardSeconds,
-                         &s.metricsSeconds, &s.a1Condition, &s.a1Orthogonality, &s.a1OffBlock, &s.a2Condition,
-                         &s.a2Orthogonality, &s.a2OffBlock, &s.foldedPerplexity};
-        for (size_t f2 = 0; f2 < cols.size(); ++f2) *dst[f2] = cols[f2] ? cols[f2][i] : DistillStep::nan;
-    }
-    return out;
 }
 
 namespace {
@@ -560,10 +484,8 @@ std::string nonFiniteLossMessage(const model::ModelConfig& c, const model::Llama
 
 } // namespace
 
-double readFoldedPerplexityStart(const std::string& runFile) { return foldedStartOf(io::readTensorFile(runFile)); }
-
 DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& original, const at::Tensor& calibration,
-                      ModelTransforms& transforms, const DistillOptions& o, JobContext& job) {
+                      fold::ModelTransforms& transforms, const DistillOptions& o, JobContext& job) {
     if (calibration.dim() != 2 || calibration.size(0) < 1)
         throw std::invalid_argument("calibration must be [windows, tokens] with at least one window");
     if (o.steps < 1 || o.batch < 1) throw std::invalid_argument("steps and batch must be positive");
@@ -587,28 +509,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                                     "; raise --calib-samples or lower --batch");
     if (o.resume && root) {
         if (o.runFile.empty()) throw std::invalid_argument("resume needs a run file");
-        const auto f = io::readTensorFile(o.runFile);
-        auto get = [&](const std::string& k) {
-            auto it = f.tensors.find(k);
-            if (it == f.tensors.end())
-                throw std::runtime_error("'" + o.runFile + "' has no '" + k + "': not a training run file, or of other transforms");
-            return it->second;
-        };
-        at::NoGradGuard g;
-        for (size_t i = 0; i < params.size(); ++i) {
-            const auto p = get("state/param/" + std::to_string(i));
-            if (!p.sizes().equals(params[i].sizes()))
-                throw std::runtime_error("'" + o.runFile + "': saved parameter " + std::to_string(i) +
-                                         " does not fit these transforms (other method or model?)");
-            params[i].copy_(p);
-            opt.m[i].copy_(get("state/m/" + std::to_string(i)));
-            opt.v[i].copy_(get("state/v/" + std::to_string(i)));
-        }
-        opt.t = get("state/adam_t").item<int64_t>();
-        r.startStep = static_cast<int>(get("state/steps_done").item<int64_t>());
-        r.history = readDistillSeries(o.runFile);
-        r.foldedPerplexityStart = foldedStartOf(f);
-        if (static_cast<int>(r.history.size()) > r.startStep) r.history.resize(static_cast<size_t>(r.startStep));
+        restoreTrainFile(o.runFile, params, opt, r);
     }
 
     if (world > 1) {
@@ -624,10 +525,10 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         r.startStep = static_cast<int>(counters[1].item<double>());
     }
 
-    const int warmup = std::min(o.warmupSteps, std::max(1, o.steps / 10));
+    const int warmup = effectiveWarmupSteps(o.warmupSteps, o.steps);
     auto save = [&](int done, const std::string& status) {
         if (root && !o.runFile.empty())
-            writeRunFile(o.runFile, r.history, r.foldedPerplexityStart, transforms, opt, o, done, status);
+            writeTrainFile(o.runFile, r.history, r.foldedPerplexityStart, transforms, opt, o, done, status);
     };
     const bool trackFolded = root && o.foldedEval && o.foldedEvalEvery > 0;
     if (trackFolded && r.startStep == 0) {
@@ -674,11 +575,11 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                         grads.push_back(p.grad());
                     }
                     auto terms = at::tensor(
-                        std::vector<double>{l.loss, l.kl, l.vol, job.cancelRequested() ? 1.0 : 0.0}, at::kDouble);
+                        std::vector<double>{l.loss, l.objective, l.vol, job.cancelRequested() ? 1.0 : 0.0}, at::kDouble);
                     grads.push_back(terms);
                     o.group->allreduceMean(grads);
                     l.loss = terms[0].item<double>();
-                    l.kl = terms[1].item<double>();
+                    l.objective = terms[1].item<double>();
                     l.vol = terms[2].item<double>();
                     cancelled = terms[3].item<double>() > 0; // any rank asked
                     if (cancelled) return;
@@ -697,7 +598,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                 s.teacherLogitsSeconds = l.teacherLogitsSeconds;
                 s.lossGradientSeconds = l.lossGradientSeconds;
                 s.loss = l.loss;
-                s.kl = l.kl;
+                s.objective = l.objective;
                 s.vol = l.vol;
                 s.teacherSeconds = l.teacherSeconds;
                 s.studentSeconds = l.studentSeconds;
@@ -744,7 +645,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         r.history.push_back(s);
         if (o.onStep) o.onStep(s);
         std::ostringstream msg;
-        msg << "step " << s.step << "/" << o.steps << "  loss " << s.loss << "  kl " << s.kl << "  lr " << s.lr;
+        msg << "step " << s.step << "/" << o.steps << "  loss " << s.loss << "  " << objectiveName(o.objective) << " " << s.objective << "  lr " << s.lr;
         if (std::isfinite(s.foldedPerplexity)) msg << "  folded FP ppl " << s.foldedPerplexity;
         job.progress(static_cast<double>(s.step) / o.steps, msg.str());
         if (o.checkpointEvery > 0 && s.step % o.checkpointEvery == 0 && s.step < o.steps) save(s.step, "running");

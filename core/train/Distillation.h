@@ -10,7 +10,7 @@
 #include "dist/ProcessGroup.h"
 #include "model/LlamaModel.h"
 #include "mx/MxFormat.h"
-#include "train/ModelTransforms.h"
+#include "fold/ModelTransforms.h"
 #include "util/Job.h"
 
 #include <ATen/core/Tensor.h>
@@ -26,7 +26,10 @@ namespace latmix::train {
 
 struct DistillStep {
     int step = 0; // 1-based
-    double loss = 0, kl = 0, vol = 0, lr = 0;
+    // loss = objective + volumeWeight · vol; objective: the term DistillOptions::objective names
+    // (the KL to the teacher, the cross-entropy or the block MSE; train.h5's series "objective",
+    // "kl" in files written before the rename).
+    double loss = 0, objective = 0, vol = 0, lr = 0;
     double seconds = 0; // whole step
     double teacherSeconds = 0, studentSeconds = 0, backwardSeconds = 0, metricsSeconds = 0;
     // Parts not kept in train.h5's series (`latmix bench train` prints them): the loss over the
@@ -54,6 +57,9 @@ struct DistillStep {
 enum class Objective { Kl, CrossEntropy, BlockMse };
 // "kl", "ce", "block-mse" → the objective; anything else throws std::invalid_argument naming them.
 Objective objectiveOf(const std::string& name);
+const char* objectiveName(Objective objective); // the name objectiveOf reads
+// The warmup the schedule uses: the steps asked for, at most a tenth of the training (at least 1).
+int effectiveWarmupSteps(int warmupSteps, int steps);
 
 struct DistillOptions {
     std::optional<mx::MxConfig> activation = mx::MxConfig{}; // the student's activation quantization (none: off)
@@ -86,7 +92,7 @@ struct DistillOptions {
     // foldedEvalEvery steps and after the last (DistillStep::foldedPerplexity, train.h5's
     // series/folded_ppl); its time counts in metricsSeconds. 0 or no function: never.
     int foldedEvalEvery = 0;
-    std::function<double(const ModelTransforms&)> foldedEval;
+    std::function<double(const fold::ModelTransforms&)> foldedEval;
     std::function<void(const DistillStep&)> onStep;
     // On the steps with matrix metrics: float32 CPU copies of A1 and of the tracked layer's A2
     // (undefined where that transform is absent), for live heatmaps.
@@ -105,7 +111,7 @@ struct DistillResult {
 // Throws JobCancelled after writing the run file when cancelled; std::runtime_error when the
 // loss stops being finite.
 DistillResult distill(const model::ModelConfig& config, const model::LlamaWeights& original, const at::Tensor& calibration,
-                      ModelTransforms& transforms, const DistillOptions& options, JobContext& job = silentJob());
+                      fold::ModelTransforms& transforms, const DistillOptions& options, JobContext& job = silentJob());
 
 // One training step's loss, KL(teacher ‖ student) at temperature τ + λ·volume, with its gradient
 // left in the .grad of every transforms parameter (accumulated: zero them first). Memory stays at
@@ -121,7 +127,7 @@ DistillResult distill(const model::ModelConfig& config, const model::LlamaWeight
 // Objective::BlockMse: the block-output MSE above (`kl` holds it); no logits are formed, the
 // teacher's block outputs are kept for the step ([B·T, d] per block).
 struct DistillLoss {
-    double loss = 0, kl = 0, vol = 0;
+    double loss = 0, objective = 0, vol = 0; // as in DistillStep
     double teacherSeconds = 0, studentSeconds = 0, backwardSeconds = 0;
     double lossSeconds = 0; // the part of studentSeconds spent on the loss over the vocabulary
     // Within lossSeconds, on the CPU: the teacher's logit product and the loss gradient's product.
@@ -131,7 +137,7 @@ struct DistillLoss {
 // (nullopt: keepsLayerGraphs decides) instead of recomputing each layer from its saved input.
 // The gradients are the same bits either way.
 DistillLoss distillationStep(const model::ModelConfig& config, const model::LlamaWeights& original,
-                             const ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
+                             const fold::ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
                              const at::Tensor& tokens, double temperature, double volumeWeight,
                              Objective objective = Objective::Kl, std::optional<bool> keepLayerGraphs = std::nullopt);
 

@@ -1,0 +1,48 @@
+// The evaluate stage of a quantize run (run/quantize/Stages.h), and the folded model's check.
+#include "eval/Perplexity.h"
+#include "model/Checkpoint.h"
+#include "run/quantize/Stages.h"
+#include "tokenizer/Tokenizer.h"
+
+namespace latmix::run {
+
+double foldedPerplexity(const RunContext& ctx, const ModelToQuantize& folded, const std::vector<int>& evalIds,
+                        JobContext& job) {
+    const model::LlamaModel m(folded.config, folded.weights, folded.options);
+    return eval::evaluatePerplexity(m, evalIds, perplexityOptions(ctx.options), job).perplexity;
+}
+
+// Three perplexities, then the zero-shot tasks (the last 70% of the stage when there are tasks).
+void evaluateRun(const RunContext& ctx, const std::string& modelOut, const std::vector<int>& evalIds,
+                 QuantizeResult& result, JobContext& job) {
+    const QuantizeOptions& o = ctx.options;
+    const auto p = perplexityOptions(o);
+    // After a --devices training the model may not fit the first device: a layer at a time.
+    const bool offload = o.offload || !o.devices.empty();
+    const auto quantized = model::Checkpoint::load(modelOut);
+    const double end = o.evalTasks.empty() ? 1.0 : 0.3, step = end / 3;
+    if (o.evalSeqLen > 0 && !evalIds.empty()) {
+        SubJob fp(job, 0, step, "perplexity FP: ");
+        result.fpPerplexity = o.knownFpPerplexity > 0
+                                  ? o.knownFpPerplexity
+                                  : eval::evaluatePerplexity(model::LlamaModel(ctx.checkpoint(), at::kFloat, ctx.device, true, offload),
+                                                             evalIds, p, fp)
+                                        .perplexity;
+        SubJob w4a4(job, step, 2 * step, "perplexity W4A4: ");
+        result.quantizedPerplexity =
+            eval::evaluatePerplexity(model::LlamaModel(quantized, at::kFloat, ctx.device, true, offload), evalIds, p, w4a4)
+                .perplexity;
+        SubJob weights(job, 2 * step, end, "perplexity weights only: ");
+        result.weightOnlyPerplexity =
+            eval::evaluatePerplexity(model::LlamaModel(quantized, at::kFloat, ctx.device, false, offload), evalIds, p, weights)
+                .perplexity;
+    }
+    if (!o.evalTasks.empty()) {
+        SubJob tasks(job, end, 1.0, "zero-shot W4A4: ");
+        const auto tok = tokenizer::Tokenizer::loadFromDir(modelOut);
+        result.zeroShot = eval::evaluateZeroShot(model::LlamaModel(quantized, at::kFloat, ctx.device, true, offload), *tok,
+                                                 o.evalTasks, o.zeroShot, tasks);
+    }
+}
+
+} // namespace latmix::run

@@ -1,0 +1,232 @@
+#include "run/quantize/LayerQuantizer.h"
+
+#include "dist/ProcessGroup.h"
+#include "model/Capture.h"
+#include "model/TensorNames.h"
+#include "util/OutOfMemory.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace latmix::run {
+namespace names = model::names;
+namespace {
+
+// Out of memory while quantizing a layer: the layer's activations of all calibration windows are
+// on the device at once (GPTQ's Hessians need them); the run folder has no latmix.json yet.
+const char* const kLayerAdvice =
+    "rerun with --offload (one layer on the device at a time) or fewer calibration windows (--calib-samples)";
+constexpr int kWindowChunk = 8; // calibration windows through a layer at once
+const model::PointKind kPoints[] = {model::PointKind::QkvInput, model::PointKind::OProjInput,
+                                    model::PointKind::GateUpInput, model::PointKind::DownProjInput};
+
+} // namespace
+
+struct LayerQuantizer::Linear {
+    const char* name;
+    at::Tensor* w;
+    model::PointKind point;
+};
+
+namespace {
+
+// The rank that quantizes each linear: longest first to the least loaded rank, by GPTQ's cost
+// out·in² + in³/3 (the column loop and the Cholesky factorisations); RTN the same.
+template <class Linear>
+std::vector<int> linearOwners(const std::vector<Linear>& linears, int world) {
+    std::vector<int> owner(linears.size(), 0);
+    if (world <= 1) return owner;
+    std::vector<std::pair<double, std::size_t>> cost;
+    for (std::size_t i = 0; i < linears.size(); ++i) {
+        const double out = static_cast<double>(linears[i].w->size(0)), in = static_cast<double>(linears[i].w->size(1));
+        cost.push_back({out * in * in + in * in * in / 3, i});
+    }
+    std::stable_sort(cost.begin(), cost.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<double> load(static_cast<std::size_t>(world), 0.0);
+    for (const auto& [c, i] : cost) {
+        const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+        owner[i] = static_cast<int>(least);
+        load[static_cast<std::size_t>(least)] += c;
+    }
+    return owner;
+}
+
+} // namespace
+
+LayerQuantizer::LayerQuantizer(const RunContext& ctx, const ModelToQuantize& source, const at::Tensor& calib,
+                               QuantizeResult& result)
+    : ctx(ctx), source(source), result(result), rope(model::ropeTables(ctx.config(), ctx.seqLen, at::kFloat, ctx.device)) {
+    options = source.options;
+    options.activationQuant = ctx.options.format;
+    group = ctx.parallel() ? ctx.options.group.get() : nullptr;
+    // GPTQ needs every window's Hessians; RTN none (its error then in weight space) unless
+    // --rtn-error-windows asks for the output-space error over the first windows.
+    const int64_t n = std::min<int64_t>(calib.size(0), weightQuantizationWindows(ctx.method(), ctx.options));
+    calibrated = n > 0;
+    if (!calibrated) return;
+    // This rank's windows: a contiguous share of the calibration windows (all of them alone).
+    const int64_t world = group ? group->size() : 1, rank = group ? group->rank() : 0;
+    const at::Tensor mine = calib.narrow(0, n * rank / world, n * (rank + 1) / world - n * rank / world);
+    h = model::embedTokens(ctx.config(), source.weights, mine.to(source.weights.embed.device())).to(ctx.fopts).detach();
+}
+
+std::map<std::string, at::Tensor> LayerQuantizer::topLevel() const {
+    std::map<std::string, at::Tensor> top;
+    for (const auto& [name, t] : model::namedTensors(source.config, source.weights))
+        if (names::layerOf(name) < 0) top[name] = t;
+    return top;
+}
+
+// Data parallel: every rank stops at the same layer when any rank's job was cancelled.
+void LayerQuantizer::agreeOnCancel(JobContext& job) {
+    if (!group) return job.checkCancelled();
+    const at::Tensor stop = at::full({1}, job.cancelRequested() ? 1.0 : 0.0, at::TensorOptions().dtype(at::kDouble));
+    group->allreduceSum({stop});
+    if (stop.item<double>() > 0) throw JobCancelled();
+}
+
+// The Hessians of the layer's four input points from this rank's windows (summed over the ranks).
+std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>>
+LayerQuantizer::collectHessians(int l, const model::LayerWeights& y) {
+    std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>> acc;
+    if (!calibrated) return acc;
+    const model::ModelConfig& c = source.config;
+    for (auto k : kPoints) acc[k] = std::make_unique<quant::HessianAccumulator>(model::pointWidth(c, k));
+    guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerAdvice, [&] {
+        at::NoGradGuard g;
+        for (int64_t b = 0; b < h.size(0); b += kWindowChunk) {
+            const auto hb = h.narrow(0, b, std::min<int64_t>(kWindowChunk, h.size(0) - b));
+            model::decoderLayer(c, y, options, hb, rope, l, [&](const std::string& point, const at::Tensor& a) {
+                for (auto k : kPoints)
+                    if (point == model::pointName(l, k)) {
+                        try {
+                            acc[k]->add(a); // refuses NaN/Inf, naming the first one
+                        } catch (const std::invalid_argument& e) {
+                            // The weights were checked at load: NaN/Inf here comes from the
+                            // activations (an overflow, a broken transform), named by point.
+                            throw std::runtime_error(
+                                "calibration windows " + std::to_string(b) + ".." + std::to_string(b + hb.size(0) - 1) +
+                                " at " + point + ": " + e.what() +
+                                "; the folded model overflows there: try --device cpu (float32), or a method "
+                                "without learned transforms to see whether the transforms cause it");
+                        }
+                    }
+                return a;
+            });
+        }
+    });
+    if (group)
+        for (auto k : kPoints) acc[k]->reduce([&](const at::Tensor& t) { group->allreduceSum({t}); });
+    return acc;
+}
+
+// GPTQ or RTN of this rank's linears of layer l; the others' are left empty.
+std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(
+    int l, const std::vector<Linear>& linears, std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>>& acc,
+    std::vector<double>& seconds) {
+    const QuantizeOptions& o = ctx.options;
+    const bool gptq = ctx.method().gptq;
+    const int rank = group ? group->rank() : 0;
+    const std::vector<int> owner = linearOwners(linears, group ? group->size() : 1);
+    std::vector<quant::QuantizedWeight> done(linears.size());
+    seconds.assign(linears.size(), 0.0);
+    for (std::size_t li = 0; li < linears.size(); ++li) {
+        const Linear& lin = linears[li];
+        if (owner[li] != rank) continue;
+        // The last linear of this rank reading a point takes its Hessian (no copy): at the
+        // intermediate width a float64 Hessian is 0.5 GiB at 1B, 1.5 GiB at 8B.
+        bool lastAtPoint = true;
+        for (std::size_t lj = li + 1; lj < linears.size(); ++lj)
+            if (linears[lj].point == lin.point && owner[lj] == rank) lastAtPoint = false;
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::string prefix = names::layerPrefix(l) + lin.name;
+        try {
+            done[li] = guardMemory(std::string(gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
+                                       std::to_string(l) + ")",
+                                   kLayerAdvice, [&] {
+                                       const auto hess = !calibrated ? at::Tensor()
+                                                         : lastAtPoint ? acc[lin.point]->take()
+                                                                       : acc[lin.point]->hessian();
+                                       return gptq ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq)
+                                                   : quant::quantizeRtn(*lin.w, o.format, hess);
+                                   });
+        } catch (const OutOfMemory&) {
+            throw;
+        } catch (const std::exception& e) {
+            throw std::runtime_error(prefix + ".weight: " + e.what());
+        }
+        seconds[li] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    if (group)
+        for (std::size_t li = 0; li < linears.size(); ++li) shareLinear(done[li], seconds[li], owner[li], *linears[li].w);
+    return done;
+}
+
+QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
+    agreeOnCancel(job);
+    // The layer on the device (float32) for this step; its mapped pages are released after.
+    const model::LayerWeights& stored = source.weights.layers[static_cast<size_t>(l)];
+    model::LayerWeights y = model::convertLayer(stored, ctx.fopts);
+    auto hessians = collectHessians(l, y);
+    const std::vector<Linear> linears = {{names::kQProj, &y.wq, model::PointKind::QkvInput},
+                                         {names::kKProj, &y.wk, model::PointKind::QkvInput},
+                                         {names::kVProj, &y.wv, model::PointKind::QkvInput},
+                                         {names::kOProj, &y.wo, model::PointKind::OProjInput},
+                                         {names::kGateProj, &y.wGate, model::PointKind::GateUpInput},
+                                         {names::kUpProj, &y.wUp, model::PointKind::GateUpInput},
+                                         {names::kDownProj, &y.wDown, model::PointKind::DownProjInput}};
+    std::vector<double> seconds;
+    std::vector<quant::QuantizedWeight> done = quantizeLinears(l, linears, hessians, seconds);
+    hessians.clear();
+    QuantizedLayer out;
+    for (std::size_t li = 0; li < linears.size(); ++li) {
+        const std::string prefix = names::layerPrefix(l) + linears[li].name;
+        *linears[li].w = done[li].dequantized.to(ctx.fopts);
+        out.packed[prefix] = std::move(done[li].packed);
+        result.linears.push_back({l, linears[li].name, done[li].relativeError, seconds[li]});
+        done[li] = {};
+    }
+    if (calibrated) guardMemory("the quantized forward of layer " + std::to_string(l), kLayerAdvice, [&] {
+        at::NoGradGuard g;
+        std::vector<at::Tensor> next;
+        for (int64_t b = 0; b < h.size(0); b += kWindowChunk)
+            next.push_back(model::decoderLayer(source.config, y, options,
+                                               h.narrow(0, b, std::min<int64_t>(kWindowChunk, h.size(0) - b)), rope, l));
+        if (!next.empty()) h = at::cat(next, 0); // a rank without windows keeps its empty h
+    });
+    model::releaseMappedLayer(stored);
+    for (auto& [n, t] : model::namedLayerTensors(y, l)) out.tensors[n] = t;
+    return out;
+}
+
+// Data parallel: the owner's quantized linear to every rank (its packed codes, from which the
+// others unpack the quantized weight, its error and time).
+void LayerQuantizer::shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w) {
+    const bool mine = group->rank() == owner;
+    const at::Tensor head = at::zeros({7}, at::TensorOptions().dtype(at::kDouble));
+    if (mine) {
+        const auto cs = q.packed.codes.sizes(), ss = q.packed.scales.sizes();
+        if (cs.size() != 2 || ss.size() != 2) throw std::logic_error("quantize: packed codes of a linear are not 2-D");
+        const double v[] = {double(cs[0]), double(cs[1]), double(ss[0]), double(ss[1]), double(q.packed.globalScale),
+                            q.relativeError, seconds};
+        for (int i = 0; i < 7; ++i) head[i].fill_(v[i]);
+    }
+    group->broadcast({head}, owner);
+    const auto size = [&](int i) { return static_cast<int64_t>(head[i].item<double>()); };
+    if (!mine) {
+        const auto u8 = at::TensorOptions().dtype(at::kByte);
+        q.packed.config = ctx.options.format;
+        q.packed.codes = at::empty({size(0), size(1)}, u8);
+        q.packed.scales = at::empty({size(2), size(3)}, u8);
+        q.packed.globalScale = static_cast<float>(head[4].item<double>());
+        q.packed.lastDim = w.size(1);
+        q.relativeError = head[5].item<double>();
+        seconds = head[6].item<double>();
+    }
+    group->broadcast({q.packed.codes, q.packed.scales}, owner);
+    if (!mine) q.dequantized = mx::unpack(q.packed);
+}
+
+} // namespace latmix::run

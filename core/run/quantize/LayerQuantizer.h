@@ -1,0 +1,62 @@
+#pragma once
+// The quantize stage of a run (run/quantize/Stages.h): the weights quantized a decoder layer at a
+// time, each layer's inputs taken from the already quantized layers with the activations
+// quantized as the deployed W4A4 model computes them. The Hessian of a linear is taken from
+// exactly what it receives there (after T3 and activation quantization). All linears of a layer
+// are collected in one pass before any of them is quantized (GPTQ's default, not
+// "true-sequential"). Only one layer's activations and weights live at a time.
+//
+// Data parallel (QuantizeOptions::group of several ranks): each rank runs its share of the
+// calibration windows through the layer, the Hessians' sums x xᵀ and row counts are summed over
+// the ranks (an all-reduce: the Hessian of all windows, as one process computes it up to the
+// order of float64 additions), and each linear is quantized once, by the rank it is assigned to
+// (the layer's GPTQ work balanced over the ranks); its owner broadcasts the packed codes and
+// every rank unpacks them (mx::unpack gives the quantized weight bit for bit) to carry its
+// windows on to the next layer.
+#include "run/quantize/Stages.h"
+
+#include <map>
+#include <string>
+
+namespace latmix::run {
+
+// One quantized layer: its tensors (Hugging Face names, the quantized linears dequantized, on the
+// device) and the packed weights of its block linears by prefix.
+struct QuantizedLayer {
+    std::map<std::string, at::Tensor> tensors;
+    std::map<std::string, mx::PackedTensor> packed;
+};
+
+class LayerQuantizer {
+public:
+    // Embeds this rank's share of the calibration windows (GPTQ: all; RTN: the first
+    // --rtn-error-windows, none by default).
+    LayerQuantizer(const RunContext& ctx, const ModelToQuantize& source, const at::Tensor& calib, QuantizeResult& result);
+    // Layer `layer` (0, 1, ... in order): its linears quantized, their reports appended to the
+    // result, the windows carried through the quantized layer. Every rank of a data-parallel run
+    // calls it for every layer; a cancel on any rank stops them all at the same layer.
+    QuantizedLayer quantizeLayer(int layer, JobContext& job);
+    // The embedding, final norm, lm_head (and its bias) as they are: not quantized.
+    std::map<std::string, at::Tensor> topLevel() const;
+
+private:
+    struct Linear;
+    std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>> collectHessians(int layer,
+                                                                                         const model::LayerWeights& y);
+    std::vector<quant::QuantizedWeight> quantizeLinears(int layer, const std::vector<Linear>& linears,
+                                                        std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>>& hessians,
+                                                        std::vector<double>& seconds);
+    void shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w);
+    void agreeOnCancel(JobContext& job);
+
+    const RunContext& ctx;
+    const ModelToQuantize& source; // the model whose layers are quantized
+    QuantizeResult& result;
+    model::RopeTables rope;
+    model::ForwardOptions options;
+    dist::Group* group = nullptr; // several ranks, else null
+    at::Tensor h;                 // this rank's windows at the input of the next layer
+    bool calibrated = false;      // windows pass through the layers (GPTQ's Hessians, or RTN's output-space error)
+};
+
+} // namespace latmix::run

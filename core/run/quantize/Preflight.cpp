@@ -1,0 +1,152 @@
+#include "run/quantize/Preflight.h"
+
+#include "run/quantize/OptionTable.h"
+
+#include "eval/Perplexity.h"
+#include "model/ConfigJson.h"
+#include "model/LlamaModel.h"
+#include "tokenizer/Tokenizer.h"
+#include "transforms/Hadamard.h"
+#include "transforms/LearnedTransforms.h"
+#include "util/Runtime.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+namespace fs = std::filesystem;
+
+namespace latmix::run {
+namespace {
+
+// The options that need nothing of the model.
+void checkOptions(const MethodSpec& method, const QuantizeOptions& o) {
+    o.format.validate();
+    if (o.calibSamples < 1 || o.seqLen < 2) throw std::invalid_argument("need at least one calibration window of 2+ tokens");
+    if (method.learned && o.steps < 1) throw std::invalid_argument("--steps must be at least 1");
+    if (o.foldedEvalEvery > 0 && !method.learned)
+        throw RunRefused("the folded model's check during training (paper Table 2) needs a method that trains, and " +
+                             o.method + " trains nothing",
+                         {{"folded_eval_every", "0"}, {"method", "latmix-lu"}});
+    if (o.foldedEvalEvery > 0 && o.evalSeqLen < 1)
+        throw RunRefused("the folded model's check during training (paper Table 2) measures perplexity: it needs the "
+                         "evaluation windows",
+                         {{"eval_seqlen", "256"}, {"folded_eval_every", "0"}});
+    if (!o.devices.empty() && !method.learned)
+        throw RunRefused("splitting the training's layers over devices needs a method that trains, and " + o.method +
+                             " trains nothing",
+                         {{"device", "", "a single", "instead"}, {"offload", "", "", "with it for a model larger than the device"}});
+    if (!o.devices.empty() && o.offload)
+        throw RunRefused("splitting the layers over devices and keeping them in host memory exclude each other",
+                         {{"devices", "", "", "alone"}, {"offload", "", "", "alone"}});
+}
+
+// --devices: the layers over the devices, each device named before any work when absent.
+void planPlacement(ResolvedRun& r, const QuantizeOptions& o) {
+    if (o.devices.empty()) {
+        r.device = o.device;
+        return;
+    }
+    r.placement = planLayerPlacement(r.config, r.storedBytes, o.devices, o);
+    r.device = r.placement.front().device;
+}
+
+// The estimates, and the refusal of a run that does not fit (options.memoryCheck; --force skips).
+void checkMemory(ResolvedRun& r, const QuantizeOptions& o, PreflightFor purpose) {
+    r.host = estimateQuantizeMemory(r.config, r.storedBytes, o);
+    const bool oneGpu = o.device.rfind("cuda", 0) == 0 && !o.offload && o.devices.empty();
+    if (oneGpu) r.gpu = estimateDeviceMemory(r.config, r.storedBytes, o);
+    if (!o.memoryCheck || purpose == PreflightFor::Estimate) return;
+    const c10::Device device = model::parseDevice(o.device);
+    if (device.is_cpu()) refuseOverMemory(r.host, availableHostMemory(), o);
+    else if (device.is_cuda() && oneGpu) refuseOverMemory(r.gpu, cudaTotalMemory(device.index()), o, device.str());
+}
+
+ResolvedRun preflightShape(ResolvedRun r, const QuantizeOptions& o, PreflightFor purpose) {
+    const model::ModelConfig& c = r.config;
+    checkExportable(c, r.method, o);
+    checkMethodFits(c, r.method, o);
+    if (o.trackedLayer < 0 || o.trackedLayer >= c.numLayers)
+        throw RunRefused("tracked layer " + std::to_string(o.trackedLayer) + " is not a layer of " + r.modelDir + " (0.." +
+                             std::to_string(c.numLayers - 1) + ")",
+                         {{"tracked_layer", "0"}});
+    planPlacement(r, o);
+    if (purpose == PreflightFor::Run) {
+        if (!r.checkpoint) throw std::invalid_argument(r.modelDir + " is a config alone: a run needs the model folder with its weights");
+        model::parseDevice(r.device); // an absent device is named before any work
+        for (const auto& p : r.placement) model::parseDevice(p.device);
+    }
+    checkMemory(r, o, purpose);
+    return r;
+}
+
+} // namespace
+
+ResolvedRun preflight(std::shared_ptr<const model::Checkpoint> checkpoint, const QuantizeOptions& o, PreflightFor purpose) {
+    ResolvedRun r;
+    r.method = runMethod(o);
+    checkOptions(r.method, o);
+    r.modelDir = checkpoint->dir();
+    r.config = checkpoint->config();
+    r.storedBytes = storedElementBytes(checkpoint->weightBytes(), checkpoint->parameterCount());
+    r.checkpoint = std::move(checkpoint);
+    return preflightShape(std::move(r), o, purpose);
+}
+
+ResolvedRun preflight(const std::string& modelPath, const QuantizeOptions& o, PreflightFor purpose) {
+    const MethodSpec method = runMethod(o); // an unknown method is named before the model is read
+    checkOptions(method, o);
+    if (fs::is_regular_file(modelPath) && fs::path(modelPath).extension() == ".json") {
+        ResolvedRun r;
+        r.method = method;
+        r.modelDir = modelPath;
+        r.config = model::ModelConfig::fromFile(modelPath);
+        r.storedBytes = r.config.torchDtype == "float32" ? 4 : 2;
+        return preflightShape(std::move(r), o, purpose);
+    }
+    return preflight(std::make_shared<const model::Checkpoint>(model::Checkpoint::load(modelPath)), o, purpose);
+}
+
+void checkExportable(const model::ModelConfig& c, const MethodSpec& m, const QuantizeOptions& o) {
+    if (!o.exportCheck) return;
+    if (!m.transformed) return; // nothing folded: the model keeps the biases it came with
+    // SPEC §4: T1 acts on the residual stream, read by q/k/v, gate/up and lm_head, so its bias
+    // becomes gate/up biases; T2's (value head space) only reaches v and o_proj, which every
+    // family can hold.
+    const bool t1 = transforms::kindHasBias(m.t1Kind) && o.t1Bias;
+    const std::string problem = model::hfBiasProblem(c, c.mlpBias || t1);
+    if (problem.empty()) return;
+    throw RunRefused("method " + o.method + " on this " + c.architectureName +
+                         " model folds its learned T1 bias into gate_proj/up_proj biases, but " + problem +
+                         ": the run could not be exported (hf, compressed-tensors)",
+                     {{"t1_bias", "off", "", "(the deployable variant: T1 trained with v1 = 0)"},
+                      {"skip_export_check", "", "", "to run anyway (the run model still loads and evaluates here)"}});
+}
+
+void checkMethodFits(const model::ModelConfig& c, const MethodSpec& m, const QuantizeOptions& o) {
+    const bool fullT1 = m.t1Kind == "hadamard" || (m.learned && m.init == "hadamard");
+    const bool fullT2 = m.t2Kind == "hadamard" || (m.learned && m.init == "hadamard");
+    const std::pair<bool, std::pair<std::int64_t, const char*>> widths[] = {
+        {fullT1, {c.hiddenSize, "hidden_size (T1)"}}, {fullT2, {c.headDim, "head_dim (T2)"}}};
+    for (const auto& [needed, w] : widths)
+        if (needed && !transforms::hasHadamard(w.first))
+            throw RunRefused("method " + o.method + " needs a full Hadamard matrix of " + w.second + " = " +
+                                 std::to_string(w.first) + ", and no Hadamard construction here covers " +
+                                 std::to_string(w.first),
+                             {{"method", "mr-gptq", "", "(block Hadamard of the MX block)"},
+                              {"method", "latmix-lu", "", "or latmix-qr (block-Hadamard start)"}});
+}
+
+RunTokens tokenizeRunInputs(const std::string& modelDir, const std::string& calibText, const std::string& wikiTestPath,
+                            int seqLen) {
+    const auto tok = tokenizer::Tokenizer::loadFromDir(modelDir);
+    RunTokens t;
+    t.calibIds = tok->encode(calibText, false);
+    if (t.calibIds.size() < static_cast<std::size_t>(seqLen) + 1)
+        throw std::runtime_error("the calibration text has " + std::to_string(t.calibIds.size()) +
+                                 " tokens, fewer than one window of " + std::to_string(seqLen) +
+                                 "; choose a longer text or a shorter window length");
+    if (!wikiTestPath.empty()) t.evalIds = eval::tokenizeForEvaluation(*tok, eval::wikiText2TestText(wikiTestPath));
+    return t;
+}
+
+} // namespace latmix::run

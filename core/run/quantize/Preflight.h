@@ -1,0 +1,69 @@
+#pragma once
+// Everything a quantize run checks before it writes anything, done once and in one place for the
+// CLI (`latmix quantize`, its --dry-run and --nproc), the workbench's Calibration tab and every
+// cell of a sweep: the method resolved with its ablations, the checkpoint opened, the options
+// checked against the model (export, Hadamard widths, tracked layer, --devices), the layer
+// placement planned and the memory estimated and compared with what the machine has.
+#include "model/Checkpoint.h"
+#include "run/MemoryEstimate.h"
+#include "run/quantize/Method.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace latmix::run {
+
+// A run that passed the checks: what runQuantize needs besides the options and the token ids.
+struct ResolvedRun {
+    std::string modelDir;
+    MethodSpec method; // runMethod(options)
+    // The opened checkpoint; null when preflight was given a config.json alone (a model not
+    // downloaded yet): the estimates below hold, the run cannot start.
+    std::shared_ptr<const model::Checkpoint> checkpoint;
+    model::ModelConfig config;
+    int storedBytes = 4;                // bytes per stored weight element (bf16: 2)
+    std::vector<DeviceShare> placement; // --devices: the training's layers over the devices
+    std::string device;                 // where the run computes: the placement's first device, else options.device
+    MemoryEstimate host;                // on the CPU (estimateQuantizeMemory)
+    // On one GPU without --offload / --devices (estimateDeviceMemory); no stages otherwise.
+    MemoryEstimate gpu;
+};
+
+// What the preflight is for: a run (every check), or the estimates alone (`--dry-run`: the
+// devices need not be on this machine and a run that does not fit is not refused).
+enum class PreflightFor { Run, Estimate };
+
+// Throws std::invalid_argument naming the option, its value and the way out (or
+// std::runtime_error from Checkpoint::load naming the file) when the run cannot go ahead.
+// modelPath: a Hugging Face model folder, or a config.json (its torch_dtype standing for the
+// stored weights) for the estimates alone. A run's devices must exist here, and its memory is
+// compared with the host's (CPU runs) or the GPU's (one device, no offload) when
+// options.memoryCheck is set.
+ResolvedRun preflight(const std::string& modelPath, const QuantizeOptions& options, PreflightFor purpose = PreflightFor::Run);
+// The same for a checkpoint already open (a sweep opens its model once for all cells).
+ResolvedRun preflight(std::shared_ptr<const model::Checkpoint> checkpoint, const QuantizeOptions& options,
+                      PreflightFor purpose = PreflightFor::Run);
+
+// Throws std::invalid_argument when options.exportCheck is set and the run's folded biases could
+// not be exported for Hugging Face / vLLM runtimes (Qwen3 with a learned T1 bias: MLP biases),
+// naming --t1-bias off and --skip-export-check. Part of preflight.
+void checkExportable(const model::ModelConfig& config, const MethodSpec& method, const QuantizeOptions& options);
+
+// Throws std::invalid_argument when the method needs a full Hadamard matrix (QuaRot's T1/T2,
+// SpinQuant's Hadamard start) of a width no construction here covers (e.g. 92 * 2^k), naming the
+// width and the methods that work (block transforms). Part of preflight.
+void checkMethodFits(const model::ModelConfig& config, const MethodSpec& method, const QuantizeOptions& options);
+
+// The token ids a run reads, tokenized with the model folder's tokenizer (the one sequence the
+// CLI, the GUI and the sweep use): calibration ids from calibText (SPEC §5: a training-side
+// split, never the text perplexity is measured on), evaluation ids from the WikiText-2 test file
+// at wikiTestPath as SPEC §7 builds it (empty path: none). Throws std::runtime_error when the
+// calibration text is shorter than one window of seqLen tokens.
+struct RunTokens {
+    std::vector<int> calibIds, evalIds;
+};
+RunTokens tokenizeRunInputs(const std::string& modelDir, const std::string& calibText, const std::string& wikiTestPath,
+                            int seqLen);
+
+} // namespace latmix::run

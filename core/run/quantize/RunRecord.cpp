@@ -1,0 +1,145 @@
+// The record stage of a quantize run (run/quantize/Stages.h): latmix.json; and the run key the
+// ranks of a data-parallel run agree on.
+#include "dist/ProcessGroup.h"
+#include "model/ConfigJson.h"
+#include "mx/MxKernelCpu.h"
+#include "run/quantize/OptionTable.h"
+#include "run/quantize/Stages.h"
+#include "transforms/LearnedTransforms.h"
+#include "util/AtomicFile.h"
+#include "util/Runtime.h"
+#include "util/Text.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace latmix::run {
+namespace {
+
+// What a linear's relative_error measures: "outputs (N windows)" (tr(dW H dW^T) / tr(W H W^T)
+// over the calibration windows) or "weights" (RTN without --rtn-error-windows).
+std::string relativeErrorKind(const RunContext& ctx) {
+    const int n = weightQuantizationWindows(ctx.method(), ctx.options);
+    return n > 0 ? "outputs (" + std::to_string(n) + " windows)" : "weights";
+}
+
+// latmix.json: the configuration, the method, the versions and runtime, and every number measured.
+nlohmann::ordered_json runRecord(const RunContext& ctx, const QuantizeResult& r, const fold::ModelTransforms* transforms) {
+    const QuantizeOptions& o = ctx.options;
+    nlohmann::ordered_json j;
+    j["latmix_version"] = latmixVersion();
+    j["libtorch_version"] = libtorchVersion();
+    j["created"] = util::utcTimestamp();
+    // What decides float32 summation order, and so whether a rerun gives the same bits
+    // (docs/reproducibility.md): the build, the thread count and the CPU paths taken.
+    j["runtime"] = {{"build", buildDescription()},
+                    {"threads", threadCount()},
+                    {"aten_cpu_capability", atenCpuCapability()},
+                    {"blas", blasLibrary()},
+                    {"blas_core", blasCoreName()},
+                    {"mx_kernel", mx::cpu::kernelPathName(mx::cpu::kernelPath())}};
+    j["command"] = o.commandLine;
+    j["options"] = configJson(o); // every option (run/quantize/OptionTable.h): what the run was asked to do
+    j["model"] = fs::absolute(ctx.resolved.modelDir).string();
+    j["method"] = ctx.method().name;
+    j["method_description"] = ctx.method().description;
+    j["format"] = model::mxConfigJson(o.format);
+    j["seed"] = o.seed;
+    j["device"] = o.device;
+    j["tf32"] = o.tf32 && ctx.device.is_cuda();
+    j["world_size"] = o.group ? o.group->size() : 1; // data-parallel ranks (training and GPTQ)
+    if (o.group && o.group->size() > 1) // what rank 0 sent, in MiB
+        j["communicated_mib"] = {{"train", r.trainBytes / 1048576.0}, {"quantize", r.quantizeBytes / 1048576.0}};
+    j["offload"] = o.offload;
+    if (!o.devices.empty()) j["devices"] = o.devices; // the training's layers split over these
+    j["calibration"] = {{"source", o.calibSource}, {"samples", o.calibSamples}, {"seqlen", ctx.seqLen}};
+    if (transforms)
+        j["transforms"] = {{"t1", ctx.method().t1Kind}, {"t2", ctx.method().t2Kind}, {"init", ctx.method().init},
+                           {"init_noise", ctx.method().initNoise}, {"granularity", ctx.method().granularity},
+                           {"t1_bias", transforms::kindHasBias(ctx.method().t1Kind) && o.t1Bias},
+                           {"t2_bias", transforms::kindHasBias(ctx.method().t2Kind) && o.t2Bias},
+                           {"block", o.format.blockSize}, {"t3_block", transforms->spec().t3Block},
+                           {"t3_seed", transforms->spec().t3Seed}, {"file", "transforms.h5"}};
+    if (ctx.method().learned) {
+        nlohmann::ordered_json t = {{"steps", o.steps}, {"batch", o.batch}, {"lr", o.lr}, {"temperature", o.temperature},
+                                    {"loss", o.loss}, {"volume_weight", o.volumeWeight}, {"weight_decay", o.weightDecay}, {"warmup_steps", train::effectiveWarmupSteps(o.warmupSteps, o.steps)},
+                                    {"resumed_from_step", r.training.startStep}, {"file", "train.h5"}};
+        if (!r.training.history.empty()) {
+            t["first_objective"] = r.training.history.front().objective; // the term training.loss names
+            t["final_objective"] = r.training.history.back().objective;
+        }
+        if (o.foldedEvalEvery > 0) { // [step, perplexity] pairs, step 0 = before training
+            nlohmann::ordered_json f = nlohmann::ordered_json::array();
+            if (std::isfinite(r.training.foldedPerplexityStart)) f.push_back({0, r.training.foldedPerplexityStart});
+            for (const auto& s : r.training.history)
+                if (std::isfinite(s.foldedPerplexity)) f.push_back({s.step, s.foldedPerplexity});
+            t["folded_fp_perplexity"] = f;
+        }
+        j["training"] = t;
+    }
+    j["weight_quantization"] = {{"algorithm", ctx.method().gptq ? "gptq" : "rtn"}, {"damping", o.gptq.damping},
+                                {"column_block", o.gptq.columnBlock}, {"act_order", o.gptq.actOrder},
+                                {"relative_error", relativeErrorKind(ctx)}};
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+    for (const auto& L : r.linears)
+        layers.push_back({{"layer", L.layer}, {"linear", L.linear}, {"relative_error", L.relativeError}, {"seconds", L.seconds}});
+    j["linears"] = layers;
+    if (r.fpPerplexity > 0)
+        j["perplexity"] = {{"dataset", "wikitext-2 test"}, {"source", o.evalSource}, {"seqlen", o.evalSeqLen},
+                           {"windows", o.evalWindows}, {"fp", r.fpPerplexity}, {"folded_fp", r.foldedPerplexity}, {"w4a4", r.quantizedPerplexity},
+                           {"weights_only", r.weightOnlyPerplexity}};
+    if (!r.zeroShot.tasks.empty()) {
+        auto z = nlohmann::ordered_json::parse(eval::zeroShotJson(r.zeroShot).dump());
+        z["model"] = "w4a4";
+        z["bos"] = o.zeroShot.addBos;
+        j["zeroshot"] = z;
+    }
+    j["seconds"] = {{"train", r.trainSeconds}, {"quantize", r.quantizeSeconds}, {"eval", r.evalSeconds},
+                    {"total", r.totalSeconds}};
+    j["peak_rss_mb"] = r.peakRssMb;
+    if (ctx.device.is_cuda()) j["peak_gpu_mb"] = r.peakGpuMb;
+    return j;
+}
+
+} // namespace
+
+std::string runRecordJson(const RunContext& ctx, const QuantizeResult& result, const fold::ModelTransforms* transforms) {
+    return runRecord(ctx, result, transforms).dump(2) + "\n";
+}
+
+std::string runKey(const std::string& modelDir, const QuantizeOptions& o, const std::vector<int>& calibIds,
+                   const std::vector<int>& evalIds) {
+    auto fnv = [](const std::vector<int>& v) { // FNV-1a over the ids
+        std::uint64_t h = 1469598103934665603ULL;
+        for (int id : v) {
+            h ^= static_cast<std::uint32_t>(id);
+            h *= 1099511628211ULL;
+        }
+        return h;
+    };
+    std::ostringstream k;
+    k << "model config " << util::readTextFile((fs::path(modelDir) / "config.json").string(), "model config") << "\n";
+    std::vector<std::pair<std::string, std::uintmax_t>> files;
+    for (const auto& e : fs::directory_iterator(modelDir))
+        if (e.is_regular_file() && e.path().extension() == ".safetensors") files.emplace_back(e.path().filename().string(), e.file_size());
+    std::sort(files.begin(), files.end());
+    for (const auto& [name, size] : files) k << "weights " << name << " " << size << " bytes\n";
+    // Every option that changes what is computed (run/quantize/OptionTable.h), and the method
+    // they resolve to.
+    const MethodSpec m = runMethod(o);
+    k << "resolved method " << m.t1Kind << " " << m.t2Kind << " init " << m.init << " noise " << m.initNoise << " t3 "
+      << m.t3Block << " granularity " << m.granularity << "\n";
+    for (const auto& f : optionFields())
+        if (f.changesResult) k << f.key << " " << optionValue(o, f.key).dump() << "\n";
+    k << "resume " << o.resume << "\ncalibration ids " << calibIds.size() << " hash " << fnv(calibIds)
+      << "\nevaluation ids " << evalIds.size() << " hash " << fnv(evalIds) << "\n";
+    return k.str();
+}
+
+} // namespace latmix::run
