@@ -1,0 +1,276 @@
+// The plan of an export (ExportPlan.h); Export.cpp's header comment says where the
+// compressed-tensors side follows the compressed-tensors library.
+#include "export/ExportPlan.h"
+
+#include "model/ConfigJson.h"
+#include "model/TensorNames.h"
+#include "mx/MxPack.h"
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <set>
+#include <stdexcept>
+
+namespace latmix::exporting {
+namespace names = model::names;
+using namespace latmix::run; // the run model an export reads
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::vector<std::int64_t> sizesOf(const at::Tensor& t) { return t.sizes().vec(); }
+
+// W · H for the block-diagonal H, in float64, rounded once to float32: block by block so that a
+// large intermediate size never needs the dense n×n product.
+at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks) {
+    auto wd = w.to(at::kDouble);
+    auto out = at::empty_like(wd);
+    std::int64_t s = 0;
+    for (const auto& b : blocks) {
+        const std::int64_t e = s + b.size(0);
+        out.slice(1, s, e).copy_(wd.slice(1, s, e).mm(b));
+        s = e;
+    }
+    return out.to(at::kFloat);
+}
+
+std::string compressionFormat(const mx::MxConfig& f) {
+    switch (f.format) {
+    case mx::Format::MxFp4: return "mxfp4-pack-quantized";
+    case mx::Format::NvFp4: return "nvfp4-pack-quantized";
+    // compressed-tensors has no MX integer format. The tensors have the same structure as
+    // mxfp4-pack-quantized (nibbles, E8M0 bytes) but the codes are sign-magnitude INT4
+    // (step 0.25, SPEC §1): a name of its own keeps every loader from reading them as E2M1.
+    case mx::Format::MxInt4: return "mxint4-pack-quantized";
+    default:
+        throw std::runtime_error("the run's weights are " + f.describe() +
+                                 "; a compressed-tensors export holds 4-bit weights only (mxfp4, nvfp4, mxint4): "
+                                 "export this run with --format hf");
+    }
+}
+
+// QuantizationArgs of compressed-tensors for an MX format (values of its MXFP4 / NVFP4 presets).
+json quantArgs(const mx::MxConfig& f, bool activation) {
+    const auto& e = mx::elementSpec(f.element());
+    json o;
+    o["num_bits"] = e.bits;
+    o["type"] = e.isInteger ? "int" : "float";
+    o["symmetric"] = true;
+    o["group_size"] = f.blockSize;
+    o["strategy"] = f.isNvfp4() ? "tensor_group" : "group";
+    o["block_structure"] = nullptr;
+    // Activations: scales computed on the fly per block (and NVFP4's per-tensor scale per
+    // tensor), as this workbench's fake quantization does; weights: static.
+    o["dynamic"] = activation;
+    o["actorder"] = nullptr;
+    o["scale_dtype"] = f.isNvfp4() ? "torch.float8_e4m3fn" : "torch.uint8";
+    o["zp_dtype"] = nullptr;
+    o["observer"] = activation ? json(nullptr) : json("minmax");
+    o["observer_kwargs"] = json::object();
+    return o;
+}
+
+// compressed-tensors' quantization_config (weights, activations, T3 as a transform) for a run.
+json compressedTensorsConfig(const model::LatmixQuantization& q, const std::string& fmtName) {
+    const mx::MxConfig& wf = *q.weightFormat;
+    json groups;
+    json g0;
+    g0["targets"] = json::array({"Linear"});
+    g0["weights"] = quantArgs(wf, false);
+    g0["input_activations"] = q.activationFormat ? quantArgs(*q.activationFormat, true) : json(nullptr);
+    g0["output_activations"] = nullptr;
+    g0["format"] = fmtName;
+    groups["group_0"] = g0;
+    json qc;
+    qc["quant_method"] = "compressed-tensors";
+    qc["format"] = fmtName;
+    qc["quantization_status"] = "compressed";
+    qc["config_groups"] = groups;
+    qc["ignore"] = json::array({"lm_head"});
+    qc["kv_cache_scheme"] = nullptr;
+    qc["global_compression_ratio"] = nullptr;
+    qc["sparsity_config"] = json::object();
+    json tc = json::object();
+    if (q.t3Block > 0) {
+        json args;
+        args["targets"] = json::array({"re:.*mlp\\.down_proj$"});
+        args["location"] = "input";
+        args["inverse"] = false;
+        args["ignore"] = json::array();
+        json scheme;
+        scheme["type"] = "random-hadamard";
+        scheme["apply"] = json::array({args});
+        scheme["randomize"] = false; // one T3 shared by every layer
+        scheme["requires_grad"] = false;
+        scheme["head_dim"] = q.t3Block;
+        scheme["precision"] = "torch.float32";
+        tc["config_groups"] = {{"latmix_t3", scheme}};
+    }
+    qc["transform_config"] = tc;
+    return qc;
+}
+
+// What the user should know about the files of this format: what runtimes do with them.
+void addFormatNotes(Plan& plan, const RunModel& run, bool ct) {
+    const auto& q = run.quant;
+    const model::ModelConfig rc = runModelConfig(run);
+    auto has = [&](const std::string& n) { return run.tensors.count(n) != 0; };
+    if (ct) {
+        const mx::MxConfig& wf = *q.weightFormat;
+
+        if (wf.format == mx::Format::MxInt4)
+            plan.notes.push_back("compressed-tensors has no MX integer format: the weights are declared as 4-bit "
+                                 "int groups with E8M0 scales under the format name 'mxint4-pack-quantized' "
+                                 "(sign-magnitude codes, step 0.25, SPEC §1); compressed-tensors runtimes do not "
+                                 "load it, LATMiX does");
+        if (wf.scaleMode != mx::ScaleMode::Floor)
+            plan.notes.push_back("weights were quantized with scale mode '" + mx::scaleModeName(wf.scaleMode) +
+                                 "'; the stored scales are exact, but a runtime quantizing activations uses the "
+                                 "OCP floor rule");
+        if (wf.isNvfp4())
+            plan.notes.push_back("weight_global_scale holds 1/g (compressed-tensors convention: dequantized "
+                                 "value = q · weight_scale / weight_global_scale); LATMiX's own g = amax/2688 is "
+                                 "in the run's quantized.safetensors");
+        if (q.activationFormat) {
+            const auto af = q.activationFormat->format;
+            if (af != mx::Format::MxFp4 && af != mx::Format::NvFp4 && af != mx::Format::MxFp8E4M3)
+                plan.notes.push_back("activation format " + q.activationFormat->describe() +
+                                     " has no compressed-tensors preset; it is declared by num_bits/type/group_size "
+                                     "only (latmix.json has the exact format)");
+        }
+        std::set<std::int64_t> partial;
+        for (const auto& p : model::names::blockLinearPrefixes(rc.numLayers)) {
+            const std::int64_t in = run.tensors.at(p + ".weight").size(1);
+            if (in % wf.blockSize) partial.insert(in);
+        }
+        for (auto in : partial)
+            plan.notes.push_back("input dimension " + std::to_string(in) + " is not a multiple of the group size " +
+                                 std::to_string(wf.blockSize) + ": its last group has " +
+                                 std::to_string(in % wf.blockSize) +
+                                 " columns (SPEC §1); compressed-tensors runtimes expect divisible shapes");
+        if (q.t3Block > 0)
+            plan.notes.push_back("down_proj weights stay in the online-Hadamard basis: a runtime must apply x ↦ x·Hᵀ "
+                                 "to the down_proj input. H has a random sign pattern per block (block " +
+                                 std::to_string(q.t3Block) + ", seed " +
+                                 std::to_string(q.t3Seed) +
+                                 "), which compressed-tensors' own generator does not reproduce: its exact blocks "
+                                 "are in " + kT3File);
+        if (q.activationFormat)
+            plan.notes.push_back("activations are declared as dynamic " + q.activationFormat->describe() +
+                                 " quantization of the input of every block linear");
+    } else {
+        if (q.activationFormat)
+            plan.notes.push_back("activations are unquantized in this format (the run quantizes them as " +
+                                 q.activationFormat->describe() + "); it is the weight-only model");
+        else
+            plan.notes.push_back("activations are unquantized, as in the run");
+        if (q.t3Block > 0)
+            plan.notes.push_back("the online Hadamard T3 (block " + std::to_string(q.t3Block) + ", seed " +
+                                 std::to_string(q.t3Seed) +
+                                 ") is folded back into down_proj (W_down · H): any runtime computes the run's "
+                                 "function without it, up to bf16 rounding");
+        if (q.weightFormat)
+            plan.notes.push_back("weights are the dequantized " + q.weightFormat->describe() +
+                                 " values rounded to bf16" +
+                                 (q.t3Block > 0 ? " (down_proj after the T3 fold-back)" : ""));
+    }
+    if (has(names::kLmHeadBias))
+        plan.notes.push_back("lm_head has a bias (folded T1 bias): model.safetensors has 'lm_head.bias', but Hugging "
+                             "Face LlamaForCausalLM ignores it (its lm_head is bias-free), so such runtimes compute "
+                             "slightly different logits");
+}
+
+// The tensors of model.safetensors in the decoder's order, each with where its bytes come from.
+void addPlanItems(Plan& plan, const RunModel& run, const std::string& runDir, bool ct,
+                  const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& zeroBiases) {
+    auto has = [&](const std::string& n) { return run.tensors.count(n) != 0; };
+    const std::vector<at::Tensor>& blocks = plan.t3Blocks;
+    const json& j = plan.config;
+    const auto& fix = zeroBiases;
+    // Tensors in the decoder's order.
+    const model::ModelConfig oc = model::ModelConfig::fromJsonText(j.dump(), "export config.json");
+    std::map<std::string, std::vector<std::int64_t>> zeros(fix.begin(), fix.end());
+    auto names = model::requiredTensors(oc);
+    if (has(names::kLmHeadBias)) names.push_back({names::kLmHeadBias, sizesOf(run.tensors.at(names::kLmHeadBias))});
+    for (const auto& [name, shape] : names) {
+        const std::string linear = model::names::blockLinearOfWeight(name);
+        if (ct && !linear.empty()) {
+            const auto& pk = run.packed.at(linear);
+            plan.items.push_back({{linear + ".weight_packed", "U8", sizesOf(pk.codes)}, Source::Codes, linear});
+            plan.items.push_back({{linear + ".weight_scale", pk.config.isNvfp4() ? "F8_E4M3" : "U8", sizesOf(pk.scales)},
+                                  Source::Scales, linear});
+            if (pk.config.isNvfp4())
+                plan.items.push_back({{linear + ".weight_global_scale", "F32", {1}}, Source::GlobalScale, linear});
+            ++plan.packedLinears;
+            continue;
+        }
+        const bool down = name.size() > 21 && name.compare(name.size() - 21, 21, ".mlp.down_proj.weight") == 0;
+        Source s = Source::Bf16;
+        if (!has(name)) {
+            if (!zeros.count(name))
+                throw std::runtime_error("run '" + runDir + "' lacks tensor '" + name + "' that the export needs");
+            s = Source::ZeroBf16;
+        } else if (down && !ct && !blocks.empty()) {
+            s = Source::Bf16FoldT3;
+        }
+        plan.items.push_back({{name, "BF16", shape}, s, name});
+    }
+}
+
+} // namespace
+
+Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runDir) {
+    Plan plan;
+    plan.format = format;
+    const model::ModelConfig rc = runModelConfig(run);
+    const auto& q = run.quant;
+    const bool ct = format == ExportFormat::CompressedTensors;
+    if (ct && !q.weightFormat)
+        throw std::runtime_error("run '" + runDir +
+                                 "' has unquantized weights (latmix.weight_format null); a compressed-tensors export "
+                                 "holds quantized weights: export it with --format hf");
+    const std::string fmtName = ct ? compressionFormat(*q.weightFormat) : "";
+
+    // config.json: the run's, without "latmix", bias flags for Hugging Face runtimes, bf16.
+    json j = json::parse(run.configJson);
+    j.erase("latmix");
+    auto has = [&](const std::string& n) { return run.tensors.count(n) != 0; };
+    const auto fix = model::fixBiasFlags(j, has, model::BiasTarget::HfRuntime, "run '" + runDir + "' config.json");
+    j["torch_dtype"] = "bfloat16";
+    if (!fix.relabeledFrom.empty())
+        plan.notes.push_back(fix.relabeledFrom + " cannot hold the biases the folding created; the model is written "
+                             "as the equivalent LlamaForCausalLM with attention_bias / mlp_bias");
+    if (!fix.zeroBiases.empty())
+        plan.notes.push_back("Hugging Face has one bias flag for q,k,v,o and one for gate,up,down: " +
+                             std::to_string(fix.zeroBiases.size()) + " zero biases were added (e.g. '" +
+                             fix.zeroBiases.front().first + "')");
+
+    // T3.
+    std::vector<at::Tensor> blocks;
+    if (q.t3Block > 0) {
+        blocks = t3Transform(q, rc.intermediateSize).diagonalBlocks();
+        plan.t3Blocks = blocks;
+        plan.t3Block = q.t3Block;
+    }
+
+    if (ct) j["quantization_config"] = compressedTensorsConfig(q, fmtName);
+    addFormatNotes(plan, run, ct);
+    plan.config = j;
+    addPlanItems(plan, run, runDir, ct, fix.zeroBiases);
+    return plan;
+}
+
+at::Tensor produce(const Item& it, const RunModel& run, const Plan& plan) {
+    switch (it.source) {
+    case Source::Bf16: return run.tensors.at(it.from).to(at::kBFloat16);
+    case Source::Bf16FoldT3: return foldBackT3(run.tensors.at(it.from), plan.t3Blocks).to(at::kBFloat16);
+    case Source::ZeroBf16: return at::zeros(it.spec.shape, at::kBFloat16);
+    case Source::Codes: return run.packed.at(it.from).codes;
+    case Source::Scales: return run.packed.at(it.from).scales;
+    case Source::GlobalScale: return at::full({1}, 1.0f / run.packed.at(it.from).globalScale, at::kFloat);
+    }
+    return {};
+}
+
+} // namespace latmix::exporting
