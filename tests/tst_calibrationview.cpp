@@ -25,6 +25,8 @@
 #include "TrainingDashboard.h"
 
 #include <QAction>
+#include <QComboBox>
+#include <QSpinBox>
 #include <QCheckBox>
 #include <QFormLayout>
 #include <QLabel>
@@ -102,6 +104,33 @@ class TestCalibrationView : public QObject {
 private slots:
     // The form's controls carry the option table's names (run/quantize/OptionTable.h), which a
     // refused run's message uses: "Learned T1 bias: off" is what the form shows.
+    // The form remembers its options under the option table's keys, and reads the keys it used
+    // before (a user's settings survive the change).
+    void settingsRememberedByOptionKey() {
+        QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).clear();
+        {
+            CalibrationView view;
+            view.setCalibration(11, 48, 3);
+            view.setMethod(QStringLiteral("mr-gptq"));
+        }
+        QSettings settings(QStringLiteral("LATMiX"), QStringLiteral("Workbench"));
+        QCOMPARE(settings.value("calibration/calib_samples").toInt(), 11);
+        QCOMPARE(settings.value("calibration/seqlen").toInt(), 48);
+        QCOMPARE(settings.value("calibration/method").toString(), QString("mr-gptq"));
+        {
+            CalibrationView view;
+            QCOMPARE(view.findChild<QSpinBox*>("samplesSpin")->value(), 11);
+            QCOMPARE(view.findChild<QSpinBox*>("batchSpin")->value(), 3);
+            QCOMPARE(view.findChild<QComboBox*>("methodCombo")->currentText(), QString("mr-gptq"));
+        }
+        settings.clear();
+        settings.setValue("calibration/samples", 9); // the key before the option table
+        settings.sync();
+        CalibrationView earlier;
+        QCOMPARE(earlier.findChild<QSpinBox*>("samplesSpin")->value(), 9);
+        settings.clear();
+    }
+
     void controlsAreNamedAsTheOptionTable() {
         CalibrationView view;
         int checked = 0;

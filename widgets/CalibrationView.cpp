@@ -34,6 +34,7 @@
 #include <QPushButton>
 #include <QScrollArea>
 #include <QSettings>
+#include <QHash>
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QToolButton>
@@ -64,17 +65,9 @@ using FormWidgets::spin;
 
 } // namespace
 
-CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
-    setObjectName(QStringLiteral("calibrationView"));
-    m_runner = new JobRunner(this);
-    m_dashboard = new TrainingDashboard(this);
-
-    auto* form = new QWidget(this);
-    form->setObjectName(QStringLiteral("calibrationForm"));
-    auto* column = new QVBoxLayout(form);
-    column->setContentsMargins(0, 0, 0, 0);
-
-    auto* methodBox = new QGroupBox(tr("Method"), form);
+// The method, the format and what is checked before a run.
+QGroupBox* CalibrationView::createMethodBox(QWidget* parent) {
+    auto* methodBox = new QGroupBox(tr("Method"), parent);
     auto* mf = new QFormLayout(methodBox);
     m_method = new QComboBox(methodBox);
     m_method->setObjectName(QStringLiteral("methodCombo"));
@@ -111,9 +104,12 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     m_skipExportCheck->setToolTip(tr("Run even when no Hugging Face / vLLM runtime could load the folded biases "
                                      "(the run still evaluates here; export refuses it)"));
     mf->addRow(QString(), m_skipExportCheck);
-    column->addWidget(methodBox);
+    return methodBox;
+}
 
-    auto* trainBox = new QGroupBox(tr("Training (learned methods)"), form);
+// The training recipe of the learned methods and what the dashboard follows.
+QGroupBox* CalibrationView::createTrainingBox(QWidget* parent) {
+    auto* trainBox = new QGroupBox(tr("Training (learned methods)"), parent);
     auto* tf = new QFormLayout(trainBox);
     m_steps = spin(trainBox, "stepsSpin", 1, 100000, 100, tr("Optimizer steps (the paper uses 1000)"));
     tf->addRow(tr("&Steps:"), m_steps);
@@ -129,9 +125,12 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     tf->addRow(tr("Metrics every:"), m_metricsEvery);
     m_trackedLayer = spin(trainBox, "trackedLayerSpin", 0, 0, 0, tr("Layer whose T2 (A2) the dashboard follows"));
     tf->addRow(tr("A2 of &layer:"), m_trackedLayer);
-    column->addWidget(trainBox);
+    return trainBox;
+}
 
-    auto* dataBox = new QGroupBox(tr("Data and device"), form);
+// The calibration data, the evaluation, the device and the run folder.
+QGroupBox* CalibrationView::createDataBox(QWidget* parent) {
+    auto* dataBox = new QGroupBox(tr("Data and device"), parent);
     auto* df = new QFormLayout(dataBox);
     auto* textRow = new QHBoxLayout;
     m_calibText = new QLineEdit(dataBox);
@@ -188,7 +187,22 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     dirRow->addWidget(m_runDirEdit);
     dirRow->addWidget(browseDir);
     df->addRow(tr("Run folder:"), dirRow);
-    column->addWidget(dataBox);
+    return dataBox;
+}
+
+CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
+    setObjectName(QStringLiteral("calibrationView"));
+    m_runner = new JobRunner(this);
+    m_dashboard = new TrainingDashboard(this);
+
+    auto* form = new QWidget(this);
+    form->setObjectName(QStringLiteral("calibrationForm"));
+    auto* column = new QVBoxLayout(form);
+    column->setContentsMargins(0, 0, 0, 0);
+
+    column->addWidget(createMethodBox(form));
+    column->addWidget(createTrainingBox(form));
+    column->addWidget(createDataBox(form));
     // Each control of a run option says which (run/quantize/OptionTable.h): its label is the
     // table's, the name the run's messages give it ("Learned T1 bias: off"); tst_calibrationview
     // checks that the two agree.
@@ -441,25 +455,58 @@ bool CalibrationView::start(QString* error) {
     return true;
 }
 
+namespace {
+
+// The form's controls of run options (their "optionKey" property), saved under the option table's
+// keys; tracked_layer (its range is the open model's) and skip_export_check (a one-off decision)
+// are not remembered.
+QList<QWidget*> rememberedControls(const QWidget* form) {
+    QList<QWidget*> out;
+    for (QWidget* w : form->findChildren<QWidget*>()) {
+        const QString key = w->property("optionKey").toString();
+        if (!key.isEmpty() && key != QLatin1String("tracked_layer") && key != QLatin1String("skip_export_check")) out << w;
+    }
+    return out;
+}
+
+QVariant controlValue(const QWidget* w) {
+    if (auto* c = qobject_cast<const QComboBox*>(w)) return c->currentData().isValid() ? c->currentData() : c->currentText();
+    if (auto* b = qobject_cast<const QSpinBox*>(w)) return b->value();
+    if (auto* b = qobject_cast<const QDoubleSpinBox*>(w)) return b->value();
+    if (auto* b = qobject_cast<const QCheckBox*>(w)) return b->isChecked();
+    return {};
+}
+
+void setControlValue(QWidget* w, const QVariant& v) {
+    if (!v.isValid()) return;
+    if (auto* c = qobject_cast<QComboBox*>(w)) {
+        int i = c->findData(v);
+        if (i < 0) i = c->findText(v.toString());
+        if (i >= 0) c->setCurrentIndex(i);
+    } else if (auto* b = qobject_cast<QSpinBox*>(w)) {
+        b->setValue(v.toInt());
+    } else if (auto* b = qobject_cast<QDoubleSpinBox*>(w)) {
+        b->setValue(v.toDouble());
+    } else if (auto* b = qobject_cast<QCheckBox*>(w)) {
+        b->setChecked(v.toBool());
+    }
+}
+
+// Settings written before the form used the option table's keys.
+QString earlierKey(const QString& key) {
+    static const QHash<QString, QString> earlier = {
+        {"calib_samples", "samples"},       {"seqlen", "seqLen"},           {"volume_weight", "volumeWeight"},
+        {"metrics_every", "metricsEvery"}, {"eval_windows", "evalWindows"}, {"folded_eval_every", "foldedEvalEvery"},
+        {"scale_mode", "scaleMode"}};
+    return earlier.value(key, key);
+}
+
+} // namespace
+
 void CalibrationView::saveSettings() const {
     QSettings s = workbenchSettings();
     s.beginGroup(QStringLiteral("calibration"));
-    s.setValue(QStringLiteral("method"), m_method->currentText());
-    s.setValue(QStringLiteral("format"), m_format->currentText());
-    s.setValue(QStringLiteral("steps"), m_steps->value());
-    s.setValue(QStringLiteral("batch"), m_batch->value());
-    s.setValue(QStringLiteral("lr"), m_lr->value());
-    s.setValue(QStringLiteral("temperature"), m_temperature->value());
-    s.setValue(QStringLiteral("volumeWeight"), m_volumeWeight->value());
-    s.setValue(QStringLiteral("metricsEvery"), m_metricsEvery->value());
-    s.setValue(QStringLiteral("samples"), m_samples->value());
-    s.setValue(QStringLiteral("seqLen"), m_seqLen->value());
-    s.setValue(QStringLiteral("seed"), m_seed->value());
-    s.setValue(QStringLiteral("evalWindows"), m_evalWindows->value());
-    s.setValue(QStringLiteral("foldedEvalEvery"), m_foldedEvery->value());
-    s.setValue(QStringLiteral("device"), m_device->currentText());
-    s.setValue(QStringLiteral("block"), m_block->currentData().toInt());
-    s.setValue(QStringLiteral("scaleMode"), m_scaleMode->currentText());
+    for (const QWidget* w : rememberedControls(this)) s.setValue(w->property("optionKey").toString(), controlValue(w));
     // Only a count the user chose is remembered: otherwise LATMIX_THREADS / the core count decide.
     if (m_threads->value() != m_defaultThreads)
         s.setValue(QStringLiteral("threads"), m_threads->value());
@@ -472,31 +519,12 @@ void CalibrationView::saveSettings() const {
 void CalibrationView::loadSettings() {
     QSettings s = workbenchSettings();
     s.beginGroup(QStringLiteral("calibration"));
-    auto text = [&](const char* key, QComboBox* c) {
-        const QString v = s.value(QLatin1String(key)).toString();
-        if (!v.isEmpty() && c->findText(v) >= 0) c->setCurrentText(v);
-    };
-    text("method", m_method);
-    text("format", m_format);
-    text("device", m_device);
-    text("scaleMode", m_scaleMode);
-    const int block = m_block->findData(s.value(QStringLiteral("block"), 0).toInt());
-    if (block >= 0) m_block->setCurrentIndex(block);
+    for (QWidget* w : rememberedControls(this)) {
+        const QString key = w->property("optionKey").toString();
+        setControlValue(w, s.value(s.contains(key) ? key : earlierKey(key)));
+    }
     // A thread count chosen earlier applies again (latmix-workbench --threads N overrides it).
     if (s.contains(QStringLiteral("threads"))) m_threads->setValue(s.value(QStringLiteral("threads")).toInt());
-    auto number = [&](const char* key, QSpinBox* b) { b->setValue(s.value(QLatin1String(key), b->value()).toInt()); };
-    auto real = [&](const char* key, QDoubleSpinBox* b) { b->setValue(s.value(QLatin1String(key), b->value()).toDouble()); };
-    number("steps", m_steps);
-    number("batch", m_batch);
-    number("metricsEvery", m_metricsEvery);
-    number("samples", m_samples);
-    number("seqLen", m_seqLen);
-    number("seed", m_seed);
-    number("evalWindows", m_evalWindows);
-    number("foldedEvalEvery", m_foldedEvery);
-    real("lr", m_lr);
-    real("temperature", m_temperature);
-    real("volumeWeight", m_volumeWeight);
     m_calibText->setText(s.value(QStringLiteral("calibrationText")).toString());
     s.endGroup();
 }

@@ -14,6 +14,7 @@
 
 class QCheckBox;
 class QComboBox;
+class QGroupBox;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
@@ -73,6 +74,9 @@ signals:
     void errorOccurred(const QString& message);
 
 private:
+    QGroupBox* createMethodBox(QWidget* parent);
+    QGroupBox* createTrainingBox(QWidget* parent);
+    QGroupBox* createDataBox(QWidget* parent);
     void updateMemoryEstimate();
     void saveSettings() const;
     void loadSettings();
