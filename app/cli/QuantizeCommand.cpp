@@ -184,7 +184,7 @@ int runQuantize(QuantizeCli& o) {
         // One rank of a data-parallel run (torchrun or --nproc): the ranks meet, check that they
         // run the same thing, then train and run GPTQ together; rank 0 alone prints progress
         // and the report.
-        o.q.group = dist::Group::connect(world, run::runKey(o.model, o.q, ids.calibIds, ids.evalIds),
+        o.q.group = dist::Group::connect(world, run::runKey(resolved, o.q, ids.calibIds, ids.evalIds),
                                          std::chrono::milliseconds(static_cast<long long>(o.distTimeout * 1000)), backend,
                                          rankDevice.is_cuda() ? rankDevice.index() : 0);
     }

@@ -50,14 +50,18 @@ struct Stage {
     double share;
 };
 
+// The first stage's name: it trains the learned methods' transforms and builds the fixed ones.
+const char* transformStage(const MethodSpec& m) { return m.learned ? "training" : "transforms"; }
+constexpr const char* kCheckStage = "checking the folded model";
+
 // The stages of a run in order. The shares are rough shares of the time at 1B on a CPU (training
 // dominates the learned methods, folding the fixed-transform ones, GPTQ the rest), so the ETA
 // means something from the first stage on; they are scaled to fill the bar.
 std::vector<Stage> stagesOf(const MethodSpec& m, bool foldedCheck, bool evaluating, bool parallel) {
     std::vector<Stage> s;
-    if (m.transformed) s.push_back({m.learned ? "training" : "transforms", "training: ", m.learned ? 0.70 : 0.0});
+    if (m.transformed) s.push_back({transformStage(m), "training: ", m.learned ? 0.70 : 0.0});
     s.push_back({"folding", "folding: ", m.learned ? 0.05 : m.transformed ? 0.20 : 0.0});
-    const Stage check{"checking the folded model", "perplexity folded FP: ", m.learned ? 0.02 : 0.05};
+    const Stage check{kCheckStage, "perplexity folded FP: ", m.learned ? 0.02 : 0.05};
     if (foldedCheck && !parallel) s.push_back(check); // data parallel: after GPTQ (rank 0 alone)
     s.push_back({"quantizing", "quantizing: ", m.learned ? 0.13 : m.transformed ? 0.65 : 0.9});
     if (foldedCheck && parallel) s.push_back(check);
@@ -252,7 +256,7 @@ QuantizeResult runQuantize(const ResolvedRun& resolved, const std::vector<int>& 
 
     std::unique_ptr<fold::ModelTransforms> transforms;
     if (resolved.method.transformed)
-        stages.run(resolved.method.learned ? "training" : "transforms",
+        stages.run(transformStage(resolved.method),
                    [&](JobContext& j) { transforms = trainTransforms(ctx, original, calib, evalIds, r, j, onStep); });
     r.trainBytes = sentSoFar();
     // The folded model's spill folder: removed when the run ends, however it ends. A data-parallel
@@ -277,12 +281,12 @@ QuantizeResult runQuantize(const ResolvedRun& resolved, const std::vector<int>& 
             r.foldedPerplexity = foldedPerplexity(ctx, toQuantize, evalIds, j);
             r.evalSeconds += since(te);
         };
-        if (foldedCheck && !ctx.parallel()) stages.run("checking the folded model", check);
+        if (foldedCheck && !ctx.parallel()) stages.run(kCheckStage, check);
         const auto tq = Clock::now();
         stages.run("quantizing", [&](JobContext& j) { modelOut = quantizeLayers(ctx, toQuantize, calib, transforms.get(), r, j); });
         r.quantizeSeconds = since(tq);
         r.quantizeBytes = sentSoFar() - r.trainBytes;
-        if (foldedCheck && ctx.parallel()) stages.run("checking the folded model", check);
+        if (foldedCheck && ctx.parallel()) stages.run(kCheckStage, check);
     }
     original = {}; // the evaluation loads its own models: the frozen weights leave the device
     if (!ctx.root()) { // the run folder, its evaluation and latmix.json are rank 0's

@@ -46,7 +46,7 @@ struct QuantizeResult {
 // What the ranks of a data-parallel run must agree on (dist::Group::connect's run key), a line
 // each: the model (config and weight files' names and sizes), the method and every option that
 // changes what is computed, and a hash of the calibration and evaluation ids.
-std::string runKey(const std::string& modelDir, const QuantizeOptions& options, const std::vector<int>& calibIds,
+std::string runKey(const ResolvedRun& resolved, const QuantizeOptions& options, const std::vector<int>& calibIds,
                    const std::vector<int>& evalIds);
 
 // The run `resolved` (preflight of these options) into runDir. calibIds: tokenized calibration

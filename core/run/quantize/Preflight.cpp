@@ -11,6 +11,7 @@
 #include "util/Runtime.h"
 
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 
 namespace fs = std::filesystem;
@@ -51,14 +52,16 @@ void planPlacement(ResolvedRun& r, const QuantizeOptions& o) {
 }
 
 // The estimates, and the refusal of a run that does not fit (options.memoryCheck; --force skips).
-void checkMemory(ResolvedRun& r, const QuantizeOptions& o, PreflightFor purpose) {
+// device: options.device as this machine resolves it ("auto" included); none for the estimates
+// alone, whose device need not be here and is then read from its name.
+void checkMemory(ResolvedRun& r, const QuantizeOptions& o, const std::optional<c10::Device>& device) {
     r.host = estimateQuantizeMemory(r.config, r.storedBytes, o);
-    const bool oneGpu = o.device.rfind("cuda", 0) == 0 && !o.offload && o.devices.empty();
+    const bool cuda = device ? device->is_cuda() : o.device.rfind("cuda", 0) == 0;
+    const bool oneGpu = cuda && !o.offload && o.devices.empty();
     if (oneGpu) r.gpu = estimateDeviceMemory(r.config, r.storedBytes, o);
-    if (!o.memoryCheck || purpose == PreflightFor::Estimate) return;
-    const c10::Device device = model::parseDevice(o.device);
-    if (device.is_cpu()) refuseOverMemory(r.host, availableHostMemory(), o);
-    else if (device.is_cuda() && oneGpu) refuseOverMemory(r.gpu, cudaTotalMemory(device.index()), o, device.str());
+    if (!o.memoryCheck || !device) return;
+    if (device->is_cpu()) refuseOverMemory(r.host, availableHostMemory(), o);
+    else if (oneGpu) refuseOverMemory(r.gpu, cudaTotalMemory(device->index()), o, device->str());
 }
 
 ResolvedRun preflightShape(ResolvedRun r, const QuantizeOptions& o, PreflightFor purpose) {
@@ -70,21 +73,21 @@ ResolvedRun preflightShape(ResolvedRun r, const QuantizeOptions& o, PreflightFor
                              std::to_string(c.numLayers - 1) + ")",
                          {{"tracked_layer", "0"}});
     planPlacement(r, o);
+    std::optional<c10::Device> device;
     if (purpose == PreflightFor::Run) {
         if (!r.checkpoint) throw std::invalid_argument(r.modelDir + " is a config alone: a run needs the model folder with its weights");
-        model::parseDevice(r.device); // an absent device is named before any work
+        // Every device named before any work when this machine lacks it.
         for (const auto& p : r.placement) model::parseDevice(p.device);
+        device = model::parseDevice(o.device);
     }
-    checkMemory(r, o, purpose);
+    checkMemory(r, o, device);
     return r;
 }
 
-} // namespace
-
-ResolvedRun preflight(std::shared_ptr<const model::Checkpoint> checkpoint, const QuantizeOptions& o, PreflightFor purpose) {
+ResolvedRun preflightCheckpoint(MethodSpec method, std::shared_ptr<const model::Checkpoint> checkpoint,
+                                const QuantizeOptions& o, PreflightFor purpose) {
     ResolvedRun r;
-    r.method = runMethod(o);
-    checkOptions(r.method, o);
+    r.method = std::move(method);
     r.modelDir = checkpoint->dir();
     r.config = checkpoint->config();
     r.storedBytes = storedElementBytes(checkpoint->weightBytes(), checkpoint->parameterCount());
@@ -92,18 +95,27 @@ ResolvedRun preflight(std::shared_ptr<const model::Checkpoint> checkpoint, const
     return preflightShape(std::move(r), o, purpose);
 }
 
+} // namespace
+
+ResolvedRun preflight(std::shared_ptr<const model::Checkpoint> checkpoint, const QuantizeOptions& o, PreflightFor purpose) {
+    MethodSpec method = runMethod(o);
+    checkOptions(method, o);
+    return preflightCheckpoint(std::move(method), std::move(checkpoint), o, purpose);
+}
+
 ResolvedRun preflight(const std::string& modelPath, const QuantizeOptions& o, PreflightFor purpose) {
-    const MethodSpec method = runMethod(o); // an unknown method is named before the model is read
+    MethodSpec method = runMethod(o); // an unknown method is named before the model is read
     checkOptions(method, o);
     if (fs::is_regular_file(modelPath) && fs::path(modelPath).extension() == ".json") {
         ResolvedRun r;
-        r.method = method;
+        r.method = std::move(method);
         r.modelDir = modelPath;
         r.config = model::ModelConfig::fromFile(modelPath);
         r.storedBytes = r.config.torchDtype == "float32" ? 4 : 2;
         return preflightShape(std::move(r), o, purpose);
     }
-    return preflight(std::make_shared<const model::Checkpoint>(model::Checkpoint::load(modelPath)), o, purpose);
+    return preflightCheckpoint(std::move(method), std::make_shared<const model::Checkpoint>(model::Checkpoint::load(modelPath)),
+                               o, purpose);
 }
 
 void checkExportable(const model::ModelConfig& c, const MethodSpec& m, const QuantizeOptions& o) {

@@ -113,7 +113,7 @@ std::string runRecordJson(const RunContext& ctx, const QuantizeResult& result, c
     return runRecord(ctx, result, transforms).dump(2) + "\n";
 }
 
-std::string runKey(const std::string& modelDir, const QuantizeOptions& o, const std::vector<int>& calibIds,
+std::string runKey(const ResolvedRun& resolved, const QuantizeOptions& o, const std::vector<int>& calibIds,
                    const std::vector<int>& evalIds) {
     auto fnv = [](const std::vector<int>& v) { // FNV-1a over the ids
         std::uint64_t h = 1469598103934665603ULL;
@@ -124,6 +124,7 @@ std::string runKey(const std::string& modelDir, const QuantizeOptions& o, const 
         return h;
     };
     std::ostringstream k;
+    const std::string& modelDir = resolved.modelDir;
     k << "model config " << util::readTextFile((fs::path(modelDir) / "config.json").string(), "model config") << "\n";
     std::vector<std::pair<std::string, std::uintmax_t>> files;
     for (const auto& e : fs::directory_iterator(modelDir))
@@ -132,7 +133,7 @@ std::string runKey(const std::string& modelDir, const QuantizeOptions& o, const 
     for (const auto& [name, size] : files) k << "weights " << name << " " << size << " bytes\n";
     // Every option that changes what is computed (run/quantize/OptionTable.h), and the method
     // they resolve to.
-    const MethodSpec m = runMethod(o);
+    const MethodSpec& m = resolved.method;
     k << "resolved method " << m.t1Kind << " " << m.t2Kind << " init " << m.init << " noise " << m.initNoise << " t3 "
       << m.t3Block << " granularity " << m.granularity << "\n";
     for (const auto& f : optionFields())
