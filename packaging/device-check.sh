@@ -257,7 +257,7 @@ tests() {
 
 # --- 6. timed runs: cuda next to cpu ----------------------------------------------------------
 runs() { bash "$SRC/packaging/device-runs.sh"; }
-step runs soft 380 runs.log runs
+step runs soft 420 runs.log runs
 
 # --- 6b. a crashed quantize run again, under AddressSanitizer (only when one crashed) ----------
 # device-runs.sh leaves $WORK/crashed with the smallest crashing command. The same sources built

@@ -43,17 +43,50 @@ run() { # run NAME COMMAND...: prints the command and its output, records a fail
   return $rc
 }
 
-for d in $DEVICES; do
+# The brownpy-13M shape on one device: evaluation, then latmix-lu and mr-gptq end to end.
+brownpy_runs() {
+  local d=$1 m
   run "eval-$d" "$L" eval --model "$B" --device "$d" --seqlen "$EVAL_SEQ" --max-windows "$EVAL_WINDOWS" --json "$R/eval-$d.json"
   for m in latmix-lu mr-gptq; do
     run "$m-$d" "$L" quantize --model "$B" --method "$m" --device "$d" --steps "$STEPS" --warmup 1 --batch 4 \
       --calib-samples "$SAMPLES" --seqlen "$SEQ" --eval-seqlen "$EVAL_SEQ" --eval-windows 8 --metrics-every 0 --out "$R/$m-$d"
   done
-done
+}
+crashed() { grep -q 'crashed (signal' "$R"/*.txt 2> /dev/null; }
+
+# The order puts first what no visit has measured yet: the GPU half of the small runs, then the
+# whole pipeline at the 1B shape (training, GPTQ of 16 layers, the run model and its evaluation:
+# the end-to-end peak GPU memory beside the --dry-run estimate, GPTQ's seconds per layer); then
+# the CPU half and the bench rows, which earlier visits measured (docs/results.md, "GPU"). What
+# the step's time cannot reach is reported as skipped.
+[ "$REHEARSE" = no ] && brownpy_runs cuda
+if [ "$REHEARSE" = no ]; then
+  M=$WORK/llama-1b
+  run dry-1b-lu "$L" quantize --model "$M" --method latmix-lu --device cuda --batch 4 --seqlen 2048 --calib-samples 8 \
+    --out "$R/1b-lu" --dry-run
+  run dry-1b-gptq "$L" quantize --model "$M" --method mr-gptq --device cuda --seqlen 2048 --calib-samples 16 \
+    --out "$R/1b-gptq" --dry-run
+  for cfg in llama-3.1-8b qwen3-32b; do # sized against this GPU, nothing run
+    run "dry-$cfg" "$L" quantize --model "$SRC/resources/configs/$cfg.json" --method latmix-lu --device cuda --batch 4 \
+      --seqlen 2048 --calib-samples 128 --out "$R/dry-$cfg" --dry-run
+  done
+  run eval-1b-bfloat16 "$L" eval --model "$M" --device cuda --dtype bfloat16 --seqlen 2048 --max-windows 8 --json "$R/eval-1b-bfloat16.json"
+  # Few evaluation windows: three evaluations of all 166 test windows of 2048 tokens would take
+  # longer than the runs themselves.
+  if ! crashed; then
+    run 1b-lu "$L" quantize --model "$M" --method latmix-lu --device cuda --steps $STEPS_1B --warmup 1 --batch 4 --seqlen 2048 \
+      --calib-samples 8 --eval-windows 4 --metrics-every 0 --checkpoint-every 1000 --out "$R/1b-lu"
+    run 1b-gptq "$L" quantize --model "$M" --method mr-gptq --device cuda --calib-samples 16 --seqlen 2048 --eval-windows 4 \
+      --out "$R/1b-gptq"
+  else echo "[1b-lu, 1b-gptq: skipped, a brownpy-13M run crashed]"; fi
+  run eval-1b-float32 "$L" eval --model "$M" --device cuda --dtype float32 --seqlen 2048 --max-windows 8 --json "$R/eval-1b-float32.json"
+fi
+brownpy_runs cpu
+
 # A crashed quantize run (exit >= 128) is narrowed down at once, on the smallest case (brownpy-13M,
 # rtn/mr-gptq on the CPU, a few seconds each): which of evaluation, GPTQ, the MX kernel's path,
 # ATen's CPU path or the thread count it needs. LATMIX_DEVICE_BISECT=1 runs it regardless.
-if [ "${LATMIX_DEVICE_BISECT:-0}" = 1 ] || grep -q 'crashed (signal' "$R"/*.txt 2> /dev/null; then
+if [ "${LATMIX_DEVICE_BISECT:-0}" = 1 ] || crashed; then
   echo "=== a quantize run crashed: variants of the smallest one"
   base=("$L" quantize --model "$B" --device cpu --steps 2 --batch 4 --calib-samples 4 --seqlen 64 --metrics-every 0)
   run bisect-gptq-eval "${base[@]}" --method mr-gptq --eval-seqlen 64 --eval-windows 2 --out "$R/b1"
@@ -68,49 +101,20 @@ if [ "${LATMIX_DEVICE_BISECT:-0}" = 1 ] || grep -q 'crashed (signal' "$R"/*.txt 
   grep -q 'crashed (signal' "$R/bisect-rtn-noeval.txt" 2> /dev/null ||
     printf '%s ' "${base[@]:1}" --method mr-gptq --eval-seqlen 64 --eval-windows 2 > "$WORK/crashed"
 fi
-rm -f "$WORK/crashed.skip1b"
-[ -f "$WORK/crashed" ] && touch "$WORK/crashed.skip1b" # the 1B quantize runs would crash the same way: time for asan instead
-
-if [ "$REHEARSE" = no ]; then
-  M=$WORK/llama-1b
-  run dry-1b-lu "$L" quantize --model "$M" --method latmix-lu --device cuda --batch 4 --seqlen 2048 --calib-samples 16 \
-    --out "$R/1b-lu" --dry-run
-  for cfg in llama-3.1-8b qwen3-32b; do # sized against this GPU, nothing run
-    run "dry-$cfg" "$L" quantize --model "$SRC/resources/configs/$cfg.json" --method latmix-lu --device cuda --batch 4 \
-      --seqlen 2048 --calib-samples 128 --out "$R/dry-$cfg" --dry-run
-  done
-  for dt in bfloat16 float32; do
-    run "eval-1b-$dt" "$L" eval --model "$M" --device cuda --dtype "$dt" --seqlen 2048 --max-windows 8 --json "$R/eval-1b-$dt.json"
-  done
-fi
 
 for d in $DEVICES; do
   run "bench-train-$d" "$L" bench train --model "$B" --device "$d" --batch 4 --seqlen "$SEQ" --repeat 3
 done
 if [ "$REHEARSE" = no ]; then # TF32's speed, and the 1B training step's measured peak beside dry-1b-lu's estimate
-  run bench-train-cuda-tf32 "$L" bench train --model "$B" --device cuda --batch 4 --seqlen "$SEQ" --repeat 3 --tf32
   run bench-train-1b "$L" bench train --model "$WORK/llama-1b" --device cuda --batch 4 --seqlen 2048 --repeat 2
   run bench-train-1b-tf32 "$L" bench train --model "$WORK/llama-1b" --device cuda --batch 4 --seqlen 2048 --repeat 2 --tf32
+  run bench-train-cuda-tf32 "$L" bench train --model "$B" --device cuda --batch 4 --seqlen "$SEQ" --repeat 3 --tf32
 fi
 for d in $DEVICES; do
   run "bench-forward-$d" "$L" bench forward --model "$B" --device "$d" --seqlen "$FWD_SEQ" --repeat 3
   run "bench-gptq-$d" "$L" bench gptq --device "$d" --repeat "$([ "$REHEARSE" = yes ] && echo 1 || echo 3)"
 done
 run bench-mx "$L" bench mx --repeat 3 $([ "$REHEARSE" = yes ] && echo --elements 1048576)
-
-# The whole pipeline at the 1B shape, last (the longest runs: what they cannot finish in the step's
-# time leaves the rows above measured). The step time and its peak come from bench-train-1b; these
-# check that training, GPTQ of 16 layers, the run model and its evaluation go through, and give
-# GPTQ's seconds per layer. Few evaluation windows: three evaluations of all 166 test windows of
-# 2048 tokens would take longer than the runs themselves.
-if [ "$REHEARSE" = no ]; then
-  if [ ! -f "$WORK/crashed.skip1b" ]; then
-    run 1b-lu "$L" quantize --model "$M" --method latmix-lu --device cuda --steps $STEPS_1B --warmup 1 --batch 4 --seqlen 2048 \
-      --calib-samples 8 --eval-windows 4 --metrics-every 0 --checkpoint-every 1000 --out "$R/1b-lu"
-    run 1b-gptq "$L" quantize --model "$M" --method mr-gptq --device cuda --calib-samples 16 --seqlen 2048 --eval-windows 4 \
-      --out "$R/1b-gptq"
-  else echo "[1b-lu, 1b-gptq: skipped, the brownpy-13M quantize runs crashed]"; fi
-fi
 
 # The numbers, from the JSON files the runs wrote.
 python3 - "$R" "$OUT/runs.json" "$STEPS" "$SEQ" "$EVAL_SEQ" "$EVAL_WINDOWS" "$STEPS_1B" << 'EOF'
