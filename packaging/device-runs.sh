@@ -55,28 +55,29 @@ brownpy_runs() {
 crashed() { grep -q 'crashed (signal' "$R"/*.txt 2> /dev/null; }
 
 # The order puts first what no visit has measured yet: the GPU half of the small runs, then the
-# whole pipeline at the 1B shape (training, GPTQ of 16 layers, the run model and its evaluation:
+# whole pipeline at the 1B widths (training, GPTQ of 4 layers, the run model and its evaluation:
 # the end-to-end peak GPU memory beside the --dry-run estimate, GPTQ's seconds per layer); then
 # the CPU half and the bench rows, which earlier visits measured (docs/results.md, "GPU"). What
 # the step's time cannot reach is reported as skipped.
 [ "$REHEARSE" = no ] && brownpy_runs cuda
 if [ "$REHEARSE" = no ]; then
-  M=$WORK/llama-1b
-  run dry-1b-lu "$L" quantize --model "$M" --method latmix-lu --device cuda --batch 4 --seqlen 2048 --calib-samples 8 \
+  M=$WORK/llama-1b M4=$WORK/llama-1b-4layers # the end-to-end runs on 4 layers of the same widths
+  run dry-1b-lu "$L" quantize --model "$M4" --method latmix-lu --device cuda --batch 4 --seqlen 2048 --calib-samples 8 \
     --out "$R/1b-lu" --dry-run
-  run dry-1b-gptq "$L" quantize --model "$M" --method mr-gptq --device cuda --seqlen 2048 --calib-samples 16 \
+  run dry-1b-gptq "$L" quantize --model "$M4" --method mr-gptq --device cuda --seqlen 2048 --calib-samples 16 \
     --out "$R/1b-gptq" --dry-run
-  for cfg in llama-3.1-8b qwen3-32b; do # sized against this GPU, nothing run
+  # sized against this GPU, nothing run; Qwen3 with the deployable T1 (no MLP biases to fold into)
+  for cfg in llama-3.1-8b qwen3-32b; do
     run "dry-$cfg" "$L" quantize --model "$SRC/resources/configs/$cfg.json" --method latmix-lu --device cuda --batch 4 \
-      --seqlen 2048 --calib-samples 128 --out "$R/dry-$cfg" --dry-run
+      --seqlen 2048 --calib-samples 128 --out "$R/dry-$cfg" --dry-run $([ $cfg = qwen3-32b ] && echo --t1-bias off)
   done
   run eval-1b-bfloat16 "$L" eval --model "$M" --device cuda --dtype bfloat16 --seqlen 2048 --max-windows 8 --json "$R/eval-1b-bfloat16.json"
   # Few evaluation windows: three evaluations of all 166 test windows of 2048 tokens would take
   # longer than the runs themselves.
   if ! crashed; then
-    run 1b-lu "$L" quantize --model "$M" --method latmix-lu --device cuda --steps $STEPS_1B --warmup 1 --batch 4 --seqlen 2048 \
-      --calib-samples 8 --eval-windows 4 --metrics-every 0 --checkpoint-every 1000 --out "$R/1b-lu"
-    run 1b-gptq "$L" quantize --model "$M" --method mr-gptq --device cuda --calib-samples 16 --seqlen 2048 --eval-windows 4 \
+    run 1b-lu "$L" quantize --model "$M4" --method latmix-lu --device cuda --steps $STEPS_1B --warmup 1 --batch 4 --seqlen 2048 \
+      --calib-samples 8 --eval-seqlen 2048 --eval-windows 4 --metrics-every 0 --checkpoint-every 1000 --out "$R/1b-lu"
+    run 1b-gptq "$L" quantize --model "$M4" --method mr-gptq --device cuda --calib-samples 16 --seqlen 2048 --eval-seqlen 2048 --eval-windows 4 \
       --out "$R/1b-gptq"
   else echo "[1b-lu, 1b-gptq: skipped, a brownpy-13M run crashed]"; fi
   run eval-1b-float32 "$L" eval --model "$M" --device cuda --dtype float32 --seqlen 2048 --max-windows 8 --json "$R/eval-1b-float32.json"
@@ -130,8 +131,11 @@ def run(name):
     j = load(name + "/latmix.json")
     if not j: return None
     s, p = j.get("seconds", {}), j.get("perplexity", {})
+    lin = j.get("linears", [])
     return {"train_s": s.get("train"), "quantize_s": s.get("quantize"), "total_s": s.get("total"),
-            "w4a4": p.get("w4a4"), "fp": p.get("fp"), "peak_gpu_mb": j.get("peak_gpu_mb"), "peak_rss_mb": j.get("peak_rss_mb")}
+            "w4a4": p.get("w4a4"), "fp": p.get("fp"), "peak_gpu_mb": j.get("peak_gpu_mb"), "peak_rss_mb": j.get("peak_rss_mb"),
+            "peak_gpu_mb_by_stage": j.get("peak_gpu_mb_by_stage"),
+            "gptq_s_by_linear": {l["linear"]: round(sum(x["seconds"] for x in lin if x["linear"] == l["linear"]), 3) for l in lin}}
 res = {"eval": {d: load(f"eval-{d}.json") for d in ("cuda", "cpu")},
        "latmix-lu": {d: run(f"latmix-lu-{d}") for d in ("cuda", "cpu")},
        "mr-gptq": {d: run(f"mr-gptq-{d}") for d in ("cuda", "cpu")},
@@ -172,11 +176,29 @@ if any(v for v in b.values()):
         print("| eval tokens/s, seqlen 2048 x 8, %s | %s | peak GPU %s MiB | |" % (name, fmt(g(b, k, "tokens_per_second"), "%.0f"),
               fmt(g(b, k, "peak_gpu_mib"), "%.0f")))
     lu = b["latmix-lu"]
-    print("| latmix-lu step time (s), batch 4 x 2048 | %s | peak GPU %s MiB | |" % (fmt(None if not lu or lu["train_s"] is None else lu["train_s"] / steps1b),
+    print("| latmix-lu step time (s), batch 4 x 2048, 4 layers of the 1B shape | %s | peak GPU %s MiB | |" % (fmt(None if not lu or lu["train_s"] is None else lu["train_s"] / steps1b),
           fmt(g(lu, "peak_gpu_mb"), "%.0f")))
     gq = b["mr-gptq"]
-    print("| mr-gptq s per layer (16 layers) | %s | peak GPU %s MiB | |" % (fmt(None if not gq or gq["quantize_s"] is None else gq["quantize_s"] / 16),
+    print("| mr-gptq s per layer (4 layers of the 1B shape) | %s | peak GPU %s MiB | |" % (fmt(None if not gq or gq["quantize_s"] is None else gq["quantize_s"] / 4),
           fmt(g(gq, "peak_gpu_mb"), "%.0f")))
+    # Each stage's measured GPU peak beside --dry-run's estimate of it (dry-1b-*.txt, GPU table).
+    def estimates(name):
+        try: lines = open(os.path.join(R, name)).read().split("GPU memory", 1)[1].splitlines()
+        except Exception: return {}
+        est = {}
+        for l in lines:
+            w = l.split()
+            if len(w) >= 3 and w[2] == "GiB" and w[0] in ("train", "quantize", "eval"): est[w[0]] = float(w[1]) * 1024
+        return est
+    stage_of = {"training": "train", "quantizing": "quantize", "evaluating": "eval"}
+    for run_name, dry in (("latmix-lu", "dry-1b-lu.txt"), ("mr-gptq", "dry-1b-gptq.txt")):
+        est = estimates(dry)
+        for stage, mib in (g(b, run_name, "peak_gpu_mb_by_stage") or {}).items():
+            e = est.get(stage_of.get(stage, ""))
+            print("| 1B %s, stage %s: peak GPU MiB | %.0f | estimate %s MiB | %s |" % (run_name, stage, mib, fmt(e, "%.0f"),
+                  "" if not e else "estimate/measured %.2f" % (e / mib)))
+        byl = g(b, run_name, "gptq_s_by_linear")
+        if byl: print("| 1B %s, GPTQ seconds by linear (4 layers) | %s | | |" % (run_name, ", ".join("%s %.1f" % kv for kv in byl.items())))
 EOF
 cat "$R/bisect.txt" 2> /dev/null | sed 's/^/| /; s/$/ | | | |/'
 grep -H -e '^peak' -e '^fits' -e '^does not fit' "$R"/dry-*.txt 2>/dev/null | sed "s|^$R/||; s/^/| /; s/\$/ | | | |/"

@@ -341,6 +341,10 @@ private slots:
         QTest::newRow("unknown --loss") << QStringList{"--loss", "mse"} << "unknown --loss 'mse'; use kl, ce or block-mse";
         QTest::newRow("--folded-eval-every without evaluation") << QStringList{"--folded-eval-every", "2"}
                                                                 << "needs the evaluation windows; use --eval-seqlen 256";
+        QTest::newRow("--eval-windows without --eval-seqlen")
+            << QStringList{"--eval-windows", "4"}
+            << "an evaluation of 4 windows was asked for without their length: no perplexity would be measured; use "
+               "--eval-seqlen 2048";
         QTest::newRow("unknown --granularity") << QStringList{"--granularity", "row"} << "unknown --granularity 'row'; use one of full, block";
         QTest::newRow("--granularity block, nothing learned") << QStringList{"--granularity", "block", "--method", "quarot"}
                                                               << "--granularity block applies to learned T1/T2";

@@ -149,10 +149,81 @@ void completeOptions(QuantizeCli& o, const dist::World& world) {
         else
             run::setOption(config, f.key, run::optionFromText(f, o.text.at(f.key)));
     }
+    // --eval-windows typed without a window length would end the run without the evaluation
+    // asked for (QuantizeOptions' evalSeqLen 0 means none: in the library, not a typo).
+    if (o.given.at("eval_windows")->count() && config.evalWindows > 0 && config.evalSeqLen < 1)
+        throw run::RunRefused("an evaluation of " + std::to_string(config.evalWindows) +
+                                  " windows was asked for without their length: no perplexity would be measured",
+                              {{"eval_seqlen", "2048"}, {"eval_windows", "0"}});
     static_cast<run::RunConfig&>(o.q) = config;
     // Several ranks on one machine: each on its own GPU (torchrun's convention, local rank r on
     // cuda:r) unless the devices name their indices.
     if (world.size > 1) o.q.device = model::deviceOfLocalRank(o.q.device, world.localRank);
+}
+
+// The report of a finished run, on stdout.
+void printTraining(const QuantizeCli& o, const run::QuantizeResult& r) {
+    if (r.training.history.empty()) return;
+    const auto& first = r.training.history.front();
+    const auto& last = r.training.history.back();
+    double teacher = 0, student = 0, backward = 0, metrics = 0, total = 0;
+    for (const auto& s : r.training.history) {
+        teacher += s.teacherSeconds, student += s.studentSeconds, backward += s.backwardSeconds;
+        metrics += s.metricsSeconds, total += s.seconds;
+    }
+    const double n = static_cast<double>(r.training.history.size());
+    std::printf("training     %zu steps, %s %.4f -> %.4f, %.1f s\n", r.training.history.size(),
+                o.q.loss == "kl" ? "KL" : o.q.loss.c_str(), first.objective, last.objective, r.trainSeconds);
+    std::printf("step time    %.3f s: teacher %.3f, student %.3f, backward %.3f, metrics %.3f (means)\n", total / n,
+                teacher / n, student / n, backward / n, metrics / n);
+    if (o.q.group)
+        std::printf("ranks        %d (data parallel, batch %d each), %.2f MiB communicated per step\n",
+                    o.q.group->size(), o.q.batch,
+                    r.trainBytes / n / 1048576.0);
+}
+
+void printWeights(const QuantizeCli& o, const run::ResolvedRun& resolved, const run::QuantizeResult& r) {
+    std::map<std::string, std::pair<double, int>> perLinear;
+    for (const auto& l : r.linears) {
+        perLinear[l.linear].first += l.relativeError;
+        perLinear[l.linear].second += 1;
+    }
+    std::printf("weights      %s, %.1f s (%.2f s per layer)\n", resolved.method.gptq ? "GPTQ" : "RTN",
+                r.quantizeSeconds, r.linears.empty() ? 0.0 : r.quantizeSeconds / (r.linears.size() / 7.0));
+    if (o.q.group) // only for several ranks
+        std::printf("             %d ranks: Hessians summed over the ranks, each linear quantized by one; %.1f MiB "
+                    "communicated\n",
+                    o.q.group->size(), r.quantizeBytes / 1048576.0);
+    if (run::weightQuantizationWindows(resolved.method, o.q) == 0)
+        std::printf("             no calibration: relative errors of the weights (--rtn-error-windows N: of the "
+                    "outputs on N windows)\n");
+    for (const auto& [name, v] : perLinear)
+        std::printf("  %-18s mean relative error %.5f\n", name.c_str(), v.first / v.second);
+}
+
+void printReport(const QuantizeCli& o, const run::ResolvedRun& resolved, const run::QuantizeResult& r) {
+    std::printf("run          %s (method %s, %s)\n", o.out.c_str(), o.q.method.c_str(), o.q.format.describe().c_str());
+    printTraining(o, r);
+    printWeights(o, resolved, r);
+    if (r.fpPerplexity > 0)
+        std::printf("perplexity   FP %.3f   W4A4 %.3f   weights only %.3f   (WikiText-2 test, seqlen %d)\n",
+                    r.fpPerplexity, r.quantizedPerplexity, r.weightOnlyPerplexity, o.q.evalSeqLen);
+    if (r.foldedPerplexity > 0)
+        std::printf("folded FP    %.3f (transforms folded, nothing quantized; %+.2f%% vs FP)\n", r.foldedPerplexity,
+                    100.0 * (r.foldedPerplexity / r.fpPerplexity - 1));
+    if (!r.zeroShot.tasks.empty())
+        std::printf("zero-shot    W4A4 model, lm-evaluation-harness templates, %.1f s\n%s", r.zeroShot.seconds,
+                    eval::zeroShotTable(r.zeroShot).c_str());
+    for (const auto& n : r.notes) std::printf("note         %s\n", n.c_str());
+    std::printf("time         %.1f s total, peak resident %.0f MiB", r.totalSeconds, r.peakRssMb);
+    if (r.peakGpuMb > 0) std::printf(", peak GPU %.0f MiB", r.peakGpuMb);
+    std::printf("\n");
+    if (!r.stagePeakGpuMb.empty()) { // beside --dry-run's stages
+        std::printf("peak GPU     ");
+        for (std::size_t i = 0; i < r.stagePeakGpuMb.size(); ++i)
+            std::printf("%s%s %.0f MiB", i ? ", " : "", r.stagePeakGpuMb[i].first.c_str(), r.stagePeakGpuMb[i].second);
+        std::printf(" (PyTorch's allocator; the CUDA context adds about 512 MiB)\n");
+    }
 }
 
 int runQuantize(QuantizeCli& o) {
@@ -205,56 +276,7 @@ int runQuantize(QuantizeCli& o) {
         throw;
     }
 
-    std::printf("run          %s (method %s, %s)\n", o.out.c_str(), o.q.method.c_str(), o.q.format.describe().c_str());
-    if (!r.training.history.empty()) {
-        const auto& first = r.training.history.front();
-        const auto& last = r.training.history.back();
-        double teacher = 0, student = 0, backward = 0, metrics = 0, total = 0;
-        for (const auto& s : r.training.history) {
-            teacher += s.teacherSeconds, student += s.studentSeconds, backward += s.backwardSeconds;
-            metrics += s.metricsSeconds, total += s.seconds;
-        }
-        const double n = static_cast<double>(r.training.history.size());
-        std::printf("training     %zu steps, %s %.4f -> %.4f, %.1f s\n", r.training.history.size(),
-                    o.q.loss == "kl" ? "KL" : o.q.loss.c_str(), first.objective, last.objective, r.trainSeconds);
-        std::printf("step time    %.3f s: teacher %.3f, student %.3f, backward %.3f, metrics %.3f (means)\n", total / n,
-                    teacher / n, student / n, backward / n, metrics / n);
-        if (o.q.group)
-            std::printf("ranks        %d (data parallel, batch %d each), %.2f MiB communicated per step\n",
-                        o.q.group->size(), o.q.batch,
-                        r.trainBytes / n / 1048576.0);
-    }
-    std::map<std::string, std::pair<double, int>> perLinear;
-    double seconds = 0;
-    for (const auto& l : r.linears) {
-        perLinear[l.linear].first += l.relativeError;
-        perLinear[l.linear].second += 1;
-        seconds += l.seconds;
-    }
-    std::printf("weights      %s, %.1f s (%.2f s per layer)\n", resolved.method.gptq ? "GPTQ" : "RTN",
-                r.quantizeSeconds, r.linears.empty() ? 0.0 : r.quantizeSeconds / (r.linears.size() / 7.0));
-    if (o.q.group) // only for several ranks
-        std::printf("             %d ranks: Hessians summed over the ranks, each linear quantized by one; %.1f MiB "
-                    "communicated\n",
-                    o.q.group->size(), r.quantizeBytes / 1048576.0);
-    if (run::weightQuantizationWindows(resolved.method, o.q) == 0)
-        std::printf("             no calibration: relative errors of the weights (--rtn-error-windows N: of the "
-                    "outputs on N windows)\n");
-    for (const auto& [name, v] : perLinear)
-        std::printf("  %-18s mean relative error %.5f\n", name.c_str(), v.first / v.second);
-    if (r.fpPerplexity > 0)
-        std::printf("perplexity   FP %.3f   W4A4 %.3f   weights only %.3f   (WikiText-2 test, seqlen %d)\n",
-                    r.fpPerplexity, r.quantizedPerplexity, r.weightOnlyPerplexity, o.q.evalSeqLen);
-    if (r.foldedPerplexity > 0)
-        std::printf("folded FP    %.3f (transforms folded, nothing quantized; %+.2f%% vs FP)\n", r.foldedPerplexity,
-                    100.0 * (r.foldedPerplexity / r.fpPerplexity - 1));
-    if (!r.zeroShot.tasks.empty())
-        std::printf("zero-shot    W4A4 model, lm-evaluation-harness templates, %.1f s\n%s", r.zeroShot.seconds,
-                    eval::zeroShotTable(r.zeroShot).c_str());
-    for (const auto& n : r.notes) std::printf("note         %s\n", n.c_str());
-    std::printf("time         %.1f s total, peak resident %.0f MiB", r.totalSeconds, r.peakRssMb);
-    if (r.peakGpuMb > 0) std::printf(", peak GPU %.0f MiB", r.peakGpuMb);
-    std::printf("\n");
+    printReport(o, resolved, r);
     return 0;
 }
 

@@ -89,6 +89,44 @@ void finish(MemoryEstimate& e) {
         }
 }
 
+// The quantize stage (run/quantize/LayerQuantizer.cpp): the packed codes of one layer (element
+// bits + one scale byte per block; the run model's writer streams them to quantized.safetensors),
+// the layer read (mapped) and its float32 / dequantized copies, the Hessians in float64, GPTQ's
+// float64 work on the widest input (intermediate), the calibration activations (in and out) and
+// one chunk of 8 windows through the layer without a graph.
+MemoryStage quantizeStage(const Shape& s, I T, int stored, const QuantizeOptions& o, const MethodSpec& m, bool onDevice) {
+    const auto bits = mx::elementSpec(o.format.element()).bits;
+    const I P = s.layerParams();
+    const I packed = (s.linearParams() * bits / 8 + s.linearParams() / o.format.blockSize) / s.layers;
+    const I layer = P * stored + (m.transformed || stored == 4 ? P * 4 : P * 8);
+    // At down_proj: the three smaller Hessians, down_proj's own (taken, no copy) and GPTQ's
+    // two [in, in] matrices alive at a time plus W and its working copy in float64.
+    // RTN runs windows through the layers only for --rtn-error-windows (QuantizeOptions).
+    const I windows = weightQuantizationWindows(m, o);
+    const I hess = windows > 0 ? (2 * s.h * s.h + s.q * s.q + s.i * s.i) * 8 : 0;
+    const I gptq = m.gptq ? 2 * s.i * s.i * 8 + 2 * s.h * s.i * 8 : 0;
+    const I calib = 2 * windows * T * s.h * 4;
+    // The chunk, per window: the residual stream (input, norm, output) and the larger of the
+    // attention (q/k/v with RoPE copies, k/v widened to every head, one block of scores, masked
+    // scores and probabilities) and the MLP at its widest input: gate, up and their product,
+    // then either the activation quantization's work or the Hessian's float64 copy of the
+    // quantized input (HessianAccumulator::add). On the CPU the MX kernel writes its output
+    // alone; on a GPU the tensor-ops path (mx/MxQuantizer.cpp, roundToElement) holds up to six
+    // temporaries of the input's size. Measured on an H200 (docs/results.md), 1B shape, 16
+    // windows of 2048: peak 9234 MiB for an estimate of 9774 MiB.
+    const I queries = T > 512 ? 256 : T;
+    const I residual = 3 * T * s.h * 4;
+    const I attention = 2 * T * (s.q + 2 * s.kv) * 4 + 2 * T * s.q * 4 + 3 * queries * T * s.heads * 4;
+    const I widest = T * s.i * 4;
+    const I mlp = 3 * widest + std::max(onDevice ? 6 * widest : widest, widest + 2 * widest);
+    const I chunk = std::min<I>(8, windows) * (residual + std::max(attention, mlp));
+    // The run model's writer converts the embedding to float32 when it is stored narrower.
+    const I top = m.transformed || stored == 4 ? 0 : s.table() * 4;
+    return {"quantize", kBase + packed + layer + hess + gptq + calib + chunk + top,
+            "packed " + mib(packed) + ", a layer " + mib(layer) + ", Hessians " + mib(hess) + ", GPTQ " + mib(gptq) +
+                ", calibration activations " + mib(calib + chunk)};
+}
+
 } // namespace
 
 std::string gibText(std::int64_t bytes) {
@@ -139,28 +177,7 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
                             "a layer " + mib(layer) + ", embedding/lm_head " + mib(top)});
         if (o.evalSeqLen > 0) e.stages.push_back(evalStage("eval (folded FP)", s, 4, o.evalSeqLen));
     }
-    {
-        // quantize: the packed codes of one layer (element bits + one scale byte per block; the
-        // run model's writer streams them to quantized.safetensors), the layer read (mapped) and its float32 / dequantized copies, the Hessians
-        // in float64, GPTQ's float64 work on the widest input (intermediate), the calibration
-        // activations (in and out) and one chunk of 8 windows through the layer.
-        const auto bits = mx::elementSpec(o.format.element()).bits;
-        const I packed = (s.linearParams() * bits / 8 + s.linearParams() / o.format.blockSize) / s.layers;
-        const I layer = P * stored + (m.transformed || stored == 4 ? P * 4 : P * 8);
-        // At down_proj: the three smaller Hessians, down_proj's own (taken, no copy) and GPTQ's
-        // two [in, in] matrices alive at a time plus W and its working copy in float64.
-        // RTN runs windows through the layers only for --rtn-error-windows (QuantizeOptions).
-        const I windows = weightQuantizationWindows(m, o);
-        const I hess = windows > 0 ? (2 * s.h * s.h + s.q * s.q + s.i * s.i) * 8 : 0;
-        const I gptq = m.gptq ? 2 * s.i * s.i * 8 + 2 * s.h * s.i * 8 : 0;
-        const I calib = 2 * windows * T * s.h * 4;
-        const I chunk = std::min<I>(8, windows) * T * (3 * s.i + 6 * s.h) * 4;
-        // The run model's writer converts the embedding to float32 when it is stored narrower.
-        const I top = m.transformed || stored == 4 ? 0 : s.table() * 4;
-        e.stages.push_back({"quantize", kBase + packed + layer + hess + gptq + calib + chunk + top,
-                            "packed " + mib(packed) + ", a layer " + mib(layer) + ", Hessians " + mib(hess) +
-                                ", GPTQ " + mib(gptq) + ", calibration activations " + mib(calib + chunk)});
-    }
+    e.stages.push_back(quantizeStage(s, T, stored, o, m, false));
     if (o.evalSeqLen > 0) {
         e.stages.push_back(evalStage("eval (FP)", s, stored, o.evalSeqLen));
         // The run model is float32; activation quantization adds a copy of the widest input.
@@ -185,10 +202,8 @@ MemoryEstimate estimateDeviceMemory(const model::ModelConfig& c, int stored, con
     // on the device).
     const I read = m.transformed ? 2 * s.table() * 4 + s.h * 4 : one.weightBytes;
     const std::string readName = m.transformed ? "folded embedding + lm_head " : "weights ";
-    const MemoryEstimate host = estimateQuantizeMemory(c, stored, o);
-    for (const auto& st : host.stages)
-        if (st.name == "quantize")
-            e.stages.push_back({"quantize", read + st.bytes - kBase, readName + mib(read) + ", " + st.detail});
+    const MemoryStage q = quantizeStage(s, std::min(o.seqLen, c.maxPositions), stored, o, m, true);
+    e.stages.push_back({"quantize", read + q.bytes - kBase, readName + mib(read) + ", " + q.detail});
     if (o.evalSeqLen > 0) {
         // The evaluated model in float32 (the frozen weights have left the device) and the larger
         // of one window's layer activations and its loss.

@@ -19,6 +19,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <numeric>
@@ -54,30 +55,34 @@ struct Stage {
 const char* transformStage(const MethodSpec& m) { return m.learned ? "training" : "transforms"; }
 constexpr const char* kCheckStage = "checking the folded model";
 
-// The stages of a run in order. The shares are rough shares of the time at 1B on a CPU (training
-// dominates the learned methods, folding the fixed-transform ones, GPTQ the rest), so the ETA
-// means something from the first stage on; they are scaled to fill the bar.
-std::vector<Stage> stagesOf(const MethodSpec& m, bool foldedCheck, bool evaluating, bool parallel) {
+// The stages of a run in order, each with its share of the progress bar: its rough seconds on
+// this device (stageSeconds), scaled to fill the bar. A stage that costs next to nothing still
+// gets a sliver, so its messages move the bar.
+std::vector<Stage> stagesOf(const MethodSpec& m, const StageSeconds& t, bool foldedCheck, bool evaluating, bool parallel) {
     std::vector<Stage> s;
-    if (m.transformed) s.push_back({transformStage(m), "training: ", m.learned ? 0.70 : 0.0});
-    s.push_back({"folding", "folding: ", m.learned ? 0.05 : m.transformed ? 0.20 : 0.0});
-    const Stage check{kCheckStage, "perplexity folded FP: ", m.learned ? 0.02 : 0.05};
+    if (m.transformed) s.push_back({transformStage(m), "training: ", t.transforms});
+    s.push_back({"folding", "folding: ", t.folding});
+    const Stage check{kCheckStage, "perplexity folded FP: ", t.check};
     if (foldedCheck && !parallel) s.push_back(check); // data parallel: after GPTQ (rank 0 alone)
-    s.push_back({"quantizing", "quantizing: ", m.learned ? 0.13 : m.transformed ? 0.65 : 0.9});
+    s.push_back({"quantizing", "quantizing: ", t.quantizing});
     if (foldedCheck && parallel) s.push_back(check);
-    if (evaluating) s.push_back({"evaluating", "", 0.10});
+    if (evaluating) s.push_back({"evaluating", "", t.evaluating});
     s.push_back({"recording", "", 0.0});
-    const double total = std::accumulate(s.begin(), s.end(), 0.0, [](double a, const Stage& x) { return a + x.share; });
-    for (auto& x : s) x.share /= total;
+    double total = std::accumulate(s.begin(), s.end(), 0.0, [](double a, const Stage& x) { return a + x.share; });
+    for (auto& x : s) x.share = x.name == "recording" ? 0.0 : std::max(x.share, 0.002 * total);
+    total = std::accumulate(s.begin(), s.end(), 0.0, [](double a, const Stage& x) { return a + x.share; });
+    for (auto& x : s) x.share = total > 0 ? x.share / total : 0.0;
     return s;
 }
 
 // Runs the stages in their order, each with the part of the progress bar its share gives it, and
-// tells `mark` which stage begins.
+// tells `mark` which stage begins. On a CUDA device each stage's peak of the allocator goes to
+// `gpuPeaks` (the statistics are reset after each).
 class StageRunner {
 public:
-    StageRunner(std::vector<Stage> stages, JobContext& job, std::function<void(const std::string&)> mark)
-        : m_stages(std::move(stages)), m_job(job), m_mark(std::move(mark)) {}
+    StageRunner(std::vector<Stage> stages, JobContext& job, std::function<void(const std::string&)> mark,
+                c10::Device device, std::vector<std::pair<std::string, double>>& gpuPeaks)
+        : m_stages(std::move(stages)), m_job(job), m_mark(std::move(mark)), m_device(device), m_gpuPeaks(gpuPeaks) {}
 
     template <class Body>
     void run(const std::string& name, Body&& body) {
@@ -88,12 +93,18 @@ public:
         SubJob sub(m_job, m_begin, std::min(1.0, m_begin + s.share), s.prefix);
         body(static_cast<JobContext&>(sub));
         m_begin += s.share;
+        if (m_device.is_cuda()) {
+            m_gpuPeaks.push_back({s.name, compat::cudaPeakAllocatedBytes(m_device.index()) / 1048576.0});
+            compat::resetCudaPeakMemory(m_device.index());
+        }
     }
 
 private:
     std::vector<Stage> m_stages;
     JobContext& m_job;
     std::function<void(const std::string&)> m_mark;
+    c10::Device m_device;
+    std::vector<std::pair<std::string, double>>& m_gpuPeaks;
     std::size_t m_next = 0;
     double m_begin = 0;
 };
@@ -250,8 +261,13 @@ QuantizeResult runQuantize(const ResolvedRun& resolved, const std::vector<int>& 
     model::LlamaWeights original = loadOriginal(ctx);
     const bool perplexities = o.evalSeqLen > 0 && !evalIds.empty();
     const bool foldedCheck = perplexities && resolved.method.transformed;
-    StageRunner stages(stagesOf(resolved.method, foldedCheck, perplexities || !o.evalTasks.empty(), ctx.parallel()), job,
-                       [&](const std::string& stage) { folder.mark(stage); });
+    const std::int64_t evalTokens =
+        !perplexities ? 0
+        : o.evalWindows > 0 ? std::min<std::int64_t>(evalIds.size(), std::int64_t(o.evalWindows) * o.evalSeqLen)
+                            : std::int64_t(evalIds.size());
+    const StageSeconds seconds = stageSeconds(resolved.config, o, resolved.method, device.is_cuda(), evalTokens);
+    StageRunner stages(stagesOf(resolved.method, seconds, foldedCheck, perplexities || !o.evalTasks.empty(), ctx.parallel()), job,
+                       [&](const std::string& stage) { folder.mark(stage); }, device, r.stagePeakGpuMb);
     const auto sentSoFar = [&] { return o.group ? o.group->bytesCommunicated() : std::uint64_t(0); };
 
     std::unique_ptr<fold::ModelTransforms> transforms;
@@ -303,7 +319,7 @@ QuantizeResult runQuantize(const ResolvedRun& resolved, const std::vector<int>& 
         });
     r.totalSeconds = since(start);
     r.peakRssMb = peakRssMb();
-    if (device.is_cuda()) r.peakGpuMb = compat::cudaPeakAllocatedBytes(device.index()) / 1048576.0;
+    for (const auto& [stage, mib] : r.stagePeakGpuMb) r.peakGpuMb = std::max(r.peakGpuMb, mib);
     stages.run("recording", [&](JobContext&) { folder.finish(runRecordJson(ctx, r, transforms.get())); });
     return r;
 }

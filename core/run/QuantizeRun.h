@@ -36,6 +36,10 @@ struct QuantizeResult {
     double trainSeconds = 0, quantizeSeconds = 0, evalSeconds = 0, totalSeconds = 0;
     double peakRssMb = 0;
     double peakGpuMb = 0; // peak of libtorch's CUDA allocator on the run's device (0 on the CPU)
+    // The same per stage, in the stages' order ("training", "folding", "quantizing", ...), each
+    // from the stage's start (what earlier stages left on the device counts): beside the
+    // per-stage estimates of `quantize --dry-run`. Empty on the CPU.
+    std::vector<std::pair<std::string, double>> stagePeakGpuMb;
     // Data parallel: bytes this rank put into all-reduces and broadcasts during the training and
     // during the weight quantization (dist::Group::bytesCommunicated); 0 for one process.
     std::uint64_t trainBytes = 0, quantizeBytes = 0;

@@ -20,6 +20,14 @@
 
 namespace latmix::run {
 
+// Rough seconds of each stage on the run's device (StageCost.cpp), the shares of the progress
+// bar; evalTokens: the tokens one perplexity evaluation reads (0: none).
+struct StageSeconds {
+    double transforms = 0, folding = 0, check = 0, quantizing = 0, evaluating = 0;
+};
+StageSeconds stageSeconds(const model::ModelConfig& config, const QuantizeOptions& options, const MethodSpec& method,
+                          bool cuda, std::int64_t evalTokens);
+
 // What every stage reads: the options, the resolved run (method, checkpoint, config) and where
 // things live.
 struct RunContext {

@@ -1,0 +1,57 @@
+// The progress bar's shares of a quantize run's stages (Stages.h, stageSeconds): each stage's
+// work in rough seconds on the run's device, so that the ETA a listener derives from the bar
+// (elapsed × remaining / done) means something from the first stage on, with 5 training steps or
+// 5000, on a CPU or a GPU. Only the ratios matter; the rates below are orders of magnitude.
+#include "run/quantize/Stages.h"
+
+#include "util/Runtime.h"
+
+#include <algorithm>
+
+namespace latmix::run {
+namespace {
+
+// Matrix work, float32: a CPU core does about 5e10 FLOP/s (AVX2/AVX-512 single precision, as
+// achieved by libtorch's GEMM); a data-centre GPU about 3e13 (the 1B-shaped training step on an
+// H200 without TF32, docs/results.md). GPTQ's column loop on a GPU is one short kernel after
+// another: about 0.4 ms per input column of each linear, whatever its width (H200, 1B shape: 7.7 s
+// for a layer's 20480 columns). Writing the quantized weights (packing on the host, the error,
+// the copies) about 4e-8 s per weight on a GPU run (the rest of the 10 s per layer there). On a
+// CPU the column loop's small operations cost about 0.2 ms per column too (brownpy-13M: 0.59 s
+// per layer of 2304 columns on 2 cores), beside its FLOPs.
+constexpr double kCpuCoreFlops = 5e10, kGpuFlops = 3e13, kGpuSecondsPerWeight = 4e-8;
+constexpr double kCpuSecondsPerColumn = 2e-4, kGpuSecondsPerColumn = 4e-4;
+
+} // namespace
+
+StageSeconds stageSeconds(const model::ModelConfig& c, const QuantizeOptions& o, const MethodSpec& m, bool cuda,
+                          std::int64_t evalTokens) {
+    const double h = c.hiddenSize, i = c.intermediateSize, q = double(c.numHeads) * c.headDim,
+                 kv = double(c.numKvHeads) * c.headDim, L = c.numLayers, T = o.seqLen;
+    const double linear = 2 * h * q + 2 * h * kv + 3 * h * i; // one layer's linear weights
+    const double perToken = 2 * L * linear + 2 * h * c.vocabSize; // a forward pass, FLOPs per token
+    const double rate = cuda ? kGpuFlops : kCpuCoreFlops * std::max(1, threadCount());
+    StageSeconds s;
+    // Teacher and student forward, the student's backward (twice its forward) and the
+    // checkpointed layers' recomputation: five forward passes per training token.
+    if (m.learned) s.transforms = double(o.steps) * o.batch * T * 5 * perToken / rate;
+    if (m.transformed) s.folding = 2 * L * linear * h / rate; // a [out, in] × [in, in] product per weight
+    // Each linear's column loop and lazy updates (2·out·in² in float64, half the rate), the
+    // calibration windows through each layer twice (Hessians, then the quantized forward) and
+    // the four Hessians' float64 sums.
+    const double windows = weightQuantizationWindows(m, o), tokens = windows * T;
+    const double columns = 5 * h + q + i, gptqFlops = m.gptq ? 2 * (q * h * h + 2 * kv * h * h + h * q * q + 2 * i * h * h + h * i * i) : 0;
+    const double hessians = 2 * tokens * (2 * h * h + q * q + i * i) * 2;
+    s.quantizing = L * (2 * gptqFlops + hessians + 2 * tokens * 2 * linear) / rate;
+    const double perColumn = m.gptq ? (cuda ? kGpuSecondsPerColumn : kCpuSecondsPerColumn) : 0.0;
+    // Packing and the error: on the host, ~50 operations per weight on a CPU run.
+    s.quantizing += L * (columns * perColumn + (cuda ? linear * kGpuSecondsPerWeight : linear * 50 / rate));
+    // Perplexity: one forward per evaluated token; the run's evaluation measures three models
+    // (FP, W4A4, weights only); the folded check one. Zero-shot tasks: counted as 256 windows.
+    const double evaluated = double(evalTokens) + (o.evalTasks.empty() ? 0.0 : 256.0 * T);
+    s.check = evaluated * perToken / rate;
+    s.evaluating = 3 * evaluated * perToken / rate;
+    return s;
+}
+
+} // namespace latmix::run
