@@ -102,7 +102,7 @@ class TestDistributed : public QObject {
         return 16 * std::ldexp(1.0, -24) * std::sqrt(K * L * double(tokens));
     }
     // The KL of two runs whose logits differ by rounding: the loss is formed from d = (a − b)/τ
-    // (train/Distillation.cpp), whose first-order effect on the KL is Σ (p − q)·δd, at most
+    // (train/DistillationStep.cpp), whose first-order effect on the KL is Σ (p − q)·δd, at most
     // ‖p − q‖₁·max|δd| ≤ √(2·KL)·max|δd| (Pinsker); max|δd| ≈ 16·u·√(K·L)·max|logit|.
     double klRounding(double kl, const at::Tensor& tokens) const {
         const auto& c = m_ck->config();

@@ -110,7 +110,7 @@ private slots:
             const at::Tensor bound = (p[r] + q[r]) * double(scale) * (8 * kEps * logitScale) + 1e-38;
             const double excess = ((grad[r] - want).abs() - bound).max().item<double>();
             QVERIFY2(excess <= 0, qPrintable(QString("row %1: gradient off by %2 beyond its bound").arg(r).arg(excess)));
-            // KL itself (the loss reported) from the kernel's sums as Distillation.cpp forms it,
+            // KL itself (the loss reported) from the kernel's sums as DistillationStep.cpp forms it,
             // against Σ p (log p − log q) in float64: the sums' bounds carried through the formula
             // (1/mass and log1p are well conditioned here: mass ≈ 1, expD/mass > −1).
             const double m = wantExpD[r].item<double>();

@@ -368,96 +368,119 @@ bool ActivationView::analyze(QString* error) {
 }
 
 void ActivationView::showProfile() {
+    drawChannelMaxima();
+    drawTokenNorms();
+    drawHistograms();
+    drawTokenBlocks();
+    showSummary();
+}
+
+// Channel maxima, log scale, the largest channels of the untransformed activations named.
+void ActivationView::drawChannelMaxima() {
     const auto& p = m_profile;
     const QString before = tr("no transform"), after = QString::fromStdString(p.transform);
-    // Channel maxima, log scale, the largest channels of the untransformed activations named.
-    {
-        auto* plot = m_channelPlot;
-        plot->clearGraphs();
-        plot->clearItems();
-        const auto b = values(p.before.channelAbsMax), a = values(p.after.channelAbsMax);
-        const double floor = positiveFloor(b, a);
-        addGraph(plot, before, kBefore, QCPGraph::lsImpulse)->setData(indices(b.size()), positive(b, floor), true);
-        addGraph(plot, after, kAfter, QCPGraph::lsLine)->setData(indices(a.size()), positive(a, floor), true);
-        // At most five names that fit without overlapping (PlotStyle::addPeakLabels); the summary
-        // lists the top channels in full.
-        QVector<QPointF> at;
-        QStringList names;
-        for (const auto c : p.before.topChannels) {
-            at << QPointF(double(c), std::max(b[int(c)], floor));
-            names << QString::number(c);
-        }
-        PlotStyle::addPeakLabels(plot, at, names, palette().color(QPalette::Text));
-        plot->rescaleAxes();
-        const double top = *std::max_element(b.begin(), b.end());
-        plot->yAxis->setRange(floor / 1.5, std::max(top, floor) * 4); // room above for the names
-        plot->replot();
+    auto* plot = m_channelPlot;
+    plot->clearGraphs();
+    plot->clearItems();
+    const auto b = values(p.before.channelAbsMax), a = values(p.after.channelAbsMax);
+    const double floor = positiveFloor(b, a);
+    addGraph(plot, before, kBefore, QCPGraph::lsImpulse)->setData(indices(b.size()), positive(b, floor), true);
+    addGraph(plot, after, kAfter, QCPGraph::lsLine)->setData(indices(a.size()), positive(a, floor), true);
+    // At most five names that fit without overlapping (PlotStyle::addPeakLabels); the summary
+    // lists the top channels in full.
+    QVector<QPointF> at;
+    QStringList names;
+    for (const auto c : p.before.topChannels) {
+        at << QPointF(double(c), std::max(b[int(c)], floor));
+        names << QString::number(c);
     }
-    {
-        auto* plot = m_tokenNormPlot;
-        plot->clearGraphs();
-        const auto b = values(p.before.tokenNorm), a = values(p.after.tokenNorm);
-        // Wide and light under the transformed curve: an orthogonal T keeps every norm, and the
-        // two curves then lie on each other.
-        auto* g = addGraph(plot, before, kBefore, QCPGraph::lsLine);
-        g->setPen(QPen(kBefore.lighter(130), 4));
-        g->setData(indices(b.size()), b, true);
-        addGraph(plot, after, kAfter, QCPGraph::lsLine)->setData(indices(a.size()), a, true);
-        plot->rescaleAxes();
-        plot->replot();
+    PlotStyle::addPeakLabels(plot, at, names, palette().color(QPalette::Text));
+    plot->rescaleAxes();
+    const double top = *std::max_element(b.begin(), b.end());
+    plot->yAxis->setRange(floor / 1.5, std::max(top, floor) * 4); // room above for the names
+    plot->replot();
+}
+
+// Each token's norm before and after the transform.
+void ActivationView::drawTokenNorms() {
+    const auto& p = m_profile;
+    const QString before = tr("no transform"), after = QString::fromStdString(p.transform);
+    auto* plot = m_tokenNormPlot;
+    plot->clearGraphs();
+    const auto b = values(p.before.tokenNorm), a = values(p.after.tokenNorm);
+    // Wide and light under the transformed curve: an orthogonal T keeps every norm, and the
+    // two curves then lie on each other.
+    auto* g = addGraph(plot, before, kBefore, QCPGraph::lsLine);
+    g->setPen(QPen(kBefore.lighter(130), 4));
+    g->setData(indices(b.size()), b, true);
+    addGraph(plot, after, kAfter, QCPGraph::lsLine)->setData(indices(a.size()), a, true);
+    plot->rescaleAxes();
+    plot->replot();
+}
+
+// The value histograms of both sides.
+void ActivationView::drawHistograms() {
+    const auto& p = m_profile;
+    const QString before = tr("no transform"), after = QString::fromStdString(p.transform);
+    auto* plot = m_histogramPlot;
+    plot->clearGraphs();
+    for (const auto* side : {&p.before, &p.after}) {
+        const auto edges = values(side->histogramEdges), counts = values(side->histogramCounts);
+        QVector<double> centres(counts.size());
+        for (int i = 0; i < counts.size(); ++i) centres[i] = (edges[i] + edges[i + 1]) / 2;
+        // Empty bins at the floor below 1: a log axis has no zero.
+        addGraph(plot, side == &p.before ? before : after, side == &p.before ? kBefore : kAfter, QCPGraph::lsStepCenter)
+            ->setData(centres, positive(counts, 0.5), true);
     }
-    {
-        auto* plot = m_histogramPlot;
-        plot->clearGraphs();
-        for (const auto* side : {&p.before, &p.after}) {
-            const auto edges = values(side->histogramEdges), counts = values(side->histogramCounts);
-            QVector<double> centres(counts.size());
-            for (int i = 0; i < counts.size(); ++i) centres[i] = (edges[i] + edges[i + 1]) / 2;
-            // Empty bins at the floor below 1: a log axis has no zero.
-            addGraph(plot, side == &p.before ? before : after, side == &p.before ? kBefore : kAfter, QCPGraph::lsStepCenter)
-                ->setData(centres, positive(counts, 0.5), true);
-        }
-        plot->rescaleAxes();
-        plot->yAxis->setRangeLower(0.5);
-        plot->replot();
-    }
-    {
-        auto* plot = m_blocksPlot;
-        plot->clearGraphs();
-        const auto y = values(p.after.tokenValues), q = values(p.after.tokenQuantized);
-        const auto err = values(p.after.tokenBlockError), scale = values(p.after.tokenScaleLog2);
-        addGraph(plot, tr("T(x)"), kAfter, QCPGraph::lsNone, QCPScatterStyle::ssDisc)
-            ->setData(indices(y.size()), y, true);
-        addGraph(plot, tr("MX"), kQuantized, QCPGraph::lsImpulse)->setData(indices(q.size()), q, true);
-        const int block = p.format.blockSize;
-        QVector<double> centres(err.size());
-        for (int i = 0; i < err.size(); ++i) centres[i] = i * block + (std::min<double>(block, y.size() - i * block) - 1) / 2;
-        auto* e = plot->addGraph(plot->xAxis, plot->yAxis2);
-        e->setName(tr("E_B"));
-        e->setPen(QPen(palette().color(QPalette::Text), 1, Qt::DashLine));
-        e->setLineStyle(QCPGraph::lsStepCenter);
-        e->setData(centres, err, true);
-        // The shared scale exponent above each block.
-        QSharedPointer<QCPAxisTickerText> top(new QCPAxisTickerText);
-        for (int i = 0; i < scale.size(); ++i)
-            top->addTick(centres[i], std::isfinite(scale[i]) ? QString::number(scale[i], 'g', 3) : QStringLiteral("NaN"));
-        plot->xAxis2->setTicker(top);
-        plot->rescaleAxes();
-        // Four blocks are readable value by value: those around the token's worst block (the
-        // whole token stays a drag or a wheel away).
-        const int shown = std::min<int>(4, static_cast<int>(err.size()));
-        const int worst = static_cast<int>(std::max_element(err.begin(), err.end()) - err.begin());
-        const int first = std::clamp(worst - shown / 2, 0, static_cast<int>(err.size()) - shown);
-        plot->xAxis->setRange(first * block - 0.5, std::min<double>(y.size(), (first + shown) * block) - 0.5);
-        plot->xAxis2->setRange(plot->xAxis->range());
-        connect(plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), plot->xAxis2, qOverload<const QCPRange&>(&QCPAxis::setRange),
-                Qt::UniqueConnection);
-        plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
-        plot->axisRect()->setRangeDrag(Qt::Horizontal);
-        plot->axisRect()->setRangeZoom(Qt::Horizontal);
-        m_blocksShown = QPair<int, int>(first, first + shown - 1);
-        plot->replot();
-    }
+    plot->rescaleAxes();
+    plot->yAxis->setRangeLower(0.5);
+    plot->replot();
+}
+
+// One token's values, their MX values and each block's error and scale exponent.
+void ActivationView::drawTokenBlocks() {
+    const auto& p = m_profile;
+    auto* plot = m_blocksPlot;
+    plot->clearGraphs();
+    const auto y = values(p.after.tokenValues), q = values(p.after.tokenQuantized);
+    const auto err = values(p.after.tokenBlockError), scale = values(p.after.tokenScaleLog2);
+    addGraph(plot, tr("T(x)"), kAfter, QCPGraph::lsNone, QCPScatterStyle::ssDisc)
+        ->setData(indices(y.size()), y, true);
+    addGraph(plot, tr("MX"), kQuantized, QCPGraph::lsImpulse)->setData(indices(q.size()), q, true);
+    const int block = p.format.blockSize;
+    QVector<double> centres(err.size());
+    for (int i = 0; i < err.size(); ++i) centres[i] = i * block + (std::min<double>(block, y.size() - i * block) - 1) / 2;
+    auto* e = plot->addGraph(plot->xAxis, plot->yAxis2);
+    e->setName(tr("E_B"));
+    e->setPen(QPen(palette().color(QPalette::Text), 1, Qt::DashLine));
+    e->setLineStyle(QCPGraph::lsStepCenter);
+    e->setData(centres, err, true);
+    // The shared scale exponent above each block.
+    QSharedPointer<QCPAxisTickerText> top(new QCPAxisTickerText);
+    for (int i = 0; i < scale.size(); ++i)
+        top->addTick(centres[i], std::isfinite(scale[i]) ? QString::number(scale[i], 'g', 3) : QStringLiteral("NaN"));
+    plot->xAxis2->setTicker(top);
+    plot->rescaleAxes();
+    // Four blocks are readable value by value: those around the token's worst block (the
+    // whole token stays a drag or a wheel away).
+    const int shown = std::min<int>(4, static_cast<int>(err.size()));
+    const int worst = static_cast<int>(std::max_element(err.begin(), err.end()) - err.begin());
+    const int first = std::clamp(worst - shown / 2, 0, static_cast<int>(err.size()) - shown);
+    plot->xAxis->setRange(first * block - 0.5, std::min<double>(y.size(), (first + shown) * block) - 0.5);
+    plot->xAxis2->setRange(plot->xAxis->range());
+    connect(plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), plot->xAxis2, qOverload<const QCPRange&>(&QCPAxis::setRange),
+            Qt::UniqueConnection);
+    plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    plot->axisRect()->setRangeDrag(Qt::Horizontal);
+    plot->axisRect()->setRangeZoom(Qt::Horizontal);
+    m_blocksShown = QPair<int, int>(first, first + shown - 1);
+    plot->replot();
+}
+
+// The numbers under the plots: sizes, format, the error with and without the transform.
+void ActivationView::showSummary() {
+    const auto& p = m_profile;
+    const QString after = QString::fromStdString(p.transform);
     const bool runMode = QString::fromStdString(p.transform) == runTransformName();
     const double ratio = p.after.mse > 0 ? p.before.mse / p.after.mse : std::numeric_limits<double>::infinity();
     QStringList topNames;

@@ -88,6 +88,11 @@ protected:
 private:
     QString cacheKey() const;
     void showProfile();
+    void drawChannelMaxima();
+    void drawTokenNorms();
+    void drawHistograms();
+    void drawTokenBlocks();
+    void showSummary();
     void restyle();
 
     QString m_modelDir;

@@ -85,7 +85,26 @@ std::vector<int> ComparisonView::calibrationIds(const std::string& modelDir) {
 ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     setObjectName(QStringLiteral("comparisonView"));
     m_runner = new JobRunner(this);
+    QWidget* form = createForm();
+    createTable();
+    QWidget* plots = createPlots();
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(form);
+    layout->addWidget(plots, 1);
 
+    connect(m_compare, &QPushButton::clicked, this, [this] { compare(); });
+    connect(m_acrossLayers, &QPushButton::clicked, this, [this] { compareAcrossLayers(m_heatmapKind->currentText()); });
+    connect(m_runner, &JobRunner::progressed, this, [this](double f, const QString& message, double) {
+        m_status->setText(QStringLiteral("%1% %2").arg(int(f * 100)).arg(message));
+    });
+    for (QCustomPlot* p : {m_perBlockPlot, m_sweepPlot, m_heatmapPlot}) PlotStyle::apply(p, palette());
+    setModelDir(QString());
+}
+
+
+// The left column: the point and its format and windows, the transforms to compare, the map
+// across layers, the status line.
+QWidget* ComparisonView::createForm() {
     auto* form = new QWidget(this);
     form->setFixedWidth(260);
     auto* column = new QVBoxLayout(form);
@@ -137,7 +156,11 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     m_status->setObjectName(QStringLiteral("comparisonStatus"));
     m_status->setWordWrap(true);
     column->addWidget(m_status);
+    return form;
+}
 
+// The metrics of each transform, one row each, sortable.
+void ComparisonView::createTable() {
     m_table = new QTableWidget(0, int(sizeof kColumns / sizeof kColumns[0]), this);
     m_table->setObjectName(QStringLiteral("metricsTable"));
     QStringList headers;
@@ -154,6 +177,10 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     m_table->setTextElideMode(Qt::ElideMiddle);
     m_table->verticalHeader()->setVisible(false);
 
+}
+
+// The table above the per-block and block-size plots, the map across layers below.
+QWidget* ComparisonView::createPlots() {
     auto plot = [this](const char* name) {
         auto* p = new QCustomPlot(this);
         p->setObjectName(QLatin1String(name));
@@ -185,18 +212,7 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     plots->setStretchFactor(0, 1);
     plots->setStretchFactor(1, 2);
     plots->setStretchFactor(2, 2);
-
-    auto* layout = new QHBoxLayout(this);
-    layout->addWidget(form);
-    layout->addWidget(plots, 1);
-
-    connect(m_compare, &QPushButton::clicked, this, [this] { compare(); });
-    connect(m_acrossLayers, &QPushButton::clicked, this, [this] { compareAcrossLayers(m_heatmapKind->currentText()); });
-    connect(m_runner, &JobRunner::progressed, this, [this](double f, const QString& message, double) {
-        m_status->setText(QStringLiteral("%1% %2").arg(int(f * 100)).arg(message));
-    });
-    for (QCustomPlot* p : {m_perBlockPlot, m_sweepPlot, m_heatmapPlot}) PlotStyle::apply(p, palette());
-    setModelDir(QString());
+    return plots;
 }
 
 // The last capture of this view, kept so that a comparison at one point after the across-layers

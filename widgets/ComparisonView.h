@@ -78,6 +78,9 @@ signals:
     void errorOccurred(const QString& message);
 
 private:
+    QWidget* createForm();
+    void createTable();
+    QWidget* createPlots();
     // Captures the activations of the points matching regex and analyses them on the worker
     // thread; done() gets the result on this thread. Shared by compare and compareAcrossLayers.
     // onePoint: the request is for that point alone, which the last capture may already hold

@@ -158,6 +158,10 @@ private slots:
 
 private:
     void createMenus();
+    void createFileMenu();
+    QMenu* createViewMenu();
+    void createThemeMenu(QMenu* view);
+    void createHelpMenu();
     void createStatusBar();
     void createModelDock();
     void createJobsDock();

@@ -80,6 +80,42 @@ QString RunsView::defaultFolder() {
 
 RunsView::RunsView(QWidget* parent) : QWidget(parent) {
     setObjectName(QStringLiteral("runsView"));
+    createTable();
+    QLayout* bar = createButtonBar();
+    QWidget* plots = createPlots();
+    auto* top = new QWidget(this);
+    auto* topColumn = new QVBoxLayout(top);
+    topColumn->setContentsMargins(0, 0, 0, 0);
+    topColumn->addLayout(bar);
+    topColumn->addWidget(m_table);
+    auto* split = new QSplitter(Qt::Vertical, this);
+    split->setObjectName(QStringLiteral("runsSplitter"));
+    split->addWidget(top);
+    split->addWidget(plots);
+    split->setStretchFactor(0, 1);
+    split->setStretchFactor(1, 1);
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(split);
+
+    m_watcher = new QFileSystemWatcher(this);
+    m_debounce = new QTimer(this);
+    m_debounce->setSingleShot(true);
+    // A run writes its folder in steps (train.h5 while training, latmix.json at the end, renamed
+    // into place): one rescan after the writes settle.
+    m_debounce->setInterval(400);
+    connect(m_debounce, &QTimer::timeout, this, &RunsView::refresh);
+    connect(m_watcher, &QFileSystemWatcher::directoryChanged, m_debounce, qOverload<>(&QTimer::start));
+    connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunsView::showSelection);
+    connect(m_table, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
+        emit runActivated(m_proxy->data(index.siblingAtColumn(Name), kDirRole).toString());
+    });
+    restyle();
+    fillTable();
+}
+
+
+// The runs, one row each, sortable by every column (W4A4 first).
+void RunsView::createTable() {
     m_model = new QStandardItemModel(0, ColumnCount, this);
     m_model->setHorizontalHeaderLabels({tr("Run"), tr("Method"), tr("Format"), tr("Block"), tr("Steps"), tr("W4A4"), tr("FP"),
                                         tr("Folded FP"), tr("Recovery %"), tr("0-shot"), tr("Train s"), tr("Date")});
@@ -111,7 +147,10 @@ RunsView::RunsView(QWidget* parent) : QWidget(parent) {
     m_table->horizontalHeader()->setSectionResizeMode(Name, QHeaderView::Stretch);
     m_table->setWordWrap(false);
     m_table->setTextElideMode(Qt::ElideLeft); // a cell's name is at the end of its path
+}
 
+// Status, rescan, add a folder, export the table.
+QLayout* RunsView::createButtonBar() {
     auto* add = new QPushButton(tr("&Add folder…"), this);
     add->setObjectName(QStringLiteral("runsAddFolderButton"));
     auto* csv = new QPushButton(tr("E&xport CSV…"), this);
@@ -127,6 +166,22 @@ RunsView::RunsView(QWidget* parent) : QWidget(parent) {
     bar->addWidget(add);
     bar->addWidget(csv);
 
+    connect(add, &QPushButton::clicked, this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Add a folder of runs"));
+        if (!dir.isEmpty()) addFolder(dir);
+    });
+    connect(csv, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export the runs table"), QStringLiteral("runs.csv"),
+                                                          tr("CSV (*.csv)"));
+        QString error;
+        if (!path.isEmpty() && !exportCsv(path, &error)) m_status->setText(error);
+    });
+    connect(rescan, &QPushButton::clicked, this, &RunsView::refresh);
+    return bar;
+}
+
+// The selected runs' training curves and weight errors, side by side.
+QWidget* RunsView::createPlots() {
     auto plot = [this](const char* name, const QString& title) { return PlotStyle::newPlot(this, name, title); };
     m_curves = plot("runsCurvesPlot", tr("Training loss of the selected runs"));
     m_curves->xAxis->setLabel(tr("step"));
@@ -147,46 +202,7 @@ RunsView::RunsView(QWidget* parent) : QWidget(parent) {
     plotRow->setContentsMargins(0, 0, 0, 0);
     plotRow->addWidget(m_curves);
     plotRow->addWidget(m_weights);
-
-    auto* top = new QWidget(this);
-    auto* topColumn = new QVBoxLayout(top);
-    topColumn->setContentsMargins(0, 0, 0, 0);
-    topColumn->addLayout(bar);
-    topColumn->addWidget(m_table);
-    auto* split = new QSplitter(Qt::Vertical, this);
-    split->setObjectName(QStringLiteral("runsSplitter"));
-    split->addWidget(top);
-    split->addWidget(plots);
-    split->setStretchFactor(0, 1);
-    split->setStretchFactor(1, 1);
-    auto* layout = new QVBoxLayout(this);
-    layout->addWidget(split);
-
-    m_watcher = new QFileSystemWatcher(this);
-    m_debounce = new QTimer(this);
-    m_debounce->setSingleShot(true);
-    // A run writes its folder in steps (train.h5 while training, latmix.json at the end, renamed
-    // into place): one rescan after the writes settle.
-    m_debounce->setInterval(400);
-    connect(m_debounce, &QTimer::timeout, this, &RunsView::refresh);
-    connect(m_watcher, &QFileSystemWatcher::directoryChanged, m_debounce, qOverload<>(&QTimer::start));
-    connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunsView::showSelection);
-    connect(m_table, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
-        emit runActivated(m_proxy->data(index.siblingAtColumn(Name), kDirRole).toString());
-    });
-    connect(add, &QPushButton::clicked, this, [this] {
-        const QString dir = QFileDialog::getExistingDirectory(this, tr("Add a folder of runs"));
-        if (!dir.isEmpty()) addFolder(dir);
-    });
-    connect(csv, &QPushButton::clicked, this, [this] {
-        const QString path = QFileDialog::getSaveFileName(this, tr("Export the runs table"), QStringLiteral("runs.csv"),
-                                                          tr("CSV (*.csv)"));
-        QString error;
-        if (!path.isEmpty() && !exportCsv(path, &error)) m_status->setText(error);
-    });
-    connect(rescan, &QPushButton::clicked, this, &RunsView::refresh);
-    restyle();
-    fillTable();
+    return plots;
 }
 
 void RunsView::changeEvent(QEvent* event) {

@@ -64,6 +64,9 @@ signals:
     void refreshed(int runs);
 
 private:
+    void createTable();
+    QLayout* createButtonBar();
+    QWidget* createPlots();
     void fillTable();
     void showSelection();
     void watch();

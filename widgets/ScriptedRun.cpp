@@ -108,6 +108,174 @@ bool drawSelection(View* view, QString* error) {
     return true;
 }
 
+// --view: the tab shown first.
+bool showView(MainWindow& window, const ScriptedSession& s, QString* error) {
+    QWidget* target = nullptr;
+    if (s.view == QLatin1String("calibration"))
+        target = window.calibrationView();
+    else if (s.view == QLatin1String("activations"))
+        target = window.activationView();
+    else if (s.view == QLatin1String("explorer"))
+        target = window.explorerView();
+    else if (s.view == QLatin1String("comparison"))
+        target = window.comparisonView();
+    else if (s.view == QLatin1String("weights"))
+        target = window.weightView();
+    else if (s.view == QLatin1String("runs"))
+        target = window.runsView();
+    else if (s.view == QLatin1String("diagram"))
+        target = window.blockDiagramView();
+    if (!target) {
+        *error = QStringLiteral("unknown view '%1'; choose explorer, activations, weights, diagram, comparison, "
+                                "calibration or runs")
+                     .arg(s.view);
+        return false;
+    }
+    window.viewTabs()->setCurrentWidget(target);
+    return true;
+}
+
+// --activations POINT with --transform: drawn before it returns.
+bool showActivations(MainWindow& window, const ScriptedSession& s, QString* error) {
+    auto* view = window.activationView();
+    if (!view->selectPoint(s.activationPoint)) {
+        *error = QStringLiteral("the model has no quantization point '%1'").arg(s.activationPoint);
+        return false;
+    }
+    // "run": the open run's transforms (--open-run), what its quantizers see.
+    const bool run = s.activationTransform == QLatin1String("run");
+    if (!view->setTransform(run ? ActivationView::runTransformName() : s.activationTransform)) {
+        *error = run ? QStringLiteral("--transform run needs a run with transforms (transforms.h5) opened with --open-run")
+                     : QStringLiteral("unknown transform '%1' for the activation view; choose one of %2, or run")
+                           .arg(s.activationTransform, ActivationView::transformKinds().join(QStringLiteral(", ")));
+        return false;
+    }
+    window.viewTabs()->setCurrentWidget(view);
+    showAt(window, s.size);
+    if (!drawSelection(view, error)) return false; // the capture is cached by then: only the profile runs
+    return true;
+}
+
+// --weights LINEAR: drawn before it returns.
+bool showWeights(MainWindow& window, const ScriptedSession& s, QString* error) {
+    auto* view = window.weightView();
+    static const QRegularExpression re(QStringLiteral("^(?:layers\\.)?(\\d+)\\.(.+)$"));
+    const auto m = re.match(s.weightsLinear);
+    if (!m.hasMatch() || !view->selectLinear(m.captured(1).toInt(), m.captured(2))) {
+        *error = QStringLiteral("the model has no linear '%1'; give layers.N.LINEAR with LINEAR one of %2")
+                     .arg(s.weightsLinear, WeightView::linears().join(QStringLiteral(", ")));
+        return false;
+    }
+    window.viewTabs()->setCurrentWidget(view);
+    showAt(window, s.size);
+    if (!drawSelection(view, error)) return false;
+    return true;
+}
+
+// --runs-folder DIR: listed, the best four selected.
+bool showRuns(MainWindow& window, const ScriptedSession& s, QString* error) {
+    auto* view = window.runsView();
+    if (!QFileInfo(s.runsFolder).isDir()) {
+        *error = QStringLiteral("'%1' is not a folder of runs").arg(s.runsFolder);
+        return false;
+    }
+    view->addFolder(s.runsFolder);
+    QStringList best;
+    auto* table = view->table()->model();
+    for (int row = 0; row < table->rowCount() && best.size() < 4; ++row)
+        best << table->data(table->index(row, RunsView::Name), RunsView::kDirRole).toString();
+    view->selectRuns(best);
+    window.viewTabs()->setCurrentWidget(view);
+    return true;
+}
+
+// --compare POINT (with --compare-transforms and --across-layers): finished before it returns.
+bool runComparison(MainWindow& window, const ScriptedSession& s, QString* error) {
+    auto* comparison = window.comparisonView();
+    if (!comparison->selectPoint(s.comparePoint)) {
+        *error = QStringLiteral("the model has no quantization point '%1'").arg(s.comparePoint);
+        return false;
+    }
+    if (!s.compareTransforms.isEmpty()) {
+        QStringList known;
+        for (const auto& k : latmix::transforms::transformKinds()) known << QString::fromStdString(k);
+        for (const QString& k : s.compareTransforms)
+            if (!known.contains(k)) {
+                *error = QStringLiteral("unknown transform '%1' for --compare-transforms; choose from %2")
+                             .arg(k, known.join(QStringLiteral(", ")));
+                return false;
+            }
+        comparison->setTransforms(s.compareTransforms);
+    }
+    const bool map = s.acrossLayers != QLatin1String("off");
+    const std::string acrossKind = s.acrossLayers.toStdString();
+    const auto kinds = latmix::transforms::transformKinds();
+    if (map && (latmix::transforms::isLearnedKind(acrossKind) ||
+                std::find(kinds.begin(), kinds.end(), acrossKind) == kinds.end())) {
+        *error = QStringLiteral("unknown transform '%1' for --across-layers; choose a fixed one (none, hadamard, "
+                                "block-hadamard, orthogonal, block-orthogonal) or off")
+                     .arg(s.acrossLayers);
+        return false;
+    }
+    window.viewTabs()->setCurrentWidget(comparison);
+    QEventLoop loop;
+    QObject::connect(comparison, &ComparisonView::comparisonFinished, &loop, [&](bool done, const QString& message) {
+        if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
+        loop.quit();
+    });
+    showAt(window, s.size);
+    // The map across layers first: its capture holds the compared point too, which compare()
+    // then reuses (ComparisonView::CaptureCache).
+    if (map) {
+        if (!comparison->compareAcrossLayers(s.acrossLayers, error)) return false;
+        loop.exec();
+    }
+    if (!comparison->compare(error)) return false;
+    loop.exec();
+    return true;
+}
+
+// --calibrate METHOD --steps N: started; with a screenshot to take, finished before it returns.
+bool runCalibration(MainWindow& window, const ScriptedSession& s, QString* error) {
+    if (s.steps < 1) {
+        *error = QStringLiteral("--steps expects a positive integer");
+        return false;
+    }
+    auto* calibration = window.calibrationView();
+    calibration->setMethod(s.calibrateMethod);
+    calibration->setSteps(s.steps);
+    window.viewTabs()->setCurrentWidget(calibration);
+    // With a screenshot to take, wait for the run (the event loop keeps the dashboard live).
+    const bool wait = !s.screenshot.isEmpty();
+    QEventLoop loop;
+    bool finished = false;
+    if (wait) {
+        QObject::connect(calibration, &CalibrationView::runFinished, &loop,
+                         [&](bool done, const QString&, const QString& message) {
+                             finished = true;
+                             if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
+                             loop.quit();
+                         });
+        showAt(window, s.size);
+    }
+    if (!calibration->start(error)) return false;
+    if (wait && !finished) loop.exec();
+    return true;
+}
+
+// --screenshot FILE: the window as a PNG.
+bool takeScreenshot(MainWindow& window, const ScriptedSession& s, QString* error) {
+    showAt(window, s.size);
+    settle();
+    const QPixmap shot = window.grab();
+    if (shot.isNull() || !shot.save(s.screenshot, "PNG")) {
+        *error = QStringLiteral("cannot write the screenshot to '%1'").arg(s.screenshot);
+        return false;
+    }
+    std::printf("latmix-workbench: wrote %s (%dx%d)\n", qPrintable(s.screenshot), shot.width(), shot.height());
+    return true;
+}
+
 } // namespace
 
 bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* error) {
@@ -117,154 +285,13 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
         *error = QStringLiteral("the model has no quantization point '%1'").arg(s.point);
         return false;
     }
-    if (!s.view.isEmpty()) {
-        QWidget* target = nullptr;
-        if (s.view == QLatin1String("calibration"))
-            target = window.calibrationView();
-        else if (s.view == QLatin1String("activations"))
-            target = window.activationView();
-        else if (s.view == QLatin1String("explorer"))
-            target = window.explorerView();
-        else if (s.view == QLatin1String("comparison"))
-            target = window.comparisonView();
-        else if (s.view == QLatin1String("weights"))
-            target = window.weightView();
-        else if (s.view == QLatin1String("runs"))
-            target = window.runsView();
-        else if (s.view == QLatin1String("diagram"))
-            target = window.blockDiagramView();
-        if (!target) {
-            *error = QStringLiteral("unknown view '%1'; choose explorer, activations, weights, diagram, comparison, "
-                                    "calibration or runs")
-                         .arg(s.view);
-            return false;
-        }
-        window.viewTabs()->setCurrentWidget(target);
-    }
-    if (!s.activationPoint.isEmpty()) {
-        auto* view = window.activationView();
-        if (!view->selectPoint(s.activationPoint)) {
-            *error = QStringLiteral("the model has no quantization point '%1'").arg(s.activationPoint);
-            return false;
-        }
-        // "run": the open run's transforms (--open-run), what its quantizers see.
-        const bool run = s.activationTransform == QLatin1String("run");
-        if (!view->setTransform(run ? ActivationView::runTransformName() : s.activationTransform)) {
-            *error = run ? QStringLiteral("--transform run needs a run with transforms (transforms.h5) opened with --open-run")
-                         : QStringLiteral("unknown transform '%1' for the activation view; choose one of %2, or run")
-                               .arg(s.activationTransform, ActivationView::transformKinds().join(QStringLiteral(", ")));
-            return false;
-        }
-        window.viewTabs()->setCurrentWidget(view);
-        showAt(window, s.size);
-        if (!drawSelection(view, error)) return false; // the capture is cached by then: only the profile runs
-    }
-    if (!s.weightsLinear.isEmpty()) {
-        auto* view = window.weightView();
-        static const QRegularExpression re(QStringLiteral("^(?:layers\\.)?(\\d+)\\.(.+)$"));
-        const auto m = re.match(s.weightsLinear);
-        if (!m.hasMatch() || !view->selectLinear(m.captured(1).toInt(), m.captured(2))) {
-            *error = QStringLiteral("the model has no linear '%1'; give layers.N.LINEAR with LINEAR one of %2")
-                         .arg(s.weightsLinear, WeightView::linears().join(QStringLiteral(", ")));
-            return false;
-        }
-        window.viewTabs()->setCurrentWidget(view);
-        showAt(window, s.size);
-        if (!drawSelection(view, error)) return false;
-    }
-    if (!s.runsFolder.isEmpty()) {
-        auto* view = window.runsView();
-        if (!QFileInfo(s.runsFolder).isDir()) {
-            *error = QStringLiteral("'%1' is not a folder of runs").arg(s.runsFolder);
-            return false;
-        }
-        view->addFolder(s.runsFolder);
-        QStringList best;
-        auto* table = view->table()->model();
-        for (int row = 0; row < table->rowCount() && best.size() < 4; ++row)
-            best << table->data(table->index(row, RunsView::Name), RunsView::kDirRole).toString();
-        view->selectRuns(best);
-        window.viewTabs()->setCurrentWidget(view);
-    }
-    if (!s.comparePoint.isEmpty()) {
-        auto* comparison = window.comparisonView();
-        if (!comparison->selectPoint(s.comparePoint)) {
-            *error = QStringLiteral("the model has no quantization point '%1'").arg(s.comparePoint);
-            return false;
-        }
-        if (!s.compareTransforms.isEmpty()) {
-            QStringList known;
-            for (const auto& k : latmix::transforms::transformKinds()) known << QString::fromStdString(k);
-            for (const QString& k : s.compareTransforms)
-                if (!known.contains(k)) {
-                    *error = QStringLiteral("unknown transform '%1' for --compare-transforms; choose from %2")
-                                 .arg(k, known.join(QStringLiteral(", ")));
-                    return false;
-                }
-            comparison->setTransforms(s.compareTransforms);
-        }
-        const bool map = s.acrossLayers != QLatin1String("off");
-        const std::string acrossKind = s.acrossLayers.toStdString();
-        const auto kinds = latmix::transforms::transformKinds();
-        if (map && (latmix::transforms::isLearnedKind(acrossKind) ||
-                    std::find(kinds.begin(), kinds.end(), acrossKind) == kinds.end())) {
-            *error = QStringLiteral("unknown transform '%1' for --across-layers; choose a fixed one (none, hadamard, "
-                                    "block-hadamard, orthogonal, block-orthogonal) or off")
-                         .arg(s.acrossLayers);
-            return false;
-        }
-        window.viewTabs()->setCurrentWidget(comparison);
-        QEventLoop loop;
-        QObject::connect(comparison, &ComparisonView::comparisonFinished, &loop, [&](bool done, const QString& message) {
-            if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
-            loop.quit();
-        });
-        showAt(window, s.size);
-        // The map across layers first: its capture holds the compared point too, which compare()
-        // then reuses (ComparisonView::CaptureCache).
-        if (map) {
-            if (!comparison->compareAcrossLayers(s.acrossLayers, error)) return false;
-            loop.exec();
-        }
-        if (!comparison->compare(error)) return false;
-        loop.exec();
-    }
-    if (!s.calibrateMethod.isEmpty()) {
-        if (s.steps < 1) {
-            *error = QStringLiteral("--steps expects a positive integer");
-            return false;
-        }
-        auto* calibration = window.calibrationView();
-        calibration->setMethod(s.calibrateMethod);
-        calibration->setSteps(s.steps);
-        window.viewTabs()->setCurrentWidget(calibration);
-        // With a screenshot to take, wait for the run (the event loop keeps the dashboard live).
-        const bool wait = !s.screenshot.isEmpty();
-        QEventLoop loop;
-        bool finished = false;
-        if (wait) {
-            QObject::connect(calibration, &CalibrationView::runFinished, &loop,
-                             [&](bool done, const QString&, const QString& message) {
-                                 finished = true;
-                                 if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
-                                 loop.quit();
-                             });
-            showAt(window, s.size);
-        }
-        if (!calibration->start(error)) return false;
-        if (wait && !finished) loop.exec();
-    }
-    if (!s.screenshot.isEmpty()) {
-        showAt(window, s.size);
-        settle();
-        const QPixmap shot = window.grab();
-        if (shot.isNull() || !shot.save(s.screenshot, "PNG")) {
-            *error = QStringLiteral("cannot write the screenshot to '%1'").arg(s.screenshot);
-            return false;
-        }
-        std::printf("latmix-workbench: wrote %s (%dx%d)\n", qPrintable(s.screenshot), shot.width(), shot.height());
-    }
-    return true;
+    return (s.view.isEmpty() || showView(window, s, error)) &&
+           (s.activationPoint.isEmpty() || showActivations(window, s, error)) &&
+           (s.weightsLinear.isEmpty() || showWeights(window, s, error)) &&
+           (s.runsFolder.isEmpty() || showRuns(window, s, error)) &&
+           (s.comparePoint.isEmpty() || runComparison(window, s, error)) &&
+           (s.calibrateMethod.isEmpty() || runCalibration(window, s, error)) &&
+           (s.screenshot.isEmpty() || takeScreenshot(window, s, error));
 }
 
 } // namespace latmix::gui

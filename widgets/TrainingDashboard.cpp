@@ -108,8 +108,26 @@ QStringList TrainingDashboard::quantities() {
 TrainingDashboard::TrainingDashboard(QWidget* parent) : QWidget(parent) {
     setObjectName(QStringLiteral("trainingDashboard"));
     auto* root = new QVBoxLayout(this);
+    root->addLayout(createHeader());
+    root->addLayout(createOptionsRow());
+    root->addLayout(createPlots(), 1);
 
-    // Header: run, progress with ETA, pause, cancel, smoothing, overlays.
+    m_replotTimer = new QTimer(this);
+    m_replotTimer->setSingleShot(true);
+    m_replotTimer->setInterval(100);
+    connect(m_replotTimer, &QTimer::timeout, this, [this] {
+        for (QCustomPlot* p : {m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot}) p->replot(QCustomPlot::rpQueuedReplot);
+    });
+    m_heatmapTimer = new QTimer(this);
+    m_heatmapTimer->setSingleShot(true);
+    connect(m_heatmapTimer, &QTimer::timeout, this, &TrainingDashboard::drawHeatmaps);
+    m_heatmapClock.start();
+    applyTheme();
+    rebuildGraphs();
+}
+
+// Header: run, progress with ETA, pause, cancel.
+QLayout* TrainingDashboard::createHeader() {
     auto* header = new QHBoxLayout;
     m_title = new ElidedLabel(this);
     m_title->setObjectName(QStringLiteral("dashboardTitle"));
@@ -136,8 +154,16 @@ TrainingDashboard::TrainingDashboard(QWidget* parent) : QWidget(parent) {
     m_cancel->setEnabled(false);
     m_cancel->setToolTip(tr("Stop the run; its run file keeps every finished step (resume from the command line)"));
     header->addWidget(m_cancel);
-    root->addLayout(header);
+    connect(m_pause, &QPushButton::toggled, this, [this](bool paused) {
+        m_pause->setText(paused ? tr("&Resume") : tr("&Pause"));
+        emit pauseToggled(paused);
+    });
+    connect(m_cancel, &QPushButton::clicked, this, &TrainingDashboard::cancelRequested);
+    return header;
+}
 
+// Status, smoothing and the overlays of finished runs.
+QLayout* TrainingDashboard::createOptionsRow() {
     auto* options = new QHBoxLayout;
     m_status = new QLabel(this);
     m_status->setObjectName(QStringLiteral("dashboardStatus"));
@@ -160,8 +186,19 @@ TrainingDashboard::TrainingDashboard(QWidget* parent) : QWidget(parent) {
     auto* clear = new QPushButton(tr("Clear overlays"), this);
     clear->setObjectName(QStringLiteral("clearOverlaysButton"));
     options->addWidget(clear);
-    root->addLayout(options);
+    connect(m_smoothingBox, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &TrainingDashboard::setSmoothing);
+    connect(overlay, &QPushButton::clicked, this, [this] {
+        const QString f = QFileDialog::getOpenFileName(this, tr("Overlay a run"), QString(), tr("Run files (train.h5 *.h5)"));
+        if (f.isEmpty()) return;
+        QString error;
+        if (!addOverlay(f, &error)) m_status->setText(error);
+    });
+    connect(clear, &QPushButton::clicked, this, &TrainingDashboard::clearOverlays);
+    return options;
+}
 
+// The curves (loss, volume, learning rate, A1 and A2 metrics) and A1's heat maps, in a grid.
+QLayout* TrainingDashboard::createPlots() {
     m_lossPlot = makePlot(this, QStringLiteral("lossPlot"), tr("Loss, objective"), tr("loss"));
     m_lossPlot->yAxis->setScaleType(QCPAxis::stLogarithmic);
     m_lossPlot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
@@ -184,7 +221,6 @@ TrainingDashboard::TrainingDashboard(QWidget* parent) : QWidget(parent) {
         p->legend->setVisible(false);
         p->yAxis->setRangeReversed(true); // row 0 at the top, as a matrix is read
     }
-
     auto* grid = new QGridLayout;
     grid->addWidget(m_lossPlot, 0, 0);
     grid->addWidget(m_volPlot, 0, 1);
@@ -196,34 +232,7 @@ TrainingDashboard::TrainingDashboard(QWidget* parent) : QWidget(parent) {
     heat->addWidget(m_offPlot);
     grid->addLayout(heat, 1, 2);
     for (int c = 0; c < 3; ++c) grid->setColumnStretch(c, 1);
-    root->addLayout(grid, 1);
-
-    m_replotTimer = new QTimer(this);
-    m_replotTimer->setSingleShot(true);
-    m_replotTimer->setInterval(100);
-    connect(m_replotTimer, &QTimer::timeout, this, [this] {
-        for (QCustomPlot* p : {m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot}) p->replot(QCustomPlot::rpQueuedReplot);
-    });
-    m_heatmapTimer = new QTimer(this);
-    m_heatmapTimer->setSingleShot(true);
-    connect(m_heatmapTimer, &QTimer::timeout, this, &TrainingDashboard::drawHeatmaps);
-    m_heatmapClock.start();
-
-    connect(m_pause, &QPushButton::toggled, this, [this](bool paused) {
-        m_pause->setText(paused ? tr("&Resume") : tr("&Pause"));
-        emit pauseToggled(paused);
-    });
-    connect(m_cancel, &QPushButton::clicked, this, &TrainingDashboard::cancelRequested);
-    connect(m_smoothingBox, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &TrainingDashboard::setSmoothing);
-    connect(overlay, &QPushButton::clicked, this, [this] {
-        const QString f = QFileDialog::getOpenFileName(this, tr("Overlay a run"), QString(), tr("Run files (train.h5 *.h5)"));
-        if (f.isEmpty()) return;
-        QString error;
-        if (!addOverlay(f, &error)) m_status->setText(error);
-    });
-    connect(clear, &QPushButton::clicked, this, &TrainingDashboard::clearOverlays);
-    applyTheme();
-    rebuildGraphs();
+    return grid;
 }
 
 void TrainingDashboard::beginRun(const QString& name, int totalSteps, int blockSize) {

@@ -93,6 +93,9 @@ private:
         bool live = false;
         std::vector<latmix::train::DistillStep> steps;
     };
+    QLayout* createHeader();
+    QLayout* createOptionsRow();
+    QLayout* createPlots();
     void rebuildGraphs();
     void scheduleReplot();
     void drawHeatmaps();

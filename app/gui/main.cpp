@@ -38,13 +38,74 @@ int fail(const QString& message) {
     return 2;
 }
 
-} // namespace
+QCommandLineOption option(const char* name, const char* help, const char* value = nullptr, const char* def = nullptr) {
+    QCommandLineOption o(QString::fromLatin1(name), QString::fromUtf8(help));
+    if (value) o.setValueName(QString::fromLatin1(value));
+    if (def) o.setDefaultValue(QString::fromLatin1(def));
+    return o;
+}
 
-int main(int argc, char** argv) {
-    latmix::preferPassiveOpenMpWait(argv); // before Qt or libtorch start threads
-    latmix::configureAllocator();
-    preferOffscreenWhenHeadless(argc, argv);
-    QApplication app(argc, argv);
+// The command line: --help lists them in this order.
+struct Options {
+    // Own --version: Qt's would print the settings name "Workbench", not the libtorch in use.
+    QCommandLineOption version{{QStringLiteral("v"), QStringLiteral("version")}, QStringLiteral("Displays version information.")};
+    QCommandLineOption threads =
+        option("threads", "libtorch threads (default: LATMIX_THREADS, else the number of cores).", "N", "0");
+    QCommandLineOption screenshot = option("screenshot", "Render the main window (1280x800) to the PNG file FILE and exit.", "FILE");
+    QCommandLineOption format = option("format", "MX format shown first in the explorer, e.g. mxfp4 or nvfp4.", "NAME");
+    QCommandLineOption plotAnalysis =
+        option("plot-analysis", "Render the plots of a `latmix analyze --json` file as PNGs into --out-dir and exit.", "JSON");
+    QCommandLineOption outDir = option("out-dir", "Folder for --plot-analysis.", "DIR", ".");
+    QCommandLineOption point = option("point",
+                                      "Select the quantization POINT (e.g. layers.1.mlp.down_proj.input) in every view: the "
+                                      "Model dock's tree, the block diagram, the activation, comparison and weights views.",
+                                      "POINT");
+    QCommandLineOption activations =
+        option("activations",
+               "Show the activations of POINT (e.g. layers.1.mlp.down_proj.input) before and after --transform; with "
+               "--screenshot, taken when they are drawn.",
+               "POINT");
+    QCommandLineOption transform = option("transform",
+                                          "Transform of the activation view: none, hadamard (default), block-hadamard, "
+                                          "orthogonal, block-orthogonal, or run (the transforms of --open-run).",
+                                          "KIND", "hadamard");
+    QCommandLineOption weights = option("weights",
+                                        "Show the weights of LINEAR (e.g. layers.1.mlp.down_proj), folded with --open-run's "
+                                        "transforms when it has them; with --screenshot, taken when they are drawn.",
+                                        "LINEAR");
+    QCommandLineOption runsFolder = option("runs-folder", "List the runs under DIR in the runs view, the best four selected.", "DIR");
+    QCommandLineOption compare = option("compare",
+                                        "Compare the transforms at POINT (e.g. layers.1.mlp.down_proj.input) and draw the "
+                                        "per-block error of that point in every layer (--across-layers); with --screenshot, "
+                                        "taken when both are done.",
+                                        "POINT");
+    QCommandLineOption compareTransforms = option("compare-transforms",
+                                                  "Transforms --compare ticks, comma-separated (e.g. "
+                                                  "none,hadamard,block-hadamard); default: none, hadamard, block-hadamard "
+                                                  "and learned-affine-lu.",
+                                                  "KINDS");
+    QCommandLineOption acrossLayers = option("across-layers",
+                                             "Transform of --compare's per-block error map across layers (default none), or "
+                                             "off for the comparison alone (the map captures every layer: most of the time at 8B).",
+                                             "KIND", "none");
+    QCommandLineOption view = option(
+        "view", "View shown first: explorer, activations, weights, diagram, comparison, calibration or runs.", "NAME");
+    QCommandLineOption openRun = option("open-run", "Open a finished run folder (its curves, its export).", "RUN_DIR");
+    QCommandLineOption calibrate = option("calibrate",
+                                          "Start a calibration of the model with METHOD (e.g. latmix-lu) at once; with "
+                                          "--screenshot, the screenshot is taken when it has finished.",
+                                          "METHOD");
+    QCommandLineOption steps = option("steps", "Training steps for --calibrate.", "N", "40");
+
+    void addTo(QCommandLineParser& parser) const {
+        for (const QCommandLineOption* o : {&version, &threads, &screenshot, &format, &plotAnalysis, &outDir, &point,
+                                            &activations, &transform, &weights, &runsFolder, &compare, &compareTransforms,
+                                            &acrossLayers, &view, &openRun, &calibrate, &steps})
+            parser.addOption(*o);
+    }
+};
+
+void describeApplication() {
     QCoreApplication::setOrganizationName(QStringLiteral("LATMiX"));
     QCoreApplication::setApplicationName(QStringLiteral("Workbench"));
     QCoreApplication::setApplicationVersion(QString::fromStdString(latmix::latmixVersion()));
@@ -52,179 +113,106 @@ int main(int argc, char** argv) {
     // Lets Wayland compositors match the window to latmix-workbench.desktop (and its icon).
     QGuiApplication::setDesktopFileName(QStringLiteral("latmix-workbench"));
     QApplication::setWindowIcon(latmix::gui::MainWindow::applicationIcon());
+}
+
+// The model the window opens with: MODEL_DIR, else the last session, else the built-in demo
+// model. One that cannot be opened is shown in the window's error banner, not fatal: the user
+// can pick another folder from there (and --screenshot still renders the window).
+void openFirstModel(latmix::gui::MainWindow& window, const QStringList& positional) {
+    if (!positional.isEmpty()) {
+        if (!window.openCheckpoint(positional.first()))
+            std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(window.errorBannerText()));
+        return;
+    }
+    if (const QJsonObject last = latmix::gui::MainWindow::lastSession();
+        !last.isEmpty() && !last.value(QStringLiteral("model")).toString().isEmpty() && window.restoreSession(last))
+        return; // the last session (model, point, runs, view, layout) is back; what is gone is in the banner
+    QString error;
+    const QString demo = latmix::gui::prepareDemoModel(&error);
+    // Not remembered in Recent: it opens at every start without arguments anyway.
+    if (demo.isEmpty())
+        window.showErrorBanner(error);
+    else if (!window.openCheckpoint(demo, /*remember=*/false))
+        error = window.errorBannerText();
+    if (!error.isEmpty()) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(error));
+}
+
+latmix::gui::ScriptedSession scriptedSession(const QCommandLineParser& parser, const Options& o) {
+    latmix::gui::ScriptedSession session;
+    session.openRun = parser.value(o.openRun);
+    session.view = parser.value(o.view);
+    session.activationPoint = parser.value(o.activations);
+    session.activationTransform = parser.value(o.transform);
+    session.weightsLinear = parser.value(o.weights);
+    session.runsFolder = parser.value(o.runsFolder);
+    session.point = parser.value(o.point);
+    session.comparePoint = parser.value(o.compare);
+    if (parser.isSet(o.compareTransforms))
+        session.compareTransforms = parser.value(o.compareTransforms).split(QLatin1Char(','), Qt::SkipEmptyParts);
+    session.acrossLayers = parser.value(o.acrossLayers);
+    session.calibrateMethod = parser.value(o.calibrate);
+    bool ok = false;
+    session.steps = parser.value(o.steps).toInt(&ok);
+    if (!ok) session.steps = 0; // refused by runScriptedSession when --calibrate is given
+    session.screenshot = parser.value(o.screenshot);
+    return session;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    latmix::preferPassiveOpenMpWait(argv); // before Qt or libtorch start threads
+    latmix::configureAllocator();
+    preferOffscreenWhenHeadless(argc, argv);
+    QApplication app(argc, argv);
+    describeApplication();
 
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral("LATMiX Workbench: MX quantization analysis of LLMs"));
     parser.addHelpOption();
-    // Own --version: Qt's would print the settings name "Workbench", not the libtorch in use.
-    const QCommandLineOption versionOption({QStringLiteral("v"), QStringLiteral("version")},
-                                           QStringLiteral("Displays version information."));
-    parser.addOption(versionOption);
-    const QCommandLineOption threadsOption(
-        QStringLiteral("threads"),
-        QStringLiteral("libtorch threads (default: LATMIX_THREADS, else the number of cores)."),
-        QStringLiteral("N"), QStringLiteral("0"));
-    const QCommandLineOption screenshotOption(
-        QStringLiteral("screenshot"),
-        QStringLiteral("Render the main window (1280x800) to the PNG file FILE and exit."),
-        QStringLiteral("FILE"));
-    const QCommandLineOption formatOption(
-        QStringLiteral("format"),
-        QStringLiteral("MX format shown first in the explorer, e.g. mxfp4 or nvfp4."),
-        QStringLiteral("NAME"));
-    parser.addOption(threadsOption);
-    parser.addOption(screenshotOption);
-    parser.addOption(formatOption);
-    const QCommandLineOption plotAnalysisOption(
-        QStringLiteral("plot-analysis"),
-        QStringLiteral("Render the plots of a `latmix analyze --json` file as PNGs into --out-dir and exit."),
-        QStringLiteral("JSON"));
-    const QCommandLineOption outDirOption(QStringLiteral("out-dir"), QStringLiteral("Folder for --plot-analysis."),
-                                          QStringLiteral("DIR"), QStringLiteral("."));
-    parser.addOption(plotAnalysisOption);
-    parser.addOption(outDirOption);
-    const QCommandLineOption viewOption(QStringLiteral("view"),
-                                        QStringLiteral("View shown first: explorer, activations, weights, diagram, comparison, calibration or runs."), QStringLiteral("NAME"));
-    const QCommandLineOption openRunOption(QStringLiteral("open-run"),
-                                           QStringLiteral("Open a finished run folder (its curves, its export)."),
-                                           QStringLiteral("RUN_DIR"));
-    const QCommandLineOption calibrateOption(
-        QStringLiteral("calibrate"),
-        QStringLiteral("Start a calibration of the model with METHOD (e.g. latmix-lu) at once; with --screenshot, "
-                       "the screenshot is taken when it has finished."),
-        QStringLiteral("METHOD"));
-    const QCommandLineOption stepsOption(QStringLiteral("steps"), QStringLiteral("Training steps for --calibrate."),
-                                         QStringLiteral("N"), QStringLiteral("40"));
-    const QCommandLineOption pointOption(QStringLiteral("point"),
-                                         QStringLiteral("Select the quantization POINT (e.g. layers.1.mlp.down_proj.input) in "
-                                                        "every view: the Model dock's tree, the block diagram, the activation, "
-                                                        "comparison and weights views."),
-                                         QStringLiteral("POINT"));
-    parser.addOption(pointOption);
-    const QCommandLineOption compareOption(
-        QStringLiteral("compare"),
-        QStringLiteral("Compare the transforms at POINT (e.g. layers.1.mlp.down_proj.input) and draw the per-block "
-                       "error of that point in every layer (--across-layers); with --screenshot, taken when both are done."),
-        QStringLiteral("POINT"));
-    const QCommandLineOption acrossLayersOption(
-        QStringLiteral("across-layers"),
-        QStringLiteral("Transform of --compare's per-block error map across layers (default none), or off for the "
-                       "comparison alone (the map captures every layer: most of the time at 8B)."),
-        QStringLiteral("KIND"), QStringLiteral("none"));
-    const QCommandLineOption compareTransformsOption(
-        QStringLiteral("compare-transforms"),
-        QStringLiteral("Transforms --compare ticks, comma-separated (e.g. none,hadamard,block-hadamard); default: "
-                       "none, hadamard, block-hadamard and learned-affine-lu."),
-        QStringLiteral("KINDS"));
-    const QCommandLineOption activationsOption(
-        QStringLiteral("activations"),
-        QStringLiteral("Show the activations of POINT (e.g. layers.1.mlp.down_proj.input) before and after --transform; "
-                       "with --screenshot, taken when they are drawn."),
-        QStringLiteral("POINT"));
-    const QCommandLineOption transformOption(QStringLiteral("transform"),
-                                             QStringLiteral("Transform of the activation view: none, hadamard (default), block-hadamard, orthogonal, "
-                                                            "block-orthogonal, or run (the transforms of --open-run)."),
-                                             QStringLiteral("KIND"), QStringLiteral("hadamard"));
-    const QCommandLineOption weightsOption(
-        QStringLiteral("weights"),
-        QStringLiteral("Show the weights of LINEAR (e.g. layers.1.mlp.down_proj), folded with --open-run's transforms "
-                       "when it has them; with --screenshot, taken when they are drawn."),
-        QStringLiteral("LINEAR"));
-    const QCommandLineOption runsFolderOption(QStringLiteral("runs-folder"),
-                                              QStringLiteral("List the runs under DIR in the runs view, the best four selected."),
-                                              QStringLiteral("DIR"));
-    parser.addOption(activationsOption);
-    parser.addOption(transformOption);
-    parser.addOption(weightsOption);
-    parser.addOption(runsFolderOption);
-    parser.addOption(compareOption);
-    parser.addOption(compareTransformsOption);
-    parser.addOption(acrossLayersOption);
-    parser.addOption(viewOption);
-    parser.addOption(openRunOption);
-    parser.addOption(calibrateOption);
-    parser.addOption(stepsOption);
+    const Options o;
+    o.addTo(parser);
     parser.addPositionalArgument(
         QStringLiteral("MODEL_DIR"),
         QStringLiteral("Hugging Face model folder to open (config.json + model.safetensors). "
                        "Without one, the last session is restored, or else the built-in demo model is opened."),
         QStringLiteral("[MODEL_DIR]"));
     parser.process(app); // exits on --help and unknown options
-    if (parser.isSet(versionOption)) {
-        std::printf("latmix-workbench %s (libtorch %s)\n", latmix::latmixVersion().c_str(),
-                    latmix::libtorchVersion().c_str());
+    if (parser.isSet(o.version)) {
+        std::printf("latmix-workbench %s (libtorch %s)\n", latmix::latmixVersion().c_str(), latmix::libtorchVersion().c_str());
         return 0;
     }
-
     bool ok = false;
-    const int threads = parser.value(threadsOption).toInt(&ok);
+    const int threads = parser.value(o.threads).toInt(&ok);
     if (!ok || threads < 0)
-        return fail(QStringLiteral("--threads expects a non-negative integer, got '%1'").arg(parser.value(threadsOption)));
+        return fail(QStringLiteral("--threads expects a non-negative integer, got '%1'").arg(parser.value(o.threads)));
     latmix::configureThreads(threads);
     const QStringList positional = parser.positionalArguments();
     if (positional.size() > 1)
-        return fail(QStringLiteral("expected at most one MODEL_DIR, got %1: %2")
-                        .arg(positional.size())
-                        .arg(positional.join(QStringLiteral(", "))));
+        return fail(QStringLiteral("expected at most one MODEL_DIR, got %1: %2").arg(positional.size()).arg(positional.join(QStringLiteral(", "))));
 
-    if (parser.isSet(plotAnalysisOption)) {
+    if (parser.isSet(o.plotAnalysis)) {
         QStringList written;
         QString error;
-        if (!latmix::gui::plotAnalysisJson(parser.value(plotAnalysisOption), parser.value(outDirOption), &written, &error))
+        if (!latmix::gui::plotAnalysisJson(parser.value(o.plotAnalysis), parser.value(o.outDir), &written, &error))
             return fail(error);
         for (const QString& f : written) std::printf("latmix-workbench: wrote %s\n", qPrintable(f));
         return 0;
     }
 
     latmix::gui::MainWindow window;
-    // An explicit --threads wins over the thread count remembered in the settings.
-    if (parser.isSet(threadsOption)) {
+    if (parser.isSet(o.threads)) { // an explicit --threads wins over the count remembered in the settings
         latmix::configureThreads(threads);
         window.refreshRuntimeInfo();
     }
-    if (parser.isSet(formatOption) && !window.explorerView()->selectFormat(parser.value(formatOption)))
+    if (parser.isSet(o.format) && !window.explorerView()->selectFormat(parser.value(o.format)))
         return fail(QStringLiteral("unknown MX format '%1'; choose one of %2")
-                        .arg(parser.value(formatOption), QString::fromStdString(latmix::mx::formatNameList())));
-
-    // A model that cannot be opened is shown in the window's error banner, not fatal: the
-    // user can pick another folder from there (and --screenshot still renders the window).
-    if (!positional.isEmpty()) {
-        if (!window.openCheckpoint(positional.first()))
-            std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(window.errorBannerText()));
-    } else if (const QJsonObject last = latmix::gui::MainWindow::lastSession();
-               !last.isEmpty() && !last.value(QStringLiteral("model")).toString().isEmpty() && window.restoreSession(last)) {
-        // The last session (model, point, runs, view, layout) is back; what is gone is in the banner.
-    } else {
-        QString error;
-        const QString demo = latmix::gui::prepareDemoModel(&error);
-        // Not remembered in Recent: it opens at every start without arguments anyway.
-        if (demo.isEmpty())
-            window.showErrorBanner(error);
-        else if (!window.openCheckpoint(demo, /*remember=*/false))
-            error = window.errorBannerText();
-        if (!error.isEmpty()) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(error));
-    }
-
-    latmix::gui::ScriptedSession session;
-    session.openRun = parser.value(openRunOption);
-    session.view = parser.value(viewOption);
-    session.activationPoint = parser.value(activationsOption);
-    session.activationTransform = parser.value(transformOption);
-    session.weightsLinear = parser.value(weightsOption);
-    session.runsFolder = parser.value(runsFolderOption);
-    session.point = parser.value(pointOption);
-    session.comparePoint = parser.value(compareOption);
-    if (parser.isSet(compareTransformsOption))
-        session.compareTransforms = parser.value(compareTransformsOption).split(QLatin1Char(','), Qt::SkipEmptyParts);
-    session.acrossLayers = parser.value(acrossLayersOption);
-    session.calibrateMethod = parser.value(calibrateOption);
-    session.steps = parser.value(stepsOption).toInt(&ok);
-    if (!ok) session.steps = 0; // refused by runScriptedSession when --calibrate is given
-    session.screenshot = parser.value(screenshotOption);
+                        .arg(parser.value(o.format), QString::fromStdString(latmix::mx::formatNameList())));
+    openFirstModel(window, positional);
+    const latmix::gui::ScriptedSession session = scriptedSession(parser, o);
     QString error;
     if (!latmix::gui::runScriptedSession(window, session, &error)) return fail(error);
     if (!session.screenshot.isEmpty()) return 0;
-
     window.show();
     return app.exec();
 }

@@ -223,92 +223,77 @@ nlohmann::ordered_json demoTokenizer() {
     return j;
 }
 
-} // namespace
-
-const std::vector<int>& demoModelOutlierChannels() { return kOutliers; }
-
-void writeDemoModel(const std::string& dir, std::uint64_t seed) {
-    fs::create_directories(dir);
+// The embedding: Gaussian rows with the outlier channels set in every row.
+at::Tensor demoEmbedding(std::uint64_t seed, std::uint64_t index) {
     const int nOut = static_cast<int>(kOutliers.size());
-    std::uint64_t tensorIndex = 0;
-    std::vector<std::pair<std::string, at::Tensor>> t;
+    Rng r = rngFor(seed, index);
+    auto e = gaussian(r, {kVocab, kHidden}, kEmbedStd);
+    float* p = e.data_ptr<float>();
+    for (int64_t row = 0; row < kVocab; ++row)
+        for (int k = 0; k < nOut; ++k)
+            p[row * kHidden + kOutliers[k]] = static_cast<float>(kSign[k] * kMagnitude[k] * kEmbedStd * (1.0 + 0.05 * r.normal()));
+    return e;
+}
 
-    {
-        Rng r = rngFor(seed, tensorIndex++);
-        auto e = gaussian(r, {kVocab, kHidden}, kEmbedStd);
-        float* p = e.data_ptr<float>();
-        for (int64_t row = 0; row < kVocab; ++row)
-            for (int k = 0; k < nOut; ++k)
-                p[row * kHidden + kOutliers[k]] =
-                    static_cast<float>(kSign[k] * kMagnitude[k] * kEmbedStd * (1.0 + 0.05 * r.normal()));
-        t.emplace_back(names::kEmbed, e);
-    }
-
+// Decoder layer `layer`'s nine tensors, drawn from the generators index, index + 1, ... in the
+// order of their names (norm, q, k, v, o, norm, gate, up, down), appended to t.
+void appendDemoLayer(int layer, std::uint64_t seed, std::uint64_t& index, std::vector<std::pair<std::string, at::Tensor>>& t) {
+    const int nOut = static_cast<int>(kOutliers.size());
     const double inStd = 1.0 / std::sqrt(double(kHidden)), interStd = 1.0 / std::sqrt(double(kInter));
     const double depth = 1.0 / std::sqrt(2.0 * kLayers); // residual-branch scaling (GPT-2 style)
     const double normOutlier = 5.0;
     double sumX = 0; // sum over outlier channels of |post-norm value| (times the norm weight)
     for (int k = 0; k < nOut; ++k) sumX += normOutlier * postNormOutlier(k);
-    for (int layer = 0; layer < kLayers; ++layer) {
-        const std::string p = names::layerPrefix(layer);
-        Rng rn1 = rngFor(seed, tensorIndex++), rq = rngFor(seed, tensorIndex++), rk = rngFor(seed, tensorIndex++),
-            rv = rngFor(seed, tensorIndex++), ro = rngFor(seed, tensorIndex++), rn2 = rngFor(seed, tensorIndex++),
-            rg = rngFor(seed, tensorIndex++), ru = rngFor(seed, tensorIndex++), rd = rngFor(seed, tensorIndex++);
-        auto q = gaussian(rq, {kHeads * kHeadDim, kHidden}, inStd);
-        auto k = gaussian(rk, {kKvHeads * kHeadDim, kHidden}, inStd);
-        auto v = gaussian(rv, {kKvHeads * kHeadDim, kHidden}, inStd);
-        auto o = gaussian(ro, {kHidden, kHeads * kHeadDim}, inStd * depth);
-        auto gate = gaussian(rg, {kInter, kHidden}, inStd);
-        auto up = gaussian(ru, {kInter, kHidden}, inStd);
-        auto down = gaussian(rd, {kHidden, kInter}, interStd * depth);
-        for (at::Tensor* w : {&q, &k, &v, &gate, &up}) damp(*w);
+    const std::string p = names::layerPrefix(layer);
+    Rng rn1 = rngFor(seed, index++), rq = rngFor(seed, index++), rk = rngFor(seed, index++), rv = rngFor(seed, index++),
+        ro = rngFor(seed, index++), rn2 = rngFor(seed, index++), rg = rngFor(seed, index++), ru = rngFor(seed, index++),
+        rd = rngFor(seed, index++);
+    auto q = gaussian(rq, {kHeads * kHeadDim, kHidden}, inStd);
+    auto k = gaussian(rk, {kKvHeads * kHeadDim, kHidden}, inStd);
+    auto v = gaussian(rv, {kKvHeads * kHeadDim, kHidden}, inStd);
+    auto o = gaussian(ro, {kHidden, kHeads * kHeadDim}, inStd * depth);
+    auto gate = gaussian(rg, {kInter, kHidden}, inStd);
+    auto up = gaussian(ru, {kInter, kHidden}, inStd);
+    auto down = gaussian(rd, {kHidden, kInter}, interStd * depth);
+    for (at::Tensor* w : {&q, &k, &v, &gate, &up}) damp(*w);
 
-        // Bias units. Value dim 0 of kv head 0 reads only the outliers (value ~1 for every token);
-        // the attention heads sharing that kv head (GQA) pass it through unchanged, because softmax
-        // rows sum to 1, and o_proj's outlier rows read it from those heads.
-        float* vp = v.data_ptr<float>();
-        for (int c = 0; c < kHidden; ++c) vp[c] = 0.0f;
-        for (int j = 0; j < nOut; ++j) vp[kOutliers[j]] = static_cast<float>(kSign[j] / sumX);
-        const int headsPerKv = kHeads / kKvHeads;
-        float* op = o.data_ptr<float>();
-        for (int j = 0; j < nOut; ++j)
-            for (int h = 0; h < headsPerKv; ++h)
-                op[kOutliers[j] * (kHeads * kHeadDim) + h * kHeadDim] =
-                    static_cast<float>(kSign[j] * kGrowth * kMagnitude[j] * kEmbedStd / headsPerKv);
-        // MLP unit 0: gate ~3 and up ~1 for every token, silu(3) * 1 ~ 2.86.
-        float* gp = gate.data_ptr<float>();
-        float* upp = up.data_ptr<float>();
-        for (int c = 0; c < kHidden; ++c) gp[c] = upp[c] = 0.0f;
-        for (int j = 0; j < nOut; ++j) {
-            gp[kOutliers[j]] = static_cast<float>(3.0 * kSign[j] / sumX);
-            upp[kOutliers[j]] = static_cast<float>(kSign[j] / sumX);
-        }
-        const double unitOut = 2.8577223804673; // silu(3) * 1 (a literal: libm's exp may differ by an ulp)
-        float* dp = down.data_ptr<float>();
-        for (int j = 0; j < nOut; ++j)
-            dp[kOutliers[j] * kInter + 0] = static_cast<float>(kSign[j] * kGrowth * kMagnitude[j] * kEmbedStd / unitOut);
+    // Bias units. Value dim 0 of kv head 0 reads only the outliers (value ~1 for every token);
+    // the attention heads sharing that kv head (GQA) pass it through unchanged, because softmax
+    // rows sum to 1, and o_proj's outlier rows read it from those heads.
+    float* vp = v.data_ptr<float>();
+    for (int c = 0; c < kHidden; ++c) vp[c] = 0.0f;
+    for (int j = 0; j < nOut; ++j) vp[kOutliers[j]] = static_cast<float>(kSign[j] / sumX);
+    const int headsPerKv = kHeads / kKvHeads;
+    float* op = o.data_ptr<float>();
+    for (int j = 0; j < nOut; ++j)
+        for (int h = 0; h < headsPerKv; ++h)
+            op[kOutliers[j] * (kHeads * kHeadDim) + h * kHeadDim] =
+                static_cast<float>(kSign[j] * kGrowth * kMagnitude[j] * kEmbedStd / headsPerKv);
+    // MLP unit 0: gate ~3 and up ~1 for every token, silu(3) * 1 ~ 2.86.
+    float* gp = gate.data_ptr<float>();
+    float* upp = up.data_ptr<float>();
+    for (int c = 0; c < kHidden; ++c) gp[c] = upp[c] = 0.0f;
+    for (int j = 0; j < nOut; ++j) {
+        gp[kOutliers[j]] = static_cast<float>(3.0 * kSign[j] / sumX);
+        upp[kOutliers[j]] = static_cast<float>(kSign[j] / sumX);
+    }
+    const double unitOut = 2.8577223804673; // silu(3) * 1 (a literal: libm's exp may differ by an ulp)
+    float* dp = down.data_ptr<float>();
+    for (int j = 0; j < nOut; ++j)
+        dp[kOutliers[j] * kInter + 0] = static_cast<float>(kSign[j] * kGrowth * kMagnitude[j] * kEmbedStd / unitOut);
 
-        t.emplace_back(p + names::kInputNorm + ".weight", normWeight(rn1, normOutlier));
-        t.emplace_back(p + names::kQProj + ".weight", q);
-        t.emplace_back(p + names::kKProj + ".weight", k);
-        t.emplace_back(p + names::kVProj + ".weight", v);
-        t.emplace_back(p + names::kOProj + ".weight", o);
-        t.emplace_back(p + names::kPostAttentionNorm + ".weight", normWeight(rn2, normOutlier));
-        t.emplace_back(p + names::kGateProj + ".weight", gate);
-        t.emplace_back(p + names::kUpProj + ".weight", up);
-        t.emplace_back(p + names::kDownProj + ".weight", down);
-    }
-    {
-        Rng r = rngFor(seed, tensorIndex++);
-        t.emplace_back(names::kFinalNorm, normWeight(r, 0.02));
-    }
-    {
-        Rng r = rngFor(seed, tensorIndex++);
-        t.emplace_back(names::kLmHead, gaussian(r, {kVocab, kHidden}, inStd));
-    }
-    io::writeSafeTensors((fs::path(dir) / "model.safetensors").string(), t,
-                         {{"format", "pt"}, {"source", "latmix demo model, seed " + std::to_string(seed)}});
+    t.emplace_back(p + names::kInputNorm + ".weight", normWeight(rn1, normOutlier));
+    t.emplace_back(p + names::kQProj + ".weight", q);
+    t.emplace_back(p + names::kKProj + ".weight", k);
+    t.emplace_back(p + names::kVProj + ".weight", v);
+    t.emplace_back(p + names::kOProj + ".weight", o);
+    t.emplace_back(p + names::kPostAttentionNorm + ".weight", normWeight(rn2, normOutlier));
+    t.emplace_back(p + names::kGateProj + ".weight", gate);
+    t.emplace_back(p + names::kUpProj + ".weight", up);
+    t.emplace_back(p + names::kDownProj + ".weight", down);
+}
 
+ModelConfig demoConfig() {
     ModelConfig c;
     c.architecture = Architecture::Llama;
     c.architectureName = "LlamaForCausalLM";
@@ -326,7 +311,10 @@ void writeDemoModel(const std::string& dir, std::uint64_t seed) {
     c.bosTokenId = 1;
     c.eosTokenId = 2;
     c.torchDtype = "float32";
-    util::writeFileAtomically((fs::path(dir) / "config.json").string(), c.toJsonText());
+    return c;
+}
+
+void writeDemoTokenizer(const std::string& dir) {
     util::writeFileAtomically((fs::path(dir) / "tokenizer.json").string(), demoTokenizer().dump(2) + "\n");
     nlohmann::ordered_json tc;
     tc["tokenizer_class"] = "LlamaTokenizerFast";
@@ -337,6 +325,30 @@ void writeDemoModel(const std::string& dir, std::uint64_t seed) {
     tc["add_eos_token"] = false;
     tc["model_max_length"] = kMaxPos;
     util::writeFileAtomically((fs::path(dir) / "tokenizer_config.json").string(), tc.dump(2) + "\n");
+}
+
+} // namespace
+
+const std::vector<int>& demoModelOutlierChannels() { return kOutliers; }
+
+void writeDemoModel(const std::string& dir, std::uint64_t seed) {
+    fs::create_directories(dir);
+    std::uint64_t index = 0; // each tensor's generator, in the file's order
+    std::vector<std::pair<std::string, at::Tensor>> t;
+    t.emplace_back(names::kEmbed, demoEmbedding(seed, index++));
+    for (int layer = 0; layer < kLayers; ++layer) appendDemoLayer(layer, seed, index, t);
+    {
+        Rng r = rngFor(seed, index++);
+        t.emplace_back(names::kFinalNorm, normWeight(r, 0.02));
+    }
+    {
+        Rng r = rngFor(seed, index++);
+        t.emplace_back(names::kLmHead, gaussian(r, {kVocab, kHidden}, 1.0 / std::sqrt(double(kHidden))));
+    }
+    io::writeSafeTensors((fs::path(dir) / "model.safetensors").string(), t,
+                         {{"format", "pt"}, {"source", "latmix demo model, seed " + std::to_string(seed)}});
+    util::writeFileAtomically((fs::path(dir) / "config.json").string(), demoConfig().toJsonText());
+    writeDemoTokenizer(dir);
 }
 
 } // namespace latmix::importing

@@ -112,26 +112,9 @@ const ArchInfo& archOf(Architecture a) {
     throw std::logic_error("ModelConfig: unknown Architecture value");
 }
 
-} // namespace
-
-std::vector<std::string> ModelConfig::supportedArchitectures() {
-    std::vector<std::string> v;
-    for (const auto& a : kArchs) v.emplace_back(a.name);
-    return v;
-}
-
-ModelConfig ModelConfig::fromJsonText(const std::string& text, const std::string& source) {
-    json j;
-    try {
-        j = json::parse(text);
-    } catch (const json::exception& e) {
-        fail(source, std::string("not valid JSON (") + e.what() + ")");
-    }
-    if (!j.is_object()) fail(source, "not a JSON object");
-
-    ModelConfig c;
-    // The architecture: "architectures"[0] as transformers' AutoModelForCausalLM uses it; a
-    // config without it falls back to model_type.
+// The architecture: "architectures"[0] as transformers' AutoModelForCausalLM uses it; a config
+// without it falls back to model_type.
+const ArchInfo& architectureOf(const json& j, const std::string& source) {
     const ArchInfo* arch = nullptr;
     std::string archName;
     if (present(j, "architectures")) {
@@ -151,12 +134,11 @@ ModelConfig ModelConfig::fromJsonText(const std::string& text, const std::string
     if (!arch)
         throw std::runtime_error("unsupported architecture '" + archName + "' in " + source +
                                  "; supported: " + supportedList());
-    c.architecture = arch->arch;
-    c.architectureName = arch->name;
+    return *arch;
+}
 
-    if (present(j, "hidden_act") && j["hidden_act"] != "silu")
-        fail(source, "hidden_act " + j["hidden_act"].dump() + " is not supported (the Llama family uses 'silu')");
-
+// Widths, depth, heads and vocabulary, each checked.
+void readShape(const json& j, ModelConfig& c, const std::string& source) {
     c.hiddenSize = getInt(j, "hidden_size", source);
     c.intermediateSize = getInt(j, "intermediate_size", source);
     c.numLayers = getInt(j, "num_hidden_layers", source);
@@ -181,31 +163,29 @@ ModelConfig ModelConfig::fromJsonText(const std::string& text, const std::string
     }
     if (c.headDim <= 0 || c.headDim % 2 != 0)
         fail(source, "head_dim " + std::to_string(c.headDim) + " must be positive and even (RoPE rotates pairs)");
+}
 
+// Positions, RoPE's base and scaling. rope_theta is top-level in transformers 4.x; 5.x moves it
+// (and the scaling) into "rope_parameters".
+void readRope(const json& j, ModelConfig& c, const std::string& source) {
     c.maxPositions = getInt(j, "max_position_embeddings", c.maxPositions, source);
-    c.rmsNormEps = getDouble(j, "rms_norm_eps", c.rmsNormEps, source);
-    // rope_theta is top-level in transformers 4.x; 5.x moves it into "rope_parameters".
     if (present(j, "rope_theta")) c.ropeTheta = getDouble(j, "rope_theta", c.ropeTheta, source);
     else if (present(j, "rope_parameters") && j["rope_parameters"].is_object())
         c.ropeTheta = getDouble(j["rope_parameters"], "rope_theta", c.ropeTheta, source);
     const json* rope = nullptr;
     if (present(j, "rope_scaling")) rope = &j["rope_scaling"];
     else if (present(j, "rope_parameters") && j["rope_parameters"].is_object()) rope = &j["rope_parameters"];
-    if (rope) {
-        const json& r = *rope;
-        const std::string t = r.is_object() && r.contains("rope_type") && r["rope_type"].is_string()
-                                  ? r["rope_type"].get<std::string>()
-                                  : (r.is_object() && r.contains("type") && r["type"].is_string()
-                                         ? r["type"].get<std::string>()
-                                         : std::string());
-        if (t != "default") c.ropeScaling = parseRopeScaling(r, source); // "default" = no scaling
-    }
-    c.tieWordEmbeddings = getBool(j, "tie_word_embeddings", false, source);
-    c.bosTokenId = getTokenId(j, "bos_token_id", source);
-    c.eosTokenId = getTokenId(j, "eos_token_id", source);
-    if (present(j, "torch_dtype") && j["torch_dtype"].is_string()) c.torchDtype = j["torch_dtype"].get<std::string>();
-    else if (present(j, "dtype") && j["dtype"].is_string()) c.torchDtype = j["dtype"].get<std::string>();
+    if (!rope) return;
+    const json& r = *rope;
+    const std::string t = r.is_object() && r.contains("rope_type") && r["rope_type"].is_string()
+                              ? r["rope_type"].get<std::string>()
+                              : (r.is_object() && r.contains("type") && r["type"].is_string() ? r["type"].get<std::string>()
+                                                                                                : std::string());
+    if (t != "default") c.ropeScaling = parseRopeScaling(r, source); // "default" = no scaling
+}
 
+// Which linears carry biases and whether q/k are normed, by family.
+void readBiases(const json& j, ModelConfig& c, const std::string& source) {
     switch (c.architecture) {
     case Architecture::Llama:
     case Architecture::Mistral: {
@@ -230,63 +210,100 @@ ModelConfig ModelConfig::fromJsonText(const std::string& text, const std::string
         break;
     }
     }
+}
 
-    if (present(j, "latmix")) {
-        const auto& l = j["latmix"];
-        if (!l.is_object()) fail(source, "\"latmix\" must be an object");
-        LatmixQuantization q;
-        if (present(l, "method") && l["method"].is_string()) q.method = l["method"].get<std::string>();
-        auto format = [&](const char* key) -> std::optional<mx::MxConfig> {
-            if (!present(l, key)) return std::nullopt;
-            const auto& f = l[key];
-            if (!f.is_object() || !present(f, "format") || !f["format"].is_string())
-                fail(source, std::string("latmix.") + key + " needs a \"format\" string");
-            try {
-                mx::MxConfig c = mx::makeConfig(mx::parseFormat(f["format"].get<std::string>()));
-                if (present(f, "block")) c.blockSize = getInt(f, "block", source);
-                if (present(f, "scale_mode")) c.scaleMode = mx::parseScaleMode(f["scale_mode"].get<std::string>());
-                c.validate();
-                return c;
-            } catch (const std::invalid_argument& e) {
-                fail(source, std::string("latmix.") + key + ": " + e.what());
-            }
-            return std::nullopt;
-        };
-        q.weightFormat = format("weight_format");
-        q.activationFormat = format("activation_format");
-        if (present(l, "t3")) {
-            const auto& h = l["t3"];
-            q.t3Block = getInt(h, "block", source);
-            if (q.t3Block < 1) fail(source, "latmix.t3.block must be positive");
-            if (present(h, "seed")) q.t3Seed = h["seed"].get<std::uint64_t>();
+// A run model's "latmix" object: its formats, T3, lm_head bias and exact bias groups.
+void readLatmix(const json& l, ModelConfig& c, const std::string& source) {
+    if (!l.is_object()) fail(source, "\"latmix\" must be an object");
+    LatmixQuantization q;
+    if (present(l, "method") && l["method"].is_string()) q.method = l["method"].get<std::string>();
+    auto format = [&](const char* key) -> std::optional<mx::MxConfig> {
+        if (!present(l, key)) return std::nullopt;
+        const auto& f = l[key];
+        if (!f.is_object() || !present(f, "format") || !f["format"].is_string())
+            fail(source, std::string("latmix.") + key + " needs a \"format\" string");
+        try {
+            mx::MxConfig m = mx::makeConfig(mx::parseFormat(f["format"].get<std::string>()));
+            if (present(f, "block")) m.blockSize = getInt(f, "block", source);
+            if (present(f, "scale_mode")) m.scaleMode = mx::parseScaleMode(f["scale_mode"].get<std::string>());
+            m.validate();
+            return m;
+        } catch (const std::invalid_argument& e) {
+            fail(source, std::string("latmix.") + key + ": " + e.what());
         }
-        c.lmHeadBias = getBool(l, "lm_head_bias", false, source);
-        // The run model states its bias groups exactly (ConfigJson.h latmixJson): they override
-        // what the family's Hugging Face fields imply.
-        if (present(l, "biases")) {
-            const auto& b = l["biases"];
-            if (!b.is_object()) fail(source, "latmix.biases must be an object {\"q_k_v\", \"o_proj\", \"mlp\"}");
-            c.qkvBias = getBool(b, "q_k_v", c.qkvBias, source);
-            c.oProjBias = getBool(b, "o_proj", c.oProjBias, source);
-            c.mlpBias = getBool(b, "mlp", c.mlpBias, source);
-        }
-        c.latmix = q;
+        return std::nullopt;
+    };
+    q.weightFormat = format("weight_format");
+    q.activationFormat = format("activation_format");
+    if (present(l, "t3")) {
+        const auto& h = l["t3"];
+        q.t3Block = getInt(h, "block", source);
+        if (q.t3Block < 1) fail(source, "latmix.t3.block must be positive");
+        if (present(h, "seed")) q.t3Seed = h["seed"].get<std::uint64_t>();
     }
+    c.lmHeadBias = getBool(l, "lm_head_bias", false, source);
+    // The run model states its bias groups exactly (ConfigJson.h latmixJson): they override
+    // what the family's Hugging Face fields imply.
+    if (present(l, "biases")) {
+        const auto& b = l["biases"];
+        if (!b.is_object()) fail(source, "latmix.biases must be an object {\"q_k_v\", \"o_proj\", \"mlp\"}");
+        c.qkvBias = getBool(b, "q_k_v", c.qkvBias, source);
+        c.oProjBias = getBool(b, "o_proj", c.oProjBias, source);
+        c.mlpBias = getBool(b, "mlp", c.mlpBias, source);
+    }
+    c.latmix = q;
+}
 
-    // Sliding-window attention is not implemented: accept it only where it cannot take effect.
-    // Mistral: sliding_window set (not null) and shorter than the context; Qwen2/3: only when
-    // use_sliding_window is true.
+// Sliding-window attention is not implemented: accept it only where it cannot take effect.
+// Mistral: sliding_window set (not null) and shorter than the context; Qwen2/3: only when
+// use_sliding_window is true.
+void checkSlidingWindow(const json& j, const ModelConfig& c, const std::string& source) {
     const bool sliding = c.architecture == Architecture::Mistral
                              ? present(j, "sliding_window")
                              : (c.architecture == Architecture::Qwen2 || c.architecture == Architecture::Qwen3) &&
                                    getBool(j, "use_sliding_window", false, source) && present(j, "sliding_window");
-    if (sliding) {
-        const int w = getInt(j, "sliding_window", source);
-        if (w < c.maxPositions)
-            fail(source, "sliding_window " + std::to_string(w) + " is shorter than max_position_embeddings " +
-                             std::to_string(c.maxPositions) +
-                             "; sliding-window attention is unsupported (only full causal attention is implemented)");
+    if (!sliding) return;
+    const int w = getInt(j, "sliding_window", source);
+    if (w < c.maxPositions)
+        fail(source, "sliding_window " + std::to_string(w) + " is shorter than max_position_embeddings " +
+                         std::to_string(c.maxPositions) +
+                         "; sliding-window attention is unsupported (only full causal attention is implemented)");
+}
+
+} // namespace
+
+std::vector<std::string> ModelConfig::supportedArchitectures() {
+    std::vector<std::string> v;
+    for (const auto& a : kArchs) v.emplace_back(a.name);
+    return v;
+}
+
+ModelConfig ModelConfig::fromJsonText(const std::string& text, const std::string& source) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception& e) {
+        fail(source, std::string("not valid JSON (") + e.what() + ")");
     }
+    if (!j.is_object()) fail(source, "not a JSON object");
+
+    ModelConfig c;
+    const ArchInfo& arch = architectureOf(j, source);
+    c.architecture = arch.arch;
+    c.architectureName = arch.name;
+    if (present(j, "hidden_act") && j["hidden_act"] != "silu")
+        fail(source, "hidden_act " + j["hidden_act"].dump() + " is not supported (the Llama family uses 'silu')");
+    readShape(j, c, source);
+    c.rmsNormEps = getDouble(j, "rms_norm_eps", c.rmsNormEps, source);
+    readRope(j, c, source);
+    c.tieWordEmbeddings = getBool(j, "tie_word_embeddings", false, source);
+    c.bosTokenId = getTokenId(j, "bos_token_id", source);
+    c.eosTokenId = getTokenId(j, "eos_token_id", source);
+    if (present(j, "torch_dtype") && j["torch_dtype"].is_string()) c.torchDtype = j["torch_dtype"].get<std::string>();
+    else if (present(j, "dtype") && j["dtype"].is_string()) c.torchDtype = j["dtype"].get<std::string>();
+    readBiases(j, c, source);
+    if (present(j, "latmix")) readLatmix(j["latmix"], c, source);
+    checkSlidingWindow(j, c, source);
     return c;
 }
 

@@ -202,37 +202,13 @@ std::string weightErrors(const run::RunSummary& s) {
     return out.str();
 }
 
-} // namespace
+const json* sectionOf(const json& j, const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_object() ? &*it : nullptr;
+}
 
-std::string runReportHtml(const std::string& runDir) {
-    const run::RunSummary s = run::readRunSummary(runDir); // throws naming RUN_DIR/latmix.json
-    json j;
-    try {
-        j = json::parse(util::readTextFile(s.latmixJson(), "run record"));
-    } catch (const json::exception& e) {
-        throw std::runtime_error(s.latmixJson() + ": not JSON (" + e.what() + "); run the run again");
-    }
-    const auto section = [&](const char* key) -> const json* {
-        auto it = j.find(key);
-        return it != j.end() && it->is_object() ? &*it : nullptr;
-    };
-    const json* training = section("training");
-    const std::string objective =
-        training && training->contains("loss") && (*training)["loss"].is_string() ? (*training)["loss"].get<std::string>() : "kl";
-
-    std::string title = "LATMiX run: " + s.method + (s.format.empty() ? "" : ", " + s.format);
-    std::ostringstream h;
-    h << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-      << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-      << "<meta name=\"generator\" content=\"latmix " << esc(latmixVersion()) << "\">\n"
-      << "<title>" << esc(title) << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n";
-    h << "<header>\n<h1>" << esc(title);
-    if (s.block > 0) h << " <small>(block " << s.block << (s.scaleMode.empty() ? "" : ", scale " + esc(s.scaleMode)) << ")</small>";
-    h << "</h1>\n<p class=\"lead\">" << esc(s.methodDescription.empty() ? s.method : s.methodDescription) << " — run folder <code>"
-      << esc(runDir) << "</code>" << (s.created.empty() ? "" : ", " + esc(s.created)) << "</p>\n</header>\n";
-
-    // Results.
-    h << "<section id=\"results\">\n<h2>Results</h2>\n";
+// Perplexities, recovery and the objective's first and last values.
+void writeResults(std::ostringstream& h, const run::RunSummary& s, const std::string& objective) {
     const bool evaluated = s.fpPerplexity > 0 || s.w4a4Perplexity > 0;
     if (evaluated) {
         h << "<p>WikiText-2 test perplexity, sequence length " << s.evalSeqLen << ", "
@@ -262,6 +238,11 @@ std::string runReportHtml(const std::string& runDir) {
     h << "</table>\n<p class=\"note\">Recovery is FP perplexity over W4A4 perplexity: the inverse of the "
          "quantized/FP accuracy ratio that quantized-model cards report, since lower perplexity is better "
          "(100 % = nothing lost).</p>\n";
+}
+
+// Zero-shot accuracies of the W4A4 model, when evaluated.
+void writeZeroShot(std::ostringstream& h, const run::RunSummary& s) {
+    using RS = run::RunSummary;
     if (!s.zeroShot.empty()) {
         h << "<h3>Zero-shot tasks (W4A4 model)</h3>\n<table class=\"zeroshot\" id=\"zeroshot-table\">\n"
           << "<tr><th>task</th><th>n</th><th>acc</th><th>acc_norm</th><th>perplexity</th></tr>\n";
@@ -276,7 +257,11 @@ std::string runReportHtml(const std::string& runDir) {
           << numCell(s.zeroShotAverage, RS::hasValue(s.zeroShotAverage, true), "%.4f", " data-key=\"zeroshot:average\"")
           << "<td colspan=\"2\">acc_norm where reported, else acc</td></tr>\n</table>\n";
     }
-    if (const json* sec = section("seconds")) {
+}
+
+// The stages' seconds and the peaks of memory.
+void writeTimes(std::ostringstream& h, const json& j) {
+    if (const json* sec = sectionOf(j, "seconds")) {
         h << "<h3>Time</h3>\n<table class=\"seconds\" id=\"seconds-table\">\n";
         for (const auto& [k, v] : sec->items())
             h << "<tr data-key=\"seconds:" << esc(k) << "\"><th>" << esc(k) << "</th>"
@@ -285,11 +270,15 @@ std::string runReportHtml(const std::string& runDir) {
             h << "<tr data-key=\"peak_rss_mb\"><th>peak resident memory</th>" << numCell(j["peak_rss_mb"].get<double>(), true, "%.0f MiB") << "</tr>\n";
         if (j.contains("peak_gpu_mb") && j["peak_gpu_mb"].is_number())
             h << "<tr data-key=\"peak_gpu_mb\"><th>peak GPU memory</th>" << numCell(j["peak_gpu_mb"].get<double>(), true, "%.0f MiB") << "</tr>\n";
+        if (j.contains("peak_gpu_mb_by_stage") && j["peak_gpu_mb_by_stage"].is_object())
+            for (const auto& [stage, v] : j["peak_gpu_mb_by_stage"].items())
+                h << "<tr data-key=\"peak_gpu_mb:" << esc(stage) << "\"><th>peak GPU memory, " << esc(stage) << "</th>"
+                  << numCell(v.is_number() ? v.get<double>() : 0, v.is_number(), "%.0f MiB") << "</tr>\n";
         h << "</table>\n";
     }
-    h << "</section>\n";
+}
 
-    // Training curves.
+void writeTraining(std::ostringstream& h, const run::RunSummary& s, const json* training, const std::string& objective) {
     h << "<section id=\"training\">\n<h2>Training</h2>\n";
     if (s.hasTrainSeries) {
         h << "<p>" << s.steps << " steps; the series of <code>" << esc(s.trainFile()) << "</code>.</p>\n" << trainingPlots(s, objective);
@@ -299,25 +288,22 @@ std::string runReportHtml(const std::string& runDir) {
         h << "<p class=\"note\" id=\"no-training\">no training series (method " << esc(s.method) << " learns nothing)</p>\n";
     }
     h << "</section>\n";
+}
 
-    // Weight errors.
-    h << "<section id=\"weights\">\n<h2>Weight quantization errors</h2>\n"
-      << "<p>Relative error of each quantized linear, tr((W−Q) H (W−Q)ᵀ) / tr(W H Wᵀ) with H the layer's "
-         "calibration Hessian.</p>\n"
-      << weightErrors(s) << "</section>\n";
-
-    // Configuration.
+// The recorded configuration, section by section.
+void writeConfiguration(std::ostringstream& h, const json& j) {
     h << "<section id=\"configuration\">\n<h2>Configuration</h2>\n";
     for (const char* key : {"format", "transforms", "training", "weight_quantization", "calibration"}) {
         h << "<h3>" << key << "</h3>\n";
-        if (const json* sec = section(key)) h << keyValueTable(*sec, "config", key);
+        if (const json* sec = sectionOf(j, key)) h << keyValueTable(*sec, "config", key);
         else if (std::string(key) == "transforms") h << "<p class=\"note\">none: the method folds no transform</p>\n";
         else if (std::string(key) == "training") h << "<p class=\"note\">none: the method learns nothing</p>\n";
         else h << "<p class=\"note\">not recorded</p>\n";
     }
     h << "</section>\n";
+}
 
-    // Provenance.
+void writeProvenance(std::ostringstream& h, const json& j, const std::string& runDir) {
     h << "<section id=\"provenance\">\n<h2>Provenance</h2>\n";
     json p = json::object();
     p["run folder"] = runDir;
@@ -325,6 +311,46 @@ std::string runReportHtml(const std::string& runDir) {
                             "devices", "world_size", "offload", "seed"})
         if (j.contains(key)) p[key] = j[key];
     h << keyValueTable(p, "provenance", "provenance") << "</section>\n";
+}
+
+} // namespace
+
+std::string runReportHtml(const std::string& runDir) {
+    const run::RunSummary s = run::readRunSummary(runDir); // throws naming RUN_DIR/latmix.json
+    json j;
+    try {
+        j = json::parse(util::readTextFile(s.latmixJson(), "run record"));
+    } catch (const json::exception& e) {
+        throw std::runtime_error(s.latmixJson() + ": not JSON (" + e.what() + "); run the run again");
+    }
+    const json* training = sectionOf(j, "training");
+    const std::string objective =
+        training && training->contains("loss") && (*training)["loss"].is_string() ? (*training)["loss"].get<std::string>() : "kl";
+
+    std::string title = "LATMiX run: " + s.method + (s.format.empty() ? "" : ", " + s.format);
+    std::ostringstream h;
+    h << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+      << "<meta name=\"generator\" content=\"latmix " << esc(latmixVersion()) << "\">\n"
+      << "<title>" << esc(title) << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n";
+    h << "<header>\n<h1>" << esc(title);
+    if (s.block > 0) h << " <small>(block " << s.block << (s.scaleMode.empty() ? "" : ", scale " + esc(s.scaleMode)) << ")</small>";
+    h << "</h1>\n<p class=\"lead\">" << esc(s.methodDescription.empty() ? s.method : s.methodDescription) << " — run folder <code>"
+      << esc(runDir) << "</code>" << (s.created.empty() ? "" : ", " + esc(s.created)) << "</p>\n</header>\n";
+
+    h << "<section id=\"results\">\n<h2>Results</h2>\n";
+    writeResults(h, s, objective);
+    writeZeroShot(h, s);
+    writeTimes(h, j);
+    h << "</section>\n";
+    writeTraining(h, s, training, objective);
+    h << "<section id=\"weights\">\n<h2>Weight quantization errors</h2>\n"
+      << "<p>Relative error of each quantized linear, tr((W−Q) H (W−Q)ᵀ) / tr(W H Wᵀ) with H the layer's "
+         "calibration Hessian.</p>\n"
+      << weightErrors(s) << "</section>\n";
+
+    writeConfiguration(h, j);
+    writeProvenance(h, j, runDir);
     h << "<footer>Written by <code>latmix report</code> (latmix " << esc(latmixVersion()) << ", libtorch "
       << esc(libtorchVersion()) << ") from <code>" << esc(s.latmixJson()) << "</code>"
       << (s.hasTrainSeries ? " and <code>" + esc(s.trainFile()) + "</code>" : std::string()) << ".</footer>\n";

@@ -94,30 +94,127 @@ Axis niceAxis(double lo, double hi, int ticks, bool extend, bool integer) {
     return a;
 }
 
+namespace {
+
+// The plot's box in the SVG and its axes; x and y mapped into the box.
+struct Frame {
+    double left, top, boxW, boxH;
+    Axis ax, ay;
+    double mapX(double x) const { return left + (x - ax.min) / (ax.max - ax.min) * boxW; }
+    double mapY(double y) const { return top + (ay.max - y) / (ay.max - ay.min) * boxH; }
+};
+
+struct LegendItem {
+    double x, y;
+    std::size_t series;
+};
+
+// Legend rows under the title (only with several series), wrapped at the right edge; returns
+// the box's top below them.
+double layoutLegend(const std::vector<PlotSeries>& series, double width, double left, double right,
+                    std::vector<LegendItem>& legend) {
+    double top = 30;
+    if (series.size() <= 1) return top;
+    double x = left, y = top + 4;
+    for (std::size_t i = 0; i < series.size(); ++i) {
+        const double w = 28 + textWidth(series[i].name) + 14;
+        if (x + w > width - right && x > left) {
+            x = left;
+            y += 16;
+        }
+        legend.push_back({x, y, i});
+        x += w;
+    }
+    return y + 14;
+}
+
+// Grid, ticks, their labels and the axis labels.
+void writeAxes(std::ostringstream& s, const Frame& f, const PlotOptions& o) {
+    const double left = f.left, top = f.top, boxW = f.boxW, boxH = f.boxH;
+    s << "<g class=\"grid\">\n";
+    for (double t : f.ax.ticks) {
+        const double x = f.mapX(t);
+        s << "<line x1=\"" << px(x) << "\" y1=\"" << px(top) << "\" x2=\"" << px(x) << "\" y2=\"" << px(top + boxH)
+          << "\"/>\n";
+    }
+    for (double t : f.ay.ticks) {
+        const double y = f.mapY(t);
+        s << "<line x1=\"" << px(left) << "\" y1=\"" << px(y) << "\" x2=\"" << px(left + boxW) << "\" y2=\"" << px(y)
+          << "\"/>\n";
+    }
+    s << "</g>\n<g class=\"axis\">\n";
+    s << "<rect x=\"" << px(left) << "\" y=\"" << px(top) << "\" width=\"" << px(boxW) << "\" height=\"" << px(boxH)
+      << "\" fill=\"none\"/>\n";
+    for (double t : f.ax.ticks) {
+        const double x = f.mapX(t);
+        s << "<line x1=\"" << px(x) << "\" y1=\"" << px(top + boxH) << "\" x2=\"" << px(x) << "\" y2=\""
+          << px(top + boxH + 4) << "\"/>";
+        s << "<text class=\"tick x-tick\" x=\"" << px(x) << "\" y=\"" << px(top + boxH + 16)
+          << "\" text-anchor=\"middle\">" << tickText(t, f.ax.step) << "</text>\n";
+    }
+    for (double t : f.ay.ticks) {
+        const double y = f.mapY(t);
+        s << "<line x1=\"" << px(left - 4) << "\" y1=\"" << px(y) << "\" x2=\"" << px(left) << "\" y2=\"" << px(y)
+          << "\"/>";
+        s << "<text class=\"tick y-tick\" x=\"" << px(left - 6) << "\" y=\"" << px(y + 4)
+          << "\" text-anchor=\"end\">" << tickText(t, f.ay.step) << "</text>\n";
+    }
+    s << "<text class=\"axis-label\" x=\"" << px(left + boxW / 2) << "\" y=\"" << px(top + boxH + 36)
+      << "\" text-anchor=\"middle\">" << escapeXml(o.xLabel) << "</text>\n";
+    s << "<text class=\"axis-label\" transform=\"translate(14 " << px(top + boxH / 2)
+      << ") rotate(-90)\" text-anchor=\"middle\">" << escapeXml(o.yLabel) << "</text>\n";
+    s << "</g>\n";
+}
+
+const char* colorOf(std::size_t series) { return kColors[series % (sizeof kColors / sizeof kColors[0])]; }
+
+void writeLegend(std::ostringstream& s, const std::vector<LegendItem>& legend, const std::vector<PlotSeries>& series) {
+    for (const auto& item : legend) {
+        const char* c = colorOf(item.series);
+        s << "<g class=\"legend\"><line x1=\"" << px(item.x) << "\" y1=\"" << px(item.y - 4) << "\" x2=\""
+          << px(item.x + 22) << "\" y2=\"" << px(item.y - 4) << "\" stroke=\"" << c << "\" stroke-width=\"2\""
+          << (series[item.series].dashed ? " stroke-dasharray=\"5 3\"" : "") << "/><text x=\"" << px(item.x + 28) << "\" y=\"" << px(item.y) << "\">"
+          << escapeXml(series[item.series].name) << "</text></g>\n";
+    }
+}
+
+// One series: a polyline per run of finite points (a gap splits it unless connectGaps), with
+// markers where asked or where a run is a single point.
+void writeSeries(std::ostringstream& s, const Frame& f, const PlotSeries& ser, std::size_t si) {
+    const char* c = colorOf(si);
+    std::vector<std::vector<std::pair<double, double>>> runs(1);
+    const std::size_t n = std::min(ser.x.size(), ser.y.size());
+    for (std::size_t i = 0; i < n; ++i) {
+        if (std::isfinite(ser.x[i]) && std::isfinite(ser.y[i])) {
+            runs.back().emplace_back(f.mapX(ser.x[i]), f.mapY(ser.y[i]));
+        } else if (!ser.connectGaps && !runs.back().empty()) {
+            runs.emplace_back();
+        }
+    }
+    const std::string key = escapeXml(ser.key.empty() ? ser.name : ser.key);
+    s << "<g class=\"series-group\" data-series=\"" << key << "\">\n";
+    for (const auto& run : runs) {
+        if (run.empty()) continue;
+        s << "<polyline class=\"series\" data-series=\"" << key << "\" fill=\"none\" stroke=\"" << c
+          << "\" stroke-width=\"1.5\"" << (ser.dashed ? " stroke-dasharray=\"5 3\"" : "") << " points=\"";
+        for (std::size_t i = 0; i < run.size(); ++i)
+            s << (i ? " " : "") << px(run[i].first) << "," << px(run[i].second);
+        s << "\"/>\n";
+        if (ser.markers || run.size() == 1)
+            for (const auto& p : run)
+                s << "<circle cx=\"" << px(p.first) << "\" cy=\"" << px(p.second) << "\" r=\"2.5\" fill=\"" << c
+                  << "\"/>\n";
+    }
+    s << "</g>\n";
+}
+
+} // namespace
+
 std::string svgLinePlot(const std::vector<PlotSeries>& series, const PlotOptions& o) {
     const double width = o.width, height = o.height;
-    const double left = 72, right = 18;
-    // Legend rows under the title (only with several series).
-    struct LegendItem {
-        double x, y;
-        std::size_t series;
-    };
+    const double left = 72, right = 18, bottom = 46;
     std::vector<LegendItem> legend;
-    double top = 30;
-    if (series.size() > 1) {
-        double x = left, y = top + 4;
-        for (std::size_t i = 0; i < series.size(); ++i) {
-            const double w = 28 + textWidth(series[i].name) + 14;
-            if (x + w > width - right && x > left) {
-                x = left;
-                y += 16;
-            }
-            legend.push_back({x, y, i});
-            x += w;
-        }
-        top = y + 14;
-    }
-    const double bottom = 46;
+    const double top = layoutLegend(series, width, left, right, legend);
     const double boxW = width - left - right, boxH = std::max(40.0, height - top - bottom);
     const double svgH = top + boxH + bottom;
 
@@ -131,94 +228,26 @@ std::string svgLinePlot(const std::vector<PlotSeries>& series, const PlotOptions
                 yhi = std::max(yhi, s.y[i]);
             }
     const bool empty = !std::isfinite(xlo);
-    const Axis ax = niceAxis(empty ? 0 : xlo, empty ? 1 : xhi, std::max(2, static_cast<int>(boxW / 80)), false, o.integerX);
-    const Axis ay = niceAxis(empty ? 0 : ylo, empty ? 1 : yhi, std::max(2, static_cast<int>(boxH / 45)), true);
-    auto mapX = [&](double x) { return left + (x - ax.min) / (ax.max - ax.min) * boxW; };
-    auto mapY = [&](double y) { return top + (ay.max - y) / (ay.max - ay.min) * boxH; };
+    const Frame f{left, top, boxW, boxH,
+                  niceAxis(empty ? 0 : xlo, empty ? 1 : xhi, std::max(2, static_cast<int>(boxW / 80)), false, o.integerX),
+                  niceAxis(empty ? 0 : ylo, empty ? 1 : yhi, std::max(2, static_cast<int>(boxH / 45)), true)};
 
     std::ostringstream s;
     s << "<svg class=\"plot\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << o.width << "\" height=\""
       << px(svgH) << "\" viewBox=\"0 0 " << o.width << " " << px(svgH) << "\" role=\"img\" data-title=\""
       << escapeXml(o.title) << "\" data-left=\"" << px(left) << "\" data-top=\"" << px(top) << "\" data-width=\""
-      << px(boxW) << "\" data-height=\"" << px(boxH) << "\" data-xmin=\"" << exactNumber(ax.min) << "\" data-xmax=\""
-      << exactNumber(ax.max) << "\" data-ymin=\"" << exactNumber(ay.min) << "\" data-ymax=\"" << exactNumber(ay.max)
+      << px(boxW) << "\" data-height=\"" << px(boxH) << "\" data-xmin=\"" << exactNumber(f.ax.min) << "\" data-xmax=\""
+      << exactNumber(f.ax.max) << "\" data-ymin=\"" << exactNumber(f.ay.min) << "\" data-ymax=\"" << exactNumber(f.ay.max)
       << "\">\n";
     s << "<title>" << escapeXml(o.title) << "</title>\n";
     s << "<text class=\"plot-title\" x=\"" << px(left + boxW / 2) << "\" y=\"18\" text-anchor=\"middle\">"
       << escapeXml(o.title) << "</text>\n";
-    // Grid, ticks and their labels.
-    s << "<g class=\"grid\">\n";
-    for (double t : ax.ticks) {
-        const double x = mapX(t);
-        s << "<line x1=\"" << px(x) << "\" y1=\"" << px(top) << "\" x2=\"" << px(x) << "\" y2=\"" << px(top + boxH)
-          << "\"/>\n";
-    }
-    for (double t : ay.ticks) {
-        const double y = mapY(t);
-        s << "<line x1=\"" << px(left) << "\" y1=\"" << px(y) << "\" x2=\"" << px(left + boxW) << "\" y2=\"" << px(y)
-          << "\"/>\n";
-    }
-    s << "</g>\n<g class=\"axis\">\n";
-    s << "<rect x=\"" << px(left) << "\" y=\"" << px(top) << "\" width=\"" << px(boxW) << "\" height=\"" << px(boxH)
-      << "\" fill=\"none\"/>\n";
-    for (double t : ax.ticks) {
-        const double x = mapX(t);
-        s << "<line x1=\"" << px(x) << "\" y1=\"" << px(top + boxH) << "\" x2=\"" << px(x) << "\" y2=\""
-          << px(top + boxH + 4) << "\"/>";
-        s << "<text class=\"tick x-tick\" x=\"" << px(x) << "\" y=\"" << px(top + boxH + 16)
-          << "\" text-anchor=\"middle\">" << tickText(t, ax.step) << "</text>\n";
-    }
-    for (double t : ay.ticks) {
-        const double y = mapY(t);
-        s << "<line x1=\"" << px(left - 4) << "\" y1=\"" << px(y) << "\" x2=\"" << px(left) << "\" y2=\"" << px(y)
-          << "\"/>";
-        s << "<text class=\"tick y-tick\" x=\"" << px(left - 6) << "\" y=\"" << px(y + 4)
-          << "\" text-anchor=\"end\">" << tickText(t, ay.step) << "</text>\n";
-    }
-    s << "<text class=\"axis-label\" x=\"" << px(left + boxW / 2) << "\" y=\"" << px(top + boxH + 36)
-      << "\" text-anchor=\"middle\">" << escapeXml(o.xLabel) << "</text>\n";
-    s << "<text class=\"axis-label\" transform=\"translate(14 " << px(top + boxH / 2)
-      << ") rotate(-90)\" text-anchor=\"middle\">" << escapeXml(o.yLabel) << "</text>\n";
-    s << "</g>\n";
-    for (const auto& item : legend) {
-        const char* c = kColors[item.series % (sizeof kColors / sizeof kColors[0])];
-        s << "<g class=\"legend\"><line x1=\"" << px(item.x) << "\" y1=\"" << px(item.y - 4) << "\" x2=\""
-          << px(item.x + 22) << "\" y2=\"" << px(item.y - 4) << "\" stroke=\"" << c << "\" stroke-width=\"2\""
-          << (series[item.series].dashed ? " stroke-dasharray=\"5 3\"" : "") << "/><text x=\"" << px(item.x + 28) << "\" y=\"" << px(item.y) << "\">"
-          << escapeXml(series[item.series].name) << "</text></g>\n";
-    }
+    writeAxes(s, f, o);
+    writeLegend(s, legend, series);
     if (empty)
         s << "<text class=\"no-data\" x=\"" << px(left + boxW / 2) << "\" y=\"" << px(top + boxH / 2)
           << "\" text-anchor=\"middle\">no data</text>\n";
-    // The series: one polyline per run of finite points.
-    for (std::size_t si = 0; si < series.size(); ++si) {
-        const PlotSeries& ser = series[si];
-        const char* c = kColors[si % (sizeof kColors / sizeof kColors[0])];
-        std::vector<std::vector<std::pair<double, double>>> runs(1);
-        const std::size_t n = std::min(ser.x.size(), ser.y.size());
-        for (std::size_t i = 0; i < n; ++i) {
-            if (std::isfinite(ser.x[i]) && std::isfinite(ser.y[i])) {
-                runs.back().emplace_back(mapX(ser.x[i]), mapY(ser.y[i]));
-            } else if (!ser.connectGaps && !runs.back().empty()) {
-                runs.emplace_back();
-            }
-        }
-        const std::string key = escapeXml(ser.key.empty() ? ser.name : ser.key);
-        s << "<g class=\"series-group\" data-series=\"" << key << "\">\n";
-        for (const auto& run : runs) {
-            if (run.empty()) continue;
-            s << "<polyline class=\"series\" data-series=\"" << key << "\" fill=\"none\" stroke=\"" << c
-              << "\" stroke-width=\"1.5\"" << (ser.dashed ? " stroke-dasharray=\"5 3\"" : "") << " points=\"";
-            for (std::size_t i = 0; i < run.size(); ++i)
-                s << (i ? " " : "") << px(run[i].first) << "," << px(run[i].second);
-            s << "\"/>\n";
-            if (ser.markers || run.size() == 1)
-                for (const auto& p : run)
-                    s << "<circle cx=\"" << px(p.first) << "\" cy=\"" << px(p.second) << "\" r=\"2.5\" fill=\"" << c
-                      << "\"/>\n";
-        }
-        s << "</g>\n";
-    }
+    for (std::size_t si = 0; si < series.size(); ++si) writeSeries(s, f, series[si], si);
     s << "</svg>\n";
     return s.str();
 }

@@ -1,8 +1,6 @@
 #include "train/Distillation.h"
 #include "train/TrainFile.h"
-#include "train/KlKernelCpu.h"
 
-#include "fold/Fold.h"
 #include "io/TensorFile.h"
 #include "metrics/TransformMetrics.h"
 #include "train/AdamW.h"
@@ -73,338 +71,6 @@ std::int64_t layerGraphBytes(const model::ModelConfig& c, std::int64_t batch, st
 
 bool keepsLayerGraphs(const model::ModelConfig& c, std::int64_t batch, std::int64_t seqLen) {
     return c.numLayers * layerGraphBytes(c, batch, seqLen) <= (std::int64_t(512) << 20);
-}
-
-DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeights& original,
-                             const fold::ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
-                             const at::Tensor& tokens, double tau, double volumeWeight, Objective objective,
-                             std::optional<bool> keepLayerGraphs) {
-    DistillLoss r;
-    const bool keepGraphs = keepLayerGraphs ? *keepLayerGraphs : keepsLayerGraphs(c, tokens.size(0), tokens.size(1));
-    const bool crossEntropy = objective == Objective::CrossEntropy, blockMse = objective == Objective::BlockMse;
-    const auto t0 = Clock::now();
-    const auto device = tokens.device();
-    const auto fopts = at::TensorOptions().dtype(at::kFloat).device(device);
-    const std::int64_t T = tokens.size(1), N = tokens.numel(), V = c.vocabSize, chunk = 16384;
-    model::ForwardOptions teacherOptions;
-    teacherOptions.dtype = at::kFloat;
-    // Layers placed over several devices (`--devices`: the weights of layer l on its device, the
-    // embedding with the first, lm_head with the last): each layer computes where its weights
-    // are, the hidden states and gradients move between devices, the transforms stay on the
-    // tokens' device and reach the others through copies whose gradients come back (below). On
-    // one device (or with offloaded layers) all of this is the tokens' device.
-    auto devOf = [&](int l) { return model::layerComputeDevice(original.layers[static_cast<size_t>(l)], device); };
-    const c10::Device top = original.lmHead.device().is_cpu() ? device : original.lmHead.device();
-    const auto topts = fopts.device(top);
-    struct PerDevice {
-        model::ForwardOptions student;
-        model::RopeTables rope;
-    };
-    std::map<std::string, PerDevice> perDevice;
-    auto on = [&](c10::Device d) -> PerDevice& {
-        auto it = perDevice.find(d.str());
-        if (it != perDevice.end()) return it->second;
-        PerDevice p;
-        p.student.activationQuant = activation;
-        if (transforms.t3().defined()) p.student.t3 = transforms.t3().to(fopts.device(d));
-        p.rope = model::ropeTables(c, T, at::kFloat, d);
-        return perDevice.emplace(d.str(), std::move(p)).first->second;
-    };
-
-    // The teacher's normed final hidden states (no graph); its logits are made a chunk at a time.
-    // Block MSE: the teacher's output of every block instead, each on its layer's device.
-    at::Tensor teacherNormed;
-    std::vector<at::Tensor> teacherBlocks;
-    if (objective == Objective::Kl) { // cross-entropy against the data needs no teacher
-        at::NoGradGuard g;
-        const auto h = model::forwardHidden(c, original, teacherOptions, tokens).to(top);
-        teacherNormed = model::rmsNorm(h, original.finalNorm.to(topts), c.rmsNormEps).reshape({N, c.hiddenSize});
-    } else if (blockMse) {
-        at::NoGradGuard g;
-        model::forwardHidden(c, original, teacherOptions, tokens, nullptr, &teacherBlocks);
-    }
-    r.teacherSeconds = since(t0);
-    const auto t1 = Clock::now();
-
-    // T1 once per step: its matrices with their graph (m1), and leaf copies every use below
-    // differentiates against; their gradients go back through m1 at the end.
-    const fold::AffineMatrices m1 = transforms.t1Matrices();
-    fold::AffineMatrices leaf1;
-    auto leafOf = [](const at::Tensor& t) { return t.defined() ? t.detach().requires_grad_(true) : t; };
-    if (m1.defined()) leaf1 = {leafOf(m1.a), leafOf(m1.aInv), leafOf(m1.v)};
-    // Placed layers: a leaf copy of T1 on each other device, its gradient added to T1's below.
-    std::map<std::string, fold::AffineMatrices> leafCopies;
-    auto leaf1On = [&](c10::Device d) -> const fold::AffineMatrices& {
-        if (!leaf1.defined() || d == device) return leaf1;
-        auto it = leafCopies.find(d.str());
-        if (it != leafCopies.end()) return it->second;
-        auto copy = [&](const at::Tensor& t) { return t.defined() ? leafOf(t.detach().to(d)) : t; };
-        return leafCopies.emplace(d.str(), fold::AffineMatrices{copy(leaf1.a), copy(leaf1.aInv), copy(leaf1.v)})
-            .first->second;
-    };
-    // The student's layer l: γ folded, T3 on W_down, T1 and T2 folded, from the weights as stored
-    // (one layer converted at a time; nothing of the model is copied whole), on its device.
-    auto studentLayer = [&](int l) {
-        const c10::Device d = devOf(l);
-        model::LayerWeights y = model::convertLayer(original.layers[static_cast<size_t>(l)], fopts.device(d));
-        fold::AffineMatrices m2 = transforms.t2Matrices(l);
-        if (m2.defined() && d != device) m2 = {m2.a.to(d), m2.aInv.to(d), m2.v.defined() ? m2.v.to(d) : m2.v};
-        const auto& t3 = !transforms.t3().defined() || d == device ? transforms.t3() : on(d).student.t3;
-        fold::foldLayer(c, y, l, t3, leaf1On(d), m2);
-        return y;
-    };
-    // Embedding rows through T1 (e ↦ A1 e + v1) on the looked-up rows, not the table.
-    const auto rows = model::embedTokens(c, original, tokens).to(fopts).detach();
-    auto embedStudent = [&] {
-        if (!leaf1.defined()) return rows;
-        auto x = at::matmul(rows, leaf1.a.t());
-        return leaf1.v.defined() ? x + leaf1.v : x;
-    };
-
-    // Forward without a graph, keeping each layer's input (activation checkpointing); or, when
-    // every layer's graph fits (keepGraphs), with each layer's graph kept, its input a leaf.
-    std::vector<at::Tensor> inputs, outputs;
-    at::Tensor x;
-    {
-        at::NoGradGuard g;
-        x = embedStudent();
-    }
-    for (int l = 0; l < c.numLayers; ++l) {
-        x = x.to(devOf(l));
-        if (keepGraphs) {
-            const auto xi = x.detach().requires_grad_(true);
-            const auto out = model::decoderLayer(c, studentLayer(l), on(devOf(l)).student, xi, on(devOf(l)).rope, l);
-            inputs.push_back(xi);
-            outputs.push_back(out);
-            x = out.detach();
-        } else {
-            at::NoGradGuard g;
-            inputs.push_back(x);
-            x = model::decoderLayer(c, studentLayer(l), on(devOf(l)).student, x, on(devOf(l)).rope, l);
-        }
-        model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
-    }
-
-    // The top: final norm (γ folded into lm_head), T1⁻¹ on the hidden states, lm_head W·diag(γ)
-    // a vocabulary chunk at a time. KL(p‖q) per token = lse_q − lse_p + Σ p (a − b)/τ with a, b
-    // the teacher's and student's logits; its gradient w.r.t. b is (q − p)/τ, so the logits are
-    // never formed whole and no [tokens, vocab] tensor is kept for the backward pass.
-    // Block MSE has no top: its terms are formed block by block in the backward pass below.
-    at::Tensor gradOut; // the gradient reaching the current layer's output
-    Clock::time_point t2;
-    const auto tLoss = Clock::now();
-    if (!blockMse) {
-        const auto xTop = x.detach().to(top).requires_grad_(true);
-        auto u = model::rmsNorm(xTop, at::ones({c.hiddenSize}, topts), c.rmsNormEps).reshape({N, c.hiddenSize});
-        const fold::AffineMatrices& t1Top = leaf1On(top);
-        if (t1Top.defined()) u = at::matmul(t1Top.v.defined() ? u - t1Top.v : u, t1Top.aInv.t());
-        const auto gamma = original.finalNorm.to(topts);
-        auto lmChunk = [&](std::int64_t a, std::int64_t n) { return original.lmHead.narrow(0, a, n).to(topts); };
-        auto biasChunk = [&](std::int64_t a, std::int64_t n) {
-            return original.lmHeadBias.defined() ? original.lmHeadBias.narrow(0, a, n).to(topts) : at::Tensor();
-        };
-        auto logits = [](const at::Tensor& h, const at::Tensor& w, const at::Tensor& b) {
-            auto z = at::matmul(h, w.t());
-            return b.defined() ? z + b : z;
-        };
-        at::Tensor gradU = at::zeros({N, c.hiddenSize}, topts);
-        double kl = 0;
-        if (crossEntropy) {
-            // Cross-entropy of the student against the next token of the data (paper Table 8's "CE";
-            // SpinQuant's objective), mean over the B·(T−1) predicted tokens, at temperature 1. Its
-            // gradient w.r.t. the logits is softmax − one-hot, formed a vocabulary chunk at a time.
-            at::NoGradGuard g;
-            const auto uv = u.detach();
-            const std::int64_t B = tokens.size(0);
-            const auto next = at::cat({tokens.narrow(1, 1, T - 1), at::full({B, 1}, -1, tokens.options())}, 1)
-                                  .reshape({N})
-                                  .to(top, at::kLong);
-            const auto valid = next.ge(0).to(at::kFloat).unsqueeze(1);
-            const double M = double(B * (T - 1));
-            at::Tensor lseQ = at::full({N}, -std::numeric_limits<float>::infinity(), topts);
-            for (std::int64_t a = 0; a < V; a += chunk) {
-                const std::int64_t n = std::min(chunk, V - a);
-                lseQ = at::logaddexp(lseQ, at::logsumexp(logits(uv, lmChunk(a, n) * gamma, biasChunk(a, n)), -1));
-            }
-            at::Tensor ceSum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(top));
-            for (std::int64_t a = 0; a < V; a += chunk) {
-                const std::int64_t n = std::min(chunk, V - a);
-                const auto wg = lmChunk(a, n) * gamma;
-                const auto z = logits(uv, wg, biasChunk(a, n));
-                const auto inChunk = next.ge(a).logical_and(next.lt(a + n)).to(at::kFloat).unsqueeze(1);
-                const auto local = (next - a).clamp(0, n - 1).unsqueeze(1);
-                const auto oneHot = at::zeros_like(z).scatter_(1, local, inChunk);
-                ceSum -= (z.gather(1, local) * inChunk).sum().to(at::kDouble); // − the target's logit
-                gradU.addmm_(((z - lseQ.unsqueeze(1)).exp() * valid - oneHot) / M, wg);
-            }
-            ceSum += (lseQ.unsqueeze(1) * valid).sum().to(at::kDouble);
-            kl = ceSum.item<double>() / M;
-        } else {
-            at::NoGradGuard g;
-            // γ on the hidden states instead of on lm_head's rows ((u ⊙ γ) Wᵀ = u (W diag γ)ᵀ), so the
-            // table is read as it is; the gradient is then ((q − p) W) ⊙ γ.
-            const auto ug = u.detach() * gamma;
-            const float inf = std::numeric_limits<float>::infinity();
-            at::Tensor lseP = at::full({N}, -inf, topts), lseQ = lseP.clone();
-            at::Tensor mass = at::zeros({N}, topts), meanD = mass.clone(), expD = mass.clone();
-            // Token blocks whose logits over the whole vocabulary (teacher's and student's) stay in
-            // memory between the log-sum-exp pass and the KL pass: each of the three vocabulary
-            // products (teacher, student, gradient) runs once, where vocabulary chunks alone
-            // recomputed both models' logits (five products). A block holds 2·V logits per token
-            // plus a chunk's temporaries, within the 6 chunk-widths per token the chunked form held
-            // (run/MemoryEstimate's trainTopBytes); in place where a temporary can be reused.
-            // Blocks of at most 256 tokens also keep each chunk's [tokens, 16384] float32 temporaries
-            // at 16 MiB, under glibc's largest mmap threshold (32 MiB): freed, they stay in the heap
-            // for the next block and step instead of being unmapped and faulted in again (3 in 4
-            // of the step's page faults at brownpy-13M 4 x 256).
-            const std::int64_t width = std::min(chunk, V);
-            const std::int64_t block = std::max<std::int64_t>(
-                1, std::min({N, 6 * N * width / (2 * V + 4 * width), (std::int64_t(16) << 20) / (4 * width)}));
-            if (top.is_cpu()) {
-                // One kernel instead of the passes below (train/KlKernelCpu.h): the logits of a
-                // token block over the whole vocabulary go into two [block, V] buffers, chunk by
-                // chunk of lm_head; the kernel leaves (q − p)/(τN) in the teacher's buffer for the
-                // gradient. 1/τ is applied to the hidden states (nothing to do at τ = 1).
-                const double invTau = 1.0 / tau;
-                // The two buffers within the memory the chunked form held (6 chunk-widths per
-                // token, run/MemoryEstimate's trainTopBytes) and 128 MiB each: longer products than
-                // the ATen path's 16 MiB blocks (brownpy-13M: all 1024 tokens of a 4 × 256 batch in
-                // one block, the loss 0.35 → 0.29 s), the same 256 tokens at a 128k vocabulary.
-                const std::int64_t rowsCpu =
-                    std::max<std::int64_t>(1, std::min({N, 3 * N * width / V, (std::int64_t(128) << 20) / (4 * V)}));
-                at::Tensor za = at::empty({rowsCpu, V}, topts), zb = at::empty({rowsCpu, V}, topts);
-                at::Tensor stats = at::empty({5, N}, topts); // lse_p, lse_q, mass, meanD, expD
-                for (std::int64_t r0 = 0; r0 < N; r0 += rowsCpu) {
-                    const std::int64_t nr = std::min(rowsCpu, N - r0);
-                    at::Tensor tb = teacherNormed.narrow(0, r0, nr), sb = ug.narrow(0, r0, nr);
-                    if (tau != 1.0) tb = tb * invTau, sb = sb * invTau;
-                    auto zaB = za.narrow(0, 0, nr), zbB = zb.narrow(0, 0, nr);
-                    // The teacher's logits, then the student's: timed apart so that `bench train`
-                    // counts each model's lm_head product on its own side, as an eager forward does.
-                    auto logitsInto = [&](at::Tensor& z, const at::Tensor& h) {
-                        for (std::int64_t a = 0; a < V; a += chunk) {
-                            const std::int64_t n = std::min(chunk, V - a);
-                            const auto bias = biasChunk(a, n);
-                            auto o = z.narrow(1, a, n);
-                            at::mm_out(o, h, lmChunk(a, n).t());
-                            if (bias.defined()) o.add_(bias * invTau);
-                        }
-                    };
-                    const auto tTeacher = Clock::now();
-                    logitsInto(zaB, tb);
-                    r.teacherLogitsSeconds += since(tTeacher);
-                    logitsInto(zbB, sb);
-                    cpu::KlRowOutputs out;
-                    out.lseA = stats[0].narrow(0, r0, nr).data_ptr<float>();
-                    out.lseB = stats[1].narrow(0, r0, nr).data_ptr<float>();
-                    out.mass = stats[2].narrow(0, r0, nr).data_ptr<float>();
-                    out.meanD = stats[3].narrow(0, r0, nr).data_ptr<float>();
-                    out.expD = stats[4].narrow(0, r0, nr).data_ptr<float>();
-                    cpu::klRows(zaB.data_ptr<float>(), zbB.data_ptr<float>(), nr, V, zaB.stride(0),
-                                static_cast<float>(invTau / double(N)), out);
-                    auto gb = gradU.narrow(0, r0, nr);
-                    const auto tGradient = Clock::now();
-                    for (std::int64_t a = 0; a < V; a += chunk) {
-                        const std::int64_t n = std::min(chunk, V - a);
-                        gb.addmm_(zaB.narrow(1, a, n), lmChunk(a, n));
-                    }
-                    r.lossGradientSeconds += since(tGradient);
-                }
-                lseP = stats[0];
-                lseQ = stats[1];
-                mass = stats[2];
-                meanD = stats[3];
-                expD = stats[4];
-            }
-            for (std::int64_t r0 = 0; r0 < N && !top.is_cpu(); r0 += block) {
-                const std::int64_t nr = std::min(block, N - r0);
-                const auto tb = teacherNormed.narrow(0, r0, nr), sb = ug.narrow(0, r0, nr);
-                auto lp = lseP.narrow(0, r0, nr), lq = lseQ.narrow(0, r0, nr);
-                std::vector<at::Tensor> ra, rb; // per vocabulary chunk: [nr, n] logits
-                for (std::int64_t a = 0; a < V; a += chunk) {
-                    const std::int64_t n = std::min(chunk, V - a);
-                    const auto w = lmChunk(a, n), b = biasChunk(a, n);
-                    ra.push_back(logits(tb, w, b));
-                    rb.push_back(logits(sb, w, b));
-                    lp.copy_(at::logaddexp(lp, at::logsumexp(ra.back() / tau, -1)));
-                    lq.copy_(at::logaddexp(lq, at::logsumexp(rb.back() / tau, -1)));
-                }
-                auto gb = gradU.narrow(0, r0, nr);
-                for (std::size_t k = 0; k < ra.size(); ++k) {
-                    const std::int64_t a = static_cast<std::int64_t>(k) * chunk, n = std::min(chunk, V - a);
-                    auto d = (ra[k] - rb[k]).div_(tau); // close logits: the subtraction is exact (Sterbenz)
-                    const auto p = ra[k].div_(tau).sub_(lp.unsqueeze(1)).exp_(); // ra[k] becomes p
-                    const auto q = rb[k].div_(tau).sub_(lq.unsqueeze(1)).exp_(); // rb[k] becomes q
-                    mass.narrow(0, r0, nr).add_(p.sum(1));
-                    meanD.narrow(0, r0, nr).add_((p * d).sum(1));
-                    expD.narrow(0, r0, nr).add_(d.neg_().expm1_().mul_(p).sum(1));
-                    gb.addmm_(q.sub_(p).div_(tau * double(N)), lmChunk(a, n));
-                    ra[k] = rb[k] = at::Tensor(); // freed as the pass goes
-                }
-            }
-            gradU.mul_(gamma);
-            auto perToken = meanD / mass + at::log1p(expD / mass);
-            perToken = at::where(at::isfinite(perToken), perToken, meanD - (lseP - lseQ) * mass);
-            kl = perToken.to(at::kDouble).sum().item<double>() / double(N);
-        }
-        r.objective = kl;
-        r.studentSeconds = since(t1);
-        r.lossSeconds = since(tLoss);
-        t2 = Clock::now();
-
-        // Backward: the top, then each layer recomputed with its graph from its saved input, then
-        // the embedding rows, then T1's matrices and the volume term.
-        u.backward(gradU);
-        gradOut = xTop.grad();
-    } else {
-        r.studentSeconds = since(t1);
-        t2 = Clock::now();
-    }
-    double mseSum = 0;
-    for (int l = c.numLayers - 1; l >= 0; --l) {
-        const c10::Device d = devOf(l);
-        const auto xi = keepGraphs ? inputs[static_cast<size_t>(l)] : inputs[static_cast<size_t>(l)].detach().requires_grad_(true);
-        inputs[static_cast<size_t>(l)] = at::Tensor();
-        const auto out = keepGraphs ? outputs[static_cast<size_t>(l)]
-                                    : model::decoderLayer(c, studentLayer(l), on(d).student, xi, on(d).rope, l);
-        if (keepGraphs) outputs[static_cast<size_t>(l)] = at::Tensor(); // the graph goes with the backward
-        if (blockMse) {
-            // This block's term, mean((T1⁻¹(x'_l) − x_l)²) / L, differentiated together with
-            // what the later blocks sent back through its output.
-            auto mapped = out.reshape({N, c.hiddenSize});
-            const fold::AffineMatrices& t1d = leaf1On(d);
-            if (t1d.defined()) mapped = at::matmul(t1d.v.defined() ? mapped - t1d.v : mapped, t1d.aInv.t());
-            const auto target = teacherBlocks[static_cast<size_t>(l)].reshape({N, c.hiddenSize}).to(fopts.device(d));
-            teacherBlocks[static_cast<size_t>(l)] = at::Tensor();
-            const auto term = (mapped - target).pow(2).mean() / double(c.numLayers);
-            mseSum += term.item<double>();
-            (gradOut.defined() ? term + (out * gradOut.to(d)).sum() : term).backward();
-        } else {
-            out.backward(gradOut.to(d));
-        }
-        gradOut = xi.grad();
-        model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
-    }
-    if (blockMse) r.objective = mseSum;
-    if (leaf1.defined()) {
-        embedStudent().backward(gradOut.to(device));
-        at::Tensor s = at::zeros({}, fopts);
-        std::vector<const fold::AffineMatrices*> leaves{&leaf1};
-        for (const auto& [d, copy] : leafCopies) leaves.push_back(&copy);
-        auto gradOf = [&](const at::Tensor& t) { return t.grad().to(device); };
-        for (const fold::AffineMatrices* l1 : leaves) {
-            if (l1->a.grad().defined()) s = s + (m1.a * gradOf(l1->a)).sum();
-            if (l1->aInv.grad().defined()) s = s + (m1.aInv * gradOf(l1->aInv)).sum();
-            if (l1->v.defined() && l1->v.grad().defined()) s = s + (m1.v * gradOf(l1->v)).sum();
-        }
-        if (s.requires_grad()) s.backward();
-    }
-    const auto vol = transforms.volume().to(device);
-    r.vol = vol.item<double>();
-    if (volumeWeight != 0 && vol.requires_grad()) (vol * volumeWeight).backward();
-    r.loss = r.objective + volumeWeight * r.vol;
-    r.backwardSeconds = since(t2);
-    return r;
 }
 
 Objective objectiveOf(const std::string& name) {
@@ -482,6 +148,68 @@ std::string nonFiniteLossMessage(const model::ModelConfig& c, const model::Llama
            "float32 on this text, which no learning rate fixes; check it with `latmix eval`, or calibrate on other text";
 }
 
+// Every rank starts from rank 0's parameters and optimizer state (fresh or resumed).
+void broadcastStart(dist::Group& group, const std::vector<at::Tensor>& params, AdamW& opt, DistillResult& r) {
+    at::NoGradGuard g;
+    auto counters = at::tensor(std::vector<double>{double(opt.t), double(r.startStep)}, at::kDouble);
+    std::vector<at::Tensor> state = params;
+    state.insert(state.end(), opt.m.begin(), opt.m.end());
+    state.insert(state.end(), opt.v.begin(), opt.v.end());
+    state.push_back(counters);
+    group.broadcast(state, 0);
+    opt.t = static_cast<std::int64_t>(counters[0].item<double>());
+    r.startStep = static_cast<int>(counters[1].item<double>());
+}
+
+// The mean gradient of the global batch: each rank's objective is a mean over its own equal share
+// of the tokens (the volume term is the same on every rank); the loss terms averaged with it.
+// Returns whether any rank asked to cancel.
+bool averageOverRanks(dist::Group& group, const std::vector<at::Tensor>& params, DistillLoss& l, bool cancelHere) {
+    std::vector<at::Tensor> grads;
+    for (auto& p : params) {
+        if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p.detach());
+        grads.push_back(p.grad());
+    }
+    auto terms = at::tensor(std::vector<double>{l.loss, l.objective, l.vol, cancelHere ? 1.0 : 0.0}, at::kDouble);
+    grads.push_back(terms);
+    group.allreduceMean(grads);
+    l.loss = terms[0].item<double>();
+    l.objective = terms[1].item<double>();
+    l.vol = terms[2].item<double>();
+    return terms[3].item<double>() > 0;
+}
+
+void takeStepResult(DistillStep& s, const DistillLoss& l) {
+    s.lossSeconds = l.lossSeconds;
+    s.teacherLogitsSeconds = l.teacherLogitsSeconds;
+    s.lossGradientSeconds = l.lossGradientSeconds;
+    s.loss = l.loss;
+    s.objective = l.objective;
+    s.vol = l.vol;
+    s.teacherSeconds = l.teacherSeconds;
+    s.studentSeconds = l.studentSeconds;
+    s.backwardSeconds = l.backwardSeconds;
+}
+
+// κ, orthogonality and off-block norm of A1 and the tracked layer's A2, and the matrices
+// themselves to o.onMatrices (the workbench's live heat maps).
+void recordMatrixMetrics(DistillStep& s, const fold::ModelTransforms& transforms, const DistillOptions& o) {
+    const auto t3 = Clock::now();
+    const bool tracked = transforms.layers() > o.trackedLayer;
+    const auto m1 = matrixMetrics(transforms.t1(), transforms.spec().blockSize);
+    const auto m2 = tracked ? matrixMetrics(transforms.t2(o.trackedLayer), transforms.spec().blockSize)
+                            : MatrixMetrics{DistillStep::nan, DistillStep::nan, DistillStep::nan};
+    s.a1Condition = m1.cond, s.a1Orthogonality = m1.orth, s.a1OffBlock = m1.off;
+    s.a2Condition = m2.cond, s.a2Orthogonality = m2.orth, s.a2OffBlock = m2.off;
+    s.metricsSeconds = since(t3);
+    if (!o.onMatrices) return;
+    auto copy = [](const transforms::AffineTransform* t) {
+        at::NoGradGuard g;
+        return t ? t->matrix().detach().to(at::TensorOptions().dtype(at::kFloat).device(at::kCPU)).clone() : at::Tensor();
+    };
+    o.onMatrices(s.step, copy(transforms.t1()), tracked ? copy(transforms.t2(o.trackedLayer)) : at::Tensor());
+}
+
 } // namespace
 
 DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& original, const at::Tensor& calibration,
@@ -494,7 +222,6 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
     if (params.empty()) throw std::invalid_argument("the transforms have nothing to learn (fixed kinds)");
     const auto start = Clock::now();
     const auto device = original.embed.device();
-    const auto fopts = at::TensorOptions().dtype(at::kFloat).device(device);
 
     AdamW opt(params, o.weightDecay);
     DistillResult r;
@@ -512,18 +239,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         restoreTrainFile(o.runFile, params, opt, r);
     }
 
-    if (world > 1) {
-        // Every rank starts from rank 0's parameters and optimizer state (fresh or resumed).
-        at::NoGradGuard g;
-        auto counters = at::tensor(std::vector<double>{double(opt.t), double(r.startStep)}, at::kDouble);
-        std::vector<at::Tensor> state = params;
-        state.insert(state.end(), opt.m.begin(), opt.m.end());
-        state.insert(state.end(), opt.v.begin(), opt.v.end());
-        state.push_back(counters);
-        o.group->broadcast(state, 0);
-        opt.t = static_cast<std::int64_t>(counters[0].item<double>());
-        r.startStep = static_cast<int>(counters[1].item<double>());
-    }
+    if (world > 1) broadcastStart(*o.group, params, opt, r);
 
     const int warmup = effectiveWarmupSteps(o.warmupSteps, o.steps);
     auto save = [&](int done, const std::string& status) {
@@ -566,24 +282,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                 opt.zeroGrad();
                 DistillLoss l =
                     distillationStep(c, original, transforms, o.activation, tokens, o.temperature, o.volumeWeight, o.objective);
-                if (world > 1) {
-                    // The mean gradient of the global batch: each rank's KL is a mean over its
-                    // own equal share of the tokens (the volume term is the same on every rank).
-                    std::vector<at::Tensor> grads;
-                    for (auto& p : params) {
-                        if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p.detach());
-                        grads.push_back(p.grad());
-                    }
-                    auto terms = at::tensor(
-                        std::vector<double>{l.loss, l.objective, l.vol, job.cancelRequested() ? 1.0 : 0.0}, at::kDouble);
-                    grads.push_back(terms);
-                    o.group->allreduceMean(grads);
-                    l.loss = terms[0].item<double>();
-                    l.objective = terms[1].item<double>();
-                    l.vol = terms[2].item<double>();
-                    cancelled = terms[3].item<double>() > 0; // any rank asked
-                    if (cancelled) return;
-                }
+                if (world > 1 && (cancelled = averageOverRanks(*o.group, params, l, job.cancelRequested()))) return;
                 if (!std::isfinite(l.loss)) { // never into AdamW's state or the run file
                     s.loss = l.loss;
                     stepTokens = tokens;
@@ -594,15 +293,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                 const auto tOpt = Clock::now();
                 opt.step(s.lr);
                 s.optimizerSeconds = since(tOpt);
-                s.lossSeconds = l.lossSeconds;
-                s.teacherLogitsSeconds = l.teacherLogitsSeconds;
-                s.lossGradientSeconds = l.lossGradientSeconds;
-                s.loss = l.loss;
-                s.objective = l.objective;
-                s.vol = l.vol;
-                s.teacherSeconds = l.teacherSeconds;
-                s.studentSeconds = l.studentSeconds;
-                s.backwardSeconds = l.backwardSeconds;
+                takeStepResult(s, l);
             });
         } catch (const OutOfMemory&) {
             if (!updating) save(k, "out of memory");
@@ -617,25 +308,8 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
             save(k, "non-finite loss");
             throw std::runtime_error(nonFiniteLossMessage(c, original, stepTokens, stepWindows, s.step, o.steps, s.loss));
         }
-        if (root && o.metricsEvery > 0 && (s.step % o.metricsEvery == 0 || s.step == o.steps || s.step == 1)) {
-            const auto t3 = Clock::now();
-            const auto m1 = matrixMetrics(transforms.t1(), transforms.spec().blockSize);
-            const auto m2 = transforms.layers() > o.trackedLayer
-                                ? matrixMetrics(transforms.t2(o.trackedLayer), transforms.spec().blockSize)
-                                : MatrixMetrics{DistillStep::nan, DistillStep::nan, DistillStep::nan};
-            s.a1Condition = m1.cond, s.a1Orthogonality = m1.orth, s.a1OffBlock = m1.off;
-            s.a2Condition = m2.cond, s.a2Orthogonality = m2.orth, s.a2OffBlock = m2.off;
-            s.metricsSeconds = since(t3);
-            if (o.onMatrices) {
-                auto copy = [](const transforms::AffineTransform* t) {
-                    at::NoGradGuard g;
-                    return t ? t->matrix().detach().to(at::TensorOptions().dtype(at::kFloat).device(at::kCPU)).clone()
-                             : at::Tensor();
-                };
-                o.onMatrices(s.step, copy(transforms.t1()),
-                             transforms.layers() > o.trackedLayer ? copy(transforms.t2(o.trackedLayer)) : at::Tensor());
-            }
-        }
+        if (root && o.metricsEvery > 0 && (s.step % o.metricsEvery == 0 || s.step == o.steps || s.step == 1))
+            recordMatrixMetrics(s, transforms, o);
         if (trackFolded && (s.step == 1 || s.step % o.foldedEvalEvery == 0 || s.step == o.steps)) {
             const auto t4 = Clock::now();
             s.foldedPerplexity = o.foldedEval(transforms);

@@ -123,8 +123,8 @@ DistillResult distill(const model::ModelConfig& config, const model::LlamaWeight
 // distillationKl(forwardWith(original), forwardWith(transforms.fold(...))) and its gradient,
 // within float32 rounding (tst_distillation). tokens: int64 [B, T] on the training device.
 // Objective::CrossEntropy: the student's cross-entropy against the next tokens instead of the KL
-// (no teacher pass; `kl` holds it), equal to at::cross_entropy of the folded student's logits.
-// Objective::BlockMse: the block-output MSE above (`kl` holds it); no logits are formed, the
+// (no teacher pass; `objective` holds it), equal to at::cross_entropy of the folded student's logits.
+// Objective::BlockMse: the block-output MSE above (`objective` holds it); no logits are formed, the
 // teacher's block outputs are kept for the step ([B·T, d] per block).
 struct DistillLoss {
     double loss = 0, objective = 0, vol = 0; // as in DistillStep

@@ -1,5 +1,5 @@
 #pragma once
-// The distillation loss's vocabulary work on the CPU in one kernel (train/Distillation.cpp):
+// The distillation loss's vocabulary work on the CPU in one kernel (train/DistillationStep.cpp):
 // for each token, the teacher's logits a and the student's b over the whole vocabulary (both
 // already divided by the temperature), p = softmax(a), q = softmax(b), the terms of KL(p‖q) and
 // the gradient of the mean KL w.r.t. b. Written with ATen's ops these were some twenty passes
