@@ -170,7 +170,7 @@ step configure hard 150 build.log configure
 [ "${LATMIX_DEVICE_STEPS:-all}" = configure ] && { say "configured in $((SECONDS - T0)) s (LATMIX_DEVICE_STEPS=configure: stopping here)"; exit $FAILED; }
 
 # --- 3. build -----------------------------------------------------------------------------------
-DEVICE_TESTS=$(cd "$SRC/tests" && grep -l '"DeviceRows.h"' tst_*.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
+DEVICE_TESTS=$(cd "$SRC/tests" && grep -rl --include='tst_*.cpp' '"DeviceRows.h"' . | xargs -n1 basename | sed 's/\.cpp$//' | sort | tr '\n' ' ')
 export DEVICE_TESTS
 build_cli() {
   set -e

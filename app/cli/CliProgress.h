@@ -49,10 +49,10 @@ public:
 
 private:
     // Fault injection, counted over the whole process's progress reports:
-    // LATMIX_KILL_AFTER_PROGRESS=N (the kill-safety tests, issue 17.4, tests/tst_killsafety.cpp)
+    // LATMIX_KILL_AFTER_PROGRESS=N (the kill-safety tests, issue 17.4, tests/run/tst_killsafety.cpp)
     // makes the process SIGKILL itself at its N-th report, as `kill -9` from outside would at that
     // moment: no destructor, no handler, no flush runs. LATMIX_CRASH_AFTER_PROGRESS=N calls
-    // through a null function pointer there (tests/tst_crashreport.cpp): a SIGSEGV whose
+    // through a null function pointer there (tests/util/tst_crashreport.cpp): a SIGSEGV whose
     // interrupted frame the unwinder cannot pass, the case util/CrashReport's stack scan is for.
     static void killIfAsked() {
         static const long long killAt = envCount("LATMIX_KILL_AFTER_PROGRESS"), crashAt = envCount("LATMIX_CRASH_AFTER_PROGRESS");

@@ -9,7 +9,7 @@
 // each address as FILE(+OFFSET) and the nearest exported symbol where there is one; then the
 // signal's default action (a core dump where enabled, exit status 128 + signal). Symbol names
 // come from `addr2line -f -C -e BINARY OFFSET` (packaging/device-runs.sh does this for a crashed
-// run). tests/tst_crashreport.cpp crashes the real executable on purpose. No libtorch, no Qt.
+// run). tests/util/tst_crashreport.cpp crashes the real executable on purpose. No libtorch, no Qt.
 
 namespace latmix::util {
 

@@ -150,7 +150,7 @@ private slots:
         QVERIFY(commands.contains(QStringLiteral("quantize")) && commands.size() >= 10);
         QString page = QStringLiteral(
             "# Command-line reference\n\n"
-            "Every command's `--help`, as `latmix` prints it. tests/tst_docs.cpp checks that this page is\n"
+            "Every command's `--help`, as `latmix` prints it. tests/docs/tst_docs.cpp checks that this page is\n"
             "current; after changing an option, `LATMIX_WRITE_CLI_DOC=1 build/bin/tst_docs cliReferenceIsCurrent`\n"
             "rewrites it. The README has the three jobs as steps; docs/features.md says what each command does.\n"
             "Help text laid out by CLI11 ") + QStringLiteral(CLI11_VERSION) + QStringLiteral(" (Debian 12's).\n\n"
@@ -188,7 +188,7 @@ private slots:
             "the unfinished-run marker (`latmix quantize --resume RUN_DIR` continues with those) and in the\n"
             "run key of a data-parallel run (the options marked *result*: ranks must agree on them); the\n"
             "**flag** is the CLI's (docs/cli.md) and the **workbench** name is its control's, which the\n"
-            "workbench's messages use. tests/tst_docs.cpp checks this page; after changing the table,\n"
+            "workbench's messages use. tests/docs/tst_docs.cpp checks this page; after changing the table,\n"
             "`LATMIX_WRITE_OPTIONS_DOC=1 build/bin/tst_docs optionsReferenceIsCurrent` rewrites it.\n\n"
             "| key | flag | workbench | type | result | what |\n|---|---|---|---|---|---|\n");
         for (const auto& f : latmix::run::optionFields())

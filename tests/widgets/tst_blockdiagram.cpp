@@ -46,7 +46,7 @@ std::optional<ModelConfig> configNamed(const QString& name) {
         return c;
     }
     QString dir = qEnvironmentVariable("LATMIX_CONFIGS_DIR");
-    const QString file = dir.isEmpty() ? QFINDTESTDATA("../resources/configs/" + name + ".json")
+    const QString file = dir.isEmpty() ? QFINDTESTDATA("../../resources/configs/" + name + ".json")
                                        : dir + QLatin1Char('/') + name + QStringLiteral(".json");
     return ModelConfig::fromFile(file.toStdString());
 }
