@@ -1,6 +1,7 @@
 #include "tokenizer/SentencePieceBpeJson.h"
 
 #include "tokenizer/Utf8.h"
+#include "util/AtomicFile.h"
 
 #include <nlohmann/json.hpp>
 
@@ -21,32 +22,14 @@ ojson stringPattern(const std::string& s) { return ojson{{"String", s}}; }
 
 } // namespace
 
-void writeSentencePieceBpeJson(const std::vector<SpmPiece>& pieces, const SpmJsonOptions& options,
-                               const std::string& jsonOut, const std::string& source) {
-    using T = SpmPiece::Type;
-    const int n = static_cast<int>(pieces.size());
-    std::unordered_map<std::string, int> idOf;
-    idOf.reserve(pieces.size());
-    int unkId = -1;
-    bool hasBytes = false;
-    for (int id = 0; id < n; ++id) {
-        const auto& p = pieces[static_cast<std::size_t>(id)];
-        if (p.piece.empty() || !utf8::isValid(p.piece))
-            throw std::runtime_error(source + ": piece " + std::to_string(id) + " is empty or not valid UTF-8");
-        if (!idOf.emplace(p.piece, id).second)
-            throw std::runtime_error(source + ": piece '" + p.piece + "' occurs twice (ids " +
-                                     std::to_string(idOf[p.piece]) + " and " + std::to_string(id) + ")");
-        if (p.type == T::Unknown && unkId < 0) unkId = id;
-        hasBytes = hasBytes || p.type == T::Byte;
-    }
-    if (unkId < 0) throw std::runtime_error(source + ": no unknown piece (<unk>)");
-    const auto checkId = [&](int id, const char* what) {
-        if (id >= n) throw std::runtime_error(source + ": " + what + " id " + std::to_string(id) + " is outside the vocabulary");
-    };
-    checkId(options.bosId, "BOS");
-    checkId(options.eosId, "EOS");
+namespace {
 
-    // Merges: every split (at character boundaries) of a NORMAL piece into two mergeable pieces.
+using T = SpmPiece::Type;
+
+// Merges: every split (at character boundaries) of a NORMAL piece into two mergeable pieces,
+// by decreasing score, ties by ids.
+ojson mergesOf(const std::vector<SpmPiece>& pieces, const std::unordered_map<std::string, int>& idOf) {
+    const int n = static_cast<int>(pieces.size());
     const auto mergeable = [&](const std::string& s) {
         const auto it = idOf.find(s);
         if (it == idOf.end()) return -1;
@@ -70,15 +53,16 @@ void writeSentencePieceBpeJson(const std::vector<SpmPiece>& pieces, const SpmJso
         if (a.score != b.score) return a.score > b.score;
         return std::tie(a.piece, a.left, a.right) < std::tie(b.piece, b.left, b.right);
     });
-
-    ojson vocab = ojson::object();
-    for (int id = 0; id < n; ++id) vocab[pieces[static_cast<std::size_t>(id)].piece] = id;
     ojson mergeList = ojson::array();
     for (const auto& m : merges)
         mergeList.push_back(ojson::array({pieces[static_cast<std::size_t>(m.left)].piece, pieces[static_cast<std::size_t>(m.right)].piece}));
+    return mergeList;
+}
 
+// The unknown, control and user-defined pieces as added tokens.
+ojson addedTokens(const std::vector<SpmPiece>& pieces) {
     ojson added = ojson::array();
-    for (int id = 0; id < n; ++id) {
+    for (int id = 0; id < static_cast<int>(pieces.size()); ++id) {
         const auto& p = pieces[static_cast<std::size_t>(id)];
         if (p.type != T::Unknown && p.type != T::Control && p.type != T::UserDefined) continue;
         added.push_back(ojson{{"id", id},
@@ -89,38 +73,67 @@ void writeSentencePieceBpeJson(const std::vector<SpmPiece>& pieces, const SpmJso
                               {"normalized", false},
                               {"special", p.type != T::UserDefined}});
     }
+    return added;
+}
 
+// BOS before each sequence, as SentencePiece's add_bos does (null without a BOS).
+ojson postProcessor(const std::vector<SpmPiece>& pieces, int bosId) {
+    if (bosId < 0) return nullptr;
+    const std::string bos = pieces[static_cast<std::size_t>(bosId)].piece;
+    const auto special = ojson{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
+    return ojson{{"type", "TemplateProcessing"},
+                 {"single", ojson::array({special, ojson{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+                 {"pair", ojson::array({special, ojson{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, special,
+                                        ojson{{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
+                 {"special_tokens",
+                  ojson{{bos, ojson{{"id", bos}, {"ids", ojson::array({bosId})}, {"tokens", ojson::array({bos})}}}}}};
+}
+
+} // namespace
+
+void writeSentencePieceBpeJson(const std::vector<SpmPiece>& pieces, const SpmJsonOptions& options,
+                               const std::string& jsonOut, const std::string& source) {
+    const int n = static_cast<int>(pieces.size());
+    std::unordered_map<std::string, int> idOf;
+    idOf.reserve(pieces.size());
+    int unkId = -1;
+    bool hasBytes = false;
+    for (int id = 0; id < n; ++id) {
+        const auto& p = pieces[static_cast<std::size_t>(id)];
+        if (p.piece.empty() || !utf8::isValid(p.piece))
+            throw std::runtime_error(source + ": piece " + std::to_string(id) + " is empty or not valid UTF-8");
+        if (!idOf.emplace(p.piece, id).second)
+            throw std::runtime_error(source + ": piece '" + p.piece + "' occurs twice (ids " +
+                                     std::to_string(idOf[p.piece]) + " and " + std::to_string(id) + ")");
+        if (p.type == T::Unknown && unkId < 0) unkId = id;
+        hasBytes = hasBytes || p.type == T::Byte;
+    }
+    if (unkId < 0) throw std::runtime_error(source + ": no unknown piece (<unk>)");
+    const auto checkId = [&](int id, const char* what) {
+        if (id >= n) throw std::runtime_error(source + ": " + what + " id " + std::to_string(id) + " is outside the vocabulary");
+    };
+    checkId(options.bosId, "BOS");
+    checkId(options.eosId, "EOS");
+
+    ojson vocab = ojson::object();
+    for (int id = 0; id < n; ++id) vocab[pieces[static_cast<std::size_t>(id)].piece] = id;
     ojson normalizers = ojson::array();
     if (options.addDummyPrefix) normalizers.push_back(ojson{{"type", "Prepend"}, {"prepend", kSpace}});
     normalizers.push_back(ojson{{"type", "Replace"}, {"pattern", stringPattern(" ")}, {"content", kSpace}});
-
     ojson decoders = ojson::array();
     decoders.push_back(ojson{{"type", "Replace"}, {"pattern", stringPattern(kSpace)}, {"content", " "}});
     decoders.push_back(ojson{{"type", "ByteFallback"}});
     decoders.push_back(ojson{{"type", "Fuse"}});
     if (options.addDummyPrefix) decoders.push_back(ojson{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
 
-    ojson post = nullptr;
-    if (options.bosId >= 0) {
-        const std::string bos = pieces[static_cast<std::size_t>(options.bosId)].piece;
-        const auto special = ojson{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
-        post = ojson{{"type", "TemplateProcessing"},
-                     {"single", ojson::array({special, ojson{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-                     {"pair", ojson::array({special, ojson{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, special,
-                                            ojson{{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
-                     {"special_tokens", ojson{{bos, ojson{{"id", bos},
-                                                            {"ids", ojson::array({options.bosId})},
-                                                            {"tokens", ojson::array({bos})}}}}}};
-    }
-
     ojson root;
     root["version"] = "1.0";
     root["truncation"] = nullptr;
     root["padding"] = nullptr;
-    root["added_tokens"] = added;
+    root["added_tokens"] = addedTokens(pieces);
     root["normalizer"] = ojson{{"type", "Sequence"}, {"normalizers", normalizers}};
     root["pre_tokenizer"] = nullptr;
-    root["post_processor"] = post;
+    root["post_processor"] = postProcessor(pieces, options.bosId);
     root["decoder"] = ojson{{"type", "Sequence"}, {"decoders", decoders}};
     root["model"] = ojson{{"type", "BPE"},
                           {"dropout", nullptr},
@@ -131,12 +144,9 @@ void writeSentencePieceBpeJson(const std::vector<SpmPiece>& pieces, const SpmJso
                           {"byte_fallback", hasBytes},
                           {"ignore_merges", false},
                           {"vocab", vocab},
-                          {"merges", mergeList}};
-
-    std::ofstream out(jsonOut, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write " + jsonOut);
-    out << root.dump() << '\n';
-    if (!out) throw std::runtime_error("error writing " + jsonOut);
+                          {"merges", mergesOf(pieces, idOf)}};
+    // A temporary name renamed when complete: an interrupted write leaves no half tokenizer.json.
+    util::writeFileAtomically(jsonOut, root.dump() + "\n");
 }
 
 } // namespace latmix::tokenizer

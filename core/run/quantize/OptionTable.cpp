@@ -184,7 +184,7 @@ void addPlacementAndEvaluationOptions(std::vector<Option>& t) {
     t.push_back(member({"eval_seqlen", "--eval-seqlen", "Eval window length", T::Integer,
                         "WikiText-2 test perplexity window (0: no evaluation)", true},
                        &RunConfig::evalSeqLen));
-    t.push_back(member({"eval_windows", "--eval-windows", "Eval windows", T::Integer, "evaluation windows (0: all)", true},
+    t.push_back(member({"eval_windows", "--eval-windows", "Eval windows", T::Integer, "evaluation windows, each as long as the evaluation window length (0: all)", true},
                        &RunConfig::evalWindows));
     t.push_back({{"folded_eval_every", "--folded-eval-every", "Folded check every", T::Integer,
                   "learned methods: perplexity of the folded, unquantized model (the evaluation windows) before "
