@@ -112,6 +112,15 @@ private:
     void arrow(std::initializer_list<QPointF> pts) { m_s.arrows.push_back(QPolygonF(QVector<QPointF>(pts))); }
     void line(std::initializer_list<QPointF> pts) { m_s.lines.push_back(QPolygonF(QVector<QPointF>(pts))); }
     double legend(double top);
+    // Where build put the stream, the spines and the boxes, for connect.
+    struct Joints {
+        double xe, xl, ys, r, xRetA, xRetM; // the stream: embedding and lm_head columns, its height, the adds
+        double ax, mx, row1, bar;           // the attention and MLP spines, the norms' row, the fork bar
+        double qx, vx, gx, ux, row2, h2;    // the projections' columns, their row and height
+        double band, bandH, row3, row4;     // the QK-norm band, the attention / act row, the o / down row
+        QRectF eR, inR, postR, attR, actR, oR, dR;
+    };
+    void connect(const Joints& j);
 
     Info m_info;
     double m_g, u = 0, m_padX = 0, m_padY = 0, m_bw = 0, m_bh = 0, m_tagW = 0, m_tagH = 0, m_m = 0;
@@ -325,37 +334,45 @@ BlockDiagramScene Layouter::build(const QRectF& canvas) {
     marker(PointKind::DownProjInput, mx, m3);
 
     // Edges: the stream, then each branch down its spine and back up to its residual add.
-    arrow({{xe, eR.bottom()}, {xe, ys}, {xRetA - r, ys}});
-    arrow({{xRetA + r, ys}, {xRetM - r, ys}});
-    arrow({{xRetM + r, ys}, {xl, ys}, {xl, eR.bottom()}});
-    s.forks = {{ax, ys}, {mx, ys}};
-    s.adds = {{xRetA, ys}, {xRetM, ys}};
-    s.addRadius = r;
-    for (const QPointF& a : s.adds) s.tips.push_back({QRectF(a.x() - r, a.y() - r, 2 * r, 2 * r), tr("Residual add")});
-    for (const auto& [x, normR] : {std::pair{ax, inR}, std::pair{mx, postR}}) {
-        arrow({{x, ys}, {x, row1}});
-        line({{x, normR.bottom()}, {x, bar}});
-    }
-    line({{qx, bar}, {vx, bar}});
-    line({{gx, bar}, {ux, bar}});
-    for (double x : {qx, ax, vx, gx, ux}) arrow({{x, bar}, {x, row2}});
-    for (double x : {qx, ax}) {
-        if (qkn) {
-            arrow({{x, row2 + h2}, {x, band}});
-            arrow({{x, band + bandH}, {x, row3}});
-        } else {
-            arrow({{x, row2 + h2}, {x, row3}});
-        }
-    }
-    for (double x : {vx, gx, ux}) arrow({{x, row2 + h2}, {x, row3}});
-    arrow({{ax, attR.bottom()}, {ax, row4}});
-    arrow({{mx, actR.bottom()}, {mx, row4}});
-    arrow({{oR.right(), oR.center().y()}, {xRetA, oR.center().y()}, {xRetA, ys + r}});
-    arrow({{dR.right(), dR.center().y()}, {xRetM, dR.center().y()}, {xRetM, ys + r}});
+    connect({xe, xl, ys, r, xRetA, xRetM, ax, mx, row1, bar, qx, vx, gx, ux, row2, h2, band, bandH, row3, row4, eR, inR,
+             postR, attR, actR, oR, dR});
 
     s.bottom = legend(s.frame.bottom() + 0.8 * u * g);
     s.fits = s.fits && s.bottom <= canvas.bottom() + 0.01;
     return std::move(m_s);
+}
+
+// The diagram's edges from the positions build chose (Joints: same names as there).
+void Layouter::connect(const Joints& j) {
+    BlockDiagramScene& s = m_s;
+    const bool qkn = m_info.qkNorm;
+    arrow({{j.xe, j.eR.bottom()}, {j.xe, j.ys}, {j.xRetA - j.r, j.ys}});
+    arrow({{j.xRetA + j.r, j.ys}, {j.xRetM - j.r, j.ys}});
+    arrow({{j.xRetM + j.r, j.ys}, {j.xl, j.ys}, {j.xl, j.eR.bottom()}});
+    s.forks = {{j.ax, j.ys}, {j.mx, j.ys}};
+    s.adds = {{j.xRetA, j.ys}, {j.xRetM, j.ys}};
+    s.addRadius = j.r;
+    for (const QPointF& a : s.adds) s.tips.push_back({QRectF(a.x() - j.r, a.y() - j.r, 2 * j.r, 2 * j.r), tr("Residual add")});
+    for (const auto& [x, normR] : {std::pair{j.ax, j.inR}, std::pair{j.mx, j.postR}}) {
+        arrow({{x, j.ys}, {x, j.row1}});
+        line({{x, normR.bottom()}, {x, j.bar}});
+    }
+    line({{j.qx, j.bar}, {j.vx, j.bar}});
+    line({{j.gx, j.bar}, {j.ux, j.bar}});
+    for (double x : {j.qx, j.ax, j.vx, j.gx, j.ux}) arrow({{x, j.bar}, {x, j.row2}});
+    for (double x : {j.qx, j.ax}) {
+        if (qkn) {
+            arrow({{x, j.row2 + j.h2}, {x, j.band}});
+            arrow({{x, j.band + j.bandH}, {x, j.row3}});
+        } else {
+            arrow({{x, j.row2 + j.h2}, {x, j.row3}});
+        }
+    }
+    for (double x : {j.vx, j.gx, j.ux}) arrow({{x, j.row2 + j.h2}, {x, j.row3}});
+    arrow({{j.ax, j.attR.bottom()}, {j.ax, j.row4}});
+    arrow({{j.mx, j.actR.bottom()}, {j.mx, j.row4}});
+    arrow({{j.oR.right(), j.oR.center().y()}, {j.xRetA, j.oR.center().y()}, {j.xRetA, j.ys + j.r}});
+    arrow({{j.dR.right(), j.dR.center().y()}, {j.xRetM, j.dR.center().y()}, {j.xRetM, j.ys + j.r}});
 }
 
 // The caption: what each colour and mark means and what stays in full precision. Entries flow in

@@ -55,6 +55,13 @@ int intVariable(const char* name, int fallback, bool required) {
     }
 }
 
+[[maybe_unused]] // An exception's first line: c10d appends a backtrace to its messages.
+[[maybe_unused]] std::string firstLine(const std::exception& e) {
+    std::string what = e.what();
+    if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    return what;
+}
+
 } // namespace
 
 World worldFromEnvironment() {
@@ -184,12 +191,10 @@ struct Group::Impl {
         } catch (...) {
             // the store lives in rank 0's process: gone when rank 0 is
         }
-        std::string what = e.what();
-        if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl); // c10d appends a backtrace
         throw std::runtime_error(where() + ": " + op + " failed" +
                                  (cause.empty() ? std::string(": another rank stopped or cannot be reached")
                                                 : " because " + cause) +
-                                 " (" + what + "); the run folder is resumable with --resume once every rank can run");
+                                 " (" + firstLine(e) + "); the run folder is resumable with --resume once every rank can run");
     }
     void run(const std::string& op, const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
         try {
@@ -200,6 +205,104 @@ struct Group::Impl {
         }
     }
 };
+
+namespace {
+
+// The rendezvous: rank 0 hosts a TCPStore at MASTER_ADDR:MASTER_PORT and waits for every rank.
+c10::intrusive_ptr<c10d::TCPStore> openStore(const World& world, std::chrono::milliseconds timeout,
+                                             const std::string& at, const std::string& secs) {
+    try {
+        c10d::TCPStoreOptions so;
+        so.port = static_cast<std::uint16_t>(world.masterPort);
+        so.isServer = world.rank == 0;
+        so.numWorkers = static_cast<std::size_t>(world.size);
+        so.waitWorkers = true;
+        so.timeout = timeout;
+        compat::preferPlainTcpStore(so);
+        return c10::make_intrusive<c10d::TCPStore>(world.masterAddr, so);
+    } catch (const std::exception& e) {
+        if (world.rank == 0)
+            throw std::runtime_error("rank 0 could not host the rendezvous at " + at + " or not every rank of " +
+                                     std::to_string(world.size) + " joined within " + secs + " (" + firstLine(e) +
+                                     "); if the port is taken choose another MASTER_PORT, otherwise check that all "
+                                     "ranks were started (--dist-timeout sets the wait)");
+        throw std::runtime_error("rank " + std::to_string(world.rank) + " could not reach the rendezvous at " + at +
+                                 " within " + secs + " (" + firstLine(e) +
+                                 "); check MASTER_ADDR / MASTER_PORT and that rank 0 is running (--dist-timeout sets "
+                                 "the wait)");
+    }
+}
+
+// Run key check before any collective: every rank compares every other rank's key with its
+// own, then says it has compared; nobody leaves (rank 0's exit takes the store with it)
+// before every rank has read every key, so each rank reports the difference itself.
+void compareRunKeys(c10d::TCPStore& store, const World& world, const std::string& runKey, const std::string& at,
+                    const std::string& secs) {
+    const std::string r = std::to_string(world.rank);
+    store.set("latmix/run_key/" + r, std::vector<std::uint8_t>(runKey.begin(), runKey.end()));
+    std::string mismatch;
+    for (int o = 0; o < world.size && mismatch.empty(); ++o) {
+        if (o == world.rank) continue;
+        std::vector<std::uint8_t> v;
+        try {
+            v = store.get("latmix/run_key/" + std::to_string(o));
+        } catch (const std::exception&) {
+            throw std::runtime_error("rank " + r + ": rank " + std::to_string(o) + " did not publish its run within " +
+                                     secs + " or stopped; check that it started");
+        }
+        const std::string other(v.begin(), v.end());
+        if (other != runKey)
+            mismatch = "rank " + r + " and rank " + std::to_string(o) + " were started for different runs: " +
+                       firstDifference(runKey, other) + "; start every rank with the same model, method, options and seed";
+    }
+    std::vector<std::string> compared;
+    for (int o = 0; o < world.size; ++o) compared.push_back("latmix/run_key_compared/" + std::to_string(o));
+    try {
+        store.set(compared[static_cast<size_t>(world.rank)], std::vector<std::uint8_t>{1});
+        store.wait(compared);
+    } catch (const std::exception&) {
+        if (mismatch.empty())
+            throw std::runtime_error("rank " + r + ": the rendezvous at " + at + " broke off (another rank stopped?)");
+    }
+    if (!mismatch.empty()) throw std::runtime_error(mismatch);
+}
+
+#ifdef LATMIX_WITH_NCCL
+c10::intrusive_ptr<c10d::ProcessGroupNCCL> formNccl(const c10::intrusive_ptr<c10d::TCPStore>& store, const World& world,
+                                                    std::chrono::milliseconds timeout, int cudaDevice) {
+    try {
+        auto opts = c10d::ProcessGroupNCCL::Options::create();
+        opts->timeout = timeout;
+        return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, world.rank, world.size, opts);
+    } catch (const std::exception& e) {
+        throw std::runtime_error("rank " + std::to_string(world.rank) + ": the NCCL process group on cuda:" +
+                                 std::to_string(cudaDevice) + " did not form (" + firstLine(e) +
+                                 "); NCCL_DEBUG=INFO says why, --dist-backend gloo avoids NCCL");
+    }
+}
+#endif
+
+#ifdef LATMIX_WITH_GLOO
+c10::intrusive_ptr<c10d::ProcessGroupGloo> formGloo(const c10::intrusive_ptr<c10d::TCPStore>& store, const World& world,
+                                                    std::chrono::milliseconds timeout, const std::string& secs) {
+    try {
+        auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+        // Gloo's socket: GLOO_SOCKET_IFNAME as PyTorch reads it; on one machine the loopback;
+        // else the address this host's name resolves to (c10d falls back to the loopback).
+        const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+        const bool local = world.masterAddr == "127.0.0.1" || world.masterAddr == "localhost";
+        opts->devices.push_back(ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                : local           ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                                  : c10d::ProcessGroupGloo::createDefaultDevice());
+        return c10::make_intrusive<c10d::ProcessGroupGloo>(store, world.rank, world.size, opts);
+    } catch (const std::exception& e) {
+        throw std::runtime_error("rank " + std::to_string(world.rank) + ": the Gloo process group did not form within " +
+                                 secs + " (" + firstLine(e) +
+                                 "); on several machines set GLOO_SOCKET_IFNAME to the network interface to use");
+    }
+}
+#endif
+} // namespace
 
 std::shared_ptr<Group> Group::connect(const World& world, const std::string& runKey, std::chrono::milliseconds timeout,
                                       Backend backend, int cudaDevice) {
@@ -215,91 +318,16 @@ std::shared_ptr<Group> Group::connect(const World& world, const std::string& run
 #endif
     const std::string at = world.masterAddr + ":" + std::to_string(world.masterPort);
     const std::string secs = std::to_string(timeout.count() / 1000) + " s";
-    try {
-        c10d::TCPStoreOptions so;
-        so.port = static_cast<std::uint16_t>(world.masterPort);
-        so.isServer = world.rank == 0;
-        so.numWorkers = static_cast<std::size_t>(world.size);
-        so.waitWorkers = true;
-        so.timeout = timeout;
-        compat::preferPlainTcpStore(so);
-        impl->store = c10::make_intrusive<c10d::TCPStore>(world.masterAddr, so);
-    } catch (const std::exception& e) {
-        std::string what = e.what();
-        if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-        if (world.rank == 0)
-            throw std::runtime_error("rank 0 could not host the rendezvous at " + at + " or not every rank of " +
-                                     std::to_string(world.size) + " joined within " + secs + " (" + what +
-                                     "); if the port is taken choose another MASTER_PORT, otherwise check that all "
-                                     "ranks were started (--dist-timeout sets the wait)");
-        throw std::runtime_error("rank " + std::to_string(world.rank) + " could not reach the rendezvous at " + at +
-                                 " within " + secs + " (" + what +
-                                 "); check MASTER_ADDR / MASTER_PORT and that rank 0 is running (--dist-timeout sets "
-                                 "the wait)");
-    }
-    // Run key check before any collective: every rank compares every other rank's key with its
-    // own, then says it has compared; nobody leaves (rank 0's exit takes the store with it)
-    // before every rank has read every key, so each rank reports the difference itself.
-    const std::string r = std::to_string(world.rank);
-    impl->store->set("latmix/run_key/" + r, std::vector<std::uint8_t>(runKey.begin(), runKey.end()));
-    std::string mismatch;
-    for (int o = 0; o < world.size && mismatch.empty(); ++o) {
-        if (o == world.rank) continue;
-        std::vector<std::uint8_t> v;
-        try {
-            v = impl->store->get("latmix/run_key/" + std::to_string(o));
-        } catch (const std::exception& e) {
-            throw std::runtime_error("rank " + r + ": rank " + std::to_string(o) + " did not publish its run within " +
-                                     secs + " or stopped; check that it started");
-        }
-        const std::string other(v.begin(), v.end());
-        if (other != runKey)
-            mismatch = "rank " + r + " and rank " + std::to_string(o) + " were started for different runs: " +
-                       firstDifference(runKey, other) + "; start every rank with the same model, method, options and seed";
-    }
-    std::vector<std::string> compared;
-    for (int o = 0; o < world.size; ++o) compared.push_back("latmix/run_key_compared/" + std::to_string(o));
-    try {
-        impl->store->set(compared[static_cast<size_t>(world.rank)], std::vector<std::uint8_t>{1});
-        impl->store->wait(compared);
-    } catch (const std::exception& e) {
-        if (mismatch.empty())
-            throw std::runtime_error("rank " + r + ": the rendezvous at " + at + " broke off (another rank stopped?)");
-    }
-    if (!mismatch.empty()) throw std::runtime_error(mismatch);
+    impl->store = openStore(world, timeout, at, secs);
+    compareRunKeys(*impl->store, world, runKey, at, secs);
 #ifdef LATMIX_WITH_NCCL
     if (backend == Backend::Nccl) {
-        try {
-            auto opts = c10d::ProcessGroupNCCL::Options::create();
-            opts->timeout = timeout;
-            impl->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, world.rank, world.size, opts);
-        } catch (const std::exception& e) {
-            std::string what = e.what();
-            if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-            throw std::runtime_error("rank " + r + ": the NCCL process group on cuda:" + std::to_string(cudaDevice) +
-                                     " did not form (" + what + "); NCCL_DEBUG=INFO says why, --dist-backend gloo "
-                                     "avoids NCCL");
-        }
+        impl->nccl = formNccl(impl->store, world, timeout, cudaDevice);
         return std::shared_ptr<Group>(new Group(std::move(impl)));
     }
 #endif
 #ifdef LATMIX_WITH_GLOO
-    try {
-        auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-        // Gloo's socket: GLOO_SOCKET_IFNAME as PyTorch reads it; on one machine the loopback;
-        // else the address this host's name resolves to (c10d falls back to the loopback).
-        const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-        const bool local = world.masterAddr == "127.0.0.1" || world.masterAddr == "localhost";
-        opts->devices.push_back(ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
-                                : local           ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                                  : c10d::ProcessGroupGloo::createDefaultDevice());
-        impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, world.rank, world.size, opts);
-    } catch (const std::exception& e) {
-        std::string what = e.what();
-        if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-        throw std::runtime_error("rank " + r + ": the Gloo process group did not form within " + secs + " (" + what +
-                                 "); on several machines set GLOO_SOCKET_IFNAME to the network interface to use");
-    }
+    impl->pg = formGloo(impl->store, world, timeout, secs);
 #endif
     return std::shared_ptr<Group>(new Group(std::move(impl)));
 }

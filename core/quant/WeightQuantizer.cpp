@@ -152,6 +152,87 @@ at::Tensor quantizeWithScales(const at::Tensor& x, const at::Tensor& scales, con
     return q.narrow(1, 0, n).reshape(x.sizes()).contiguous();
 }
 
+namespace {
+
+// The scales' codes (E8M0, or E4M3 over NVFP4's global scale) and the scales as unpack rebuilds
+// them from those codes; a scale that no code gives back exactly is refused, named by row and group.
+struct ScaleCodes {
+    at::Tensor codes, effective; // uint8 and float32 [rows, groups]
+};
+ScaleCodes encodeScales(const at::Tensor& s, bool nv, float globalScale) {
+    const std::int64_t rows = s.size(0), nb = s.size(1);
+    ScaleCodes r{at::empty({rows, nb}, at::TensorOptions().dtype(at::kByte)),
+                 at::empty({rows, nb}, at::TensorOptions().dtype(at::kFloat))};
+    const float* sp = s.data_ptr<float>();
+    std::uint8_t* bp = r.codes.data_ptr<std::uint8_t>();
+    float* ep = r.effective.data_ptr<float>();
+    for (std::int64_t i = 0; i < rows * nb; ++i) {
+        const float sv = sp[i];
+        auto where = [&] {
+            return "scale " + std::to_string(sv) + " of row " + std::to_string(i / nb) + ", group " + std::to_string(i % nb);
+        };
+        if (!(std::isfinite(sv) && sv > 0.0f))
+            throw std::invalid_argument("packWithScales: " + where() + " is not positive and finite");
+        if (nv) {
+            const double sq = mx::ref::quantizeElement(static_cast<double>(sv) / globalScale, mx::ElementFormat::E4M3);
+            bp[i] = mx::encodeElement(sq, mx::ElementFormat::E4M3);
+            ep[i] = static_cast<float>(mx::decodeElement(bp[i], mx::ElementFormat::E4M3)) * globalScale;
+            if (!(sq > 0) || ep[i] != sv)
+                throw std::invalid_argument("packWithScales: " + where() + " is not an E4M3 value times the global scale");
+        } else {
+            int ex = 0;
+            const double m = std::frexp(static_cast<double>(sv), &ex);
+            const int e = ex - 1;
+            if (m != 0.5 || e < mx::kScaleExpMin || e > mx::kScaleExpMax)
+                throw std::invalid_argument("packWithScales: " + where() + " is not a power of two in the E8M0 range");
+            bp[i] = mx::encodeE8M0(e);
+            ep[i] = sv;
+        }
+    }
+    return r;
+}
+
+// Each value's element code under its group's effective scale: decode(code) · scale in float32
+// must give the value back bit for bit; the first value that does not is refused, by row and column.
+at::Tensor encodeElements(const at::Tensor& x, const at::Tensor& eff, mx::ElementFormat elem, std::int64_t B) {
+    const std::int64_t rows = x.size(0), n = x.size(1), nb = eff.size(1);
+    const mx::ElementCodebook book(elem);
+    auto codes = at::empty({rows, n}, at::TensorOptions().dtype(at::kByte));
+    std::atomic<std::int64_t> firstBad{std::numeric_limits<std::int64_t>::max()};
+    const float* xp = x.data_ptr<float>();
+    const float* ep = eff.data_ptr<float>();
+    std::uint8_t* cp = codes.data_ptr<std::uint8_t>();
+    at::parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r)
+            for (std::int64_t j = 0; j < n; ++j) {
+                const std::int64_t i = r * n + j;
+                const float xv = xp[i], sv = ep[r * nb + j / B];
+                bool ok = std::isfinite(xv);
+                if (ok) {
+                    double v = 0;
+                    const std::uint8_t code = book.nearest(static_cast<double>(xv) / sv, &v);
+                    const float back = static_cast<float>(v) * sv;
+                    ok = std::memcmp(&back, &xv, sizeof xv) == 0 || (back == 0.0f && xv == 0.0f); // INT8: no -0
+                    if (ok) cp[i] = code;
+                }
+                if (!ok) {
+                    std::int64_t cur = firstBad.load();
+                    while (i < cur && !firstBad.compare_exchange_weak(cur, i)) {
+                    }
+                }
+            }
+    });
+    if (firstBad.load() != std::numeric_limits<std::int64_t>::max()) {
+        const std::int64_t i = firstBad.load(), r = i / n, j = i % n;
+        throw std::invalid_argument("packWithScales: value " + std::to_string(xp[i]) + " at row " + std::to_string(r) +
+                                    ", column " + std::to_string(j) + " is not on the grid of its group scale " +
+                                    std::to_string(ep[r * nb + j / B]));
+    }
+    return codes;
+}
+
+} // namespace
+
 mx::PackedTensor packWithScales(const at::Tensor& dequantized, const at::Tensor& scales, const mx::MxConfig& c,
                                 float globalScale) {
     c.validate();
@@ -172,77 +253,9 @@ mx::PackedTensor packWithScales(const at::Tensor& dequantized, const at::Tensor&
 
     auto x = dequantized.detach().to(at::kCPU, at::kFloat).contiguous().reshape({-1, n});
     auto s = scales.detach().to(at::kCPU, at::kFloat).contiguous().reshape({-1, nb});
-    const std::int64_t rows = x.size(0);
-    auto scaleCodes = at::empty({rows, nb}, at::TensorOptions().dtype(at::kByte));
-    auto eff = at::empty({rows, nb}, at::TensorOptions().dtype(at::kFloat)); // scale as unpack rebuilds it
-    {
-        const float* sp = s.data_ptr<float>();
-        std::uint8_t* bp = scaleCodes.data_ptr<std::uint8_t>();
-        float* ep = eff.data_ptr<float>();
-        for (std::int64_t i = 0; i < rows * nb; ++i) {
-            const float sv = sp[i];
-            auto where = [&] {
-                return "scale " + std::to_string(sv) + " of row " + std::to_string(i / nb) + ", group " +
-                       std::to_string(i % nb);
-            };
-            if (!(std::isfinite(sv) && sv > 0.0f))
-                throw std::invalid_argument("packWithScales: " + where() + " is not positive and finite");
-            if (nv) {
-                const double sq = mx::ref::quantizeElement(static_cast<double>(sv) / globalScale, mx::ElementFormat::E4M3);
-                bp[i] = mx::encodeElement(sq, mx::ElementFormat::E4M3);
-                ep[i] = static_cast<float>(mx::decodeElement(bp[i], mx::ElementFormat::E4M3)) * globalScale;
-                if (!(sq > 0) || ep[i] != sv)
-                    throw std::invalid_argument("packWithScales: " + where() +
-                                                " is not an E4M3 value times the global scale");
-            } else {
-                int ex = 0;
-                const double m = std::frexp(static_cast<double>(sv), &ex);
-                const int e = ex - 1;
-                if (m != 0.5 || e < mx::kScaleExpMin || e > mx::kScaleExpMax)
-                    throw std::invalid_argument("packWithScales: " + where() + " is not a power of two in the E8M0 range");
-                bp[i] = mx::encodeE8M0(e);
-                ep[i] = sv;
-            }
-        }
-    }
-
+    const ScaleCodes scaleCodes = encodeScales(s, nv, globalScale);
     const mx::ElementFormat elem = c.element();
-    const mx::ElementCodebook book(elem);
-    auto codes = at::empty({rows, n}, at::TensorOptions().dtype(at::kByte));
-    std::atomic<std::int64_t> firstBad{std::numeric_limits<std::int64_t>::max()};
-    {
-        const float* xp = x.data_ptr<float>();
-        const float* ep = eff.data_ptr<float>();
-        std::uint8_t* cp = codes.data_ptr<std::uint8_t>();
-        at::parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t r0, std::int64_t r1) {
-            for (std::int64_t r = r0; r < r1; ++r)
-                for (std::int64_t j = 0; j < n; ++j) {
-                    const std::int64_t i = r * n + j;
-                    const float xv = xp[i], sv = ep[r * nb + j / B];
-                    bool ok = std::isfinite(xv);
-                    if (ok) {
-                        double v = 0;
-                        const std::uint8_t code = book.nearest(static_cast<double>(xv) / sv, &v);
-                        // unpack computes decode(code) * scale in FP32: that product must give xv back.
-                        const float back = static_cast<float>(v) * sv;
-                        ok = std::memcmp(&back, &xv, sizeof xv) == 0 || (back == 0.0f && xv == 0.0f); // INT8: no -0
-                        if (ok) cp[i] = code;
-                    }
-                    if (!ok) {
-                        std::int64_t cur = firstBad.load();
-                        while (i < cur && !firstBad.compare_exchange_weak(cur, i)) {
-                        }
-                    }
-                }
-        });
-    }
-    if (firstBad.load() != std::numeric_limits<std::int64_t>::max()) {
-        const std::int64_t i = firstBad.load(), r = i / n, j = i % n;
-        throw std::invalid_argument("packWithScales: value " + std::to_string(x.data_ptr<float>()[i]) + " at row " +
-                                    std::to_string(r) + ", column " + std::to_string(j) +
-                                    " is not on the grid of its group scale " +
-                                    std::to_string(eff.data_ptr<float>()[r * nb + j / B]));
-    }
+    const at::Tensor codes = encodeElements(x, scaleCodes.effective, elem, B);
 
     mx::PackedTensor p;
     p.config = c;
@@ -252,7 +265,7 @@ mx::PackedTensor packWithScales(const at::Tensor& dequantized, const at::Tensor&
     auto codeShape = dequantized.sizes().vec();
     codeShape.back() = packedCodes.size(1);
     p.codes = packedCodes.reshape(codeShape);
-    p.scales = scaleCodes.reshape(expected);
+    p.scales = scaleCodes.codes.reshape(expected);
     return p;
 }
 

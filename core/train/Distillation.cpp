@@ -60,8 +60,7 @@ MatrixMetrics matrixMetrics(const transforms::AffineTransform* t, int block) {
 
 std::int64_t layerGraphBytes(const model::ModelConfig& c, std::int64_t batch, std::int64_t seqLen) {
     const std::int64_t h = c.hiddenSize, i = c.intermediateSize, N = batch * seqLen;
-    const std::int64_t q = std::int64_t(c.numHeads) * c.headDim, kv = std::int64_t(c.numKvHeads) * c.headDim;
-    const std::int64_t params = 2 * h * q + 2 * h * kv + 3 * h * i;
+    const std::int64_t params = c.layerLinearWeights();
     // weights: the folded copy and the products that made it (T1, T2, γ, T3), about 3 copies;
     // activations saved for the backward: about 12 hidden-wide and 4 intermediate-wide rows per
     // token (norms, q/k/v/o inputs and outputs, MLP inputs, SiLU, products), and the attention
@@ -210,30 +209,56 @@ void recordMatrixMetrics(DistillStep& s, const fold::ModelTransforms& transforms
     o.onMatrices(s.step, copy(transforms.t1()), tracked ? copy(transforms.t2(o.trackedLayer)) : at::Tensor());
 }
 
-} // namespace
-
-DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& original, const at::Tensor& calibration,
-                      fold::ModelTransforms& transforms, const DistillOptions& o, JobContext& job) {
+// What distill refuses before it starts: no windows, no steps, nothing to learn, too few
+// windows for every rank's share of a batch.
+void checkDistillInputs(const at::Tensor& calibration, const DistillOptions& o, bool hasParameters, int world) {
     if (calibration.dim() != 2 || calibration.size(0) < 1)
         throw std::invalid_argument("calibration must be [windows, tokens] with at least one window");
     if (o.steps < 1 || o.batch < 1) throw std::invalid_argument("steps and batch must be positive");
     if (o.temperature <= 0) throw std::invalid_argument("temperature must be positive");
-    const auto params = transforms.parameters();
-    if (params.empty()) throw std::invalid_argument("the transforms have nothing to learn (fixed kinds)");
-    const auto start = Clock::now();
-    const auto device = original.embed.device();
-
-    AdamW opt(params, o.weightDecay);
-    DistillResult r;
-    const int world = o.group ? o.group->size() : 1;
-    const int rank = o.group ? o.group->rank() : 0;
-    const bool root = rank == 0;
-    const int n = static_cast<int>(calibration.size(0));
+    if (!hasParameters) throw std::invalid_argument("the transforms have nothing to learn (fixed kinds)");
+    const auto n = calibration.size(0);
     if (world > 1 && n < o.batch * world)
         throw std::invalid_argument("data-parallel training over " + std::to_string(world) + " ranks with batch " +
                                     std::to_string(o.batch) + " needs " + std::to_string(o.batch * world) +
                                     " calibration windows, there are " + std::to_string(n) +
                                     "; raise --calib-samples or lower --batch");
+}
+
+// After a finished step: the matrix metrics (root) and the folded FP perplexity when due.
+void measureStep(DistillStep& s, const fold::ModelTransforms& transforms, const DistillOptions& o, bool root,
+                 bool trackFolded) {
+    if (root && o.metricsEvery > 0 && (s.step % o.metricsEvery == 0 || s.step == o.steps || s.step == 1))
+        recordMatrixMetrics(s, transforms, o);
+    if (trackFolded && (s.step == 1 || s.step % o.foldedEvalEvery == 0 || s.step == o.steps)) {
+        const auto t4 = Clock::now();
+        s.foldedPerplexity = o.foldedEval(transforms);
+        s.metricsSeconds += since(t4);
+    }
+}
+
+void announceStep(const DistillStep& s, const DistillOptions& o, JobContext& job) {
+    std::ostringstream msg;
+    msg << "step " << s.step << "/" << o.steps << "  loss " << s.loss << "  " << objectiveName(o.objective) << " " << s.objective << "  lr " << s.lr;
+    if (std::isfinite(s.foldedPerplexity)) msg << "  folded FP ppl " << s.foldedPerplexity;
+    job.progress(static_cast<double>(s.step) / o.steps, msg.str());
+}
+
+} // namespace
+
+DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& original, const at::Tensor& calibration,
+                      fold::ModelTransforms& transforms, const DistillOptions& o, JobContext& job) {
+    const auto params = transforms.parameters();
+    const int world = o.group ? o.group->size() : 1;
+    checkDistillInputs(calibration, o, !params.empty(), world);
+    const auto start = Clock::now();
+    const auto device = original.embed.device();
+
+    AdamW opt(params, o.weightDecay);
+    DistillResult r;
+    const int rank = o.group ? o.group->rank() : 0;
+    const bool root = rank == 0;
+    const int n = static_cast<int>(calibration.size(0));
     if (o.resume && root) {
         if (o.runFile.empty()) throw std::invalid_argument("resume needs a run file");
         restoreTrainFile(o.runFile, params, opt, r);
@@ -308,20 +333,11 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
             save(k, "non-finite loss");
             throw std::runtime_error(nonFiniteLossMessage(c, original, stepTokens, stepWindows, s.step, o.steps, s.loss));
         }
-        if (root && o.metricsEvery > 0 && (s.step % o.metricsEvery == 0 || s.step == o.steps || s.step == 1))
-            recordMatrixMetrics(s, transforms, o);
-        if (trackFolded && (s.step == 1 || s.step % o.foldedEvalEvery == 0 || s.step == o.steps)) {
-            const auto t4 = Clock::now();
-            s.foldedPerplexity = o.foldedEval(transforms);
-            s.metricsSeconds += since(t4);
-        }
+        measureStep(s, transforms, o, root, trackFolded);
         s.seconds = since(t0);
         r.history.push_back(s);
         if (o.onStep) o.onStep(s);
-        std::ostringstream msg;
-        msg << "step " << s.step << "/" << o.steps << "  loss " << s.loss << "  " << objectiveName(o.objective) << " " << s.objective << "  lr " << s.lr;
-        if (std::isfinite(s.foldedPerplexity)) msg << "  folded FP ppl " << s.foldedPerplexity;
-        job.progress(static_cast<double>(s.step) / o.steps, msg.str());
+        announceStep(s, o, job);
         if (o.checkpointEvery > 0 && s.step % o.checkpointEvery == 0 && s.step < o.steps) save(s.step, "running");
     }
     save(o.steps, "finished");
