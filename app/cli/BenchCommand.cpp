@@ -305,7 +305,7 @@ int runMemory(const BenchOptions& o) {
         q.calibSamples = o.calibSamples;
         q.evalSeqLen = o.evalSeqLen;
         q.batch = o.batch;
-        e = run::estimateQuantizeMemory(config, stored, q);
+        e = run::estimateQuantizeMemory(config, stored, q, run::runMethod(q));
         std::printf("latmix quantize --method %s --calib-samples %d --seqlen %d --batch %d --eval-seqlen %d on %s "
                     "(%d-byte weights, %s)\n",
                     o.method.c_str(), o.calibSamples, o.seqLen, o.batch, o.evalSeqLen, what.c_str(), stored,

@@ -55,6 +55,8 @@ at::Tensor optionalLinear(const at::Tensor& x, const at::Tensor& w, const at::Te
 
 } // namespace
 
+std::int64_t attentionQueryBlock(std::int64_t T) { return T <= 512 ? T : 256; }
+
 // RMSNorm as Hugging Face computes it: statistics in float32, the result cast back to the
 // activation dtype before the weight multiplies it.
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -279,7 +281,7 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, const ForwardO
     // scores are [B, H, n, q0 + n] instead of [B, H, T, T] (1.5 GiB in float32 for 32 heads at
     // T = 2048 before the mask and softmax copies). Each row's softmax is the same as unblocked.
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-    const int64_t block = T <= 512 ? T : 256;
+    const int64_t block = attentionQueryBlock(T);
     std::vector<at::Tensor> outs;
     for (int64_t q0 = 0; q0 < T; q0 += block) {
         const int64_t n = std::min(block, T - q0), keys = q0 + n;
@@ -460,8 +462,8 @@ double LlamaModel::sequenceNll(const at::Tensor& tokens) const {
 
 double LlamaModel::forwardFlops(std::int64_t tokens) const {
     const ModelConfig& c = m_config;
-    const double d = c.hiddenSize, a = double(c.numHeads) * c.headDim, kv = double(c.numKvHeads) * c.headDim;
-    const double linear = d * a + 2 * d * kv + a * d + 3 * d * c.intermediateSize;
+    const double d = c.hiddenSize, a = double(c.numHeads) * c.headDim;
+    const double linear = double(c.layerLinearWeights());
     const double attentionPerToken = 2.0 * tokens * a; // scores and weighted values, full T x T
     return 2.0 * tokens * (c.numLayers * (linear + attentionPerToken) + d * c.vocabSize);
 }

@@ -109,6 +109,9 @@ RopeTables ropeTables(const ModelConfig& config, std::int64_t T, at::ScalarType 
 at::Tensor embedTokens(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& tokens);
 // RMSNorm as Hugging Face computes it: statistics in float32, cast back, then the weight.
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// Causal attention over T tokens takes its queries in blocks of this many (all of them up to 512):
+// the scores are [B, heads, block, keys], not [B, heads, T, T]. The memory estimates count one block.
+std::int64_t attentionQueryBlock(std::int64_t T);
 at::Tensor decoderLayer(const ModelConfig& config, const LayerWeights& w, const ForwardOptions& options,
                         const at::Tensor& h, const RopeTables& rope, int layer, const ActivationHook& hook = nullptr);
 at::Tensor lmHead(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& h); // float32 logits

@@ -390,4 +390,9 @@ nlohmann::ordered_json latmixJson(const LatmixQuantization& q, const ModelConfig
     return l;
 }
 
+std::int64_t ModelConfig::layerLinearWeights() const {
+    const std::int64_t h = hiddenSize, q = std::int64_t(numHeads) * headDim, kv = std::int64_t(numKvHeads) * headDim;
+    return 2 * h * q + 2 * h * kv + 3 * h * std::int64_t(intermediateSize);
+}
+
 } // namespace latmix::model

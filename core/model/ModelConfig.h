@@ -63,6 +63,9 @@ struct ModelConfig {
     static ModelConfig fromJsonText(const std::string& text, const std::string& source = "config.json");
     static ModelConfig fromFile(const std::string& path);
     std::string toJsonText() const; // a config.json that fromJsonText reads back to the same values
+    // The weights of one decoder layer's seven linears (q, k, v, o, gate, up, down), biases aside:
+    // the unit of the FLOP counts, progress shares and memory estimates.
+    std::int64_t layerLinearWeights() const;
 
     static std::vector<std::string> supportedArchitectures();
 };

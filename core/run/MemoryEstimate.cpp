@@ -4,6 +4,7 @@
 
 #include "run/quantize/OptionTable.h"
 
+#include "model/LlamaModel.h" // attentionQueryBlock
 #include "mx/MxFormat.h"
 #include "train/Distillation.h"
 #include "util/Text.h"
@@ -26,21 +27,22 @@ constexpr I kBase = I(170) << 20;
 
 struct Shape {
     I h, i, q, kv, heads, v, layers;
-    I layerParams() const { return 2 * h * q + 2 * h * kv + 3 * h * i + 2 * h; }
+    I linear; // model::ModelConfig::layerLinearWeights
+    I layerParams() const { return linear + 2 * h; }
     I linearParams() const { return layers * (layerParams() - 2 * h); }
     I table() const { return v * h; }
 };
 Shape shapeOf(const model::ModelConfig& c) {
     const I hd = c.headDim;
     return {c.hiddenSize, c.intermediateSize, I(c.numHeads) * hd, I(c.numKvHeads) * hd, c.numHeads, c.vocabSize,
-            c.numLayers};
+            c.numLayers, c.layerLinearWeights()};
 }
 
 // Activations of one decoder layer over T tokens of one sequence (float32): hidden states and
 // their norm, q/k/v with RoPE copies, attention scores and probabilities in blocks of 256
 // queries when T > 512 (model/LlamaModel.cpp), the MLP's gate/up/product.
 I layerActivationBytes(const Shape& s, I T) {
-    const I queries = T > 512 ? 256 : T;
+    const I queries = model::attentionQueryBlock(T);
     return 3 * T * s.h * 4 + 2 * T * (s.q + 2 * s.kv) * 4 + 2 * queries * T * s.heads * 4 + 3 * T * s.i * 4;
 }
 // The loss over T tokens: one vocabulary chunk of 16384 logits with its exp / log-sum-exp
@@ -114,7 +116,7 @@ MemoryStage quantizeStage(const Shape& s, I T, int stored, const QuantizeOptions
     // alone; on a GPU the tensor-ops path (mx/MxQuantizer.cpp, roundToElement) holds up to six
     // temporaries of the input's size. Measured on an H200 (docs/results.md), 1B shape, 16
     // windows of 2048: peak 9234 MiB for an estimate of 9774 MiB.
-    const I queries = T > 512 ? 256 : T;
+    const I queries = model::attentionQueryBlock(T);
     const I residual = 3 * T * s.h * 4;
     const I attention = 2 * T * (s.q + 2 * s.kv) * 4 + 2 * T * s.q * 4 + 3 * queries * T * s.heads * 4;
     const I widest = T * s.i * 4;
@@ -142,8 +144,8 @@ MemoryEstimate estimateEvalMemory(const model::ModelConfig& c, int storedBytes, 
     return e;
 }
 
-MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o) {
-    const MethodSpec m = runMethod(o);
+MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o,
+                                      const MethodSpec& m) {
     const Shape s = shapeOf(c);
     const I P = s.layerParams(), T = std::min(o.seqLen, c.maxPositions), N = o.calibSamples;
     MemoryEstimate e;
@@ -187,8 +189,8 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
     return e;
 }
 
-MemoryEstimate estimateDeviceMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o) {
-    const MethodSpec m = runMethod(o);
+MemoryEstimate estimateDeviceMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o,
+                                    const MethodSpec& m) {
     const Shape s = shapeOf(c);
     // Everything on one device: the placement plan's weights as stored (layers, embedding and
     // lm_head) and training peak.
@@ -261,7 +263,8 @@ void refuseOverMemory(const MemoryEstimate& e, std::int64_t available, const Qua
     }
     ways.push_back({"calib_samples", "", "fewer", now(o.calibSamples)});
     ways.push_back({"seqlen", "", "a shorter", now(o.seqLen)});
-    if (runMethod(o).learned) ways.push_back({"batch", "", "a smaller", now(o.batch)});
+    const bool trains = std::any_of(e.stages.begin(), e.stages.end(), [](const MemoryStage& st) { return st.name == "train"; });
+    if (trains) ways.push_back({"batch", "", "a smaller", now(o.batch)});
     if (o.evalSeqLen > 0) ways.push_back({"eval_seqlen", "", "a shorter", now(o.evalSeqLen)});
     if (gpu.empty()) ways.push_back({"offload", "", "a GPU with", ""});
     ways.push_back({"force", "", "", "to run anyway"});

@@ -31,9 +31,11 @@ struct MemoryEstimate {
 // 4: float32), one window of seqLen tokens at a time.
 MemoryEstimate estimateEvalMemory(const model::ModelConfig& config, int storedBytes, int seqLen);
 
-// `latmix quantize` with these options (method, format, calibration windows, eval window) on the
-// CPU. Training (learned methods) is included as read from the code; it is not yet streamed.
-MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options);
+// `latmix quantize` with these options (format, calibration windows, eval window) and the method
+// they resolve to (runMethod(options), resolved once by the caller: preflight's ResolvedRun::method)
+// on the CPU. Training (learned methods) is included as read from the code; it is not yet streamed.
+MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options,
+                                      const MethodSpec& method);
 
 // `latmix quantize --device cuda[:N]` without --offload: the peak of PyTorch's allocator on that
 // GPU per stage (what latmix.json's peak_gpu_mb measures). The frozen weights are on the device
@@ -41,7 +43,8 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& config, int stor
 // planLayerPlacement with one device; the quantize stage holds the host estimate's buffers there
 // (GPTQ runs where the model is). Not included: the CUDA context (kCudaContextBytes, outside the
 // allocator), which memoryProblem adds.
-MemoryEstimate estimateDeviceMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options);
+MemoryEstimate estimateDeviceMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options,
+                                    const MethodSpec& method);
 // What a CUDA context takes on a GPU outside PyTorch's allocator (CUDA 12-13 on Hopper: 0.5 GiB).
 constexpr std::int64_t kCudaContextBytes = std::int64_t(512) << 20;
 

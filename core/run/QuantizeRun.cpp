@@ -49,6 +49,7 @@ double peakRssMb() {
 struct Stage {
     std::string name, prefix;
     double share;
+    bool onDevice = true; // false: writes files only (no GPU peak of its own to report)
 };
 
 // The first stage's name: it trains the learned methods' transforms and builds the fixed ones.
@@ -67,9 +68,9 @@ std::vector<Stage> stagesOf(const MethodSpec& m, const StageSeconds& t, bool fol
     s.push_back({"quantizing", "quantizing: ", t.quantizing});
     if (foldedCheck && parallel) s.push_back(check);
     if (evaluating) s.push_back({"evaluating", "", t.evaluating});
-    s.push_back({"recording", "", 0.0});
+    s.push_back({"recording", "", 0.0, false}); // latmix.json: written last, it cannot hold a peak of its own
     double total = std::accumulate(s.begin(), s.end(), 0.0, [](double a, const Stage& x) { return a + x.share; });
-    for (auto& x : s) x.share = x.name == "recording" ? 0.0 : std::max(x.share, 0.002 * total);
+    for (auto& x : s) x.share = x.onDevice ? std::max(x.share, 0.002 * total) : 0.0;
     total = std::accumulate(s.begin(), s.end(), 0.0, [](double a, const Stage& x) { return a + x.share; });
     for (auto& x : s) x.share = total > 0 ? x.share / total : 0.0;
     return s;
@@ -93,7 +94,7 @@ public:
         SubJob sub(m_job, m_begin, std::min(1.0, m_begin + s.share), s.prefix);
         body(static_cast<JobContext&>(sub));
         m_begin += s.share;
-        if (m_device.is_cuda()) {
+        if (m_device.is_cuda() && s.onDevice) {
             m_gpuPeaks.push_back({s.name, compat::cudaPeakAllocatedBytes(m_device.index()) / 1048576.0});
             compat::resetCudaPeakMemory(m_device.index());
         }

@@ -294,7 +294,7 @@ private slots:
         const std::int64_t i = c.intermediateSize, table = std::int64_t(c.vocabSize) * c.hiddenSize;
         auto o = options("mr-gptq");
         o.calibSamples = 8;
-        const auto q = run::estimateQuantizeMemory(c, 2, o);
+        const auto q = run::estimateQuantizeMemory(c, 2, o, run::runMethod(o));
         auto stage = [](const run::MemoryEstimate& e, const std::string& name) {
             for (const auto& s : e.stages)
                 if (s.name == name) return s.bytes;
@@ -304,7 +304,7 @@ private slots:
         QVERIFY(stage(q, "fold") >= table * 4); // the folded float32 embedding
         QVERIFY(q.peakBytes >= stage(q, "quantize") && q.peakBytes >= stage(q, "fold"));
         o.calibSamples = 128;
-        QVERIFY(run::estimateQuantizeMemory(c, 2, o).peakBytes > q.peakBytes);
+        QVERIFY(run::estimateQuantizeMemory(c, 2, o, run::runMethod(o)).peakBytes > q.peakBytes);
         const auto e2048 = run::estimateEvalMemory(c, 2, 2048), e256 = run::estimateEvalMemory(c, 2, 256);
         QVERIFY(e2048.peakBytes >= table * 2 && e2048.peakBytes > e256.peakBytes);
         QVERIFY(run::estimateEvalMemory(c, 4, 2048).peakBytes >= table * 4); // float32 lm_head, read whole

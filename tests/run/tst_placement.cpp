@@ -109,7 +109,7 @@ private slots:
         o.batch = 4;
         o.seqLen = 2048;
         o.calibSamples = calibSamples;
-        const auto e = run::estimateDeviceMemory(test::realConfig("llama-3.2-1b"), 2, o);
+        const auto e = run::estimateDeviceMemory(test::realConfig("llama-3.2-1b"), 2, o, run::runMethod(o));
         QCOMPARE(QString::fromStdString(e.peakStage), stage);
         const double estimateMiB = double(e.peakBytes) / (1 << 20);
         QVERIFY2(estimateMiB >= measuredMiB && estimateMiB <= 1.25 * measuredMiB,
@@ -171,7 +171,7 @@ private slots:
         o.batch = 4;
         o.seqLen = 2048;
         o.calibSamples = 128;
-        const auto e = run::estimateDeviceMemory(c, 2, o);
+        const auto e = run::estimateDeviceMemory(c, 2, o, run::runMethod(o));
         const auto one = run::planLayerPlacement(c, 2, {"cuda"}, o).front();
         QCOMPARE(e.stages.front().name, std::string("train"));
         QCOMPARE(e.stages.front().bytes, one.peakBytes);
@@ -182,7 +182,7 @@ private slots:
         // process's own 170 MiB, which is host memory).
         const std::int64_t folded = 2 * std::int64_t(c.vocabSize) * c.hiddenSize * 4 + c.hiddenSize * 4;
         std::int64_t hostQuantize = 0;
-        for (const auto& st : run::estimateQuantizeMemory(c, 2, o).stages)
+        for (const auto& st : run::estimateQuantizeMemory(c, 2, o, run::runMethod(o)).stages)
             if (st.name == "quantize") hostQuantize = st.bytes;
         QCOMPARE(e.stages.at(1).name, std::string("quantize"));
         // ... plus, per window of the chunk of 8, the MX tensor-ops path's temporaries at the

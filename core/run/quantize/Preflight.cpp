@@ -55,10 +55,10 @@ void planPlacement(ResolvedRun& r, const QuantizeOptions& o) {
 // device: options.device as this machine resolves it ("auto" included); none for the estimates
 // alone, whose device need not be here and is then read from its name.
 void checkMemory(ResolvedRun& r, const QuantizeOptions& o, const std::optional<c10::Device>& device) {
-    r.host = estimateQuantizeMemory(r.config, r.storedBytes, o);
+    r.host = estimateQuantizeMemory(r.config, r.storedBytes, o, r.method);
     const bool cuda = device ? device->is_cuda() : o.device.rfind("cuda", 0) == 0;
     const bool oneGpu = cuda && !o.offload && o.devices.empty();
-    if (oneGpu) r.gpu = estimateDeviceMemory(r.config, r.storedBytes, o);
+    if (oneGpu) r.gpu = estimateDeviceMemory(r.config, r.storedBytes, o, r.method);
     if (!o.memoryCheck || !device) return;
     if (device->is_cpu()) refuseOverMemory(r.host, availableHostMemory(), o);
     else if (oneGpu) refuseOverMemory(r.gpu, cudaTotalMemory(device->index()), o, device->str());

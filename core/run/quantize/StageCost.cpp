@@ -28,7 +28,7 @@ StageSeconds stageSeconds(const model::ModelConfig& c, const QuantizeOptions& o,
                           std::int64_t evalTokens) {
     const double h = c.hiddenSize, i = c.intermediateSize, q = double(c.numHeads) * c.headDim,
                  kv = double(c.numKvHeads) * c.headDim, L = c.numLayers, T = o.seqLen;
-    const double linear = 2 * h * q + 2 * h * kv + 3 * h * i; // one layer's linear weights
+    const double linear = double(c.layerLinearWeights());
     const double perToken = 2 * L * linear + 2 * h * c.vocabSize; // a forward pass, FLOPs per token
     const double rate = cuda ? kGpuFlops : kCpuCoreFlops * std::max(1, threadCount());
     StageSeconds s;
