@@ -17,6 +17,8 @@
 #include "run/quantize/OptionTable.h"
 #include "util/Runtime.h"
 
+#include <nlohmann/json.hpp>
+
 #include <QComboBox>
 #include <QDateTime>
 #include <QDir>
@@ -57,6 +59,8 @@ QByteArray builtInCalibrationText() {
 
 namespace {
 
+QVariant controlValue(const QWidget* w);
+nlohmann::ordered_json controlJson(const QWidget* w); // both below, beside the settings
 
 QString dataDir() { return QString::fromStdString(latmix::util::dataDir()); }
 
@@ -304,7 +308,7 @@ void CalibrationView::updateMemoryEstimate() {
     }
     try {
         const auto o = options();
-        const auto e = latmix::run::estimateQuantizeMemory(m_config, m_storedBytes, o);
+        const auto e = latmix::run::estimateQuantizeMemory(m_config, m_storedBytes, o, latmix::run::runMethod(o));
         const auto available = latmix::run::availableHostMemory();
         const bool over = !latmix::run::memoryProblem(e, available, o).empty();
         m_memory->setText(tr("Memory: about %1 at peak (%2)%3")
@@ -321,28 +325,21 @@ void CalibrationView::updateMemoryEstimate() {
     }
 }
 
+// The run the form describes: each option control's value set through the option table, in the
+// table's order and with its checks (as the CLI's flags and a sweep's keys are). The workbench
+// evaluates on windows of 256 tokens; without windows there is no folded check either.
 latmix::run::QuantizeOptions CalibrationView::options() const {
+    QHash<QString, const QWidget*> controls;
+    for (const QWidget* w : findChildren<QWidget*>()) {
+        const QString key = w->property("optionKey").toString();
+        if (!key.isEmpty()) controls.insert(key, w);
+    }
     latmix::run::QuantizeOptions o;
-    o.method = m_method->currentText().toStdString();
-    o.format = latmix::mx::makeConfig(latmix::mx::parseFormat(m_format->currentText().toStdString()),
-                                      latmix::mx::parseScaleMode(m_scaleMode->currentText().toStdString()));
-    if (m_block->currentData().toInt() > 0) o.format.blockSize = m_block->currentData().toInt();
-    o.steps = m_steps->value();
-    o.batch = m_batch->value();
-    o.lr = m_lr->value();
-    o.temperature = m_temperature->value();
-    o.volumeWeight = m_volumeWeight->value();
-    o.metricsEvery = m_metricsEvery->value();
-    o.trackedLayer = m_trackedLayer->value();
-    o.calibSamples = m_samples->value();
-    o.seqLen = m_seqLen->value();
-    o.seed = static_cast<std::uint64_t>(m_seed->value());
-    o.device = m_device->currentText().toStdString();
-    o.evalWindows = m_evalWindows->value();
+    for (const auto& field : latmix::run::optionFields())
+        if (const QWidget* w = controls.value(QString::fromLatin1(field.key)))
+            latmix::run::setOption(o, field.key, controlJson(w), "Calibration form");
     o.evalSeqLen = o.evalWindows > 0 ? 256 : 0;
-    o.foldedEvalEvery = o.evalWindows > 0 ? m_foldedEvery->value() : 0;
-    o.t1Bias = m_t1Bias->isChecked();
-    o.exportCheck = !m_skipExportCheck->isChecked();
+    if (o.evalWindows == 0) o.foldedEvalEvery = 0;
     return o;
 }
 
@@ -475,6 +472,15 @@ QVariant controlValue(const QWidget* w) {
     if (auto* b = qobject_cast<const QDoubleSpinBox*>(w)) return b->value();
     if (auto* b = qobject_cast<const QCheckBox*>(w)) return b->isChecked();
     return {};
+}
+
+// A control's value as the option table's JSON value.
+nlohmann::ordered_json controlJson(const QWidget* w) {
+    const QVariant v = controlValue(w);
+    if (v.userType() == QMetaType::Int) return v.toInt();
+    if (v.userType() == QMetaType::Double) return v.toDouble();
+    if (v.userType() == QMetaType::Bool) return v.toBool();
+    return v.toString().toStdString();
 }
 
 void setControlValue(QWidget* w, const QVariant& v) {

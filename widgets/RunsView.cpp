@@ -4,6 +4,7 @@
 #include "RunsView.h"
 
 #include "PlotStyle.h"
+#include "run/quantize/OptionTable.h"
 #include "util/AtomicFile.h"
 
 #include <qcustomplot.h>
@@ -35,6 +36,16 @@
 namespace latmix::gui {
 
 namespace {
+
+// The run's options that differ from the defaults, as the workbench names them ("Steps: 250");
+// empty for records written before latmix.json kept its options.
+QString settingsLine(const latmix::run::RunSummary& r) {
+    if (!r.options) return {};
+    QStringList settings;
+    for (const auto& s : latmix::run::changedSettings(*r.options, latmix::run::Face::Workbench))
+        settings << QString::fromStdString(s);
+    return settings.isEmpty() ? QString() : QStringLiteral("\n") + settings.join(QStringLiteral(", "));
+}
 
 // Folders below a runs folder that are watched: a sweep's cells sit two levels down
 // (OUT/cells/NAME); deeper trees are rescanned when a watched folder above them changes.
@@ -282,7 +293,8 @@ void RunsView::fillTable() {
     for (const auto& r : m_runs) {
         const QString dir = QString::fromStdString(r.dir);
         QList<QStandardItem*> row;
-        auto* name = textItem(runName(dir), QDir::toNativeSeparators(dir) + QStringLiteral("\n") + QString::fromStdString(r.command));
+        auto* name = textItem(runName(dir), QDir::toNativeSeparators(dir) + QStringLiteral("\n") +
+                                                QString::fromStdString(r.command) + settingsLine(r));
         name->setData(dir, kDirRole);
         row << name << textItem(QString::fromStdString(r.method), QString::fromStdString(r.methodDescription))
             << textItem(QString::fromStdString(r.format)) << numberItem(r.block, r.block > 0, 0)

@@ -1,6 +1,7 @@
 #include "run/RunCatalog.h"
 
 #include "run/UnfinishedRun.h"
+#include "run/quantize/OptionTable.h"
 #include "util/AtomicFile.h"
 #include "util/Text.h"
 
@@ -123,6 +124,40 @@ void scanFolder(const fs::path& dir, int depth, int maxDepth, std::set<fs::path>
     for (const auto& c : children) scanFolder(c, depth + 1, maxDepth, visited, runs, problems);
 }
 
+// latmix.json's "zeroshot": the average and each task's scores, in the file's order.
+void readZeroShot(const Fields& f, const json& z, RunSummary& s) {
+    s.zeroShotAverage = f.number(&z, "average", -1.0, "zeroshot.");
+    const json* tasks = f.object(z, "tasks");
+    if (!tasks) return;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (const auto& [name, t] : tasks->items()) {
+        const std::string where = "zeroshot.tasks." + name + ".";
+        if (!t.is_object()) f.wrong(where.substr(0, where.size() - 1), t, "an object");
+        ZeroShotScore score;
+        score.task = name;
+        score.n = f.count(&t, "n", where);
+        score.acc = f.number(&t, "acc", nan, where);
+        score.accNorm = f.number(&t, "acc_norm", nan, where);
+        score.perplexity = f.number(&t, "perplexity", nan, where);
+        s.zeroShot.push_back(std::move(score));
+    }
+}
+
+// latmix.json's "linears": each quantized linear's relative error, layer by layer.
+void readLinears(const Fields& f, const json& linears, RunSummary& s) {
+    if (!linears.is_array()) f.wrong("linears", linears, "a list");
+    for (std::size_t i = 0; i < linears.size(); ++i) {
+        const json& L = linears[i];
+        const std::string where = "linears[" + std::to_string(i) + "].";
+        if (!L.is_object()) f.wrong(where.substr(0, where.size() - 1), L, "an object");
+        LinearError e;
+        e.layer = f.count(&L, "layer", where);
+        e.linear = f.text(L, "linear", where);
+        e.relativeError = f.number(&L, "relative_error", std::numeric_limits<double>::quiet_NaN(), where);
+        s.linears.push_back(std::move(e));
+    }
+}
+
 } // namespace
 
 std::string RunSummary::latmixJson() const { return (fs::path(dir) / "latmix.json").string(); }
@@ -164,6 +199,13 @@ RunSummary readRunSummary(const std::string& runDir) {
     if (seed < 0) f.wrong("seed", j["seed"], "a non-negative integer");
     s.seed = static_cast<std::uint64_t>(seed);
 
+    if (const json* opts = f.object(j, "options")) {
+        try {
+            s.options = configFromJson(*opts, RunConfig{}, "\"options\"");
+        } catch (const std::invalid_argument& e) {
+            throw std::runtime_error(file + ": " + e.what() + "; written by another version of latmix? run it again");
+        }
+    }
     if (const json* fmt = f.object(j, "format")) {
         s.format = f.text(*fmt, "format", "format.");
         s.block = f.count(fmt, "block", "format.");
@@ -185,40 +227,12 @@ RunSummary readRunSummary(const std::string& runDir) {
         s.evalWindows = f.count(p, "windows", "perplexity.");
     }
     if (s.fpPerplexity > 0 && s.w4a4Perplexity > 0) s.recovery = s.fpPerplexity / s.w4a4Perplexity;
-    if (const json* z = f.object(j, "zeroshot")) {
-        s.zeroShotAverage = f.number(z, "average", -1.0, "zeroshot.");
-        if (const json* tasks = f.object(*z, "tasks")) {
-            for (const auto& [name, t] : tasks->items()) {
-                const std::string where = "zeroshot.tasks." + name + ".";
-                if (!t.is_object()) f.wrong(where.substr(0, where.size() - 1), t, "an object");
-                ZeroShotScore z2;
-                z2.task = name;
-                z2.n = f.count(&t, "n", where);
-                const double nan = std::numeric_limits<double>::quiet_NaN();
-                z2.acc = f.number(&t, "acc", nan, where);
-                z2.accNorm = f.number(&t, "acc_norm", nan, where);
-                z2.perplexity = f.number(&t, "perplexity", nan, where);
-                s.zeroShot.push_back(std::move(z2));
-            }
-        }
-    }
+    if (const json* z = f.object(j, "zeroshot")) readZeroShot(f, *z, s);
     if (const json* sec = f.object(j, "seconds")) {
         s.trainSeconds = f.number(sec, "train", 0.0, "seconds.");
         s.totalSeconds = f.number(sec, "total", 0.0, "seconds.");
     }
-    if (const json* linears = Fields::find(j, "linears")) {
-        if (!linears->is_array()) f.wrong("linears", *linears, "a list");
-        for (std::size_t i = 0; i < linears->size(); ++i) {
-            const json& L = (*linears)[i];
-            const std::string where = "linears[" + std::to_string(i) + "].";
-            if (!L.is_object()) f.wrong(where.substr(0, where.size() - 1), L, "an object");
-            LinearError e;
-            e.layer = f.count(&L, "layer", where);
-            e.linear = f.text(L, "linear", where);
-            e.relativeError = f.number(&L, "relative_error", std::numeric_limits<double>::quiet_NaN(), where);
-            s.linears.push_back(std::move(e));
-        }
-    }
+    if (const json* linears = Fields::find(j, "linears")) readLinears(f, *linears, s);
     s.hasTrainSeries = fs::is_regular_file(fs::path(runDir) / "train.h5", ec);
     return s;
 }

@@ -7,8 +7,11 @@
 // Absent numbers: a perplexity, recovery or time that the run did not measure is 0 (a measured
 // perplexity is > 1, a measured recovery > 0); finalObjective and zeroShotAverage are negative when
 // absent (a KL or an accuracy can be 0). hasValue() says which.
+#include "run/quantize/QuantizeOptions.h"
+
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +47,9 @@ struct RunSummary {
     std::string model;                  // the source model folder
     std::string device;                 // "cpu", "cuda:0", "auto"
     std::string latmixVersion, libtorchVersion;
+    // Every option the run was asked for (latmix.json "options", read through the option table,
+    // run/quantize/OptionTable.h); records written before that object existed have none.
+    std::optional<RunConfig> options;
 
     // WikiText-2 test perplexities (0: not evaluated; folded FP: 0 for methods without transforms).
     double fpPerplexity = 0, w4a4Perplexity = 0, foldedFpPerplexity = 0, weightsOnlyPerplexity = 0;

@@ -5,6 +5,9 @@
 // quotes in a path).
 #include "run/RunCatalog.h"
 #include "run/Sweep.h"
+#include "run/quantize/OptionTable.h"
+
+#include <algorithm>
 
 #include <ATen/ATen.h>
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
@@ -33,6 +36,7 @@ const char* const kLearnedRun = R"({
   "method": "latmix-qr", "method_description": "learned affine T1/T2 (QR) + T3, GPTQ",
   "format": {"format": "mxint4", "block": 16, "scale_mode": "ceil"},
   "seed": 7, "device": "cpu", "world_size": 1,
+  "options": {"method": "latmix-qr", "steps": 250, "t1_bias": false, "lr": 0.002},
   "training": {"steps": 250, "batch": 2, "loss": "kl", "first_kl": 0.5, "final_kl": 0.125},
   "linears": [{"layer": 0, "linear": "self_attn.q_proj", "relative_error": 0.0625, "seconds": 1.0},
               {"layer": 1, "linear": "mlp.down_proj", "relative_error": 0.03125, "seconds": 1.0}],
@@ -141,6 +145,20 @@ private slots:
         QCOMPARE(s.linears[1].linear, std::string("mlp.down_proj"));
         QCOMPARE(s.linears[1].relativeError, 0.03125);
         QCOMPARE(s.latmixJson(), (dir + "/latmix.json").toStdString());
+        // The options object, read through the option table: the ones given, the rest defaults;
+        // the Runs view's line of settings names the changed ones as the workbench does.
+        QVERIFY(s.options);
+        QCOMPARE(s.options->steps, 250);
+        QCOMPARE(s.options->lr, 0.002);
+        QVERIFY(!s.options->t1Bias);
+        QCOMPARE(s.options->batch, run::RunConfig{}.batch);
+        const auto settings = run::changedSettings(*s.options, run::Face::Workbench);
+        const std::vector<std::string> expected{"Method: latmix-qr", "Learned T1 bias: off", "Steps: 250",
+                                                "Learning rate: 0.002"};
+        for (const auto& e : expected)
+            QVERIFY2(std::find(settings.begin(), settings.end(), e) != settings.end(), e.c_str());
+        QCOMPARE(settings.size(), expected.size());
+        QVERIFY(run::changedSettings(run::RunConfig{}, run::Face::Cli).empty());
 
         // The sweep's table reads the same numbers through it.
         run::SweepCell cell;
@@ -198,6 +216,9 @@ private slots:
                                         << R"("training.steps")";
         QTest::newRow("negative block") << QByteArray(R"({"method": "rtn", "format": {"block": -32}})")
                                         << R"("format.block")";
+        QTest::newRow("options value") << QByteArray(R"({"method": "rtn", "options": {"steps": "many"}})")
+                                       << R"(option 'steps')";
+        QTest::newRow("options key") << QByteArray(R"({"method": "rtn", "options": {"stepz": 3}})") << "stepz";
         QTest::newRow("seed past int64") << QByteArray(R"({"method": "rtn", "seed": 18446744073709551615})")
                                          << R"("seed")";
     }

@@ -30,12 +30,6 @@ const std::vector<MethodSpec>& methods() {
     return m;
 }
 
-int t3BlockOf(const std::string& t3) {
-    if (t3 == "none") return 0;
-    if (t3 == "block-hadamard") return 32; // SPEC §4
-    throw std::invalid_argument("unknown --t3 '" + t3 + "'; use none or block-hadamard");
-}
-
 MethodSpec runMethod(const QuantizeOptions& o) {
     MethodSpec m = methodSpec(o.method);
     train::objectiveOf(o.loss); // throws naming the valid losses

@@ -36,9 +36,6 @@ int weightQuantizationWindows(const MethodSpec& m, const QuantizeOptions& option
 // The transforms of a run of method m with these options (fold::ModelTransforms' spec): kinds,
 // initialisation, MX block, T3 and the seeds. What `latmix quantize` and `latmix bench train` build.
 fold::TransformSpec transformSpecOf(const MethodSpec& m, const QuantizeOptions& options);
-// --t3 / a grid's "t3": "none" -> 0 (no online Hadamard), "block-hadamard" -> 32 (SPEC §4's
-// block); anything else throws std::invalid_argument naming the two.
-int t3BlockOf(const std::string& t3);
 std::string methodNameList();
 
 } // namespace latmix::run

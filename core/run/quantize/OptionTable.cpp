@@ -35,6 +35,13 @@ void nonNegative(const json& v, const char* key) {
 const char* kMethodHelp = "the paper's method (rtn, quarot-rtn, gptq, quarot, mr-gptq, spinquant, latmix-lu, latmix-qr)";
 
 // What is computed: the method, the format and the ablations that replace its transforms.
+// --t3's value as the block of the online Hadamard (0: none).
+int t3BlockOf(const std::string& t3) {
+    if (t3 == "none") return 0;
+    if (t3 == "block-hadamard") return 32; // SPEC §4
+    throw std::invalid_argument("unknown --t3 '" + t3 + "'; use none or block-hadamard");
+}
+
 void addMethodOptions(std::vector<Option>& t) {
     using T = OptionType;
     t.push_back(member({"method", "--method", "Method", T::Text, kMethodHelp, true}, &RunConfig::method));
@@ -354,6 +361,17 @@ RunConfig configFromJson(const json& j, RunConfig c, const std::string& where) {
     for (const auto& o : table())
         if (j.contains(o.field.key)) setOption(c, o.field.key, j.at(o.field.key), where);
     return c;
+}
+
+std::vector<std::string> changedSettings(const RunConfig& c, Face face) {
+    const RunConfig defaults;
+    std::vector<std::string> out;
+    for (const auto& o : table()) {
+        const json v = o.get(c);
+        if (v == o.get(defaults) || (o.field.type == OptionType::Flag && v == false)) continue;
+        out.push_back(optionSetting(o.field.key, optionText(o.field, v), face));
+    }
+    return out;
 }
 
 std::string optionName(const std::string& key, Face face) {

@@ -55,6 +55,9 @@ RunConfig configFromJson(const nlohmann::ordered_json& j, RunConfig config = {},
 enum class Face { Cli, Workbench };
 std::string optionSetting(const std::string& key, const std::string& value, Face face);
 std::string optionName(const std::string& key, Face face); // "--t1-bias" / "Learned T1 bias"
+// The options of config that differ from RunConfig's defaults, in the table's order, each as
+// optionSetting says it ("--steps 250" / "Steps: 250"): a run's settings in a line.
+std::vector<std::string> changedSettings(const RunConfig& config, Face face);
 
 // A way out of a refusal: an option setting (the CLI names the flag, the workbench the control),
 // or a sentence alone (key empty).
