@@ -184,9 +184,7 @@ ActivationView::ActivationView(QWidget* parent) : QWidget(parent) {
     auto tokens = [this] { m_token->setMaximum(m_windows->value() * m_seqLen->value() - 1); };
     connect(m_windows, qOverload<int>(&QSpinBox::valueChanged), this, tokens);
     connect(m_seqLen, qOverload<int>(&QSpinBox::valueChanged), this, tokens);
-    connect(m_runner, &JobRunner::progressed, this, [this](double fr, const QString& message, double) {
-        m_status->setText(QStringLiteral("%1% %2").arg(int(fr * 100)).arg(message));
-    });
+    m_runner->showProgressIn(m_status);
     restyle();
     setModelDir(QString());
 }
@@ -197,10 +195,7 @@ void ActivationView::changeEvent(QEvent* event) {
 }
 
 void ActivationView::restyle() {
-    for (QCustomPlot* p : {m_channelPlot, m_tokenNormPlot, m_histogramPlot, m_blocksPlot}) {
-        PlotStyle::apply(p, palette());
-        p->replot();
-    }
+    PlotStyle::restyle({m_channelPlot, m_tokenNormPlot, m_histogramPlot, m_blocksPlot}, palette());
 }
 
 void ActivationView::setModelDir(const QString& dir) {

@@ -94,9 +94,7 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
 
     connect(m_compare, &QPushButton::clicked, this, [this] { compare(); });
     connect(m_acrossLayers, &QPushButton::clicked, this, [this] { compareAcrossLayers(m_heatmapKind->currentText()); });
-    connect(m_runner, &JobRunner::progressed, this, [this](double f, const QString& message, double) {
-        m_status->setText(QStringLiteral("%1% %2").arg(int(f * 100)).arg(message));
-    });
+    m_runner->showProgressIn(m_status);
     for (QCustomPlot* p : {m_perBlockPlot, m_sweepPlot, m_heatmapPlot}) PlotStyle::apply(p, palette());
     setModelDir(QString());
 }

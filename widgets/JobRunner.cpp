@@ -11,6 +11,7 @@
 
 #include <QElapsedTimer>
 #include <QMetaObject>
+#include <QLabel>
 #include <QThread>
 
 #include <atomic>
@@ -235,6 +236,12 @@ void JobRunner::setPaused(bool paused) {
     if (!m_context) return;
     m_context->setPaused(paused);
     if (m_thread && m_activeManager) m_activeManager->jobPaused(m_jobId, paused);
+}
+
+void JobRunner::showProgressIn(QLabel* status) {
+    connect(this, &JobRunner::progressed, status, [status](double fraction, const QString& message, double) {
+        status->setText(QStringLiteral("%1% %2").arg(int(fraction * 100)).arg(message));
+    });
 }
 
 bool JobRunner::isPaused() const { return m_context && m_thread && m_context->paused(); }

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 
+class QLabel;
 class QThread;
 
 namespace latmix::gui {
@@ -54,6 +55,9 @@ public:
     bool start(const QString& title, Work work, int threads = 0);
 
     bool isPaused() const;
+
+    // The label shows each progress report of this runner's jobs as "42% message".
+    void showProgressIn(QLabel* status);
 
     // Inside the work: the threads its runner was granted (also what latmix::threadCount()
     // returns on the worker thread); 0 for a context that is not a JobRunner's.

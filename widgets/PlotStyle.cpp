@@ -36,6 +36,13 @@ void apply(QCustomPlot* p, const QPalette& pal) {
         if (auto* title = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0))) title->setTextColor(fg);
 }
 
+void restyle(std::initializer_list<QCustomPlot*> plots, const QPalette& palette, bool queued) {
+    for (QCustomPlot* p : plots) {
+        apply(p, palette);
+        p->replot(queued ? QCustomPlot::rpQueuedReplot : QCustomPlot::rpRefreshHint);
+    }
+}
+
 void placeLegendAbove(QCustomPlot* p) {
     QCPLayoutInset* inset = p->axisRect()->insetLayout();
     bool inside = false;

@@ -1,6 +1,7 @@
 #pragma once
 // Plots draw themselves, so they follow the widget palette (light / dark theme) by hand.
 #include <QFont>
+#include <initializer_list>
 #include <QPalette>
 #include <QColor>
 #include <QPointF>
@@ -20,6 +21,8 @@ namespace latmix::gui::PlotStyle {
 // Background, axes, grid, legend and title in the palette's Base / Text colours; also
 // fitTicks (connected once per plot).
 void apply(QCustomPlot* plot, const QPalette& palette);
+// apply to each plot, then replot it (a view's palette changed); queued: at the next event loop turn.
+void restyle(std::initializer_list<QCustomPlot*> plots, const QPalette& palette, bool queued = false);
 
 // The legend moved out of the axis rect into centred rows right above it (as many entries a row
 // as fit the plot's width, fitTicks):

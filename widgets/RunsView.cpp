@@ -222,10 +222,7 @@ void RunsView::changeEvent(QEvent* event) {
 }
 
 void RunsView::restyle() {
-    for (QCustomPlot* p : {m_curves, m_weights}) {
-        PlotStyle::apply(p, palette());
-        p->replot();
-    }
+    PlotStyle::restyle({m_curves, m_weights}, palette());
 }
 
 void RunsView::setFolders(const QStringList& folders) {

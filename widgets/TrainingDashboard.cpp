@@ -487,10 +487,8 @@ void TrainingDashboard::changeEvent(QEvent* event) {
 }
 
 void TrainingDashboard::applyTheme() {
-    for (QCustomPlot* p : {m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot, m_heatPlot, m_offPlot}) {
-        PlotStyle::apply(p, palette());
-        p->replot(QCustomPlot::rpQueuedReplot);
-    }
+    PlotStyle::restyle({m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot, m_heatPlot, m_offPlot}, palette(),
+                       true);
 }
 
 } // namespace latmix::gui

@@ -135,9 +135,7 @@ WeightView::WeightView(QWidget* parent) : QWidget(parent) {
     connect(m_layer, qOverload<int>(&QSpinBox::valueChanged), this, changed);
     connect(m_linear, &QComboBox::currentTextChanged, this, changed);
     connect(m_format, &QComboBox::currentTextChanged, this, changed);
-    connect(m_runner, &JobRunner::progressed, this, [this](double fr, const QString& message, double) {
-        m_status->setText(QStringLiteral("%1% %2").arg(int(fr * 100)).arg(message));
-    });
+    m_runner->showProgressIn(m_status);
     restyle();
     setModelDir(QString());
     setRun(QString());
@@ -149,10 +147,7 @@ void WeightView::changeEvent(QEvent* event) {
 }
 
 void WeightView::restyle() {
-    for (QCustomPlot* p : {m_channelPlot, m_groupPlot, m_heatBefore, m_heatAfter}) {
-        PlotStyle::apply(p, palette());
-        p->replot();
-    }
+    PlotStyle::restyle({m_channelPlot, m_groupPlot, m_heatBefore, m_heatAfter}, palette());
 }
 
 void WeightView::setModelDir(const QString& dir) {
