@@ -43,6 +43,7 @@ struct BenchOptions {
     std::string method;              // memory: quantize with this method (empty: eval)
     std::string config, dtype = "bfloat16"; // memory: a config.json instead of a model folder
     int calibSamples = 64, evalSeqLen = 0, batch = 4;
+    int windows = 0; // train: the windows the steps draw from (0: new windows every step)
     bool tf32 = false; // forward, train: float32 matrix products in TF32 on CUDA (as quantize --tf32)
 };
 
@@ -197,7 +198,8 @@ int runTrain(const BenchOptions& o) {
     fold::ModelTransforms transforms(c, run::transformSpecOf(m, q));
     transforms.to(device);
     const int steps = 1 + o.repeat;
-    const at::Tensor windows = at::randint(0, c.vocabSize, {int64_t(o.batch) * steps, seq}, at::detail::createCPUGenerator(7), at::kLong);
+    const int64_t drawn = o.windows > 0 ? o.windows : int64_t(o.batch) * steps;
+    const at::Tensor windows = at::randint(0, c.vocabSize, {drawn, seq}, at::detail::createCPUGenerator(7), at::kLong);
     train::DistillOptions d;
     d.activation = q.format;
     d.steps = steps;
@@ -254,12 +256,20 @@ int runTrain(const BenchOptions& o) {
     getrusage(RUSAGE_SELF, &u);
     std::printf("minor page faults per step %ld (%.0f MiB of pages); peak resident %.0f MiB\n", perStep,
                 perStep * 4096.0 / 1048576.0, u.ru_maxrss / 1024.0);
+    // With the teacher's states kept, a timed step's "teacher forward" is a lookup: the ratios
+    // below take the warm-up step's, which ran the teacher on the windows.
+    const std::int64_t keptBytes = train::teacherCacheBytes(c, drawn, seq, steps, o.batch, d.objective);
+    const double teacherForward = keptBytes > 0 && !r.history.empty() ? r.history.front().teacherSeconds : teacher;
+    if (keptBytes > 0)
+        std::printf("teacher states kept for %lld windows (%.1f MiB): a window's later draws skip the teacher's forward; "
+                    "the ratios take the warm-up step's teacher forward, %.4f s\n",
+                    static_cast<long long>(drawn), keptBytes / 1048576.0, teacherForward);
     // An eager forward (the peers') makes each model's logits in its own forward and the loss's
     // gradient product in the backward; the same split here, beside the plain one.
     std::printf("student / teacher %.2f (each model's forward with its own logits); (student layers + loss) / teacher "
                 "layers %.2f\n",
-                (student - teacherLogits - lossGradient) / std::max(teacher + teacherLogits, 1e-12),
-                student / std::max(teacher, 1e-12));
+                (student - teacherLogits - lossGradient) / std::max(teacherForward + teacherLogits, 1e-12),
+                student / std::max(teacherForward, 1e-12));
     if (device.is_cuda()) // beside `latmix quantize --dry-run --device cuda`'s train stage
         std::printf("peak GPU memory %.0f MiB (PyTorch's allocator; the CUDA context adds about 512 MiB)\n",
                     compat::cudaPeakAllocatedBytes(device.index()) / 1048576.0);
@@ -337,6 +347,12 @@ Runner addBenchCommand(CLI::App& app) {
     cmd->add_option("--calib-samples", o->calibSamples, "memory: calibration windows")->capture_default_str();
     cmd->add_option("--eval-seqlen", o->evalSeqLen, "memory: quantize's evaluation window (0: none)")->capture_default_str();
     cmd->add_option("--batch", o->batch, "memory, train: training sequences per step")->capture_default_str();
+    cmd->add_option("--windows", o->windows,
+                    "train: the windows the steps draw their batches from (0: new windows every step, the teacher "
+                    "runs every step; --batch: every timed step draws windows whose teacher states are kept, as late "
+                    "in a run)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--tf32", o->tf32, "forward, train: float32 matrix products in TF32 on a CUDA device (ignored on the CPU)");
     return [o] {
         return o->what == "forward" ? runForward(*o)

@@ -163,10 +163,12 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
         // Small models keep every layer's graph instead (train::keepsLayerGraphs): all of them
         // live beside the top.
         const bool kept = train::keepsLayerGraphs(c, B, T);
-        e.stages.push_back({"train", kBase + lmHead + inputs + (kept ? s.layers * layerGraph + top : std::max(top, layerGraph)),
+        // The teacher's states of every window, when windows come back (train::teacherCacheBytes).
+        const I teacher = train::teacherCacheBytes(c, o.calibSamples, T, o.steps, int(B), train::objectiveOf(o.loss));
+        e.stages.push_back({"train", kBase + lmHead + inputs + teacher + (kept ? s.layers * layerGraph + top : std::max(top, layerGraph)),
                             "lm_head " + mib(lmHead) + (perLayer == 2 ? ", layer inputs and teacher outputs " : ", layer inputs ") + mib(inputs) +
                                 (kept ? ", every layer's graph " + mib(s.layers * layerGraph) : ", one layer's graph " + mib(layerGraph)) +
-                                ", vocabulary chunk " + mib(top)});
+                                ", vocabulary chunk " + mib(top) + (teacher > 0 ? ", teacher states " + mib(teacher) : "")});
     }
     if (m.transformed) {
         // fold: one layer as stored, its float64 copy with a matmul result (the largest is an

@@ -68,6 +68,13 @@ std::int64_t layerGraphBytes(const model::ModelConfig& c, std::int64_t batch, st
     return 4 * (3 * params + N * (12 * h + 4 * i) + batch * c.numHeads * seqLen * seqLen);
 }
 
+std::int64_t teacherCacheBytes(const model::ModelConfig& c, std::int64_t windows, std::int64_t seqLen, int steps,
+                               int batch, Objective objective) {
+    if (objective != Objective::Kl || std::int64_t(steps) * batch <= windows) return 0; // no window comes back
+    const std::int64_t bytes = windows * seqLen * c.hiddenSize * 4;
+    return bytes <= (std::int64_t(256) << 20) ? bytes : 0;
+}
+
 bool keepsLayerGraphs(const model::ModelConfig& c, std::int64_t batch, std::int64_t seqLen) {
     return c.numLayers * layerGraphBytes(c, batch, seqLen) <= (std::int64_t(512) << 20);
 }
@@ -209,6 +216,43 @@ void recordMatrixMetrics(DistillStep& s, const fold::ModelTransforms& transforms
     o.onMatrices(s.step, copy(transforms.t1()), tracked ? copy(transforms.t2(o.trackedLayer)) : at::Tensor());
 }
 
+// The teacher's normed final states per calibration window (teacherCacheBytes says when): each
+// computed where the step would compute it (lossDevice), then kept in host memory, [T, hidden].
+class TeacherCache {
+public:
+    TeacherCache(const model::ModelConfig& c, const model::LlamaWeights& original, const at::Tensor& calibration,
+                 const DistillOptions& o, int world)
+        : m_c(c), m_original(original),
+          m_on(o.keepTeacherStates &&
+               teacherCacheBytes(c, calibration.size(0), calibration.size(1), o.steps, o.batch * world, o.objective) > 0),
+          m_rows(m_on ? static_cast<std::size_t>(calibration.size(0)) : 0) {}
+
+    // [B·T, hidden] for the windows of tokens (its rows, in order); undefined when not kept.
+    at::Tensor statesOf(const std::vector<int64_t>& windows, const at::Tensor& tokens) {
+        if (!m_on) return {};
+        std::vector<int64_t> missing; // rows of tokens whose window is not kept yet
+        for (std::size_t b = 0; b < windows.size(); ++b)
+            if (!m_rows[static_cast<std::size_t>(windows[b])].defined()) missing.push_back(static_cast<int64_t>(b));
+        if (!missing.empty()) {
+            const auto rows = tokens.index_select(0, at::tensor(missing, at::kLong).to(tokens.device()));
+            const auto states = teacherNormedStates(m_c, m_original, rows, lossDevice(m_original, tokens.device()));
+            const int64_t T = tokens.size(1);
+            for (std::size_t i = 0; i < missing.size(); ++i)
+                m_rows[static_cast<std::size_t>(windows[static_cast<std::size_t>(missing[i])])] =
+                    states.narrow(0, static_cast<int64_t>(i) * T, T).to(at::kCPU).clone();
+        }
+        std::vector<at::Tensor> parts;
+        for (int64_t w : windows) parts.push_back(m_rows[static_cast<std::size_t>(w)]);
+        return at::cat(parts, 0);
+    }
+
+private:
+    const model::ModelConfig& m_c;
+    const model::LlamaWeights& m_original;
+    const bool m_on;
+    std::vector<at::Tensor> m_rows; // per window; undefined until its first draw
+};
+
 // What distill refuses before it starts: no windows, no steps, nothing to learn, too few
 // windows for every rank's share of a batch.
 void checkDistillInputs(const at::Tensor& calibration, const DistillOptions& o, bool hasParameters, int world) {
@@ -259,6 +303,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
     const int rank = o.group ? o.group->rank() : 0;
     const bool root = rank == 0;
     const int n = static_cast<int>(calibration.size(0));
+    TeacherCache teacher(c, original, calibration, o, world);
     if (o.resume && root) {
         if (o.runFile.empty()) throw std::invalid_argument("resume needs a run file");
         restoreTrainFile(o.runFile, params, opt, r);
@@ -305,8 +350,12 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                 const auto idx = at::tensor(mine, at::kLong);
                 const auto tokens = calibration.index_select(0, idx).to(device);
                 opt.zeroGrad();
-                DistillLoss l =
-                    distillationStep(c, original, transforms, o.activation, tokens, o.temperature, o.volumeWeight, o.objective);
+                const auto tTeacher = Clock::now();
+                const at::Tensor kept = teacher.statesOf(mine, tokens);
+                const double keptSeconds = since(tTeacher);
+                DistillLoss l = distillationStep(c, original, transforms, o.activation, tokens, o.temperature,
+                                                 o.volumeWeight, o.objective, std::nullopt, kept);
+                l.teacherSeconds += keptSeconds; // a window's first draw runs the teacher here
                 if (world > 1 && (cancelled = averageOverRanks(*o.group, params, l, job.cancelRequested()))) return;
                 if (!std::isfinite(l.loss)) { // never into AdamW's state or the run file
                     s.loss = l.loss;

@@ -78,6 +78,7 @@ struct DistillOptions {
     std::uint64_t seed = 0;        // batch draws: step k uses the same sequences on every run
     std::string runFile;           // HDF5 run file ("" : none); written and read by rank 0 only
     bool resume = false;           // continue from runFile's state
+    bool keepTeacherStates = true; // keep each window's teacher states when teacherCacheBytes allows
     // Data parallel (null or size 1: one process). Step k draws batch × size windows from the
     // seeded permutation of the single-process run with batch × size; rank r takes the r-th
     // `batch` of them. Each step's gradients (and loss terms) are averaged over the ranks before
@@ -136,10 +137,29 @@ struct DistillLoss {
 // keepLayerGraphs: whether the forward keeps every layer's graph for the backward pass
 // (nullopt: keepsLayerGraphs decides) instead of recomputing each layer from its saved input.
 // The gradients are the same bits either way.
+// teacherNormed (KL only): the teacher's normed final states of these tokens, [B·T, hidden]
+// float32 (teacherNormedStates, kept from an earlier step); undefined: the step computes them.
 DistillLoss distillationStep(const model::ModelConfig& config, const model::LlamaWeights& original,
                              const fold::ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
                              const at::Tensor& tokens, double temperature, double volumeWeight,
-                             Objective objective = Objective::Kl, std::optional<bool> keepLayerGraphs = std::nullopt);
+                             Objective objective = Objective::Kl, std::optional<bool> keepLayerGraphs = std::nullopt,
+                             const at::Tensor& teacherNormed = {});
+
+// Where a step's loss over the vocabulary computes: lm_head's device, or the tokens' device when
+// lm_head stays in host memory (offloaded or mapped weights).
+c10::Device lossDevice(const model::LlamaWeights& original, c10::Device tokensDevice);
+
+// The KL's target: the frozen teacher's final hidden states of tokens [B, T] after the final norm,
+// [B·T, hidden] float32 on `device` (where lm_head computes). No graph.
+at::Tensor teacherNormedStates(const model::ModelConfig& config, const model::LlamaWeights& original,
+                               const at::Tensor& tokens, c10::Device device);
+
+// The teacher is frozen: a window's teacherNormedStates are the same at every step that draws it.
+// distill keeps them (host memory, float32) when the objective is the KL, some window is drawn
+// more than once (steps × batch > windows) and all windows' states fit in 256 MiB; later draws
+// then skip the teacher's forward. The bytes it keeps (0: none); run/MemoryEstimate counts them.
+std::int64_t teacherCacheBytes(const model::ModelConfig& config, std::int64_t windows, std::int64_t seqLen, int steps,
+                               int batch, Objective objective);
 
 // Activation checkpointing (one layer's graph at a time, each layer computed twice) bounds the
 // step's memory at 1B and beyond; when the graphs of all layers together stay under 512 MiB

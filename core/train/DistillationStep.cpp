@@ -32,11 +32,11 @@ class Step {
 public:
     Step(const model::ModelConfig& c, const model::LlamaWeights& original, const fold::ModelTransforms& transforms,
          const std::optional<mx::MxConfig>& activation, const at::Tensor& tokens, double tau, Objective objective,
-         bool keepGraphs)
+         bool keepGraphs, const at::Tensor& givenTeacher)
         : c(c), original(original), transforms(transforms), activation(activation), tokens(tokens), tau(tau),
-          objective(objective), keepGraphs(keepGraphs), device(tokens.device()),
+          objective(objective), keepGraphs(keepGraphs), givenTeacher(givenTeacher), device(tokens.device()),
           fopts(at::TensorOptions().dtype(at::kFloat).device(device)),
-          top(original.lmHead.device().is_cpu() ? device : original.lmHead.device()), topts(fopts.device(top)),
+          top(lossDevice(original, device)), topts(fopts.device(top)),
           T(tokens.size(1)), N(tokens.numel()), V(c.vocabSize) {}
 
     DistillLoss run(double volumeWeight);
@@ -77,6 +77,7 @@ private:
     const double tau;
     const Objective objective;
     const bool keepGraphs;
+    const at::Tensor& givenTeacher; // KL: the teacher's normed states kept from an earlier step, or undefined
     const c10::Device device;
     const at::TensorOptions fopts;
     const c10::Device top; // where lm_head computes
@@ -140,8 +141,7 @@ void Step::teacherForward() {
     teacherOptions.dtype = at::kFloat;
     at::NoGradGuard g;
     if (objective == Objective::Kl) {
-        const auto h = model::forwardHidden(c, original, teacherOptions, tokens).to(top);
-        teacherNormed = model::rmsNorm(h, original.finalNorm.to(topts), c.rmsNormEps).reshape({N, c.hiddenSize});
+        teacherNormed = givenTeacher.defined() ? givenTeacher.to(topts) : teacherNormedStates(c, original, tokens, top);
     } else if (objective == Objective::BlockMse) {
         model::forwardHidden(c, original, teacherOptions, tokens, nullptr, &teacherBlocks);
     }
@@ -434,9 +434,30 @@ DistillLoss Step::run(double volumeWeight) {
 DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeights& original,
                              const fold::ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
                              const at::Tensor& tokens, double tau, double volumeWeight, Objective objective,
-                             std::optional<bool> keepLayerGraphs) {
+                             std::optional<bool> keepLayerGraphs, const at::Tensor& teacherNormed) {
     const bool keepGraphs = keepLayerGraphs ? *keepLayerGraphs : keepsLayerGraphs(c, tokens.size(0), tokens.size(1));
-    return Step(c, original, transforms, activation, tokens, tau, objective, keepGraphs).run(volumeWeight);
+    return Step(c, original, transforms, activation, tokens, tau, objective, keepGraphs, teacherNormed).run(volumeWeight);
+}
+
+c10::Device lossDevice(const model::LlamaWeights& original, c10::Device tokensDevice) {
+    return original.lmHead.device().is_cpu() ? tokensDevice : original.lmHead.device();
+}
+
+at::Tensor teacherNormedStates(const model::ModelConfig& c, const model::LlamaWeights& original, const at::Tensor& tokens,
+                               c10::Device device) {
+    model::ForwardOptions teacherOptions;
+    teacherOptions.dtype = at::kFloat;
+    at::NoGradGuard g;
+    const auto gamma = original.finalNorm.to(at::TensorOptions().dtype(at::kFloat).device(device));
+    // A window at a time: a matrix product's rows depend on how many rows it multiplies at once
+    // (BLAS blocking), so a window's states are the same bits whichever batch draws it, and
+    // distill may keep them from one draw to the next (teacherCacheBytes).
+    std::vector<at::Tensor> windows;
+    for (int64_t b = 0; b < tokens.size(0); ++b) {
+        const auto h = model::forwardHidden(c, original, teacherOptions, tokens.narrow(0, b, 1)).to(device);
+        windows.push_back(model::rmsNorm(h, gamma, c.rmsNormEps).reshape({tokens.size(1), c.hiddenSize}));
+    }
+    return windows.size() == 1 ? windows.front() : at::cat(windows, 0);
 }
 
 } // namespace latmix::train

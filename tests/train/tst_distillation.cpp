@@ -282,8 +282,36 @@ private slots:
         for (const auto& s : r.history) QVERIFY(std::isfinite(s.loss) && s.vol >= 0 && s.lr > 0);
     }
 
+    // The teacher's states of a window, kept from its first draw, are the very bits a step would
+    // compute again: the same run with and without keeping them ends with the same parameters
+    // (8 windows, batch 2, 12 steps: every window comes back). When they are kept: only for the
+    // KL, only when a window comes back, only within 256 MiB.
+    void keptTeacherStatesChangeNothing() {
+        Fixture f;
+        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        const auto& c = f.ck->config();
+        auto o = quickOptions(12);
+        QVERIFY(train::teacherCacheBytes(c, 8, 32, o.steps, o.batch, train::Objective::Kl) == 8 * 32 * c.hiddenSize * 4);
+        fold::TransformSpec spec;
+        fold::ModelTransforms kept(c, spec), fresh(c, spec);
+        const auto rk = train::distill(c, f.w, f.calib, kept, o);
+        o.keepTeacherStates = false;
+        const auto rf = train::distill(c, f.w, f.calib, fresh, o);
+        for (size_t i = 0; i < rk.history.size(); ++i) QCOMPARE(rk.history[i].loss, rf.history[i].loss);
+        const auto pk = kept.parameters(), pf = fresh.parameters();
+        for (size_t i = 0; i < pk.size(); ++i) QVERIFY2(at::equal(pk[i], pf[i]), qPrintable(QString("parameter %1").arg(i)));
+
+        QCOMPARE(train::teacherCacheBytes(c, 8, 32, 4, 2, train::Objective::Kl), std::int64_t(0)); // 8 draws of 8 windows
+        QCOMPARE(train::teacherCacheBytes(c, 8, 32, 12, 2, train::Objective::CrossEntropy), std::int64_t(0));
+        QCOMPARE(train::teacherCacheBytes(c, 8, 32, 12, 2, train::Objective::BlockMse), std::int64_t(0));
+        const std::int64_t over = ((std::int64_t(256) << 20) / (32 * c.hiddenSize * 4)) + 1; // windows past 256 MiB
+        QCOMPARE(train::teacherCacheBytes(c, over, 32, int(over), 2, train::Objective::Kl), std::int64_t(0));
+        QVERIFY(train::teacherCacheBytes(c, over - 1, 32, int(over), 2, train::Objective::Kl) > 0);
+    }
+
     // The same seed gives the same parameters; a cancelled run resumed from its run file ends
-    // exactly where the uninterrupted run ends.
+    // exactly where the uninterrupted run ends (the resumed run computes again the teacher's
+    // states the first part kept).
     void resumeAfterCancelIsExact() {
         Fixture f;
         if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
