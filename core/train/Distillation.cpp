@@ -42,6 +42,13 @@ std::vector<int64_t> batchOf(std::uint64_t seed, int k, int n, int batch) {
     return idx;
 }
 
+// Rank r's share of a step's global batch: its r-th `batch` windows (all of them in one process).
+std::vector<int64_t> shareOf(const std::vector<int64_t>& global, int rank, int batch) {
+    const auto first = std::min<std::size_t>(global.size(), std::size_t(rank) * batch);
+    const auto last = std::min<std::size_t>(global.size(), std::size_t(rank + 1) * batch);
+    return {global.begin() + first, global.begin() + last};
+}
+
 // κ(A), ‖AᵀA − I‖σ and the off-block norm of one transform (SPEC §3), as a training step records them.
 struct MatrixMetrics {
     double cond, orth, off;
@@ -343,10 +350,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         try {
             guardMemory(stage, "rerun with a smaller --batch or a shorter --seqlen; the run folder is resumable with --resume",
                         [&] {
-                // This rank's share of the step's global batch (all of it in one process).
-                const auto global = batchOf(o.seed, k, n, o.batch * world);
-                const std::vector<int64_t> mine(global.begin() + rank * o.batch,
-                                                global.begin() + std::min<std::size_t>(global.size(), (rank + 1) * o.batch));
+                const auto mine = shareOf(batchOf(o.seed, k, n, o.batch * world), rank, o.batch);
                 const auto idx = at::tensor(mine, at::kLong);
                 const auto tokens = calibration.index_select(0, idx).to(device);
                 opt.zeroGrad();
