@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's check in one command (docs/gpu.md). Run from the repository root, with the
+# The GPU machine's check in one command (docs/developer/gpu.md). Run from the repository root, with the
 # folder that packaging/gpu-prep.sh filled (.gpu/) beside the tracked files:
 #     bash packaging/device-check.sh OUT             # on the GPU machine (device tool: carry [".gpu"])
 #     bash packaging/device-check.sh OUT --rehearse  # without a GPU: Debian's libtorch stands in

@@ -57,7 +57,7 @@ crashed() { grep -q 'crashed (signal' "$R"/*.txt 2> /dev/null; }
 # The order puts first what no visit has measured yet: the GPU half of the small runs, then the
 # whole pipeline at the 1B widths (training, GPTQ of 4 layers, the run model and its evaluation:
 # the end-to-end peak GPU memory beside the --dry-run estimate, GPTQ's seconds per layer); then
-# the CPU half and the bench rows, which earlier visits measured (docs/results.md, "GPU"). What
+# the CPU half and the bench rows, which earlier visits measured (docs/research/results.md, "GPU"). What
 # the step's time cannot reach is reported as skipped.
 [ "$REHEARSE" = no ] && brownpy_runs cuda
 if [ "$REHEARSE" = no ]; then

@@ -21,7 +21,7 @@ GPU=${LATMIX_GPU_DIR:-$SRC/.gpu}
 DATA=${LATMIX_DATA_DIR:-$SRC/../shared/data}
 die() { echo "gpu-prep: $*" >&2; exit 1; }
 
-# The packages, by what they are for (docs/gpu.md explains the list). libc6, libstdc++6,
+# The packages, by what they are for (docs/developer/gpu.md explains the list). libc6, libstdc++6,
 # libgcc-s1 and libgomp1 are not carried: the GPU machine's g++ brings newer ones.
 BUILD="libhdf5-dev zlib1g-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev libpcre2-dev
   qt6-base-dev qt6-base-dev-tools qmake6 pkgconf pkgconf-bin libpkgconf3"

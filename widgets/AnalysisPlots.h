@@ -1,7 +1,7 @@
 #pragma once
 // Plots of a transform analysis (issue: per-layer transform comparison): per-block error vs
 // block index and E(T) vs block size, one curve per transform, rendered with QCustomPlot.
-// Used by the workbench views and, offscreen, to write the PNGs of docs/analysis.md.
+// Used by the workbench views and, offscreen, to write the PNGs of docs/research/analysis.md.
 #include <QString>
 #include <QVector>
 

@@ -216,7 +216,7 @@ QWidget* ComparisonView::createPlots() {
 // The last capture of this view, kept so that a comparison at one point after the across-layers
 // map of its kind (or the same request again) reuses the activations instead of running the
 // windows through the model again: at the Llama-3.2-1B shape that is 9 of the 25 decoder-layer
-// passes of the two (docs/results.md, the workbench table). Same model, windows and length only.
+// passes of the two (docs/research/results.md, the workbench table). Same model, windows and length only.
 struct ComparisonView::CaptureCache {
     std::string modelDir, regex;
     int samples = 0, seqLen = 0;

@@ -21,7 +21,7 @@ Runner addSweepCommand(CLI::App& app) {
         "sweep", "run a grid of quantize runs (methods x formats x variants x seeds) into one folder, resumable, and "
                  "tabulate them (OUT/results.md, OUT/results.csv)");
     cmd->add_option("--grid", o->grid,
-                    "grid file (JSON: model, methods, formats, seeds, options, variants; see docs/results.md)")
+                    "grid file (JSON: model, methods, formats, seeds, options, variants; see docs/research/results.md)")
         ->required();
     cmd->add_option("--model", o->model, "model folder (overrides the grid's \"model\")");
     cmd->add_option("--out", o->out, "sweep folder: OUT/cells/<cell>/ (each a quantize run folder), OUT/results.md/.csv")

@@ -97,7 +97,7 @@ bool ncclAvailable() {
 // Why ranks on CPUs cannot run in this build.
 [[maybe_unused]] std::string noGlooMessage() {
     return "this build of latmix has no Gloo, so ranks on CPUs cannot talk (PyTorch's wheel ships no Gloo headers; "
-           "docs/gpu.md): run the ranks on GPUs with --dist-backend nccl, or build against Debian's libtorch with "
+           "docs/developer/gpu.md): run the ranks on GPUs with --dist-backend nccl, or build against Debian's libtorch with "
            "libgloo-dev, or pass -DLATMIX_GLOO_INCLUDE_DIR; or run with one process";
 }
 
@@ -113,7 +113,7 @@ Backend chooseBackend(const std::string& name, bool ranksOnCuda) {
                                     "and these run on the CPU: use --dist-backend gloo");
     if (!ncclAvailable())
         throw std::invalid_argument("--dist-backend nccl: this build of latmix has no NCCL (it was built against a "
-                                    "libtorch without CUDA, or without NCCL's nccl.h; see docs/gpu.md): use "
+                                    "libtorch without CUDA, or without NCCL's nccl.h; see docs/developer/gpu.md): use "
                                     "--dist-backend gloo");
     return Backend::Nccl;
 }

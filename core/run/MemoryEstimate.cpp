@@ -114,7 +114,7 @@ MemoryStage quantizeStage(const Shape& s, I T, int stored, const QuantizeOptions
     // then either the activation quantization's work or the Hessian's float64 copy of the
     // quantized input (HessianAccumulator::add). On the CPU the MX kernel writes its output
     // alone; on a GPU the tensor-ops path (mx/MxQuantizer.cpp, roundToElement) holds up to six
-    // temporaries of the input's size. Measured on an H200 (docs/results.md), 1B shape, 16
+    // temporaries of the input's size. Measured on an H200 (docs/research/results.md), 1B shape, 16
     // windows of 2048: peak 9234 MiB for an estimate of 9774 MiB.
     const I queries = model::attentionQueryBlock(T);
     const I residual = 3 * T * s.h * 4;

@@ -4,7 +4,7 @@
 // print, what the workbench shows before Run, and what runQuantize compares with the memory the
 // machine has. Each stage's estimate is the sum of the buffers that are alive together at its
 // peak (read from the code of that stage, see MemoryEstimate.cpp); the constants were checked
-// against measured peaks on the Llama-3.2-1B shape (docs/results.md, "Scale").
+// against measured peaks on the Llama-3.2-1B shape (docs/research/results.md, "Scale").
 #include "model/ModelConfig.h"
 #include "run/quantize/Method.h"
 

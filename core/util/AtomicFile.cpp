@@ -89,7 +89,7 @@ std::string makeTempSibling(const std::string& finalDir) {
 // manylinux's devtoolset) export their own copy of std::filesystem::remove_all(path, error_code&),
 // and an executable that names libtorch.so before libstdc++ binds its calls to that copy; on the
 // H100/H200 machine with PyTorch 2.11 it jumped to address 0 as soon as the folder had entries
-// (every quantize run with a spill folder crashed there: docs/results.md, "GPU"). libc's walk has
+// (every quantize run with a spill folder crashed there: docs/research/results.md, "GPU"). libc's walk has
 // no such twin. FTW_PHYS: a symbolic link is removed, never followed; FTW_DEPTH: a folder after
 // its entries.
 void removeTreeQuietly(const std::string& dir) noexcept {

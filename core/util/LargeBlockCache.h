@@ -5,7 +5,7 @@
 // them with munmap, so every large temporary (a float32 layer converted from bf16, a batch of
 // activations at 8192 features) is faulted in page by page and zeroed by the kernel each time it
 // is allocated. At the Llama-3.2-1B shape that was over 6 million page faults and half the CPU
-// time of the workbench's transform comparison (docs/results.md). This cache keeps freed blocks
+// time of the workbench's transform comparison (docs/research/results.md). This cache keeps freed blocks
 // of at least `minBytes` (sizes rounded up to 2 MiB) up to `capBytes` in all, and serves a request
 // of the same rounded size from them; a request it cannot serve first gives every cached block
 // back. It counts the bytes of every tensor block in use (its own, and those of libtorch's

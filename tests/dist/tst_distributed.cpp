@@ -163,7 +163,7 @@ private slots:
     }
 
     // Every function but these needs ranks on CPUs, i.e. Gloo; a build against PyTorch's wheel has
-    // NCCL only (docs/gpu.md) and runs just these.
+    // NCCL only (docs/developer/gpu.md) and runs just these.
     void init() {
         static const QStringList withoutGloo{"worldFromEnvironment", "backendChoice", "ncclOnCpuIsRefused",
                                              "ncclOneRankOnDevice"};
@@ -567,7 +567,7 @@ private slots:
     void ncclOneRankOnDevice() {
         QFETCH(QString, device);
         LATMIX_REQUIRE_DEVICE(dev, device);
-        if (!dist::ncclAvailable()) QFAIL("a CUDA build without NCCL: configure must find nccl.h (docs/gpu.md)");
+        if (!dist::ncclAvailable()) QFAIL("a CUDA build without NCCL: configure must find nccl.h (docs/developer/gpu.md)");
         auto g = dist::Group::connect(worldOf(0, 1, dist::freeLoopbackPort()), "one rank", kTimeout, dist::Backend::Nccl,
                                       dev.index());
         QCOMPARE(int(g->backend()), int(dist::Backend::Nccl));

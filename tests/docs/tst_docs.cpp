@@ -64,7 +64,7 @@ private slots:
         if (folder == QLatin1String("core")) QVERIFY(citations > 0); // the scan reads the sources at all
     }
 
-    // docs/architecture.md's table of direct dependencies is core/CMakeLists.txt's DEPS, folder
+    // docs/developer/architecture.md's table of direct dependencies is core/CMakeLists.txt's DEPS, folder
     // by folder (the build enforces the DEPS; the table is what a newcomer reads).
     void dependencyTableMatchesBuild() {
         QMap<QString, QSet<QString>> build, table;
@@ -80,7 +80,7 @@ private slots:
         }
         static const QRegularExpression row(QStringLiteral("^\\| ((?:`\\w+`(?:, )?)+) \\| (.*) \\|$"), QRegularExpression::MultilineOption);
         static const QRegularExpression name(QStringLiteral("`(\\w+)`"));
-        auto rows = row.globalMatch(readAll(sourceDir() + QStringLiteral("/docs/architecture.md")));
+        auto rows = row.globalMatch(readAll(sourceDir() + QStringLiteral("/docs/developer/architecture.md")));
         while (rows.hasNext()) {
             const auto r = rows.next();
             QSet<QString> deps;
@@ -89,7 +89,7 @@ private slots:
         }
         QVERIFY2(build.size() >= 10, qPrintable(QStringLiteral("read %1 folders from core/CMakeLists.txt").arg(build.size())));
         for (auto b = build.cbegin(); b != build.cend(); ++b) {
-            QVERIFY2(table.contains(b.key()), qPrintable(QStringLiteral("docs/architecture.md has no row for ") + b.key()));
+            QVERIFY2(table.contains(b.key()), qPrintable(QStringLiteral("docs/developer/architecture.md has no row for ") + b.key()));
             QVERIFY2(table[b.key()] == b.value(),
                      qPrintable(QStringLiteral("%1: the table says {%2}, the build {%3}")
                                     .arg(b.key(), QStringList(table[b.key()].values()).join(','), QStringList(b.value().values()).join(','))));

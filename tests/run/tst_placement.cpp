@@ -86,7 +86,7 @@ private slots:
     // card; a Qwen3-32B's training (by hand: 61.5 GiB of bf16 weights, 10 GiB of checkpointed
     // layer inputs at 4 x 2048 tokens, 22 GiB for one layer's graph: 94 GiB) fits 141 GiB but
     // not 80, and the refusal names --offload and --devices.
-    // The estimate beside the peaks PyTorch's allocator measured on an NVIDIA H200 (docs/results.md,
+    // The estimate beside the peaks PyTorch's allocator measured on an NVIDIA H200 (docs/research/results.md,
     // "GPU: NVIDIA H200 ... fourth visit"): at least the measured peak, and not so far above it
     // that a run which fits would be refused (within 25%). Llama-3.2-1B shape, bf16 weights,
     // 2048-token windows; latmix-lu's peak is its training step (batch 4), mr-gptq's its quantize
@@ -117,7 +117,7 @@ private slots:
     }
 
     // The progress bar's shares (run/quantize/StageCost.cpp) against the stage times measured on
-    // an H200 at the 1B shape (docs/results.md, fourth visit): 5 training steps took 16 s and
+    // an H200 at the 1B shape (docs/research/results.md, fourth visit): 5 training steps took 16 s and
     // GPTQ of 16 layers 169 s, so quantizing is about ten times training there; the model must
     // say so within a factor of two. On a CPU with 1000 steps the training dominates instead.
     // Exact: training's seconds scale with the steps, the evaluation reads three models to the

@@ -13,7 +13,7 @@ namespace {
 
 // Matrix work, float32: a CPU core does about 5e10 FLOP/s (AVX2/AVX-512 single precision, as
 // achieved by libtorch's GEMM); a data-centre GPU about 3e13 (the 1B-shaped training step on an
-// H200 without TF32, docs/results.md). GPTQ's column loop on a GPU is one short kernel after
+// H200 without TF32, docs/research/results.md). GPTQ's column loop on a GPU is one short kernel after
 // another: about 0.4 ms per input column of each linear, whatever its width (H200, 1B shape: 7.7 s
 // for a layer's 20480 columns). Writing the quantized weights (packing on the host, the error,
 // the copies) about 4e-8 s per weight on a GPU run (the rest of the 10 s per layer there). On a
