@@ -9,9 +9,11 @@
 #include "JobManager.h"
 #include "util/Runtime.h"
 
+#include "run/quantize/OptionTable.h"
+
 #include <QElapsedTimer>
-#include <QMetaObject>
 #include <QLabel>
+#include <QMetaObject>
 #include <QThread>
 
 #include <atomic>
@@ -187,8 +189,8 @@ bool JobRunner::start(const QString& title, Work work, int threads) {
             m_ok = true;
         } catch (const latmix::JobCancelled&) {
             m_error = QStringLiteral("cancelled");
-        } catch (const std::exception& e) {
-            m_error = QString::fromLocal8Bit(e.what());
+        } catch (const std::exception& e) { // a way out in the workbench's words ("a smaller Batch")
+            m_error = QString::fromStdString(latmix::run::messageFor(e, latmix::run::Face::Workbench));
         } catch (...) {
             m_error = QStringLiteral("unknown error");
         }

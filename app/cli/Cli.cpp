@@ -4,6 +4,7 @@
 #include "cli/Commands.h"
 
 #include "mx/MxKernelCpu.h"
+#include "run/quantize/OptionTable.h"
 #include "util/Job.h"
 #include "util/Runtime.h"
 
@@ -112,7 +113,8 @@ int run(int argc, char** argv, bool mayReexec) {
         std::fprintf(stderr, "latmix: cancelled\n");
         return 130;
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "latmix: error: %s\n", e.what());
+        // Ways out said with the flags of the option table (an error raised below run/ carries keys).
+        std::fprintf(stderr, "latmix: error: %s\n", latmix::run::messageFor(e, latmix::run::Face::Cli).c_str());
         return 1;
     }
     return 1;

@@ -7,6 +7,7 @@
 #include "train/LayerLocalTrainer.h" // scheduleFactor
 #include "util/NonFinite.h"
 #include "util/OutOfMemory.h"
+#include "util/Remedy.h"
 #include "util/Text.h"
 
 #include <ATen/ATen.h>
@@ -121,9 +122,9 @@ namespace {
 // token and channel) or, the teacher being finite, the learned transforms made the student's
 // loss non-finite: a divergence, whose remedy is the learning rate. `windows` are the rows of
 // `tokens` as indices into the calibration set.
-std::string nonFiniteLossMessage(const model::ModelConfig& c, const model::LlamaWeights& original,
-                                 const at::Tensor& tokens, const std::vector<int64_t>& windows, int step, int steps,
-                                 double loss) {
+util::RemediedError nonFiniteLoss(const model::ModelConfig& c, const model::LlamaWeights& original,
+                                  const at::Tensor& tokens, const std::vector<int64_t>& windows, int step, int steps,
+                                  double loss) {
     std::string where;
     util::NonFinite first;
     {
@@ -148,17 +149,18 @@ std::string nonFiniteLossMessage(const model::ModelConfig& c, const model::Llama
     }
     const std::string at = "training step " + std::to_string(step) + "/" + std::to_string(steps);
     if (where.empty())
-        return "distillation diverged at " + at + " (loss " + util::exactNumber(loss) +
-               ") although the original model is finite on its calibration windows; lower the learning rate (--lr); "
-               "the run folder keeps the state before this step (--resume)";
+        return util::RemediedError("distillation diverged at " + at + " (loss " + util::exactNumber(loss) +
+                                       ") although the original model is finite on its calibration windows",
+                                   {{"lr", "", "a lower", ""}}, "the run folder keeps the state before this step to resume from");
     // first.firstIndex is [row of the step's batch, token, channel].
     const auto row = first.firstIndex.empty() ? int64_t(-1) : first.firstIndex[0];
     const std::string window = row >= 0 && row < static_cast<int64_t>(windows.size())
                                    ? "calibration window " + std::to_string(windows[static_cast<size_t>(row)])
                                    : "this step's calibration windows";
-    return at + ": the loss is not finite because the original model's " + where + " are not finite in " + window +
-           " (" + first.describe() + " of [batch, tokens, width]) although its weights are: the model overflows in "
-           "float32 on this text, which no learning rate fixes; check it with `latmix eval`, or calibrate on other text";
+    return util::RemediedError(at + ": the loss is not finite because the original model's " + where + " are not finite in " +
+                                   window + " (" + first.describe() + " of [batch, tokens, width]) although its weights are: "
+                                   "the model overflows in float32 on this text, which no learning rate fixes",
+                               {}, "check it with `latmix eval`, or calibrate on other text");
 }
 
 // Every rank starts from rank 0's parameters and optimizer state (fresh or resumed).
@@ -348,8 +350,8 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         at::Tensor stepTokens;             // set when the loss is not finite, for the diagnosis
         std::vector<int64_t> stepWindows;
         try {
-            guardMemory(stage, "rerun with a smaller --batch or a shorter --seqlen; the run folder is resumable with --resume",
-                        [&] {
+            guardMemory(stage, {{"batch", "", "a smaller", ""}, {"seqlen", "", "a shorter", ""}},
+                        "the run folder keeps the last finished step to resume from", [&] {
                 const auto mine = shareOf(batchOf(o.seed, k, n, o.batch * world), rank, o.batch);
                 const auto idx = at::tensor(mine, at::kLong);
                 const auto tokens = calibration.index_select(0, idx).to(device);
@@ -384,7 +386,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
         if (!std::isfinite(s.loss)) {
             // Saved at the last finished step, the parameters untouched by this one: resumable.
             save(k, "non-finite loss");
-            throw std::runtime_error(nonFiniteLossMessage(c, original, stepTokens, stepWindows, s.step, o.steps, s.loss));
+            throw nonFiniteLoss(c, original, stepTokens, stepWindows, s.step, o.steps, s.loss);
         }
         measureStep(s, transforms, o, root, trackFolded);
         s.seconds = since(t0);

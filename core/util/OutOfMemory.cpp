@@ -15,16 +15,20 @@ std::string firstLine(const std::string& s) {
 }
 } // namespace
 
-void rethrowAsOutOfMemory(const std::string& stage, const std::string& advice) {
+void rethrowAsOutOfMemory(const std::string& stage, const std::vector<util::Remedy>& remedies, const std::string& after) {
     try {
         throw;
     } catch (const OutOfMemory&) {
         throw; // an inner stage said it already
     } catch (const c10::OutOfMemoryError& e) {
-        throw OutOfMemory("out of memory in " + stage + ": " + firstLine(e.what_without_backtrace()) + "; " + advice);
+        throw OutOfMemory("out of memory in " + stage + ": " + firstLine(e.what_without_backtrace()), remedies, after);
     } catch (const std::bad_alloc&) {
-        throw OutOfMemory("out of host memory in " + stage + "; " + advice);
+        throw OutOfMemory("out of host memory in " + stage, remedies, after);
     }
+}
+
+void rethrowAsOutOfMemory(const std::string& stage, const std::string& advice) {
+    rethrowAsOutOfMemory(stage, {}, advice);
 }
 
 } // namespace latmix

@@ -3,15 +3,20 @@
 // step, a GPTQ layer, an evaluation window), what libtorch said, and the way out. Core jobs run
 // each such stage through guardMemory(); the CLI prints the message, the GUI shows it in its
 // banner. Only the message is ours: the memory is freed by unwinding, as the tensors go.
+#include "util/Remedy.h"
+
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace latmix {
 
-class OutOfMemory : public std::runtime_error {
+class OutOfMemory : public util::RemediedError {
 public:
-    using std::runtime_error::runtime_error;
+    explicit OutOfMemory(const std::string& message) : util::RemediedError(message, {}) {}
+    OutOfMemory(std::string cause, std::vector<util::Remedy> remedies, std::string after)
+        : util::RemediedError(std::move(cause), std::move(remedies), std::move(after)) {}
 };
 
 // Called inside a catch block: an out-of-memory error of libtorch (c10::OutOfMemoryError, CUDA's
@@ -19,6 +24,9 @@ public:
 // "out of memory in <stage>: <libtorch's first line>; <advice>"; any other exception is
 // rethrown unchanged.
 [[noreturn]] void rethrowAsOutOfMemory(const std::string& stage, const std::string& advice);
+// The same with the way out as option settings (util/Remedy.h), which each face words itself.
+[[noreturn]] void rethrowAsOutOfMemory(const std::string& stage, const std::vector<util::Remedy>& remedies,
+                                       const std::string& after);
 
 // f() run as `stage`, its out-of-memory errors reported as above.
 template <class F>
@@ -27,6 +35,15 @@ decltype(auto) guardMemory(const std::string& stage, const std::string& advice, 
         return std::forward<F>(f)();
     } catch (...) {
         rethrowAsOutOfMemory(stage, advice);
+    }
+}
+template <class F>
+decltype(auto) guardMemory(const std::string& stage, const std::vector<util::Remedy>& remedies, const std::string& after,
+                           F&& f) {
+    try {
+        return std::forward<F>(f)();
+    } catch (...) {
+        rethrowAsOutOfMemory(stage, remedies, after);
     }
 }
 

@@ -4,6 +4,7 @@
 // was given); the type and range checks name the key; the CLI's text forms; a refusal said with
 // the CLI's flag and with the workbench's control.
 #include "run/quantize/OptionTable.h"
+#include "util/OutOfMemory.h"
 
 #include <nlohmann/json.hpp>
 
@@ -134,6 +135,32 @@ private slots:
         QCOMPARE(QString::fromStdString(r.message(run::Face::Workbench)),
                  QString("T1's bias cannot be exported; use Learned T1 bias: off (deployable), Skip export check: on "
                          "to run anyway, or fewer Windows (now 64)"));
+    }
+
+    // A failure raised below run/ (here: out of host memory in a training step, as
+    // train::distill guards it) carries its ways out as option keys: what() and the CLI name the
+    // flags, the workbench its controls (JobRunner shows messageFor(…, Workbench)).
+    void failureNamesTheFlagOrTheControl() {
+        std::string cli, workbench, what;
+        try {
+            guardMemory("training step 3/10", {{"batch", "", "a smaller", ""}, {"seqlen", "", "a shorter", ""},
+                                                {"offload", "", "", "(one layer at a time)"}},
+                        "the run folder keeps the last finished step", [] { throw std::bad_alloc(); });
+        } catch (const std::exception& e) {
+            what = e.what();
+            cli = run::messageFor(e, run::Face::Cli);
+            workbench = run::messageFor(e, run::Face::Workbench);
+        }
+        QCOMPARE(QString::fromStdString(cli),
+                 QString("out of host memory in training step 3/10; use a smaller --batch, a shorter --seqlen, or "
+                         "--offload (one layer at a time); the run folder keeps the last finished step"));
+        QCOMPARE(what, cli);
+        QCOMPARE(QString::fromStdString(workbench),
+                 QString("out of host memory in training step 3/10; use a smaller Batch, a shorter Window length, or "
+                         "Offload layers: on (one layer at a time); the run folder keeps the last finished step"));
+        // Any other error is its what() on both faces.
+        const std::runtime_error plain("disk full");
+        QCOMPARE(run::messageFor(plain, run::Face::Workbench), std::string("disk full"));
     }
 };
 

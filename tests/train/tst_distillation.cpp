@@ -364,7 +364,7 @@ private slots:
             << QStringList{"diverged", "--lr"};
         QTest::newRow("learning rate 1e30") << false << 1e30 << 2
             << QStringList{"distillation diverged at training step 2/3 (loss ", "although the original model is finite",
-                           "lower the learning rate (--lr)"}
+                           "use a lower --lr"}
             << QStringList{"overflows", "activations at"};
     }
     void nonFiniteLossNamesItsCause() {

@@ -16,8 +16,8 @@ namespace {
 
 // Out of memory while quantizing a layer: the layer's activations of all calibration windows are
 // on the device at once (GPTQ's Hessians need them); the run folder has no latmix.json yet.
-const char* const kLayerAdvice =
-    "rerun with --offload (one layer on the device at a time) or fewer calibration windows (--calib-samples)";
+const std::vector<util::Remedy> kLayerRemedies = {{"offload", "", "", "(one layer on the device at a time)"},
+                                                   {"calib_samples", "", "fewer", ""}};
 constexpr int kWindowChunk = 8; // calibration windows through a layer at once
 const model::PointKind kPoints[] = {model::PointKind::QkvInput, model::PointKind::OProjInput,
                                     model::PointKind::GateUpInput, model::PointKind::DownProjInput};
@@ -94,7 +94,7 @@ LayerQuantizer::collectHessians(int l, const model::LayerWeights& y) {
     if (!calibrated) return acc;
     const model::ModelConfig& c = source.config;
     for (auto k : kPoints) acc[k] = std::make_unique<quant::HessianAccumulator>(model::pointWidth(c, k));
-    guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerAdvice, [&] {
+    guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerRemedies, "", [&] {
         at::NoGradGuard g;
         for (int64_t b = 0; b < h.size(0); b += kWindowChunk) {
             const auto hb = h.narrow(0, b, std::min<int64_t>(kWindowChunk, h.size(0) - b));
@@ -145,7 +145,7 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(
         try {
             done[li] = guardMemory(std::string(gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
                                        std::to_string(l) + ")",
-                                   kLayerAdvice, [&] {
+                                   kLayerRemedies, "", [&] {
                                        const auto hess = !calibrated ? at::Tensor()
                                                          : lastAtPoint ? acc[lin.point]->take()
                                                                        : acc[lin.point]->hessian();
@@ -188,7 +188,7 @@ QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
         result.linears.push_back({l, linears[li].name, done[li].relativeError, seconds[li]});
         done[li] = {};
     }
-    if (calibrated) guardMemory("the quantized forward of layer " + std::to_string(l), kLayerAdvice, [&] {
+    if (calibrated) guardMemory("the quantized forward of layer " + std::to_string(l), kLayerRemedies, "", [&] {
         at::NoGradGuard g;
         std::vector<at::Tensor> next;
         for (int64_t b = 0; b < h.size(0); b += kWindowChunk)

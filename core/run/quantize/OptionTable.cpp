@@ -399,11 +399,7 @@ std::string remedyText(const Remedy& r, Face face) {
 namespace {
 std::string refusalText(const std::string& cause, const std::vector<Remedy>& remedies, const std::string& after,
                         Face face) {
-    std::string s = cause;
-    for (std::size_t i = 0; i < remedies.size(); ++i)
-        s += (i == 0 ? "; use " : i + 1 == remedies.size() ? ", or " : ", ") + remedyText(remedies[i], face);
-    if (!after.empty()) s += "; " + after;
-    return s;
+    return util::remediedMessage(cause, remedies, after, [face](const Remedy& r) { return remedyText(r, face); });
 }
 } // namespace
 
@@ -412,5 +408,12 @@ RunRefused::RunRefused(std::string cause, std::vector<Remedy> remedies, std::str
       m_after(std::move(afterRemedies)), m_remedies(std::move(remedies)) {}
 
 std::string RunRefused::message(Face face) const { return refusalText(m_cause, m_remedies, m_after, face); }
+
+std::string messageFor(const std::exception& error, Face face) {
+    if (const auto* r = dynamic_cast<const RunRefused*>(&error)) return r->message(face);
+    if (const auto* r = dynamic_cast<const util::RemediedError*>(&error))
+        return refusalText(r->cause(), r->remedies(), r->after(), face);
+    return error.what();
+}
 
 } // namespace latmix::run

@@ -5,6 +5,7 @@
 // latmix.json, the unfinished-run marker (what `latmix quantize --resume RUN_DIR` reads), the run
 // key and the messages that name an option for the CLI or for the workbench all come from here.
 #include "run/quantize/QuantizeOptions.h"
+#include "util/Remedy.h"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -59,15 +60,12 @@ std::string optionName(const std::string& key, Face face); // "--t1-bias" / "Lea
 // optionSetting says it ("--steps 250" / "Steps: 250"): a run's settings in a line.
 std::vector<std::string> changedSettings(const RunConfig& config, Face face);
 
-// A way out of a refusal: an option setting (the CLI names the flag, the workbench the control),
-// or a sentence alone (key empty).
-struct Remedy {
-    std::string key;    // an option of the table, or empty
-    std::string value;  // its setting ("off"); empty for a flag and for "fewer / shorter"
-    std::string before; // said before it ("fewer")
-    std::string after;  // said after it ("(now 64)", "to run anyway")
-};
+// A way out of a refusal or a failure (util/Remedy.h): the CLI names the flag, the workbench the control.
+using Remedy = util::Remedy;
 std::string remedyText(const Remedy& remedy, Face face);
+// An error as a face says it: a RunRefused or a util::RemediedError (out of memory, a diverging
+// run) with its remedies in that face's words; any other exception's what().
+std::string messageFor(const std::exception& error, Face face);
 
 // A run refused before any work: what is wrong and the ways out as data, so that each face says
 // them in its own words. what() is the CLI's message.
