@@ -248,7 +248,7 @@ public:
             const int64_t T = tokens.size(1);
             for (std::size_t i = 0; i < missing.size(); ++i)
                 m_rows[static_cast<std::size_t>(windows[static_cast<std::size_t>(missing[i])])] =
-                    states.narrow(0, static_cast<int64_t>(i) * T, T).to(at::kCPU).clone();
+                    states.narrow(0, static_cast<int64_t>(i) * T, T).to(states.options().device(at::kCPU), false, /*copy=*/true);
         }
         std::vector<at::Tensor> parts;
         for (int64_t w : windows) parts.push_back(m_rows[static_cast<std::size_t>(w)]);

@@ -34,7 +34,6 @@ void nonNegative(const json& v, const char* key) {
 
 const char* kMethodHelp = "the paper's method (rtn, quarot-rtn, gptq, quarot, mr-gptq, spinquant, latmix-lu, latmix-qr)";
 
-// What is computed: the method, the format and the ablations that replace its transforms.
 // --t3's value as the block of the online Hadamard (0: none).
 int t3BlockOf(const std::string& t3) {
     if (t3 == "none") return 0;
@@ -42,6 +41,7 @@ int t3BlockOf(const std::string& t3) {
     throw std::invalid_argument("unknown --t3 '" + t3 + "'; use none or block-hadamard");
 }
 
+// What is computed: the method, the format and the ablations that replace its transforms.
 void addMethodOptions(std::vector<Option>& t) {
     using T = OptionType;
     t.push_back(member({"method", "--method", "Method", T::Text, kMethodHelp, true}, &RunConfig::method));
