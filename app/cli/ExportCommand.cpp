@@ -3,6 +3,7 @@
 #include "cli/Commands.h"
 
 #include "export/Export.h"
+#include "export/GgufExport.h"
 
 #include <cstdio>
 #include <memory>
@@ -17,7 +18,21 @@ struct ExportCliOptions {
     bool overwrite = false;
 };
 
+// WIP (issue 36): one GGUF file for llama.cpp.
+int runGgufExport(const ExportCliOptions& o) {
+    exporting::GgufReport r;
+    {
+        CliProgress progress("export");
+        r = exporting::exportGguf(o.runDir, o.out, progress);
+    }
+    std::printf("exported    %s -> %s (gguf, %d MXFP4 tensors, %.2f MiB)\n", o.runDir.c_str(), r.file.c_str(),
+                r.mxfp4Tensors, r.bytes / 1048576.0);
+    for (const auto& n : r.notes) std::printf("note        %s\n", n.c_str());
+    return 0;
+}
+
 int runExport(const ExportCliOptions& o) {
+    if (o.format == "gguf") return runGgufExport(o);
     const auto format = exporting::parseExportFormat(o.format); // one-line error listing the choices
     exporting::ExportOptions options;
     options.overwrite = o.overwrite;

@@ -21,6 +21,8 @@ using json = nlohmann::ordered_json;
 
 std::vector<std::int64_t> sizesOf(const at::Tensor& t) { return t.sizes().vec(); }
 
+} // namespace
+
 // W · H for the block-diagonal H, in float64, rounded once to float32: block by block so that a
 // large intermediate size never needs the dense n×n product.
 at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks) {
@@ -34,6 +36,8 @@ at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks
     }
     return out.to(at::kFloat);
 }
+
+namespace {
 
 std::string compressionFormat(const mx::MxConfig& f) {
     switch (f.format) {

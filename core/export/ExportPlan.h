@@ -40,6 +40,8 @@ struct Plan {
 // Throws std::runtime_error naming the run and the way out (a compressed-tensors export of
 // unquantized or non-4-bit weights, a tensor the export needs and the run lacks).
 Plan buildPlan(const run::RunModel& run, ExportFormat format, const std::string& runDir);
+// W · H for T3's block-diagonal H (its diagonal blocks), in float64, rounded once to float32.
+at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks);
 // The bytes of one item, as the plan says.
 at::Tensor produce(const Item& item, const run::RunModel& run, const Plan& plan);
 

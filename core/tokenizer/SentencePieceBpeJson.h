@@ -34,6 +34,16 @@ struct SpmPiece {
     Type type = Type::Normal;
 };
 
+// A SentencePiece BPE model's vocabulary with the settings the exports need.
+struct SpmVocabulary {
+    std::vector<SpmPiece> pieces; // by id
+    bool addDummyPrefix = true;
+    int bosId = -1, eosId = -1;
+};
+// Reads tokenizer.model through libsentencepiece; throws naming the file for Unigram models and
+// normalizers other than the identity (what convertSentencePieceModel also refuses).
+SpmVocabulary readSentencePieceVocabulary(const std::string& modelPath);
+
 struct SpmJsonOptions {
     bool addDummyPrefix = true; // NormalizerSpec.add_dummy_prefix
     int bosId = -1;             // put first by the post-processor when >= 0

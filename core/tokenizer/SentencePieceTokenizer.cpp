@@ -340,13 +340,13 @@ int SentencePieceTokenizer::vocabSize() const { return api().pieceSize(sp_->get(
 int SentencePieceTokenizer::bosId() const { return api().bosId(sp_->get()); }
 int SentencePieceTokenizer::eosId() const { return api().eosId(sp_->get()); }
 
-void convertSentencePieceModel(const std::string& modelPath, const std::string& tokenizerJsonOut) {
+SpmVocabulary readSentencePieceVocabulary(const std::string& modelPath) {
     const Spp spp(modelPath);
     const Api& a = api();
     const void* sp = spp.get();
     const ProtoInfo info = readProto(a.serializedModelProto(sp), modelPath);
     const auto refuse = [&](const std::string& what) {
-        throw std::runtime_error(modelPath + ": cannot convert to a BPE tokenizer.json: " + what);
+        throw std::runtime_error(modelPath + ": cannot read as a BPE vocabulary: " + what);
     };
     if (info.modelType != 2) refuse("trainer_spec.model_type is " + std::to_string(info.modelType) + ", not BPE (2)");
     if (info.treatWhitespaceAsSuffix) refuse("trainer_spec.treat_whitespace_as_suffix is set");
@@ -359,9 +359,10 @@ void convertSentencePieceModel(const std::string& modelPath, const std::string& 
     const int n = a.pieceSize(sp);
     if (static_cast<int>(info.types.size()) != n) refuse("piece count differs between the API and the protobuf");
 
-    std::vector<SpmPiece> pieces(static_cast<std::size_t>(n));
+    SpmVocabulary v;
+    v.pieces.resize(static_cast<std::size_t>(n));
     for (int id = 0; id < n; ++id) {
-        auto& p = pieces[static_cast<std::size_t>(id)];
+        auto& p = v.pieces[static_cast<std::size_t>(id)];
         p.piece = a.idToPiece(sp, id);
         p.score = a.score(sp, id);
         // The API answers for every type but USER_DEFINED, which only the protobuf tells apart.
@@ -372,11 +373,19 @@ void convertSentencePieceModel(const std::string& modelPath, const std::string& 
         else if (info.types[static_cast<std::size_t>(id)] == 4) p.type = SpmPiece::Type::UserDefined;
         else p.type = SpmPiece::Type::Normal;
     }
+    v.addDummyPrefix = info.addDummyPrefix;
+    v.bosId = a.bosId(sp);
+    v.eosId = a.eosId(sp);
+    return v;
+}
+
+void convertSentencePieceModel(const std::string& modelPath, const std::string& tokenizerJsonOut) {
+    const SpmVocabulary v = readSentencePieceVocabulary(modelPath);
     SpmJsonOptions opt;
-    opt.addDummyPrefix = info.addDummyPrefix;
-    opt.bosId = a.bosId(sp);
-    opt.eosId = a.eosId(sp);
-    writeSentencePieceBpeJson(pieces, opt, tokenizerJsonOut, modelPath);
+    opt.addDummyPrefix = v.addDummyPrefix;
+    opt.bosId = v.bosId;
+    opt.eosId = v.eosId;
+    writeSentencePieceBpeJson(v.pieces, opt, tokenizerJsonOut, modelPath);
 }
 
 } // namespace latmix::tokenizer
