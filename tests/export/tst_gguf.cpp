@@ -1,0 +1,154 @@
+// The GGUF container and MXFP4 blocks as llama.cpp reads them (docs/developer/gguf.md), checked by
+// a parser written here from that description, not through the writer's code: the header, every
+// key-value pair, the tensor records, the contiguous aligned offsets, and MXFP4 blocks decoded
+// with ggml's rule (value = E2M1(code) · 2^(e − 127), element j in the low nibble of byte j and
+// element j + 16 in its high nibble) equal to the OCP values the codes stand for.
+#include "export/GgufWriter.h"
+
+#include <QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace latmix;
+
+namespace {
+
+struct Reader {
+    const std::string& b;
+    std::size_t at = 0;
+    template <class T>
+    T get() {
+        T v;
+        if (at + sizeof(T) > b.size()) throw std::runtime_error("past the end");
+        std::memcpy(&v, b.data() + at, sizeof(T));
+        at += sizeof(T);
+        return v;
+    }
+    std::string str() {
+        const auto n = get<std::uint64_t>();
+        std::string s = b.substr(at, n);
+        at += n;
+        return s;
+    }
+};
+
+double e2m1(int code) {
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    return (code & 8 ? -1 : 1) * mag[code & 7];
+}
+
+} // namespace
+
+class TestGguf : public QObject {
+    Q_OBJECT
+private slots:
+    void containerAsLlamaCppReadsIt() {
+        exporting::GgufWriter w;
+        w.addString("general.architecture", "llama");
+        w.addUint32("llama.block_count", 2);
+        w.addFloat32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+        w.addBool("tokenizer.ggml.add_bos_token", true);
+        w.addStrings("tokenizer.ggml.tokens", {"<unk>", "▁a b"});
+        w.addInt32s("tokenizer.ggml.token_type", {2, 1});
+        std::string norm(12, '\0');
+        const float v[3] = {1.f, -2.f, 0.5f};
+        std::memcpy(&norm[0], v, 12);
+        w.addTensor("output_norm.weight", {3}, exporting::GgmlType::F32, norm);
+        std::string big(2 * 32 * 4, '\0');
+        w.addTensor("token_embd.weight", {32, 2}, exporting::GgmlType::F32, big);
+        const std::string b = w.bytes();
+
+        Reader r{b};
+        QCOMPARE(b.substr(0, 4), std::string("GGUF"));
+        r.at = 4;
+        QCOMPARE(r.get<std::uint32_t>(), 3u);
+        QCOMPARE(r.get<std::int64_t>(), std::int64_t(2)); // tensors
+        QCOMPARE(r.get<std::int64_t>(), std::int64_t(6)); // key-value pairs
+        QCOMPARE(r.str(), std::string("general.architecture"));
+        QCOMPARE(r.get<std::int32_t>(), 8);
+        QCOMPARE(r.str(), std::string("llama"));
+        QCOMPARE(r.str(), std::string("llama.block_count"));
+        QCOMPARE(r.get<std::int32_t>(), 4);
+        QCOMPARE(r.get<std::uint32_t>(), 2u);
+        QCOMPARE(r.str(), std::string("llama.attention.layer_norm_rms_epsilon"));
+        QCOMPARE(r.get<std::int32_t>(), 6);
+        QCOMPARE(r.get<float>(), 1e-5f);
+        QCOMPARE(r.str(), std::string("tokenizer.ggml.add_bos_token"));
+        QCOMPARE(r.get<std::int32_t>(), 7);
+        QCOMPARE(int(r.get<std::uint8_t>()), 1);
+        QCOMPARE(r.str(), std::string("tokenizer.ggml.tokens"));
+        QCOMPARE(r.get<std::int32_t>(), 9);
+        QCOMPARE(r.get<std::int32_t>(), 8);
+        QCOMPARE(r.get<std::uint64_t>(), std::uint64_t(2));
+        QCOMPARE(r.str(), std::string("<unk>"));
+        QCOMPARE(r.str(), std::string("▁a b"));
+        QCOMPARE(r.str(), std::string("tokenizer.ggml.token_type"));
+        QCOMPARE(r.get<std::int32_t>(), 9);
+        QCOMPARE(r.get<std::int32_t>(), 5);
+        QCOMPARE(r.get<std::uint64_t>(), std::uint64_t(2));
+        QCOMPARE(r.get<std::int32_t>(), 2);
+        QCOMPARE(r.get<std::int32_t>(), 1);
+        // Tensor records: the second tensor's offset is the first's 12 bytes padded to 32.
+        QCOMPARE(r.str(), std::string("output_norm.weight"));
+        QCOMPARE(r.get<std::uint32_t>(), 1u);
+        QCOMPARE(r.get<std::int64_t>(), std::int64_t(3));
+        QCOMPARE(r.get<std::int32_t>(), 0);
+        QCOMPARE(r.get<std::uint64_t>(), std::uint64_t(0));
+        QCOMPARE(r.str(), std::string("token_embd.weight"));
+        QCOMPARE(r.get<std::uint32_t>(), 2u);
+        QCOMPARE(r.get<std::int64_t>(), std::int64_t(32)); // innermost first
+        QCOMPARE(r.get<std::int64_t>(), std::int64_t(2));
+        QCOMPARE(r.get<std::int32_t>(), 0);
+        QCOMPARE(r.get<std::uint64_t>(), std::uint64_t(32));
+        const std::size_t data = (r.at + 31) / 32 * 32;
+        for (std::size_t i = r.at; i < data; ++i) QCOMPARE(int(b[i]), 0);
+        float back[3];
+        std::memcpy(back, b.data() + data, 12);
+        QCOMPARE(back[1], -2.f);
+        QCOMPARE(b.size(), data + 32 + 256);
+    }
+
+    void refusesWhatLlamaCppRefuses() {
+        exporting::GgufWriter w;
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, w.addTensor(std::string(64, 'x'), {1}, exporting::GgmlType::F32, std::string(4, '\0')));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, w.addTensor("w", {48, 1}, exporting::GgmlType::MXFP4, std::string(17, '\0')));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, w.addTensor("w", {32, 2}, exporting::GgmlType::MXFP4, std::string(17, '\0')));
+        w.addUint32("k", 1);
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, w.addUint32("k", 2));
+    }
+
+    void mxfp4BlocksDecodeToTheOcpValues_data() {
+        QTest::addColumn<int>("rows");
+        QTest::addColumn<int>("cols");
+        QTest::newRow("one block") << 1 << 32;
+        QTest::newRow("3 x 4 blocks") << 3 << 128;
+    }
+    void mxfp4BlocksDecodeToTheOcpValues() {
+        QFETCH(int, rows);
+        QFETCH(int, cols);
+        std::mt19937 rng(11);
+        std::vector<int> code(std::size_t(rows) * cols);
+        for (auto& c : code) c = int(rng() % 16);
+        std::vector<std::uint8_t> packed(std::size_t(rows) * cols / 2, 0), scales(std::size_t(rows) * cols / 32);
+        for (std::size_t i = 0; i < code.size(); ++i) packed[i / 2] |= std::uint8_t(code[i] << (i % 2 ? 4 : 0));
+        for (auto& s : scales) s = std::uint8_t(120 + rng() % 16);
+        const std::string blocks = exporting::mxfp4Blocks(packed.data(), scales.data(), rows, cols);
+        QCOMPARE(blocks.size(), std::size_t(rows) * cols / 32 * 17);
+        for (int r = 0; r < rows; ++r)
+            for (int j = 0; j < cols; ++j) {
+                const std::size_t blk = std::size_t(r) * (cols / 32) + j / 32, k = j % 32;
+                const auto* p = reinterpret_cast<const std::uint8_t*>(blocks.data()) + blk * 17;
+                const int c = k < 16 ? p[1 + k] & 15 : p[1 + k - 16] >> 4;
+                const double ggml = e2m1(c) * std::ldexp(1.0, int(p[0]) - 127);
+                const double ocp = e2m1(code[std::size_t(r) * cols + j]) * std::ldexp(1.0, int(scales[blk]) - 127);
+                QCOMPARE(ggml, ocp);
+            }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestGguf)
+#include "tst_gguf.moc"
