@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <stdexcept>
 #include <tuple>
@@ -147,6 +148,100 @@ void writeSentencePieceBpeJson(const std::vector<SpmPiece>& pieces, const SpmJso
                           {"merges", mergesOf(pieces, idOf)}};
     // A temporary name renamed when complete: an interrupted write leaves no half tokenizer.json.
     util::writeFileAtomically(jsonOut, root.dump() + "\n");
+}
+
+namespace {
+
+// A merge of tokenizer.json as its two halves: ["a", "b"], or "a b" in older files.
+std::pair<std::string, std::string> halves(const nlohmann::json& m, const std::string& source) {
+    if (m.is_array() && m.size() == 2) return {m[0].get<std::string>(), m[1].get<std::string>()};
+    const std::string s = m.is_string() ? m.get<std::string>() : std::string();
+    const auto space = s.find(' ');
+    if (space == std::string::npos) throw std::runtime_error(source + ": a merge is neither [a, b] nor \"a b\"");
+    return {s.substr(0, space), s.substr(space + 1)};
+}
+
+bool isBytePiece(const std::string& p) {
+    return p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>' && std::isxdigit(static_cast<unsigned char>(p[3])) &&
+           std::isxdigit(static_cast<unsigned char>(p[4]));
+}
+
+} // namespace
+
+SpmVocabulary readSentencePieceBpeJson(const std::string& jsonPath) {
+    std::ifstream in(jsonPath, std::ios::binary);
+    if (!in) throw std::runtime_error(jsonPath + " is missing or unreadable");
+    nlohmann::json j;
+    try {
+        in >> j;
+    } catch (const std::exception& e) {
+        throw std::runtime_error(jsonPath + " is not valid JSON: " + e.what());
+    }
+    const auto refuse = [&](const std::string& what) {
+        throw std::runtime_error(jsonPath + " is not a SentencePiece-style BPE tokenizer (" + what +
+                                 "); byte-level BPE tokenizers (Llama 3, Qwen) have no SentencePiece vocabulary");
+    };
+    const auto& model = j.value("model", nlohmann::json::object());
+    if (model.value("type", "") != "BPE") refuse("model.type is not BPE");
+    if (!model.value("byte_fallback", false)) refuse("model.byte_fallback is off");
+    bool prepend = false, replace = false;
+    const auto& norm = j.value("normalizer", nlohmann::json());
+    for (const auto& n : norm.is_object() && norm.contains("normalizers") ? norm["normalizers"] : nlohmann::json::array({norm})) {
+        if (!n.is_object()) continue;
+        prepend = prepend || (n.value("type", "") == "Prepend" && n.value("prepend", "") == kSpace);
+        replace = replace || (n.value("type", "") == "Replace" && n.value("content", "") == kSpace);
+    }
+    if (!replace) refuse("no normalizer replaces spaces by ▁");
+
+    SpmVocabulary v;
+    v.addDummyPrefix = prepend;
+    const auto& vocab = model.at("vocab");
+    v.pieces.resize(vocab.size());
+    std::vector<bool> seen(vocab.size(), false);
+    for (const auto& [piece, id] : vocab.items()) {
+        const auto i = id.get<std::size_t>();
+        if (i >= v.pieces.size() || seen[i]) refuse("the vocabulary's ids are not 0.." + std::to_string(vocab.size() - 1));
+        seen[i] = true;
+        v.pieces[i].piece = piece;
+        v.pieces[i].type = isBytePiece(piece) ? SpmPiece::Type::Byte : SpmPiece::Type::Normal;
+    }
+    const std::string unk = model.value("unk_token", "");
+    for (const auto& t : j.value("added_tokens", nlohmann::json::array())) {
+        const auto i = t.at("id").get<std::size_t>();
+        if (i >= v.pieces.size()) continue;
+        v.pieces[i].type = !t.value("special", false) ? SpmPiece::Type::UserDefined
+                           : t.value("content", "") == unk ? SpmPiece::Type::Unknown
+                                                           : SpmPiece::Type::Control;
+    }
+    // Scores. writeSentencePieceBpeJson orders the merges by the merged piece's score, highest
+    // first, and SentencePiece's encoder (and llama.cpp's SPM one) merges the pair whose result
+    // scores highest: the first merge that makes a piece gives its rank, −rank its score. Pieces no
+    // merge makes score below all of them (their scores are never compared: a merge's result is
+    // at least two characters).
+    const auto& merges = model.value("merges", nlohmann::json::array());
+    const float lowest = -static_cast<float>(merges.size()) - 1;
+    for (auto& p : v.pieces) p.score = p.type == SpmPiece::Type::Normal ? lowest : 0.0f;
+    std::unordered_map<std::string, std::size_t> idOf;
+    for (std::size_t i = 0; i < v.pieces.size(); ++i) idOf.emplace(v.pieces[i].piece, i);
+    for (std::size_t r = 0; r < merges.size(); ++r) {
+        const auto [a, b] = halves(merges[r], jsonPath);
+        const auto it = idOf.find(a + b);
+        if (it == idOf.end()) refuse("merge " + std::to_string(r) + " makes '" + a + b + "', which is not in the vocabulary");
+        auto& p = v.pieces[it->second];
+        if (p.score == lowest) p.score = -static_cast<float>(r);
+    }
+    // BOS: the post-processor's first special token (HF's Llama template); EOS: SentencePiece's
+    // default piece "</s>" when the vocabulary has it.
+    const auto& post = j.value("post_processor", nlohmann::json());
+    if (post.is_object() && post.contains("single"))
+        for (const auto& item : post["single"])
+            if (item.contains("SpecialToken")) {
+                const auto it = idOf.find(item["SpecialToken"].value("id", ""));
+                if (it != idOf.end()) v.bosId = static_cast<int>(it->second);
+                break;
+            }
+    if (const auto it = idOf.find("</s>"); it != idOf.end()) v.eosId = static_cast<int>(it->second);
+    return v;
 }
 
 } // namespace latmix::tokenizer

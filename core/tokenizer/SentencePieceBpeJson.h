@@ -44,6 +44,12 @@ struct SpmVocabulary {
 // normalizers other than the identity (what convertSentencePieceModel also refuses).
 SpmVocabulary readSentencePieceVocabulary(const std::string& modelPath);
 
+// The inverse of writeSentencePieceBpeJson for the exports that need SentencePiece's vocabulary
+// (GGUF's "llama" tokenizer): pieces and types from a SentencePiece-style BPE tokenizer.json (the
+// shape written here, or HF's Llama 2 one), scores from the merges' order. Throws naming the file
+// for byte-level BPE tokenizers (Llama 3, Qwen) and anything else of another shape.
+SpmVocabulary readSentencePieceBpeJson(const std::string& jsonPath);
+
 struct SpmJsonOptions {
     bool addDummyPrefix = true; // NormalizerSpec.add_dummy_prefix
     int bosId = -1;             // put first by the post-processor when >= 0

@@ -4,6 +4,7 @@
 // the ids worked out by hand from its vocabulary and the reference numbers in PROVENANCE.md;
 // loading picks the right implementation and fails with messages that name the file.
 #include "tokenizer/BpeTokenizer.h"
+#include "tokenizer/SentencePieceBpeJson.h"
 #include "tokenizer/SentencePieceTokenizer.h"
 #include "tokenizer/Tokenizer.h"
 
@@ -256,6 +257,40 @@ private slots:
         QCOMPARE(show(bpe->encode("Hello world", true)), show(sp->encode("Hello world", true)));
         auto file = Tokenizer::loadFile(llama2Model().toStdString());
         QCOMPARE(QString::fromStdString(file->kind()), QStringLiteral("sentencepiece"));
+    }
+
+    // GGUF's SentencePiece vocabulary read back from the converted tokenizer.json (the export of
+    // a run whose folder has only tokenizer.json): libsentencepiece's pieces, types, BOS/EOS and
+    // dummy prefix, and scores in the same order wherever a merge makes the piece.
+    void sentencePieceVocabularyFromJson() {
+        if (!llama2()) LATMIX_DATA_SKIP(qPrintable("Llama 2 tokenizer.model not found at " + llama2Model() + " (set LATMIX_DATA_DIR)"));
+        const SpmVocabulary want = readSentencePieceVocabulary(llama2Model().toStdString());
+        const SpmVocabulary got = readSentencePieceBpeJson(m_tmp.filePath("llama2/tokenizer.json").toStdString());
+        QCOMPARE(got.pieces.size(), want.pieces.size());
+        QCOMPARE(got.bosId, want.bosId);
+        QCOMPARE(got.eosId, want.eosId);
+        QCOMPARE(got.addDummyPrefix, want.addDummyPrefix);
+        std::vector<std::size_t> merged;
+        const float lowest = std::min_element(got.pieces.begin(), got.pieces.end(),
+                                              [](const auto& a, const auto& b) { return a.score < b.score; })->score;
+        for (std::size_t i = 0; i < got.pieces.size(); ++i) {
+            QCOMPARE(got.pieces[i].piece, want.pieces[i].piece);
+            QCOMPARE(int(got.pieces[i].type), int(want.pieces[i].type));
+            if (got.pieces[i].type == SpmPiece::Type::Normal && got.pieces[i].score > lowest) merged.push_back(i);
+        }
+        QVERIFY2(merged.size() > want.pieces.size() * 9 / 10, qPrintable(QString::number(merged.size()))); // Llama 2: 29,612
+        std::stable_sort(merged.begin(), merged.end(), [&](auto a, auto b) { return got.pieces[a].score > got.pieces[b].score; });
+        for (std::size_t k = 1; k < merged.size(); ++k)
+            QVERIFY2(want.pieces[merged[k - 1]].score >= want.pieces[merged[k]].score, want.pieces[merged[k]].piece.c_str());
+        // A byte-level BPE tokenizer has no SentencePiece vocabulary: refused, naming the file.
+        const QString llama3 = dataDir() + "/tokenizers/llama3/tokenizer.json";
+        if (!QFile::exists(llama3)) LATMIX_DATA_SKIP(qPrintable("no " + llama3));
+        try {
+            readSentencePieceBpeJson(llama3.toStdString());
+            QFAIL("a byte-level BPE tokenizer.json was read as a SentencePiece vocabulary");
+        } catch (const std::runtime_error& e) {
+            QVERIFY2(QString(e.what()).contains(llama3), e.what());
+        }
     }
 
     void errorsNameTheFile_data() {
