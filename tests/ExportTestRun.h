@@ -32,6 +32,7 @@ inline void writeFile(const std::string& path, const std::string& text) {
 struct RunVariant {
     mx::MxConfig weights;
     bool extraBiases = false; // untied lm_head with a bias and one q_proj bias (what folding creates)
+    bool t3 = true;           // W_down in the online-Hadamard basis (else as the source has it)
 };
 
 // Writes runDir/{model/, latmix.json, transforms.h5} from the model folder `source`; returns the
@@ -44,8 +45,8 @@ inline run::RunModel buildRun(const std::string& source, const std::string& runD
     run.quant.method = "rtn";
     run.quant.weightFormat = v.weights;
     run.quant.activationFormat = v.weights;
-    run.quant.t3Block = 32;
-    run.quant.t3Seed = 1234;
+    run.quant.t3Block = v.t3 ? 32 : 0;
+    run.quant.t3Seed = v.t3 ? 1234 : 0;
     for (const auto& n : ck.names()) run.tensors[n] = ck.weight(n).to(at::kFloat).clone();
     const auto& c = ck.config();
     if (v.extraBiases) {
@@ -54,10 +55,10 @@ inline run::RunModel buildRun(const std::string& source, const std::string& runD
         run.tensors["model.layers.1.self_attn.q_proj.bias"] =
             at::linspace(-0.1, 0.1, std::int64_t(c.numHeads) * c.headDim, at::kFloat);
     }
-    const at::Tensor h = run::t3Transform(run.quant, c.intermediateSize).dense();
+    const at::Tensor h = v.t3 ? run::t3Transform(run.quant, c.intermediateSize).dense() : at::Tensor();
     for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) {
         at::Tensor w = run.tensors.at(p + ".weight");
-        if (p.find("down_proj") != std::string::npos) w = w.to(at::kDouble).mm(h.t()).to(at::kFloat);
+        if (v.t3 && p.find("down_proj") != std::string::npos) w = w.to(at::kDouble).mm(h.t()).to(at::kFloat);
         mx::PackedTensor pk = mx::pack(w, v.weights);
         run.tensors[p + ".weight"] = mx::unpack(pk);
         run.packed[p] = std::move(pk);

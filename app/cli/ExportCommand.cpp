@@ -1,4 +1,5 @@
-// latmix export: a quantization run as a Hugging Face or compressed-tensors folder (SPEC §8).
+// latmix export: a quantization run as a Hugging Face or compressed-tensors folder (SPEC §8), or
+// as one GGUF file for llama.cpp (docs/developer/gguf.md).
 #include "cli/CliProgress.h"
 #include "cli/Commands.h"
 
@@ -18,15 +19,15 @@ struct ExportCliOptions {
     bool overwrite = false;
 };
 
-// WIP (issue 36): one GGUF file for llama.cpp.
 int runGgufExport(const ExportCliOptions& o) {
     exporting::GgufReport r;
     {
         CliProgress progress("export");
-        r = exporting::exportGguf(o.runDir, o.out, progress);
+        r = exporting::exportGguf(o.runDir, o.out, progress, o.overwrite);
     }
-    std::printf("exported    %s -> %s (gguf, %d MXFP4 tensors, %.2f MiB)\n", o.runDir.c_str(), r.file.c_str(),
-                r.mxfp4Tensors, r.bytes / 1048576.0);
+    std::printf("exported    %s -> %s (gguf for llama.cpp)\n", o.runDir.c_str(), r.file.c_str());
+    std::printf("tensors     %d, of which %d MXFP4\n", r.tensors, r.mxfp4Tensors);
+    std::printf("size        %.2f MiB, read back and verified\n", r.bytes / 1048576.0);
     for (const auto& n : r.notes) std::printf("note        %s\n", n.c_str());
     return 0;
 }
@@ -59,11 +60,12 @@ int runExport(const ExportCliOptions& o) {
 Runner addExportCommand(CLI::App& app) {
     auto o = std::make_shared<ExportCliOptions>();
     auto* cmd = app.add_subcommand("export", "export a quantization run as a Hugging Face (bf16, dequantized) or "
-                                             "compressed-tensors (packed MX) folder");
+                                             "compressed-tensors (packed MX) folder, or a GGUF file for llama.cpp");
     cmd->add_option("RUN_DIR", o->runDir, "run folder written by `latmix quantize` (model/, latmix.json)")->required();
-    cmd->add_option("--format", o->format, "hf or compressed-tensors")->required();
-    cmd->add_option("--out", o->out, "output folder (must be new or empty unless --overwrite)")->required();
-    cmd->add_flag("--overwrite", o->overwrite, "replace a non-empty output folder once the export has succeeded");
+    cmd->add_option("--format", o->format, "hf, compressed-tensors, or gguf (MXFP4 runs of Llama and Mistral, for llama.cpp)")
+        ->required();
+    cmd->add_option("--out", o->out, "output folder, new or empty unless --overwrite (gguf: the file, FILE.gguf)")->required();
+    cmd->add_flag("--overwrite", o->overwrite, "replace an existing output folder or file once the export has succeeded");
     return [o] { return runExport(*o); };
 }
 

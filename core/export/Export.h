@@ -30,7 +30,7 @@ enum class ExportFormat { Hf, CompressedTensors };
 // "hf" | "compressed-tensors"; parse throws std::invalid_argument listing the choices.
 ExportFormat parseExportFormat(std::string_view name);
 std::string exportFormatName(ExportFormat f);
-std::string exportFormatList(); // "hf, compressed-tensors"
+std::string exportFormatList(); // "hf, compressed-tensors, gguf" (gguf: export/GgufExport.h)
 
 struct ExportOptions {
     bool overwrite = false; // replace a non-empty output folder (only after the export succeeded)

@@ -5,6 +5,7 @@
 #include "model/TensorNames.h"
 #include "run/RunModel.h"
 #include "tokenizer/SentencePieceBpeJson.h"
+#include "util/Remedy.h"
 
 #include <ATen/ATen.h>
 
@@ -44,9 +45,18 @@ public:
         std::vector<std::int64_t> ne(f.sizes().rbegin(), f.sizes().rend());
         m_w.addTensor(ggufName, ne, GgmlType::F32, bytesOf(f));
     }
-    // A block linear's packed MXFP4 weight, rows reordered when `rows` is given.
+    // A block linear's packed MXFP4 weight, rows reordered when `rows` is given. GGUF's MXFP4
+    // rows are whole blocks of 32: a linear whose rows end in a shorter block (stories260K's
+    // down_proj, 172 = 5 · 32 + 12) is written as the run's dequantized float32 weight, the same
+    // values (llama.cpp then multiplies it without rounding its input to Q8_0).
     void linear(const std::string& ggufName, const std::string& prefix, const at::Tensor& rows = {}) {
         const mx::PackedTensor& p = m_run.packed.at(prefix);
+        if (p.lastDim % 32 != 0) {
+            const at::Tensor& w = m_run.tensors.at(prefix + ".weight");
+            tensorF32(ggufName, rows.defined() ? w.index_select(0, rows) : w);
+            ++m_partialBlocks;
+            return;
+        }
         at::Tensor codes = p.codes, scales = p.scales;
         if (rows.defined()) codes = codes.index_select(0, rows), scales = scales.index_select(0, rows);
         codes = codes.contiguous(), scales = scales.contiguous();
@@ -62,12 +72,13 @@ public:
     }
     GgufWriter& gguf() { return m_w; }
     int mxfp4() const { return m_mxfp4; }
+    int partialBlocks() const { return m_partialBlocks; }
 
 private:
     const run::RunModel& m_run;
     const model::ModelConfig& m_c;
     GgufWriter m_w;
-    int m_mxfp4 = 0;
+    int m_mxfp4 = 0, m_partialBlocks = 0;
 };
 
 void checkExportable(const run::RunModel& run, const model::ModelConfig& c, const std::string& runDir) {
@@ -75,13 +86,18 @@ void checkExportable(const run::RunModel& run, const model::ModelConfig& c, cons
     if (c.architecture != model::Architecture::Llama && c.architecture != model::Architecture::Mistral)
         throw std::runtime_error(what + "its architecture " + c.architectureName +
                                  " is not written yet (Llama and Mistral are); export hf or compressed-tensors");
+    if (run.quant.weightFormat && run.quant.weightFormat->format == mx::Format::NvFp4)
+        throw std::runtime_error(what + "its weights are NVFP4, which this export does not write yet (GGUF's NVFP4 "
+                                        "groups 64 values under four scales); quantize with --format mxfp4, or export "
+                                        "compressed-tensors");
     if (!run.quant.weightFormat || run.quant.weightFormat->format != mx::Format::MxFp4 ||
         run.quant.weightFormat->blockSize != 32)
         throw std::runtime_error(what + "its weights are not MXFP4 with blocks of 32, the one MX type GGUF has for them "
                                         "(MXINT4 has none); quantize with --format mxfp4");
-    if (run.tensors.count(names::kLmHeadBias))
-        throw std::runtime_error(what + "its lm_head has a bias (the folded T1 bias), which llama.cpp's llama "
-                                        "architecture does not load; quantize with --t1-bias off");
+    if (run.tensors.count(names::kLmHeadBias)) // the way out named by each face (--t1-bias off, or the control)
+        throw util::RemediedError(what + "its lm_head has a bias (the folded T1 bias), which llama.cpp's llama "
+                                         "architecture does not load",
+                                  {{"t1_bias", "off", "", "when quantizing it again"}});
 }
 
 void addMetadata(GgufWriter& w, const model::ModelConfig& c, const tokenizer::SpmVocabulary& v) {
@@ -108,24 +124,43 @@ void addMetadata(GgufWriter& w, const model::ModelConfig& c, const tokenizer::Sp
     w.addStrings("tokenizer.ggml.tokens", tokens);
     w.addFloat32s("tokenizer.ggml.scores", scores);
     w.addInt32s("tokenizer.ggml.token_type", types);
+    for (std::size_t id = 0; id < v.pieces.size(); ++id)
+        if (v.pieces[id].type == tokenizer::SpmPiece::Type::Unknown) {
+            w.addUint32("tokenizer.ggml.unknown_token_id", static_cast<std::uint32_t>(id));
+            break;
+        }
     if (v.bosId >= 0) w.addUint32("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(v.bosId));
     if (v.eosId >= 0) w.addUint32("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(v.eosId));
     w.addBool("tokenizer.ggml.add_bos_token", true);
+    w.addBool("tokenizer.ggml.add_space_prefix", v.addDummyPrefix);
+}
+
+// GGUF's "llama" tokenizer is SentencePiece's vocabulary: from tokenizer.model, else from a
+// SentencePiece-style tokenizer.json (Llama 2 converted by Hugging Face, llama2.c imports).
+tokenizer::SpmVocabulary sentencePieceVocabulary(const std::string& modelDir, const std::string& runDir) {
+    const fs::path dir(modelDir);
+    if (fs::is_regular_file(dir / "tokenizer.model")) return tokenizer::readSentencePieceVocabulary((dir / "tokenizer.model").string());
+    if (fs::is_regular_file(dir / "tokenizer.json")) return tokenizer::readSentencePieceBpeJson((dir / "tokenizer.json").string());
+    throw std::runtime_error("cannot export " + runDir + " as GGUF: its model folder has neither tokenizer.model nor "
+                             "tokenizer.json; copy the source model's tokenizer files into " + modelDir);
 }
 
 } // namespace
 
-GgufReport exportGguf(const std::string& runDir, const std::string& file, JobContext& job) {
+GgufReport exportGguf(const std::string& runDir, const std::string& file, JobContext& job, bool overwrite) {
+    if (file.empty()) throw std::runtime_error("no output file given; pass --out FILE.gguf");
+    std::error_code ec;
+    if (fs::is_directory(file, ec))
+        throw std::runtime_error("output path '" + file + "' is a folder; a GGUF export is one file: give FILE.gguf");
+    if (fs::exists(file, ec) && !overwrite)
+        throw std::runtime_error("output file '" + file + "' exists; choose a new name or pass --overwrite (it is "
+                                 "replaced only after the export succeeded)");
     const std::string modelDir = (fs::path(runDir) / "model").string();
     const run::RunModel run = run::readRunModel(modelDir);
     const model::ModelConfig c = run::runModelConfig(run);
     checkExportable(run, c, runDir);
-    const std::string spm = (fs::path(modelDir) / "tokenizer.model").string();
-    if (!fs::is_regular_file(spm))
-        throw std::runtime_error("cannot export " + runDir + " as GGUF: " + spm +
-                                 " is missing (only SentencePiece tokenizers are written yet)");
     Writer w(run, c);
-    addMetadata(w.gguf(), c, tokenizer::readSentencePieceVocabulary(spm));
+    addMetadata(w.gguf(), c, sentencePieceVocabulary(modelDir, runDir));
 
     GgufReport r;
     r.file = file;
@@ -160,8 +195,12 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     if (run.tensors.count(names::kLmHead)) w.tensorF32("output.weight", run.tensors.at(names::kLmHead));
     if (run.quant.t3Block > 0)
         r.notes.push_back("T3 folded back: ffn_down stored in float32 as W_down · H (llama.cpp applies no online Hadamard)");
+    if (w.partialBlocks() > 0)
+        r.notes.push_back(std::to_string(w.partialBlocks()) + " linear(s) whose rows end in a block shorter than 32 stored in "
+                          "float32 (GGUF's MXFP4 has whole blocks only); their values are the run's");
     w.gguf().write(file);
     r.mxfp4Tensors = w.mxfp4();
+    r.tensors = w.gguf().tensorCount();
     r.bytes = fs::file_size(file);
     return r;
 }

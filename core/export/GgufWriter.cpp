@@ -115,7 +115,26 @@ std::string GgufWriter::bytes() const {
     return out;
 }
 
-void GgufWriter::write(const std::string& path) const { util::writeFileAtomically(path, bytes()); }
+void GgufWriter::write(const std::string& path) const {
+    const std::string b = bytes();
+    util::AtomicFile file(path);
+    util::writeTextFile(file.tempPath(), b);
+    // Read back before the rename: a file that does not hold what was written (a full disk that
+    // the stream did not report, a network folder) never takes the final name.
+    std::ifstream in(file.tempPath(), std::ios::binary);
+    std::string chunk(std::size_t(64) << 20, '\0');
+    std::size_t at = 0;
+    while (in && at < b.size()) {
+        in.read(&chunk[0], static_cast<std::streamsize>(std::min(chunk.size(), b.size() - at)));
+        const auto n = static_cast<std::size_t>(in.gcount());
+        if (n == 0 || std::memcmp(chunk.data(), b.data() + at, n) != 0) break;
+        at += n;
+    }
+    if (at != b.size() || in.peek() != std::char_traits<char>::eof())
+        throw std::runtime_error("GGUF file '" + file.tempPath() + "' does not read back as written (byte " + std::to_string(at) +
+                                 "); check the disk and write it again");
+    file.commit();
+}
 
 std::string mxfp4Blocks(const std::uint8_t* packedCodes, const std::uint8_t* scales, std::int64_t rows, std::int64_t cols) {
     if (cols % 32 != 0) throw std::invalid_argument("mxfp4Blocks: rows of " + std::to_string(cols) + " values are not whole blocks of 32");

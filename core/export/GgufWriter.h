@@ -3,7 +3,7 @@
 // (docs/developer/gguf.md has the layout, in the project's words, with the llama.cpp sources it
 // was read from). Little-endian; every tensor's bytes follow the tensor records in the order the
 // tensors were added, each padded to the alignment, as llama.cpp's reader requires. The file is
-// written under a temporary name and renamed when complete (util::AtomicFile).
+// written under a temporary name, read back and renamed when complete (util::AtomicFile).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,8 +34,10 @@ public:
     // ne[0] is not a multiple of the type's block, or when the name is taken or 64 bytes or longer.
     void addTensor(const std::string& name, const std::vector<std::int64_t>& ne, GgmlType type, std::string bytes);
 
-    // Writes the file; throws std::runtime_error naming it (disk full, permissions).
+    // Writes the file under a temporary name, reads it back, then renames it; throws
+    // std::runtime_error naming it (disk full, permissions, a read-back that differs).
     void write(const std::string& path) const;
+    int tensorCount() const { return static_cast<int>(m_tensors.size()); }
     // The file's bytes (what write puts on disk).
     std::string bytes() const;
 

@@ -72,8 +72,12 @@ private slots:
         QTest::addColumn<QString>("phrase");
         QTest::newRow("missing run") << QStringList{"export", "@/no-such-run", "--format", "hf", "--out", "@/o1"}
                                      << "no-such-run' does not exist";
-        QTest::newRow("unknown format") << QStringList{"export", "@run", "--format", "gguf", "--out", "@/o2"}
-                                        << "unknown export format 'gguf'; choose one of hf, compressed-tensors";
+        QTest::newRow("unknown format") << QStringList{"export", "@run", "--format", "onnx", "--out", "@/o2"}
+                                        << "unknown export format 'onnx'; choose one of hf, compressed-tensors, gguf";
+        QTest::newRow("gguf of an NVFP4 run") << QStringList{"export", "@run", "--format", "gguf", "--out", "@/o2"}
+                                              << "its weights are NVFP4, which this export does not write yet";
+        QTest::newRow("gguf into a folder") << QStringList{"export", "@run", "--format", "gguf", "--out", "@run"}
+                                            << "is a folder; a GGUF export is one file";
         QTest::newRow("no --out") << QStringList{"export", "@run", "--format", "hf"} << "--out is required";
     }
     void errors() {

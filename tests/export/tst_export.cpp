@@ -113,7 +113,8 @@ private slots:
     void parseFormat() {
         QCOMPARE(parseExportFormat("hf"), ExportFormat::Hf);
         QCOMPARE(parseExportFormat("compressed-tensors"), ExportFormat::CompressedTensors);
-        QVERIFY(errorOf([] { parseExportFormat("gguf"); }).contains("'gguf'; choose one of hf, compressed-tensors"));
+        QVERIFY(errorOf([] { parseExportFormat("onnx"); }).contains("'onnx'; choose one of hf, compressed-tensors, gguf"));
+        QVERIFY(errorOf([] { parseExportFormat("gguf"); }).contains("exportGguf")); // a file, not a folder
     }
 
     void roundTrip_data() { formats(); }

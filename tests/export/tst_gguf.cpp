@@ -2,8 +2,16 @@
 // a parser written here from that description, not through the writer's code: the header, every
 // key-value pair, the tensor records, the contiguous aligned offsets, and MXFP4 blocks decoded
 // with ggml's rule (value = E2M1(code) · 2^(e − 127), element j in the low nibble of byte j and
-// element j + 16 in its high nibble) equal to the OCP values the codes stand for.
+// element j + 16 in its high nibble) equal to the OCP values the codes stand for; and a whole run
+// of a real model exported, read back with tests/export/GgufFile.h: every tensor's values equal to
+// the run's weights bit for bit (q/k rows in llama.cpp's rope order, W_down · H where T3 is folded
+// back: within one float32 rounding of a float64 product computed here).
+#include "ExportTestRun.h"
+#include "GgufFile.h"
+#include "TestData.h"
+#include "export/GgufExport.h"
 #include "export/GgufWriter.h"
+#include "model/TensorNames.h"
 
 #include <QtTest>
 
@@ -147,6 +155,81 @@ private slots:
                 const double ocp = e2m1(code[std::size_t(r) * cols + j]) * std::ldexp(1.0, int(scales[blk]) - 127);
                 QCOMPARE(ggml, ocp);
             }
+    }
+
+    void exportedRunDecodesToItsWeights_data() {
+        QTest::addColumn<bool>("t3");
+        QTest::newRow("brownpy-13M, T3 folded back") << true;
+        QTest::newRow("brownpy-13M, no T3") << false;
+    }
+    void exportedRunDecodesToItsWeights() {
+        QFETCH(bool, t3);
+        const QString source = test::modelFolder("brownpy-13M");
+        if (!QFileInfo::exists(source + "/model.safetensors")) LATMIX_DATA_SKIP(qPrintable("no " + source));
+        QTemporaryDir tmp;
+        const std::string runDir = (tmp.path() + "/run").toStdString(), file = (tmp.path() + "/m.gguf").toStdString();
+        test::RunVariant v;
+        v.weights = mx::MxConfig{mx::Format::MxFp4, 32};
+        v.t3 = t3;
+        const run::RunModel run = test::buildRun(source.toStdString(), runDir, v, source.toStdString());
+        JobContext job;
+        const auto report = exporting::exportGguf(runDir, file, job);
+        const auto f = test::GgufFile::read(file);
+        const auto& c = model::Checkpoint::load(runDir + "/model").config();
+        QCOMPARE(f.version, 3u);
+        QCOMPARE(f.string("general.architecture"), std::string("llama"));
+        QCOMPARE(int(f.number("llama.block_count")), c.numLayers);
+        QCOMPARE(int(f.kv.at("tokenizer.ggml.tokens").strings.size()), c.vocabSize);
+        QCOMPARE(int(f.order.size()), report.tensors);
+        QCOMPARE(report.mxfp4Tensors, c.numLayers * (t3 ? 6 : 7));
+
+        auto expectEqual = [&](const std::string& gguf, at::Tensor want) {
+            const std::vector<float> got = f.values(gguf);
+            want = want.to(at::kFloat).contiguous();
+            QCOMPARE(std::int64_t(got.size()), want.numel());
+            // Equal values: ggml's MXFP4 table has no negative zero, so E2M1's −0 (code 8) comes
+            // back as +0, the one difference in bits (the products are the same).
+            const at::Tensor g = at::from_blob(const_cast<float*>(got.data()), want.sizes(), at::kFloat);
+            QVERIFY2(at::equal(g, want), gguf.c_str());
+        };
+        // Hugging Face's rotate-half pairs (i, i + hd/2) become llama.cpp's adjacent ones: the
+        // rows of head h come as i, hd/2 + i for i < hd/2.
+        auto ropeOrder = [&](const at::Tensor& w, int heads) {
+            const auto hd = c.headDim;
+            return w.view({heads, 2, hd / 2, -1}).transpose(1, 2).reshape({heads * hd, -1});
+        };
+        namespace n = model::names;
+        expectEqual("token_embd.weight", run.tensors.at(n::kEmbed));
+        expectEqual("output_norm.weight", run.tensors.at(n::kFinalNorm));
+        const at::Tensor h = t3 ? run::t3Transform(run.quant, c.intermediateSize).dense() : at::Tensor();
+        for (int l = 0; l < c.numLayers; ++l) {
+            const std::string p = n::layerPrefix(l), b = "blk." + std::to_string(l) + ".";
+            expectEqual(b + "attn_norm.weight", run.tensors.at(p + n::kInputNorm + ".weight"));
+            expectEqual(b + "ffn_norm.weight", run.tensors.at(p + n::kPostAttentionNorm + ".weight"));
+            expectEqual(b + "attn_q.weight", ropeOrder(run.tensors.at(p + n::kQProj + ".weight"), c.numHeads));
+            expectEqual(b + "attn_k.weight", ropeOrder(run.tensors.at(p + n::kKProj + ".weight"), c.numKvHeads));
+            expectEqual(b + "attn_v.weight", run.tensors.at(p + n::kVProj + ".weight"));
+            expectEqual(b + "attn_output.weight", run.tensors.at(p + n::kOProj + ".weight"));
+            expectEqual(b + "ffn_gate.weight", run.tensors.at(p + n::kGateProj + ".weight"));
+            expectEqual(b + "ffn_up.weight", run.tensors.at(p + n::kUpProj + ".weight"));
+            const at::Tensor down = run.tensors.at(p + n::kDownProj + ".weight");
+            if (!t3) {
+                QCOMPARE(f.tensors.at(b + "ffn_down.weight").type, 39);
+                expectEqual(b + "ffn_down.weight", down);
+                continue;
+            }
+            // T3 folded back: W_down · H rounded once to float32. The float64 product here sums in
+            // another order than the exporter's, so the bound is half a float32 ulp of the
+            // product plus float64's error on the sum of the magnitudes.
+            QCOMPARE(f.tensors.at(b + "ffn_down.weight").type, 0);
+            const at::Tensor wd = down.to(at::kDouble), hd = h.to(at::kDouble);
+            const at::Tensor exact = wd.mm(hd), magnitude = wd.abs().mm(hd.abs());
+            const std::vector<float> got = f.values(b + "ffn_down.weight");
+            const at::Tensor g = at::from_blob(const_cast<float*>(got.data()), exact.sizes(), at::kFloat).to(at::kDouble);
+            const at::Tensor bound = exact.abs() * std::ldexp(1.0, -24) + magnitude * 64 * std::ldexp(1.0, -53);
+            const double worst = ((g - exact).abs() / bound).max().item<double>();
+            QVERIFY2(worst <= 1.0, qPrintable(QString("%1ffn_down: %2 of the bound from W_down · H").arg(QString::fromStdString(b)).arg(worst)));
+        }
     }
 };
 
