@@ -7,6 +7,8 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,7 +24,20 @@ struct ReferenceLlama {
     // t1A (float64 [d, d]) and t1v ([d] or undefined) to use it; A⁻¹ is a plain inverse here.
     at::Tensor t1A, t1v;
 
-    at::Tensor w(const std::string& name) const { return ck.weight(name).to(at::kDouble); }
+    // Weights used instead of the checkpoint's (float64), by name.
+    std::map<std::string, at::Tensor> replaced;
+    // Optional: what a runtime does to a linear layer's input before its product with the named
+    // weight (tst_gguf_runtime: llama.cpp's Q8_0 rounding of activations that meet MXFP4 weights).
+    std::function<at::Tensor(const at::Tensor& x, const std::string& weight)> linearInput;
+
+    at::Tensor w(const std::string& name) const {
+        const auto it = replaced.find(name);
+        return it != replaced.end() ? it->second.to(at::kDouble) : ck.weight(name).to(at::kDouble);
+    }
+    at::Tensor in(const at::Tensor& x, const std::string& weight) const { return linearInput ? linearInput(x, weight) : x; }
+    at::Tensor lin(const at::Tensor& x, const std::string& weight, bool hasBias) const {
+        return linear(in(x, weight + ".weight"), w(weight + ".weight"), wIf(hasBias, weight + ".bias"));
+    }
     at::Tensor wIf(bool present, const std::string& name) const { return present ? w(name) : at::Tensor(); }
 
     // x: [n] -> x / sqrt(mean(x^2) + eps) * g
@@ -83,9 +98,9 @@ struct ReferenceLlama {
         for (int l = 0; l < c.numLayers; ++l) {
             const std::string p = "model.layers." + std::to_string(l) + ".";
             auto x = rmsNorm(h, w(p + "input_layernorm.weight"));
-            auto q = linear(x, w(p + "self_attn.q_proj.weight"), wIf(c.qkvBias, p + "self_attn.q_proj.bias")).contiguous();
-            auto k = linear(x, w(p + "self_attn.k_proj.weight"), wIf(c.qkvBias, p + "self_attn.k_proj.bias")).contiguous();
-            auto v = linear(x, w(p + "self_attn.v_proj.weight"), wIf(c.qkvBias, p + "self_attn.v_proj.bias")).contiguous();
+            auto q = lin(x, p + "self_attn.q_proj", c.qkvBias).contiguous();
+            auto k = lin(x, p + "self_attn.k_proj", c.qkvBias).contiguous();
+            auto v = lin(x, p + "self_attn.v_proj", c.qkvBias).contiguous();
             if (c.qkNorm) {
                 q = rmsNorm(q.view({T, H, hd}), w(p + "self_attn.q_norm.weight")).view({T, H * hd});
                 k = rmsNorm(k.view({T, KV, hd}), w(p + "self_attn.k_norm.weight")).view({T, KV * hd});
@@ -116,12 +131,12 @@ struct ReferenceLlama {
                         for (int i = 0; i < hd; ++i) ap[t * H * hd + hh * hd + i] += s[u] / z * vp[u * KV * hd + kh * hd + i];
                 }
             }
-            h = h + linear(attn, w(p + "self_attn.o_proj.weight"), wIf(c.oProjBias, p + "self_attn.o_proj.bias"));
+            h = h + lin(attn, p + "self_attn.o_proj", c.oProjBias);
             x = rmsNorm(h, w(p + "post_attention_layernorm.weight"));
-            auto g = linear(x, w(p + "mlp.gate_proj.weight"), wIf(c.mlpBias, p + "mlp.gate_proj.bias"));
-            auto u = linear(x, w(p + "mlp.up_proj.weight"), wIf(c.mlpBias, p + "mlp.up_proj.bias"));
+            auto g = lin(x, p + "mlp.gate_proj", c.mlpBias);
+            auto u = lin(x, p + "mlp.up_proj", c.mlpBias);
             auto act = g / (1 + at::exp(-g)) * u; // SiLU(g) * u
-            h = h + linear(act, w(p + "mlp.down_proj.weight"), wIf(c.mlpBias, p + "mlp.down_proj.bias"));
+            h = h + lin(act, p + "mlp.down_proj", c.mlpBias);
         }
         h = rmsNorm(h, w("model.norm.weight"));
         auto head = ck.has("lm_head.weight") ? w("lm_head.weight") : embed;

@@ -1,0 +1,197 @@
+// llama.cpp runs what `latmix export --format gguf` writes (issue 36): real runs of real models
+// (brownpy-13M and stories260K; rtn, mr-gptq, and latmix-lu with T1/T2 folded, --t1-bias off)
+// exported, loaded by llama.cpp through node-llama-cpp 3.21.1 (llama.cpp's own CPU build,
+// installed by npm: tests/export/gguf/), and llama.cpp's next-token distributions on WikiText-2
+// compared with the float64 reference forward (tests/ReferenceLlama.h) of the run's own weights.
+//
+// The tolerance comes from the one thing llama.cpp does to the weights' products that the run's
+// evaluation does not: on the CPU, an activation that meets an MXFP4 weight is rounded to Q8_0
+// (blocks of 32, int8 codes, scale amax/127 stored as float16). The reference run a second time
+// with that rounding at exactly those inputs (`q8_0` below; which weights are MXFP4 is read from
+// the file) says how far the rounding moves the distributions: D_q8 = mean KL(rounded ‖ exact).
+// llama.cpp applies the same rounding, so its own distance from the exact run is of that size:
+// the test asks for at most 3 D_q8 (measured: 0.97–1.15 D_q8), and for a perplexity within 3 times
+// the mean size of the rounding's per-position shifts. A wrong weight, row order, bias or tokenizer
+// moves the distributions by orders of magnitude more. llama.cpp is not held to the rounded
+// reference itself: it tracks it to 1e-13 until one Q8_0 code lands on the other side of a
+// rounding boundary (float32 activations there, float64 here), and from that position on attention
+// carries the difference to every later token; KL(llama.cpp ‖ rounded) is reported.
+// K and V are kept in float32 and flash attention is off (probabilities.mjs), so that attention
+// adds no float16 rounding of its own. llama.cpp's tokenization of the text must equal the run's.
+#include "CliRunner.h"
+#include "GgufFile.h"
+#include "ReferenceLlama.h"
+#include "TestData.h"
+#include "model/Checkpoint.h"
+#include "model/TensorNames.h"
+#include "run/RunModel.h"
+#include "tokenizer/Tokenizer.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QtTest>
+
+#include <set>
+
+using namespace latmix;
+
+namespace {
+
+constexpr int kPositions = 128; // token ids given to both (BOS first)
+constexpr int kTextBytes = 1500; // WikiText-2 test text whose tokenization both must agree on
+
+// llama.cpp's quantize_row_q8_0 as its CPU matmul applies it to the activations of an MXFP4
+// product (float32 activations; AVX paths round half to even).
+at::Tensor q8_0(const at::Tensor& x) {
+    const at::Tensor b = x.to(at::kFloat).contiguous().view({-1, 32});
+    const at::Tensor amax = b.abs().amax({1}, true);
+    const at::Tensor d = (amax / 127).to(at::kHalf).to(at::kFloat);
+    const at::Tensor id = at::where(amax > 0, 127 / amax, at::zeros_like(amax));
+    return (at::round(b * id) * d).view(x.sizes()).to(at::kDouble);
+}
+
+// Mean over positions of KL(p ‖ q) for rows of probabilities p and log-probabilities logq.
+double meanKl(const at::Tensor& p, const at::Tensor& logq) {
+    return (at::xlogy(p, p) - p * logq).sum(1).mean().item<double>();
+}
+
+std::string readBytes(const QString& path, int n) {
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) return {};
+    QByteArray b = f.read(n);
+    while (!b.isEmpty() && b.back() != '\n') b.chop(1); // whole lines
+    return b.toStdString();
+}
+
+} // namespace
+
+class TestGgufRuntime : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_tmp;
+    QString m_node, m_script, m_stories;
+
+    QString modelDir(const QString& name) const {
+        return name == QLatin1String("stories260K") ? m_stories : test::modelFolder(name);
+    }
+
+private slots:
+    void initTestCase() {
+        m_node = qEnvironmentVariable("LATMIX_NODE");
+        m_script = qEnvironmentVariable("LATMIX_GGUF_RUNTIME") + "/probabilities.mjs";
+        if (m_node.isEmpty() || !QFileInfo::exists(m_script))
+            LATMIX_PREREQUISITE_SKIP("no llama.cpp runtime: CMake registers this test with Node.js >= 20 and npm "
+                                     "(apt install nodejs npm), and its fixture gguf_runtime_setup installs node-llama-cpp");
+        const QString stories = test::dataDir() + "/models/stories260K";
+        for (const QString& f : {test::modelFolder("brownpy-13M") + "/model.safetensors", stories + "/stories260K.bin",
+                                 test::dataDir() + "/wikitext-2/wiki.test.raw"})
+            if (!QFileInfo::exists(f)) LATMIX_DATA_SKIP(qPrintable("no " + f));
+        m_stories = m_tmp.path() + "/stories260K-hf";
+        const auto r = test::runLatmix({"import-llama2c", stories + "/stories260K.bin", stories + "/tok512.bin", m_stories}, 60000);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    }
+
+    void llamaCppAgreesWithTheRun_data() {
+        QTest::addColumn<QString>("model");
+        QTest::addColumn<QString>("method");
+        for (const char* m : {"brownpy-13M", "stories260K"})
+            for (const char* method : {"rtn", "mr-gptq", "latmix-lu"})
+                QTest::newRow(qPrintable(QString("%1 %2").arg(m, method))) << QString(m) << QString(method);
+    }
+    void llamaCppAgreesWithTheRun() {
+        QFETCH(QString, model);
+        QFETCH(QString, method);
+        const QString dir = m_tmp.path() + "/" + model + "-" + method, run = dir + "/run", gguf = dir + "/model.gguf";
+        auto r = test::runLatmix({"quantize", "--model", modelDir(model), "--method", method, "--format", "mxfp4", "--out", run,
+                                  "--calib-samples", "8", "--seqlen", "128", "--steps", "20", "--batch", "2", "--t1-bias", "off"},
+                                 300000);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        r = test::runLatmix({"export", run, "--format", "gguf", "--out", gguf}, 120000);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+
+        // The same ids for both: the run's tokenizer on WikiText-2's test text.
+        const std::string modelPath = (run + "/model").toStdString();
+        const auto tok = tokenizer::Tokenizer::loadFromDir(modelPath);
+        const std::string text = readBytes(test::dataDir() + "/wikitext-2/wiki.test.raw", kTextBytes);
+        const std::vector<int> textIds = tok->encode(text, false);
+        std::vector<std::int64_t> ids{tok->bosId()};
+        ids.insert(ids.end(), textIds.begin(), textIds.begin() + std::min<std::size_t>(textIds.size(), kPositions - 1));
+        QStringList idText;
+        for (auto t : ids) idText << QString::number(t);
+        QFile idsFile(dir + "/ids.txt"), textFile(dir + "/text.txt");
+        QVERIFY(idsFile.open(QIODevice::WriteOnly) && textFile.open(QIODevice::WriteOnly));
+        idsFile.write(idText.join(',').toUtf8());
+        textFile.write(QByteArray::fromStdString(text));
+        idsFile.close(), textFile.close();
+
+        QProcess node;
+        node.start(m_node, {m_script, gguf, dir + "/ids.txt", dir + "/probs.f32", dir + "/text.txt"});
+        QVERIFY2(node.waitForFinished(180000) && node.exitCode() == 0,
+                 qPrintable(node.readAllStandardError().right(2000) + node.errorString()));
+        const QJsonObject said = QJsonDocument::fromJson(node.readAllStandardOutput().trimmed().split('\n').last()).object();
+
+        const auto ck = model::Checkpoint::load(modelPath);
+        const auto& c = ck.config();
+        const std::int64_t T = std::int64_t(ids.size()), V = c.vocabSize;
+        QCOMPARE(said["vocab"].toInt(), int(V));
+        QCOMPARE(said["positions"].toInt(), int(T));
+        std::vector<int> theirs;
+        for (const auto& v : said["text_ids"].toArray()) theirs.push_back(v.toInt());
+        QCOMPARE(theirs, textIds); // the exported vocabulary tokenizes as the run's tokenizer does
+
+        QFile probs(dir + "/probs.f32");
+        QVERIFY(probs.open(QIODevice::ReadOnly));
+        const QByteArray raw = probs.readAll();
+        QCOMPARE(std::int64_t(raw.size()), T * V * 4);
+        at::Tensor pLlama = at::from_blob(const_cast<char*>(raw.data()), {T, V}, at::kFloat).to(at::kDouble);
+        pLlama = pLlama / pLlama.sum(1, true); // float32 probabilities sum to 1 within ~1e-4
+
+        // The run's weights; W_down · H where the run has T3 (the file holds it folded back).
+        const run::RunModel rm = run::readRunModel(modelPath);
+        test::ReferenceLlama ref(ck);
+        if (rm.quant.t3Block > 0) {
+            const at::Tensor h = run::t3Transform(rm.quant, c.intermediateSize).dense().to(at::kDouble);
+            for (int l = 0; l < c.numLayers; ++l) {
+                const std::string down = model::names::layerPrefix(l) + model::names::kDownProj + ".weight";
+                ref.replaced[down] = rm.tensors.at(down).to(at::kDouble).mm(h);
+            }
+        }
+        // The weights llama.cpp multiplies as MXFP4 (ggml type 39), by their Hugging Face names.
+        const auto file = test::GgufFile::read(gguf.toStdString());
+        const std::map<std::string, std::string> hfName{
+            {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"}, {"attn_v", "self_attn.v_proj"},
+            {"attn_output", "self_attn.o_proj"}, {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"},
+            {"ffn_down", "mlp.down_proj"}};
+        std::set<std::string> mxfp4;
+        for (const auto& [name, t] : file.tensors) {
+            const auto dot = name.find('.', 4); // blk.N.<name>.weight
+            if (t.type != 39 || name.compare(0, 4, "blk.") != 0 || dot == std::string::npos) continue;
+            const std::string layer = name.substr(4, dot - 4), kind = name.substr(dot + 1, name.rfind('.') - dot - 1);
+            mxfp4.insert("model.layers." + layer + "." + hfName.at(kind) + ".weight");
+        }
+        QVERIFY2(!mxfp4.empty(), "the file has no MXFP4 tensor");
+        const at::Tensor exact = at::log_softmax(ref.logits(ids), 1);
+        ref.linearInput = [&](const at::Tensor& x, const std::string& w) { return mxfp4.count(w) ? q8_0(x) : x; };
+        const at::Tensor rounded = at::log_softmax(ref.logits(ids), 1);
+
+        const double dQ8 = meanKl(rounded.exp(), exact), dLlama = meanKl(pLlama, exact), dLeft = meanKl(pLlama, rounded);
+        // Each position's negative log-likelihood of the next id.
+        const at::Tensor next = at::tensor(std::vector<std::int64_t>(ids.begin() + 1, ids.end()), at::kLong).unsqueeze(1);
+        auto nll = [&](const at::Tensor& logp) { return -logp.slice(0, 0, T - 1).gather(1, next).squeeze(1); };
+        const at::Tensor nllExactT = nll(exact), shiftQ8 = nll(rounded) - nllExactT;
+        const double nllExact = nllExactT.mean().item<double>(), nllRounded = nll(rounded).mean().item<double>(),
+                     nllLlama = nll(pLlama.log()).mean().item<double>();
+        qInfo("%s %s: %lld positions; perplexity exact %.4f, Q8_0-rounded reference %.4f, llama.cpp %.4f; "
+              "mean KL: rounded‖exact %.3g, llama.cpp‖exact %.3g, llama.cpp‖rounded %.3g",
+              qPrintable(model), qPrintable(method), static_cast<long long>(T), std::exp(nllExact), std::exp(nllRounded),
+              std::exp(nllLlama), dQ8, dLlama, dLeft);
+        QVERIFY2(dQ8 > 0, "the Q8_0 rounding changed nothing: the model has no MXFP4 product");
+        QVERIFY2(dLlama <= 3 * dQ8, "llama.cpp is farther from the run than its activation rounding explains");
+        // The rounding's shifts of single positions can cancel in the mean; their mean size cannot.
+        QVERIFY2(std::abs(nllLlama - nllExact) <= 3 * shiftQ8.abs().mean().item<double>(),
+                 "llama.cpp's perplexity is farther from the run's than the rounding explains");
+    }
+};
+
+QTEST_GUILESS_MAIN(TestGgufRuntime)
+#include "tst_gguf_runtime.moc"
