@@ -3,6 +3,7 @@
 #include "JobRunner.h"
 
 #include "export/Export.h"
+#include "export/GgufExport.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -38,6 +39,7 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
     m_format->setObjectName(QStringLiteral("exportFormatCombo"));
     m_format->addItem(tr("Hugging Face (bf16, T3 folded back)"), QStringLiteral("hf"));
     m_format->addItem(tr("compressed-tensors (packed MX codes + scales)"), QStringLiteral("compressed-tensors"));
+    m_format->addItem(tr("GGUF for llama.cpp (one file; MXFP4 runs of Llama and Mistral)"), QStringLiteral("gguf"));
     form->addRow(tr("&Format:"), m_format);
     auto* destRow = new QHBoxLayout;
     m_dest = new QLineEdit(this);
@@ -52,7 +54,7 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
     destRow->addWidget(m_dest);
     destRow->addWidget(browse);
     form->addRow(tr("&Destination:"), destRow);
-    m_overwrite = new QCheckBox(tr("Replace an existing folder (after the export succeeded)"), this);
+    m_overwrite = new QCheckBox(tr("Replace an existing folder or file (after the export succeeded)"), this);
     m_overwrite->setObjectName(QStringLiteral("exportOverwriteCheck"));
     form->addRow(QString(), m_overwrite);
     column->addLayout(form);
@@ -87,6 +89,14 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
     column->addLayout(buttons);
     resize(620, 300);
 
+    // GGUF is one file: the destination's name follows the format while it is the suggested one.
+    connect(m_format, &QComboBox::currentIndexChanged, this, [this] {
+        const bool gguf = m_format->currentData().toString() == QLatin1String("gguf");
+        QString d = m_dest->text();
+        if (gguf && !d.endsWith(QLatin1String(".gguf"))) d += QStringLiteral(".gguf");
+        if (!gguf && d.endsWith(QLatin1String(".gguf"))) d.chop(5);
+        m_dest->setText(d);
+    });
     connect(m_export, &QPushButton::clicked, this, &ExportDialog::startExport);
     connect(m_cancel, &QPushButton::clicked, m_runner, &JobRunner::cancel);
     connect(m_close, &QPushButton::clicked, this, &QDialog::reject);
@@ -109,27 +119,48 @@ bool ExportDialog::isRunning() const { return m_runner->isRunning(); }
 bool ExportDialog::startExport() {
     const QString out = QDir::cleanPath(m_dest->text().trimmed());
     if (out.isEmpty()) {
-        m_result->setText(tr("Choose a destination folder"));
+        m_result->setText(tr("Choose a destination"));
         return false;
     }
     m_ok = false;
-    const std::string runDir = m_runDir.toStdString(), outDir = out.toStdString(),
+    const std::string runDir = m_runDir.toStdString(), outPath = out.toStdString(),
                       format = m_format->currentData().toString().toStdString();
-    latmix::exporting::ExportOptions options;
-    options.overwrite = m_overwrite->isChecked();
-    auto report = std::make_shared<latmix::exporting::ExportReport>();
+    const bool overwrite = m_overwrite->isChecked();
+    // What the finished job reports, in the dialog's words.
+    auto summary = std::make_shared<QString>();
     m_result->setText(QString());
     m_progress->setValue(0);
     const bool started = m_runner->start(tr("Export"), [=](latmix::JobContext& job) {
-        *report = latmix::exporting::exportRun(runDir, latmix::exporting::parseExportFormat(format), outDir, job, options);
+        if (format == "gguf") {
+            const auto r = latmix::exporting::exportGguf(runDir, outPath, job, overwrite);
+            *summary = tr("Exported %1 tensors (%2 MXFP4, %3) to %4 for llama.cpp.\nVerified: the file reads back as "
+                          "written.")
+                           .arg(r.tensors)
+                           .arg(r.mxfp4Tensors)
+                           .arg(QLocale().formattedDataSize(static_cast<qint64>(r.bytes)))
+                           .arg(QDir::toNativeSeparators(out));
+            for (const auto& n : r.notes) *summary += QStringLiteral("\n• ") + QString::fromStdString(n);
+            return;
+        }
+        latmix::exporting::ExportOptions options;
+        options.overwrite = overwrite;
+        const auto r = latmix::exporting::exportRun(runDir, latmix::exporting::parseExportFormat(format), outPath, job, options);
         job.progress(1.0, "verifying the export");
-        latmix::exporting::verifyExport(outDir, runDir);
+        latmix::exporting::verifyExport(outPath, runDir);
+        *summary = tr("Exported %1 tensors (%2 packed linears, %3) to %4 in %5 s.\nVerified: the export reloads and "
+                      "equals the run's quantized weights.")
+                       .arg(r.tensors)
+                       .arg(r.packedLinears)
+                       .arg(QLocale().formattedDataSize(static_cast<qint64>(r.bytes)))
+                       .arg(QDir::toNativeSeparators(out))
+                       .arg(r.seconds, 0, 'f', 1);
+        for (const auto& n : r.notes) *summary += QStringLiteral("\n• ") + QString::fromStdString(n);
     });
     if (!started) return false;
     m_export->setEnabled(false);
     m_close->setEnabled(false);
     m_cancel->setEnabled(true);
-    connect(m_runner, &JobRunner::finished, this, [this, out, report](bool ok, const QString& error) {
+    connect(m_runner, &JobRunner::finished, this, [this, out, summary](bool ok, const QString& error) {
         disconnect(m_runner, &JobRunner::finished, this, nullptr);
         m_export->setEnabled(true);
         m_close->setEnabled(true);
@@ -138,14 +169,7 @@ bool ExportDialog::startExport() {
         QString message;
         if (ok) {
             m_progress->setValue(1000);
-            message = tr("Exported %1 tensors (%2 packed linears, %3) to %4 in %5 s.\nVerified: the export reloads and "
-                         "equals the run's quantized weights.")
-                          .arg(report->tensors)
-                          .arg(report->packedLinears)
-                          .arg(QLocale().formattedDataSize(static_cast<qint64>(report->bytes)))
-                          .arg(QDir::toNativeSeparators(out))
-                          .arg(report->seconds, 0, 'f', 1);
-            for (const auto& n : report->notes) message += QStringLiteral("\n• ") + QString::fromStdString(n);
+            message = *summary;
             m_status->setText(tr("done"));
         } else {
             message = error == QLatin1String("cancelled") ? tr("Export cancelled; nothing was written to %1").arg(out)

@@ -1,9 +1,9 @@
 #pragma once
 // File › Export quantized model…: a finished run folder exported as a Hugging Face (bf16) or
-// compressed-tensors (packed MX) model (core/export, SPEC §8) on a worker thread, with
-// progress, cancel, and the result of the post-export verification (the export reloaded and
-// compared with the run) shown in the dialog. Nothing is left under the destination name when
-// the export fails or is cancelled (core writes to a temporary folder and renames).
+// compressed-tensors (packed MX) model (core/export, SPEC §8), or as a GGUF file for llama.cpp
+// (export/GgufExport.h), on a worker thread, with progress, cancel, and the result of the
+// post-export verification shown in the dialog. Nothing is left under the destination name when
+// the export fails or is cancelled (core writes to a temporary name and renames).
 #include <QDialog>
 #include <QString>
 
@@ -24,7 +24,7 @@ class ExportDialog : public QDialog {
 public:
     explicit ExportDialog(const QString& runDir, QWidget* parent = nullptr);
 
-    void setFormat(const QString& format); // "hf" | "compressed-tensors"
+    void setFormat(const QString& format); // "hf" | "compressed-tensors" | "gguf"
     void setDestination(const QString& dir);
     void setOverwrite(bool overwrite);
     QString destination() const;

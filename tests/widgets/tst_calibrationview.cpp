@@ -20,6 +20,7 @@
 
 #include "CalibrationView.h"
 #include "ExportDialog.h"
+#include "export/GgufFile.h"
 #include "JobRunner.h"
 #include "MainWindow.h"
 #include "TrainingDashboard.h"
@@ -343,6 +344,7 @@ private slots:
         QTest::addColumn<QString>("format");
         QTest::newRow("hf") << "hf";
         QTest::newRow("compressed-tensors") << "compressed-tensors";
+        QTest::newRow("gguf") << "gguf";
     }
     void reopenRunAndExport() {
         QFETCH(QString, format);
@@ -367,6 +369,43 @@ private slots:
         QVERIFY(dialog);
         const QString out = m_tmp.filePath("export-" + format);
         dialog->setFormat(format);
+        if (format == "gguf") {
+            QVERIFY(dialog->destination().endsWith(".gguf")); // one file: the suggested name follows the format
+            // The run learned a T1 bias, which llama.cpp's llama does not load: refused before anything
+            // is written, naming the workbench's control.
+            dialog->setDestination(out + ".gguf");
+            QSignalSpy refused(dialog, &ExportDialog::exportFinished);
+            QVERIFY(dialog->startExport());
+            QVERIFY(refused.wait(120000));
+            QCOMPARE(refused.first().at(0).toBool(), false);
+            QVERIFY2(dialog->resultText().contains("Learned T1 bias") && !dialog->resultText().contains("--t1-bias"),
+                     qPrintable(dialog->resultText()));
+            QVERIFY(!QFile::exists(out + ".gguf"));
+            // The same run without the bias (the control off) exports, and the file parses as GGUF
+            // with the run's MXFP4 linears (tests/export/GgufFile.h, not the writer's code).
+            MainWindow second;
+            QVERIFY(second.openCheckpoint(m_model, false));
+            auto* bias = second.calibrationView()->findChild<QCheckBox*>(QStringLiteral("t1BiasCheck"));
+            QVERIFY(bias);
+            bias->setChecked(false);
+            const QString noBias = runCalibration(second, "run-export-no-bias", "latmix-lu", 3);
+            QVERIFY(second.openRun(noBias));
+            second.exportAction()->trigger();
+            auto* d2 = second.findChild<ExportDialog*>();
+            QVERIFY(d2);
+            d2->setFormat(format);
+            d2->setDestination(out + ".gguf");
+            QSignalSpy exported(d2, &ExportDialog::exportFinished);
+            QVERIFY(d2->startExport());
+            QVERIFY(exported.wait(120000));
+            QVERIFY2(exported.first().at(0).toBool(), qPrintable(d2->resultText()));
+            const auto file = test::GgufFile::read((out + ".gguf").toStdString());
+            QCOMPARE(file.string("general.architecture"), std::string("llama"));
+            int mxfp4 = 0;
+            for (const auto& [name, t] : file.tensors) mxfp4 += t.type == 39;
+            QVERIFY2(mxfp4 > 0 && d2->resultText().contains(QString("(%1 MXFP4").arg(mxfp4)), qPrintable(d2->resultText()));
+            return;
+        }
         dialog->setDestination(out);
         QSignalSpy finished(dialog, &ExportDialog::exportFinished);
         QVERIFY(dialog->startExport());
