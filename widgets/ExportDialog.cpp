@@ -39,7 +39,7 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
     m_format->setObjectName(QStringLiteral("exportFormatCombo"));
     m_format->addItem(tr("Hugging Face (bf16, T3 folded back)"), QStringLiteral("hf"));
     m_format->addItem(tr("compressed-tensors (packed MX codes + scales)"), QStringLiteral("compressed-tensors"));
-    m_format->addItem(tr("GGUF for llama.cpp (one file; MXFP4 runs of Llama and Mistral)"), QStringLiteral("gguf"));
+    m_format->addItem(tr("GGUF for llama.cpp (one file; MXFP4 runs of Llama, Mistral, Qwen2, Qwen3)"), QStringLiteral("gguf"));
     form->addRow(tr("&Format:"), m_format);
     auto* destRow = new QHBoxLayout;
     m_dest = new QLineEdit(this);

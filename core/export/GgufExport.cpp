@@ -4,7 +4,8 @@
 #include "export/GgufWriter.h"
 #include "model/TensorNames.h"
 #include "run/RunModel.h"
-#include "tokenizer/SentencePieceBpeJson.h"
+#include "export/GgufVocabulary.h"
+#include "model/LlamaModel.h"
 #include "util/Remedy.h"
 
 #include <ATen/ATen.h>
@@ -65,9 +66,10 @@ public:
                       mxfp4Blocks(codes.data_ptr<std::uint8_t>(), scales.data_ptr<std::uint8_t>(), out, in));
         ++m_mxfp4;
     }
-    void biasIf(const std::string& ggufName, const std::string& hfName, const at::Tensor& rows = {}) {
+    // A bias when the run has it and the architecture loads it.
+    void biasIf(const std::string& ggufName, const std::string& hfName, bool loads, const at::Tensor& rows = {}) {
         const auto it = m_run.tensors.find(hfName);
-        if (it == m_run.tensors.end()) return;
+        if (it == m_run.tensors.end() || !loads) return;
         tensorF32(ggufName, rows.defined() ? it->second.index_select(0, rows) : it->second);
     }
     GgufWriter& gguf() { return m_w; }
@@ -81,11 +83,46 @@ private:
     int m_mxfp4 = 0, m_partialBlocks = 0;
 };
 
-void checkExportable(const run::RunModel& run, const model::ModelConfig& c, const std::string& runDir) {
+// What llama.cpp v0.4.0's architectures load (src/models/{llama,qwen2,qwen3}.cpp): a tensor it
+// does not create fails the whole load, so a bias it has no place for must not be written.
+struct GgufArchitecture {
+    std::string name;
+    bool ropePairs;  // rope NORM (adjacent pairs): q/k rows reordered; qwen's NEOX needs none
+    bool oBias, mlpBias, lmHeadBias, qkNorm;
+};
+
+GgufArchitecture ggufArchitecture(const model::ModelConfig& c, const std::string& what) {
+    switch (c.architecture) {
+    case model::Architecture::Llama:
+    case model::Architecture::Mistral: return {"llama", true, true, true, false, false};
+    case model::Architecture::Qwen2: return {"qwen2", false, false, false, true, false};
+    case model::Architecture::Qwen3: return {"qwen3", false, false, false, false, true};
+    }
+    throw std::runtime_error(what + "its architecture " + c.architectureName + " has no GGUF mapping here");
+}
+
+// A bias the architecture cannot load is refused unless it is zero (then it is left out: the
+// same function). The refusal names the tensor and the option that keeps it zero.
+void checkBiases(const run::RunModel& run, const GgufArchitecture& a, const std::string& what) {
+    for (const auto& [name, t] : run.tensors) {
+        const bool isBias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+        if (!isBias || !t.ne(0).any().item<bool>()) continue;
+        const bool o = name.find(names::kOProj) != std::string::npos, mlp = name.find(".mlp.") != std::string::npos;
+        const bool head = name == names::kLmHeadBias;
+        if ((o && !a.oBias) || (mlp && !a.mlpBias))
+            throw util::RemediedError(what + name + " is not zero, and llama.cpp's " + a.name + " architecture loads no " +
+                                          (o ? "attention output" : "MLP") + " bias (it holds the folded T2 bias)",
+                                      {{"t2_bias", "off", "", "when quantizing it again"}});
+        if (head && !a.lmHeadBias) // the way out named by each face (--t1-bias off, or the control)
+            throw util::RemediedError(what + "its lm_head has a bias (the folded T1 bias), which llama.cpp's " + a.name +
+                                          " architecture does not load",
+                                      {{"t1_bias", "off", "", "when quantizing it again"}});
+    }
+}
+
+GgufArchitecture checkExportable(const run::RunModel& run, const model::ModelConfig& c, const std::string& runDir) {
     const std::string what = "cannot export " + runDir + " as GGUF: ";
-    if (c.architecture != model::Architecture::Llama && c.architecture != model::Architecture::Mistral)
-        throw std::runtime_error(what + "its architecture " + c.architectureName +
-                                 " is not written yet (Llama and Mistral are); export hf or compressed-tensors");
+    const GgufArchitecture a = ggufArchitecture(c, what);
     if (run.quant.weightFormat && run.quant.weightFormat->format == mx::Format::NvFp4)
         throw std::runtime_error(what + "its weights are NVFP4, which this export does not write yet (GGUF's NVFP4 "
                                         "groups 64 values under four scales); quantize with --format mxfp4, or export "
@@ -94,55 +131,77 @@ void checkExportable(const run::RunModel& run, const model::ModelConfig& c, cons
         run.quant.weightFormat->blockSize != 32)
         throw std::runtime_error(what + "its weights are not MXFP4 with blocks of 32, the one MX type GGUF has for them "
                                         "(MXINT4 has none); quantize with --format mxfp4");
-    if (run.tensors.count(names::kLmHeadBias)) // the way out named by each face (--t1-bias off, or the control)
-        throw util::RemediedError(what + "its lm_head has a bias (the folded T1 bias), which llama.cpp's llama "
-                                         "architecture does not load",
-                                  {{"t1_bias", "off", "", "when quantizing it again"}});
+    if (c.ropeScaling && !a.ropePairs)
+        throw std::runtime_error(what + "its rope_scaling is written for the llama architecture only; export hf instead");
+    checkBiases(run, a, what);
+    return a;
 }
 
-void addMetadata(GgufWriter& w, const model::ModelConfig& c, const tokenizer::SpmVocabulary& v) {
-    w.addString("general.architecture", "llama");
+void addMetadata(GgufWriter& w, const model::ModelConfig& c, const GgufArchitecture& a, const GgufVocabulary& v) {
+    const std::string k = a.name + ".";
+    auto u32 = [](auto n) { return static_cast<std::uint32_t>(n); };
+    w.addString("general.architecture", a.name);
     w.addUint32("general.file_type", 38); // LLAMA_FTYPE_MOSTLY_MXFP4_MOE: the file's MX type
-    w.addUint32("llama.context_length", static_cast<std::uint32_t>(c.maxPositions));
-    w.addUint32("llama.embedding_length", static_cast<std::uint32_t>(c.hiddenSize));
-    w.addUint32("llama.block_count", static_cast<std::uint32_t>(c.numLayers));
-    w.addUint32("llama.feed_forward_length", static_cast<std::uint32_t>(c.intermediateSize));
-    w.addUint32("llama.attention.head_count", static_cast<std::uint32_t>(c.numHeads));
-    w.addUint32("llama.attention.head_count_kv", static_cast<std::uint32_t>(c.numKvHeads));
-    w.addUint32("llama.rope.dimension_count", static_cast<std::uint32_t>(c.headDim));
-    w.addFloat32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.rmsNormEps));
-    w.addFloat32("llama.rope.freq_base", static_cast<float>(c.ropeTheta));
-    w.addString("tokenizer.ggml.model", "llama");
-    std::vector<std::string> tokens;
-    std::vector<float> scores;
-    std::vector<std::int32_t> types;
-    for (const auto& p : v.pieces) {
-        tokens.push_back(p.piece);
-        scores.push_back(p.score);
-        types.push_back(static_cast<std::int32_t>(p.type)); // SentencePiece's types are GGUF's
-    }
-    w.addStrings("tokenizer.ggml.tokens", tokens);
-    w.addFloat32s("tokenizer.ggml.scores", scores);
-    w.addInt32s("tokenizer.ggml.token_type", types);
-    for (std::size_t id = 0; id < v.pieces.size(); ++id)
-        if (v.pieces[id].type == tokenizer::SpmPiece::Type::Unknown) {
-            w.addUint32("tokenizer.ggml.unknown_token_id", static_cast<std::uint32_t>(id));
-            break;
-        }
-    if (v.bosId >= 0) w.addUint32("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(v.bosId));
-    if (v.eosId >= 0) w.addUint32("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(v.eosId));
-    w.addBool("tokenizer.ggml.add_bos_token", true);
-    w.addBool("tokenizer.ggml.add_space_prefix", v.addDummyPrefix);
+    w.addUint32(k + "context_length", u32(c.maxPositions));
+    w.addUint32(k + "embedding_length", u32(c.hiddenSize));
+    w.addUint32(k + "block_count", u32(c.numLayers));
+    w.addUint32(k + "feed_forward_length", u32(c.intermediateSize));
+    w.addUint32(k + "attention.head_count", u32(c.numHeads));
+    w.addUint32(k + "attention.head_count_kv", u32(c.numKvHeads));
+    w.addUint32(k + "attention.key_length", u32(c.headDim)); // Qwen3-32B: head_dim is not hidden / heads
+    w.addUint32(k + "attention.value_length", u32(c.headDim));
+    w.addUint32(k + "rope.dimension_count", u32(c.headDim));
+    w.addFloat32(k + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rmsNormEps));
+    w.addFloat32(k + "rope.freq_base", static_cast<float>(c.ropeTheta));
+    w.addString("tokenizer.ggml.model", v.model);
+    w.addString("tokenizer.ggml.pre", v.pre);
+    w.addStrings("tokenizer.ggml.tokens", v.tokens);
+    if (!v.scores.empty()) w.addFloat32s("tokenizer.ggml.scores", v.scores);
+    w.addInt32s("tokenizer.ggml.token_type", v.types);
+    if (!v.merges.empty()) w.addStrings("tokenizer.ggml.merges", v.merges);
+    if (v.unknownId >= 0) w.addUint32("tokenizer.ggml.unknown_token_id", u32(v.unknownId));
+    if (v.bosId >= 0) w.addUint32("tokenizer.ggml.bos_token_id", u32(v.bosId));
+    if (v.eosId >= 0) w.addUint32("tokenizer.ggml.eos_token_id", u32(v.eosId));
+    w.addBool("tokenizer.ggml.add_bos_token", v.addBos);
+    if (v.model == "llama") w.addBool("tokenizer.ggml.add_space_prefix", v.addSpacePrefix);
+    if (!v.chatTemplate.empty()) w.addString("tokenizer.chat_template", v.chatTemplate);
 }
 
-// GGUF's "llama" tokenizer is SentencePiece's vocabulary: from tokenizer.model, else from a
-// SentencePiece-style tokenizer.json (Llama 2 converted by Hugging Face, llama2.c imports).
-tokenizer::SpmVocabulary sentencePieceVocabulary(const std::string& modelDir, const std::string& runDir) {
-    const fs::path dir(modelDir);
-    if (fs::is_regular_file(dir / "tokenizer.model")) return tokenizer::readSentencePieceVocabulary((dir / "tokenizer.model").string());
-    if (fs::is_regular_file(dir / "tokenizer.json")) return tokenizer::readSentencePieceBpeJson((dir / "tokenizer.json").string());
-    throw std::runtime_error("cannot export " + runDir + " as GGUF: its model folder has neither tokenizer.model nor "
-                             "tokenizer.json; copy the source model's tokenizer files into " + modelDir);
+// llama3 rope scaling as llama.cpp takes it: one factor per frequency that the unscaled
+// frequency is divided by (its converter's rope_freqs tensor).
+at::Tensor ropeFactors(const model::ModelConfig& c) {
+    const auto base = 1.0 / at::pow(c.ropeTheta, at::arange(0, c.headDim, 2, at::kDouble) / static_cast<double>(c.headDim));
+    return (base / model::ropeInverseFrequencies(c)).to(at::kFloat);
+}
+
+// One decoder layer's tensors under llama.cpp's names (blk.N.*). Biases the architecture does
+// not load were checked to be zero (checkBiases) and are left out.
+void writeLayer(Writer& w, const run::RunModel& run, const GgufArchitecture& a, int l, const at::Tensor& qRows,
+                const at::Tensor& kRows, const transforms::BlockDiagonal& t3) {
+    const std::string p = names::layerPrefix(l), b = "blk." + std::to_string(l) + ".";
+    w.tensorF32(b + "attn_norm.weight", run.tensors.at(p + names::kInputNorm + ".weight"));
+    w.linear(b + "attn_q.weight", p + names::kQProj, qRows);
+    w.linear(b + "attn_k.weight", p + names::kKProj, kRows);
+    w.linear(b + "attn_v.weight", p + names::kVProj);
+    w.linear(b + "attn_output.weight", p + names::kOProj);
+    w.biasIf(b + "attn_q.bias", p + names::kQProj + ".bias", true, qRows);
+    w.biasIf(b + "attn_k.bias", p + names::kKProj + ".bias", true, kRows);
+    w.biasIf(b + "attn_v.bias", p + names::kVProj + ".bias", true);
+    w.biasIf(b + "attn_output.bias", p + names::kOProj + ".bias", a.oBias);
+    if (a.qkNorm) { // Qwen3: per-head RMSNorm of q and k before rope (no row pairing: NEOX rope)
+        w.tensorF32(b + "attn_q_norm.weight", run.tensors.at(p + names::kQNorm + ".weight"));
+        w.tensorF32(b + "attn_k_norm.weight", run.tensors.at(p + names::kKNorm + ".weight"));
+    }
+    w.tensorF32(b + "ffn_norm.weight", run.tensors.at(p + names::kPostAttentionNorm + ".weight"));
+    w.linear(b + "ffn_gate.weight", p + names::kGateProj);
+    w.linear(b + "ffn_up.weight", p + names::kUpProj);
+    if (run.quant.t3Block > 0) // W_down · H: float32, so only its rounding separates it from the run's
+        w.tensorF32(b + "ffn_down.weight", foldBackT3(run.tensors.at(p + names::kDownProj + ".weight"), t3.diagonalBlocks()));
+    else
+        w.linear(b + "ffn_down.weight", p + names::kDownProj);
+    w.biasIf(b + "ffn_gate.bias", p + names::kGateProj + ".bias", a.mlpBias);
+    w.biasIf(b + "ffn_up.bias", p + names::kUpProj + ".bias", a.mlpBias);
+    w.biasIf(b + "ffn_down.bias", p + names::kDownProj + ".bias", a.mlpBias);
 }
 
 } // namespace
@@ -158,41 +217,31 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     const std::string modelDir = (fs::path(runDir) / "model").string();
     const run::RunModel run = run::readRunModel(modelDir);
     const model::ModelConfig c = run::runModelConfig(run);
-    checkExportable(run, c, runDir);
+    const GgufArchitecture a = checkExportable(run, c, runDir);
     Writer w(run, c);
-    addMetadata(w.gguf(), c, sentencePieceVocabulary(modelDir, runDir));
+    GgufVocabulary vocabulary;
+    try {
+        vocabulary = readGgufVocabulary(modelDir, c.vocabSize);
+    } catch (const std::exception& e) {
+        throw std::runtime_error("cannot export " + runDir + " as GGUF: " + e.what());
+    }
+    addMetadata(w.gguf(), c, a, vocabulary);
 
     GgufReport r;
     r.file = file;
     w.tensorF32("token_embd.weight", run.tensors.at(names::kEmbed));
-    const at::Tensor qRows = pairRows(c.numHeads, c.headDim), kRows = pairRows(c.numKvHeads, c.headDim);
+    if (c.ropeScaling) w.tensorF32("rope_freqs.weight", ropeFactors(c));
+    const at::Tensor qRows = a.ropePairs ? pairRows(c.numHeads, c.headDim) : at::Tensor(),
+                     kRows = a.ropePairs ? pairRows(c.numKvHeads, c.headDim) : at::Tensor();
     const auto t3 = run::t3Transform(run.quant, c.intermediateSize);
     for (int l = 0; l < c.numLayers; ++l) {
         job.checkCancelled();
-        const std::string p = names::layerPrefix(l), b = "blk." + std::to_string(l) + ".";
-        w.tensorF32(b + "attn_norm.weight", run.tensors.at(p + names::kInputNorm + ".weight"));
-        w.linear(b + "attn_q.weight", p + names::kQProj, qRows);
-        w.linear(b + "attn_k.weight", p + names::kKProj, kRows);
-        w.linear(b + "attn_v.weight", p + names::kVProj);
-        w.linear(b + "attn_output.weight", p + names::kOProj);
-        w.biasIf(b + "attn_q.bias", p + names::kQProj + ".bias", qRows);
-        w.biasIf(b + "attn_k.bias", p + names::kKProj + ".bias", kRows);
-        w.biasIf(b + "attn_v.bias", p + names::kVProj + ".bias");
-        w.biasIf(b + "attn_output.bias", p + names::kOProj + ".bias");
-        w.tensorF32(b + "ffn_norm.weight", run.tensors.at(p + names::kPostAttentionNorm + ".weight"));
-        w.linear(b + "ffn_gate.weight", p + names::kGateProj);
-        w.linear(b + "ffn_up.weight", p + names::kUpProj);
-        if (run.quant.t3Block > 0) // W_down · H: float32, so only its rounding separates it from the run's
-            w.tensorF32(b + "ffn_down.weight", foldBackT3(run.tensors.at(p + names::kDownProj + ".weight"), t3.diagonalBlocks()));
-        else
-            w.linear(b + "ffn_down.weight", p + names::kDownProj);
-        w.biasIf(b + "ffn_gate.bias", p + names::kGateProj + ".bias");
-        w.biasIf(b + "ffn_up.bias", p + names::kUpProj + ".bias");
-        w.biasIf(b + "ffn_down.bias", p + names::kDownProj + ".bias");
+        writeLayer(w, run, a, l, qRows, kRows, t3);
         job.progress(double(l + 1) / c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(c.numLayers));
     }
     w.tensorF32("output_norm.weight", run.tensors.at(names::kFinalNorm));
     if (run.tensors.count(names::kLmHead)) w.tensorF32("output.weight", run.tensors.at(names::kLmHead));
+    w.biasIf("output.bias", names::kLmHeadBias, a.lmHeadBias);
     if (run.quant.t3Block > 0)
         r.notes.push_back("T3 folded back: ffn_down stored in float32 as W_down · H (llama.cpp applies no online Hadamard)");
     if (w.partialBlocks() > 0)

@@ -1,8 +1,8 @@
 #pragma once
-// A run's model as one GGUF file for llama.cpp (docs/developer/gguf.md): the llama architecture
-// (Llama, Mistral runs), MXFP4 weights from the run's own codes and scales, a SentencePiece
-// tokenizer (tokenizer.model or a SentencePiece-style tokenizer.json), T3 folded back into
-// down_proj stored in float32. Written under a temporary name, read back, renamed.
+// A run's model as one GGUF file for llama.cpp (docs/developer/gguf.md): llama.cpp's llama
+// (Llama, Mistral), qwen2 and qwen3 architectures, MXFP4 weights from the run's own codes and
+// scales, the tokenizer (export/GgufVocabulary.h), T3 folded back into down_proj stored in
+// float32. Written under a temporary name, read back, renamed.
 #include "util/Job.h"
 
 #include <cstdint>
@@ -19,8 +19,9 @@ struct GgufReport {
 };
 
 // Throws std::runtime_error naming the run or file and the way out, before writing anything:
-// another architecture, weights not MXFP4, an lm_head bias (llama.cpp's llama loads none: train
-// with --t1-bias off), a byte-level BPE tokenizer, an existing file without `overwrite`.
+// weights not MXFP4, a non-zero bias the architecture does not load (util::RemediedError with
+// t1_bias / t2_bias off), a tokenizer llama.cpp would read differently, an existing file
+// without `overwrite`.
 GgufReport exportGguf(const std::string& runDir, const std::string& file, JobContext& job, bool overwrite = false);
 
 } // namespace latmix::exporting

@@ -33,7 +33,7 @@ at::Tensor rotateHalf(const at::Tensor& x) {
 // wavelengths divided by the factor, short ones kept, a smooth blend in between. Computed in
 // float64 (Hugging Face uses float32): at position p the angle p*f then carries float32's
 // relative error times p, ~3e-5 rad at p = 500, which is noise the model did not train on.
-at::Tensor inverseFrequencies(const ModelConfig& c) {
+at::Tensor scaledInverseFrequencies(const ModelConfig& c) {
     const int hd = c.headDim;
     auto exponents = at::arange(0, hd, 2, at::kDouble) / static_cast<double>(hd);
     auto inv = 1.0 / at::pow(c.ropeTheta, exponents);
@@ -56,6 +56,8 @@ at::Tensor optionalLinear(const at::Tensor& x, const at::Tensor& w, const at::Te
 } // namespace
 
 std::int64_t attentionQueryBlock(std::int64_t T) { return T <= 512 ? T : 256; }
+
+at::Tensor ropeInverseFrequencies(const ModelConfig& c) { return scaledInverseFrequencies(c); }
 
 // RMSNorm as Hugging Face computes it: statistics in float32, the result cast back to the
 // activation dtype before the weight multiplies it.
@@ -224,7 +226,7 @@ ForwardOptions forwardOptionsFor(const ModelConfig& c, at::ScalarType dtype, c10
 }
 
 RopeTables ropeTables(const ModelConfig& c, std::int64_t T, at::ScalarType dtype, c10::Device device) {
-    auto freqs = at::outer(at::arange(T, at::kDouble), inverseFrequencies(c));
+    auto freqs = at::outer(at::arange(T, at::kDouble), scaledInverseFrequencies(c));
     auto angles = at::cat({freqs, freqs}, -1); // [T, hd], rotate-half layout
     const auto opts = at::TensorOptions().dtype(dtype).device(device);
     return {angles.cos().to(opts), angles.sin().to(opts)};

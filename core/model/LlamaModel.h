@@ -112,6 +112,10 @@ at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // Causal attention over T tokens takes its queries in blocks of this many (all of them up to 512):
 // the scores are [B, heads, block, keys], not [B, heads, T, T]. The memory estimates count one block.
 std::int64_t attentionQueryBlock(std::int64_t T);
+
+// RoPE's inverse frequencies theta^(-2i/d), i < head_dim/2, float64, with the config's llama3
+// scaling applied (the GGUF export writes their ratio to the unscaled ones as rope_freqs).
+at::Tensor ropeInverseFrequencies(const ModelConfig& c);
 at::Tensor decoderLayer(const ModelConfig& config, const LayerWeights& w, const ForwardOptions& options,
                         const at::Tensor& h, const RopeTables& rope, int layer, const ActivationHook& hook = nullptr);
 at::Tensor lmHead(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& h); // float32 logits

@@ -2,7 +2,8 @@
 // (brownpy-13M and stories260K; rtn, mr-gptq, and latmix-lu with T1/T2 folded, --t1-bias off)
 // exported, loaded by llama.cpp through node-llama-cpp 3.21.1 (llama.cpp's own CPU build,
 // installed by npm: tests/export/gguf/), and llama.cpp's next-token distributions on WikiText-2
-// compared with the float64 reference forward (tests/ReferenceLlama.h) of the run's own weights.
+// compared with the float64 reference forward (tests/ReferenceLlama.h) of the run's own weights;
+// then the other families and tokenizers (qwen2, qwen3, llama3 rope scaling, Llama 3's BPE).
 //
 // The tolerance comes from the one thing llama.cpp does to the weights' products that the run's
 // evaluation does not: on the CPU, an activation that meets an MXFP4 weight is rounded to Q8_0
@@ -22,6 +23,7 @@
 #include "GgufFile.h"
 #include "ReferenceLlama.h"
 #include "TestData.h"
+#include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
 #include "model/TensorNames.h"
 #include "run/RunModel.h"
@@ -101,8 +103,93 @@ private slots:
     void llamaCppAgreesWithTheRun() {
         QFETCH(QString, model);
         QFETCH(QString, method);
-        const QString dir = m_tmp.path() + "/" + model + "-" + method, run = dir + "/run", gguf = dir + "/model.gguf";
-        auto r = test::runLatmix({"quantize", "--model", modelDir(model), "--method", method, "--format", "mxfp4", "--out", run,
+        compare(modelDir(model), model + "-" + method, method, kPositions);
+    }
+
+    // The other architectures and tokenizers. brownpy-13M's trained weights under Qwen2's config
+    // (q/k/v biases, zero here; NEOX rope, which Hugging Face's Llama computes too, so that the
+    // model is brownpy itself), under Qwen3's (per-head q/k RMSNorm with unit weights: another
+    // function, the same on both sides) and with llama3 rope scaling (rope_freqs; an original
+    // context of 64 so that most frequencies are scaled); and a random checkpoint (latmix
+    // demo-model) with Llama 3's byte-level BPE tokenizer, whose 128k vocabulary gets fewer
+    // positions (node-llama-cpp hands each position's distribution over as a Map).
+    void llamaCppRunsEachFamily_data() {
+        QTest::addColumn<QString>("variant");
+        QTest::addColumn<int>("positions");
+        QTest::newRow("qwen2") << "qwen2" << kPositions;
+        QTest::newRow("qwen3") << "qwen3" << kPositions;
+        QTest::newRow("llama3 rope scaling") << "llama3-rope" << kPositions;
+        QTest::newRow("Llama 3 tokenizer") << "llama3-tokenizer" << 32;
+    }
+    void llamaCppRunsEachFamily() {
+        QFETCH(QString, variant);
+        QFETCH(int, positions);
+        const QString dir = m_tmp.path() + "/family-" + variant + "-model";
+        QVERIFY(QDir().mkpath(dir));
+        if (variant == "llama3-tokenizer") {
+            const QString config = dir + "-config.json";
+            QFile cfg(config);
+            QVERIFY(cfg.open(QIODevice::WriteOnly));
+            cfg.write(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
+                "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "max_position_embeddings": 2048, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+                "hidden_act": "silu", "tie_word_embeddings": false, "bos_token_id": 128000, "eos_token_id": 128001})");
+            cfg.close();
+            QDir().rmdir(dir);
+            const auto r = test::runLatmix({"demo-model", dir, "--config", config, "--dtype", "float32", "--tokenizer",
+                                            test::dataDir() + "/tokenizers/llama3"},
+                                           120000);
+            QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        } else {
+            writeBrownpyAs(variant, dir);
+        }
+        compare(dir, "family-" + variant, "rtn", positions);
+    }
+
+private:
+    // brownpy-13M's weights as another family's checkpoint (llamaCppRunsEachFamily).
+    void writeBrownpyAs(const QString& variant, const QString& dir) {
+        const QString source = test::modelFolder("brownpy-13M");
+        QFile in(source + "/config.json");
+        QVERIFY(in.open(QIODevice::ReadOnly));
+        QJsonObject cfg = QJsonDocument::fromJson(in.readAll()).object();
+        const auto ck = model::Checkpoint::load(source.toStdString());
+        const auto& c = ck.config();
+        std::vector<std::pair<std::string, at::Tensor>> tensors;
+        for (const auto& n : ck.names()) tensors.emplace_back(n, ck.weight(n).to(at::kFloat));
+        for (int l = 0; l < c.numLayers; ++l) {
+            const std::string p = model::names::layerPrefix(l);
+            if (variant == "qwen2") {
+                tensors.emplace_back(p + model::names::kQProj + ".bias", at::zeros({std::int64_t(c.numHeads) * c.headDim}));
+                tensors.emplace_back(p + model::names::kKProj + ".bias", at::zeros({std::int64_t(c.numKvHeads) * c.headDim}));
+                tensors.emplace_back(p + model::names::kVProj + ".bias", at::zeros({std::int64_t(c.numKvHeads) * c.headDim}));
+            } else if (variant == "qwen3") {
+                tensors.emplace_back(p + model::names::kQNorm + ".weight", at::ones({c.headDim}));
+                tensors.emplace_back(p + model::names::kKNorm + ".weight", at::ones({c.headDim}));
+            }
+        }
+        if (variant == "qwen2" || variant == "qwen3") {
+            const QString arch = variant == "qwen2" ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM";
+            cfg["architectures"] = QJsonArray{arch};
+            cfg["model_type"] = variant;
+            cfg["head_dim"] = c.headDim;
+        } else {
+            cfg["rope_scaling"] = QJsonObject{{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                                              {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+        }
+        io::writeSafeTensors((dir + "/model.safetensors").toStdString(), tensors);
+        QFile out(dir + "/config.json");
+        QVERIFY(out.open(QIODevice::WriteOnly));
+        out.write(QJsonDocument(cfg).toJson());
+        out.close();
+        QVERIFY(QFile::copy(source + "/tokenizer.model", dir + "/tokenizer.model"));
+    }
+
+    // Quantizes `model` with `method`, exports the run as GGUF, and holds llama.cpp's
+    // distributions to the reference's (the file's comment has the tolerance).
+    void compare(const QString& model, const QString& name, const QString& method, int positions) {
+        const QString dir = m_tmp.path() + "/" + name, run = dir + "/run", gguf = dir + "/model.gguf";
+        auto r = test::runLatmix({"quantize", "--model", model, "--method", method, "--format", "mxfp4", "--out", run,
                                   "--calib-samples", "8", "--seqlen", "128", "--steps", "20", "--batch", "2", "--t1-bias", "off"},
                                  300000);
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
@@ -114,8 +201,9 @@ private slots:
         const auto tok = tokenizer::Tokenizer::loadFromDir(modelPath);
         const std::string text = readBytes(test::dataDir() + "/wikitext-2/wiki.test.raw", kTextBytes);
         const std::vector<int> textIds = tok->encode(text, false);
-        std::vector<std::int64_t> ids{tok->bosId()};
-        ids.insert(ids.end(), textIds.begin(), textIds.begin() + std::min<std::size_t>(textIds.size(), kPositions - 1));
+        std::vector<std::int64_t> ids;
+        if (tok->bosId() >= 0) ids.push_back(tok->bosId());
+        ids.insert(ids.end(), textIds.begin(), textIds.begin() + std::min<std::size_t>(textIds.size(), positions - 1));
         QStringList idText;
         for (auto t : ids) idText << QString::number(t);
         QFile idsFile(dir + "/ids.txt"), textFile(dir + "/text.txt");
@@ -181,9 +269,9 @@ private slots:
         const at::Tensor nllExactT = nll(exact), shiftQ8 = nll(rounded) - nllExactT;
         const double nllExact = nllExactT.mean().item<double>(), nllRounded = nll(rounded).mean().item<double>(),
                      nllLlama = nll(pLlama.log()).mean().item<double>();
-        qInfo("%s %s: %lld positions; perplexity exact %.4f, Q8_0-rounded reference %.4f, llama.cpp %.4f; "
+        qInfo("%s: %lld positions; perplexity exact %.4f, Q8_0-rounded reference %.4f, llama.cpp %.4f; "
               "mean KL: rounded‖exact %.3g, llama.cpp‖exact %.3g, llama.cpp‖rounded %.3g",
-              qPrintable(model), qPrintable(method), static_cast<long long>(T), std::exp(nllExact), std::exp(nllRounded),
+              qPrintable(name), static_cast<long long>(T), std::exp(nllExact), std::exp(nllRounded),
               std::exp(nllLlama), dQ8, dLlama, dLeft);
         QVERIFY2(dQ8 > 0, "the Q8_0 rounding changed nothing: the model has no MXFP4 product");
         QVERIFY2(dLlama <= 3 * dQ8, "llama.cpp is farther from the run than its activation rounding explains");
