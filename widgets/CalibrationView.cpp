@@ -11,6 +11,7 @@
 
 #include "eval/Perplexity.h"
 #include "model/Checkpoint.h"
+#include "model/ConfigJson.h"
 #include "model/ModelConfig.h"
 #include "run/MemoryEstimate.h"
 #include "run/UnfinishedRun.h"
@@ -97,12 +98,15 @@ QGroupBox* CalibrationView::createMethodBox(QWidget* parent) {
     m_scaleMode->addItems({QStringLiteral("floor"), QStringLiteral("ceil"), QStringLiteral("even")});
     m_scaleMode->setToolTip(tr("Shared-scale rounding: floor (OCP), ceil, even (torchao)"));
     mf->addRow(tr("S&cale mode:"), m_scaleMode);
-    m_t1Bias = new QCheckBox(tr("Learned T1 bias"), methodBox);
-    m_t1Bias->setObjectName(QStringLiteral("t1BiasCheck"));
-    m_t1Bias->setChecked(true);
-    m_t1Bias->setToolTip(tr("Train T1 with its bias v1 (the paper). Off: v1 = 0, the deployable variant Qwen3 "
-                            "exports need (its MLP cannot hold the biases v1 folds into)"));
-    mf->addRow(QString(), m_t1Bias);
+    m_t1Bias = new QComboBox(methodBox);
+    m_t1Bias->setObjectName(QStringLiteral("t1BiasCombo"));
+    m_t1Bias->addItem(tr("Auto"), QStringLiteral("auto")); // its text says what auto chose (updateT1BiasAuto)
+    m_t1Bias->addItem(tr("On (the paper)"), true);
+    m_t1Bias->addItem(tr("Off (v1 = 0)"), false);
+    m_t1Bias->setToolTip(tr("T1's bias v1. On: the paper's recipe. Off: v1 = 0, the deployable variant (Qwen3's hf "
+                            "exports and every GGUF export need it: the biases v1 folds into have no place there). "
+                            "Auto: on where the model's hf and compressed-tensors exports load them, else off"));
+    mf->addRow(tr("Learned T1 &bias:"), m_t1Bias);
     m_skipExportCheck = new QCheckBox(tr("Skip export check"), methodBox);
     m_skipExportCheck->setObjectName(QStringLiteral("skipExportCheck"));
     m_skipExportCheck->setToolTip(tr("Run even when no Hugging Face / vLLM runtime could load the folded biases "
@@ -293,7 +297,16 @@ void CalibrationView::setModelDir(const QString& dir) {
     } catch (const std::exception&) {
         // Shown by whoever opened the folder; the estimate just stays empty.
     }
+    updateT1BiasAuto();
     updateMemoryEstimate();
+}
+
+// What --t1-bias auto resolves to for the open model (run/quantize/Preflight.cpp's rule), shown
+// in the control itself before the run.
+void CalibrationView::updateT1BiasAuto() {
+    const std::string problem = m_storedBytes > 0 ? latmix::model::hfBiasProblem(m_config, true) : std::string();
+    m_t1Bias->setItemText(0, m_storedBytes == 0 ? tr("Auto") : problem.empty() ? tr("Auto (on)") : tr("Auto (off)"));
+    m_t1Bias->setItemData(0, problem.empty() ? QString() : QString::fromStdString(problem), Qt::ToolTipRole);
 }
 
 // The estimated peak host memory of the run the form describes (run/MemoryEstimate.h), shown

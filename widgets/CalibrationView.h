@@ -78,6 +78,7 @@ private:
     QGroupBox* createTrainingBox(QWidget* parent);
     QGroupBox* createDataBox(QWidget* parent);
     void updateMemoryEstimate();
+    void updateT1BiasAuto();
     void saveSettings() const;
     void loadSettings();
     QString defaultRunDir() const;
@@ -93,7 +94,8 @@ private:
     QDoubleSpinBox *m_lr, *m_temperature, *m_volumeWeight;
     QLineEdit *m_calibText, *m_runDirEdit;
     QPushButton* m_run;
-    QCheckBox *m_t1Bias = nullptr, *m_skipExportCheck = nullptr;
+    QComboBox* m_t1Bias = nullptr;
+    QCheckBox* m_skipExportCheck = nullptr;
     QLabel* m_memory = nullptr;
     latmix::model::ModelConfig m_config; // of the open model, for the memory estimate
     int m_storedBytes = 0;               // its weights' element size; 0: no model

@@ -241,6 +241,9 @@ int runQuantize(QuantizeCli& o) {
                     run::placementTable(resolved.placement).c_str());
         std::fflush(stdout);
     }
+    if (world.rank == 0)
+        for (const auto& note : resolved.notes) std::printf("note: %s\n", run::messageFor(note, run::Face::Cli).c_str());
+    std::fflush(stdout);
     if (o.dryRun) return printDryRun(o, resolved); // the memory estimates and nothing else
     // How the ranks talk, checked also for one process: a refusal comes before any work.
     const c10::Device rankDevice = model::parseDevice(resolved.device);
@@ -303,6 +306,7 @@ void addOptionFlags(CLI::App* cmd, QuantizeCli& o) {
             opt->type_name(f.type == run::OptionType::Integer  ? "INT"
                            : f.type == run::OptionType::Number ? "FLOAT"
                            : f.type == run::OptionType::OnOff  ? "on|off"
+                           : f.type == run::OptionType::OnOffAuto ? "auto|on|off"
                            : f.type == run::OptionType::List   ? "LIST"
                                                                : "TEXT");
         }

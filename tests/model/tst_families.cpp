@@ -16,6 +16,8 @@
 #include "model/LlamaModel.h"
 #include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
+#include "run/quantize/OptionTable.h"
+#include "run/quantize/Preflight.h"
 #include "run/UnfinishedRun.h"
 #include "run/RunModel.h"
 
@@ -207,12 +209,24 @@ private slots:
         QCOMPARE(run::readUnfinishedRun(runDir.toStdString()).stage, std::string("quantizing"));
     }
 
-    // Qwen3 + a T1 bias: refused before any work by default; with the check skipped the run
-    // completes (the run model holds the MLP biases) and the export names the way out.
+    // Qwen3 + a T1 bias: --t1-bias auto (the default) trains without it and says so; `on` is
+    // refused before any work; with the check skipped the run completes (the run model holds the
+    // MLP biases) and the export names the way out.
     void qwen3T1BiasIsCheckedBeforeWork() {
         const QString model = modelOf("qwen3");
         const QString runDir = m_tmp.filePath("runs/qwen3-t1bias");
         auto o = options("latmix-lu");
+        o.t1Bias.reset(); // auto
+        const auto resolved = run::preflight(model.toStdString(), o);
+        QVERIFY(!resolved.method.t1Bias);
+        QCOMPARE(int(resolved.notes.size()), 1);
+        const std::string note = run::messageFor(resolved.notes.front(), run::Face::Cli);
+        QVERIFY2(QString::fromStdString(note).contains("off (auto: Hugging Face and vLLM Qwen3 models have no MLP biases") &&
+                     QString::fromStdString(note).contains("use --t1-bias on"),
+                 note.c_str());
+        const auto llama = run::preflight(modelOf("llama").toStdString(), o); // a family that loads them: on
+        QVERIFY(llama.method.t1Bias);
+        o.t1Bias = true;
         const auto calib = randomIds(2000, 300, 1), evalIds = randomIds(400, 300, 2);
         QString e = test::errorOf([&] { run::runQuantize(model.toStdString(), calib, evalIds, runDir.toStdString(), o); });
         QVERIFY2(e.contains("--t1-bias off") && e.contains("Qwen3") && e.contains("--skip-export-check"), qPrintable(e));

@@ -33,6 +33,7 @@ json otherValue(const run::OptionField& f, const json& current) {
     case run::OptionType::Number: return json(current.get<double>() < 0 ? 0.25 : current.get<double>() * 2 + 0.5);
     case run::OptionType::Flag:
     case run::OptionType::OnOff: return json(!current.get<bool>());
+    case run::OptionType::OnOffAuto: return current.is_boolean() ? json(!current.get<bool>()) : json(false);
     case run::OptionType::List: return json::array({"cpu", "cuda:0"});
     }
     return {};
@@ -84,7 +85,8 @@ private slots:
         QTest::newRow("text for an integer") << "steps" << "\"ten\"" << "option 'steps' must be an integer, not \"ten\"";
         QTest::newRow("number for an integer") << "batch" << "2.5" << "option 'batch' must be an integer";
         QTest::newRow("negative decay") << "weight_decay" << "-0.1" << "option 'weight_decay' must be 0 or more";
-        QTest::newRow("number for a flag") << "t1_bias" << "1" << "option 't1_bias' must be true or false";
+        QTest::newRow("number for a flag") << "skip_export_check" << "1" << "option 'skip_export_check' must be true or false";
+        QTest::newRow("number for on/off/auto") << "t1_bias" << "1" << "option 't1_bias' must be true, false or \"auto\"";
         QTest::newRow("unknown t3") << "t3" << "\"hadamard\"" << "unknown --t3 'hadamard'";
         QTest::newRow("unknown format") << "format" << "\"mxfp5\"" << "mxfp4";
         QTest::newRow("unknown key") << "stepz" << "1" << "unknown option 'stepz'; the options are method, format";

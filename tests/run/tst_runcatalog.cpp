@@ -150,7 +150,7 @@ private slots:
         QVERIFY(s.options);
         QCOMPARE(s.options->steps, 250);
         QCOMPARE(s.options->lr, 0.002);
-        QVERIFY(!s.options->t1Bias);
+        QCOMPARE(s.options->t1Bias, std::optional<bool>(false));
         QCOMPARE(s.options->batch, run::RunConfig{}.batch);
         const auto settings = run::changedSettings(*s.options, run::Face::Workbench);
         const std::vector<std::string> expected{"Method: latmix-qr", "Learned T1 bias: off", "Steps: 250",

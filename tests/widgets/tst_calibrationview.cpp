@@ -385,9 +385,10 @@ private slots:
             // with the run's MXFP4 linears (tests/export/GgufFile.h, not the writer's code).
             MainWindow second;
             QVERIFY(second.openCheckpoint(m_model, false));
-            auto* bias = second.calibrationView()->findChild<QCheckBox*>(QStringLiteral("t1BiasCheck"));
+            auto* bias = second.calibrationView()->findChild<QComboBox*>(QStringLiteral("t1BiasCombo"));
             QVERIFY(bias);
-            bias->setChecked(false);
+            QCOMPARE(bias->currentText(), QStringLiteral("Auto (on)")); // a Llama: the paper's recipe
+            bias->setCurrentIndex(bias->findData(false));
             const QString noBias = runCalibration(second, "run-export-no-bias", "latmix-lu", 3);
             QVERIFY(second.openRun(noBias));
             second.exportAction()->trigger();

@@ -32,6 +32,7 @@ const std::vector<MethodSpec>& methods() {
 
 MethodSpec runMethod(const QuantizeOptions& o) {
     MethodSpec m = methodSpec(o.method);
+    m.t1Bias = o.t1Bias.value_or(true); // auto until preflight knows the model's family
     train::objectiveOf(o.loss); // throws naming the valid losses
     const bool ablation = !o.t1Kind.empty() || !o.t2Kind.empty() || !o.init.empty() || o.t3Block >= 0 || o.initNoise >= 0 ||
                           !o.granularity.empty();
@@ -110,7 +111,7 @@ fold::TransformSpec transformSpecOf(const MethodSpec& m, const QuantizeOptions& 
     spec.seed = o.seed;
     spec.t3Block = m.t3Block; // SPEC §4: online block Hadamard of 32 on the down_proj input
     spec.t3Seed = o.seed + 7919;
-    spec.t1Bias = o.t1Bias;
+    spec.t1Bias = m.t1Bias;
     spec.t2Bias = o.t2Bias;
     return spec;
 }

@@ -20,6 +20,7 @@ struct MethodSpec {
     int t3Block = 32;                 // the online block Hadamard on the down_proj input (0: none)
     double initNoise = 1e-3;          // "+noise" initialisations
     std::string granularity = "full"; // learned T1/T2 as full matrices or "block"-diagonal (Table 1)
+    bool t1Bias = true; // the learned T1 bias; --t1-bias auto resolved by preflight (resolveT1Bias)
 };
 const std::vector<MethodSpec>& methods();
 const MethodSpec& methodSpec(const std::string& name); // throws std::invalid_argument listing the names

@@ -28,6 +28,12 @@ Option member(OptionField f, T RunConfig::*m) {
     return {f, [m](const RunConfig& c) { return json(c.*m); }, [m](RunConfig& c, const json& v) { c.*m = v.get<T>(); }};
 }
 
+// An on/off option whose unset value is "auto".
+Option member(OptionField f, std::optional<bool> RunConfig::*m) {
+    return {f, [m](const RunConfig& c) { return c.*m ? json(*(c.*m)) : json("auto"); },
+            [m](RunConfig& c, const json& v) { c.*m = v.is_boolean() ? std::optional<bool>(v.get<bool>()) : std::nullopt; }};
+}
+
 void nonNegative(const json& v, const char* key) {
     if (v.get<double>() < 0) throw std::invalid_argument(std::string("option '") + key + "' must be 0 or more, not " + v.dump());
 }
@@ -175,8 +181,11 @@ void addPlacementAndEvaluationOptions(std::vector<Option>& t) {
                         "per rank; printed with each device's memory first; --dry-run: only that)",
                         false},
                        &RunConfig::devices));
-    t.push_back(member({"t1_bias", "--t1-bias", "Learned T1 bias", T::OnOff,
-                        "learned T1 bias v1: on (the paper) or off (v1 = 0; Qwen3 exports need it)", true},
+    t.push_back(member({"t1_bias", "--t1-bias", "Learned T1 bias", T::OnOffAuto,
+                        "learned T1 bias v1: auto (on where the family's hf and compressed-tensors exports load the "
+                        "biases it folds into, off for Qwen3; said when the run starts), on (the paper) or off (v1 = 0; "
+                        "GGUF exports need it)",
+                        true},
                        &RunConfig::t1Bias));
     t.push_back(member({"t2_bias", "--t2-bias", "Learned T2 bias", T::OnOff, "learned T2 bias v2: on or off", true},
                        &RunConfig::t2Bias));
@@ -242,6 +251,7 @@ const char* typeText(OptionType t) {
     case OptionType::Number: return "a number";
     case OptionType::Flag:
     case OptionType::OnOff: return "true or false";
+    case OptionType::OnOffAuto: return "true, false or \"auto\"";
     case OptionType::List: return "a list of texts";
     }
     return "a value";
@@ -254,6 +264,7 @@ bool hasType(OptionType t, const json& v) {
     case OptionType::Number: return v.is_number();
     case OptionType::Flag:
     case OptionType::OnOff: return v.is_boolean();
+    case OptionType::OnOffAuto: return v.is_boolean() || v == "auto";
     case OptionType::List:
         if (!v.is_array()) return false;
         for (const auto& e : v)
@@ -281,7 +292,8 @@ json optionValue(const RunConfig& c, const std::string& key) { return option(key
 void setOption(RunConfig& c, const std::string& key, const json& value, const std::string& where) {
     const Option& o = option(key);
     json v = value;
-    if (o.field.type == OptionType::OnOff && v.is_string() && (v == "on" || v == "off")) v = v == "on";
+    if ((o.field.type == OptionType::OnOff || o.field.type == OptionType::OnOffAuto) && v.is_string() && (v == "on" || v == "off"))
+        v = v == "on";
     if (o.field.type == OptionType::List && v.is_string()) v = optionFromText(o.field, v.get<std::string>());
     const std::string name = where + (where.empty() ? "" : ": ") + "option '" + key + "'";
     if (!hasType(o.field.type, v)) throw std::invalid_argument(name + " must be " + typeText(o.field.type) + ", not " + v.dump());
@@ -322,6 +334,10 @@ json optionFromText(const OptionField& f, const std::string& text) {
     case OptionType::OnOff:
         if (text == "on" || text == "off") return json(text == "on");
         throw std::invalid_argument(name + ": '" + text + "' is neither on nor off");
+    case OptionType::OnOffAuto:
+        if (text == "on" || text == "off") return json(text == "on");
+        if (text == "auto") return json("auto");
+        throw std::invalid_argument(name + ": '" + text + "' is not on, off or auto");
     case OptionType::List: {
         json a = json::array();
         std::stringstream s(text);
@@ -337,6 +353,7 @@ std::string optionText(const OptionField& f, const json& v) {
     switch (f.type) {
     case OptionType::Text: return v.get<std::string>();
     case OptionType::OnOff: return v.get<bool>() ? "on" : "off";
+    case OptionType::OnOffAuto: return v.is_boolean() ? (v.get<bool>() ? "on" : "off") : "auto";
     case OptionType::Flag: return v.get<bool>() ? "true" : "false";
     case OptionType::List: {
         std::string s;

@@ -20,6 +20,7 @@ enum class OptionType {
     Number,  // JSON number
     Flag,    // JSON true/false; a CLI flag without value
     OnOff,   // JSON true/false; on the CLI "on" / "off"
+    OnOffAuto, // JSON true/false or "auto"; on the CLI "on" / "off" / "auto"
     List,    // JSON array of strings; on the CLI comma-separated
 };
 

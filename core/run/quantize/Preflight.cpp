@@ -64,8 +64,29 @@ void checkMemory(ResolvedRun& r, const QuantizeOptions& o, const std::optional<c
     else if (oneGpu) refuseOverMemory(r.gpu, cudaTotalMemory(device->index()), o, device->str());
 }
 
+// --t1-bias auto (the default): the learned T1 bias where the family's hf and compressed-tensors
+// exports load the biases it folds into (model::hfBiasProblem), off where they do not (Qwen3: no
+// MLP biases), so that a first run on any family exports; `on` keeps the paper's recipe. Said in
+// one line (ResolvedRun::notes), with what llama.cpp's GGUF loads.
+void resolveT1Bias(ResolvedRun& r, const QuantizeOptions& o) {
+    if (o.t1Bias || !r.method.transformed || !transforms::kindHasBias(r.method.t1Kind)) return;
+    const std::string problem = model::hfBiasProblem(r.config, true);
+    r.method.t1Bias = problem.empty();
+    if (r.method.t1Bias)
+        r.notes.emplace_back("learned T1 bias on (auto: " + r.config.architectureName +
+                                 " exports to hf and compressed-tensors load the biases it folds into; GGUF for llama.cpp "
+                                 "does not load lm_head's)",
+                             std::vector<util::Remedy>{{"t1_bias", "off", "", "for a GGUF export"}});
+    else
+        r.notes.emplace_back("learned T1 bias off (auto: " + problem + ")",
+                             std::vector<util::Remedy>{{"t1_bias", "on", "",
+                                                        "for the paper's exact recipe (its hf and compressed-tensors "
+                                                        "exports are then refused)"}});
+}
+
 ResolvedRun preflightShape(ResolvedRun r, const QuantizeOptions& o, PreflightFor purpose) {
     const model::ModelConfig& c = r.config;
+    resolveT1Bias(r, o);
     checkExportable(c, r.method, o);
     checkMethodFits(c, r.method, o);
     if (o.trackedLayer < 0 || o.trackedLayer >= c.numLayers)
@@ -124,7 +145,7 @@ void checkExportable(const model::ModelConfig& c, const MethodSpec& m, const Qua
     // SPEC §4: T1 acts on the residual stream, read by q/k/v, gate/up and lm_head, so its bias
     // becomes gate/up biases; T2's (value head space) only reaches v and o_proj, which every
     // family can hold.
-    const bool t1 = transforms::kindHasBias(m.t1Kind) && o.t1Bias;
+    const bool t1 = transforms::kindHasBias(m.t1Kind) && m.t1Bias;
     const std::string problem = model::hfBiasProblem(c, c.mlpBias || t1);
     if (problem.empty()) return;
     throw RunRefused("method " + o.method + " on this " + c.architectureName +

@@ -7,6 +7,7 @@
 #include "model/Checkpoint.h"
 #include "run/MemoryEstimate.h"
 #include "run/quantize/Method.h"
+#include "util/Remedy.h"
 
 #include <memory>
 #include <string>
@@ -28,6 +29,9 @@ struct ResolvedRun {
     MemoryEstimate host;                // on the CPU (estimateQuantizeMemory)
     // On one GPU without --offload / --devices (estimateDeviceMemory); no stages otherwise.
     MemoryEstimate gpu;
+    // What preflight chose for the user, each with its way back (--t1-bias auto's choice): the
+    // CLI and the workbench say them through run::messageFor.
+    std::vector<util::RemediedError> notes;
 };
 
 // What the preflight is for: a run (every check), or the estimates alone (`--dry-run`: the

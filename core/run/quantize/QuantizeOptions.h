@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,7 +75,10 @@ struct RunConfig {
     std::vector<std::string> devices;
     // false: the learned T1 / T2 are trained without their bias (v = 0). A T1 bias folds into
     // q/k/v, gate/up and lm_head biases, a T2 bias into v and o_proj biases (SPEC §4).
-    bool t1Bias = true, t2Bias = true;
+    // The learned T1 bias: on, off, or unset for auto (on where the family's hf / compressed-tensors
+    // exports load the biases it folds into, off for Qwen3; preflight resolves it into MethodSpec).
+    std::optional<bool> t1Bias;
+    bool t2Bias = true;
     // Refuse, before any work, a run whose folded biases no Hugging Face / vLLM runtime can load
     // (Qwen3 with a T1 bias: MLP biases), naming --t1-bias off; false runs it anyway (the run
     // model still loads and evaluates in this workbench, `latmix export` refuses it).

@@ -62,7 +62,7 @@ nlohmann::ordered_json runRecord(const RunContext& ctx, const QuantizeResult& r,
     if (transforms)
         j["transforms"] = {{"t1", ctx.method().t1Kind}, {"t2", ctx.method().t2Kind}, {"init", ctx.method().init},
                            {"init_noise", ctx.method().initNoise}, {"granularity", ctx.method().granularity},
-                           {"t1_bias", transforms::kindHasBias(ctx.method().t1Kind) && o.t1Bias},
+                           {"t1_bias", transforms::kindHasBias(ctx.method().t1Kind) && ctx.method().t1Bias},
                            {"t2_bias", transforms::kindHasBias(ctx.method().t2Kind) && o.t2Bias},
                            {"block", o.format.blockSize}, {"t3_block", transforms->spec().t3Block},
                            {"t3_seed", transforms->spec().t3Seed}, {"file", "transforms.h5"}};
