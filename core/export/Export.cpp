@@ -163,7 +163,7 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
                  (it.source == Source::Bf16FoldT3 ? std::string("W_down · H in bf16")
                   : it.source == Source::Bf16     ? std::string("tensor in bf16")
                                                   : std::string("data")));
-        if (it.source == Source::Codes) codes[it.from] = got;
+        if (it.source == Source::Codes || it.source == Source::CodesSigned) codes[it.from] = got;
         if (it.source == Source::Scales) {
             // The statement that matters: unpacking the export gives the run's weights bit for bit.
             mx::PackedTensor pk;
@@ -171,8 +171,10 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
             pk.codes = codes.at(it.from);
             pk.scales = got;
             pk.globalScale = run.packed.at(it.from).globalScale;
-            const at::Tensor& w = run.tensors.at(it.from + ".weight");
+            at::Tensor w = run.tensors.at(it.from + ".weight");
             pk.lastDim = w.size(1);
+            // up_proj with T3's signs moved into it: the run's rows negated, exactly.
+            if (plan.t3Signs.defined() && it.from.find("mlp.up_proj") != std::string::npos) w = w * plan.t3Signs.unsqueeze(1);
             const auto m = util::firstBitMismatch(mx::unpack(pk), w);
             if (m.index >= 0) {
                 char buf[128];
@@ -184,7 +186,7 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
     }
 
     // latmix_t3.safetensors
-    if (plan.format == ExportFormat::CompressedTensors && !plan.t3Blocks.empty()) {
+    if (plan.format == ExportFormat::CompressedTensors && !plan.t3Blocks.empty() && !plan.t3Signs.defined()) {
         const auto t3 = io::SafeTensorsFile::open((root / kT3File).string());
         std::int64_t k = 0;
         if (t3->contains("blocks")) {
@@ -327,8 +329,8 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
                 return produce(plan.items[i], run, plan);
             },
             {{"format", "pt"}});
-        if (format == ExportFormat::CompressedTensors && !plan.t3Blocks.empty())
-            writeT3File((root / kT3File).string(), plan, run, rc.intermediateSize);
+        if (format == ExportFormat::CompressedTensors && !plan.t3Blocks.empty() && !plan.t3Signs.defined())
+            writeT3File((root / kT3File).string(), plan, run, rc.intermediateSize); // H that the config cannot declare
         tokenizer::copyTokenizerFiles(modelDir, tmp);
         json exp;
         exp["format"] = exportFormatName(format);

@@ -10,8 +10,9 @@
 //                       everything else bf16; config.json with quantization_config (format
 //                       mxfp4-pack-quantized / nvfp4-pack-quantized / mxint4-pack-quantized) and
 //                       a transform_config declaring the online block Hadamard on the down_proj
-//                       input; W_down stays in the Hadamard basis, whose exact blocks are stored
-//                       in latmix_t3.safetensors.
+//                       input as compressed-tensors' "hadamard" with T3's signs folded into
+//                       up_proj (docs/developer/compressed-tensors.md); W_down stays in the
+//                       Hadamard basis. An H it cannot declare goes to latmix_t3.safetensors.
 //
 // Both carry the run's latmix.json (with an "export" entry) and transforms.h5 when present, and
 // the tokenizer files. The folder is built under a temporary sibling name, verified, and only

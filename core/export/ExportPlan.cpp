@@ -5,6 +5,7 @@
 #include "model/ConfigJson.h"
 #include "model/TensorNames.h"
 #include "mx/MxPack.h"
+#include "transforms/Hadamard.h"
 
 #include <ATen/ATen.h>
 
@@ -76,7 +77,7 @@ json quantArgs(const mx::MxConfig& f, bool activation) {
 }
 
 // compressed-tensors' quantization_config (weights, activations, T3 as a transform) for a run.
-json compressedTensorsConfig(const model::LatmixQuantization& q, const std::string& fmtName) {
+json compressedTensorsConfig(const model::LatmixQuantization& q, const std::string& fmtName, bool plainT3) {
     const mx::MxConfig& wf = *q.weightFormat;
     json groups;
     json g0;
@@ -103,7 +104,10 @@ json compressedTensorsConfig(const model::LatmixQuantization& q, const std::stri
         args["inverse"] = false;
         args["ignore"] = json::array();
         json scheme;
-        scheme["type"] = "random-hadamard";
+        // "hadamard": compressed-tensors' and vLLM's Sylvester matrix, the run's T3 once its signs
+        // are in up_proj (Plan::t3Signs). "random-hadamard" draws signs compressed-tensors does
+        // not record: declared only where no sign fold applies, with a note.
+        scheme["type"] = plainT3 ? "hadamard" : "random-hadamard";
         scheme["apply"] = json::array({args});
         scheme["randomize"] = false; // one T3 shared by every layer
         scheme["requires_grad"] = false;
@@ -153,16 +157,27 @@ void addFormatNotes(Plan& plan, const RunModel& run, bool ct) {
                                  std::to_string(wf.blockSize) + ": its last group has " +
                                  std::to_string(in % wf.blockSize) +
                                  " columns (SPEC §1); compressed-tensors runtimes expect divisible shapes");
-        if (q.t3Block > 0)
+        if (q.t3Block > 0 && plan.t3Signs.defined())
+            plan.notes.push_back("T3 is declared as compressed-tensors' \"hadamard\" (Sylvester, head_dim " +
+                                 std::to_string(q.t3Block) +
+                                 ") on the down_proj input, stored ±1 as <layer>.mlp.down_proj.latmix_t3_input.weight "
+                                 "(runtimes divide by √" + std::to_string(q.t3Block) +
+                                 "); its random signs are folded into up_proj's rows (negated codes), so the "
+                                 "declared transform is exactly the run's");
+        else if (q.t3Block > 0)
             plan.notes.push_back("down_proj weights stay in the online-Hadamard basis: a runtime must apply x ↦ x·Hᵀ "
-                                 "to the down_proj input. H has a random sign pattern per block (block " +
-                                 std::to_string(q.t3Block) + ", seed " +
+                                 "to the down_proj input. H (block " + std::to_string(q.t3Block) + ", seed " +
                                  std::to_string(q.t3Seed) +
-                                 "), which compressed-tensors' own generator does not reproduce: its exact blocks "
-                                 "are in " + kT3File);
+                                 ") ends in a smaller block or is not a Sylvester matrix, which compressed-tensors "
+                                 "cannot declare: no compressed-tensors runtime computes this model; its exact blocks "
+                                 "are in " + kT3File + " for LATMiX");
         if (q.activationFormat)
             plan.notes.push_back("activations are declared as dynamic " + q.activationFormat->describe() +
-                                 " quantization of the input of every block linear");
+                                 " quantization of the input of every block linear; compressed-tensors names no "
+                                 "scale rule: the run used '" + mx::scaleModeName(q.activationFormat->scaleMode) +
+                                 "', compressed-tensors' own rounds amax up to a power of two from a mantissa of "
+                                 "1.75 (torchao's 'even'), and vLLM on GPUs before SM100 runs MXFP4 weights-only "
+                                 "(Marlin)");
     } else {
         if (q.activationFormat)
             plan.notes.push_back("activations are unquantized in this format (the run quantizes them as " +
@@ -185,6 +200,8 @@ void addFormatNotes(Plan& plan, const RunModel& run, bool ct) {
                              "slightly different logits");
 }
 
+bool isUpProj(const std::string& name) { return name.find("mlp.up_proj") != std::string::npos; }
+
 // The tensors of model.safetensors in the decoder's order, each with where its bytes come from.
 void addPlanItems(Plan& plan, const RunModel& run, const std::string& runDir, bool ct,
                   const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& zeroBiases) {
@@ -199,13 +216,17 @@ void addPlanItems(Plan& plan, const RunModel& run, const std::string& runDir, bo
     if (has(names::kLmHeadBias)) names.push_back({names::kLmHeadBias, sizesOf(run.tensors.at(names::kLmHeadBias))});
     for (const auto& [name, shape] : names) {
         const std::string linear = model::names::blockLinearOfWeight(name);
+        const bool signedUp = plan.t3Signs.defined() && isUpProj(linear.empty() ? name : linear);
         if (ct && !linear.empty()) {
             const auto& pk = run.packed.at(linear);
-            plan.items.push_back({{linear + ".weight_packed", "U8", sizesOf(pk.codes)}, Source::Codes, linear});
+            plan.items.push_back({{linear + ".weight_packed", "U8", sizesOf(pk.codes)},
+                                  signedUp ? Source::CodesSigned : Source::Codes, linear});
             plan.items.push_back({{linear + ".weight_scale", pk.config.isNvfp4() ? "F8_E4M3" : "U8", sizesOf(pk.scales)},
                                   Source::Scales, linear});
             if (pk.config.isNvfp4())
                 plan.items.push_back({{linear + ".weight_global_scale", "F32", {1}}, Source::GlobalScale, linear});
+            if (plan.t3Signs.defined() && linear.size() > 13 && linear.compare(linear.size() - 13, 13, "mlp.down_proj") == 0)
+                plan.items.push_back({{t3MatrixName(linear), "F32", {plan.t3Block, plan.t3Block}}, Source::T3Matrix, linear});
             ++plan.packedLinears;
             continue;
         }
@@ -218,6 +239,7 @@ void addPlanItems(Plan& plan, const RunModel& run, const std::string& runDir, bo
         } else if (down && !ct && !blocks.empty()) {
             s = Source::Bf16FoldT3;
         }
+        if (s == Source::Bf16 && signedUp) s = Source::Bf16Signed; // up_proj's bias
         plan.items.push_back({{name, "BF16", shape}, s, name});
     }
 }
@@ -253,12 +275,14 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
     // T3.
     std::vector<at::Tensor> blocks;
     if (q.t3Block > 0) {
-        blocks = t3Transform(q, rc.intermediateSize).diagonalBlocks();
+        const auto t3 = t3Transform(q, rc.intermediateSize);
+        blocks = t3.diagonalBlocks();
         plan.t3Blocks = blocks;
         plan.t3Block = q.t3Block;
+        if (ct && t3.hadamardSigns().defined()) plan.t3Signs = t3.hadamardSigns().to(at::kFloat);
     }
 
-    if (ct) j["quantization_config"] = compressedTensorsConfig(q, fmtName);
+    if (ct) j["quantization_config"] = compressedTensorsConfig(q, fmtName, plan.t3Signs.defined());
     addFormatNotes(plan, run, ct);
     plan.config = j;
     addPlanItems(plan, run, runDir, ct, fix.zeroBiases);
@@ -273,8 +297,18 @@ at::Tensor produce(const Item& it, const RunModel& run, const Plan& plan) {
     case Source::Codes: return run.packed.at(it.from).codes;
     case Source::Scales: return run.packed.at(it.from).scales;
     case Source::GlobalScale: return at::full({1}, 1.0f / run.packed.at(it.from).globalScale, at::kFloat);
+    case Source::CodesSigned: return negateRows(run.packed.at(it.from).codes, plan.t3Signs);
+    case Source::Bf16Signed: return (run.tensors.at(it.from) * plan.t3Signs).to(at::kBFloat16);
+    case Source::T3Matrix: return transforms::hadamardMatrix(plan.t3Block).to(at::kFloat); // ±1, Sylvester for 2^k
     }
     return {};
 }
+
+at::Tensor negateRows(const at::Tensor& packedCodes, const at::Tensor& signs) {
+    const at::Tensor flip = (signs < 0).to(at::kByte).mul(0x88).unsqueeze(1); // the sign bit of both nibbles
+    return at::bitwise_xor(packedCodes, flip.expand_as(packedCodes)).contiguous();
+}
+
+std::string t3MatrixName(const std::string& downProjPrefix) { return downProjPrefix + ".latmix_t3_input.weight"; }
 
 } // namespace latmix::exporting

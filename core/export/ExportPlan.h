@@ -19,7 +19,9 @@ namespace latmix::exporting {
 inline constexpr const char* kT3File = "latmix_t3.safetensors";
 
 // Where one output tensor comes from.
-enum class Source { Bf16, Bf16FoldT3, ZeroBf16, Codes, Scales, GlobalScale };
+// CodesSigned / Bf16Signed: up_proj's rows times T3's signs (compressed-tensors with a plain
+// Hadamard T3); T3Matrix: compressed-tensors' ±1 Sylvester matrix of the online transform.
+enum class Source { Bf16, Bf16FoldT3, ZeroBf16, Codes, Scales, GlobalScale, CodesSigned, Bf16Signed, T3Matrix };
 
 struct Item {
     io::TensorSpec spec;
@@ -33,6 +35,11 @@ struct Plan {
     std::vector<Item> items;
     std::vector<at::Tensor> t3Blocks; // diagonal blocks of H (float64), empty without T3
     std::int64_t t3Block = 0;
+    // compressed-tensors only, where every block of H is (S/√b)·diag(s) with Sylvester S: the
+    // signs s (float32 [intermediate], ±1). The export then declares T3 as compressed-tensors'
+    // plain "hadamard" and moves the signs into up_proj's rows: x = SiLU(gate)·up feeds T3, so
+    // (x ⊙ s)·blockdiag(S/√b)ᵀ = x·Hᵀ, and negating a 4-bit code's sign bit is exact.
+    at::Tensor t3Signs;
     std::vector<std::string> notes;
     int packedLinears = 0;
 };
@@ -44,5 +51,10 @@ Plan buildPlan(const run::RunModel& run, ExportFormat format, const std::string&
 at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks);
 // The bytes of one item, as the plan says.
 at::Tensor produce(const Item& item, const run::RunModel& run, const Plan& plan);
+// 4-bit codes (two per byte, sign in bit 3 of each nibble: E2M1, MX sign-magnitude INT4) with
+// the rows where signs < 0 negated.
+at::Tensor negateRows(const at::Tensor& packedCodes, const at::Tensor& signs);
+// The name compressed-tensors (and vLLM) give T3's matrix on a down_proj: "<prefix>.latmix_t3_input.weight".
+std::string t3MatrixName(const std::string& downProjPrefix);
 
 } // namespace latmix::exporting

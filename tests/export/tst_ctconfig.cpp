@@ -1,0 +1,144 @@
+// The compressed-tensors export as compressed-tensors and vLLM read it (docs/developer/
+// compressed-tensors.md has the rules and the sources they come from): the config parsed with
+// their schema's fields (every model there forbids extra keys), T3 declared as a transform they
+// build themselves, and the function they then compute equal to the run's. A brownpy-13M run
+// (RTN-packed MXFP4, T3 of block 32 with seed 1234: tests/ExportTestRun.h).
+//  - transform_config: config_groups of {type, apply, randomize, requires_grad, head_dim,
+//    precision}, apply of {targets, location, inverse, ignore}; type one of hadamard,
+//    random-hadamard, random-matrix; T3 as "hadamard" (Sylvester, ±1, divided by √head_dim at
+//    run time; vLLM's hadacore kernel computes the same), its matrix stored as
+//    <down_proj>.latmix_t3_input.weight.
+//  - the weights: weight_packed with the even element in the low nibble, E2M1 codes;
+//    weight_scale bytes 127 + log2(scale).
+// The MLP a runtime builds from those rules alone (decoded here, Sylvester built here) equals the
+// run's (its weights and H = t3Transform) to float64 rounding on random inputs.
+#include "ExportTestRun.h"
+#include "TestSupport.h"
+#include "export/Export.h"
+#include "io/SafeTensors.h"
+#include "model/TensorNames.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <set>
+
+#include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace latmix;
+using json = nlohmann::json;
+
+namespace {
+
+// Keys of a compressed-tensors pydantic model (extra="forbid"): anything else fails its parse.
+void onlyKeys(const json& j, const std::set<std::string>& allowed, const std::string& what) {
+    for (const auto& [k, v] : j.items())
+        QVERIFY2(allowed.count(k), qPrintable(QString::fromStdString(what + " has the key '" + k + "', which its model forbids")));
+}
+
+// Sylvester's ±1 matrix, built here.
+at::Tensor sylvester(std::int64_t n) {
+    at::Tensor h = at::ones({1, 1}, at::kDouble);
+    while (h.size(0) < n) h = at::cat({at::cat({h, h}, 1), at::cat({h, -h}, 1)}, 0);
+    return h;
+}
+
+// compressed-tensors' MXFP4 weight: E2M1 codes, element 2i in the low nibble, E8M0 bytes.
+at::Tensor decodeMxfp4(const at::Tensor& packed, const at::Tensor& scales, std::int64_t cols) {
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    const auto p = packed.contiguous(), s = scales.contiguous();
+    const std::int64_t rows = p.size(0);
+    at::Tensor w = at::empty({rows, cols}, at::kDouble);
+    auto* out = w.data_ptr<double>();
+    const auto* code = p.data_ptr<std::uint8_t>();
+    const auto* scale = s.data_ptr<std::uint8_t>();
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) {
+            const int q = (code[r * p.size(1) + c / 2] >> (c % 2 ? 4 : 0)) & 15;
+            out[r * cols + c] = (q & 8 ? -1 : 1) * mag[q & 7] * std::ldexp(1.0, int(scale[r * s.size(1) + c / 32]) - 127);
+        }
+    return w;
+}
+
+} // namespace
+
+class TestCtConfig : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_tmp;
+
+private slots:
+    void configAndFunctionAsVllmReadsThem() {
+        const QString source = test::modelFolder("brownpy-13M");
+        if (!QFileInfo::exists(source + "/model.safetensors")) LATMIX_DATA_SKIP(qPrintable("no " + source));
+        const std::string runDir = (m_tmp.path() + "/run").toStdString(), out = (m_tmp.path() + "/ct").toStdString();
+        test::RunVariant v;
+        v.weights = mx::MxConfig{mx::Format::MxFp4, 32};
+        const run::RunModel run = test::buildRun(source.toStdString(), runDir, v, source.toStdString());
+        JobContext job;
+        exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job);
+
+        std::ifstream in(out + "/config.json");
+        const json config = json::parse(in);
+        const json& qc = config.at("quantization_config");
+        QCOMPARE(qc.at("format").get<std::string>(), std::string("mxfp4-pack-quantized"));
+        for (const auto& [name, g] : qc.at("config_groups").items()) {
+            onlyKeys(g, {"targets", "weights", "input_activations", "output_activations", "format"}, "scheme " + name);
+            for (const char* a : {"weights", "input_activations"}) {
+                if (g.at(a).is_null()) continue;
+                onlyKeys(g.at(a), {"num_bits", "type", "symmetric", "group_size", "strategy", "block_structure", "dynamic",
+                                   "actorder", "scale_dtype", "zp_dtype", "observer", "observer_kwargs"},
+                         std::string(a));
+                QCOMPARE(g.at(a).at("group_size").get<int>(), 32);
+                QCOMPARE(g.at(a).at("scale_dtype").get<std::string>(), std::string("torch.uint8"));
+            }
+        }
+        const json& tc = qc.at("transform_config");
+        onlyKeys(tc, {"config_groups"}, "transform_config");
+        QCOMPARE(int(tc.at("config_groups").size()), 1);
+        const auto& [schemeName, scheme] = *tc.at("config_groups").items().begin();
+        onlyKeys(scheme, {"type", "apply", "randomize", "requires_grad", "head_dim", "precision"}, "TransformScheme");
+        QCOMPARE(scheme.at("type").get<std::string>(), std::string("hadamard")); // built by the runtime, not drawn
+        QCOMPARE(scheme.at("randomize").get<bool>(), false);
+        const std::int64_t b = scheme.at("head_dim").get<std::int64_t>();
+        const auto& c = model::Checkpoint::load(runDir + "/model").config();
+        QVERIFY(b == 32 && c.intermediateSize % b == 0);
+        QCOMPARE(int(scheme.at("apply").size()), 1);
+        const json& args = scheme.at("apply").at(0);
+        onlyKeys(args, {"targets", "location", "inverse", "ignore"}, "TransformArgs");
+        QCOMPARE(args.at("location").get<std::string>(), std::string("input"));
+        QCOMPARE(args.at("inverse").get<bool>(), false);
+
+        const auto st = io::SafeTensorsFile::open(out + "/model.safetensors");
+        const at::Tensor s = sylvester(b), h = run::t3Transform(run.quant, c.intermediateSize).dense();
+        at::manual_seed(5);
+        for (int l = 0; l < c.numLayers; ++l) {
+            const std::string p = model::names::layerPrefix(l), down = p + model::names::kDownProj;
+            const std::string matrix = down + "." + schemeName + "_input.weight"; // compressed-tensors' name
+            QVERIFY2(st->contains(matrix), matrix.c_str());
+            QVERIFY(at::equal(st->tensor(matrix).to(at::kDouble), s));
+            auto weight = [&](const std::string& prefix, std::int64_t cols) {
+                return decodeMxfp4(st->tensor(prefix + ".weight_packed"), st->tensor(prefix + ".weight_scale"), cols);
+            };
+            const std::string gate = p + model::names::kGateProj, up = p + model::names::kUpProj;
+            // The MLP from the export: x ↦ down((SiLU(gate x) ⊙ up x) · blockdiag(S)/√b).
+            const at::Tensor x = at::randn({4, c.hiddenSize}, at::kDouble);
+            auto silu = [](const at::Tensor& t) { return t / (1 + at::exp(-t)); };
+            const at::Tensor a = silu(x.mm(weight(gate, c.hiddenSize).t())) * x.mm(weight(up, c.hiddenSize).t());
+            const at::Tensor rotated = a.view({4, -1, b}).matmul(s).view({4, -1}) / std::sqrt(double(b));
+            const at::Tensor yCt = rotated.mm(weight(down, c.intermediateSize).t());
+            // The run's: the same with its own weights and x ↦ x·Hᵀ.
+            auto w = [&](const std::string& prefix) { return run.tensors.at(prefix + ".weight").to(at::kDouble); };
+            const at::Tensor aRun = silu(x.mm(w(gate).t())) * x.mm(w(up).t());
+            const at::Tensor yRun = aRun.mm(h.t()).mm(w(down).t());
+            const double err = (yCt - yRun).abs().max().item<double>(), scale = yRun.abs().max().item<double>();
+            // two float64 evaluations of sums of c.intermediateSize = 768 products: n·ε ≈ 1.7e-13, with margin
+            QVERIFY2(err <= 1e-12 * scale, qPrintable(QString("layer %1: %2 of %3").arg(l).arg(err).arg(scale)));
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCtConfig)
+#include "tst_ctconfig.moc"
