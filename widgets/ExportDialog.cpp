@@ -39,7 +39,7 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
     m_format->setObjectName(QStringLiteral("exportFormatCombo"));
     m_format->addItem(tr("Hugging Face (bf16, T3 folded back)"), QStringLiteral("hf"));
     m_format->addItem(tr("compressed-tensors (packed MX codes + scales)"), QStringLiteral("compressed-tensors"));
-    m_format->addItem(tr("GGUF for llama.cpp (one file; MXFP4 runs of Llama, Mistral, Qwen2, Qwen3)"), QStringLiteral("gguf"));
+    m_format->addItem(tr("GGUF for llama.cpp (one file; MXFP4 and NVFP4 runs)"), QStringLiteral("gguf"));
     form->addRow(tr("&Format:"), m_format);
     auto* destRow = new QHBoxLayout;
     m_dest = new QLineEdit(this);
@@ -133,12 +133,13 @@ bool ExportDialog::startExport() {
     const bool started = m_runner->start(tr("Export"), [=](latmix::JobContext& job) {
         if (format == "gguf") {
             const auto r = latmix::exporting::exportGguf(runDir, outPath, job, overwrite);
-            *summary = tr("Exported %1 tensors (%2 MXFP4, %3) to %4 for llama.cpp.\nVerified: the file reads back as "
+            *summary = tr("Exported %1 tensors (%2 %5, %3) to %4 for llama.cpp.\nVerified: the file reads back as "
                           "written.")
                            .arg(r.tensors)
-                           .arg(r.mxfp4Tensors)
+                           .arg(r.fp4Tensors)
                            .arg(QLocale().formattedDataSize(static_cast<qint64>(r.bytes)))
-                           .arg(QDir::toNativeSeparators(out));
+                           .arg(QDir::toNativeSeparators(out))
+                           .arg(QString::fromStdString(r.fp4Type));
             for (const auto& n : r.notes) *summary += QStringLiteral("\n• ") + QString::fromStdString(n);
             return;
         }

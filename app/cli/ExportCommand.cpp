@@ -26,7 +26,7 @@ int runGgufExport(const ExportCliOptions& o) {
         r = exporting::exportGguf(o.runDir, o.out, progress, o.overwrite);
     }
     std::printf("exported    %s -> %s (gguf for llama.cpp)\n", o.runDir.c_str(), r.file.c_str());
-    std::printf("tensors     %d, of which %d MXFP4\n", r.tensors, r.mxfp4Tensors);
+    std::printf("tensors     %d, of which %d %s\n", r.tensors, r.fp4Tensors, r.fp4Type.c_str());
     std::printf("size        %.2f MiB, read back and verified\n", r.bytes / 1048576.0);
     for (const auto& n : r.notes) std::printf("note        %s\n", n.c_str());
     return 0;
@@ -62,7 +62,7 @@ Runner addExportCommand(CLI::App& app) {
     auto* cmd = app.add_subcommand("export", "export a quantization run as a Hugging Face (bf16, dequantized) or "
                                              "compressed-tensors (packed MX) folder, or a GGUF file for llama.cpp");
     cmd->add_option("RUN_DIR", o->runDir, "run folder written by `latmix quantize` (model/, latmix.json)")->required();
-    cmd->add_option("--format", o->format, "hf, compressed-tensors, or gguf (MXFP4 runs of Llama, Mistral, Qwen2, Qwen3, for llama.cpp)")
+    cmd->add_option("--format", o->format, "hf, compressed-tensors, or gguf (MXFP4 and NVFP4 runs of Llama, Mistral, Qwen2, Qwen3, for llama.cpp)")
         ->required();
     cmd->add_option("--out", o->out, "output folder, new or empty unless --overwrite (gguf: the file, FILE.gguf)")->required();
     cmd->add_flag("--overwrite", o->overwrite, "replace an existing output folder or file once the export has succeeded");

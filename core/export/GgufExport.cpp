@@ -46,13 +46,16 @@ public:
         std::vector<std::int64_t> ne(f.sizes().rbegin(), f.sizes().rend());
         m_w.addTensor(ggufName, ne, GgmlType::F32, bytesOf(f));
     }
-    // A block linear's packed MXFP4 weight, rows reordered when `rows` is given. GGUF's MXFP4
-    // rows are whole blocks of 32: a linear whose rows end in a shorter block (stories260K's
-    // down_proj, 172 = 5 · 32 + 12) is written as the run's dequantized float32 weight, the same
-    // values (llama.cpp then multiplies it without rounding its input to Q8_0).
+    // A block linear's packed MXFP4 or NVFP4 weight, rows reordered when `rows` is given. GGUF's
+    // rows are whole blocks (32 values for MXFP4, 64 for NVFP4): a linear whose rows end in a
+    // shorter block (stories260K's down_proj, 172 = 5 · 32 + 12) is written as the run's
+    // dequantized float32 weight, the same values (llama.cpp then multiplies it without rounding
+    // its input to Q8_0). NVFP4's per-tensor scale goes beside it as "<name>.scale" [1], which
+    // llama.cpp multiplies into the product.
     void linear(const std::string& ggufName, const std::string& prefix, const at::Tensor& rows = {}) {
         const mx::PackedTensor& p = m_run.packed.at(prefix);
-        if (p.lastDim % 32 != 0) {
+        const bool nv = p.config.isNvfp4();
+        if (p.lastDim % (nv ? 64 : 32) != 0) {
             const at::Tensor& w = m_run.tensors.at(prefix + ".weight");
             tensorF32(ggufName, rows.defined() ? w.index_select(0, rows) : w);
             ++m_partialBlocks;
@@ -62,9 +65,12 @@ public:
         if (rows.defined()) codes = codes.index_select(0, rows), scales = scales.index_select(0, rows);
         codes = codes.contiguous(), scales = scales.contiguous();
         const std::int64_t out = codes.size(0), in = p.lastDim;
-        m_w.addTensor(ggufName, {in, out}, GgmlType::MXFP4,
-                      mxfp4Blocks(codes.data_ptr<std::uint8_t>(), scales.data_ptr<std::uint8_t>(), out, in));
-        ++m_mxfp4;
+        const auto* c = codes.data_ptr<std::uint8_t>();
+        const auto* s = scales.data_ptr<std::uint8_t>();
+        m_w.addTensor(ggufName, {in, out}, nv ? GgmlType::NVFP4 : GgmlType::MXFP4,
+                      nv ? nvfp4Blocks(c, s, out, in) : mxfp4Blocks(c, s, out, in));
+        if (nv) tensorF32(ggufName.substr(0, ggufName.size() - 7) + ".scale", at::full({1}, p.globalScale, at::kFloat));
+        ++m_fp4;
     }
     // A bias when the run has it and the architecture loads it.
     void biasIf(const std::string& ggufName, const std::string& hfName, bool loads, const at::Tensor& rows = {}) {
@@ -73,14 +79,14 @@ public:
         tensorF32(ggufName, rows.defined() ? it->second.index_select(0, rows) : it->second);
     }
     GgufWriter& gguf() { return m_w; }
-    int mxfp4() const { return m_mxfp4; }
+    int fp4() const { return m_fp4; }
     int partialBlocks() const { return m_partialBlocks; }
 
 private:
     const run::RunModel& m_run;
     const model::ModelConfig& m_c;
     GgufWriter m_w;
-    int m_mxfp4 = 0, m_partialBlocks = 0;
+    int m_fp4 = 0, m_partialBlocks = 0;
 };
 
 // What llama.cpp v0.4.0's architectures load (src/models/{llama,qwen2,qwen3}.cpp): a tensor it
@@ -123,25 +129,23 @@ void checkBiases(const run::RunModel& run, const GgufArchitecture& a, const std:
 GgufArchitecture checkExportable(const run::RunModel& run, const model::ModelConfig& c, const std::string& runDir) {
     const std::string what = "cannot export " + runDir + " as GGUF: ";
     const GgufArchitecture a = ggufArchitecture(c, what);
-    if (run.quant.weightFormat && run.quant.weightFormat->format == mx::Format::NvFp4)
-        throw std::runtime_error(what + "its weights are NVFP4, which this export does not write yet (GGUF's NVFP4 "
-                                        "groups 64 values under four scales); quantize with --format mxfp4, or export "
-                                        "compressed-tensors");
-    if (!run.quant.weightFormat || run.quant.weightFormat->format != mx::Format::MxFp4 ||
-        run.quant.weightFormat->blockSize != 32)
-        throw std::runtime_error(what + "its weights are not MXFP4 with blocks of 32, the one MX type GGUF has for them "
-                                        "(MXINT4 has none); quantize with --format mxfp4");
+    const auto& wf = run.quant.weightFormat;
+    const bool mxfp4 = wf && wf->format == mx::Format::MxFp4 && wf->blockSize == 32,
+               nvfp4 = wf && wf->isNvfp4() && wf->blockSize == 16;
+    if (!mxfp4 && !nvfp4)
+        throw std::runtime_error(what + "its weights are not MXFP4 (blocks of 32) or NVFP4 (blocks of 16), the 4-bit "
+                                        "types GGUF has (MXINT4 has none); quantize with --format mxfp4 or nvfp4");
     if (c.ropeScaling && !a.ropePairs)
         throw std::runtime_error(what + "its rope_scaling is written for the llama architecture only; export hf instead");
     checkBiases(run, a, what);
     return a;
 }
 
-void addMetadata(GgufWriter& w, const model::ModelConfig& c, const GgufArchitecture& a, const GgufVocabulary& v) {
+void addMetadata(GgufWriter& w, const model::ModelConfig& c, const GgufArchitecture& a, const GgufVocabulary& v, bool nvfp4) {
     const std::string k = a.name + ".";
     auto u32 = [](auto n) { return static_cast<std::uint32_t>(n); };
     w.addString("general.architecture", a.name);
-    w.addUint32("general.file_type", 38); // LLAMA_FTYPE_MOSTLY_MXFP4_MOE: the file's MX type
+    w.addUint32("general.file_type", nvfp4 ? 39 : 38); // LLAMA_FTYPE_MOSTLY_NVFP4 / _MXFP4_MOE: the file's type
     w.addUint32(k + "context_length", u32(c.maxPositions));
     w.addUint32(k + "embedding_length", u32(c.hiddenSize));
     w.addUint32(k + "block_count", u32(c.numLayers));
@@ -225,7 +229,7 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     } catch (const std::exception& e) {
         throw std::runtime_error("cannot export " + runDir + " as GGUF: " + e.what());
     }
-    addMetadata(w.gguf(), c, a, vocabulary);
+    addMetadata(w.gguf(), c, a, vocabulary, run.quant.weightFormat->isNvfp4());
 
     GgufReport r;
     r.file = file;
@@ -246,9 +250,10 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
         r.notes.push_back("T3 folded back: ffn_down stored in float32 as W_down · H (llama.cpp applies no online Hadamard)");
     if (w.partialBlocks() > 0)
         r.notes.push_back(std::to_string(w.partialBlocks()) + " linear(s) whose rows end in a block shorter than 32 stored in "
-                          "float32 (GGUF's MXFP4 has whole blocks only); their values are the run's");
+                          "float32 (GGUF's FP4 types have whole blocks only); their values are the run's");
     w.gguf().write(file);
-    r.mxfp4Tensors = w.mxfp4();
+    r.fp4Tensors = w.fp4();
+    r.fp4Type = run.quant.weightFormat->isNvfp4() ? "NVFP4" : "MXFP4";
     r.tensors = w.gguf().tensorCount();
     r.bytes = fs::file_size(file);
     return r;

@@ -13,7 +13,8 @@ namespace latmix::exporting {
 
 struct GgufReport {
     std::string file;
-    int tensors = 0, mxfp4Tensors = 0;
+    int tensors = 0, fp4Tensors = 0; // the linears written in the run's 4-bit type
+    std::string fp4Type;             // "MXFP4" or "NVFP4"
     std::uint64_t bytes = 0;
     std::vector<std::string> notes;
 };

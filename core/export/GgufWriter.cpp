@@ -34,6 +34,7 @@ std::uint64_t ggmlBytes(GgmlType type, std::uint64_t n) {
     case GgmlType::BF16: return 2 * n;
     case GgmlType::Q8_0: return n / 32 * 34;
     case GgmlType::MXFP4: return n / 32 * 17;
+    case GgmlType::NVFP4: return n / 64 * 36;
     }
     throw std::invalid_argument("ggmlBytes: unknown ggml type " + std::to_string(int(type)));
 }
@@ -83,9 +84,10 @@ void GgufWriter::addTensor(const std::string& name, const std::vector<std::int64
         if (d <= 0) throw std::invalid_argument(what + ": a dimension of " + std::to_string(d));
         n *= static_cast<std::uint64_t>(d);
     }
-    const bool blocked = type == GgmlType::Q8_0 || type == GgmlType::MXFP4;
-    if (blocked && ne[0] % 32 != 0)
-        throw std::invalid_argument(what + ": its rows of " + std::to_string(ne[0]) + " values are not whole blocks of 32");
+    const std::int64_t block = type == GgmlType::NVFP4 ? 64 : type == GgmlType::Q8_0 || type == GgmlType::MXFP4 ? 32 : 1;
+    if (ne[0] % block != 0)
+        throw std::invalid_argument(what + ": its rows of " + std::to_string(ne[0]) + " values are not whole blocks of " +
+                                    std::to_string(block));
     if (bytes.size() != ggmlBytes(type, n))
         throw std::invalid_argument(what + ": " + std::to_string(bytes.size()) + " bytes for " + std::to_string(n) +
                                     " values, expected " + std::to_string(ggmlBytes(type, n)));
@@ -150,6 +152,27 @@ std::string mxfp4Blocks(const std::uint8_t* packedCodes, const std::uint8_t* sca
             dst[0] = static_cast<char>(scales[r * blocks + b]);
             for (int j = 0; j < 16; ++j)
                 dst[1 + j] = static_cast<char>(code(r, b * 32 + j) | code(r, b * 32 + j + 16) << 4);
+        }
+    return out;
+}
+
+std::string nvfp4Blocks(const std::uint8_t* packedCodes, const std::uint8_t* scales, std::int64_t rows, std::int64_t cols) {
+    if (cols % 64 != 0) throw std::invalid_argument("nvfp4Blocks: rows of " + std::to_string(cols) + " values are not whole blocks of 64");
+    const std::int64_t blocks = cols / 64;
+    std::string out(static_cast<std::size_t>(rows * blocks * 36), '\0');
+    auto code = [&](std::int64_t r, std::int64_t j) {
+        const std::uint8_t b = packedCodes[r * (cols / 2) + j / 2];
+        return static_cast<std::uint8_t>(j % 2 == 0 ? b & 0x0F : b >> 4);
+    };
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t b = 0; b < blocks; ++b) {
+            char* dst = &out[static_cast<std::size_t>((r * blocks + b) * 36)];
+            for (int s = 0; s < 4; ++s) dst[s] = static_cast<char>(scales[r * (cols / 16) + b * 4 + s]);
+            for (int s = 0; s < 4; ++s)
+                for (int j = 0; j < 8; ++j) {
+                    const std::int64_t e = b * 64 + s * 16 + j;
+                    dst[4 + s * 8 + j] = static_cast<char>(code(r, e) | code(r, e + 8) << 4);
+                }
         }
     return out;
 }

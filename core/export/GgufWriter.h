@@ -11,7 +11,7 @@
 namespace latmix::exporting {
 
 // ggml's tensor types that the export writes (ggml.h's enum ggml_type).
-enum class GgmlType : std::int32_t { F32 = 0, F16 = 1, Q8_0 = 8, BF16 = 30, MXFP4 = 39 };
+enum class GgmlType : std::int32_t { F32 = 0, F16 = 1, Q8_0 = 8, BF16 = 30, MXFP4 = 39, NVFP4 = 40 };
 
 // Bytes of n values of a type (n a multiple of the type's block for the block types).
 std::uint64_t ggmlBytes(GgmlType type, std::uint64_t n);
@@ -61,5 +61,13 @@ private:
 // element j + 16 (high). The 4-bit codes themselves are the same (ggml's table is E2M1 doubled
 // with the scale halved). rows × cols values, cols a multiple of 32.
 std::string mxfp4Blocks(const std::uint8_t* packedCodes, const std::uint8_t* scales, std::int64_t rows, std::int64_t cols);
+
+// NVFP4 blocks in ggml's layout from the same packed E2M1 codes and their E4M3 scale bytes (one
+// per 16 values, positive, so read unchanged as ggml's UE4M3): per 64 values, the four scale
+// bytes, then for each 16-value sub-block 8 bytes whose byte j holds element j (low nibble) and
+// element j + 8 (high). ggml halves the scale against its doubled E2M1 table, so the values are
+// E2M1 · E4M3; the tensor's global scale goes to a separate "<name>.scale" tensor. cols a
+// multiple of 64.
+std::string nvfp4Blocks(const std::uint8_t* packedCodes, const std::uint8_t* scales, std::int64_t rows, std::int64_t cols);
 
 } // namespace latmix::exporting

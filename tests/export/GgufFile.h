@@ -4,7 +4,9 @@
 // raw bytes, with accessors for the types the export writes), the tensor records and their data,
 // and the decoding of F32 and MXFP4 tensors the way ggml's CPU code does it (MXFP4: an E8M0 byte
 // e, then 16 bytes whose byte j holds element j in its low nibble and element j + 16 in its high
-// one; value = kvalues[code] · 2^(e − 128), kvalues being E2M1 doubled as int8).
+// one; value = kvalues[code] · 2^(e − 128), kvalues being E2M1 doubled as int8; NVFP4: per 64
+// values four UE4M3 bytes, then per 16-value sub-block 8 bytes pairing element j with j + 8,
+// value = kvalues[code] · UE4M3(d) / 2).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -110,6 +112,24 @@ struct GgufFile {
                 for (int j = 0; j < 16; ++j) {
                     out[std::size_t(b * 32 + j)] = static_cast<float>(kvalues[blk[1 + j] & 15]) * half;
                     out[std::size_t(b * 32 + j + 16)] = static_cast<float>(kvalues[blk[1 + j] >> 4]) * half;
+                }
+            }
+        } else if (t.type == 40) {
+            static const int kvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+            auto ue4m3 = [](unsigned x) { // ggml_ue4m3_to_fp32
+                if (x == 0 || x == 0x7F) return 0.0;
+                const int exp = (x >> 3) & 15, man = x & 7;
+                return exp == 0 ? std::ldexp(double(man), -9) : std::ldexp(1.0 + man / 8.0, exp - 7);
+            };
+            for (std::int64_t b = 0; b < n / 64; ++b) {
+                const unsigned char* blk = p + b * 36;
+                for (int s = 0; s < 4; ++s) {
+                    const double d = ue4m3(blk[s]) * 0.5;
+                    for (int j = 0; j < 8; ++j) {
+                        const unsigned char q = blk[4 + s * 8 + j];
+                        out[std::size_t(b * 64 + s * 16 + j)] = static_cast<float>(kvalues[q & 15] * d);
+                        out[std::size_t(b * 64 + s * 16 + j + 8)] = static_cast<float>(kvalues[q >> 4] * d);
+                    }
                 }
             }
         } else {

@@ -157,6 +157,32 @@ private slots:
             }
     }
 
+    // NVFP4 blocks read with ggml's rule (GgufFile.h) equal E2M1(code) · E4M3(scale byte), E4M3
+    // decoded here by its definition (bias 7, subnormals below exponent 1).
+    void nvfp4BlocksDecodeToTheCodesValues() {
+        const int rows = 3, cols = 128;
+        std::mt19937 rng(12);
+        std::vector<int> code(std::size_t(rows) * cols);
+        for (auto& c : code) c = int(rng() % 16);
+        std::vector<std::uint8_t> packed(std::size_t(rows) * cols / 2, 0), scales(std::size_t(rows) * cols / 16);
+        for (std::size_t i = 0; i < code.size(); ++i) packed[i / 2] |= std::uint8_t(code[i] << (i % 2 ? 4 : 0));
+        for (auto& s : scales) s = std::uint8_t(rng() % 0x7F); // positive E4M3, NaN excluded
+        exporting::GgufWriter w;
+        w.addTensor("t", {cols, rows}, exporting::GgmlType::NVFP4, exporting::nvfp4Blocks(packed.data(), scales.data(), rows, cols));
+        const auto f = test::GgufFile::parse(w.bytes());
+        QCOMPARE(f.tensors.at("t").type, 40);
+        const std::vector<float> got = f.values("t");
+        auto e4m3 = [](int b) {
+            const int e = b >> 3, m = b & 7;
+            return e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1 + m / 8.0) * std::ldexp(1.0, e - 7);
+        };
+        for (int r = 0; r < rows; ++r)
+            for (int j = 0; j < cols; ++j) {
+                const std::size_t i = std::size_t(r) * cols + j;
+                QCOMPARE(double(got[i]), e2m1(code[i]) * e4m3(scales[std::size_t(r) * cols / 16 + j / 16]));
+            }
+    }
+
     void exportedRunDecodesToItsWeights_data() {
         QTest::addColumn<bool>("t3");
         QTest::newRow("brownpy-13M, T3 folded back") << true;
@@ -181,7 +207,8 @@ private slots:
         QCOMPARE(int(f.number("llama.block_count")), c.numLayers);
         QCOMPARE(int(f.kv.at("tokenizer.ggml.tokens").strings.size()), c.vocabSize);
         QCOMPARE(int(f.order.size()), report.tensors);
-        QCOMPARE(report.mxfp4Tensors, c.numLayers * (t3 ? 6 : 7));
+        QCOMPARE(report.fp4Tensors, c.numLayers * (t3 ? 6 : 7));
+        QCOMPARE(report.fp4Type, std::string("MXFP4"));
 
         auto expectEqual = [&](const std::string& gguf, at::Tensor want) {
             const std::vector<float> got = f.values(gguf);

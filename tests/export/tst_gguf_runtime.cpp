@@ -106,6 +106,14 @@ private slots:
         compare(modelDir(model), model + "-" + method, method, kPositions);
     }
 
+    // NVFP4: GGUF type 40 (64-value blocks, four E4M3 scales) and the per-tensor scale as
+    // "<name>.scale", which llama.cpp multiplies into each product; its activations meet the
+    // weights as Q8_0 too.
+    void llamaCppRunsNvfp4() {
+        const QString model = test::modelFolder("brownpy-13M");
+        compare(model, "brownpy-13M-rtn-nvfp4", "rtn", kPositions, "nvfp4");
+    }
+
     // The other architectures and tokenizers. brownpy-13M's trained weights under Qwen2's config
     // (q/k/v biases, zero here; NEOX rope, which Hugging Face's Llama computes too, so that the
     // model is brownpy itself), under Qwen3's (per-head q/k RMSNorm with unit weights: another
@@ -187,9 +195,10 @@ private:
 
     // Quantizes `model` with `method`, exports the run as GGUF, and holds llama.cpp's
     // distributions to the reference's (the file's comment has the tolerance).
-    void compare(const QString& model, const QString& name, const QString& method, int positions) {
+    void compare(const QString& model, const QString& name, const QString& method, int positions,
+                 const QString& format = "mxfp4") {
         const QString dir = m_tmp.path() + "/" + name, run = dir + "/run", gguf = dir + "/model.gguf";
-        auto r = test::runLatmix({"quantize", "--model", model, "--method", method, "--format", "mxfp4", "--out", run,
+        auto r = test::runLatmix({"quantize", "--model", model, "--method", method, "--format", format, "--out", run,
                                   "--calib-samples", "8", "--seqlen", "128", "--steps", "20", "--batch", "2", "--t1-bias", "off"},
                                  300000);
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
@@ -244,7 +253,8 @@ private:
                 ref.replaced[down] = rm.tensors.at(down).to(at::kDouble).mm(h);
             }
         }
-        // The weights llama.cpp multiplies as MXFP4 (ggml type 39), by their Hugging Face names.
+        // The weights llama.cpp multiplies as MXFP4 or NVFP4 (ggml types 39, 40), by their Hugging
+        // Face names.
         const auto file = test::GgufFile::read(gguf.toStdString());
         const std::map<std::string, std::string> hfName{
             {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"}, {"attn_v", "self_attn.v_proj"},
@@ -253,11 +263,11 @@ private:
         std::set<std::string> mxfp4;
         for (const auto& [name, t] : file.tensors) {
             const auto dot = name.find('.', 4); // blk.N.<name>.weight
-            if (t.type != 39 || name.compare(0, 4, "blk.") != 0 || dot == std::string::npos) continue;
+            if ((t.type != 39 && t.type != 40) || name.compare(0, 4, "blk.") != 0 || dot == std::string::npos) continue;
             const std::string layer = name.substr(4, dot - 4), kind = name.substr(dot + 1, name.rfind('.') - dot - 1);
             mxfp4.insert("model.layers." + layer + "." + hfName.at(kind) + ".weight");
         }
-        QVERIFY2(!mxfp4.empty(), "the file has no MXFP4 tensor");
+        QVERIFY2(!mxfp4.empty(), "the file has no MXFP4 or NVFP4 tensor");
         const at::Tensor exact = at::log_softmax(ref.logits(ids), 1);
         ref.linearInput = [&](const at::Tensor& x, const std::string& w) { return mxfp4.count(w) ? q8_0(x) : x; };
         const at::Tensor rounded = at::log_softmax(ref.logits(ids), 1);
@@ -273,7 +283,7 @@ private:
               "mean KL: rounded‖exact %.3g, llama.cpp‖exact %.3g, llama.cpp‖rounded %.3g",
               qPrintable(name), static_cast<long long>(T), std::exp(nllExact), std::exp(nllRounded),
               std::exp(nllLlama), dQ8, dLlama, dLeft);
-        QVERIFY2(dQ8 > 0, "the Q8_0 rounding changed nothing: the model has no MXFP4 product");
+        QVERIFY2(dQ8 > 0, "the Q8_0 rounding changed nothing: the model has no FP4 product");
         QVERIFY2(dLlama <= 3 * dQ8, "llama.cpp is farther from the run than its activation rounding explains");
         // The rounding's shifts of single positions can cancel in the mean; their mean size cannot.
         QVERIFY2(std::abs(nllLlama - nllExact) <= 3 * shiftQ8.abs().mean().item<double>(),
