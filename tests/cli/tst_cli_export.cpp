@@ -74,8 +74,8 @@ private slots:
                                      << "no-such-run' does not exist";
         QTest::newRow("unknown format") << QStringList{"export", "@run", "--format", "onnx", "--out", "@/o2"}
                                         << "unknown export format 'onnx'; choose one of hf, compressed-tensors, gguf";
-        QTest::newRow("gguf of an NVFP4 run") << QStringList{"export", "@run", "--format", "gguf", "--out", "@/o2"}
-                                              << "its weights are NVFP4, which this export does not write yet";
+        QTest::newRow("gguf of a run with an lm_head bias") << QStringList{"export", "@run", "--format", "gguf", "--out", "@/o2"}
+                                                           << "does not load; use --t1-bias off when quantizing it again";
         QTest::newRow("gguf into a folder") << QStringList{"export", "@run", "--format", "gguf", "--out", "@run"}
                                             << "is a folder; a GGUF export is one file";
         QTest::newRow("no --out") << QStringList{"export", "@run", "--format", "hf"} << "--out is required";

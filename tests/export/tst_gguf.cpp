@@ -183,6 +183,25 @@ private slots:
             }
     }
 
+    // MXINT4 has no GGUF type: refused naming the way out, and nothing is written.
+    void refusesMxint4Runs() {
+        const QString source = test::modelFolder("brownpy-13M");
+        if (!QFileInfo::exists(source + "/model.safetensors")) LATMIX_DATA_SKIP(qPrintable("no " + source));
+        QTemporaryDir tmp;
+        const std::string runDir = (tmp.path() + "/run").toStdString(), file = (tmp.path() + "/m.gguf").toStdString();
+        test::RunVariant v;
+        v.weights = mx::MxConfig{mx::Format::MxInt4, 32};
+        test::buildRun(source.toStdString(), runDir, v, source.toStdString());
+        JobContext job;
+        try {
+            exporting::exportGguf(runDir, file, job);
+            QFAIL("an MXINT4 run was exported as GGUF");
+        } catch (const std::runtime_error& e) {
+            QVERIFY2(QString(e.what()).contains("MXINT4 has none") && QString(e.what()).contains("--format mxfp4"), e.what());
+        }
+        QVERIFY(!QFileInfo::exists(QString::fromStdString(file)) && !QFileInfo::exists(QString::fromStdString(file + ".partial")));
+    }
+
     void exportedRunDecodesToItsWeights_data() {
         QTest::addColumn<bool>("t3");
         QTest::newRow("brownpy-13M, T3 folded back") << true;
