@@ -3,6 +3,7 @@
 #include "JobRunner.h"
 
 #include "export/Export.h"
+#include "export/ExportTargets.h"
 #include "export/GgufExport.h"
 
 #include <QCheckBox>
@@ -41,6 +42,11 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
     m_format->addItem(tr("compressed-tensors (packed MX codes + scales)"), QStringLiteral("compressed-tensors"));
     m_format->addItem(tr("GGUF for llama.cpp (one file; MXFP4 and NVFP4 runs)"), QStringLiteral("gguf"));
     form->addRow(tr("&Format:"), m_format);
+    m_target = new QLabel(this);
+    m_target->setObjectName(QStringLiteral("exportTargetLabel"));
+    m_target->setWordWrap(true);
+    m_target->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
     auto* destRow = new QHBoxLayout;
     m_dest = new QLineEdit(this);
     m_dest->setObjectName(QStringLiteral("exportDestinationEdit"));
@@ -53,11 +59,14 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
     });
     destRow->addWidget(m_dest);
     destRow->addWidget(browse);
-    form->addRow(tr("&Destination:"), destRow);
+    auto* destLabel = new QLabel(tr("&Destination:"), this); // a label with a buddy: the mnemonic works
+    destLabel->setBuddy(m_dest);
+    form->addRow(destLabel, destRow);
     m_overwrite = new QCheckBox(tr("Replace an existing folder or file (after the export succeeded)"), this);
     m_overwrite->setObjectName(QStringLiteral("exportOverwriteCheck"));
     form->addRow(QString(), m_overwrite);
     column->addLayout(form);
+    column->addWidget(m_target); // outside the form: word-wrapped labels get their height there
 
     m_progress = new QProgressBar(this);
     m_progress->setObjectName(QStringLiteral("exportProgress"));
@@ -87,8 +96,10 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
     buttons->addWidget(m_cancel);
     buttons->addWidget(m_close);
     column->addLayout(buttons);
-    resize(620, 300);
+    resize(680, 440);
 
+    connect(m_format, &QComboBox::currentIndexChanged, this, &ExportDialog::showTarget);
+    showTarget();
     // GGUF is one file: the destination's name follows the format while it is the suggested one.
     connect(m_format, &QComboBox::currentIndexChanged, this, [this] {
         const bool gguf = m_format->currentData().toString() == QLatin1String("gguf");
@@ -105,6 +116,22 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
         m_status->setText(message);
     });
 }
+
+// Who loads the chosen target, what runs online there and what was folded, and its size
+// (export/ExportTargets.h: from the run's config alone).
+void ExportDialog::showTarget() {
+    try {
+        const auto t = latmix::exporting::describeExportTarget(m_runDir.toStdString(),
+                                                               m_format->currentData().toString().toStdString());
+        m_target->setText(tr("Loads in: %1\nOnline: %2\nFolded: %3\nSize on disk: about %4")
+                              .arg(QString::fromStdString(t.runtimes), QString::fromStdString(t.online),
+                                   QString::fromStdString(t.folded),
+                                   QLocale().formattedDataSize(static_cast<qint64>(t.bytes))));
+    } catch (const std::exception& e) {
+        m_target->setText(QString::fromLocal8Bit(e.what()));
+    }
+}
+QString ExportDialog::targetText() const { return m_target->text(); }
 
 void ExportDialog::setFormat(const QString& format) {
     const int i = m_format->findData(format);

@@ -29,6 +29,7 @@ public:
     void setOverwrite(bool overwrite);
     QString destination() const;
     QString resultText() const;
+    QString targetText() const; // what loads the chosen target, what runs online, what was folded, its size
     bool isRunning() const;
     // Outcome of the last export: true once exported and verified.
     bool succeeded() const { return m_ok; }
@@ -40,6 +41,8 @@ signals:
     void exportFinished(bool ok, const QString& outDir, const QString& message);
 
 private:
+    void showTarget();
+
     QString m_runDir;
     bool m_ok = false;
     JobRunner* m_runner;
@@ -48,6 +51,7 @@ private:
     QCheckBox* m_overwrite;
     QProgressBar* m_progress;
     QLabel* m_status;
+    QLabel* m_target;
     QLabel* m_result;
     QPushButton* m_export;
     QPushButton* m_cancel;

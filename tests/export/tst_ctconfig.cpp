@@ -15,6 +15,7 @@
 #include "ExportTestRun.h"
 #include "TestSupport.h"
 #include "export/Export.h"
+#include "export/ExportTargets.h"
 #include "io/SafeTensors.h"
 #include "model/TensorNames.h"
 
@@ -79,6 +80,11 @@ private slots:
         const run::RunModel run = test::buildRun(source.toStdString(), runDir, v, source.toStdString());
         JobContext job;
         exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job);
+
+        // The size the export dialog announces, from the config alone, against model.safetensors.
+        const double file = double(QFileInfo(QString::fromStdString(out + "/model.safetensors")).size()),
+                     announced = double(exporting::describeExportTarget(runDir, "compressed-tensors").bytes);
+        QVERIFY2(std::abs(announced - file) <= 0.01 * file, qPrintable(QString("%1 vs %2").arg(announced).arg(file)));
 
         std::ifstream in(out + "/config.json");
         const json config = json::parse(in);

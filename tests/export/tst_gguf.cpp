@@ -9,6 +9,7 @@
 #include "ExportTestRun.h"
 #include "GgufFile.h"
 #include "TestData.h"
+#include "export/ExportTargets.h"
 #include "export/GgufExport.h"
 #include "export/GgufWriter.h"
 #include "model/TensorNames.h"
@@ -228,6 +229,11 @@ private slots:
         QCOMPARE(int(f.order.size()), report.tensors);
         QCOMPARE(report.fp4Tensors, c.numLayers * (t3 ? 6 : 7));
         QCOMPARE(report.fp4Type, std::string("MXFP4"));
+        // The size the export dialog announces (from the config alone) is the tensor data's,
+        // within the norms it leaves out (13 vectors of 256 floats here).
+        const double data = double(f.bytes.size() - f.dataStart),
+                     announced = double(exporting::describeExportTarget(runDir, "gguf").bytes);
+        QVERIFY2(std::abs(announced - data) <= 0.01 * data, qPrintable(QString("%1 vs %2").arg(announced).arg(data)));
 
         auto expectEqual = [&](const std::string& gguf, at::Tensor want) {
             const std::vector<float> got = f.values(gguf);

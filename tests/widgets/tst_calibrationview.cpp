@@ -369,6 +369,11 @@ private slots:
         QVERIFY(dialog);
         const QString out = m_tmp.filePath("export-" + format);
         dialog->setFormat(format);
+        // What the dialog says of the target before the export: who loads it, what is online and
+        // folded, and the size.
+        QVERIFY2(dialog->targetText().contains(format == "gguf" ? "llama.cpp" : format == "hf" ? "transformers" : "vLLM") &&
+                     dialog->targetText().contains("Size on disk: about"),
+                 qPrintable(dialog->targetText()));
         if (format == "gguf") {
             QVERIFY(dialog->destination().endsWith(".gguf")); // one file: the suggested name follows the format
             // The run learned a T1 bias, which llama.cpp's llama does not load: refused before anything
