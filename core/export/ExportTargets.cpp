@@ -57,17 +57,18 @@ ExportTarget describeExportTarget(const std::string& runDir, const std::string& 
                    "; the " + fmt + " weights dequantized to bf16";
     } else if (format == "compressed-tensors") {
         t.runtimes = "vLLM (compressed-tensors 0.14 or later; W4A4 on SM100 GPUs and later, weights only before)";
-        t.online = std::string(t3 ? "T3, the block Hadamard of " + std::to_string(q.t3Block) + " on every down_proj input; " : "") +
-                   (q.activationFormat ? "dynamic " + q.activationFormat->describe() + " activations" : "no activation quantization");
-        t.folded = std::string("T1, T2 and their biases") + (t3 ? "; T3's random signs in up_proj" : "") + "; codes and scales as the run stored them (" +
-                   fmt + ")";
+        const std::string t3Online = t3 ? "T3, the block Hadamard of " + std::to_string(q.t3Block) + " on every down_proj input; " : "";
+        t.online = t3Online + (q.activationFormat ? "dynamic " + q.activationFormat->describe() + " activations"
+                                                  : "no activation quantization");
+        t.folded = std::string("T1, T2 and their biases") + (t3 ? "; T3's random signs in up_proj" : "") +
+                   "; codes and scales as the run stored them (" + fmt + ")";
     } else {
         t.runtimes = "llama.cpp (MXFP4 and NVFP4 since 2025; checked with llama.cpp v0.4.0 through node-llama-cpp "
                      "3.21.1) and what is built on it: ollama, LM Studio";
         t.online = "nothing of LATMiX's: llama.cpp rounds activations to Q8_0 inside its CPU products";
         t.folded = std::string("T1, T2 and the biases llama.cpp loads") +
-                   (t3 ? "; T3 folded back into down_proj, stored in F32 (exact, 4 bytes a weight)" : "") + "; codes and scales as the run stored them (" +
-                   fmt + ")";
+                   (t3 ? "; T3 folded back into down_proj, stored in F32 (exact, 4 bytes a weight)" : "") +
+                   "; codes and scales as the run stored them (" + fmt + ")";
     }
     return t;
 }
