@@ -1,6 +1,7 @@
 #include "export/ExportTargets.h"
 
 #include "model/ModelConfig.h"
+#include "model/TensorNames.h"
 
 #include <filesystem>
 #include <stdexcept>
@@ -37,16 +38,17 @@ ExportTarget describeExportTarget(const std::string& runDir, const std::string& 
     const bool t3 = q.t3Block > 0;
     const std::string fmt = q.weightFormat ? q.weightFormat->describe() : "unquantized";
 
-    // Tensor data: the block linears of every layer, the embedding (and lm_head when untied).
-    const std::int64_t h = c.hiddenSize, i = c.intermediateSize, qd = std::int64_t(c.numHeads) * c.headDim,
-                       kv = std::int64_t(c.numKvHeads) * c.headDim;
-    const std::pair<std::int64_t, std::int64_t> shapes[] = {{qd, h}, {kv, h}, {kv, h}, {h, qd}, {i, h}, {i, h}};
+    // Tensor data: every tensor the config calls for, block linears in the target's type, the
+    // rest as the target stores them (GGUF F32, the others bf16).
     std::uint64_t bytes = 0;
-    for (const auto& [out, in] : shapes) bytes += linearBytes(format, q, out, in, false);
-    bytes += linearBytes(format, q, h, i, true);
-    bytes *= std::uint64_t(c.numLayers);
-    const std::uint64_t table = std::uint64_t(c.vocabSize) * std::uint64_t(h) * (format == "gguf" ? 4 : 2);
-    bytes += table * (c.tieWordEmbeddings ? 1 : 2);
+    for (const auto& [name, shape] : model::requiredTensors(c)) {
+        const std::string linear = model::names::blockLinearOfWeight(name);
+        std::uint64_t n = 1;
+        for (auto d : shape) n *= std::uint64_t(d);
+        bytes += linear.empty() ? n * (format == "gguf" ? 4 : 2)
+                                : linearBytes(format, q, shape[0], shape[1],
+                                              linear.find(model::names::kDownProj) != std::string::npos);
+    }
 
     ExportTarget t;
     t.bytes = bytes;
