@@ -147,6 +147,7 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
         if (!planned.count(e.name)) fail(st->path() + " has an unexpected tensor '" + e.name + "'");
     const mx::MxConfig* wf = run.quant.weightFormat ? &*run.quant.weightFormat : nullptr;
     std::map<std::string, at::Tensor> codes; // linear → codes read back, waiting for the scales
+    std::set<std::string> signedLinears;     // linears written with T3's signs in their rows
     for (std::size_t i = 0; i < plan.items.size(); ++i) {
         job.checkCancelled();
         const Item& it = plan.items[i];
@@ -164,6 +165,7 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
                   : it.source == Source::Bf16     ? std::string("tensor in bf16")
                                                   : std::string("data")));
         if (it.source == Source::Codes || it.source == Source::CodesSigned) codes[it.from] = got;
+        if (it.source == Source::CodesSigned) signedLinears.insert(it.from);
         if (it.source == Source::Scales) {
             // The statement that matters: unpacking the export gives the run's weights bit for bit.
             mx::PackedTensor pk;
@@ -173,8 +175,8 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
             pk.globalScale = run.packed.at(it.from).globalScale;
             at::Tensor w = run.tensors.at(it.from + ".weight");
             pk.lastDim = w.size(1);
-            // up_proj with T3's signs moved into it: the run's rows negated, exactly.
-            if (plan.t3Signs.defined() && it.from.find("mlp.up_proj") != std::string::npos) w = w * plan.t3Signs.unsqueeze(1);
+            // A linear with T3's signs moved into it (up_proj): the run's rows negated, exactly.
+            if (signedLinears.count(it.from)) w = w * plan.t3Signs.unsqueeze(1);
             const auto m = util::firstBitMismatch(mx::unpack(pk), w);
             if (m.index >= 0) {
                 char buf[128];

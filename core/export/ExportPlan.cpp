@@ -216,7 +216,7 @@ void addPlanItems(Plan& plan, const RunModel& run, const std::string& runDir, bo
     if (has(names::kLmHeadBias)) names.push_back({names::kLmHeadBias, sizesOf(run.tensors.at(names::kLmHeadBias))});
     for (const auto& [name, shape] : names) {
         const std::string linear = model::names::blockLinearOfWeight(name);
-        const bool signedUp = plan.t3Signs.defined() && isUpProj(linear.empty() ? name : linear);
+        const bool signedUp = plan.t3Signs.defined() && isUpProj(name); // its weight or its bias
         if (ct && !linear.empty()) {
             const auto& pk = run.packed.at(linear);
             plan.items.push_back({{linear + ".weight_packed", "U8", sizesOf(pk.codes)},
