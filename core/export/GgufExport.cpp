@@ -39,7 +39,7 @@ at::Tensor pairRows(std::int64_t heads, std::int64_t hd) {
 
 class Writer {
 public:
-    Writer(const run::RunModel& run, const model::ModelConfig& c) : m_run(run), m_c(c) {}
+    explicit Writer(const run::RunModel& run) : m_run(run) {}
 
     void tensorF32(const std::string& ggufName, const at::Tensor& t) {
         const auto f = t.to(at::kFloat).contiguous();
@@ -84,7 +84,6 @@ public:
 
 private:
     const run::RunModel& m_run;
-    const model::ModelConfig& m_c;
     GgufWriter m_w;
     int m_fp4 = 0, m_partialBlocks = 0;
 };
@@ -181,7 +180,7 @@ at::Tensor ropeFactors(const model::ModelConfig& c) {
 // One decoder layer's tensors under llama.cpp's names (blk.N.*). Biases the architecture does
 // not load were checked to be zero (checkBiases) and are left out.
 void writeLayer(Writer& w, const run::RunModel& run, const GgufArchitecture& a, int l, const at::Tensor& qRows,
-                const at::Tensor& kRows, const transforms::BlockDiagonal& t3) {
+                const at::Tensor& kRows, const std::vector<at::Tensor>& t3Blocks) {
     const std::string p = names::layerPrefix(l), b = "blk." + std::to_string(l) + ".";
     w.tensorF32(b + "attn_norm.weight", run.tensors.at(p + names::kInputNorm + ".weight"));
     w.linear(b + "attn_q.weight", p + names::kQProj, qRows);
@@ -200,7 +199,7 @@ void writeLayer(Writer& w, const run::RunModel& run, const GgufArchitecture& a, 
     w.linear(b + "ffn_gate.weight", p + names::kGateProj);
     w.linear(b + "ffn_up.weight", p + names::kUpProj);
     if (run.quant.t3Block > 0) // W_down · H: float32, so only its rounding separates it from the run's
-        w.tensorF32(b + "ffn_down.weight", foldBackT3(run.tensors.at(p + names::kDownProj + ".weight"), t3.diagonalBlocks()));
+        w.tensorF32(b + "ffn_down.weight", foldBackT3(run.tensors.at(p + names::kDownProj + ".weight"), t3Blocks));
     else
         w.linear(b + "ffn_down.weight", p + names::kDownProj);
     w.biasIf(b + "ffn_gate.bias", p + names::kGateProj + ".bias", a.mlpBias);
@@ -222,7 +221,7 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     const run::RunModel run = run::readRunModel(modelDir);
     const model::ModelConfig c = run::runModelConfig(run);
     const GgufArchitecture a = checkExportable(run, c, runDir);
-    Writer w(run, c);
+    Writer w(run);
     GgufVocabulary vocabulary;
     try {
         vocabulary = readGgufVocabulary(modelDir, c.vocabSize);
@@ -237,10 +236,11 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     if (c.ropeScaling) w.tensorF32("rope_freqs.weight", ropeFactors(c));
     const at::Tensor qRows = a.ropePairs ? pairRows(c.numHeads, c.headDim) : at::Tensor(),
                      kRows = a.ropePairs ? pairRows(c.numKvHeads, c.headDim) : at::Tensor();
-    const auto t3 = run::t3Transform(run.quant, c.intermediateSize);
+    const std::vector<at::Tensor> t3Blocks =
+        run.quant.t3Block > 0 ? run::t3Transform(run.quant, c.intermediateSize).diagonalBlocks() : std::vector<at::Tensor>();
     for (int l = 0; l < c.numLayers; ++l) {
         job.checkCancelled();
-        writeLayer(w, run, a, l, qRows, kRows, t3);
+        writeLayer(w, run, a, l, qRows, kRows, t3Blocks);
         job.progress(double(l + 1) / c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(c.numLayers));
     }
     w.tensorF32("output_norm.weight", run.tensors.at(names::kFinalNorm));
@@ -249,8 +249,9 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     if (run.quant.t3Block > 0)
         r.notes.push_back("T3 folded back: ffn_down stored in float32 as W_down · H (llama.cpp applies no online Hadamard)");
     if (w.partialBlocks() > 0)
-        r.notes.push_back(std::to_string(w.partialBlocks()) + " linear(s) whose rows end in a block shorter than 32 stored in "
-                          "float32 (GGUF's FP4 types have whole blocks only); their values are the run's");
+        r.notes.push_back(std::to_string(w.partialBlocks()) + " linear(s) whose rows end in a block shorter than " +
+                          (run.quant.weightFormat->isNvfp4() ? "64" : "32") +
+                          " stored in float32 (GGUF's FP4 types have whole blocks only); their values are the run's");
     w.gguf().write(file);
     r.fp4Tensors = w.fp4();
     r.fp4Type = run.quant.weightFormat->isNvfp4() ? "NVFP4" : "MXFP4";
