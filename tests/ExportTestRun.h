@@ -56,7 +56,7 @@ inline run::RunModel buildRun(const std::string& source, const std::string& runD
             at::linspace(-0.1, 0.1, std::int64_t(c.numHeads) * c.headDim, at::kFloat);
     }
     const at::Tensor h = v.t3 ? run::t3Transform(run.quant, c.intermediateSize).dense() : at::Tensor();
-    for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) {
+    for (const auto& p : model::names::blockLinearPrefixes(c)) {
         at::Tensor w = run.tensors.at(p + ".weight");
         if (v.t3 && p.find("down_proj") != std::string::npos) w = w.to(at::kDouble).mm(h.t()).to(at::kFloat);
         mx::PackedTensor pk = mx::pack(w, v.weights);

@@ -6,8 +6,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <map>
 #include <string>
 #include <vector>
@@ -90,6 +92,56 @@ struct ReferenceLlama {
         }
     }
 
+    // Mixture of experts (Qwen3-MoE, Mixtral), written from transformers' modeling files: layer l
+    // is sparse when (l + 1) % decoder_sparse_step == 0 and l is not in mlp_only_layers.
+    bool sparse(int l) const {
+        if (!c.moe) return false;
+        const auto& d = c.moe->denseLayers;
+        return std::find(d.begin(), d.end(), l) == d.end() && (l + 1) % c.moe->sparseStep == 0;
+    }
+    std::string expert(const std::string& p, int e, const char* qwenName, const char* mixtralName) const {
+        const bool mixtral = c.architectureName == "MixtralForCausalLM";
+        return p + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.") + std::to_string(e) + "." +
+               (mixtral ? mixtralName : qwenName);
+    }
+    // Per token: softmax over the router's logits, the k largest (ties: the lower index), their
+    // probabilities renormalised where the config says, the weighted sum of those experts' SwiGLU.
+    // routed counts the tokens each expert gets; smallestGap is the least distance between the k-th
+    // and (k+1)-th largest logit seen, to show that float32 routing cannot choose otherwise.
+    mutable std::vector<int64_t> routed;
+    mutable double smallestGap = 1e300;
+    at::Tensor mixture(const at::Tensor& x, const std::string& p) const {
+        const int E = c.moe->numExperts, k = c.moe->expertsPerToken, T = static_cast<int>(x.size(0));
+        const bool mixtral = c.architectureName == "MixtralForCausalLM";
+        const auto logits = at::matmul(x, w(p + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight")).t()).contiguous();
+        const double* lp = logits.data_ptr<double>();
+        if (routed.size() != static_cast<size_t>(E)) routed.assign(static_cast<size_t>(E), 0);
+        auto y = at::zeros_like(x);
+        for (int t = 0; t < T; ++t) {
+            std::vector<double> prob(E);
+            const double m = *std::max_element(lp + t * E, lp + (t + 1) * E);
+            double z = 0;
+            for (int e = 0; e < E; ++e) z += (prob[e] = std::exp(lp[t * E + e] - m));
+            for (auto& q : prob) q /= z;
+            std::vector<int> order(E);
+            std::iota(order.begin(), order.end(), 0);
+            std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
+            if (k < E) smallestGap = std::min(smallestGap, lp[t * E + order[k - 1]] - lp[t * E + order[k]]);
+            double sum = 0;
+            for (int i = 0; i < k; ++i) sum += prob[order[i]];
+            for (int i = 0; i < k; ++i) {
+                const int e = order[i];
+                ++routed[e];
+                const double weight = mixtral || c.moe->normTopK ? prob[e] / sum : prob[e];
+                const auto xt = x.narrow(0, t, 1);
+                const auto g = lin(xt, expert(p, e, "gate_proj", "w1"), false);
+                const auto u = lin(xt, expert(p, e, "up_proj", "w3"), false);
+                y.narrow(0, t, 1) += weight * lin(g / (1 + at::exp(-g)) * u, expert(p, e, "down_proj", "w2"), false);
+            }
+        }
+        return y;
+    }
+
     at::Tensor logits(const std::vector<int64_t>& tokens) const {
         const int T = static_cast<int>(tokens.size()), H = c.numHeads, KV = c.numKvHeads, hd = c.headDim;
         auto embed = w("model.embed_tokens.weight");
@@ -133,6 +185,10 @@ struct ReferenceLlama {
             }
             h = h + lin(attn, p + "self_attn.o_proj", c.oProjBias);
             x = rmsNorm(h, w(p + "post_attention_layernorm.weight"));
+            if (sparse(l)) {
+                h = h + mixture(x, p);
+                continue;
+            }
             auto g = lin(x, p + "mlp.gate_proj", c.mlpBias);
             auto u = lin(x, p + "mlp.up_proj", c.mlpBias);
             auto act = g / (1 + at::exp(-g)) * u; // SiLU(g) * u

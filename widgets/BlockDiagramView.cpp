@@ -112,13 +112,18 @@ void BlockDiagramView::updateHeader() {
         return;
     }
     const model::ModelConfig& c = *m_config;
-    m_hint->setFullText(tr("%1 · %2 layers · hidden %3 · %4 q / %5 kv heads · intermediate %6")
+    const QString mlp = c.moe ? tr("router + %1 experts of %2, top %3")
+                                    .arg(c.moe->numExperts)
+                                    .arg(c.moe->expertWidth)
+                                    .arg(c.moe->expertsPerToken)
+                              : tr("intermediate %1").arg(c.intermediateSize);
+    m_hint->setFullText(tr("%1 · %2 layers · hidden %3 · %4 q / %5 kv heads · %6")
                             .arg(QString::fromStdString(c.architectureName))
                             .arg(c.numLayers)
                             .arg(c.hiddenSize)
                             .arg(c.numHeads)
                             .arg(c.numKvHeads)
-                            .arg(c.intermediateSize));
+                            .arg(mlp));
 }
 
 int BlockDiagramView::layer() const { return m_layerSpin->value(); }

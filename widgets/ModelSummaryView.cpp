@@ -189,7 +189,19 @@ void ModelSummaryView::setCheckpoint(std::shared_ptr<const latmix::model::Checkp
     setField(QStringLiteral("hidden"), QString::number(c.hiddenSize));
     setField(QStringLiteral("heads"), QStringLiteral("%1 / %2").arg(c.numHeads).arg(c.numKvHeads));
     setField(QStringLiteral("headDim"), QString::number(c.headDim));
-    setField(QStringLiteral("intermediate"), QString::number(c.intermediateSize));
+    if (c.moe) // a mixture of experts: the router picks top-k of E experts of their own width per token
+        setField(QStringLiteral("intermediate"),
+                 tr("%1 experts of %2, top %3").arg(c.moe->numExperts).arg(c.moe->expertWidth).arg(c.moe->expertsPerToken),
+                 tr("Mixture of experts: a router (kept in full precision) sends each token to %1 of %2 SwiGLU experts "
+                    "of width %3%4")
+                     .arg(c.moe->expertsPerToken)
+                     .arg(c.moe->numExperts)
+                     .arg(c.moe->expertWidth)
+                     .arg(c.moe->denseLayers.empty() && c.moe->sparseStep == 1
+                              ? QString()
+                              : tr("; dense MLPs of %1 in the other layers").arg(c.intermediateSize)));
+    else
+        setField(QStringLiteral("intermediate"), QString::number(c.intermediateSize));
     setField(QStringLiteral("vocab"), QString::number(c.vocabSize));
 
     const qint64 params = ck.parameterCount();

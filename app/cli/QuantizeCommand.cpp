@@ -14,7 +14,9 @@
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
 #include "run/MemoryEstimate.h"
+#include "model/TensorNames.h"
 #include "run/QuantizeRun.h"
+#include "run/quantize/LayerQuantizer.h"
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
 #include "transforms/LearnedTransforms.h"
@@ -24,6 +26,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <memory>
 #include <stdexcept>
@@ -183,13 +186,22 @@ void printTraining(const QuantizeCli& o, const run::QuantizeResult& r) {
 }
 
 void printWeights(const QuantizeCli& o, const run::ResolvedRun& resolved, const run::QuantizeResult& r) {
-    std::map<std::string, std::pair<double, int>> perLinear;
+    std::map<std::string, std::pair<double, int>> perLinear; // experts: mean over the experts of a kind
+    std::set<int> layers;
+    int rounded = 0;
     for (const auto& l : r.linears) {
-        perLinear[l.linear].first += l.relativeError;
-        perLinear[l.linear].second += 1;
+        const std::string kind = model::names::linearKind(l.linear);
+        perLinear[kind].first += l.relativeError;
+        perLinear[kind].second += 1;
+        layers.insert(l.layer);
+        rounded += l.roundedToNearest ? 1 : 0;
     }
     std::printf("weights      %s, %.1f s (%.2f s per layer)\n", resolved.method.gptq ? "GPTQ" : "RTN",
-                r.quantizeSeconds, r.linears.empty() ? 0.0 : r.quantizeSeconds / (r.linears.size() / 7.0));
+                r.quantizeSeconds, layers.empty() ? 0.0 : r.quantizeSeconds / double(layers.size()));
+    if (rounded > 0)
+        std::printf("             %d expert linears rounded to nearest: their experts got under %.1f%% of the "
+                    "calibration tokens (latmix.json lists every expert's tokens)\n",
+                    rounded, 100 * run::kStarvedShare);
     if (o.q.group) // only for several ranks
         std::printf("             %d ranks: Hessians summed over the ranks, each linear quantized by one; %.1f MiB "
                     "communicated\n",

@@ -289,6 +289,10 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
     const std::string modelDir = (fs::path(runDir) / "model").string();
     job.progress(0.0, "reading run");
     const RunModel run = readRunModel(modelDir);
+    if (format == ExportFormat::CompressedTensors && runModelConfig(run).moe)
+        throw std::runtime_error("run '" + runDir + "' is a mixture-of-experts model: its compressed-tensors export (the "
+                                 "experts' packed weights, the router left unquantized, T3 on every expert) is not "
+                                 "implemented in this version; export it with --format hf (bfloat16, dequantized)");
     const std::string latmixPath = (fs::path(runDir) / kLatmixJson).string();
     if (!fs::is_regular_file(latmixPath, ec))
         throw std::runtime_error("run record '" + latmixPath +
@@ -332,7 +336,7 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
             },
             {{"format", "pt"}});
         if (format == ExportFormat::CompressedTensors && !plan.t3Blocks.empty() && !plan.t3Signs.defined())
-            writeT3File((root / kT3File).string(), plan, run, rc.intermediateSize); // H that the config cannot declare
+            writeT3File((root / kT3File).string(), plan, run, rc.downProjWidth()); // H that the config cannot declare
         tokenizer::copyTokenizerFiles(modelDir, tmp);
         json exp;
         exp["format"] = exportFormatName(format);

@@ -148,7 +148,7 @@ void addFormatNotes(Plan& plan, const RunModel& run, bool ct) {
                                      "only (latmix.json has the exact format)");
         }
         std::set<std::int64_t> partial;
-        for (const auto& p : model::names::blockLinearPrefixes(rc.numLayers)) {
+        for (const auto& p : model::names::blockLinearPrefixes(rc)) {
             const std::int64_t in = run.tensors.at(p + ".weight").size(1);
             if (in % wf.blockSize) partial.insert(in);
         }
@@ -225,12 +225,14 @@ void addPlanItems(Plan& plan, const RunModel& run, const std::string& runDir, bo
                                   Source::Scales, linear});
             if (pk.config.isNvfp4())
                 plan.items.push_back({{linear + ".weight_global_scale", "F32", {1}}, Source::GlobalScale, linear});
-            if (plan.t3Signs.defined() && linear.size() > 13 && linear.compare(linear.size() - 13, 13, "mlp.down_proj") == 0)
+            if (plan.t3Signs.defined() && model::names::isDownProj(linear))
                 plan.items.push_back({{t3MatrixName(linear), "F32", {plan.t3Block, plan.t3Block}}, Source::T3Matrix, linear});
             ++plan.packedLinears;
             continue;
         }
-        const bool down = name.size() > 21 && name.compare(name.size() - 21, 21, ".mlp.down_proj.weight") == 0;
+        const std::string kWeight = ".weight";
+        const bool down = name.size() > kWeight.size() && name.compare(name.size() - kWeight.size(), kWeight.size(), kWeight) == 0 &&
+                          model::names::isDownProj(name.substr(0, name.size() - kWeight.size()));
         Source s = Source::Bf16;
         if (!has(name)) {
             if (!zeros.count(name))
@@ -275,7 +277,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
     // T3.
     std::vector<at::Tensor> blocks;
     if (q.t3Block > 0) {
-        const auto t3 = t3Transform(q, rc.intermediateSize);
+        const auto t3 = t3Transform(q, rc.downProjWidth());
         blocks = t3.diagonalBlocks();
         plan.t3Blocks = blocks;
         plan.t3Block = q.t3Block;

@@ -220,6 +220,10 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     const std::string modelDir = (fs::path(runDir) / "model").string();
     const run::RunModel run = run::readRunModel(modelDir);
     const model::ModelConfig c = run::runModelConfig(run);
+    if (c.moe)
+        throw std::runtime_error("run '" + runDir + "' is a mixture-of-experts model: its GGUF export (llama.cpp's "
+                                 "stacked expert tensors) is not implemented in this version; export it with "
+                                 "--format hf (bfloat16, dequantized) and convert that with llama.cpp's converter");
     const GgufArchitecture a = checkExportable(run, c, runDir);
     Writer w(run);
     GgufVocabulary vocabulary;
@@ -237,7 +241,7 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     const at::Tensor qRows = a.ropePairs ? pairRows(c.numHeads, c.headDim) : at::Tensor(),
                      kRows = a.ropePairs ? pairRows(c.numKvHeads, c.headDim) : at::Tensor();
     const std::vector<at::Tensor> t3Blocks =
-        run.quant.t3Block > 0 ? run::t3Transform(run.quant, c.intermediateSize).diagonalBlocks() : std::vector<at::Tensor>();
+        run.quant.t3Block > 0 ? run::t3Transform(run.quant, c.downProjWidth()).diagonalBlocks() : std::vector<at::Tensor>();
     for (int l = 0; l < c.numLayers; ++l) {
         job.checkCancelled();
         writeLayer(w, run, a, l, qRows, kRows, t3Blocks);

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -55,8 +56,16 @@ void foldLayerNorms(model::LayerWeights& y) {
     y.wq = scaleColumns(y.wq, y.inputNorm);
     y.wk = scaleColumns(y.wk, y.inputNorm);
     y.wv = scaleColumns(y.wv, y.inputNorm);
-    y.wGate = scaleColumns(y.wGate, y.postNorm);
-    y.wUp = scaleColumns(y.wUp, y.postNorm);
+    if (y.router.defined()) { // a sparse layer: the router and every expert read the normed input
+        y.router = scaleColumns(y.router, y.postNorm);
+        for (auto& e : y.experts) {
+            e.wGate = scaleColumns(e.wGate, y.postNorm);
+            e.wUp = scaleColumns(e.wUp, y.postNorm);
+        }
+    } else {
+        y.wGate = scaleColumns(y.wGate, y.postNorm);
+        y.wUp = scaleColumns(y.wUp, y.postNorm);
+    }
     y.inputNorm = at::ones_like(y.inputNorm);
     y.postNorm = at::ones_like(y.postNorm);
 }
@@ -78,10 +87,26 @@ void applyT1ToLayer(const model::ModelConfig& c, model::LayerWeights& y, const A
     foldInput(y.wq, y.bq, t);
     foldInput(y.wk, y.bk, t);
     foldInput(y.wv, y.bv, t);
-    foldInput(y.wGate, y.bGate, t);
-    foldInput(y.wUp, y.bUp, t);
     foldOutput(y.wo, y.bo, t);
-    foldOutput(y.wDown, y.bDown, t);
+    if (!y.router.defined()) {
+        foldInput(y.wGate, y.bGate, t);
+        foldInput(y.wUp, y.bUp, t);
+        foldOutput(y.wDown, y.bDown, t);
+        return;
+    }
+    // A sparse layer: the router reads the same transformed residual as the experts, so it gets
+    // W A⁻¹ too, and routing is unchanged (the rule of SpinQuant's MoE mapping in llm-compressor).
+    // Neither the router nor the experts hold biases, so T1's v must be 0 (the preflight sees to it).
+    if (t.v.defined())
+        throw std::invalid_argument("T1 with a bias on a mixture-of-experts layer: the router and experts have no "
+                                    "biases to take it; train T1 without bias (--t1-bias off)");
+    at::Tensor none;
+    foldInput(y.router, none, t);
+    for (auto& e : y.experts) {
+        foldInput(e.wGate, none, t);
+        foldInput(e.wUp, none, t);
+        foldOutput(e.wDown, none, t);
+    }
 }
 
 void applyT1ToTopLevel(const model::ModelConfig& c, model::LlamaWeights& w, const AffineMatrices& t) {
@@ -129,8 +154,16 @@ model::LlamaWeights applyT2(const model::ModelConfig& c, const model::LlamaWeigh
     return r;
 }
 
+namespace {
+// Every down_proj of the layer (the dense one, or each expert's).
+void forEachDown(model::LayerWeights& y, const std::function<void(at::Tensor&)>& f) {
+    if (y.wDown.defined()) f(y.wDown);
+    for (auto& e : y.experts) f(e.wDown);
+}
+} // namespace
+
 void applyT3ToLayer(model::LayerWeights& y, const transforms::BlockDiagonal& t3) {
-    y.wDown = t3.to(y.wDown.options()).apply(y.wDown); // rows of W_down: W T3ᵀ
+    forEachDown(y, [&](at::Tensor& w) { w = t3.to(w.options()).apply(w); }); // rows of W_down: W T3ᵀ
 }
 
 void foldLayer(const model::ModelConfig& config, model::LayerWeights& y, int layer, const transforms::BlockDiagonal& t3,
@@ -149,7 +182,7 @@ model::LlamaWeights applyT3(const model::LlamaWeights& w, const transforms::Bloc
 
 model::LlamaWeights unfoldT3(const model::LlamaWeights& w, const transforms::BlockDiagonal& t3) {
     model::LlamaWeights r = w;
-    for (auto& y : r.layers) y.wDown = t3.transposed().to(y.wDown.options()).apply(y.wDown); // W T3
+    for (auto& y : r.layers) forEachDown(y, [&](at::Tensor& d) { d = t3.transposed().to(d.options()).apply(d); }); // W T3
     return r;
 }
 

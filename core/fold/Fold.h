@@ -12,6 +12,9 @@
 //              bias b_o − W_o blockdiag(A2⁻¹) v2 (exact: attention rows sum to 1)
 //   T3 (intermediate, orthogonal, online): W_down T3ᵀ; the forward pass applies x ↦ x T3ᵀ to
 //              the down_proj input (model::ForwardOptions::t3)
+//   Sparse (mixture-of-experts) layers: the post-attention γ and T1's A⁻¹ go into the router and
+//   every expert's gate/up, T1's A into every expert's down_proj, T3 onto every expert's
+//   down_proj; T1 must have no bias there (neither router nor experts hold one).
 #include "model/LlamaModel.h"
 
 #include <ATen/core/Tensor.h>

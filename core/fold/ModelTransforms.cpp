@@ -38,7 +38,7 @@ ModelTransforms::ModelTransforms(const model::ModelConfig& c, TransformSpec spec
     for (int l = 0; l < c.numLayers; ++l)
         m_t2.push_back(build(m_spec.t2Kind, c.headDim, m_spec, m_spec.seed + 1 + l, m_spec.t2Bias));
     if (m_spec.t3Block > 0) {
-        m_t3 = transforms::blockHadamard(c.intermediateSize, m_spec.t3Block, m_spec.t3Seed);
+        m_t3 = transforms::blockHadamard(c.downProjWidth(), m_spec.t3Block, m_spec.t3Seed);
     }
 }
 

@@ -10,6 +10,9 @@ std::string hfBiasProblem(const ModelConfig& c, bool mlpBias) {
     // transformers' Qwen3MLP (and vLLM's Qwen3 model) build gate/up/down without bias, and the
     // Llama classes that have mlp_bias lack Qwen3's per-head q/k RMSNorm. Every other
     // combination loads as the family itself or as LlamaForCausalLM (fixBiasFlags).
+    if (c.moe && mlpBias)
+        return "Hugging Face and vLLM " + c.architectureName +
+               " models have no biases on the router or the experts (the mixture-of-experts MLP is bias-free)";
     if (c.architecture == Architecture::Qwen3 && mlpBias)
         return "Hugging Face and vLLM Qwen3 models have no MLP biases (Qwen3MLP is bias-free), and a Qwen3 model "
                "cannot be rewritten as Llama (its per-head q/k norms)";
@@ -59,7 +62,15 @@ BiasFix fixBiasFlags(nlohmann::ordered_json& j, const std::function<bool(const s
         }
         break;
     case Architecture::Qwen3:
+    case Architecture::Qwen3Moe:
         j["attention_bias"] = attnAny;
+        break;
+    case Architecture::Mixtral:
+        // MixtralAttention is bias-free, and a Mixtral cannot be rewritten as Llama (its experts).
+        if (hf && attnAny)
+            throw std::runtime_error(source + ": the folded model has attention biases, which Hugging Face and vLLM "
+                                              "Mixtral models do not have; quantize it with --t2-bias off (and a T1 "
+                                              "without bias) to export it");
         break;
     case Architecture::Mistral:
         if (hf && (attnAny || fix.mlpBias)) relabel();

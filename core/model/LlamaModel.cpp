@@ -4,6 +4,7 @@
 #include "model/TensorNames.h"
 
 #include "model/Checkpoint.h"
+#include "model/MixtureOfExperts.h"
 #include "mx/MxQuantizer.h"
 #include "transforms/FixedTransforms.h"
 
@@ -72,17 +73,26 @@ std::string pointName(int layer, PointKind kind) {
     return "layers." + std::to_string(layer) + "." + kPointSuffix[static_cast<int>(kind)];
 }
 
+std::string expertPointName(int layer, int expert, PointKind kind) {
+    return "layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) +
+           (kind == PointKind::DownProjInput ? ".down_proj.input" : ".gate_up.input");
+}
+
 std::vector<std::string> quantizationPointNames(const ModelConfig& config) {
     std::vector<std::string> names;
+    // A sparse layer's down_proj inputs are its experts' (expertPointName), each over the tokens
+    // routed to it rather than every token: they are not among these [B, T, width] points.
     for (int l = 0; l < config.numLayers; ++l)
-        for (int k = 0; k < 4; ++k) names.push_back(pointName(l, static_cast<PointKind>(k)));
+        for (int k = 0; k < 4; ++k)
+            if (!(config.isSparseLayer(l) && static_cast<PointKind>(k) == PointKind::DownProjInput))
+                names.push_back(pointName(l, static_cast<PointKind>(k)));
     return names;
 }
 
 int pointWidth(const ModelConfig& c, PointKind kind) {
     switch (kind) {
     case PointKind::OProjInput: return c.numHeads * c.headDim;
-    case PointKind::DownProjInput: return c.intermediateSize;
+    case PointKind::DownProjInput: return c.moe ? c.moe->expertWidth : c.intermediateSize;
     default: return c.hiddenSize;
     }
 }
@@ -113,6 +123,15 @@ LlamaWeights loadWith(const Checkpoint& ckpt, const std::function<at::Tensor(con
         y.bk = loadIf(c.qkvBias, p + names::kKProj + ".bias");
         y.bv = loadIf(c.qkvBias, p + names::kVProj + ".bias");
         y.bo = loadIf(c.oProjBias, p + names::kOProj + ".bias");
+        if (c.isSparseLayer(l)) {
+            y.router = load(p + names::routerModule(c) + ".weight");
+            for (int e = 0; e < c.moe->numExperts; ++e)
+                y.experts.push_back({load(p + names::expertModule(c, e, names::ExpertLinear::Gate) + ".weight"),
+                                     load(p + names::expertModule(c, e, names::ExpertLinear::Up) + ".weight"),
+                                     load(p + names::expertModule(c, e, names::ExpertLinear::Down) + ".weight")});
+            w.layers.push_back(std::move(y));
+            continue;
+        }
         y.wGate = load(p + names::kGateProj + ".weight");
         y.wUp = load(p + names::kUpProj + ".weight");
         y.wDown = load(p + names::kDownProj + ".weight");
@@ -135,7 +154,7 @@ LlamaWeights loadStoredWeights(const Checkpoint& ckpt, at::ScalarType dtype, c10
     return loadWith(ckpt, [&](const at::Tensor& t) { return t.dim() >= 2 ? t.to(device) : t.to(vectors); });
 }
 
-std::vector<std::pair<std::string, at::Tensor>> namedLayerTensors(const LayerWeights& y, int layer) {
+std::vector<std::pair<std::string, at::Tensor>> namedLayerTensors(const ModelConfig& c, const LayerWeights& y, int layer) {
     std::vector<std::pair<std::string, at::Tensor>> r;
     const std::string p = names::layerPrefix(layer);
     auto add = [&](const char* module, const char* kind, const at::Tensor& t) {
@@ -159,6 +178,14 @@ std::vector<std::pair<std::string, at::Tensor>> namedLayerTensors(const LayerWei
     add(names::kGateProj, ".bias", y.bGate);
     add(names::kUpProj, ".bias", y.bUp);
     add(names::kDownProj, ".bias", y.bDown);
+    if (y.router.defined()) add(names::routerModule(c).c_str(), ".weight", y.router);
+    for (size_t e = 0; e < y.experts.size(); ++e) {
+        const ExpertWeights& x = y.experts[e];
+        const int i = static_cast<int>(e);
+        add(names::expertModule(c, i, names::ExpertLinear::Gate).c_str(), ".weight", x.wGate);
+        add(names::expertModule(c, i, names::ExpertLinear::Up).c_str(), ".weight", x.wUp);
+        add(names::expertModule(c, i, names::ExpertLinear::Down).c_str(), ".weight", x.wDown);
+    }
     return r;
 }
 
@@ -169,7 +196,7 @@ std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& 
     };
     add(names::kEmbed, w.embed);
     for (size_t l = 0; l < w.layers.size(); ++l)
-        for (auto& nt : namedLayerTensors(w.layers[l], static_cast<int>(l))) r.push_back(std::move(nt));
+        for (auto& nt : namedLayerTensors(c, w.layers[l], static_cast<int>(l))) r.push_back(std::move(nt));
     add(names::kFinalNorm, w.finalNorm);
     if (!c.tieWordEmbeddings || !w.lmHead.is_same(w.embed)) add(names::kLmHead, w.lmHead);
     add(names::kLmHeadBias, w.lmHeadBias);
@@ -183,8 +210,9 @@ LayerWeights convertLayer(const LayerWeights& y, const at::TensorOptions& option
                             {&z.kNorm, &y.kNorm}, {&z.wq, &y.wq}, {&z.wk, &y.wk}, {&z.wv, &y.wv}, {&z.wo, &y.wo},
                             {&z.bq, &y.bq}, {&z.bk, &y.bk}, {&z.bv, &y.bv}, {&z.bo, &y.bo}, {&z.wGate, &y.wGate},
                             {&z.wUp, &y.wUp}, {&z.wDown, &y.wDown}, {&z.bGate, &y.bGate}, {&z.bUp, &y.bUp},
-                            {&z.bDown, &y.bDown}})
+                            {&z.bDown, &y.bDown}, {&z.router, &y.router}})
         *dst = cv(*src);
+    for (const ExpertWeights& x : y.experts) z.experts.push_back({cv(x.wGate), cv(x.wUp), cv(x.wDown)});
     return z;
 }
 
@@ -217,7 +245,7 @@ ForwardOptions forwardOptionsFor(const ModelConfig& c, at::ScalarType dtype, c10
     ForwardOptions o;
     if (!c.latmix) return o;
     if (c.latmix->t3Block > 0) {
-        o.t3 = transforms::blockHadamard(c.intermediateSize, c.latmix->t3Block,
+        o.t3 = transforms::blockHadamard(c.downProjWidth(), c.latmix->t3Block,
                                                          c.latmix->t3Seed)
                                    .to(at::TensorOptions().dtype(dtype).device(device));
     }
@@ -235,7 +263,9 @@ RopeTables ropeTables(const ModelConfig& c, std::int64_t T, at::ScalarType dtype
 namespace {
 
 // What the linear(s) of a point get: T3 first (down_proj), MX quantization, then the hook.
-at::Tensor atPoint(const ForwardOptions& o, const at::Tensor& x, int layer, PointKind kind, const ActivationHook& hook) {
+// expert >= 0: that expert's down_proj input in a sparse layer (kind DownProjInput).
+at::Tensor atPoint(const ForwardOptions& o, const at::Tensor& x, int layer, PointKind kind, const ActivationHook& hook,
+                   int expert = -1) {
     at::Tensor y = x;
     const bool t3 = kind == PointKind::DownProjInput && o.t3.defined();
     if (t3 && o.activationQuant && o.t3.hadamardSigns().defined() &&
@@ -247,7 +277,7 @@ at::Tensor atPoint(const ForwardOptions& o, const at::Tensor& x, int layer, Poin
         if (t3) y = o.t3.apply(y);
         if (o.activationQuant) y = mx::fakeQuantize(y, *o.activationQuant);
     }
-    if (hook) y = hook(pointName(layer, kind), y);
+    if (hook) y = hook(expert >= 0 ? expertPointName(layer, expert, kind) : pointName(layer, kind), y);
     return y;
 }
 
@@ -304,8 +334,21 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, const ForwardO
     return optionalLinear(out, w.wo, w.bo);
 }
 
-at::Tensor mlp(const LayerWeights& w, const ForwardOptions& o, const at::Tensor& x, int layer, const ActivationHook& hook) {
+at::Tensor mlp(const ModelConfig& c, const LayerWeights& w, const ForwardOptions& o, const at::Tensor& x, int layer,
+               const ActivationHook& hook) {
     auto in = atPoint(o, x, layer, PointKind::GateUpInput, hook);
+    if (w.router.defined()) {
+        // The shared gate/up input is quantized once; the router reads it unquantized (its
+        // weight stays in full precision too: docs/spec.md "Mixture of experts").
+        const auto shape = x.sizes().vec();
+        const auto flat = [&](const at::Tensor& t) { return t.reshape({-1, t.size(-1)}); };
+        auto expertPoint = [&](int e, PointKind kind, const at::Tensor& rows) {
+            if (kind == PointKind::DownProjInput)
+                return atPoint(o, rows.unsqueeze(0), layer, kind, hook, e).squeeze(0);
+            return hook ? hook(expertPointName(layer, e, kind), rows.unsqueeze(0)).squeeze(0) : rows;
+        };
+        return sparseMlp(*c.moe, w.router, w.experts, flat(x), flat(in), expertPoint).view(shape);
+    }
     auto g = at::silu(optionalLinear(in, w.wGate, w.bGate)) * optionalLinear(in, w.wUp, w.bUp);
     g = atPoint(o, g, layer, PointKind::DownProjInput, hook);
     return optionalLinear(g, w.wDown, w.bDown);
@@ -331,7 +374,7 @@ at::Tensor embedTokens(const ModelConfig& c, const LlamaWeights& w, const at::Te
 at::Tensor decoderLayer(const ModelConfig& c, const LayerWeights& w, const ForwardOptions& o, const at::Tensor& h,
                         const RopeTables& rope, int layer, const ActivationHook& hook) {
     auto x = h + attention(c, w, o, rmsNorm(h, w.inputNorm, c.rmsNormEps), rope, layer, hook);
-    return x + mlp(w, o, rmsNorm(x, w.postNorm, c.rmsNormEps), layer, hook);
+    return x + mlp(c, w, o, rmsNorm(x, w.postNorm, c.rmsNormEps), layer, hook);
 }
 
 namespace {
@@ -372,7 +415,11 @@ c10::Device layerComputeDevice(const LayerWeights& y, c10::Device home) {
 }
 
 void releaseMappedLayer(const LayerWeights& y) {
-    for (const auto& named : namedLayerTensors(y, 0)) io::releaseMappedPages(named.second);
+    for (const at::Tensor* t : {&y.inputNorm, &y.postNorm, &y.qNorm, &y.kNorm, &y.wq, &y.wk, &y.wv, &y.wo, &y.bq, &y.bk,
+                                &y.bv, &y.bo, &y.wGate, &y.wUp, &y.wDown, &y.bGate, &y.bUp, &y.bDown, &y.router})
+        if (t->defined()) io::releaseMappedPages(*t);
+    for (const ExpertWeights& x : y.experts)
+        for (const at::Tensor* t : {&x.wGate, &x.wUp, &x.wDown}) io::releaseMappedPages(*t);
 }
 
 at::Tensor forwardWith(const ModelConfig& c, const LlamaWeights& w, const ForwardOptions& o, const at::Tensor& tokens,
@@ -465,7 +512,7 @@ double LlamaModel::sequenceNll(const at::Tensor& tokens) const {
 double LlamaModel::forwardFlops(std::int64_t tokens) const {
     const ModelConfig& c = m_config;
     const double d = c.hiddenSize, a = double(c.numHeads) * c.headDim;
-    const double linear = double(c.layerLinearWeights());
+    const double linear = double(c.layerActiveWeights());
     const double attentionPerToken = 2.0 * tokens * a; // scores and weighted values, full T x T
     return 2.0 * tokens * (c.numLayers * (linear + attentionPerToken) + d * c.vocabSize);
 }

@@ -24,6 +24,11 @@ enum class PointKind { QkvInput, OProjInput, GateUpInput, DownProjInput };
 // "layers.3.self_attn.qkv.input", "layers.3.self_attn.o_proj.input",
 // "layers.3.mlp.gate_up.input", "layers.3.mlp.down_proj.input"
 std::string pointName(int layer, PointKind kind);
+// The inputs of a sparse layer's expert: "layers.3.mlp.experts.5.gate_up.input" (kind GateUpInput:
+// its rows of the shared, already quantized gate/up input, seen by hooks only) and
+// "layers.3.mlp.experts.5.down_proj.input" (a quantization point of its own). Hooks get
+// [1, tokens routed to the expert, width].
+std::string expertPointName(int layer, int expert, PointKind kind);
 std::vector<std::string> quantizationPointNames(const ModelConfig& config);
 // Width of the activation at a point: hidden, heads*head_dim, hidden, intermediate.
 int pointWidth(const ModelConfig& config, PointKind kind);
@@ -32,12 +37,20 @@ int pointWidth(const ModelConfig& config, PointKind kind);
 // returns what the linear layers get (return x unchanged to observe only).
 using ActivationHook = std::function<at::Tensor(const std::string& point, const at::Tensor& x)>;
 
+// One expert of a sparse MLP: SwiGLU without biases, [width, hidden] gate/up, [hidden, width] down.
+struct ExpertWeights {
+    at::Tensor wGate, wUp, wDown;
+};
+
 // The tensors of one decoder layer, Hugging Face layout ([out, in] weights). Undefined tensors
-// are absent biases / norms (qNorm, kNorm: Qwen3 only).
+// are absent biases / norms (qNorm, kNorm: Qwen3 only). A sparse layer (ModelConfig::isSparseLayer)
+// has a router [experts, hidden] and its experts instead of wGate/wUp/wDown.
 struct LayerWeights {
     at::Tensor inputNorm, postNorm, qNorm, kNorm;
     at::Tensor wq, wk, wv, wo, bq, bk, bv, bo;
     at::Tensor wGate, wUp, wDown, bGate, bUp, bDown;
+    at::Tensor router;
+    std::vector<ExpertWeights> experts;
 };
 
 // Every tensor of the decoder. lmHead may share storage with embed (tied embeddings);
@@ -59,8 +72,10 @@ LlamaWeights loadStoredWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
 // The same tensors under their Hugging Face names (ties resolved: lm_head.weight written when
 // it is not the embedding itself or when the config does not tie).
 std::vector<std::pair<std::string, at::Tensor>> namedTensors(const ModelConfig& config, const LlamaWeights& w);
-// The defined tensors of one decoder layer under their names as layer `layer` ("model.layers.3.…").
-std::vector<std::pair<std::string, at::Tensor>> namedLayerTensors(const LayerWeights& y, int layer);
+// The defined tensors of one decoder layer under their names as layer `layer` ("model.layers.3.…";
+// the config names a sparse layer's router and experts).
+std::vector<std::pair<std::string, at::Tensor>> namedLayerTensors(const ModelConfig& config, const LayerWeights& y,
+                                                                  int layer);
 // Drops the resident pages of the layer's tensors that view a mapped file (io::releaseMappedPages):
 // a pass over weights kept mapped holds one layer in memory, not the file.
 void releaseMappedLayer(const LayerWeights& y);

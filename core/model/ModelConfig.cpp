@@ -1,12 +1,13 @@
 // Hugging Face config.json for the Llama family (SPEC §4: Llama, Qwen2 with q/k/v bias, Qwen3
 // with per-head q_norm/k_norm; Mistral is the Llama decoder under another name). Defaults follow
-// the transformers configuration classes (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config),
-// as SPEC's preamble asks where it is silent.
+// the transformers configuration classes (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
+// Qwen3MoeConfig, MixtralConfig), as SPEC's preamble asks where it is silent.
 #include "model/ModelConfig.h"
 #include "model/ConfigJson.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -27,6 +28,8 @@ const ArchInfo kArchs[] = {
     {"MistralForCausalLM", "mistral", Architecture::Mistral},
     {"Qwen2ForCausalLM", "qwen2", Architecture::Qwen2},
     {"Qwen3ForCausalLM", "qwen3", Architecture::Qwen3},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", Architecture::Qwen3Moe},
+    {"MixtralForCausalLM", "mixtral", Architecture::Mixtral},
 };
 
 std::string supportedList() {
@@ -155,6 +158,7 @@ void readShape(const json& j, ModelConfig& c, const std::string& source) {
         c.headDim = getInt(j, "head_dim", source);
     } else if (c.architecture == Architecture::Qwen3) {
         c.headDim = 128; // Qwen3Config's default; every released Qwen3 config states it anyway
+        // (Qwen3MoeAttention falls back to hidden / heads like Llama: the branch below)
     } else {
         if (c.hiddenSize % c.numHeads != 0)
             fail(source, "hidden_size " + std::to_string(c.hiddenSize) + " is not divisible by num_attention_heads " +
@@ -202,7 +206,11 @@ void readBiases(const json& j, ModelConfig& c, const std::string& source) {
         c.oProjBias = false;
         c.mlpBias = false;
         break;
-    case Architecture::Qwen3: {
+    case Architecture::Mixtral: // MixtralAttention and its experts are bias-free
+        c.qkvBias = c.oProjBias = c.mlpBias = false;
+        break;
+    case Architecture::Qwen3:
+    case Architecture::Qwen3Moe: {
         c.qkNorm = true;
         const bool attn = getBool(j, "attention_bias", false, source);
         c.qkvBias = c.oProjBias = attn;
@@ -258,16 +266,54 @@ void readLatmix(const json& l, ModelConfig& c, const std::string& source) {
 // Mistral: sliding_window set (not null) and shorter than the context; Qwen2/3: only when
 // use_sliding_window is true.
 void checkSlidingWindow(const json& j, const ModelConfig& c, const std::string& source) {
-    const bool sliding = c.architecture == Architecture::Mistral
-                             ? present(j, "sliding_window")
-                             : (c.architecture == Architecture::Qwen2 || c.architecture == Architecture::Qwen3) &&
-                                   getBool(j, "use_sliding_window", false, source) && present(j, "sliding_window");
+    const bool mistralLike = c.architecture == Architecture::Mistral || c.architecture == Architecture::Mixtral;
+    const bool qwen = c.architecture == Architecture::Qwen2 || c.architecture == Architecture::Qwen3 ||
+                      c.architecture == Architecture::Qwen3Moe;
+    const bool sliding = mistralLike ? present(j, "sliding_window")
+                                     : qwen && getBool(j, "use_sliding_window", false, source) &&
+                                           present(j, "sliding_window");
     if (!sliding) return;
     const int w = getInt(j, "sliding_window", source);
     if (w < c.maxPositions)
         fail(source, "sliding_window " + std::to_string(w) + " is shorter than max_position_embeddings " +
                          std::to_string(c.maxPositions) +
                          "; sliding-window attention is unsupported (only full causal attention is implemented)");
+}
+
+// The sparse MLP's keys, checked before any weight is read. transformers 5 writes Qwen3-MoE's
+// expert count as num_local_experts (its attribute_map), so both spellings are read, as
+// llama.cpp's converter does.
+void readMoe(const json& j, ModelConfig& c, const std::string& source) {
+    MoeConfig m;
+    const bool mixtral = c.architecture == Architecture::Mixtral;
+    const char* countKey = present(j, "num_experts") ? "num_experts" : "num_local_experts";
+    m.numExperts = getInt(j, countKey, mixtral ? 8 : 128, source); // the classes' defaults
+    m.expertsPerToken = getInt(j, "num_experts_per_tok", mixtral ? 2 : 8, source);
+    if (m.numExperts < 1) fail(source, std::string("'") + countKey + "' must be at least 1");
+    if (m.expertsPerToken < 1 || m.expertsPerToken > m.numExperts)
+        fail(source, "'num_experts_per_tok' " + std::to_string(m.expertsPerToken) + " must be between 1 and '" +
+                         countKey + "' " + std::to_string(m.numExperts) + " (the router picks that many of them)");
+    if (mixtral) {
+        m.expertWidth = c.intermediateSize; // MixtralConfig: every MLP is sparse, intermediate_size wide
+        m.normTopK = true;                  // MixtralSparseMoeBlock always renormalises
+    } else {
+        m.expertWidth = getInt(j, "moe_intermediate_size", 768, source);
+        m.normTopK = getBool(j, "norm_topk_prob", false, source);
+        m.sparseStep = getInt(j, "decoder_sparse_step", 1, source);
+        if (m.expertWidth < 1) fail(source, "'moe_intermediate_size' must be positive");
+        if (m.sparseStep < 1) fail(source, "'decoder_sparse_step' must be at least 1");
+        if (present(j, "mlp_only_layers")) {
+            const auto& d = j["mlp_only_layers"];
+            if (!d.is_array()) fail(source, "'mlp_only_layers' must be a list of layer indices, got " + d.dump());
+            for (const auto& v : d) {
+                if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() >= c.numLayers)
+                    fail(source, "'mlp_only_layers' entry " + v.dump() + " is not a layer index 0.." +
+                                     std::to_string(c.numLayers - 1));
+                m.denseLayers.push_back(v.get<int>());
+            }
+        }
+    }
+    c.moe = m;
 }
 
 } // namespace
@@ -302,6 +348,7 @@ ModelConfig ModelConfig::fromJsonText(const std::string& text, const std::string
     if (present(j, "torch_dtype") && j["torch_dtype"].is_string()) c.torchDtype = j["torch_dtype"].get<std::string>();
     else if (present(j, "dtype") && j["dtype"].is_string()) c.torchDtype = j["dtype"].get<std::string>();
     readBiases(j, c, source);
+    if (c.architecture == Architecture::Qwen3Moe || c.architecture == Architecture::Mixtral) readMoe(j, c, source);
     if (present(j, "latmix")) readLatmix(j["latmix"], c, source);
     checkSlidingWindow(j, c, source);
     return c;
@@ -347,9 +394,21 @@ std::string ModelConfig::toJsonText() const {
     // bias is implied by the architecture. A config with qkvBias != oProjBias on a Llama-type
     // model cannot be expressed: the flag is set when either is, and loaders then expect zero
     // biases to be present where the model had none (the exporter writes them, SPEC §8).
-    if (architecture != Architecture::Qwen2) {
+    if (architecture != Architecture::Qwen2 && !moe) {
         j["attention_bias"] = qkvBias || oProjBias;
         j["mlp_bias"] = mlpBias;
+    }
+    if (moe && architecture == Architecture::Mixtral) {
+        j["num_local_experts"] = moe->numExperts;
+        j["num_experts_per_tok"] = moe->expertsPerToken;
+    } else if (moe) {
+        j["attention_bias"] = qkvBias || oProjBias;
+        j["num_experts"] = moe->numExperts;
+        j["num_experts_per_tok"] = moe->expertsPerToken;
+        j["moe_intermediate_size"] = moe->expertWidth;
+        j["norm_topk_prob"] = moe->normTopK;
+        j["decoder_sparse_step"] = moe->sparseStep;
+        j["mlp_only_layers"] = moe->denseLayers;
     }
     if (bosTokenId >= 0) j["bos_token_id"] = bosTokenId;
     else j["bos_token_id"] = nullptr;
@@ -390,9 +449,45 @@ nlohmann::ordered_json latmixJson(const LatmixQuantization& q, const ModelConfig
     return l;
 }
 
+bool ModelConfig::isSparseLayer(int layer) const {
+    // Qwen3MoeDecoderLayer's rule (Mixtral: step 1, no dense layers, so every layer).
+    if (!moe) return false;
+    for (int d : moe->denseLayers)
+        if (d == layer) return false;
+    return (layer + 1) % moe->sparseStep == 0;
+}
+
+int ModelConfig::downProjWidth() const {
+    if (!moe) return intermediateSize;
+    for (int l = 0; l < numLayers; ++l)
+        if (!isSparseLayer(l) && intermediateSize != moe->expertWidth)
+            throw std::invalid_argument("layer " + std::to_string(l) + " has a dense MLP of intermediate_size " +
+                                        std::to_string(intermediateSize) + " and the experts are " +
+                                        std::to_string(moe->expertWidth) +
+                                        " wide (moe_intermediate_size): one online T3 cannot cover both");
+    return moe->expertWidth;
+}
+
+namespace {
+std::int64_t attentionWeights(const ModelConfig& c) {
+    const std::int64_t h = c.hiddenSize, q = std::int64_t(c.numHeads) * c.headDim, kv = std::int64_t(c.numKvHeads) * c.headDim;
+    return 2 * h * q + 2 * h * kv;
+}
+// Router and `experts` experts of a sparse layer.
+std::int64_t sparseMlpWeights(const ModelConfig& c, int experts) {
+    const std::int64_t h = c.hiddenSize;
+    return h * c.moe->numExperts + std::int64_t(experts) * 3 * h * c.moe->expertWidth;
+}
+} // namespace
+
 std::int64_t ModelConfig::layerLinearWeights() const {
-    const std::int64_t h = hiddenSize, q = std::int64_t(numHeads) * headDim, kv = std::int64_t(numKvHeads) * headDim;
-    return 2 * h * q + 2 * h * kv + 3 * h * std::int64_t(intermediateSize);
+    const std::int64_t dense = 3 * std::int64_t(hiddenSize) * intermediateSize;
+    return attentionWeights(*this) + (moe ? std::max(dense, sparseMlpWeights(*this, moe->numExperts)) : dense);
+}
+
+std::int64_t ModelConfig::layerActiveWeights() const {
+    if (!moe) return layerLinearWeights();
+    return attentionWeights(*this) + sparseMlpWeights(*this, moe->expertsPerToken);
 }
 
 } // namespace latmix::model

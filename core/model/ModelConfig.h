@@ -1,5 +1,6 @@
 #pragma once
-// The parts of a Hugging Face config.json the decoder needs (Llama family, SPEC §4).
+// The parts of a Hugging Face config.json the decoder needs (Llama family, SPEC §4; the
+// mixture-of-experts members Qwen3-MoE and Mixtral, docs/spec.md "Mixture of experts").
 #include "mx/MxFormat.h"
 
 #include <cstdint>
@@ -9,7 +10,7 @@
 
 namespace latmix::model {
 
-enum class Architecture { Llama, Mistral, Qwen2, Qwen3 };
+enum class Architecture { Llama, Mistral, Qwen2, Qwen3, Qwen3Moe, Mixtral };
 
 // rope_scaling of type "llama3" (Llama 3.1+); other types are rejected with a clear error.
 struct RopeScaling {
@@ -29,6 +30,20 @@ struct LatmixQuantization {
     std::optional<mx::MxConfig> activationFormat;
     int t3Block = 0;                // T3 (SPEC §4: online block Hadamard on the down_proj input); 0: none
     std::uint64_t t3Seed = 0;
+};
+
+// The sparse MLP of a mixture-of-experts model: a router (hidden -> numExperts, no bias) picks
+// expertsPerToken experts per token, each a SwiGLU MLP of expertWidth. Keys: Qwen3MoeConfig
+// (num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob, decoder_sparse_step,
+// mlp_only_layers) and MixtralConfig (num_local_experts, num_experts_per_tok; intermediate_size is
+// the expert width, every layer sparse, the top-k always renormalised).
+struct MoeConfig {
+    int numExperts = 0;
+    int expertsPerToken = 0;
+    int expertWidth = 0;
+    bool normTopK = true;          // divide the top-k probabilities by their sum
+    int sparseStep = 1;            // decoder_sparse_step: layer i is sparse when (i + 1) % step == 0 ...
+    std::vector<int> denseLayers;  // ... and i is not in mlp_only_layers (a dense MLP of intermediate_size)
 };
 
 struct ModelConfig {
@@ -57,6 +72,14 @@ struct ModelConfig {
     // lives in the "latmix" object.
     bool lmHeadBias = false;
     std::optional<LatmixQuantization> latmix;
+    std::optional<MoeConfig> moe; // Qwen3-MoE, Mixtral
+
+    // Whether decoder layer `layer` has the sparse (router + experts) MLP; false for dense models.
+    bool isSparseLayer(int layer) const;
+    // The width of the down_proj inputs, T3's size: intermediate_size, or the experts' width in a
+    // mixture-of-experts model. Throws std::invalid_argument when the model's dense layers
+    // (mlp_only_layers) and experts differ in width, which no one T3 covers.
+    int downProjWidth() const;
 
     // Parse config.json text / file; throws std::runtime_error naming the file and the field,
     // and for an unsupported architecture naming it and listing the supported ones.
@@ -64,8 +87,12 @@ struct ModelConfig {
     static ModelConfig fromFile(const std::string& path);
     std::string toJsonText() const; // a config.json that fromJsonText reads back to the same values
     // The weights of one decoder layer's seven linears (q, k, v, o, gate, up, down), biases aside:
-    // the unit of the FLOP counts, progress shares and memory estimates.
+    // the unit of the FLOP counts, progress shares and memory estimates. A mixture-of-experts
+    // model counts its largest layer: attention, router and every expert.
     std::int64_t layerLinearWeights() const;
+    // The weights one token meets in a layer: the same for a dense model; attention, router and
+    // expertsPerToken experts in a sparse layer (FLOPs of a forward pass).
+    std::int64_t layerActiveWeights() const;
 
     static std::vector<std::string> supportedArchitectures();
 };

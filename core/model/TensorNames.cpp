@@ -1,8 +1,24 @@
 #include "model/TensorNames.h"
 
+#include <algorithm>
+#include <iterator>
+
 namespace latmix::model::names {
 
 std::string layerPrefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
+
+std::string routerModule(const ModelConfig& c) {
+    return c.architecture == Architecture::Mixtral ? "block_sparse_moe.gate" : "mlp.gate";
+}
+
+std::string expertModule(const ModelConfig& c, int expert, ExpertLinear linear) {
+    const bool mixtral = c.architecture == Architecture::Mixtral;
+    static const char* kQwen[] = {"gate_proj", "up_proj", "down_proj"};
+    static const char* kMixtral[] = {"w1", "w3", "w2"};
+    const int i = static_cast<int>(linear);
+    return std::string(mixtral ? "block_sparse_moe" : "mlp") + ".experts." + std::to_string(expert) + "." +
+           (mixtral ? kMixtral[i] : kQwen[i]);
+}
 
 int layerOf(const std::string& name) {
     static const std::string kLayers = "model.layers.";
@@ -19,21 +35,59 @@ std::string shortName(const std::string& module) {
     return dot == std::string::npos ? module : module.substr(dot + 1);
 }
 
-std::string blockLinearOfWeight(const std::string& name) {
-    static const std::string kLayers = "model.layers.", kWeight = ".weight";
-    if (name.rfind(kLayers, 0) != 0) return "";
-    for (const char* m : kBlockLinears) {
-        const std::string suffix = "." + std::string(m) + kWeight;
-        if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-            return name.substr(0, name.size() - kWeight.size());
-    }
-    return "";
+namespace {
+bool endsWith(const std::string& s, const std::string& suffix) {
+    return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::vector<std::string> blockLinearPrefixes(int numLayers) {
+// "…(mlp|block_sparse_moe).experts.<digits>.<linear>" with linear one of an expert's three.
+bool isExpertLinear(const std::string& prefix) {
+    static const char* kLinears[] = {"gate_proj", "up_proj", "down_proj", "w1", "w2", "w3"};
+    const auto dot = prefix.rfind('.');
+    if (dot == std::string::npos) return false;
+    const std::string linear = prefix.substr(dot + 1), head = prefix.substr(0, dot);
+    if (std::find(std::begin(kLinears), std::end(kLinears), linear) == std::end(kLinears)) return false;
+    const auto digits = head.find_last_not_of("0123456789");
+    if (digits == std::string::npos || digits + 1 == head.size()) return false;
+    const std::string block = head.substr(0, digits + 1);
+    return endsWith(block, ".mlp.experts.") || endsWith(block, ".block_sparse_moe.experts.");
+}
+} // namespace
+
+std::string blockLinearOfWeight(const std::string& name) {
+    static const std::string kLayers = "model.layers.", kWeight = ".weight";
+    if (name.rfind(kLayers, 0) != 0 || !endsWith(name, kWeight)) return "";
+    const std::string prefix = name.substr(0, name.size() - kWeight.size());
+    for (const char* m : kBlockLinears)
+        if (endsWith(prefix, "." + std::string(m))) return prefix;
+    return isExpertLinear(prefix) ? prefix : "";
+}
+
+std::string linearKind(const std::string& linear) {
+    static const std::string kExperts = ".experts.";
+    const auto at = linear.find(kExperts);
+    if (at == std::string::npos) return linear;
+    const auto digits = at + kExperts.size(), end = linear.find_first_not_of("0123456789", digits);
+    if (end == digits || end == std::string::npos || linear[end] != '.') return linear;
+    return linear.substr(0, digits) + linear.substr(end + 1);
+}
+
+bool isDownProj(const std::string& p) {
+    return endsWith(p, ".mlp.down_proj") || (isExpertLinear(p) && (endsWith(p, ".down_proj") || endsWith(p, ".w2")));
+}
+
+std::vector<std::string> blockLinearPrefixes(const ModelConfig& c) {
     std::vector<std::string> r;
-    for (int i = 0; i < numLayers; ++i)
-        for (const char* m : kBlockLinears) r.push_back(layerPrefix(i) + m);
+    for (int i = 0; i < c.numLayers; ++i) {
+        const std::string p = layerPrefix(i);
+        for (const char* m : {kQProj, kKProj, kVProj, kOProj}) r.push_back(p + m);
+        if (!c.isSparseLayer(i)) {
+            for (const char* m : {kGateProj, kUpProj, kDownProj}) r.push_back(p + m);
+            continue;
+        }
+        for (int e = 0; e < c.moe->numExperts; ++e)
+            for (auto k : {ExpertLinear::Gate, ExpertLinear::Up, ExpertLinear::Down}) r.push_back(p + expertModule(c, e, k));
+    }
     return r;
 }
 
@@ -64,6 +118,16 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> requiredTensors(const 
             r.push_back({p + names::kKNorm + ".weight", {hd}});
         }
         r.push_back({p + names::kPostAttentionNorm + ".weight", {h}});
+        if (c.isSparseLayer(i)) {
+            const int64_t e = c.moe->numExperts, width = c.moe->expertWidth;
+            r.push_back({p + names::routerModule(c) + ".weight", {e, h}});
+            for (int x = 0; x < e; ++x) {
+                r.push_back({p + names::expertModule(c, x, names::ExpertLinear::Gate) + ".weight", {width, h}});
+                r.push_back({p + names::expertModule(c, x, names::ExpertLinear::Up) + ".weight", {width, h}});
+                r.push_back({p + names::expertModule(c, x, names::ExpertLinear::Down) + ".weight", {h, width}});
+            }
+            continue;
+        }
         r.push_back({p + names::kGateProj + ".weight", {inter, h}});
         r.push_back({p + names::kUpProj + ".weight", {inter, h}});
         r.push_back({p + names::kDownProj + ".weight", {h, inter}});

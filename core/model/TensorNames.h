@@ -35,6 +35,14 @@ inline constexpr std::array<const char*, 7> kBlockLinears = {kQProj, kKProj, kVP
 // "model.layers.<i>."
 std::string layerPrefix(int layer);
 
+// The sparse MLP of a mixture-of-experts layer, as the Hub checkpoints store it (one 2-D tensor
+// per expert and linear; transformers 5 fuses them in memory only and splits them again on save):
+// Qwen3-MoE "mlp.gate", "mlp.experts.<e>.{gate,up,down}_proj"; Mixtral "block_sparse_moe.gate",
+// "block_sparse_moe.experts.<e>.{w1,w3,w2}" (w1 gate, w3 up, w2 down).
+enum class ExpertLinear { Gate, Up, Down };
+std::string routerModule(const ModelConfig& config);
+std::string expertModule(const ModelConfig& config, int expert, ExpertLinear linear);
+
 // The layer index of a decoder layer's tensor name ("model.layers.12.mlp.up_proj.weight" → 12), -1
 // for any other name.
 int layerOf(const std::string& name);
@@ -43,11 +51,22 @@ int layerOf(const std::string& name);
 std::string shortName(const std::string& module);
 
 // Prefix of a block linear weight name ("model.layers.3.self_attn.q_proj.weight" →
-// "model.layers.3.self_attn.q_proj"), or "" when the name is not the weight of a block linear.
+// "model.layers.3.self_attn.q_proj"; an expert's "model.layers.3.mlp.experts.5.up_proj.weight" →
+// "model.layers.3.mlp.experts.5.up_proj"), or "" when the name is not the weight of a block linear
+// (a router is not: it stays unquantized).
 std::string blockLinearOfWeight(const std::string& name);
 
-// Every block linear prefix of a model of numLayers layers, layer-major, kBlockLinears order.
-std::vector<std::string> blockLinearPrefixes(int numLayers);
+// An expert's linear under the name of its kind, for tables over experts:
+// "mlp.experts.5.up_proj" → "mlp.experts.up_proj"; any other name as it is.
+std::string linearKind(const std::string& linear);
+
+// Whether a block linear prefix is a down_proj (the dense one or an expert's: "…mlp.down_proj",
+// "…mlp.experts.5.down_proj", "…block_sparse_moe.experts.5.w2"): the linears T3 acts on.
+bool isDownProj(const std::string& linearPrefix);
+
+// Every block linear prefix of the model, layer-major: q, k, v, o, then gate, up, down of the dense
+// MLP or of each expert in turn.
+std::vector<std::string> blockLinearPrefixes(const ModelConfig& config);
 
 } // namespace latmix::model::names
 

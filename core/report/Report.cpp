@@ -1,5 +1,7 @@
 #include "report/Report.h"
 
+#include "model/TensorNames.h"
+
 #include "report/SvgPlot.h"
 #include "run/RunCatalog.h"
 #include "train/Distillation.h"
@@ -153,11 +155,18 @@ std::string trainingPlots(const run::RunSummary& s, const std::string& objective
 std::string weightErrors(const run::RunSummary& s) {
     if (s.linears.empty()) return "<p class=\"note\" id=\"no-weight-errors\">latmix.json lists no per-linear errors</p>\n";
     std::vector<std::string> names;
-    std::map<int, std::map<std::string, double>> byLayer;
+    // Experts: one column per kind, the mean over a layer's experts (model::names::linearKind).
+    std::map<int, std::map<std::string, std::pair<double, int>>> sumsByLayer;
     for (const auto& L : s.linears) {
-        if (std::find(names.begin(), names.end(), L.linear) == names.end()) names.push_back(L.linear);
-        byLayer[L.layer][L.linear] = L.relativeError;
+        const std::string kind = model::names::linearKind(L.linear);
+        if (std::find(names.begin(), names.end(), kind) == names.end()) names.push_back(kind);
+        auto& cell = sumsByLayer[L.layer][kind];
+        cell.first += L.relativeError;
+        cell.second += 1;
     }
+    std::map<int, std::map<std::string, double>> byLayer;
+    for (const auto& [layer, row] : sumsByLayer)
+        for (const auto& [kind, sum] : row) byLayer[layer][kind] = sum.first / sum.second;
     std::ostringstream out;
     out << "<div class=\"errors-wrap\"><table class=\"errors\" id=\"weight-errors\">\n<tr><th>layer</th>";
     for (const auto& n : names) out << "<th>" << esc(n) << "</th>";

@@ -23,9 +23,13 @@ namespace latmix::run {
 
 struct LinearReport {
     int layer = 0;
-    std::string linear; // "q_proj", ...
+    std::string linear; // "self_attn.q_proj", "mlp.experts.3.up_proj", ...
     double relativeError = 0;
     double seconds = 0;
+    // An expert's linear: the calibration tokens routed to it (-1: not an expert, or no windows),
+    // and whether it was rounded to nearest for want of them (LayerQuantizer's kStarvedShare).
+    std::int64_t tokens = -1;
+    bool roundedToNearest = false;
 };
 
 struct QuantizeResult {

@@ -92,7 +92,7 @@ void writeRunModel(const std::string& dir, const RunModel& run, const std::strin
     if (run.quant.weightFormat) {
         const std::set<std::string> prefixes = [&] {
             const auto c = model::ModelConfig::fromJsonText(run.configJson, where + " (config.json)");
-            const auto v = model::names::blockLinearPrefixes(c.numLayers);
+            const auto v = model::names::blockLinearPrefixes(c);
             return std::set<std::string>(v.begin(), v.end());
         }();
         for (const auto& [p, pk] : run.packed)
@@ -199,7 +199,7 @@ RunModelWriter::RunModelWriter(const std::string& dir, const std::string& config
                                      (c.tieWordEmbeddings ? "true" : "false") + "); remove it or fix the config");
     m->specs.insert(m->specs.end(), otherSpecs.begin(), otherSpecs.end());
     if (q.weightFormat)
-        for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) m->linearWeights.insert(p + ".weight");
+        for (const auto& p : model::names::blockLinearPrefixes(c)) m->linearWeights.insert(p + ".weight");
 
     // Packed weights: exactly the block linears, each checked against its float32 weight (bit for
     // bit) when its weight is written and written to quantized.safetensors right away, in the
@@ -352,7 +352,7 @@ RunModel readRunModel(const std::string& dir) {
                                      ", expected " + dtype + "; " + again);
         return pf->tensor(name);
     };
-    for (const auto& p : model::names::blockLinearPrefixes(c.numLayers)) {
+    for (const auto& p : model::names::blockLinearPrefixes(c)) {
         const at::Tensor& w = run.tensors.at(p + ".weight");
         mx::PackedTensor pk;
         pk.config = wf;

@@ -199,7 +199,7 @@ private slots:
 
         // Packed tensors, read back independently of the exporter's verification.
         const auto st = io::SafeTensorsFile::open((out + "/model.safetensors").toStdString());
-        for (const auto& p : model::names::blockLinearPrefixes(runModelConfig(r).numLayers)) {
+        for (const auto& p : model::names::blockLinearPrefixes(runModelConfig(r))) {
             const at::Tensor& w = r.tensors.at(p + ".weight");
             const auto& codes = st->entry(p + ".weight_packed");
             const auto& scales = st->entry(p + ".weight_scale");

@@ -7,6 +7,7 @@
 #include "dist/ProcessGroup.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
+#include "model/TensorNames.h"
 #include "run/quantize/Stages.h"
 #include "util/AtomicFile.h"
 #include "util/Text.h"
@@ -84,16 +85,13 @@ private:
     at::Tensor lmHeadBias;
 };
 
-// The spill file's entries: layer 0's names and shapes for every layer, then the top level.
-std::vector<io::TensorSpec> spillSpecs(const model::ModelConfig& c, const model::LayerWeights& layer0,
-                                       const model::ModelConfig& foldedConfig, const model::LlamaWeights& top,
+// The spill file's entries: every layer's tensors as the folded config calls for them (a model with
+// dense and sparse layers has different ones per layer), then the top level.
+std::vector<io::TensorSpec> spillSpecs(const model::ModelConfig& foldedConfig, const model::LlamaWeights& top,
                                        std::int64_t vocab) {
     std::vector<io::TensorSpec> specs;
-    const std::string prefix0 = names::layerPrefix(0);
-    const auto named0 = model::namedLayerTensors(layer0, 0);
-    for (int l = 0; l < c.numLayers; ++l)
-        for (const auto& [name, t] : named0)
-            specs.push_back({names::layerPrefix(l) + name.substr(prefix0.size()), "F32", t.sizes().vec()});
+    for (const auto& [name, shape] : model::requiredTensors(foldedConfig))
+        if (names::layerOf(name) >= 0) specs.push_back({name, "F32", shape});
     for (const auto& [name, t] : model::namedTensors(foldedConfig, top)) {
         auto shape = t.sizes().vec();
         if (name != names::kFinalNorm) shape[0] = vocab;
@@ -125,7 +123,7 @@ void writeFoldedSpill(const RunContext& ctx, const model::LlamaWeights& original
     fc.tieWordEmbeddings = false; // the final norm's γ went into lm_head
     const model::LlamaWeights topShapes = model::convertWeights(top.rows(true, 0, 1), cpu32); // shapes and names only
     fc.lmHeadBias = topShapes.lmHeadBias.defined();
-    const std::vector<io::TensorSpec> specs = spillSpecs(c, current, fc, topShapes, top.vocabSize());
+    const std::vector<io::TensorSpec> specs = spillSpecs(fc, topShapes, top.vocabSize());
     int currentLayer = 0;
     std::map<std::string, at::Tensor> named;
     const double steps = c.numLayers + 2; // + the embedding and lm_head
@@ -145,7 +143,7 @@ void writeFoldedSpill(const RunContext& ctx, const model::LlamaWeights& original
             if (l != currentLayer) current = foldOne(l, unused);
             currentLayer = l;
             named.clear();
-            for (auto& [n, t] : model::namedLayerTensors(current, l)) named[n] = t;
+            for (auto& [n, t] : model::namedLayerTensors(c, current, l)) named[n] = t;
             job.progress((l + 1) / steps, "layer " + std::to_string(l + 1) + "/" + std::to_string(c.numLayers));
         }
         return named.at(name);

@@ -19,15 +19,15 @@ namespace {
 const std::vector<util::Remedy> kLayerRemedies = {{"offload", "", "", "(one layer on the device at a time)"},
                                                    {"calib_samples", "", "fewer", ""}};
 constexpr int kWindowChunk = 8; // calibration windows through a layer at once
-const model::PointKind kPoints[] = {model::PointKind::QkvInput, model::PointKind::OProjInput,
-                                    model::PointKind::GateUpInput, model::PointKind::DownProjInput};
 
 } // namespace
 
 struct LayerQuantizer::Linear {
-    const char* name;
+    std::string name;  // the module after the layer prefix: "self_attn.q_proj", "mlp.experts.3.up_proj"
     at::Tensor* w;
-    model::PointKind point;
+    std::string point; // the input point whose Hessian it takes
+    int width;         // that point's width
+    int expert = -1;   // the expert it belongs to in a sparse layer
 };
 
 namespace {
@@ -87,45 +87,79 @@ void LayerQuantizer::agreeOnCancel(JobContext& job) {
     if (stop.item<double>() > 0) throw JobCancelled();
 }
 
-// The Hessians of the layer's four input points from this rank's windows (summed over the ranks).
-std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>>
-LayerQuantizer::collectHessians(int l, const model::LayerWeights& y) {
-    std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>> acc;
+// The Hessians of the layer's input points from this rank's windows (summed over the ranks).
+LayerQuantizer::Hessians LayerQuantizer::collectHessians(int l, const model::LayerWeights& y,
+                                                         const std::vector<Linear>& linears) {
+    Hessians acc;
     if (!calibrated) return acc;
-    const model::ModelConfig& c = source.config;
-    for (auto k : kPoints) acc[k] = std::make_unique<quant::HessianAccumulator>(model::pointWidth(c, k));
+    for (const Linear& lin : linears)
+        if (!acc.count(lin.point)) acc[lin.point] = std::make_unique<quant::HessianAccumulator>(lin.width);
     guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerRemedies, "", [&] {
         at::NoGradGuard g;
         for (int64_t b = 0; b < h.size(0); b += kWindowChunk) {
             const auto hb = h.narrow(0, b, std::min<int64_t>(kWindowChunk, h.size(0) - b));
-            model::decoderLayer(c, y, options, hb, rope, l, [&](const std::string& point, const at::Tensor& a) {
-                for (auto k : kPoints)
-                    if (point == model::pointName(l, k)) {
-                        try {
-                            acc[k]->add(a); // refuses NaN/Inf, naming the first one
-                        } catch (const std::invalid_argument& e) {
-                            // The weights were checked at load: NaN/Inf here comes from the
-                            // activations (an overflow, a broken transform), named by point.
-                            throw std::runtime_error(
-                                "calibration windows " + std::to_string(b) + ".." + std::to_string(b + hb.size(0) - 1) +
-                                " at " + point + ": " + e.what() +
-                                "; the folded model overflows there: try --device cpu (float32), or a method "
-                                "without learned transforms to see whether the transforms cause it");
-                        }
-                    }
+            model::decoderLayer(source.config, y, options, hb, rope, l, [&](const std::string& point, const at::Tensor& a) {
+                const auto it = acc.find(point);
+                if (it == acc.end()) return a;
+                try {
+                    it->second->add(a); // refuses NaN/Inf, naming the first one
+                } catch (const std::invalid_argument& e) {
+                    // The weights were checked at load: NaN/Inf here comes from the activations
+                    // (an overflow, a broken transform), named by point.
+                    throw std::runtime_error("calibration windows " + std::to_string(b) + ".." +
+                                             std::to_string(b + hb.size(0) - 1) + " at " + point + ": " + e.what() +
+                                             "; the folded model overflows there: try --device cpu (float32), or a "
+                                             "method without learned transforms to see whether the transforms cause it");
+                }
                 return a;
             });
         }
     });
     if (group)
-        for (auto k : kPoints) acc[k]->reduce([&](const at::Tensor& t) { group->allreduceSum({t}); });
+        for (auto& [point, a] : acc) a->reduce([&](const at::Tensor& t) { group->allreduceSum({t}); });
+    pointRows.clear();
+    for (const auto& [point, a] : acc) pointRows[point] = a->rows();
     return acc;
 }
 
+// An expert whose share of the layer's calibration tokens is below kStarvedShare.
+bool LayerQuantizer::starved(int l, const Linear& lin) const {
+    if (lin.expert < 0 || !calibrated) return false;
+    const auto total = pointRows.at(model::pointName(l, model::PointKind::QkvInput));
+    return double(pointRows.at(lin.point)) < kStarvedShare * double(total);
+}
+
+// The block linears of layer l with the point each reads: q/k/v, o_proj, and gate/up/down of the
+// dense MLP or of every expert.
+std::vector<LayerQuantizer::Linear> LayerQuantizer::layerLinears(int l, model::LayerWeights& y) const {
+    const model::ModelConfig& c = source.config;
+    using K = model::PointKind;
+    const auto point = [&](K k) { return model::pointName(l, k); };
+    const int hidden = c.hiddenSize, heads = c.numHeads * c.headDim;
+    std::vector<Linear> r = {{names::kQProj, &y.wq, point(K::QkvInput), hidden},
+                             {names::kKProj, &y.wk, point(K::QkvInput), hidden},
+                             {names::kVProj, &y.wv, point(K::QkvInput), hidden},
+                             {names::kOProj, &y.wo, point(K::OProjInput), heads}};
+    if (!y.router.defined()) {
+        r.push_back({names::kGateProj, &y.wGate, point(K::GateUpInput), hidden});
+        r.push_back({names::kUpProj, &y.wUp, point(K::GateUpInput), hidden});
+        r.push_back({names::kDownProj, &y.wDown, point(K::DownProjInput), c.intermediateSize});
+        return r;
+    }
+    using E = names::ExpertLinear;
+    for (int e = 0; e < static_cast<int>(y.experts.size()); ++e) {
+        model::ExpertWeights& x = y.experts[static_cast<size_t>(e)];
+        const std::string in = model::expertPointName(l, e, K::GateUpInput), down = model::expertPointName(l, e, K::DownProjInput);
+        r.push_back({names::expertModule(c, e, E::Gate), &x.wGate, in, hidden, e});
+        r.push_back({names::expertModule(c, e, E::Up), &x.wUp, in, hidden, e});
+        r.push_back({names::expertModule(c, e, E::Down), &x.wDown, down, c.moe->expertWidth, e});
+    }
+    return r;
+}
+
 // GPTQ or RTN of this rank's linears of layer l; the others' are left empty.
-std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(
-    int l, const std::vector<Linear>& linears, std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>>& acc,
-    std::vector<double>& seconds) {
+std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const std::vector<Linear>& linears,
+                                                                    Hessians& acc, std::vector<double>& seconds) {
     const QuantizeOptions& o = ctx.options;
     const bool gptq = ctx.method().gptq;
     const int rank = group ? group->rank() : 0;
@@ -146,11 +180,13 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(
             done[li] = guardMemory(std::string(gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
                                        std::to_string(l) + ")",
                                    kLayerRemedies, "", [&] {
-                                       const auto hess = !calibrated ? at::Tensor()
+                                       // No rows at all (an expert no token reached): nothing to take.
+                                       const bool rows = calibrated && acc[lin.point]->rows() > 0;
+                                       const auto hess = !rows        ? at::Tensor()
                                                          : lastAtPoint ? acc[lin.point]->take()
                                                                        : acc[lin.point]->hessian();
-                                       return gptq ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq)
-                                                   : quant::quantizeRtn(*lin.w, o.format, hess);
+                                       return gptq && !starved(l, lin) ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq)
+                                                                    : quant::quantizeRtn(*lin.w, o.format, hess);
                                    });
         } catch (const OutOfMemory&) {
             throw;
@@ -169,23 +205,23 @@ QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
     // The layer on the device (float32) for this step; its mapped pages are released after.
     const model::LayerWeights& stored = source.weights.layers[static_cast<size_t>(l)];
     model::LayerWeights y = model::convertLayer(stored, ctx.fopts);
-    auto hessians = collectHessians(l, y);
-    const std::vector<Linear> linears = {{names::kQProj, &y.wq, model::PointKind::QkvInput},
-                                         {names::kKProj, &y.wk, model::PointKind::QkvInput},
-                                         {names::kVProj, &y.wv, model::PointKind::QkvInput},
-                                         {names::kOProj, &y.wo, model::PointKind::OProjInput},
-                                         {names::kGateProj, &y.wGate, model::PointKind::GateUpInput},
-                                         {names::kUpProj, &y.wUp, model::PointKind::GateUpInput},
-                                         {names::kDownProj, &y.wDown, model::PointKind::DownProjInput}};
+    const std::vector<Linear> linears = layerLinears(l, y);
+    auto hessians = collectHessians(l, y, linears);
     std::vector<double> seconds;
     std::vector<quant::QuantizedWeight> done = quantizeLinears(l, linears, hessians, seconds);
     hessians.clear();
     QuantizedLayer out;
     for (std::size_t li = 0; li < linears.size(); ++li) {
-        const std::string prefix = names::layerPrefix(l) + linears[li].name;
-        *linears[li].w = done[li].dequantized.to(ctx.fopts);
+        const Linear& lin = linears[li];
+        const std::string prefix = names::layerPrefix(l) + lin.name;
+        *lin.w = done[li].dequantized.to(ctx.fopts);
         out.packed[prefix] = std::move(done[li].packed);
-        result.linears.push_back({l, linears[li].name, done[li].relativeError, seconds[li]});
+        LinearReport report{l, lin.name, done[li].relativeError, seconds[li]};
+        if (lin.expert >= 0 && calibrated) {
+            report.tokens = pointRows.at(lin.point);
+            report.roundedToNearest = ctx.method().gptq && starved(l, lin);
+        }
+        result.linears.push_back(report);
         done[li] = {};
     }
     if (calibrated) guardMemory("the quantized forward of layer " + std::to_string(l), kLayerRemedies, "", [&] {
@@ -197,7 +233,7 @@ QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
         if (!next.empty()) h = at::cat(next, 0); // a rank without windows keeps its empty h
     });
     model::releaseMappedLayer(stored);
-    for (auto& [n, t] : model::namedLayerTensors(y, l)) out.tensors[n] = t;
+    for (auto& [n, t] : model::namedLayerTensors(source.config, y, l)) out.tensors[n] = t;
     return out;
 }
 

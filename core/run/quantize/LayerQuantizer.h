@@ -6,6 +6,13 @@
 // are collected in one pass before any of them is quantized (GPTQ's default, not
 // "true-sequential"). Only one layer's activations and weights live at a time.
 //
+// Mixture-of-experts layers: each expert's gate/up and down_proj are quantized with the Hessians
+// of the tokens routed to it in the already quantized model (its rows of the shared input, its own
+// down_proj input). An expert that received fewer than kStarvedShare of the layer's calibration
+// tokens is rounded to nearest instead (GPTQModel's fallback rule, its default 0.5%): GPTQ on a
+// handful of rows fits those rows, not the expert; the tokens of every expert and the fallbacks
+// are reported (LinearReport, latmix.json).
+//
 // Data parallel (QuantizeOptions::group of several ranks): each rank runs its share of the
 // calibration windows through the layer, the Hessians' sums x xᵀ and row counts are summed over
 // the ranks (an all-reduce: the Hessian of all windows, as one process computes it up to the
@@ -27,6 +34,9 @@ struct QuantizedLayer {
     std::map<std::string, mx::PackedTensor> packed;
 };
 
+// The share of a layer's calibration tokens below which an expert falls back to RTN.
+inline constexpr double kStarvedShare = 0.005;
+
 class LayerQuantizer {
 public:
     // Embeds this rank's share of the calibration windows (GPTQ: all; RTN: the first
@@ -41,12 +51,14 @@ public:
 
 private:
     struct Linear;
-    std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>> collectHessians(int layer,
-                                                                                         const model::LayerWeights& y);
-    std::vector<quant::QuantizedWeight> quantizeLinears(int layer, const std::vector<Linear>& linears,
-                                                        std::map<model::PointKind, std::unique_ptr<quant::HessianAccumulator>>& hessians,
+    // Hessian accumulators by input point name (model::pointName, model::expertPointName).
+    using Hessians = std::map<std::string, std::unique_ptr<quant::HessianAccumulator>>;
+    Hessians collectHessians(int layer, const model::LayerWeights& y, const std::vector<Linear>& linears);
+    std::vector<quant::QuantizedWeight> quantizeLinears(int layer, const std::vector<Linear>& linears, Hessians& hessians,
                                                         std::vector<double>& seconds);
     void shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w);
+    std::vector<Linear> layerLinears(int layer, model::LayerWeights& y) const;
+    bool starved(int layer, const Linear& linear) const;
     void agreeOnCancel(JobContext& job);
 
     const RunContext& ctx;
@@ -57,6 +69,7 @@ private:
     dist::Group* group = nullptr; // several ranks, else null
     at::Tensor h;                 // this rank's windows at the input of the next layer
     bool calibrated = false;      // windows pass through the layers (GPTQ's Hessians, or RTN's output-space error)
+    std::map<std::string, std::int64_t> pointRows; // this layer's calibration rows per point (all ranks)
 };
 
 } // namespace latmix::run

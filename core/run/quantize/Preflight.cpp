@@ -87,6 +87,16 @@ void resolveT1Bias(ResolvedRun& r, const QuantizeOptions& o) {
 ResolvedRun preflightShape(ResolvedRun r, const QuantizeOptions& o, PreflightFor purpose) {
     const model::ModelConfig& c = r.config;
     resolveT1Bias(r, o);
+    if (c.moe && r.method.transformed && transforms::kindHasBias(r.method.t1Kind) && r.method.t1Bias)
+        throw RunRefused("method " + o.method + " with a learned T1 bias folds it into biases of the router and the "
+                             "experts, which " + c.architectureName + " does not have (docs/spec.md, \"Mixture of experts\")",
+                         {{"t1_bias", "off", "", "(or auto)"}});
+    try {
+        if (r.method.t3Block > 0) c.downProjWidth(); // one T3 for every down_proj
+    } catch (const std::invalid_argument& e) {
+        throw RunRefused(std::string(e.what()) + " (method " + o.method + " applies T3)",
+                         {{"method", "gptq", "", "or rtn (no T3)"}});
+    }
     checkExportable(c, r.method, o);
     checkMethodFits(c, r.method, o);
     if (o.trackedLayer < 0 || o.trackedLayer >= c.numLayers)
@@ -145,6 +155,11 @@ void checkExportable(const model::ModelConfig& c, const MethodSpec& m, const Qua
     // SPEC §4: T1 acts on the residual stream, read by q/k/v, gate/up and lm_head, so its bias
     // becomes gate/up biases; T2's (value head space) only reaches v and o_proj, which every
     // family can hold.
+    if (c.architecture == model::Architecture::Mixtral && transforms::kindHasBias(m.t2Kind) && o.t2Bias)
+        throw RunRefused("method " + o.method + " folds its learned T2 bias into v_proj/o_proj biases, but Hugging "
+                             "Face and vLLM Mixtral models have no attention biases: the run could not be exported (hf)",
+                         {{"t2_bias", "off"},
+                          {"skip_export_check", "", "", "to run anyway (the run model still loads and evaluates here)"}});
     const bool t1 = transforms::kindHasBias(m.t1Kind) && m.t1Bias;
     const std::string problem = model::hfBiasProblem(c, c.mlpBias || t1);
     if (problem.empty()) return;

@@ -4,6 +4,7 @@
 #include "model/ConfigJson.h"
 #include "mx/MxKernelCpu.h"
 #include "run/quantize/OptionTable.h"
+#include "run/quantize/LayerQuantizer.h"
 #include "run/quantize/Stages.h"
 #include "transforms/LearnedTransforms.h"
 #include "util/AtomicFile.h"
@@ -87,8 +88,23 @@ nlohmann::ordered_json runRecord(const RunContext& ctx, const QuantizeResult& r,
                                 {"column_block", o.gptq.columnBlock}, {"act_order", o.gptq.actOrder},
                                 {"relative_error", relativeErrorKind(ctx)}};
     nlohmann::ordered_json layers = nlohmann::ordered_json::array();
-    for (const auto& L : r.linears)
-        layers.push_back({{"layer", L.layer}, {"linear", L.linear}, {"relative_error", L.relativeError}, {"seconds", L.seconds}});
+    int starved = 0;
+    for (const auto& L : r.linears) {
+        nlohmann::ordered_json e = {{"layer", L.layer}, {"linear", L.linear}, {"relative_error", L.relativeError},
+                                    {"seconds", L.seconds}};
+        if (L.tokens >= 0) {
+            e["tokens"] = L.tokens;
+            e["algorithm"] = L.roundedToNearest ? "rtn" : ctx.method().gptq ? "gptq" : "rtn";
+            starved += L.roundedToNearest ? 1 : 0;
+        }
+        layers.push_back(e);
+    }
+    if (ctx.config().moe)
+        j["weight_quantization"]["experts"] = {
+            {"hessian", "tokens routed to the expert in the quantized model"},
+            {"fallback", "rtn below this share of the layer's calibration tokens"},
+            {"fallback_share", kStarvedShare},
+            {"linears_rounded_to_nearest", starved}};
     j["linears"] = layers;
     if (r.fpPerplexity > 0)
         j["perplexity"] = {{"dataset", "wikitext-2 test"}, {"source", o.evalSource}, {"seqlen", o.evalSeqLen},

@@ -1,0 +1,63 @@
+// Routing and expert mixing of the mixture-of-experts MLP. The order of operations follows
+// transformers' Qwen3MoeSparseMoeBlock and MixtralSparseMoeBlock (4.5x): logits in the model dtype,
+// float32 softmax, top-k, optional renormalisation in float32, weights cast to the hidden dtype,
+// each expert on the tokens routed to it, its output times the weight added into a zero buffer.
+#include "model/MixtureOfExperts.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+namespace latmix::model {
+
+Routing routeTokens(const MoeConfig& moe, const at::Tensor& router, const at::Tensor& x) {
+    if (router.dim() != 2 || router.size(0) != moe.numExperts || router.size(1) != x.size(-1))
+        throw std::invalid_argument("routeTokens: router must be [" + std::to_string(moe.numExperts) + ", " +
+                                    std::to_string(x.size(-1)) + "]");
+    Routing r;
+    r.logits = at::linear(x, router);
+    const auto probs = at::softmax(r.logits, -1, at::kFloat);
+    auto [top, experts] = at::topk(probs, moe.expertsPerToken, -1);
+    if (moe.normTopK) top = top / top.sum(-1, true);
+    r.experts = experts;
+    r.weights = top.to(x.scalar_type());
+    return r;
+}
+
+at::Tensor sparseMlp(const MoeConfig& moe, const at::Tensor& router, const std::vector<ExpertWeights>& experts,
+                     const at::Tensor& routerInput, const at::Tensor& x, const ExpertPoint& point,
+                     at::Tensor* routed) {
+    if (static_cast<int>(experts.size()) != moe.numExperts)
+        throw std::invalid_argument("sparseMlp: " + std::to_string(experts.size()) + " experts for a config of " +
+                                    std::to_string(moe.numExperts));
+    const Routing r = routeTokens(moe, router, routerInput);
+    const int64_t k = moe.expertsPerToken;
+    // Every (token, slot) assignment, grouped by expert: one sort and one count instead of a
+    // mask per expert, and one host read of the counts.
+    const auto flat = r.experts.reshape({-1});
+    const auto order = flat.argsort();
+    const auto counts = at::bincount(flat, {}, moe.numExperts);
+    const auto tokenOf = order.div(k, "floor");
+    const auto weightOf = r.weights.reshape({-1}).index_select(0, order).unsqueeze(1);
+    const auto hostCounts = counts.to(at::kCPU);
+    const int64_t* n = hostCounts.data_ptr<int64_t>();
+    auto y = at::zeros_like(x);
+    int64_t start = 0;
+    for (int e = 0; e < moe.numExperts; ++e) {
+        if (n[e] == 0) continue;
+        const auto rows = tokenOf.narrow(0, start, n[e]);
+        const ExpertWeights& w = experts[static_cast<size_t>(e)];
+        auto in = x.index_select(0, rows);
+        if (point) in = point(e, PointKind::GateUpInput, in);
+        auto a = at::silu(at::linear(in, w.wGate)) * at::linear(in, w.wUp);
+        if (point) a = point(e, PointKind::DownProjInput, a);
+        y.index_add_(0, rows, at::linear(a, w.wDown) * weightOf.narrow(0, start, n[e]));
+        start += n[e];
+    }
+    if (routed) *routed = counts;
+    return y;
+}
+
+} // namespace latmix::model
