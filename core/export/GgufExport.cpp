@@ -72,6 +72,28 @@ public:
         if (nv) tensorF32(ggufName.substr(0, ggufName.size() - 7) + ".scale", at::full({1}, p.globalScale, at::kFloat));
         ++m_fp4;
     }
+    // The experts' linears of one kind stacked as llama.cpp's 3-D expert tensor {in, out, experts}
+    // (its converter stacks the per-expert [out, in] matrices on a new outer axis): each expert's
+    // blocks in turn. Rows ending in a partial block: the float32 weights, stacked the same way.
+    void stackedLinear(const std::string& ggufName, const std::vector<std::string>& prefixes) {
+        const mx::PackedTensor& first = m_run.packed.at(prefixes.front());
+        const std::int64_t in = first.lastDim, out = first.codes.size(0), experts = std::int64_t(prefixes.size());
+        if (in % 32 != 0) {
+            std::vector<at::Tensor> ws;
+            for (const auto& p : prefixes) ws.push_back(m_run.tensors.at(p + ".weight"));
+            tensorF32(ggufName, at::stack(ws));
+            ++m_partialBlocks;
+            return;
+        }
+        std::string bytes;
+        for (const auto& p : prefixes) {
+            const mx::PackedTensor& pk = m_run.packed.at(p);
+            const at::Tensor codes = pk.codes.contiguous(), scales = pk.scales.contiguous();
+            bytes += mxfp4Blocks(codes.data_ptr<std::uint8_t>(), scales.data_ptr<std::uint8_t>(), out, in);
+        }
+        m_w.addTensor(ggufName, {in, out, experts}, GgmlType::MXFP4, bytes);
+        ++m_fp4;
+    }
     // A bias when the run has it and the architecture loads it.
     void biasIf(const std::string& ggufName, const std::string& hfName, bool loads, const at::Tensor& rows = {}) {
         const auto it = m_run.tensors.find(hfName);
@@ -102,6 +124,9 @@ GgufArchitecture ggufArchitecture(const model::ModelConfig& c, const std::string
     case model::Architecture::Mistral: return {"llama", true, true, true, false, false};
     case model::Architecture::Qwen2: return {"qwen2", false, false, false, true, false};
     case model::Architecture::Qwen3: return {"qwen3", false, false, false, false, true};
+    // Mixtral is llama.cpp's llama with experts (llama.<expert_count> > 0); Qwen3-MoE its qwen3moe.
+    case model::Architecture::Mixtral: return {"llama", true, false, false, false, false};
+    case model::Architecture::Qwen3Moe: return {"qwen3moe", false, false, false, false, true};
     }
     throw std::runtime_error(what + "its architecture " + c.architectureName + " has no GGUF mapping here");
 }
@@ -134,6 +159,21 @@ GgufArchitecture checkExportable(const run::RunModel& run, const model::ModelCon
     if (!mxfp4 && !nvfp4)
         throw std::runtime_error(what + "its weights are not MXFP4 (blocks of 32) or NVFP4 (blocks of 16), the 4-bit "
                                         "types GGUF has (MXINT4 has none); quantize with --format mxfp4 or nvfp4");
+    if (c.moe) {
+        // llama.cpp v0.4.0's qwen3moe and llama-with-experts (src/models/{qwen3moe,llama}.cpp):
+        // every layer has the experts; routing is softmax, top-k and always renormalised.
+        for (int l = 0; l < c.numLayers; ++l)
+            if (!c.isSparseLayer(l))
+                throw std::runtime_error(what + "layer " + std::to_string(l) + " has a dense MLP (mlp_only_layers, "
+                                         "decoder_sparse_step), and llama.cpp's " + a.name +
+                                         " architecture has experts in every layer; export hf instead");
+        if (!c.moe->normTopK)
+            throw std::runtime_error(what + "its router does not renormalise the top-k probabilities "
+                                            "(norm_topk_prob false), and llama.cpp always does; export hf instead");
+        if (wf && wf->isNvfp4())
+            throw std::runtime_error(what + "NVFP4 experts need one global scale per expert, which llama.cpp's "
+                                            "stacked expert tensors do not carry here; quantize with --format mxfp4");
+    }
     if (c.ropeScaling && !a.ropePairs)
         throw std::runtime_error(what + "its rope_scaling is written for the llama architecture only; export hf instead");
     checkBiases(run, a, what);
@@ -154,6 +194,11 @@ void addMetadata(GgufWriter& w, const model::ModelConfig& c, const GgufArchitect
     w.addUint32(k + "attention.key_length", u32(c.headDim)); // Qwen3-32B: head_dim is not hidden / heads
     w.addUint32(k + "attention.value_length", u32(c.headDim));
     w.addUint32(k + "rope.dimension_count", u32(c.headDim));
+    if (c.moe) { // llama.cpp's converter writes these for Qwen3-MoE and Mixtral alike
+        w.addUint32(k + "expert_count", u32(c.moe->numExperts));
+        w.addUint32(k + "expert_used_count", u32(c.moe->expertsPerToken));
+        w.addUint32(k + "expert_feed_forward_length", u32(c.moe->expertWidth));
+    }
     w.addFloat32(k + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rmsNormEps));
     w.addFloat32(k + "rope.freq_base", static_cast<float>(c.ropeTheta));
     w.addString("tokenizer.ggml.model", v.model);
@@ -179,8 +224,29 @@ at::Tensor ropeFactors(const model::ModelConfig& c) {
 
 // One decoder layer's tensors under llama.cpp's names (blk.N.*). Biases the architecture does
 // not load were checked to be zero (checkBiases) and are left out.
-void writeLayer(Writer& w, const run::RunModel& run, const GgufArchitecture& a, int l, const at::Tensor& qRows,
-                const at::Tensor& kRows, const std::vector<at::Tensor>& t3Blocks) {
+// A sparse layer's MLP: the router in float32 (llama.cpp's converter and llama-quantize never
+// quantize ffn_gate_inp) and the experts' gate, up and down stacked; with T3, every expert's
+// W_down · H in float32 as for the dense ffn_down.
+void writeExperts(Writer& w, const run::RunModel& run, const model::ModelConfig& c, int l,
+                  const std::vector<at::Tensor>& t3Blocks) {
+    const std::string p = names::layerPrefix(l), b = "blk." + std::to_string(l) + ".";
+    w.tensorF32(b + "ffn_gate_inp.weight", run.tensors.at(p + names::routerModule(c) + ".weight"));
+    using E = names::ExpertLinear;
+    const auto prefixes = [&](E kind) {
+        std::vector<std::string> r;
+        for (int e = 0; e < c.moe->numExperts; ++e) r.push_back(p + names::expertModule(c, e, kind));
+        return r;
+    };
+    w.stackedLinear(b + "ffn_gate_exps.weight", prefixes(E::Gate));
+    w.stackedLinear(b + "ffn_up_exps.weight", prefixes(E::Up));
+    if (run.quant.t3Block == 0) return w.stackedLinear(b + "ffn_down_exps.weight", prefixes(E::Down));
+    std::vector<at::Tensor> downs;
+    for (const auto& d : prefixes(E::Down)) downs.push_back(foldBackT3(run.tensors.at(d + ".weight"), t3Blocks));
+    w.tensorF32(b + "ffn_down_exps.weight", at::stack(downs));
+}
+
+void writeLayer(Writer& w, const run::RunModel& run, const model::ModelConfig& c, const GgufArchitecture& a, int l,
+                const at::Tensor& qRows, const at::Tensor& kRows, const std::vector<at::Tensor>& t3Blocks) {
     const std::string p = names::layerPrefix(l), b = "blk." + std::to_string(l) + ".";
     w.tensorF32(b + "attn_norm.weight", run.tensors.at(p + names::kInputNorm + ".weight"));
     w.linear(b + "attn_q.weight", p + names::kQProj, qRows);
@@ -196,6 +262,10 @@ void writeLayer(Writer& w, const run::RunModel& run, const GgufArchitecture& a, 
         w.tensorF32(b + "attn_k_norm.weight", run.tensors.at(p + names::kKNorm + ".weight"));
     }
     w.tensorF32(b + "ffn_norm.weight", run.tensors.at(p + names::kPostAttentionNorm + ".weight"));
+    if (c.isSparseLayer(l)) {
+        writeExperts(w, run, c, l, t3Blocks);
+        return;
+    }
     w.linear(b + "ffn_gate.weight", p + names::kGateProj);
     w.linear(b + "ffn_up.weight", p + names::kUpProj);
     if (run.quant.t3Block > 0) // W_down · H: float32, so only its rounding separates it from the run's
@@ -220,10 +290,6 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     const std::string modelDir = (fs::path(runDir) / "model").string();
     const run::RunModel run = run::readRunModel(modelDir);
     const model::ModelConfig c = run::runModelConfig(run);
-    if (c.moe)
-        throw std::runtime_error("run '" + runDir + "' is a mixture-of-experts model: its GGUF export (llama.cpp's "
-                                 "stacked expert tensors) is not implemented in this version; export it with "
-                                 "--format hf (bfloat16, dequantized) and convert that with llama.cpp's converter");
     const GgufArchitecture a = checkExportable(run, c, runDir);
     Writer w(run);
     GgufVocabulary vocabulary;
@@ -244,14 +310,15 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
         run.quant.t3Block > 0 ? run::t3Transform(run.quant, c.downProjWidth()).diagonalBlocks() : std::vector<at::Tensor>();
     for (int l = 0; l < c.numLayers; ++l) {
         job.checkCancelled();
-        writeLayer(w, run, a, l, qRows, kRows, t3Blocks);
+        writeLayer(w, run, c, a, l, qRows, kRows, t3Blocks);
         job.progress(double(l + 1) / c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(c.numLayers));
     }
     w.tensorF32("output_norm.weight", run.tensors.at(names::kFinalNorm));
     if (run.tensors.count(names::kLmHead)) w.tensorF32("output.weight", run.tensors.at(names::kLmHead));
     w.biasIf("output.bias", names::kLmHeadBias, a.lmHeadBias);
     if (run.quant.t3Block > 0)
-        r.notes.push_back("T3 folded back: ffn_down stored in float32 as W_down · H (llama.cpp applies no online Hadamard)");
+        r.notes.push_back(std::string("T3 folded back: ") + (c.moe ? "ffn_down_exps" : "ffn_down") +
+                          " stored in float32 as W_down · H (llama.cpp applies no online Hadamard)");
     if (w.partialBlocks() > 0)
         r.notes.push_back(std::to_string(w.partialBlocks()) + " linear(s) whose rows end in a block shorter than " +
                           (run.quant.weightFormat->isNvfp4() ? "64" : "32") +

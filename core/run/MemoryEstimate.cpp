@@ -28,14 +28,33 @@ constexpr I kBase = I(170) << 20;
 struct Shape {
     I h, i, q, kv, heads, v, layers;
     I linear; // model::ModelConfig::layerLinearWeights
+    // The MLP per token: i, or in a mixture of experts k x the experts' width (each token's rows
+    // gathered for its k experts, their activations, outputs).
+    I mlpWidth;
+    I experts = 0, expertWidth = 0, routedCopies = 0; // a sparse layer: E, its width, k copies of a token's row
+    // The largest linear [out, in] and its input width: GPTQ's float64 work and the fold's product.
+    I largestIn, largestOut;
     I layerParams() const { return linear + 2 * h; }
     I linearParams() const { return layers * (layerParams() - 2 * h); }
     I table() const { return v * h; }
+    // The elements of one layer's input Hessians ([in, in] per point): q/k/v and gate/up share
+    // the hidden-wide one; every expert has its own gate/up and down_proj inputs.
+    I hessianElements() const {
+        return experts > 0 ? h * h + q * q + experts * (h * h + expertWidth * expertWidth) : 2 * h * h + q * q + i * i;
+    }
 };
 Shape shapeOf(const model::ModelConfig& c) {
     const I hd = c.headDim;
-    return {c.hiddenSize, c.intermediateSize, I(c.numHeads) * hd, I(c.numKvHeads) * hd, c.numHeads, c.vocabSize,
-            c.numLayers, c.layerLinearWeights()};
+    Shape s{c.hiddenSize, c.intermediateSize, I(c.numHeads) * hd, I(c.numKvHeads) * hd, c.numHeads, c.vocabSize,
+            c.numLayers, c.layerLinearWeights(), c.intermediateSize, 0, 0, 0, 0, 0};
+    s.largestIn = c.intermediateSize, s.largestOut = c.hiddenSize;
+    if (c.moe) {
+        s.experts = c.moe->numExperts, s.expertWidth = c.moe->expertWidth, s.routedCopies = c.moe->expertsPerToken;
+        s.mlpWidth = std::max<I>(c.intermediateSize, I(c.moe->expertsPerToken) * c.moe->expertWidth);
+        s.largestIn = std::max<I>(c.hiddenSize, c.moe->expertWidth);
+        s.largestOut = std::max<I>(s.q, c.moe->expertWidth);
+    }
+    return s;
 }
 
 // Activations of one decoder layer over T tokens of one sequence (float32): hidden states and
@@ -43,7 +62,9 @@ Shape shapeOf(const model::ModelConfig& c) {
 // queries when T > 512 (model/LlamaModel.cpp), the MLP's gate/up/product.
 I layerActivationBytes(const Shape& s, I T) {
     const I queries = model::attentionQueryBlock(T);
-    return 3 * T * s.h * 4 + 2 * T * (s.q + 2 * s.kv) * 4 + 2 * queries * T * s.heads * 4 + 3 * T * s.i * 4;
+    // A sparse layer gathers each token's row for its k experts and scatters k outputs back.
+    const I routed = 2 * T * s.routedCopies * s.h * 4;
+    return 3 * T * s.h * 4 + 2 * T * (s.q + 2 * s.kv) * 4 + 2 * queries * T * s.heads * 4 + 3 * T * s.mlpWidth * 4 + routed;
 }
 // The loss over T tokens: one vocabulary chunk of 16384 logits with its exp / log-sum-exp
 // temporaries (model::nextTokenNll).
@@ -105,8 +126,8 @@ MemoryStage quantizeStage(const Shape& s, I T, int stored, const QuantizeOptions
     // two [in, in] matrices alive at a time plus W and its working copy in float64.
     // RTN runs windows through the layers only for --rtn-error-windows (QuantizeOptions).
     const I windows = weightQuantizationWindows(m, o);
-    const I hess = windows > 0 ? (2 * s.h * s.h + s.q * s.q + s.i * s.i) * 8 : 0;
-    const I gptq = m.gptq ? 2 * s.i * s.i * 8 + 2 * s.h * s.i * 8 : 0;
+    const I hess = windows > 0 ? s.hessianElements() * 8 : 0;
+    const I gptq = m.gptq ? 2 * s.largestIn * s.largestIn * 8 + 2 * s.largestIn * s.largestOut * 8 : 0;
     const I calib = 2 * windows * T * s.h * 4;
     // The chunk, per window: the residual stream (input, norm, output) and the larger of the
     // attention (q/k/v with RoPE copies, k/v widened to every head, one block of scores, masked
@@ -119,7 +140,7 @@ MemoryStage quantizeStage(const Shape& s, I T, int stored, const QuantizeOptions
     const I queries = model::attentionQueryBlock(T);
     const I residual = 3 * T * s.h * 4;
     const I attention = 2 * T * (s.q + 2 * s.kv) * 4 + 2 * T * s.q * 4 + 3 * queries * T * s.heads * 4;
-    const I widest = T * s.i * 4;
+    const I widest = T * s.mlpWidth * 4;
     const I mlp = 3 * widest + std::max(onDevice ? 6 * widest : widest, widest + 2 * widest);
     const I chunk = std::min<I>(8, windows) * (residual + std::max(attention, mlp));
     // The run model's writer converts the embedding to float32 when it is stored narrower.
@@ -175,7 +196,7 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
         // [intermediate, hidden] weight), the float32 result; at the end the embedding / lm_head
         // folded into a float32 table, 8192 rows at a time in float64 (rows, product, bias),
         // with the original table's pages read.
-        const I layer = P * stored + P * 8 + s.i * s.h * 8 + P * 4;
+        const I layer = P * stored + P * 8 + s.largestIn * s.largestOut * 8 + P * 4;
         const I top = s.table() * (4 + stored) + 3 * 8192 * s.h * 8;
         e.stages.push_back({"fold", kBase + std::max(layer, top),
                             "a layer " + mib(layer) + ", embedding/lm_head " + mib(top)});
@@ -185,7 +206,7 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
     if (o.evalSeqLen > 0) {
         e.stages.push_back(evalStage("eval (FP)", s, stored, o.evalSeqLen));
         // The run model is float32; activation quantization adds a copy of the widest input.
-        e.stages.push_back(evalStage("eval (W4A4)", s, 4, o.evalSeqLen, I(o.evalSeqLen) * s.i * 4));
+        e.stages.push_back(evalStage("eval (W4A4)", s, 4, o.evalSeqLen, I(o.evalSeqLen) * s.mlpWidth * 4));
     }
     finish(e);
     return e;

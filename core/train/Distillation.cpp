@@ -16,6 +16,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -67,7 +68,10 @@ MatrixMetrics matrixMetrics(const transforms::AffineTransform* t, int block) {
 } // namespace
 
 std::int64_t layerGraphBytes(const model::ModelConfig& c, std::int64_t batch, std::int64_t seqLen) {
-    const std::int64_t h = c.hiddenSize, i = c.intermediateSize, N = batch * seqLen;
+    const std::int64_t h = c.hiddenSize, N = batch * seqLen;
+    // The MLP's rows per token: intermediate, or k experts' (MemoryEstimate's mlpWidth).
+    const std::int64_t i = c.moe ? std::max<std::int64_t>(c.intermediateSize, std::int64_t(c.moe->expertsPerToken) * c.moe->expertWidth)
+                                 : c.intermediateSize;
     const std::int64_t params = c.layerLinearWeights();
     // weights: the folded copy and the products that made it (T1, T2, γ, T3), about 3 copies;
     // activations saved for the backward: about 12 hidden-wide and 4 intermediate-wide rows per

@@ -34,6 +34,7 @@
 #include <QJsonObject>
 #include <QtTest>
 
+#include <algorithm>
 #include <set>
 
 using namespace latmix;
@@ -154,8 +155,31 @@ private slots:
         compare(dir, "family-" + variant, "rtn", positions);
     }
 
+    // Mixtures of experts: llama.cpp's qwen3moe and llama-with-experts (Mixtral) on brownpy-13M
+    // made into a mixture of 4 experts, top 2: expert e is brownpy's MLP with W_down scaled by
+    // 0.7 + 0.2 e (so that which expert a token reaches, and the order of the stacked experts,
+    // change the output) behind a fixed router of decisive logits. rtn keeps the experts' FP4
+    // codes; mr-gptq also folds T3 into every expert's down_proj (stored in float32).
+    void llamaCppRunsMixturesOfExperts_data() {
+        QTest::addColumn<QString>("variant");
+        QTest::addColumn<QString>("method");
+        for (const char* v : {"qwen3moe", "mixtral"})
+            for (const char* m : {"rtn", "mr-gptq"}) QTest::newRow(qPrintable(QString("%1 %2").arg(v, m))) << v << m;
+    }
+    void llamaCppRunsMixturesOfExperts() {
+        QFETCH(QString, variant);
+        QFETCH(QString, method);
+        const QString dir = m_tmp.path() + "/moe-" + variant + "-model";
+        if (!QFileInfo::exists(dir + "/config.json")) {
+            QVERIFY(QDir().mkpath(dir));
+            writeBrownpyAs(variant, dir);
+        }
+        compare(dir, "moe-" + variant + "-" + method, method, kPositions);
+    }
+
 private:
-    // brownpy-13M's weights as another family's checkpoint (llamaCppRunsEachFamily).
+    // brownpy-13M's weights as another family's checkpoint (llamaCppRunsEachFamily), or as a
+    // mixture of experts (llamaCppRunsMixturesOfExperts).
     void writeBrownpyAs(const QString& variant, const QString& dir) {
         const QString source = test::modelFolder("brownpy-13M");
         QFile in(source + "/config.json");
@@ -165,7 +189,48 @@ private:
         const auto& c = ck.config();
         std::vector<std::pair<std::string, at::Tensor>> tensors;
         for (const auto& n : ck.names()) tensors.emplace_back(n, ck.weight(n).to(at::kFloat));
-        for (int l = 0; l < c.numLayers; ++l) {
+        const bool moe = variant == "qwen3moe" || variant == "mixtral";
+        constexpr int kExperts = 4;
+        for (int l = 0; l < c.numLayers && moe; ++l) {
+            const std::string p = model::names::layerPrefix(l);
+            const bool mixtral = variant == "mixtral";
+            const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+            const auto take = [&](const char* name) {
+                const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == p + name; });
+                const at::Tensor w = it->second;
+                tensors.erase(it);
+                return w;
+            };
+            const at::Tensor gate = take("mlp.gate_proj.weight"), up = take("mlp.up_proj.weight"), down = take("mlp.down_proj.weight");
+            // Router logits of size ~5 on normed inputs: sin of a fixed phase per expert and column.
+            const at::Tensor phase = at::arange(kExperts, at::kFloat).unsqueeze(1) * 1.3 + at::arange(c.hiddenSize, at::kFloat) * 0.7;
+            tensors.emplace_back(block + "gate.weight", (phase.sin() * 0.5).contiguous());
+            for (int e = 0; e < kExperts; ++e) {
+                const std::string x = block + "experts." + std::to_string(e) + ".";
+                tensors.emplace_back(x + (mixtral ? "w1" : "gate_proj") + ".weight", gate.clone());
+                tensors.emplace_back(x + (mixtral ? "w3" : "up_proj") + ".weight", up.clone());
+                tensors.emplace_back(x + (mixtral ? "w2" : "down_proj") + ".weight", (down * (0.7 + 0.2 * e)).contiguous());
+            }
+            if (!mixtral) {
+                tensors.emplace_back(p + model::names::kQNorm + ".weight", at::ones({c.headDim}));
+                tensors.emplace_back(p + model::names::kKNorm + ".weight", at::ones({c.headDim}));
+            }
+        }
+        if (moe) {
+            const bool mixtral = variant == "mixtral";
+            cfg["architectures"] = QJsonArray{mixtral ? "MixtralForCausalLM" : "Qwen3MoeForCausalLM"};
+            cfg["model_type"] = mixtral ? "mixtral" : "qwen3_moe";
+            cfg[mixtral ? "num_local_experts" : "num_experts"] = kExperts;
+            cfg["num_experts_per_tok"] = 2;
+            if (!mixtral) {
+                cfg["moe_intermediate_size"] = c.intermediateSize;
+                cfg["norm_topk_prob"] = true;
+                cfg["head_dim"] = c.headDim;
+            }
+            cfg.remove("mlp_bias");
+            cfg.remove("attention_bias");
+        }
+        for (int l = 0; l < c.numLayers && !moe; ++l) {
             const std::string p = model::names::layerPrefix(l);
             if (variant == "qwen2") {
                 tensors.emplace_back(p + model::names::kQProj + ".bias", at::zeros({std::int64_t(c.numHeads) * c.headDim}));
@@ -181,7 +246,7 @@ private:
             cfg["architectures"] = QJsonArray{arch};
             cfg["model_type"] = variant;
             cfg["head_dim"] = c.headDim;
-        } else {
+        } else if (variant == "llama3-rope") {
             cfg["rope_scaling"] = QJsonObject{{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                                               {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
         }
@@ -247,11 +312,9 @@ private:
         const run::RunModel rm = run::readRunModel(modelPath);
         test::ReferenceLlama ref(ck);
         if (rm.quant.t3Block > 0) {
-            const at::Tensor h = run::t3Transform(rm.quant, c.intermediateSize).dense().to(at::kDouble);
-            for (int l = 0; l < c.numLayers; ++l) {
-                const std::string down = model::names::layerPrefix(l) + model::names::kDownProj + ".weight";
-                ref.replaced[down] = rm.tensors.at(down).to(at::kDouble).mm(h);
-            }
+            const at::Tensor h = run::t3Transform(rm.quant, c.downProjWidth()).dense().to(at::kDouble);
+            for (const auto& p : model::names::blockLinearPrefixes(c))
+                if (model::names::isDownProj(p)) ref.replaced[p + ".weight"] = rm.tensors.at(p + ".weight").to(at::kDouble).mm(h);
         }
         // The weights llama.cpp multiplies as MXFP4 or NVFP4 (ggml types 39, 40), by their Hugging
         // Face names.
@@ -260,12 +323,21 @@ private:
             {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"}, {"attn_v", "self_attn.v_proj"},
             {"attn_output", "self_attn.o_proj"}, {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"},
             {"ffn_down", "mlp.down_proj"}};
+        // Stacked experts (ffn_{gate,up,down}_exps): every expert's linear of that kind.
+        const std::map<std::string, model::names::ExpertLinear> expertKind{
+            {"ffn_gate_exps", model::names::ExpertLinear::Gate}, {"ffn_up_exps", model::names::ExpertLinear::Up},
+            {"ffn_down_exps", model::names::ExpertLinear::Down}};
         std::set<std::string> mxfp4;
         for (const auto& [name, t] : file.tensors) {
             const auto dot = name.find('.', 4); // blk.N.<name>.weight
             if ((t.type != 39 && t.type != 40) || name.compare(0, 4, "blk.") != 0 || dot == std::string::npos) continue;
             const std::string layer = name.substr(4, dot - 4), kind = name.substr(dot + 1, name.rfind('.') - dot - 1);
-            mxfp4.insert("model.layers." + layer + "." + hfName.at(kind) + ".weight");
+            const std::string p = "model.layers." + layer + ".";
+            if (expertKind.count(kind))
+                for (int e = 0; e < c.moe->numExperts; ++e)
+                    mxfp4.insert(p + model::names::expertModule(c, e, expertKind.at(kind)) + ".weight");
+            else
+                mxfp4.insert(p + hfName.at(kind) + ".weight");
         }
         QVERIFY2(!mxfp4.empty(), "the file has no MXFP4 or NVFP4 tensor");
         const at::Tensor exact = at::log_softmax(ref.logits(ids), 1);

@@ -29,7 +29,8 @@ StageSeconds stageSeconds(const model::ModelConfig& c, const QuantizeOptions& o,
     const double h = c.hiddenSize, i = c.intermediateSize, q = double(c.numHeads) * c.headDim,
                  kv = double(c.numKvHeads) * c.headDim, L = c.numLayers, T = o.seqLen;
     const double linear = double(c.layerLinearWeights());
-    const double perToken = 2 * L * linear + 2 * h * c.vocabSize; // a forward pass, FLOPs per token
+    // A forward pass, FLOPs per token: the weights a token meets (a mixture of experts: k experts).
+    const double perToken = 2 * L * double(c.layerActiveWeights()) + 2 * h * c.vocabSize;
     const double rate = cuda ? kGpuFlops : kCpuCoreFlops * std::max(1, threadCount());
     StageSeconds s;
     // Teacher and student forward, the student's backward (twice its forward) and the
@@ -40,8 +41,14 @@ StageSeconds stageSeconds(const model::ModelConfig& c, const QuantizeOptions& o,
     // calibration windows through each layer twice (Hessians, then the quantized forward) and
     // the four Hessians' float64 sums.
     const double windows = weightQuantizationWindows(m, o), tokens = windows * T;
-    const double columns = 5 * h + q + i, gptqFlops = m.gptq ? 2 * (q * h * h + 2 * kv * h * h + h * q * q + 2 * i * h * h + h * i * i) : 0;
-    const double hessians = 2 * tokens * (2 * h * h + q * q + i * i) * 2;
+    double columns = 5 * h + q + i, gptqFlops = m.gptq ? 2 * (q * h * h + 2 * kv * h * h + h * q * q + 2 * i * h * h + h * i * i) : 0;
+    double hessians = 2 * tokens * (2 * h * h + q * q + i * i) * 2;
+    if (c.moe) { // every expert's gate/up and down_proj; each token reaches k experts' Hessians
+        const double E = c.moe->numExperts, w = c.moe->expertWidth, k = c.moe->expertsPerToken;
+        columns = 3 * h + q + E * (2 * h + w);
+        gptqFlops = m.gptq ? 2 * (q * h * h + 2 * kv * h * h + h * q * q + E * (2 * w * h * h + h * w * w)) : 0;
+        hessians = 2 * tokens * (h * h + q * q + k * (h * h + w * w)) * 2;
+    }
     s.quantizing = L * (2 * gptqFlops + hessians + 2 * tokens * 2 * linear) / rate;
     const double perColumn = m.gptq ? (cuda ? kGpuSecondsPerColumn : kCpuSecondsPerColumn) : 0.0;
     // Packing and the error: on the host, ~50 operations per weight on a CPU run.
