@@ -87,6 +87,7 @@ int run(int argc, char** argv, bool mayReexec) {
     add(latmix::cli::addBenchCommand);
     add(latmix::cli::addEvalCommand);
     add(latmix::cli::addCaptureCommand);
+    add(latmix::cli::addExpertsCommand);
     add(latmix::cli::addDemoModelCommand);
     add(latmix::cli::addImportLlama2cCommand);
     add(latmix::cli::addAnalyzeCommand);

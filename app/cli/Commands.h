@@ -23,6 +23,7 @@ Runner addMxQuantizeCommand(CLI::App& app);
 Runner addBenchCommand(CLI::App& app);
 Runner addEvalCommand(CLI::App& app);
 Runner addCaptureCommand(CLI::App& app);
+Runner addExpertsCommand(CLI::App& app);
 Runner addDemoModelCommand(CLI::App& app);
 Runner addImportLlama2cCommand(CLI::App& app);
 Runner addAnalyzeCommand(CLI::App& app);

@@ -6,6 +6,7 @@
 #include "util/Text.h"
 
 #include "eval/ActivationCapture.h"
+#include "eval/ExpertLoad.h"
 #include "eval/Perplexity.h"
 #include "eval/ZeroShot.h"
 #include "model/Checkpoint.h"
@@ -14,6 +15,7 @@
 #include "import/RandomModel.h"
 #include "model/Capture.h"
 #include "model/LlamaModel.h"
+#include "run/quantize/LayerQuantizer.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/Runtime.h"
 #include "util/TorchCompat.h"
@@ -21,6 +23,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -165,6 +168,60 @@ int runCapture(const CaptureCliOptions& o) {
     return 0;
 }
 
+// ---- experts ----
+struct ExpertsCliOptions {
+    ModelOptions m;
+    int samples = 32, seqLen = 512;
+    std::uint64_t seed = 0;
+    std::string calib, json;
+};
+
+int runExperts(const ExpertsCliOptions& o) {
+    const auto ck = model::Checkpoint::load(o.m.model);
+    const auto& c = ck.config();
+    if (!c.moe)
+        throw std::invalid_argument(o.m.model + " (" + c.architectureName +
+                                    ") has no experts; `latmix experts` reads a mixture-of-experts model (Qwen3-MoE, Mixtral)");
+    const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), model::parseDevice(o.m.device));
+    const auto tok = tokenizer::Tokenizer::loadFromDir(o.m.model);
+    const std::string calib = util::calibrationTextFile(o.calib); // never the test text (SPEC §5)
+    const auto ids = tok->encode(util::readTextFile(calib, "calibration text"), false);
+    const auto windows = model::sampleCalibrationWindows(ids, o.samples, o.seqLen, o.seed);
+    CliProgress progress("experts");
+    const auto load = eval::measureExpertLoad(m, windows, progress);
+    const double starvedBelow = run::kStarvedShare * double(load.tokensPerLayer);
+    std::printf("model     %s (%s)\n", o.m.model.c_str(), describe(ck).c_str());
+    std::printf("windows   %d of %d tokens from %s: %lld tokens through each layer, %d experts each\n", o.samples,
+                o.seqLen, calib.c_str(), static_cast<long long>(load.tokensPerLayer), load.expertsPerToken);
+    std::printf("%-6s %6s %12s %8s %8s %8s %10s\n", "layer", "idle", "under 0.5%", "min", "median", "max", "busiest");
+    nlohmann::json layers = nlohmann::json::array();
+    for (std::size_t i = 0; i < load.layers.size(); ++i) {
+        std::vector<std::int64_t> t = load.tokens[i];
+        const int idle = int(std::count(t.begin(), t.end(), 0));
+        const int under = int(std::count_if(t.begin(), t.end(), [&](std::int64_t n) { return double(n) < starvedBelow; }));
+        layers.push_back({{"layer", load.layers[i]}, {"tokens", t}});
+        std::sort(t.begin(), t.end());
+        // busiest: the share of the layer's routed slots (tokens x k) its busiest expert takes
+        const double busiest = double(t.back()) / double(load.tokensPerLayer * load.expertsPerToken);
+        std::printf("%-6d %6d %12d %8lld %8lld %8lld %9.1f%%\n", load.layers[i], idle, under,
+                    static_cast<long long>(t.front()), static_cast<long long>(t[t.size() / 2]),
+                    static_cast<long long>(t.back()), 100 * busiest);
+    }
+    std::printf("GPTQ rounds an expert to nearest when it gets under %.1f%% of a layer's calibration tokens "
+                "(docs/spec.md, \"Mixture of experts\")\n",
+                100 * run::kStarvedShare);
+    if (!o.json.empty())
+        util::writeFileAtomically(o.json, nlohmann::json{{"model", o.m.model},
+                                                         {"calibration", calib},
+                                                         {"windows", o.samples},
+                                                         {"seqlen", o.seqLen},
+                                                         {"tokens_per_layer", load.tokensPerLayer},
+                                                         {"experts_per_token", load.expertsPerToken},
+                                                         {"layers", layers}}
+                                              .dump(2) + "\n");
+    return 0;
+}
+
 // ---- import-llama2c ----
 int runImport(const std::string& bin, const std::string& tokenizer, const std::string& dir) {
     if (fs::exists(dir)) throw std::runtime_error("output folder '" + dir + "' exists; choose a new folder");
@@ -208,6 +265,19 @@ Runner addCaptureCommand(CLI::App& app) {
     cmd->add_option("--calib", o->calib, "calibration text (default LATMIX_DATA_DIR/wikitext-2/wiki.valid.tokens)");
     cmd->add_option("--out", o->out, "run file (.h5)")->required();
     return [o] { return runCapture(*o); };
+}
+
+Runner addExpertsCommand(CLI::App& app) {
+    auto o = std::make_shared<ExpertsCliOptions>();
+    auto* cmd = app.add_subcommand("experts", "tokens the router sends to each expert of a mixture-of-experts model, "
+                                              "layer by layer, on calibration windows");
+    addModelOptions(cmd, o->m);
+    cmd->add_option("--samples", o->samples, "calibration windows")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--seqlen", o->seqLen, "tokens per window")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+    cmd->add_option("--seed", o->seed, "window sampling seed")->capture_default_str();
+    cmd->add_option("--calib", o->calib, "calibration text (default LATMIX_DATA_DIR/wikitext-2/wiki.valid.tokens)");
+    cmd->add_option("--json", o->json, "also write every expert's count as JSON to this file");
+    return [o] { return runExperts(*o); };
 }
 
 Runner addDemoModelCommand(CLI::App& app) {

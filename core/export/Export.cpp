@@ -289,10 +289,13 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
     const std::string modelDir = (fs::path(runDir) / "model").string();
     job.progress(0.0, "reading run");
     const RunModel run = readRunModel(modelDir);
-    if (format == ExportFormat::CompressedTensors && runModelConfig(run).moe)
-        throw std::runtime_error("run '" + runDir + "' is a mixture-of-experts model: its compressed-tensors export (the "
-                                 "experts' packed weights, the router left unquantized, T3 on every expert) is not "
-                                 "implemented in this version; export it with --format hf (bfloat16, dequantized)");
+    // vLLM's fused MoE layers take compressed-tensors' quantization but apply no transform_config
+    // (only Linear layers get transforms): an online T3 on the experts would be left out silently.
+    if (format == ExportFormat::CompressedTensors && runModelConfig(run).moe && run.quant.t3Block > 0)
+        throw std::runtime_error("run '" + runDir + "' is a mixture-of-experts model with the online T3 on its experts' "
+                                 "down_proj, which vLLM's fused MoE layers do not apply (compressed-tensors transforms "
+                                 "reach Linear layers only); export it with --format hf or gguf (T3 folded back), or "
+                                 "quantize with --method gptq or rtn (no T3) for a compressed-tensors export");
     const std::string latmixPath = (fs::path(runDir) / kLatmixJson).string();
     if (!fs::is_regular_file(latmixPath, ec))
         throw std::runtime_error("run record '" + latmixPath +

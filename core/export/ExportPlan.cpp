@@ -77,7 +77,8 @@ json quantArgs(const mx::MxConfig& f, bool activation) {
 }
 
 // compressed-tensors' quantization_config (weights, activations, T3 as a transform) for a run.
-json compressedTensorsConfig(const model::LatmixQuantization& q, const std::string& fmtName, bool plainT3) {
+json compressedTensorsConfig(const model::ModelConfig& c, const model::LatmixQuantization& q, const std::string& fmtName,
+                             bool plainT3) {
     const mx::MxConfig& wf = *q.weightFormat;
     json groups;
     json g0;
@@ -93,6 +94,10 @@ json compressedTensorsConfig(const model::LatmixQuantization& q, const std::stri
     qc["quantization_status"] = "compressed";
     qc["config_groups"] = groups;
     qc["ignore"] = json::array({"lm_head"});
+    // The router stays in full precision (llm-compressor's MoE examples ignore it the same way).
+    if (c.moe)
+        qc["ignore"].push_back(c.architecture == model::Architecture::Mixtral ? "re:.*block_sparse_moe\\.gate$"
+                                                                             : "re:.*mlp\\.gate$");
     qc["kv_cache_scheme"] = nullptr;
     qc["global_compression_ratio"] = nullptr;
     qc["sparsity_config"] = json::object();
@@ -284,7 +289,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
         if (ct && t3.hadamardSigns().defined()) plan.t3Signs = t3.hadamardSigns().to(at::kFloat);
     }
 
-    if (ct) j["quantization_config"] = compressedTensorsConfig(q, fmtName, plan.t3Signs.defined());
+    if (ct) j["quantization_config"] = compressedTensorsConfig(rc, q, fmtName, plan.t3Signs.defined());
     addFormatNotes(plan, run, ct);
     plan.config = j;
     addPlanItems(plan, run, runDir, ct, fix.zeroBiases);

@@ -5,6 +5,7 @@
 #include "ReferenceLlama.h"
 #include "TestSupport.h"
 
+#include "eval/ExpertLoad.h"
 #include "eval/Perplexity.h"
 #include "export/Export.h"
 #include "import/RandomModel.h"
@@ -22,6 +23,7 @@
 
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
@@ -205,6 +207,17 @@ private slots:
             QCOMPARE(perExpert[e], ref.routed[static_cast<size_t>(e)]);
         QVERIFY(perExpert.size() >= 2); // the routing really chooses among experts
 
+        // The expert load of the same window (eval::measureExpertLoad): per layer, every token
+        // k times; per expert, summed over the layers, the reference's counts.
+        const auto load = eval::measureExpertLoad(m, {std::vector<int>(ids.begin(), ids.end())});
+        QCOMPARE(int(load.layers.size()), int(sparseLayers.size()));
+        std::vector<std::int64_t> loadSum(static_cast<size_t>(c.moe->numExperts), 0);
+        for (const auto& row : load.tokens) {
+            QCOMPARE(std::accumulate(row.begin(), row.end(), std::int64_t(0)), std::int64_t(ids.size()) * c.moe->expertsPerToken);
+            for (size_t e = 0; e < row.size(); ++e) loadSum[e] += row[e];
+        }
+        QCOMPARE(loadSum, ref.routed);
+
         const double err = (got.to(at::kDouble) - want).abs().max().item<double>() / want.abs().max().item<double>();
         qInfo("%s: max |logit error| / max |logit| = %.3g, smallest top-k gap %.3g", qPrintable(name), err,
               ref.smallestGap);
@@ -368,12 +381,29 @@ private slots:
         // bf16 weights (relative rounding 2^-9) on a near-uniform random model: a few 1e-3 (tst_families).
         QVERIFY2(std::abs(exported / r.weightOnlyPerplexity - 1) < 5e-3,
                  qPrintable(QString("export %1 vs run weight-only %2").arg(exported).arg(r.weightOnlyPerplexity)));
-        // compressed-tensors and GGUF are refused, naming the way out.
-        const auto refused = test::errorOf([&] {
-            exporting::exportRun(runDir.toStdString(), exporting::ExportFormat::CompressedTensors,
-                                 m_tmp.filePath("exports/ct-" + family + "-" + method).toStdString(), silentJob());
-        });
-        QVERIFY2(refused.contains("export it with --format hf"), qPrintable(refused));
+        // compressed-tensors: every expert linear packed, the router unquantized and ignored by the
+        // quantization_config (verifyExport reloads the folder and compares it with the run);
+        // refused with T3, which vLLM's fused MoE layers would leave out.
+        const QString ct = m_tmp.filePath("exports/ct-" + family + "-" + method);
+        const auto exportCt = [&] {
+            exporting::exportRun(runDir.toStdString(), exporting::ExportFormat::CompressedTensors, ct.toStdString(), silentJob());
+        };
+        if (method == "rtn" || method == "gptq") {
+            exportCt();
+            exporting::verifyExport(ct.toStdString(), runDir.toStdString());
+            QFile f(ct + "/config.json");
+            QVERIFY(f.open(QIODevice::ReadOnly));
+            const auto ignore = QJsonDocument::fromJson(f.readAll()).object()["quantization_config"].toObject()["ignore"].toArray();
+            QVERIFY(ignore.contains(family == "mixtral" ? "re:.*block_sparse_moe\\.gate$" : "re:.*mlp\\.gate$"));
+            const auto packed = io::SafeTensorsFile::open((ct + "/model.safetensors").toStdString());
+            const std::string expert = family == "mixtral" ? "model.layers.1.block_sparse_moe.experts.3.w2"
+                                                           : "model.layers.1.mlp.experts.3.down_proj";
+            QVERIFY(packed->contains(expert + ".weight_packed") && packed->contains(expert + ".weight_scale"));
+        } else {
+            const auto refused = test::errorOf(exportCt);
+            QVERIFY2(refused.contains("quantize with --method gptq or rtn (no T3) for a compressed-tensors export"),
+                     qPrintable(refused));
+        }
         if (method == "quarot" || method == "mr-gptq" || method == "spinquant") {
             qInfo("folded fp %.9g, fp %.9g", r.foldedPerplexity, r.fpPerplexity);
             // float32 folds and forward over 2 layers: ~1e-6 relative; 1e-4 leaves room, and an

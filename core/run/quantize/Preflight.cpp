@@ -77,6 +77,8 @@ void resolveT1Bias(ResolvedRun& r, const QuantizeOptions& o) {
                                  " exports to hf and compressed-tensors load the biases it folds into; GGUF for llama.cpp "
                                  "does not load lm_head's)",
                              std::vector<util::Remedy>{{"t1_bias", "off", "", "for a GGUF export"}});
+    else if (r.config.moe) // no way to the bias: the router and experts cannot take it (preflightShape)
+        r.notes.emplace_back("learned T1 bias off (auto: " + problem + ")", std::vector<util::Remedy>{});
     else
         r.notes.emplace_back("learned T1 bias off (auto: " + problem + ")",
                              std::vector<util::Remedy>{{"t1_bias", "on", "",
