@@ -29,3 +29,14 @@ done
 "$BIN" "$MODEL" --point layers.2.mlp.down_proj.input --view diagram --screenshot "$OUT/diagram.png"
 "$BIN" "$MODEL" --compare layers.2.mlp.down_proj.input --screenshot "$OUT/comparison.png"
 "$BIN" "$MODEL" --calibrate latmix-lu --steps 60 --screenshot "$OUT/calibration.png"
+# The experts tab needs a mixture of experts: a random Qwen3-MoE of 8 layers × 32 experts with the
+# demo model's tokenizer.
+"$LATMIX" demo-model "$TMP/demo" >/dev/null
+cat > "$TMP/moe.json" <<'JSON'
+{"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 8,
+ "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300, "max_position_embeddings": 1024,
+ "num_experts": 32, "num_experts_per_tok": 4, "moe_intermediate_size": 128, "norm_topk_prob": true,
+ "bos_token_id": 1, "eos_token_id": 2}
+JSON
+"$LATMIX" demo-model "$TMP/moe-small" --config "$TMP/moe.json" --tokenizer "$TMP/demo" --dtype float32 >/dev/null
+"$BIN" "$TMP/moe-small" --experts 16 --screenshot "$OUT/experts.png"

@@ -18,6 +18,7 @@
 #include "RunsView.h"
 #include "TrainingDashboard.h"
 #include "WeightView.h"
+#include "ExpertLoadView.h"
 #include "WorkbenchSettings.h"
 
 #include <QAction>
@@ -83,11 +84,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     m_comparison = new ComparisonView(this);
     m_activations = new ActivationView(this);
     m_weights = new WeightView(this);
+    m_experts = new ExpertLoadView(this);
     m_runs = new RunsView(this);
     m_diagram = new BlockDiagramView(this);
     setCentralWidget(createCentralArea());
     connect(this, &MainWindow::modelOpened, m_weights, &WeightView::setModelDir);
     connect(m_weights, &WeightView::errorOccurred, this, &MainWindow::showErrorBanner);
+    connect(this, &MainWindow::modelOpened, m_experts, &ExpertLoadView::setModelDir);
+    connect(m_experts, &ExpertLoadView::errorOccurred, this, &MainWindow::showErrorBanner);
     // The runs table lists the workbench's own runs folder; File › Add runs folder… adds more.
     m_runs->setFolders({RunsView::defaultFolder()});
     connect(m_runs, &RunsView::runActivated, this, &MainWindow::openRun);
@@ -206,6 +210,9 @@ QWidget* MainWindow::createCentralArea() {
     m_tabs->addTab(m_explorer, tr("MX format explorer"));
     m_tabs->addTab(m_activations, tr("Activations"));
     m_tabs->addTab(m_weights, tr("Weights"));
+    m_tabs->addTab(m_experts, tr("Experts"));
+    m_tabs->setTabToolTip(m_tabs->indexOf(m_experts),
+                          tr("Mixture-of-experts models: the calibration tokens the router sends to each expert"));
     m_tabs->addTab(m_diagram, tr("Block diagram"));
     m_tabs->setTabToolTip(m_tabs->indexOf(m_diagram),
                           tr("Where T1, T2, T3 and the four quantization points sit in a decoder layer (SPEC §4)"));

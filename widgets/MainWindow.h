@@ -37,6 +37,7 @@ class ModelSummaryView;
 class MxExplorerView;
 class RunsView;
 class WeightView;
+class ExpertLoadView;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -54,6 +55,7 @@ public:
     ComparisonView* comparisonView() const { return m_comparison; }
     ActivationView* activationView() const { return m_activations; }
     WeightView* weightView() const { return m_weights; }
+    ExpertLoadView* expertLoadView() const { return m_experts; }
     RunsView* runsView() const { return m_runs; }
     BlockDiagramView* blockDiagramView() const { return m_diagram; }
     JobsDock* jobsView() const { return m_jobs; }
@@ -174,6 +176,7 @@ private:
     ComparisonView* m_comparison = nullptr;
     ActivationView* m_activations = nullptr;
     WeightView* m_weights = nullptr;
+    ExpertLoadView* m_experts = nullptr;
     RunsView* m_runs = nullptr;
     BlockDiagramView* m_diagram = nullptr;
     JobsDock* m_jobs = nullptr;

@@ -273,6 +273,21 @@ void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {
         auto* layerItem = new QTreeWidgetItem(m_tree, {tr("Layer %1").arg(layer)});
         const QString prefix = QStringLiteral("layers.%1.").arg(layer);
         for (PointKind kind : kKinds) {
+            if (kind == PointKind::DownProjInput && config.isSparseLayer(layer)) {
+                // A sparse layer: each expert's down_proj input is its own point, over the tokens
+                // routed to it; the row says so and selects nothing (the Experts tab shows the load).
+                const auto& moe = *config.moe;
+                auto* item = new QTreeWidgetItem(
+                    layerItem, {tr("router → %1 experts (top %2)").arg(moe.numExperts).arg(moe.expertsPerToken),
+                                QString::number(moe.expertWidth)});
+                item->setData(1, Qt::UserRole, moe.expertWidth);
+                item->setTextAlignment(1, Qt::AlignRight | Qt::AlignVCenter);
+                item->setToolTip(0, tr("%1 … %2\ninput of each expert's down_proj, over the tokens the router sends it; "
+                                       "the router reads gate_up's input unquantized (see the Experts tab)")
+                                        .arg(QString::fromStdString(latmix::model::expertPointName(layer, 0, kind)))
+                                        .arg(moe.numExperts - 1));
+                continue;
+            }
             const QString name = QString::fromStdString(latmix::model::pointName(layer, kind));
             const int width = latmix::model::pointWidth(config, kind);
             // The layer is the parent; repeating "layers.N." in every row only costs dock width.

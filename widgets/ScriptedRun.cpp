@@ -1,5 +1,7 @@
 #include "ScriptedRun.h"
 
+#include "ExpertLoadView.h"
+
 #include "import/DemoModel.h"
 #include "transforms/LearnedTransforms.h"
 
@@ -19,6 +21,7 @@
 #include <QCoreApplication>
 #include <QDir>
 #include <QEventLoop>
+#include <QSpinBox>
 #include <QFileInfo>
 #include <QRegularExpression>
 #include <QTableView>
@@ -121,13 +124,15 @@ bool showView(MainWindow& window, const ScriptedSession& s, QString* error) {
         target = window.comparisonView();
     else if (s.view == QLatin1String("weights"))
         target = window.weightView();
+    else if (s.view == QLatin1String("experts"))
+        target = window.expertLoadView();
     else if (s.view == QLatin1String("runs"))
         target = window.runsView();
     else if (s.view == QLatin1String("diagram"))
         target = window.blockDiagramView();
     if (!target) {
-        *error = QStringLiteral("unknown view '%1'; choose explorer, activations, weights, diagram, comparison, "
-                                "calibration or runs")
+        *error = QStringLiteral("unknown view '%1'; choose explorer, activations, weights, experts, diagram, "
+                                "comparison, calibration or runs")
                      .arg(s.view);
         return false;
     }
@@ -170,6 +175,29 @@ bool showWeights(MainWindow& window, const ScriptedSession& s, QString* error) {
     showAt(window, s.size);
     if (!drawSelection(view, error)) return false;
     return true;
+}
+
+// --experts N: measured and drawn before it returns.
+bool showExperts(MainWindow& window, const ScriptedSession& s, QString* error) {
+    auto* view = window.expertLoadView();
+    if (s.expertWindows < 1) {
+        *error = QStringLiteral("--experts needs a positive number of windows");
+        return false;
+    }
+    if (auto* windows = view->findChild<QSpinBox*>(QStringLiteral("expertWindowsSpin"))) windows->setValue(s.expertWindows);
+    window.viewTabs()->setCurrentWidget(view);
+    showAt(window, s.size);
+    QEventLoop loop;
+    bool ok = false;
+    QObject::connect(view, &ExpertLoadView::loadFinished, &loop, [&](bool done, const QString& message) {
+        if (!done) std::fprintf(stderr, "latmix-workbench: %s\n", qPrintable(message));
+        ok = done;
+        loop.quit();
+    });
+    if (!view->measure(error)) return false;
+    loop.exec();
+    if (!ok) *error = QStringLiteral("the expert load could not be measured (the banner says why)");
+    return ok;
 }
 
 // --runs-folder DIR: listed, the best four selected.
@@ -288,6 +316,7 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
     return (s.view.isEmpty() || showView(window, s, error)) &&
            (s.activationPoint.isEmpty() || showActivations(window, s, error)) &&
            (s.weightsLinear.isEmpty() || showWeights(window, s, error)) &&
+           (s.expertWindows == 0 || showExperts(window, s, error)) &&
            (s.runsFolder.isEmpty() || showRuns(window, s, error)) &&
            (s.comparePoint.isEmpty() || runComparison(window, s, error)) &&
            (s.calibrateMethod.isEmpty() || runCalibration(window, s, error)) &&

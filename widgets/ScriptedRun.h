@@ -26,7 +26,7 @@ bool plotAnalysisJson(const QString& json, const QString& outDir, QStringList* w
 
 struct ScriptedSession {
     QString openRun;        // a finished run folder to open (its curves, its export)
-    QString view;           // explorer, activations, weights, diagram, comparison, calibration or runs; empty: unchanged
+    QString view;           // explorer, activations, weights, experts, diagram, comparison, calibration or runs; empty: unchanged
     QString point;          // select this quantization point in every view (before view is shown)
     QString comparePoint;   // compare the transforms at this point, then across layers
     QStringList compareTransforms; // the transforms ticked for it (empty: the view's defaults)
@@ -35,6 +35,7 @@ struct ScriptedSession {
     QString activationTransform = QStringLiteral("hadamard"); // ... before and after this transform ("run": openRun's)
     QString weightsLinear;   // show the weights of this linear ("layers.1.mlp.down_proj"; the weights view,
                              // folded with openRun's transforms when it has them)
+    int expertWindows = 0;   // measure the expert load on this many windows (the experts view); 0: no, -1: a bad value
     QString runsFolder;      // list the runs of this folder in the runs view, the best four selected
     QString calibrateMethod; // start a calibration with this method
     int steps = 40;          // its training steps

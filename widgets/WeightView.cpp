@@ -88,6 +88,9 @@ WeightView::WeightView(QWidget* parent) : QWidget(parent) {
     m_linear->setObjectName(QStringLiteral("weightLinearCombo"));
     m_linear->addItems(linears());
     f->addRow(tr("L&inear:"), m_linear);
+    m_expert = FormWidgets::spin(box, "weightExpertSpin", 0, 0, 0);
+    m_expert->setToolTip(tr("The expert whose linear is shown (mixture-of-experts models)"));
+    f->addRow(tr("E&xpert:"), m_expert);
     m_format = FormWidgets::formatCombo(box, "weightFormatCombo");
     f->addRow(tr("&Format:"), m_format);
     m_auto = new QCheckBox(tr("Update on every change"), box);
@@ -134,6 +137,7 @@ WeightView::WeightView(QWidget* parent) : QWidget(parent) {
     auto changed = [this] { analyzeIfAutomatic(); };
     connect(m_layer, qOverload<int>(&QSpinBox::valueChanged), this, changed);
     connect(m_linear, &QComboBox::currentTextChanged, this, changed);
+    connect(m_expert, qOverload<int>(&QSpinBox::valueChanged), this, changed);
     connect(m_format, &QComboBox::currentTextChanged, this, changed);
     m_runner->showProgressIn(m_status);
     restyle();
@@ -150,16 +154,43 @@ void WeightView::restyle() {
     PlotStyle::restyle({m_channelPlot, m_groupPlot, m_heatBefore, m_heatAfter}, palette());
 }
 
+void WeightView::fillLinears(const latmix::model::ModelConfig* c) {
+    const QSignalBlocker block(m_linear), blockExpert(m_expert);
+    const QString current = m_linear->currentText();
+    m_linear->clear();
+    const bool moe = c && c->moe;
+    if (!moe) {
+        m_linear->addItems(linears());
+    } else {
+        namespace names = model::names;
+        for (const char* n : {names::kQProj, names::kKProj, names::kVProj, names::kOProj}) m_linear->addItem(QString::fromLatin1(n));
+        m_linear->addItem(QString::fromStdString(names::routerModule(*c)));
+        for (auto kind : {names::ExpertLinear::Gate, names::ExpertLinear::Up, names::ExpertLinear::Down}) {
+            // "mlp.experts.E.up_proj": the chosen expert's linear of that kind
+            std::string shown = names::expertModule(*c, 0, kind);
+            shown.replace(shown.find(".0."), 3, ".E.");
+            m_linear->addItem(QString::fromStdString(shown), int(kind));
+        }
+        m_expert->setRange(0, c->moe->numExperts - 1);
+    }
+    m_expert->setEnabled(moe);
+    const int i = m_linear->findText(current);
+    m_linear->setCurrentIndex(std::max(i, 0));
+}
+
 void WeightView::setModelDir(const QString& dir) {
     m_modelDir = dir;
+    m_config.reset();
     int layers = 0;
     if (!dir.isEmpty()) {
         try {
-            layers = latmix::model::ModelConfig::fromFile(QDir(dir).filePath(QStringLiteral("config.json")).toStdString()).numLayers;
+            m_config = latmix::model::ModelConfig::fromFile(QDir(dir).filePath(QStringLiteral("config.json")).toStdString());
+            layers = m_config->numLayers;
         } catch (const std::exception& e) {
             m_status->setText(QString::fromLocal8Bit(e.what()));
         }
     }
+    fillLinears(m_config ? &*m_config : nullptr);
     {
         const QSignalBlocker block(m_layer);
         m_layer->setRange(0, std::max(layers - 1, 0));
@@ -177,13 +208,24 @@ void WeightView::setRun(const QString& runDir) {
 }
 
 bool WeightView::selectLinear(int layer, const QString& linear) {
-    const int i = m_linear->findText(linear);
+    // An expert's linear ("mlp.experts.5.up_proj") is its kind's item and the expert's number.
+    static const QRegularExpression expertRe(QStringLiteral("\\.experts\\.(\\d+)\\."));
+    const auto m = expertRe.match(linear);
+    QString item = linear;
+    int expert = -1;
+    if (m.hasMatch() && m_config && m_config->moe) {
+        expert = m.captured(1).toInt();
+        item.replace(m.capturedStart(0), m.capturedLength(0), QStringLiteral(".experts.E."));
+        if (expert > m_expert->maximum()) return false;
+    }
+    const int i = m_linear->findText(item);
     if (i < 0 || layer < m_layer->minimum() || layer > m_layer->maximum()) return false;
     {
         // One analysis for the pair, not one per field.
-        const QSignalBlocker a(m_layer), b(m_linear);
+        const QSignalBlocker a(m_layer), b(m_linear), c(m_expert);
         m_layer->setValue(layer);
         m_linear->setCurrentIndex(i);
+        if (expert >= 0) m_expert->setValue(expert);
     }
     analyzeIfAutomatic();
     return true;
@@ -209,7 +251,12 @@ bool WeightView::selectPoint(const QString& point) {
 }
 
 int WeightView::layer() const { return m_layer->value(); }
-QString WeightView::linear() const { return m_linear->currentText(); }
+QString WeightView::linear() const {
+    const QVariant kind = m_linear->currentData();
+    if (!kind.isValid() || !m_config || !m_config->moe) return m_linear->currentText();
+    return QString::fromStdString(
+        model::names::expertModule(*m_config, m_expert->value(), static_cast<model::names::ExpertLinear>(kind.toInt())));
+}
 void WeightView::setFormat(const QString& format) { m_format->setCurrentText(format); }
 
 bool WeightView::analyze(QString* error) {

@@ -7,6 +7,9 @@
 // every band of output rows as two heat maps (original, folded) on one colour scale. Loading
 // and profiling run on a worker thread (JobRunner).
 #include "metrics/WeightProfile.h"
+#include "model/ModelConfig.h"
+
+#include <optional>
 
 #include <QString>
 #include <QStringList>
@@ -37,6 +40,8 @@ public:
     QString runDir() const { return m_runDir; }
 
     static QStringList linears(); // model::names::kBlockLinears, in layer order
+    // The linear's module name: the combo's, or for an expert kind of a mixture-of-experts model
+    // that kind of the chosen expert ("mlp.experts.5.up_proj").
     bool selectLinear(int layer, const QString& linear);
     // A quantization point selects the first linear reading it (qkv → q_proj, gate_up → gate_proj).
     bool selectPoint(const QString& point);
@@ -72,12 +77,18 @@ private:
     void showHeatmap(QCustomPlot* plot, const latmix::metrics::WeightSide* side, double lo, double hi);
     void restyle();
 
+    // The linears the combo offers for the open model: the block linears, or for a mixture of
+    // experts attention, the router and the three expert kinds (with the expert spin box).
+    void fillLinears(const latmix::model::ModelConfig* config);
+
     QString m_modelDir;
     QString m_runDir;
+    std::optional<latmix::model::ModelConfig> m_config;
     latmix::metrics::WeightProfile m_profile;
     bool m_pending = false;
     JobRunner* m_runner;
     QSpinBox* m_layer;
+    QSpinBox* m_expert;
     QComboBox* m_linear;
     QComboBox* m_format;
     QCheckBox* m_auto;

@@ -6,7 +6,6 @@
 #include "util/Text.h"
 
 #include "eval/ActivationCapture.h"
-#include "eval/ExpertLoad.h"
 #include "eval/Perplexity.h"
 #include "eval/ZeroShot.h"
 #include "model/Checkpoint.h"
@@ -15,6 +14,7 @@
 #include "import/RandomModel.h"
 #include "model/Capture.h"
 #include "model/LlamaModel.h"
+#include "run/ModelAnalysis.h"
 #include "run/quantize/LayerQuantizer.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/Runtime.h"
@@ -178,17 +178,14 @@ struct ExpertsCliOptions {
 
 int runExperts(const ExpertsCliOptions& o) {
     const auto ck = model::Checkpoint::load(o.m.model);
-    const auto& c = ck.config();
-    if (!c.moe)
-        throw std::invalid_argument(o.m.model + " (" + c.architectureName +
-                                    ") has no experts; `latmix experts` reads a mixture-of-experts model (Qwen3-MoE, Mixtral)");
-    const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), model::parseDevice(o.m.device));
-    const auto tok = tokenizer::Tokenizer::loadFromDir(o.m.model);
+    run::ModelCapture request;
+    request.modelDir = o.m.model;
     const std::string calib = util::calibrationTextFile(o.calib); // never the test text (SPEC §5)
-    const auto ids = tok->encode(util::readTextFile(calib, "calibration text"), false);
-    const auto windows = model::sampleCalibrationWindows(ids, o.samples, o.seqLen, o.seed);
+    request.calibrationText = util::readTextFile(calib, "calibration text");
+    request.samples = o.samples, request.seqLen = o.seqLen, request.seed = o.seed;
+    request.dtype = model::parseDtype(o.m.dtype), request.device = o.m.device;
     CliProgress progress("experts");
-    const auto load = eval::measureExpertLoad(m, windows, progress);
+    const auto load = run::measureModelExpertLoad(request, progress);
     const double starvedBelow = run::kStarvedShare * double(load.tokensPerLayer);
     std::printf("model     %s (%s)\n", o.m.model.c_str(), describe(ck).c_str());
     std::printf("windows   %d of %d tokens from %s: %lld tokens through each layer, %d experts each\n", o.samples,

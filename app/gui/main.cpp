@@ -73,6 +73,10 @@ struct Options {
                                         "Show the weights of LINEAR (e.g. layers.1.mlp.down_proj), folded with --open-run's "
                                         "transforms when it has them; with --screenshot, taken when they are drawn.",
                                         "LINEAR");
+    QCommandLineOption experts = option("experts",
+                                        "Measure the expert load of a mixture-of-experts model on N windows of the built-in "
+                                        "calibration text (the experts view); with --screenshot, taken when it is drawn.",
+                                        "N");
     QCommandLineOption runsFolder = option("runs-folder", "List the runs under DIR in the runs view, the best four selected.", "DIR");
     QCommandLineOption compare = option("compare",
                                         "Compare the transforms at POINT (e.g. layers.1.mlp.down_proj.input) and draw the "
@@ -89,7 +93,8 @@ struct Options {
                                              "off for the comparison alone (the map captures every layer: most of the time at 8B).",
                                              "KIND", "none");
     QCommandLineOption view = option(
-        "view", "View shown first: explorer, activations, weights, diagram, comparison, calibration or runs.", "NAME");
+        "view", "View shown first: explorer, activations, weights, experts, diagram, comparison, calibration or runs.",
+        "NAME");
     QCommandLineOption openRun = option("open-run", "Open a finished run folder (its curves, its export).", "RUN_DIR");
     QCommandLineOption calibrate = option("calibrate",
                                           "Start a calibration of the model with METHOD (e.g. latmix-lu) at once; with "
@@ -99,7 +104,7 @@ struct Options {
 
     void addTo(QCommandLineParser& parser) const {
         for (const QCommandLineOption* o : {&version, &threads, &screenshot, &format, &plotAnalysis, &outDir, &point,
-                                            &activations, &transform, &weights, &runsFolder, &compare, &compareTransforms,
+                                            &activations, &transform, &weights, &experts, &runsFolder, &compare, &compareTransforms,
                                             &acrossLayers, &view, &openRun, &calibrate, &steps})
             parser.addOption(*o);
     }
@@ -139,19 +144,23 @@ void openFirstModel(latmix::gui::MainWindow& window, const QStringList& position
 
 latmix::gui::ScriptedSession scriptedSession(const QCommandLineParser& parser, const Options& o) {
     latmix::gui::ScriptedSession session;
+    bool ok = false;
     session.openRun = parser.value(o.openRun);
     session.view = parser.value(o.view);
     session.activationPoint = parser.value(o.activations);
     session.activationTransform = parser.value(o.transform);
     session.weightsLinear = parser.value(o.weights);
     session.runsFolder = parser.value(o.runsFolder);
+    if (parser.isSet(o.experts)) {
+        session.expertWindows = parser.value(o.experts).toInt(&ok);
+        if (!ok || session.expertWindows < 1) session.expertWindows = -1; // refused by runScriptedSession
+    }
     session.point = parser.value(o.point);
     session.comparePoint = parser.value(o.compare);
     if (parser.isSet(o.compareTransforms))
         session.compareTransforms = parser.value(o.compareTransforms).split(QLatin1Char(','), Qt::SkipEmptyParts);
     session.acrossLayers = parser.value(o.acrossLayers);
     session.calibrateMethod = parser.value(o.calibrate);
-    bool ok = false;
     session.steps = parser.value(o.steps).toInt(&ok);
     if (!ok) session.steps = 0; // refused by runScriptedSession when --calibrate is given
     session.screenshot = parser.value(o.screenshot);

@@ -39,20 +39,35 @@ train::PointActivations captureModelActivations(const ModelCapture& r, JobContex
     return train::captureActivationsInMemory(folded, ids, r.pointsRegex, r.samples, r.seqLen, r.seed, r.maxRows, job);
 }
 
+eval::ExpertLoad measureModelExpertLoad(const ModelCapture& r, JobContext& job) {
+    const auto ck = model::Checkpoint::load(r.modelDir);
+    if (!ck.config().moe)
+        throw std::invalid_argument(r.modelDir + " (" + ck.config().architectureName +
+                                    ") has no experts: the expert load is a mixture-of-experts model's (Qwen3-MoE, Mixtral)");
+    const auto ids = tokenizer::Tokenizer::loadFromDir(r.modelDir)->encode(r.calibrationText, false);
+    const auto windows = model::sampleCalibrationWindows(ids, r.samples, r.seqLen, r.seed);
+    const model::LlamaModel m(ck, r.dtype, model::parseDevice(r.device));
+    return eval::measureExpertLoad(m, windows, job);
+}
+
 namespace {
 
-const at::Tensor& linearOf(const model::LayerWeights& y, const std::string& linear) {
-    namespace names = model::names;
-    if (linear == names::kQProj) return y.wq;
-    if (linear == names::kKProj) return y.wk;
-    if (linear == names::kVProj) return y.wv;
-    if (linear == names::kOProj) return y.wo;
-    if (linear == names::kGateProj) return y.wGate;
-    if (linear == names::kUpProj) return y.wUp;
-    if (linear == names::kDownProj) return y.wDown;
+// The weight of module `linear` ("self_attn.q_proj", a sparse layer's "mlp.gate" router or
+// "mlp.experts.5.up_proj") of layer `layer`.
+at::Tensor linearOf(const model::ModelConfig& c, const model::LayerWeights& y, int layer, const std::string& linear) {
+    const std::string name = model::names::layerPrefix(layer) + linear + ".weight";
+    for (const auto& [n, t] : model::namedLayerTensors(c, y, layer))
+        if (n == name && t.dim() == 2) return t;
     std::string known;
-    for (const char* n : names::kBlockLinears) known += std::string(known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("'" + linear + "' is not a block linear (one of " + known + ")");
+    for (const char* n : {model::names::kQProj, model::names::kKProj, model::names::kVProj, model::names::kOProj})
+        known += std::string(known.empty() ? "" : ", ") + n;
+    if (c.isSparseLayer(layer))
+        known += ", " + model::names::routerModule(c) + " (the router), " +
+                 model::names::expertModule(c, 0, model::names::ExpertLinear::Gate) + " … (experts 0.." +
+                 std::to_string(c.moe->numExperts - 1) + ")";
+    else
+        known += ", mlp.gate_proj, mlp.up_proj, mlp.down_proj";
+    throw std::invalid_argument("'" + linear + "' is not a linear of layer " + std::to_string(layer) + " (" + known + ")");
 }
 
 } // namespace
@@ -68,7 +83,7 @@ LinearWeights loadLinearWeights(const std::string& modelDir, int layer, const st
     const auto stored = model::loadStoredWeights(ck, at::kFloat);
     const auto& y = stored.layers[static_cast<std::size_t>(layer)];
     LinearWeights r;
-    r.original = linearOf(y, linear).to(at::kFloat).contiguous();
+    r.original = linearOf(c, y, layer, linear).to(at::kFloat).contiguous();
     if (transformsFile.empty()) return r;
     std::unique_ptr<fold::ModelTransforms> t;
     try {
@@ -79,7 +94,7 @@ LinearWeights loadLinearWeights(const std::string& modelDir, int layer, const st
     }
     // float64 like the pipeline's final fold, then float32 as the quantizer gets it.
     const auto folded = fold::foldedLayer(c, y, *t, layer, at::TensorOptions().dtype(at::kDouble));
-    r.folded = linearOf(folded, linear).to(at::kFloat).contiguous();
+    r.folded = linearOf(c, folded, layer, linear).to(at::kFloat).contiguous();
     return r;
 }
 

@@ -2,6 +2,7 @@
 // The activations a transform analysis starts from, taken from a model folder: checkpoint →
 // decoder → calibration windows → capture (model/Capture). `latmix analyze` and the workbench's
 // comparison view both go through here.
+#include "eval/ExpertLoad.h"
 #include "train/TransformAnalysis.h"
 #include "util/Job.h"
 
@@ -35,6 +36,12 @@ struct ModelCapture {
 // per calibration window, cancel between windows.
 train::PointActivations captureModelActivations(const ModelCapture& request, JobContext& job = silentJob());
 
+// The tokens the router sends to each expert of a mixture-of-experts model folder
+// (eval::measureExpertLoad) on the request's calibration windows (model::sampleCalibrationWindows;
+// pointsRegex, maxRows, transformsFile unused): `latmix experts` and the workbench's experts view.
+// Throws naming the folder when the model has no experts, before the model is loaded.
+eval::ExpertLoad measureModelExpertLoad(const ModelCapture& request, JobContext& job = silentJob());
+
 // The weight of one block linear of one layer, for the weights view: `original` as the checkpoint
 // stores it (what RTN and GPTQ quantize: nothing folded, SPEC §6), and with a run's transforms.h5
 // `folded`, the same linear as that run's weight quantizer sees it (γ, T1, T2 and T3 folded:
@@ -42,8 +49,9 @@ train::PointActivations captureModelActivations(const ModelCapture& request, Job
 struct LinearWeights {
     at::Tensor original, folded;
 };
-// linear: one of model::names::kBlockLinears ("self_attn.q_proj" ... "mlp.down_proj"). Throws
-// naming the folder, the layer, the linear or the transforms file.
+// linear: a module of the layer, one of model::names::kBlockLinears ("self_attn.q_proj" ...
+// "mlp.down_proj") or in a sparse layer the router ("mlp.gate") or an expert's linear
+// ("mlp.experts.5.up_proj"). Throws naming the folder, the layer, the linear or the transforms file.
 LinearWeights loadLinearWeights(const std::string& modelDir, int layer, const std::string& linear,
                                 const std::string& transformsFile = {});
 
