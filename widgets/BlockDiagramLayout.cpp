@@ -174,6 +174,25 @@ Layouter::Spec Layouter::spec(const QString& module) const {
         return {module, module, {tr("A1 W A2⁻¹ per head") + (i.oBias ? tr(" + bias") : QString())}, Fill::Linear,
                 linearTip.arg(module, tr("T2's inverse A2⁻¹ folded into the input columns of every head, T1 into "
                                          "its output rows (A1·W, bias A1·b)."))};
+    if (i.experts > 0) { // a sparse layer: a router and the experts' SwiGLU, each expert its own linears
+        const QString each = tr("× %1 experts").arg(i.experts);
+        if (module == QLatin1String("gate_proj") || module == QLatin1String("up_proj"))
+            return {module, module, {each, in}, Fill::Linear,
+                    linearTip.arg(module, tr("Every expert has its own, quantized with the Hessian of the tokens "
+                                             "routed to it. ") + readsStream)};
+        if (module == QLatin1String("act_fn"))
+            return {module, tr("router → top %1").arg(i.expertsPerToken), {tr("SiLU(gate) ⊙ up per expert"), tr("Σ weight · expert")},
+                    Fill::Op,
+                    tr("<p>The <b>router</b> (W A1⁻¹, kept in full precision, reading the unquantized input) picks "
+                       "%1 of %2 experts per token by softmax and top-k; each chosen expert computes SiLU(gate) ⊙ up "
+                       "and its down_proj, weighted by its routing probability.</p>")
+                        .arg(i.expertsPerToken)
+                        .arg(i.experts)};
+        if (module == QLatin1String("down_proj"))
+            return {module, module, {each, tr("A1 W H3ᵀ")}, Fill::Linear,
+                    linearTip.arg(module, tr("Every expert's: T3's inverse folded into its input columns, T1 into its "
+                                             "output rows; its input is quantized per expert."))};
+    }
     if (module == QLatin1String("gate_proj") || module == QLatin1String("up_proj"))
         return {module, module, {mlpFold}, Fill::Linear, linearTip.arg(module, readsStream)};
     if (module == QLatin1String("act_fn"))

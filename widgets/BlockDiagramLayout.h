@@ -24,6 +24,7 @@ struct BlockDiagramInfo {
     int layer = 0, numLayers = 1, heads = 0, kvHeads = 0;
     int t3Block = 32; // SPEC §4: T3 is a block Hadamard of block 32 unless the run says otherwise
     bool qkNorm = false, qkvBias = false, oBias = false, mlpBias = false;
+    int experts = 0, expertsPerToken = 0; // a sparse (mixture-of-experts) layer: the MLP boxes are its experts
     std::array<QString, 4> points;
     std::array<int, 4> widths{}; // 0: unknown (no model)
 };

@@ -168,9 +168,14 @@ const BlockDiagramScene& BlockDiagramView::scene() const {
         info.oBias = c.oProjBias;
         info.mlpBias = c.mlpBias;
         if (c.latmix && c.latmix->t3Block > 0) info.t3Block = c.latmix->t3Block;
+        if (c.isSparseLayer(info.layer)) info.experts = c.moe->numExperts, info.expertsPerToken = c.moe->expertsPerToken;
     }
     for (PointKind kind : kKinds) {
-        info.points[int(kind)] = QString::fromStdString(model::pointName(info.layer, kind));
+        // A sparse layer's down_proj inputs are its experts' ("layers.0.mlp.experts.*.down_proj.input").
+        const bool perExpert = info.experts > 0 && kind == PointKind::DownProjInput;
+        info.points[int(kind)] = perExpert ? QString::fromStdString(model::expertPointName(info.layer, 0, kind))
+                                                 .replace(QStringLiteral(".experts.0."), QStringLiteral(".experts.*."))
+                                           : QString::fromStdString(model::pointName(info.layer, kind));
         if (m_config) info.widths[int(kind)] = model::pointWidth(*m_config, kind);
     }
     const QMargins mg = layout()->contentsMargins();

@@ -5,6 +5,7 @@
 #include "run/quantize/OptionTable.h"
 
 #include "model/LlamaModel.h" // attentionQueryBlock
+#include "model/TensorNames.h"
 #include "mx/MxFormat.h"
 #include "train/Distillation.h"
 #include "util/Text.h"
@@ -364,9 +365,22 @@ std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, int sto
     // layers' matrices in the stored element size and their norms in float32, the embedding on
     // the first device, the final norm and lm_head on the last (a copy when tied, unless one
     // device holds both).
-    const I layer = (s.layerParams() - 2 * s.h) * stored + 2 * s.h * 4, embed = s.table() * stored;
+    // Layer by layer: a mixture of experts' sparse layers carry the router and every expert, its
+    // dense ones (mlp_only_layers) their MLP, so the cut points balance the experts' weights.
+    // Every tensor the config calls for (model::requiredTensors): matrices as stored, vectors
+    // (norms, biases) in float32.
+    std::vector<I> upTo(static_cast<size_t>(L) + 1, 0); // bytes of layers [0, l)
+    for (const auto& [name, shape] : model::requiredTensors(c)) {
+        const int l = model::names::layerOf(name);
+        if (l < 0) continue;
+        I n = 1;
+        for (auto d : shape) n *= d;
+        upTo[size_t(l) + 1] += n * (shape.size() >= 2 ? stored : 4);
+    }
+    for (I l = 0; l < L; ++l) upTo[size_t(l) + 1] += upTo[size_t(l)];
+    const I embed = s.table() * stored;
     const I head = (c.tieWordEmbeddings && D == 1 ? 0 : s.table() * stored) + s.h * 4;
-    auto load = [&](I d, I layers) { return layers * layer + (d == 0 ? embed : 0) + (d == D - 1 ? head : 0); };
+    auto load = [&](I d, I from, I to) { return upTo[size_t(to)] - upTo[size_t(from)] + (d == 0 ? embed : 0) + (d == D - 1 ? head : 0); };
     // best[d][l]: the smallest largest load placing the first l layers on devices 0..d-1, each
     // with at least one layer; cut[d][l] where device d-1's run starts.
     const I inf = std::numeric_limits<I>::max();
@@ -376,7 +390,7 @@ std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, int sto
         for (I l = d; l <= L; ++l)
             for (I k = d - 1; k < l; ++k) {
                 if (best[d - 1][k] == inf) continue;
-                const I m = std::max(best[d - 1][k], load(d - 1, l - k));
+                const I m = std::max(best[d - 1][k], load(d - 1, k, l));
                 if (m < best[d][l]) {
                     best[d][l] = m;
                     cut[d][l] = k;
@@ -390,7 +404,7 @@ std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, int sto
         p.layers = static_cast<int>(l - cut[d][l]);
         p.embedding = d == 1;
         p.lmHead = d == D;
-        p.weightBytes = load(d - 1, p.layers);
+        p.weightBytes = load(d - 1, p.firstLayer, p.firstLayer + p.layers);
     }
     // The training's peak on each device (the train stage of estimateQuantizeMemory): its
     // weights, its layers' checkpointed inputs, and the larger of one layer's graph

@@ -260,7 +260,7 @@ private slots:
         QTest::addColumn<QString>("linear");
         QTest::addColumn<QString>("message");
         QTest::newRow("layer out of range") << 99 << QString(model::names::kQProj) << "layer 99 is not a layer";
-        QTest::newRow("not a linear") << 0 << QString("self_attn.rotary") << "'self_attn.rotary' is not a block linear";
+        QTest::newRow("not a linear") << 0 << QString("self_attn.rotary") << "'self_attn.rotary' is not a linear of layer 0 (self_attn.q_proj";
     }
     void loadErrors() {
         QFETCH(int, layer);

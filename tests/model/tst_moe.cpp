@@ -13,6 +13,7 @@
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
 #include "model/TensorNames.h"
+#include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
 #include "run/RunModel.h"
 #include "run/quantize/LayerQuantizer.h"
@@ -483,6 +484,28 @@ private slots:
         } catch (const run::RunRefused& e) {
             QVERIFY2(QString(e.what()).contains(named), e.what());
         }
+    }
+
+    // --devices places the layers by their own weights: a sparse layer carries its router and all
+    // its experts, a dense one (mlp_only_layers) its MLP. The devices' shares add up to exactly the
+    // checkpoint's tensors as stored (matrices in the stored size, vectors in float32; lm_head once
+    // per device holding it), counted here from model::requiredTensors, and the dense layers, four
+    // times lighter here, go to the first device together with a sparse one.
+    void placementBalancesExpertWeights() {
+        const auto c = model::ModelConfig::fromJsonText(moeConfigText("Qwen3MoeForCausalLM", R"("num_experts": 8,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 64, "mlp_only_layers": [0, 1, 2])", 6));
+        const auto plan = run::planLayerPlacement(c, 2, {"cuda:0", "cuda:1"}, runOptions("latmix-lu"));
+        QCOMPARE(int(plan.size()), 2);
+        std::int64_t want = 0;
+        for (const auto& [name, shape] : model::requiredTensors(c)) {
+            std::int64_t n = 1;
+            for (auto d : shape) n *= d;
+            want += n * (shape.size() >= 2 ? 2 : 4);
+        }
+        QCOMPARE(plan[0].weightBytes + plan[1].weightBytes, want);
+        QCOMPARE(plan[0].firstLayer, 0);
+        QCOMPARE(plan[0].layers + plan[1].layers, 6);
+        QVERIFY2(plan[0].layers >= 4, qPrintable(QString("first device: %1 layers").arg(plan[0].layers)));
     }
 
     // The shipped configs of the real models: their tensors add up to the parameter counts the

@@ -249,11 +249,12 @@ private slots:
         const auto plan = run::planLayerPlacement(c, 4, devicesOf(devices), run::QuantizeOptions{});
         std::int64_t planMax = 0;
         for (const auto& p : plan) planMax = std::max(planMax, p.weightBytes);
-        // A layer's bytes from the config, float32: q/k/v/o, gate/up/down and the two norms (the
-        // plan leaves out Qwen3's q/k norms and biases, under 0.01% of a layer).
+        // A layer's bytes from the config, float32: q/k/v/o, gate/up/down, the two norms and
+        // Qwen3's per-head q/k norms (these configs have no biases).
         const std::int64_t h = c.hiddenSize, q = std::int64_t(c.numHeads) * c.headDim,
                            kv = std::int64_t(c.numKvHeads) * c.headDim, i = c.intermediateSize;
-        const std::int64_t layer = (h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h) * 4;
+        QVERIFY(!c.qkvBias && !c.oProjBias && !c.mlpBias);
+        const std::int64_t layer = (h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h + (c.qkNorm ? 2 * c.headDim : 0)) * 4;
         const std::int64_t table = std::int64_t(c.vocabSize) * h * 4;
         const int L = c.numLayers;
         std::int64_t bestMax = std::numeric_limits<std::int64_t>::max();

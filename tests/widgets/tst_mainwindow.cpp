@@ -312,7 +312,7 @@ void TestMainWindow::scriptedSession_data() {
     QTest::newRow("activations of a point") << "" << "" << "layers.2.mlp.down_proj.input" << "" << 40 << ""
                                             << "activationView" << "";
     QTest::newRow("unknown view") << "plots" << "" << "" << "" << 40
-                                  << "unknown view 'plots'; choose explorer, activations, weights, diagram, comparison, "
+                                  << "unknown view 'plots'; choose explorer, activations, weights, experts, diagram, comparison, "
                                      "calibration or runs"
                                   << "" << "";
     QTest::newRow("block diagram") << "diagram" << "" << "" << "" << 40 << "" << "blockDiagramView" << "";
