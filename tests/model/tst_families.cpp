@@ -7,6 +7,7 @@
 // T1 bias (MLP biases, which no Hugging Face / vLLM Qwen3 can hold) is refused before any work,
 // runs with --t1-bias off, and with the check skipped still completes here while the export
 // refuses it naming the way out.
+#include "SmallRuns.h"
 #include "TestSupport.h"
 
 #include "eval/Perplexity.h"
@@ -59,31 +60,6 @@ model::ModelConfig familyConfig(const QString& family) {
     return model::ModelConfig::fromJsonText(text, family.toStdString());
 }
 
-run::QuantizeOptions options(const QString& method) {
-    run::QuantizeOptions o;
-    o.method = method.toStdString();
-    o.format = mx::makeConfig(mx::Format::MxFp4);
-    o.steps = 3;
-    o.batch = 2;
-    o.lr = 1e-2; // a few large steps: the learned biases move well away from 0
-    o.warmupSteps = 0;
-    o.metricsEvery = 0;
-    o.calibSamples = 4;
-    o.seqLen = 32;
-    o.seed = 3;
-    o.device = "cpu";
-    o.evalSeqLen = 64;
-    o.evalWindows = 2;
-    return o;
-}
-
-double perplexity(const model::LlamaModel& m, const std::vector<int>& ids, const run::QuantizeOptions& o) {
-    eval::PerplexityOptions p;
-    p.seqLen = o.evalSeqLen;
-    p.maxWindows = o.evalWindows;
-    return eval::evaluatePerplexity(m, ids, p).perplexity;
-}
-
 double maxAbs(const model::Checkpoint& ck, const std::string& name) {
     return ck.weight(name).abs().max().item<double>();
 }
@@ -126,7 +102,7 @@ private slots:
         QFETCH(bool, t1Bias);
         const QString model = modelOf(family);
         const QString runDir = m_tmp.filePath("runs/" + family + "-" + method);
-        auto o = options(method);
+        auto o = test::smallRunOptions(method);
         o.t1Bias = t1Bias;
         const auto calib = randomIds(2000, 300, 1), evalIds = randomIds(400, 300, 2);
         const auto r = run::runQuantize(model.toStdString(), calib, evalIds, runDir.toStdString(), o);
@@ -149,8 +125,8 @@ private slots:
 
         // Reloaded, it gives its own W4A4 and weight-only perplexities again (exact: the run
         // evaluated this stored model with the same code, windows and threads).
-        QCOMPARE(perplexity(model::LlamaModel(ck, at::kFloat), evalIds, o), r.quantizedPerplexity);
-        const double weightOnly = perplexity(model::LlamaModel(ck, at::kFloat, c10::kCPU, false), evalIds, o);
+        QCOMPARE(test::runPerplexity(model::LlamaModel(ck, at::kFloat), evalIds, o), r.quantizedPerplexity);
+        const double weightOnly = test::runPerplexity(model::LlamaModel(ck, at::kFloat, c10::kCPU, false), evalIds, o);
         QCOMPARE(weightOnly, r.weightOnlyPerplexity);
 
         // Both exports; the Hugging Face one computes the run's weight-only model (bf16 weights).
@@ -167,7 +143,7 @@ private slots:
         QCOMPARE(hck.config().architectureName,
                  std::string(relabeled ? "LlamaForCausalLM" : familyConfig(family).architectureName));
         QVERIFY(!hck.config().latmix.has_value());
-        const double exported = perplexity(model::LlamaModel(hck, at::kFloat, c10::kCPU, false), evalIds, o);
+        const double exported = test::runPerplexity(model::LlamaModel(hck, at::kFloat, c10::kCPU, false), evalIds, o);
         // bf16 weights (relative rounding 2^-9) on a near-uniform random model: a few 1e-3.
         QVERIFY2(std::abs(exported / weightOnly - 1) < 5e-3,
                  qPrintable(QString("export %1 vs run weight-only %2").arg(exported).arg(weightOnly)));
@@ -192,7 +168,7 @@ private slots:
         const auto calib = randomIds(2000, 300, 1);
         bool cancelled = false;
         try {
-            run::runQuantize(modelOf("llama").toStdString(), calib, {}, runDir.toStdString(), options("mr-gptq"), job);
+            run::runQuantize(modelOf("llama").toStdString(), calib, {}, runDir.toStdString(), test::smallRunOptions("mr-gptq"), job);
         } catch (const JobCancelled&) {
             cancelled = true;
         }
@@ -215,7 +191,7 @@ private slots:
     void qwen3T1BiasIsCheckedBeforeWork() {
         const QString model = modelOf("qwen3");
         const QString runDir = m_tmp.filePath("runs/qwen3-t1bias");
-        auto o = options("latmix-lu");
+        auto o = test::smallRunOptions("latmix-lu");
         o.t1Bias.reset(); // auto
         const auto resolved = run::preflight(model.toStdString(), o);
         QVERIFY(!resolved.method.t1Bias);
@@ -237,7 +213,7 @@ private slots:
         const auto ck = model::Checkpoint::load((runDir + "/model").toStdString());
         QVERIFY(ck.config().mlpBias);
         QVERIFY(maxAbs(ck, "model.layers.0.mlp.gate_proj.bias") > 1e-4);
-        QCOMPARE(perplexity(model::LlamaModel(ck, at::kFloat), evalIds, o), r.quantizedPerplexity);
+        QCOMPARE(test::runPerplexity(model::LlamaModel(ck, at::kFloat), evalIds, o), r.quantizedPerplexity);
         const QString out = m_tmp.filePath("exports/qwen3-t1bias");
         e = test::errorOf([&] { exportRun(runDir.toStdString(), exporting::ExportFormat::Hf, out.toStdString(), silentJob()); });
         QVERIFY2(e.contains("mlp.gate_proj.bias") && e.contains("--t1-bias off"), qPrintable(e));
@@ -269,7 +245,7 @@ private slots:
         auto c = familyConfig("llama");
         c.hiddenSize = hidden;
         c.headDim = headDim;
-        const auto o = options(method);
+        const auto o = test::smallRunOptions(method);
         const QString e = test::errorOf([&] { run::checkMethodFits(c, run::runMethod(o), o); });
         if (named.isEmpty()) {
             QVERIFY2(e.isEmpty(), qPrintable(e));
@@ -306,7 +282,7 @@ private slots:
         QFETCH(QString, config);
         const auto c = test::realConfig(config);
         const std::int64_t i = c.intermediateSize, table = std::int64_t(c.vocabSize) * c.hiddenSize;
-        auto o = options("mr-gptq");
+        auto o = test::smallRunOptions("mr-gptq");
         o.calibSamples = 8;
         const auto q = run::estimateQuantizeMemory(c, 2, o, run::runMethod(o));
         auto stage = [](const run::MemoryEstimate& e, const std::string& name) {

@@ -3,6 +3,7 @@
 // own routing, written from transformers' modeling files) on small random checkpoints of both
 // families; the real Qwen3-30B-A3B and Mixtral-8x7B configs give their published parameter counts.
 #include "ReferenceLlama.h"
+#include "SmallRuns.h"
 #include "TestSupport.h"
 
 #include "eval/ExpertLoad.h"
@@ -82,31 +83,6 @@ std::int64_t parameters(const model::ModelConfig& c) {
         n += e;
     }
     return n;
-}
-
-run::QuantizeOptions runOptions(const QString& method) {
-    run::QuantizeOptions o;
-    o.method = method.toStdString();
-    o.format = mx::makeConfig(mx::Format::MxFp4);
-    o.steps = 3;
-    o.batch = 2;
-    o.lr = 1e-2;
-    o.warmupSteps = 0;
-    o.metricsEvery = 0;
-    o.calibSamples = 4;
-    o.seqLen = 32;
-    o.seed = 3;
-    o.device = "cpu";
-    o.evalSeqLen = 64;
-    o.evalWindows = 2;
-    return o;
-}
-
-double perplexity(const model::LlamaModel& m, const std::vector<int>& ids, const run::QuantizeOptions& o) {
-    eval::PerplexityOptions p;
-    p.seqLen = o.evalSeqLen;
-    p.maxWindows = o.evalWindows;
-    return eval::evaluatePerplexity(m, ids, p).perplexity;
 }
 
 } // namespace
@@ -347,7 +323,7 @@ private slots:
                                   ? modelOf("mixtral-run", moeConfigText("MixtralForCausalLM", R"("num_local_experts": 4, "num_experts_per_tok": 2)", 2))
                                   : modelOf("qwen3-run", moeConfigText("Qwen3MoeForCausalLM", R"("num_experts": 4, "num_experts_per_tok": 2,
                                       "moe_intermediate_size": 64, "norm_topk_prob": true)", 2));
-        auto o = runOptions(method);
+        auto o = test::smallRunOptions(method);
         // Mixtral's attention has no biases to take a learned T2 bias (refused otherwise, below).
         if (family == "mixtral") o.t2Bias = false;
         const auto calib = test::randomIds(2000, 300, 1), evalIds = test::randomIds(400, 300, 2);
@@ -364,8 +340,8 @@ private slots:
         }
         const auto ck = model::Checkpoint::load((runDir + "/model").toStdString());
         QVERIFY(ck.config().moe.has_value());
-        QCOMPARE(perplexity(model::LlamaModel(ck, at::kFloat), evalIds, o), r.quantizedPerplexity);
-        QCOMPARE(perplexity(model::LlamaModel(ck, at::kFloat, c10::kCPU, false), evalIds, o), r.weightOnlyPerplexity);
+        QCOMPARE(test::runPerplexity(model::LlamaModel(ck, at::kFloat), evalIds, o), r.quantizedPerplexity);
+        QCOMPARE(test::runPerplexity(model::LlamaModel(ck, at::kFloat, c10::kCPU, false), evalIds, o), r.weightOnlyPerplexity);
         // Every block linear of the run model is stored packed, the experts' included, and unpacks
         // to the weight the model computes with.
         const auto run = run::readRunModel((runDir + "/model").toStdString());
@@ -378,7 +354,7 @@ private slots:
         exporting::verifyExport(hf.toStdString(), runDir.toStdString());
         const auto hck = model::Checkpoint::load(hf.toStdString());
         QCOMPARE(hck.config().architecture, ck.config().architecture);
-        const double exported = perplexity(model::LlamaModel(hck, at::kFloat, c10::kCPU, false), evalIds, o);
+        const double exported = test::runPerplexity(model::LlamaModel(hck, at::kFloat, c10::kCPU, false), evalIds, o);
         // bf16 weights (relative rounding 2^-9) on a near-uniform random model: a few 1e-3 (tst_families).
         QVERIFY2(std::abs(exported / r.weightOnlyPerplexity - 1) < 5e-3,
                  qPrintable(QString("export %1 vs run weight-only %2").arg(exported).arg(r.weightOnlyPerplexity)));
@@ -421,7 +397,7 @@ private slots:
         const QString model = modelOf("qwen3-many", moeConfigText("Qwen3MoeForCausalLM", R"("num_experts": 64,
             "num_experts_per_tok": 1, "moe_intermediate_size": 32)", 2));
         const QString runDir = m_tmp.filePath("runs/starved");
-        auto o = runOptions("gptq");
+        auto o = test::smallRunOptions("gptq");
         const auto calib = test::randomIds(2000, 300, 1), evalIds = test::randomIds(400, 300, 2);
         const auto r = run::runQuantize(model.toStdString(), calib, evalIds, runDir.toStdString(), o);
         const double layerTokens = double(o.calibSamples) * o.seqLen;
@@ -476,7 +452,7 @@ private slots:
             QVERIFY(f.open(QIODevice::WriteOnly));
             f.write(config.toUtf8());
         }
-        auto o = runOptions(method);
+        auto o = test::smallRunOptions(method);
         if (t1Bias) o.t1Bias = true;
         try {
             run::preflight(file.toStdString(), o, run::PreflightFor::Estimate);
@@ -494,7 +470,7 @@ private slots:
     void placementBalancesExpertWeights() {
         const auto c = model::ModelConfig::fromJsonText(moeConfigText("Qwen3MoeForCausalLM", R"("num_experts": 8,
             "num_experts_per_tok": 2, "moe_intermediate_size": 64, "mlp_only_layers": [0, 1, 2])", 6));
-        const auto plan = run::planLayerPlacement(c, 2, {"cuda:0", "cuda:1"}, runOptions("latmix-lu"));
+        const auto plan = run::planLayerPlacement(c, 2, {"cuda:0", "cuda:1"}, test::smallRunOptions("latmix-lu"));
         QCOMPARE(int(plan.size()), 2);
         std::int64_t want = 0;
         for (const auto& [name, shape] : model::requiredTensors(c)) {
