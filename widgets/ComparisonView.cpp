@@ -447,29 +447,19 @@ bool ComparisonView::compareAcrossLayers(const QString& kind, QString* error) {
 void ComparisonView::showHeatmap(const QStringList& points, const QVector<QVector<double>>& rows, const QString& kind) {
     m_heatmapPoints = points;
     QCustomPlot* p = m_heatmapPlot;
-    p->clearPlottables();
-    for (int i = p->plotLayout()->elementCount() - 1; i >= 0; --i)
-        if (auto* scale = qobject_cast<QCPColorScale*>(p->plotLayout()->elementAt(i))) p->plotLayout()->remove(scale);
-    p->plotLayout()->simplify();
+    PlotStyle::clearHeatmap(p);
     if (rows.isEmpty()) {
         p->replot();
         return;
     }
     const int blocks = rows.first().size(), layers = rows.size();
-    auto* map = new QCPColorMap(p->xAxis, p->yAxis);
+    auto* map = PlotStyle::addHeatmap(p, blocks, layers, tr("log10 E_B"), false);
     map->setName(tr("log10 per-block error, %1").arg(kind));
-    map->data()->setSize(blocks, layers);
     map->data()->setRange(QCPRange(0, blocks - 1), QCPRange(0, layers - 1));
     for (int l = 0; l < layers; ++l)
         for (int b = 0; b < blocks && b < rows[l].size(); ++b)
             map->data()->setCell(b, l, std::log10(std::max(rows[l][b], 1e-30)));
-    auto* scale = new QCPColorScale(p);
-    p->plotLayout()->addElement(1, 1, scale);
-    scale->setLabel(tr("log10 E_B"));
-    map->setColorScale(scale);
-    map->setGradient(QCPColorGradient::gpThermal);
     map->rescaleDataRange(true);
-    map->setInterpolate(false);
     if (auto* t = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0)))
         t->setText(tr("Per-block error across layers: %1, %2").arg(pointKind(points.first()), kind));
     p->rescaleAxes();

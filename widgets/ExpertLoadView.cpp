@@ -125,10 +125,7 @@ bool ExpertLoadView::measure(QString* error) {
 
 void ExpertLoadView::showLoad() {
     const auto& L = m_load;
-    m_plot->clearPlottables();
-    for (int i = m_plot->plotLayout()->elementCount() - 1; i >= 0; --i)
-        if (auto* scale = qobject_cast<QCPColorScale*>(m_plot->plotLayout()->elementAt(i))) m_plot->plotLayout()->remove(scale);
-    m_plot->plotLayout()->simplify();
+    PlotStyle::clearHeatmap(m_plot);
     if (L.layers.empty()) {
         m_plot->replot();
         return;
@@ -136,10 +133,8 @@ void ExpertLoadView::showLoad() {
     const int layers = int(L.layers.size()), experts = int(L.tokens.front().size());
     const double balanced = double(L.tokensPerLayer) * L.expertsPerToken / experts;
     const double starvedBelow = latmix::run::kStarvedShare * double(L.tokensPerLayer);
-    auto* map = new QCPColorMap(m_plot->xAxis, m_plot->yAxis);
+    auto* map = PlotStyle::addHeatmap(m_plot, experts, layers, tr("tokens / balanced share"), true);
     map->setName(tr("tokens / balanced share"));
-    map->removeFromLegend();
-    map->data()->setSize(experts, layers);
     map->data()->setRange(QCPRange(0, std::max(experts - 1, 1)), QCPRange(L.layers.front(), std::max(L.layers.back(), L.layers.front() + 1)));
     int idle = 0, starved = 0, worstLayer = L.layers.front(), worstStarved = -1;
     for (int i = 0; i < layers; ++i) {
@@ -153,21 +148,7 @@ void ExpertLoadView::showLoad() {
         starved += starvedHere;
         if (starvedHere > worstStarved) worstStarved = starvedHere, worstLayer = L.layers[std::size_t(i)];
     }
-    auto* scale = new QCPColorScale(m_plot);
-    m_plot->plotLayout()->addElement(m_plot->plotLayout()->rowCount() - 1, 1, scale);
-    scale->setType(QCPAxis::atRight);
-    scale->setDataScaleType(QCPAxis::stLogarithmic);
-    QSharedPointer<QCPAxisTickerLog> log(new QCPAxisTickerLog);
-    log->setTickCount(4);
-    scale->axis()->setTicker(log);
-    scale->setLabel(tr("tokens / balanced share"));
-    map->setColorScale(scale);
-    map->setGradient(QCPColorGradient::gpThermal);
-    map->setInterpolate(false);
     map->setDataRange(QCPRange(kShareFloor, std::max(10.0, map->data()->dataBounds().upper)));
-    auto* margins = new QCPMarginGroup(m_plot);
-    m_plot->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
-    scale->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
     PlotStyle::apply(m_plot, palette());
     // Whole cells at the edges: cell centres sit on the expert and layer numbers.
     m_plot->xAxis->setRange(-0.5, experts - 0.5);

@@ -141,6 +141,36 @@ void fitTicks(QCustomPlot* p) {
     });
 }
 
+void clearHeatmap(QCustomPlot* p) {
+    p->clearPlottables();
+    for (int i = p->plotLayout()->elementCount() - 1; i >= 0; --i)
+        if (auto* scale = qobject_cast<QCPColorScale*>(p->plotLayout()->elementAt(i))) p->plotLayout()->remove(scale);
+    p->plotLayout()->simplify();
+}
+
+QCPColorMap* addHeatmap(QCustomPlot* p, int keys, int values, const QString& scaleLabel, bool logScale) {
+    auto* map = new QCPColorMap(p->xAxis, p->yAxis);
+    map->removeFromLegend(); // the colour scale says what the colours are
+    map->data()->setSize(keys, values);
+    auto* scale = new QCPColorScale(p);
+    p->plotLayout()->addElement(p->plotLayout()->rowCount() - 1, 1, scale); // beside the axis rect, below the title
+    scale->setType(QCPAxis::atRight);
+    if (logScale) {
+        scale->setDataScaleType(QCPAxis::stLogarithmic);
+        QSharedPointer<QCPAxisTickerLog> log(new QCPAxisTickerLog);
+        log->setTickCount(4);
+        scale->axis()->setTicker(log);
+    }
+    scale->setLabel(scaleLabel);
+    map->setColorScale(scale);
+    map->setGradient(QCPColorGradient::gpThermal);
+    map->setInterpolate(false);
+    auto* margins = new QCPMarginGroup(p);
+    p->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
+    scale->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
+    return map;
+}
+
 QVector<double> values(const at::Tensor& t) {
     QVector<double> v;
     if (!t.defined()) return v;

@@ -9,6 +9,7 @@
 #include <QStringList>
 #include <QVector>
 
+class QCPColorMap;
 class QCustomPlot;
 class QWidget;
 
@@ -49,6 +50,14 @@ void addPeakLabels(QCustomPlot* plot, const QVector<QPointF>& points, const QStr
 // never run together ("0102030405060") on a narrow plot. Axes with hand-placed text labels keep
 // them. A legend above the axes gets as many entries a row as fit. Connected once per plot.
 void fitTicks(QCustomPlot* plot);
+
+// A heat map redrawn: the plot's plottables and the colour scales an earlier addHeatmap put
+// beside the axes removed.
+void clearHeatmap(QCustomPlot* plot);
+// A colour map of keys × values cells on the plot's axes (cells to fill, ranges to set), with its
+// colour scale labelled scaleLabel right of the axes (logarithmic when asked, its margins aligned
+// with the axis rect's), the thermal gradient, no interpolation, out of the legend.
+QCPColorMap* addHeatmap(QCustomPlot* plot, int keys, int values, const QString& scaleLabel, bool logScale);
 
 // A tensor's values as a plot series, in float64 (empty for an undefined tensor).
 QVector<double> values(const at::Tensor& t);

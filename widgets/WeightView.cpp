@@ -313,10 +313,7 @@ bool WeightView::analyze(QString* error) {
 }
 
 void WeightView::showHeatmap(QCustomPlot* p, const latmix::metrics::WeightSide* side, double lo, double hi) {
-    p->clearPlottables();
-    for (int i = p->plotLayout()->elementCount() - 1; i >= 0; --i)
-        if (auto* scale = qobject_cast<QCPColorScale*>(p->plotLayout()->elementAt(i))) p->plotLayout()->remove(scale);
-    p->plotLayout()->simplify();
+    PlotStyle::clearHeatmap(p);
     if (!side) {
         p->replot();
         return;
@@ -324,10 +321,8 @@ void WeightView::showHeatmap(QCustomPlot* p, const latmix::metrics::WeightSide* 
     const auto& e = side->groupError;
     const int bands = static_cast<int>(e.size(0)), groups = static_cast<int>(e.size(1));
     const auto rows = values(e.reshape({-1}));
-    auto* map = new QCPColorMap(p->xAxis, p->yAxis);
+    auto* map = PlotStyle::addHeatmap(p, groups, bands, tr("group error"), true);
     map->setName(tr("MX error per group"));
-    map->removeFromLegend(); // the colour scale says what the colours are
-    map->data()->setSize(groups, bands);
     // Cell k spans the band's rows; its centre sits at the band's middle row (bands are equal to
     // within one row).
     const auto& start = side->bandStart;
@@ -335,24 +330,10 @@ void WeightView::showHeatmap(QCustomPlot* p, const latmix::metrics::WeightSide* 
     map->data()->setRange(QCPRange(0, std::max(groups - 1, 0)), QCPRange(first, bands > 1 ? last : first + 1));
     for (int k = 0; k < bands; ++k)
         for (int g = 0; g < groups; ++g) map->data()->setCell(g, k, std::max(rows[k * groups + g], kErrorFloor));
-    auto* scale = new QCPColorScale(p);
-    p->plotLayout()->addElement(p->plotLayout()->rowCount() - 1, 1, scale);
-    scale->setType(QCPAxis::atRight);
-    scale->setDataScaleType(QCPAxis::stLogarithmic);
-    QSharedPointer<QCPAxisTickerLog> log(new QCPAxisTickerLog);
-    log->setTickCount(4);
-    scale->axis()->setTicker(log);
-    scale->axis()->setNumberFormat(QStringLiteral("eb"));
-    scale->axis()->setNumberPrecision(1);
-    scale->setLabel(tr("group error"));
-    map->setColorScale(scale);
-    map->setGradient(QCPColorGradient::gpThermal);
-    map->setInterpolate(false);
+    map->colorScale()->axis()->setNumberFormat(QStringLiteral("eb"));
+    map->colorScale()->axis()->setNumberPrecision(1);
     // Both maps on one colour range, so that a colour means the same error in each.
     map->setDataRange(QCPRange(lo, hi));
-    auto* margins = new QCPMarginGroup(p);
-    p->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
-    scale->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
     PlotStyle::apply(p, palette());
     p->rescaleAxes();
     p->replot();
