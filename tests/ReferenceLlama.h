@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <numeric>
 #include <map>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -110,6 +110,10 @@ struct ReferenceLlama {
     // and (k+1)-th largest logit seen, to show that float32 routing cannot choose otherwise.
     mutable std::vector<int64_t> routed;
     mutable double smallestGap = 1e300;
+    // What each expert's down_proj reads, SiLU(x W_gate^T) * (x W_up^T) of each token routed to
+    // it, in token order (and call after call), by the point's name as docs/spec.md spells it:
+    // "layers.L.mlp.experts.E.down_proj.input".
+    mutable std::map<std::string, std::vector<at::Tensor>> expertInputs;
     at::Tensor mixture(const at::Tensor& x, const std::string& p) const {
         const int E = c.moe->numExperts, k = c.moe->expertsPerToken, T = static_cast<int>(x.size(0));
         const bool mixtral = c.architectureName == "MixtralForCausalLM";
@@ -136,7 +140,9 @@ struct ReferenceLlama {
                 const auto xt = x.narrow(0, t, 1);
                 const auto g = lin(xt, expert(p, e, "gate_proj", "w1"), false);
                 const auto u = lin(xt, expert(p, e, "up_proj", "w3"), false);
-                y.narrow(0, t, 1) += weight * lin(g / (1 + at::exp(-g)) * u, expert(p, e, "down_proj", "w2"), false);
+                const auto a = g / (1 + at::exp(-g)) * u;
+                expertInputs[p.substr(6) + "mlp.experts." + std::to_string(e) + ".down_proj.input"].push_back(a);
+                y.narrow(0, t, 1) += weight * lin(a, expert(p, e, "down_proj", "w2"), false);
             }
         }
         return y;

@@ -4,6 +4,8 @@
 // needs a missing file skips with the path it looked at, or fails when LATMIX_REQUIRE_DATA=1
 // (CI sets it), so that a renamed data file cannot turn ~60 rows into silent skips.
 #include "import/DemoModel.h"
+#include "import/RandomModel.h"
+#include "model/ModelConfig.h"
 #include "util/DataPath.h"
 
 #include <QString>
@@ -23,6 +25,27 @@ inline QString demoModelDir() {
     static const QString path = [] {
         const QString p = dir.path() + QStringLiteral("/demo");
         importing::writeDemoModel(p.toStdString());
+        return p;
+    }();
+    return path;
+}
+
+// A small random Qwen3-MoE checkpoint (3 layers, hidden 64, 8 experts of width 32, top 2,
+// float32) with the demo model's tokenizer, written once per test process: the views' checks of
+// mixture-of-experts models (experts' points, the expert load).
+inline QString smallMoeModelDir() {
+    static QTemporaryDir dir;
+    static const QString path = [] {
+        const QString p = dir.path() + QStringLiteral("/moe");
+        importing::RandomModelOptions r;
+        r.dtype = "float32";
+        r.tokenizerDir = demoModelDir().toStdString();
+        r.seed = 4;
+        const auto c = model::ModelConfig::fromJsonText(R"({"architectures": ["Qwen3MoeForCausalLM"],
+            "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300, "max_position_embeddings": 256,
+            "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true})");
+        importing::writeRandomModel(c, p.toStdString(), r);
         return p;
     }();
     return path;

@@ -19,6 +19,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -37,7 +38,7 @@ struct AnalyzeOptions {
     int block = 0; // 0: the format's default
     int steps = 200, batchRows = 512, trackEvery = 10;
     double lr = 1e-3, noiseStd = 1e-3, volumeWeight = 0.1;
-    bool biasFromMean = false;
+    bool biasFromMean = false, expertPoints = false;
     std::int64_t maxRows = 0;
 };
 
@@ -78,6 +79,9 @@ void validate(const AnalyzeOptions& o) {
         throw std::invalid_argument("analyze needs exactly one of --model DIR or --activations RUN.h5");
     if (o.out.empty()) throw std::invalid_argument("analyze needs --out FILE.h5 for the results");
     if (o.steps < 1) throw std::invalid_argument("--steps must be at least 1");
+    if (o.expertPoints && o.model.empty())
+        throw std::invalid_argument("--expert-points needs --model: a run file of latmix capture keeps only the points "
+                                    "every token reaches, not each expert's own");
     if (o.maxRows < 0) throw std::invalid_argument("--max-rows must be >= 0 (0: all rows)");
 }
 
@@ -94,6 +98,7 @@ train::PointActivations loadActivations(const AnalyzeOptions& o, run::Attributes
     run::ModelCapture request{o.model, util::readTextFile(calib, "calibration text"), o.points, o.samples, o.seqLen, o.seed,
                               o.maxRows, model::parseDtype(o.dtype), o.device};
     request.checkWeights = true;
+    request.expertPoints = o.expertPoints;
     return run::captureModelActivations(request, progress);
 }
 
@@ -187,8 +192,12 @@ int runAnalyze(const AnalyzeOptions& o) {
     run::writeAnalysisHdf5(o.out, r, attrs);
     if (!o.json.empty()) run::writeAnalysisJson(o.json, r, attrs);
 
-    std::printf("%s, %zu points, %zu transforms, %lld rows per point\n", a.mx.describe().c_str(),
-                activations.size(), a.kinds.size(), static_cast<long long>(r.points.front().second.first));
+    // An expert's point has the rows of its own tokens: then the range is printed.
+    std::int64_t fewest = r.points.front().second.first, most = fewest;
+    for (const auto& p : r.points) fewest = std::min(fewest, p.second.first), most = std::max(most, p.second.first);
+    const std::string rows = fewest == most ? std::to_string(most) : std::to_string(fewest) + " to " + std::to_string(most);
+    std::printf("%s, %zu points, %zu transforms, %s rows per point\n", a.mx.describe().c_str(), activations.size(),
+                a.kinds.size(), rows.c_str());
     printTable(r);
     printSweep(r, a.sweepBlocks);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -214,6 +223,9 @@ Runner addAnalyzeCommand(CLI::App& app) {
     cmd->add_option("--seed", o->seed, "seed of windows, random transforms and minibatches")->capture_default_str();
     cmd->add_option("--points", o->points, "regex over point names, e.g. 'layers\\.0\\..*down_proj'")
         ->capture_default_str();
+    cmd->add_flag("--expert-points", o->expertPoints,
+                  "with --model, a mixture of experts: also each expert's own down_proj input "
+                  "(layers.L.mlp.experts.E.down_proj.input, the tokens routed to it); choose with --points");
     cmd->add_option("--format", o->format, "MX format: " + mx::formatNameList())->capture_default_str();
     cmd->add_option("--block", o->block, "MX block size (default: the format's, 32; nvfp4 16)");
     cmd->add_option("--scale-mode", o->scaleMode, "shared scale: " + mx::scaleModeNameList())->capture_default_str();

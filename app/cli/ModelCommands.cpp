@@ -152,7 +152,7 @@ int runCapture(const CaptureCliOptions& o) {
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
     const std::string calib = util::calibrationTextFile(o.calib);
     const auto ids = tok->encode(util::readTextFile(calib, "calibration text"), false);
-    model::matchingPoints(model::quantizationPointNames(ck.config()), o.c.pointsRegex, ""); // refused before any work
+    model::capturePoints(ck.config(), o.c.pointsRegex, false, ""); // refused before any work
     {
         CliProgress check("check");
         model::checkWeightsFinite(ck, check);

@@ -15,7 +15,7 @@ CaptureResult captureActivations(const model::LlamaModel& model, const std::vect
                                  const CaptureOptions& o, const std::string& outPath,
                                  std::map<std::string, std::string> attributes, JobContext& job) {
     CaptureResult r;
-    r.points = model::matchingPoints(model::quantizationPointNames(model.config()), o.pointsRegex, "");
+    r.points = model::capturePoints(model.config(), o.pointsRegex, false, "");
     const auto windows = model::sampleCalibrationWindows(calibrationIds, o.samples, o.seqLen, o.seed);
     attributes["samples"] = std::to_string(o.samples);
     attributes["seqlen"] = std::to_string(o.seqLen);

@@ -1,6 +1,7 @@
 #include "model/Capture.h"
 
 #include "model/LlamaModel.h"
+#include "model/MixtureOfExperts.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -46,6 +47,24 @@ std::vector<std::string> matchingPoints(const std::vector<std::string>& points, 
     return out;
 }
 
+std::vector<std::string> capturePoints(const ModelConfig& config, const std::string& pointsRegex, bool expertPoints,
+                                       const std::string& where) {
+    if (expertPoints) return matchingPoints(pointNamesWithExperts(config), pointsRegex, where);
+    try {
+        return matchingPoints(quantizationPointNames(config), pointsRegex, where);
+    } catch (const std::invalid_argument& e) {
+        if (!config.moe) throw;
+        // Throws the same error when no expert's point matches either; any it finds is an expert's
+        // own (the others would have matched above).
+        matchingPoints(pointNamesWithExperts(config), pointsRegex, where);
+        throw std::invalid_argument(std::string(e.what()) +
+                                    "; an expert's own down_proj input gets only the tokens routed to it, so it is "
+                                    "offered by an in-memory capture that asks for it (`latmix analyze --model DIR "
+                                    "--expert-points`, the workbench's activation and comparison views), never "
+                                    "stored in a run file");
+    }
+}
+
 void captureWindows(const LlamaModel& model, const std::vector<std::vector<int>>& windows,
                     const std::vector<std::string>& points, const CaptureSink& sink, JobContext& job,
                     const std::function<bool(std::size_t)>& stopAfter, std::int64_t tokensPerPass) {
@@ -70,17 +89,20 @@ void captureWindows(const LlamaModel& model, const std::vector<std::vector<int>>
         std::size_t seen = 0;
         try {
             model.forward(tokens.to(model.device()), [&](const std::string& point, const at::Tensor& x) {
-                if (wanted.count(point)) {
-                    for (std::int64_t b = 0; b < batch; ++b) {
-                        const std::size_t w = first + static_cast<std::size_t>(b);
-                        const at::Tensor rows = x.select(0, b).reshape({-1, x.size(-1)});
-                        if (!at::isfinite(rows).all().item<bool>())
-                            throw std::runtime_error("non-finite activations at " + point + " in calibration window " +
-                                                     std::to_string(w) + ": the model or its weights are broken");
-                        sink(w, point, rows);
-                    }
-                    if (++seen == wanted.size()) throw AllPointsSeen{};
-                }
+                if (!wanted.count(point)) return x;
+                const auto give = [&](std::size_t w, const at::Tensor& rows, const char* where) {
+                    if (!at::isfinite(rows).all().item<bool>())
+                        throw std::runtime_error("non-finite activations at " + point + " in calibration " + where +
+                                                 std::to_string(w) + ": the model or its weights are broken");
+                    sink(w, point, rows);
+                };
+                if (isExpertPoint(point)) // [1, tokens of the pass routed to the expert, width]
+                    give(first, x.reshape({-1, x.size(-1)}), "windows from ");
+                else
+                    for (std::int64_t b = 0; b < batch; ++b)
+                        give(first + static_cast<std::size_t>(b), x.select(0, b).reshape({-1, x.size(-1)}), "window ");
+                // An idle expert's point is never reached: the pass then runs to its end.
+                if (++seen == wanted.size()) throw AllPointsSeen{};
                 return x;
             });
         } catch (const AllPointsSeen&) {

@@ -27,13 +27,23 @@ std::vector<std::vector<int>> sampleCalibrationWindows(const std::vector<int>& i
 std::vector<std::string> matchingPoints(const std::vector<std::string>& points, const std::string& pointsRegex,
                                         const std::string& where);
 
+struct ModelConfig;
+
+// matchingPoints over the points a capture offers: quantizationPointNames, and with expertPoints
+// pointNamesWithExperts (each expert's own down_proj input too). When none matches and the regex
+// names an expert's own point that was not offered, the error says where such points are reached.
+std::vector<std::string> capturePoints(const ModelConfig& config, const std::string& pointsRegex, bool expertPoints,
+                                       const std::string& where);
+
 // Receives the activations of one point in one window: rows [window length, dim] on the model's
-// device, finite (checked before the call).
+// device, finite (checked before the call). An expert's own point (model::expertPointNames) gets
+// instead, once per pass, the rows of the tokens routed to that expert in the whole pass
+// (window: the pass's first), in token order; none when the expert got no token in the pass.
 using CaptureSink = std::function<void(std::size_t window, const std::string& point, const at::Tensor& rows)>;
 
 // Runs the model (no gradients) over the windows and calls sink for each of `points` and
 // window, in window order for each point. Throws std::runtime_error naming the point and window
-// for non-finite activations. Progress per pass; cancel between passes (JobCancelled).
+// (pass, for an expert's point) for non-finite activations. Progress per pass; cancel between passes (JobCancelled).
 // stopAfter(windowsDone), when given, ends the loop early once it returns true. tokensPerPass > 0
 // runs consecutive windows of one length together as a batch of up to that many tokens: each
 // stored layer is then converted (a bf16 checkpoint on the CPU) once per pass instead of once

@@ -17,8 +17,7 @@ Routing routeTokens(const MoeConfig& moe, const at::Tensor& router, const at::Te
         throw std::invalid_argument("routeTokens: router must be [" + std::to_string(moe.numExperts) + ", " +
                                     std::to_string(x.size(-1)) + "]");
     Routing r;
-    r.logits = at::linear(x, router);
-    const auto probs = at::softmax(r.logits, -1, at::kFloat);
+    const auto probs = at::softmax(at::linear(x, router), -1, at::kFloat);
     auto [top, experts] = at::topk(probs, moe.expertsPerToken, -1);
     if (moe.normTopK) top = top / top.sum(-1, true);
     r.experts = experts;
@@ -27,17 +26,18 @@ Routing routeTokens(const MoeConfig& moe, const at::Tensor& router, const at::Te
 }
 
 at::Tensor sparseMlp(const MoeConfig& moe, const at::Tensor& router, const std::vector<ExpertWeights>& experts,
-                     const at::Tensor& routerInput, const at::Tensor& x, const ExpertPoint& point,
-                     at::Tensor* routed) {
+                     const at::Tensor& routerInput, const at::Tensor& x, const ExpertPoint& point) {
     if (static_cast<int>(experts.size()) != moe.numExperts)
         throw std::invalid_argument("sparseMlp: " + std::to_string(experts.size()) + " experts for a config of " +
                                     std::to_string(moe.numExperts));
     const Routing r = routeTokens(moe, router, routerInput);
     const int64_t k = moe.expertsPerToken;
     // Every (token, slot) assignment, grouped by expert: one sort and one count instead of a
-    // mask per expert, and one host read of the counts.
+    // mask per expert, and one host read of the counts. The sort is stable, so that each expert
+    // sees its tokens in order (what the activation views show as "token"); the sum is the same
+    // either way, as a token meets an expert at most once.
     const auto flat = r.experts.reshape({-1});
-    const auto order = flat.argsort();
+    const auto order = std::get<1>(at::sort(flat, c10::optional<bool>(true), /*dim=*/0));
     const auto counts = at::bincount(flat, {}, moe.numExperts);
     const auto tokenOf = order.div(k, "floor");
     const auto weightOf = r.weights.reshape({-1}).index_select(0, order).unsqueeze(1);
@@ -56,8 +56,22 @@ at::Tensor sparseMlp(const MoeConfig& moe, const at::Tensor& router, const std::
         y.index_add_(0, rows, at::linear(a, w.wDown) * weightOf.narrow(0, start, n[e]));
         start += n[e];
     }
-    if (routed) *routed = counts;
     return y;
 }
+
+std::vector<std::string> pointNamesWithExperts(const ModelConfig& config) {
+    const auto fixed = quantizationPointNames(config);
+    std::vector<std::string> names;
+    for (int l = 0; l < config.numLayers; ++l) {
+        const std::string layer = "layers." + std::to_string(l) + ".";
+        for (const auto& n : fixed)
+            if (n.rfind(layer, 0) == 0) names.push_back(n);
+        if (config.isSparseLayer(l))
+            for (int e = 0; e < config.moe->numExperts; ++e) names.push_back(expertPointName(l, e, PointKind::DownProjInput));
+    }
+    return names;
+}
+
+bool isExpertPoint(const std::string& point) { return point.find(".mlp.experts.") != std::string::npos; }
 
 } // namespace latmix::model

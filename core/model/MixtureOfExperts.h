@@ -6,6 +6,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace latmix::model {
 
@@ -14,7 +16,6 @@ namespace latmix::model {
 // the expertsPerToken largest probabilities (descending), divided by their sum where normTopK,
 // cast back to the activation dtype.
 struct Routing {
-    at::Tensor logits;  // [N, experts], the activation dtype
     at::Tensor experts; // int64 [N, k]
     at::Tensor weights; // [N, k], the activation dtype
 };
@@ -27,11 +28,18 @@ using ExpertPoint = std::function<at::Tensor(int expert, PointKind kind, const a
 
 // y = sum over each token's chosen experts e of weight_e * Expert_e(x), for x [N, hidden];
 // routerInput is what the router reads (the same tokens; the unquantized activations, see
-// docs/spec.md). Only experts with routed tokens run, each on its own tokens; the sum is formed
-// in the activation dtype as Hugging Face's index_add_ does. routed, when given, receives the
-// number of tokens routed to each expert (int64 [experts]).
+// docs/spec.md). Only experts with routed tokens run, each on its own tokens in token order (an
+// expert's point gets its rows in the order the tokens come); the sum is formed in the activation
+// dtype as Hugging Face's index_add_ does.
 at::Tensor sparseMlp(const MoeConfig& moe, const at::Tensor& router, const std::vector<ExpertWeights>& experts,
-                     const at::Tensor& routerInput, const at::Tensor& x, const ExpertPoint& point,
-                     at::Tensor* routed = nullptr);
+                     const at::Tensor& routerInput, const at::Tensor& x, const ExpertPoint& point);
+
+// quantizationPointNames and, after each sparse layer's, its experts' own down_proj input points
+// (expertPointName, "layers.L.mlp.experts.E.down_proj.input", experts in order): every point an
+// in-memory capture can reach. Unlike the [B, T, width] points, an expert's gets only the tokens
+// routed to it: a different number of rows per expert and window, none for an idle expert.
+std::vector<std::string> pointNamesWithExperts(const ModelConfig& config);
+// Whether point is one of an expert's own points (expertPointName).
+bool isExpertPoint(const std::string& point);
 
 } // namespace latmix::model

@@ -19,13 +19,13 @@ train::PointActivations captureModelActivations(const ModelCapture& r, JobContex
     const auto device = model::parseDevice(r.device);
     const auto ids = tokenizer::Tokenizer::loadFromDir(r.modelDir)->encode(r.calibrationText, false);
     if (r.checkWeights) {
-        model::matchingPoints(model::quantizationPointNames(ck.config()), r.pointsRegex, "of the model"); // refused first
+        model::capturePoints(ck.config(), r.pointsRegex, r.expertPoints, "of the model"); // refused first
         SubJob check(job, 0.0, 0.0, "");
         model::checkWeightsFinite(ck, check);
     }
     if (r.transformsFile.empty()) {
         const model::LlamaModel m(ck, r.dtype, device);
-        return train::captureActivationsInMemory(m, ids, r.pointsRegex, r.samples, r.seqLen, r.seed, r.maxRows, job);
+        return train::captureActivationsInMemory(m, ids, r.pointsRegex, r.samples, r.seqLen, r.seed, r.maxRows, r.expertPoints, job);
     }
     std::unique_ptr<fold::ModelTransforms> t;
     try {
@@ -36,7 +36,7 @@ train::PointActivations captureModelActivations(const ModelCapture& r, JobContex
     }
     const auto folded = fold::foldedModel(ck.config(), model::loadWeights(ck, r.dtype, device), *t,
                                            at::TensorOptions().dtype(r.dtype).device(device));
-    return train::captureActivationsInMemory(folded, ids, r.pointsRegex, r.samples, r.seqLen, r.seed, r.maxRows, job);
+    return train::captureActivationsInMemory(folded, ids, r.pointsRegex, r.samples, r.seqLen, r.seed, r.maxRows, r.expertPoints, job);
 }
 
 eval::ExpertLoad measureModelExpertLoad(const ModelCapture& r, JobContext& job) {

@@ -29,6 +29,9 @@ struct ModelCapture {
     // valid, before the capture: what the CLI does. The workbench checks a model once, when it
     // opens it, not at every capture.
     bool checkWeights = false;
+    // Also each expert's own down_proj input (model::pointNamesWithExperts), for pointsRegex to
+    // choose among: the rows of the tokens routed to that expert, fewer than the windows' tokens.
+    bool expertPoints = false;
 };
 
 // Throws naming the folder, the point regex, the transforms file or the text when something does

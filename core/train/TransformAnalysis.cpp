@@ -89,8 +89,9 @@ AnalysisEntry analyzeOne(const std::string& point, const at::Tensor& x, const st
 
 PointActivations captureActivationsInMemory(const model::LlamaModel& model, const std::vector<int>& calibrationIds,
                                             const std::string& pointsRegex, int samples, int seqLen,
-                                            std::uint64_t seed, std::int64_t maxRows, JobContext& job) {
-    const auto names = model::matchingPoints(model::quantizationPointNames(model.config()), pointsRegex, "of the model");
+                                            std::uint64_t seed, std::int64_t maxRows, bool expertPoints,
+                                            JobContext& job) {
+    const auto names = model::capturePoints(model.config(), pointsRegex, expertPoints, "of the model");
     const auto windows = model::sampleCalibrationWindows(calibrationIds, samples, seqLen, seed);
     std::map<std::string, std::vector<at::Tensor>> parts;
     model::captureWindows(
@@ -104,7 +105,13 @@ PointActivations captureActivationsInMemory(const model::LlamaModel& model, cons
         4096);
     PointActivations out;
     for (const auto& name : names) {
-        auto x = at::cat(parts.at(name), 0);
+        const auto got = parts.find(name);
+        if (got == parts.end()) // only an expert's point can go without rows: no token chose the expert
+            throw std::runtime_error("no calibration token was routed to the expert of " + name + " in " +
+                                     std::to_string(windows.size()) + " windows of " + std::to_string(seqLen) +
+                                     " tokens: choose another expert (the experts view and `latmix experts` show "
+                                     "each expert's tokens) or take more windows");
+        auto x = at::cat(got->second, 0);
         if (maxRows > 0 && x.size(0) > maxRows) x = x.narrow(0, 0, maxRows);
         out.emplace_back(name, x.contiguous());
     }

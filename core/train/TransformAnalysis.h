@@ -27,10 +27,13 @@ using PointActivations = std::vector<std::pair<std::string, at::Tensor>>;
 
 // Runs the model over seeded calibration windows (model::sampleCalibrationWindows) and keeps
 // the activations of the points matching pointsRegex in memory (float32, CPU), at most maxRows
-// rows per point (0: all). Progress per window; cancel between windows.
+// rows per point (0: all). The points are model::quantizationPointNames, and with expertPoints
+// also each expert's own down_proj input (model::pointNamesWithExperts: the rows of the tokens
+// routed to the expert, in window and token order). Throws naming the point and the expert when
+// an expert chosen got no token on the windows. Progress per window; cancel between windows.
 PointActivations captureActivationsInMemory(const model::LlamaModel& model, const std::vector<int>& calibrationIds,
                                             const std::string& pointsRegex, int samples, int seqLen,
-                                            std::uint64_t seed, std::int64_t maxRows = 0,
+                                            std::uint64_t seed, std::int64_t maxRows = 0, bool expertPoints = false,
                                             JobContext& job = silentJob());
 
 // The points of an activation run file (io/ActivationStore) matching pointsRegex.

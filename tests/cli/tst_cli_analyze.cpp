@@ -6,6 +6,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include "CliRunner.h"
+#include "TestData.h"
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -88,6 +89,37 @@ private slots:
         QVERIFY(r.out.contains("16 rows per point"));
         QVERIFY(r.out.contains(QRegularExpression("layers.1.mlp.down_proj.input\\s+hadamard\\s+\\d")));
         QVERIFY(QFile::exists(out));
+    }
+
+    // --expert-points on a mixture of experts: each expert's own down_proj input, as many rows as
+    // tokens routed to it (the layer's experts together: every token k times); refused with a run
+    // file, and without the flag the error says how experts' points are reached.
+    void analyzesEachExpertsOwnPoint() {
+        const QString out = m_tmp.filePath("experts.h5"), json = m_tmp.filePath("experts.json");
+        const QStringList args{"analyze", "--model", latmix::test::smallMoeModelDir(), "--calib", m_calib, "--samples",
+                               "2", "--seqlen", "32", "--points", "layers\\.1\\.mlp\\.experts\\.[0-9]+\\.down_proj",
+                               "--transforms", "none,hadamard", "--steps", "5", "--out", out, "--json", json};
+        Result r = run(args);
+        QVERIFY2(r.exitCode != 0 && r.err.contains("--expert-points"), qPrintable(r.err));
+        QVERIFY(!QFile::exists(out));
+        r = run(QStringList(args) << "--expert-points");
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.out.contains(QRegularExpression("\\d+ to \\d+ rows per point")), qPrintable(r.out));
+        QFile f(json);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QJsonArray points = QJsonDocument::fromJson(f.readAll()).object()["points"].toArray();
+        QCOMPARE(points.size(), 8); // experts 0-7, each got tokens on these windows
+        int rows = 0;
+        for (int e = 0; e < 8; ++e) {
+            const QJsonObject point = points[e].toObject();
+            QCOMPARE(point["name"].toString(), QString("layers.1.mlp.experts.%1.down_proj.input").arg(e));
+            QCOMPARE(point["dim"].toInt(), 32); // moe_intermediate_size
+            rows += point["rows"].toInt();
+        }
+        QCOMPARE(rows, 2 * 32 * 2); // windows × tokens × top-2
+
+        r = run({"analyze", "--activations", m_tmp.filePath("run.h5"), "--expert-points", "--out", out});
+        QVERIFY2(r.exitCode != 0 && r.err.contains("--expert-points needs --model"), qPrintable(r.err));
     }
 
     void rejectsBadArguments_data() {

@@ -11,8 +11,10 @@
 #include "export/Export.h"
 #include "import/RandomModel.h"
 #include "io/SafeTensors.h"
+#include "model/Capture.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
+#include "model/MixtureOfExperts.h"
 #include "model/TensorNames.h"
 #include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
@@ -20,6 +22,7 @@
 #include "run/quantize/LayerQuantizer.h"
 #include "run/quantize/OptionTable.h"
 #include "run/quantize/Preflight.h"
+#include "train/TransformAnalysis.h"
 
 #include <ATen/ATen.h>
 
@@ -208,6 +211,96 @@ private slots:
         double refNll = 0;
         for (size_t t = 0; t + 1 < ids.size(); ++t) refNll -= logp[int64_t(t)][ids[t + 1]].item<double>();
         QVERIFY2(std::abs(nll / refNll - 1) < 1e-5, qPrintable(QString("nll %1 vs %2").arg(nll).arg(refNll)));
+    }
+
+    // Each expert's own down_proj input captured in memory (model::pointNamesWithExperts), three
+    // windows run as one batch: the rows of exactly the tokens the reference routes to the expert,
+    // in window and token order, its float64 SiLU(g) * u to float32 rounding. Without expertPoints
+    // the same regex finds nothing and the error says where experts' points are reached; a run
+    // file's capture (capturePoints) refuses them the same way.
+    void expertPointsCaptureTheirOwnTokens_data() {
+        QTest::addColumn<QString>("config");
+        QTest::addColumn<QString>("name");
+        QTest::newRow("qwen3-moe") << QString::fromStdString(moeConfigText("Qwen3MoeForCausalLM",
+                                          R"("num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "norm_topk_prob": true)"))
+                                   << "qwen3-moe top-2 of 8 renormalised";
+        QTest::newRow("mixtral") << QString::fromStdString(moeConfigText("MixtralForCausalLM",
+                                        R"("num_local_experts": 8, "num_experts_per_tok": 2)"))
+                                 << "mixtral top-2 of 8";
+    }
+    void expertPointsCaptureTheirOwnTokens() {
+        QFETCH(QString, config);
+        QFETCH(QString, name);
+        const auto ck = model::Checkpoint::load(modelOf(name, config.toStdString()).toStdString());
+        const auto& c = ck.config();
+        std::mt19937_64 rng(11);
+        std::vector<int> ids(200);
+        for (auto& t : ids) t = static_cast<int>(rng() % c.vocabSize);
+        test::ReferenceLlama ref(ck);
+        for (const auto& w : model::sampleCalibrationWindows(ids, 3, 16, 0)) ref.logits({w.begin(), w.end()});
+        QVERIFY2(ref.smallestGap > 1e-4, qPrintable(QString("near-tie in the test data: %1").arg(ref.smallestGap)));
+        // The points of the experts the reference routed tokens to (an idle one: idleExpertIsRefused).
+        QStringList routed;
+        for (const auto& p : model::pointNamesWithExperts(c))
+            if (model::isExpertPoint(p) && ref.expertInputs.count(p)) routed << QString::fromStdString(p);
+        QVERIFY(routed.size() >= c.moe->numExperts);
+        const std::string regex = ("^(" + routed.join('|').replace(".", "\\.") + ")$").toStdString();
+
+        const model::LlamaModel m(ck);
+        const auto acts = train::captureActivationsInMemory(m, ids, regex, 3, 16, 0, 0, true);
+        QCOMPARE(int(acts.size()), int(routed.size()));
+        std::map<int, std::int64_t> rowsPerLayer;
+        for (size_t i = 0; i < acts.size(); ++i) {
+            const auto& [point, x] = acts[i];
+            QCOMPARE(QString::fromStdString(point), routed[int(i)]);
+            const auto want = at::cat(ref.expertInputs.at(point), 0);
+            QCOMPARE(x.size(0), want.size(0));
+            QCOMPARE(x.size(1), std::int64_t(c.moe->expertWidth));
+            const double err = (x.to(at::kDouble) - want).abs().max().item<double>() / want.abs().max().item<double>();
+            // As the logits above: float32 rounding through the layers, ~1e-6; 1e-5 leaves 10x.
+            QVERIFY2(err < 1e-5, qPrintable(QString("%1: relative error %2").arg(routed[int(i)]).arg(err)));
+            rowsPerLayer[std::stoi(point.substr(7))] += x.size(0);
+        }
+        for (const auto& [layer, rows] : rowsPerLayer) QCOMPARE(rows, std::int64_t(3 * 16 * c.moe->expertsPerToken));
+
+        const auto refusal = [&](const std::function<void()>& f) {
+            try {
+                f();
+            } catch (const std::invalid_argument& e) {
+                return QString::fromStdString(e.what());
+            }
+            return QString();
+        };
+        QVERIFY(refusal([&] { train::captureActivationsInMemory(m, ids, regex, 3, 16, 0); }).contains("--expert-points"));
+        QVERIFY(refusal([&] { model::capturePoints(c, "experts", false, ""); }).contains("never stored in a run file"));
+        QVERIFY(refusal([&] { model::capturePoints(c, "no-such-point", false, ""); }).startsWith("no quantization point"));
+    }
+
+    // An expert no calibration token chose (16 experts, top 1, 8 tokens: at least 8 idle in each
+    // layer) is refused naming its point: never empty rows, never a NaN.
+    void idleExpertIsRefused() {
+        const auto ck = model::Checkpoint::load(
+            modelOf("idle", moeConfigText("Qwen3MoeForCausalLM",
+                                          R"("num_experts": 16, "num_experts_per_tok": 1, "moe_intermediate_size": 32)", 1))
+                .toStdString());
+        std::mt19937_64 rng(2);
+        std::vector<int> ids(8);
+        for (auto& t : ids) t = static_cast<int>(rng() % ck.config().vocabSize);
+        test::ReferenceLlama ref(ck);
+        ref.logits({ids.begin(), ids.end()});
+        std::string idle;
+        for (int e = 0; e < 16 && idle.empty(); ++e)
+            if (!ref.expertInputs.count(model::expertPointName(0, e, model::PointKind::DownProjInput)))
+                idle = model::expertPointName(0, e, model::PointKind::DownProjInput);
+        QVERIFY(!idle.empty());
+        const model::LlamaModel m(ck);
+        try {
+            train::captureActivationsInMemory(m, ids, "experts", 1, 8, 0, 0, true);
+            QFAIL("an idle expert's point was captured");
+        } catch (const std::runtime_error& e) {
+            QVERIFY2(QString(e.what()).startsWith(QString::fromStdString("no calibration token was routed to the expert of " + idle)),
+                     e.what());
+        }
     }
 
     // The same model through a config rewritten by toJsonText: every MoE key survives.
