@@ -107,14 +107,14 @@ ActivationView::ActivationView(QWidget* parent) : QWidget(parent) {
     column->setContentsMargins(0, 0, 0, 0);
     auto* box = new QGroupBox(tr("Activations"), form);
     auto* f = new QFormLayout(box);
-    m_point = new QComboBox(box);
-    m_point->setObjectName(QStringLiteral("activationPointCombo"));
+    m_point = FormWidgets::PointPicker(box, "activationPointCombo", "activationExpertSpin");
     // On a row of its own: "layers.27.self_attn.o_proj.input" needs the box's whole width.
     auto* pointLabel = new QLabel(tr("&Point:"), box);
-    pointLabel->setBuddy(m_point);
+    pointLabel->setBuddy(m_point.combo());
     f->addRow(pointLabel);
-    f->addRow(m_point);
-    connect(m_point, &QComboBox::currentTextChanged, m_point, &QComboBox::setToolTip);
+    f->addRow(m_point.combo());
+    f->addRow(tr("E&xpert:"), m_point.expert());
+    connect(m_point.combo(), &QComboBox::currentTextChanged, m_point.combo(), &QComboBox::setToolTip);
     m_transform = new QComboBox(box);
     m_transform->setObjectName(QStringLiteral("activationTransformCombo"));
     m_transform->addItems(transformKinds());
@@ -180,10 +180,15 @@ ActivationView::ActivationView(QWidget* parent) : QWidget(parent) {
     connect(m_transform, &QComboBox::currentTextChanged, this, changed);
     connect(m_format, &QComboBox::currentTextChanged, this, changed);
     connect(m_token, qOverload<int>(&QSpinBox::valueChanged), this, changed);
-    connect(m_point, &QComboBox::currentTextChanged, this, changed);
+    // The tokens a point can have: every captured token, until a capture shows fewer (an
+    // expert's own point has the tokens routed to it).
     auto tokens = [this] { m_token->setMaximum(m_windows->value() * m_seqLen->value() - 1); };
     connect(m_windows, qOverload<int>(&QSpinBox::valueChanged), this, tokens);
     connect(m_seqLen, qOverload<int>(&QSpinBox::valueChanged), this, tokens);
+    connect(m_point.combo(), &QComboBox::currentTextChanged, this, tokens);
+    connect(m_point.expert(), qOverload<int>(&QSpinBox::valueChanged), this, tokens);
+    connect(m_point.combo(), &QComboBox::currentTextChanged, this, changed);
+    connect(m_point.expert(), qOverload<int>(&QSpinBox::valueChanged), this, changed);
     m_runner->showProgressIn(m_status);
     restyle();
     setModelDir(QString());
@@ -203,26 +208,18 @@ void ActivationView::setModelDir(const QString& dir) {
     m_cache.clear();
     m_cacheOrder.clear();
     m_activations = at::Tensor();
-    const QSignalBlocker block(m_point);
-    m_point->clear();
-    if (!dir.isEmpty()) {
-        try {
-            m_point->addItems(FormWidgets::quantizationPoints(dir));
-        } catch (const std::exception& e) {
-            m_status->setText(QString::fromLocal8Bit(e.what()));
-        }
+    try {
+        m_point.setModelDir(dir);
+    } catch (const std::exception& e) {
+        m_status->setText(QString::fromLocal8Bit(e.what()));
     }
-    m_analyze->setEnabled(m_point->count() > 0);
-    m_analyze->setToolTip(m_point->count() > 0 ? QString() : tr("Open a model first"));
+    m_analyze->setEnabled(!m_point.isEmpty());
+    m_analyze->setToolTip(!m_point.isEmpty() ? QString() : tr("Open a model first"));
 }
 
-bool ActivationView::selectPoint(const QString& point) {
-    const int i = m_point->findText(point);
-    if (i >= 0) m_point->setCurrentIndex(i);
-    return i >= 0;
-}
+bool ActivationView::selectPoint(const QString& point) { return m_point.select(point); }
 
-QString ActivationView::currentPoint() const { return m_point->currentText(); }
+QString ActivationView::currentPoint() const { return m_point.isEmpty() ? QString() : m_point.current(); }
 
 void ActivationView::setRun(const QString& runDir) {
     const QString transforms = QDir(runDir).filePath(QStringLiteral("transforms.h5"));
@@ -299,6 +296,7 @@ bool ActivationView::analyze(QString* error) {
     request.modelDir = m_modelDir.toStdString();
     request.calibrationText = builtIn.toStdString();
     request.pointsRegex = FormWidgets::exactPointRegex(currentPoint());
+    request.expertPoints = true;
     request.samples = m_windows->value();
     request.seqLen = m_seqLen->value();
     const std::string point = currentPoint().toStdString();
@@ -323,17 +321,27 @@ bool ActivationView::analyze(QString* error) {
         if (!out->activations.defined()) out->activations = capture("", 0.0, twice ? 0.5 : 1.0);
         if (twice) out->runActivations = capture(runTransforms, cached.defined() ? 0.0 : 0.5, 1.0);
         job.checkCancelled();
+        // An expert's own point has the tokens routed to it: the token shown is at most its last.
+        auto o = options;
+        o.token = std::min<std::int64_t>(o.token, out->activations.size(0) - 1);
         if (!runTransforms.empty()) {
-            out->profile = latmix::metrics::profileActivationPair(out->activations, out->runActivations, runLabel, options, point);
+            if (out->runActivations.size(0) != out->activations.size(0))
+                throw std::runtime_error(point + " gets " + std::to_string(out->activations.size(0)) +
+                                         " tokens in the model and " + std::to_string(out->runActivations.size(0)) +
+                                         " in the run's (the router chose otherwise on a near-tie): choose another expert");
+            out->profile = latmix::metrics::profileActivationPair(out->activations, out->runActivations, runLabel, o, point);
         } else {
             const auto t = latmix::transforms::makeTransform(kind, out->activations.size(1), to);
-            out->profile = latmix::metrics::profileActivations(out->activations, *t, options, point);
+            out->profile = latmix::metrics::profileActivations(out->activations, *t, o, point);
         }
     });
     if (!started) return fail(tr("The activations are still being captured"));
     m_analyze->setEnabled(false);
     m_status->setText(cached.defined() ? tr("Analysing…") : tr("Capturing…"));
-    connect(m_runner, &JobRunner::finished, this, [this, out, key, runKey, runTransforms](bool ok, const QString& message) {
+    const QString shownPoint = currentPoint();
+    const int capturedTokens = m_windows->value() * m_seqLen->value();
+    connect(m_runner, &JobRunner::finished, this, [this, out, key, runKey, runTransforms, shownPoint,
+                                                   capturedTokens](bool ok, const QString& message) {
         disconnect(m_runner, &JobRunner::finished, this, nullptr);
         m_analyze->setEnabled(true);
         auto keep = [this](const QString& k, const at::Tensor& t) {
@@ -347,6 +355,14 @@ bool ActivationView::analyze(QString* error) {
         if (ok) {
             m_activations = out->activations;
             m_profile = std::move(out->profile);
+            m_profilePoint = shownPoint;
+            m_profileTokens = capturedTokens;
+            if (shownPoint == currentPoint() && capturedTokens == m_windows->value() * m_seqLen->value()) {
+                // The point's own tokens (fewer for an expert's point): a token above them was
+                // shown as the last, which the box now says (quietly: this profile is of it).
+                const QSignalBlocker quiet(m_token);
+                m_token->setMaximum(int(m_activations.size(0)) - 1);
+            }
             m_status->clear();
             showProfile();
         } else {
@@ -483,9 +499,16 @@ void ActivationView::showSummary() {
     // For a run the two sides are two models' activations: each error is the MX error at the
     // point in its quantizer's coordinates (SPEC §3's E(T) needs one x and a T; see core).
     const QString errorName = runMode ? tr("MX error at the point") : tr("E(T)");
-    m_summary->setText(tr("%1 tokens × %2 channels, %3\n%14: %4 without a transform, %5 with %6 (%7× %8)\n"
+    // An expert's own point: its rows are the tokens the router sent it.
+    const int expert = FormWidgets::expertItem(m_profilePoint).expert;
+    const QString tokens = expert < 0 ? tr("%1 tokens").arg(p.rows)
+                                      : tr("%1 tokens routed to expert %2 (of %3 captured)")
+                                            .arg(p.rows)
+                                            .arg(expert)
+                                            .arg(m_profileTokens);
+    m_summary->setText(tr("%1 × %2 channels, %3\n%14: %4 without a transform, %5 with %6 (%7× %8)\n"
                           "Largest channels: %9\nBlocks %10–%11 of %12 shown (token %13's worst in the middle)")
-                           .arg(p.rows)
+                           .arg(tokens)
                            .arg(p.dim)
                            .arg(QString::fromStdString(p.format.describe()))
                            .arg(p.before.mse, 0, 'g', 4)

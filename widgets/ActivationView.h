@@ -8,6 +8,7 @@
 // activations"), per-token norm, a histogram of the values, and one token's MX blocks (its
 // values, their MX fake-quantization, each block's shared scale exponent and error). The view
 // draws core's numbers unchanged; capture and analysis run on a worker thread (JobRunner).
+#include "FormWidgets.h"
 #include "metrics/ActivationProfile.h"
 
 #include <ATen/core/Tensor.h>
@@ -100,11 +101,13 @@ private:
     QMap<QString, at::Tensor> m_cache; // capture key -> activations [rows, d]
     QStringList m_cacheOrder;          // oldest first, for eviction
     latmix::metrics::ActivationProfile m_profile;
+    QString m_profilePoint; // the point and the tokens captured (windows × length) of m_profile
+    int m_profileTokens = 0;
     at::Tensor m_activations;
     bool m_pending = false; // a setting changed while a job ran
     QPair<int, int> m_blocksShown{0, 0}; // first and last MX block in the blocks plot's range
     JobRunner* m_runner;
-    QComboBox* m_point;
+    FormWidgets::PointPicker m_point;
     QComboBox* m_transform;
     QComboBox* m_format;
     QSpinBox* m_windows;

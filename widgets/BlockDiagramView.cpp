@@ -3,6 +3,7 @@
 // Core headers first (through BlockDiagramView.h): ATen/core/Tensor.h only, safe next to Qt.
 #include "BlockDiagramLayout.h"
 #include "ElidedLabel.h"
+#include "FormWidgets.h"
 
 #include <QColor>
 #include <QEvent>
@@ -132,11 +133,18 @@ int BlockDiagramView::layerCount() const { return m_config ? std::max(1, m_confi
 
 void BlockDiagramView::setLayer(int layer) { m_layerSpin->setValue(std::clamp(layer, 0, layerCount() - 1)); }
 
+QString BlockDiagramView::pointAt(int layer, PointKind kind) const {
+    // A sparse layer's down_proj marker stands for every expert's own down_proj input.
+    if (kind == PointKind::DownProjInput && m_config && m_config->isSparseLayer(layer))
+        return FormWidgets::expertItem(QString::fromStdString(model::expertPointName(layer, 0, kind))).item;
+    return QString::fromStdString(model::pointName(layer, kind));
+}
+
 bool BlockDiagramView::selectPoint(const QString& pointName) {
-    const std::string name = pointName.toStdString();
+    const QString name = FormWidgets::expertItem(pointName).item; // one expert's point: its layer's experts
     for (int l = 0; l < layerCount(); ++l)
         for (PointKind kind : kKinds)
-            if (model::pointName(l, kind) == name) {
+            if (pointAt(l, kind) == name) {
                 m_kind = kind;
                 setLayer(l);
                 update();
@@ -146,7 +154,7 @@ bool BlockDiagramView::selectPoint(const QString& pointName) {
 }
 
 QString BlockDiagramView::currentPoint() const {
-    return m_kind ? QString::fromStdString(model::pointName(layer(), *m_kind)) : QString();
+    return m_kind ? pointAt(layer(), *m_kind) : QString();
 }
 
 void BlockDiagramView::invalidate() { m_scene.reset(); }

@@ -47,8 +47,9 @@ public:
     // Shows layer (clamped); a selected point moves to the same kind in that layer (no signal).
     void setLayer(int layer);
 
-    // Highlights the marker of pointName (a name of model::quantizationPointNames, or of layer 0
-    // without a model) and shows its layer; false, and nothing changes, for any other name.
+    // Highlights the marker of pointName (a name of model::pointNamesWithExperts, an expert's own
+    // point at its layer's down_proj marker; or of layer 0 without a model) and shows its layer;
+    // false, and nothing changes, for any other name.
     // Does not emit pointSelected.
     bool selectPoint(const QString& pointName);
     QString currentPoint() const; // empty when none is selected
@@ -83,6 +84,9 @@ protected:
     void keyPressEvent(QKeyEvent* event) override;
 
 private:
+    // The point of a marker: model::pointName, or in a sparse layer's down_proj place its experts'
+    // item ("layers.1.mlp.experts.E.down_proj.input", FormWidgets::expertItem).
+    QString pointAt(int layer, latmix::model::PointKind kind) const;
     const BlockDiagramScene& scene() const;
     void invalidate();
     int markerAt(const QPointF& pos) const; // PointKind as int, -1 for none

@@ -109,9 +109,9 @@ QWidget* ComparisonView::createForm() {
     column->setContentsMargins(0, 0, 0, 0);
     auto* pointBox = new QGroupBox(tr("Quantization point"), form);
     auto* pf = new QFormLayout(pointBox);
-    m_point = new QComboBox(pointBox);
-    m_point->setObjectName(QStringLiteral("pointCombo"));
-    pf->addRow(tr("&Point:"), m_point);
+    m_point = FormWidgets::PointPicker(pointBox, "pointCombo", "comparisonExpertSpin");
+    pf->addRow(tr("&Point:"), m_point.combo());
+    pf->addRow(tr("E&xpert:"), m_point.expert());
     m_format = FormWidgets::formatCombo(pointBox, "comparisonFormatCombo");
     pf->addRow(tr("&Format:"), m_format);
     m_samples = FormWidgets::spin(pointBox, "comparisonSamplesSpin", 1, 4096, 8);
@@ -197,7 +197,7 @@ QWidget* ComparisonView::createPlots() {
         QSharedPointer<QCPAxisTickerFixed> integers(new QCPAxisTickerFixed);
         integers->setTickStep(1.0);
         integers->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-        m_heatmapPlot->yAxis->setTicker(integers);
+        m_heatmapPlot->xAxis->setTicker(integers); // block indices: a 128-wide point has 4
     }
 
     auto* plots = new QSplitter(Qt::Vertical, this);
@@ -237,24 +237,19 @@ struct ComparisonView::CaptureCache {
 void ComparisonView::setModelDir(const QString& dir) {
     m_modelDir = dir;
     m_captureCache = std::make_shared<CaptureCache>(); // another model: the old activations go
-    m_point->clear();
-    if (!dir.isEmpty()) {
-        try {
-            m_point->addItems(FormWidgets::quantizationPoints(dir));
-        } catch (const std::exception& e) {
-            m_status->setText(QString::fromLocal8Bit(e.what()));
-        }
+    try {
+        m_point.setModelDir(dir);
+    } catch (const std::exception& e) {
+        m_status->setText(QString::fromLocal8Bit(e.what()));
     }
-    const bool can = m_point->count() > 0;
+    const bool can = !m_point.isEmpty();
     m_compare->setEnabled(can);
     m_acrossLayers->setEnabled(can);
     m_compare->setToolTip(can ? QString() : tr("Open a model first"));
 }
 
 bool ComparisonView::selectPoint(const QString& point) {
-    const int i = m_point->findText(point);
-    if (i >= 0) m_point->setCurrentIndex(i);
-    return i >= 0;
+    return m_point.select(point);
 }
 
 void ComparisonView::setTransforms(const QStringList& kinds) {
@@ -270,7 +265,7 @@ void ComparisonView::setCalibration(int samples, int seqLen, int steps) {
     m_steps->setValue(steps);
 }
 
-QString ComparisonView::currentPoint() const { return m_point->currentText(); }
+QString ComparisonView::currentPoint() const { return m_point.isEmpty() ? QString() : m_point.current(); }
 int ComparisonView::samples() const { return m_samples->value(); }
 int ComparisonView::seqLen() const { return m_seqLen->value(); }
 
@@ -325,6 +320,7 @@ bool ComparisonView::runAnalysis(const QString& title, const QString& failurePre
             request.modelDir = modelDir;
             request.calibrationText = calibrationText;
             request.pointsRegex = regex;
+            request.expertPoints = true; // the regexes are anchored: an expert's point only when chosen
             request.samples = samples;
             request.seqLen = seqLen;
             acts = latmix::run::captureModelActivations(request, job);
@@ -462,7 +458,15 @@ void ComparisonView::showHeatmap(const QStringList& points, const QVector<QVecto
     map->rescaleDataRange(true);
     if (auto* t = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0)))
         t->setText(tr("Per-block error across layers: %1, %2").arg(pointKind(points.first()), kind));
-    p->rescaleAxes();
+    // Whole cells: each is centred on its block and row.
+    p->xAxis->setRange(-0.5, blocks - 0.5);
+    p->yAxis->setRange(-0.5, layers - 0.5);
+    // Row r is the layer of points[r]: every layer for a dense point, only the sparse layers for an
+    // expert's own point (dense layers among them: mlp_only_layers, decoder_sparse_step).
+    QSharedPointer<QCPAxisTickerText> layerNumbers(new QCPAxisTickerText);
+    const int step = std::max(1, (layers + 9) / 10);
+    for (int r = 0; r < layers; r += step) layerNumbers->addTick(r, points[r].section(QLatin1Char('.'), 1, 1));
+    p->yAxis->setTicker(layerNumbers);
     p->replot();
     m_heatmapRows = rows;
 }

@@ -7,6 +7,7 @@
 // index and E(T) against the MX block size. "Across layers" draws a layer × MX-block heatmap of
 // the per-block error of one point kind for one transform over the whole model.
 // Work runs on a worker thread (JobRunner); results are core's numbers, unchanged.
+#include "FormWidgets.h"
 #include "train/TransformAnalysis.h"
 
 #include <QMap>
@@ -99,7 +100,7 @@ private:
     QStringList m_heatmapPoints;
     QVector<QVector<double>> m_heatmapRows;
     JobRunner* m_runner;
-    QComboBox* m_point;
+    FormWidgets::PointPicker m_point;
     QComboBox* m_format;
     QComboBox* m_heatmapKind;
     QListWidget* m_kinds;

@@ -1,6 +1,7 @@
 #include "FormWidgets.h"
 
 #include "model/LlamaModel.h"
+#include "model/MixtureOfExperts.h"
 #include "model/ModelConfig.h"
 #include "mx/MxFormat.h"
 
@@ -9,6 +10,8 @@
 #include <QDoubleSpinBox>
 #include <QLabel>
 #include <QPushButton>
+#include <QRegularExpression>
+#include <QSignalBlocker>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
@@ -63,11 +66,66 @@ FormFooter addFormFooter(QWidget* form, QVBoxLayout* column, const QString& pref
     return f;
 }
 
-QStringList quantizationPoints(const QString& modelDir) {
-    const auto config = latmix::model::ModelConfig::fromFile(QDir(modelDir).filePath(QStringLiteral("config.json")).toStdString());
-    QStringList points;
-    for (const auto& p : latmix::model::quantizationPointNames(config)) points << QString::fromStdString(p);
-    return points;
+ExpertItem expertItem(const QString& name) {
+    static const QRegularExpression number(QStringLiteral("\\.experts\\.(\\d+)\\."));
+    const auto m = number.match(name);
+    if (!m.hasMatch()) return {name, -1};
+    QString item = name;
+    item.replace(m.capturedStart(0), m.capturedLength(0), QStringLiteral(".experts.E."));
+    return {item, m.captured(1).toInt()};
+}
+
+QString withExpert(const QString& item, int expert) {
+    QString name = item;
+    return name.replace(QStringLiteral(".experts.E."), QStringLiteral(".experts.%1.").arg(expert));
+}
+
+PointPicker::PointPicker(QWidget* parent, const char* comboName, const char* expertSpinName)
+    : m_combo(new QComboBox(parent)),
+      m_expert(spin(parent, expertSpinName, 0, 0, 0, QObject::tr("The expert whose own down_proj input is shown: the "
+                                                                 "tokens the router sends it (mixture-of-experts models)"))) {
+    m_combo->setObjectName(QLatin1String(comboName));
+    m_expert->setEnabled(false);
+    QSpinBox* expert = m_expert;
+    QObject::connect(m_combo, &QComboBox::currentTextChanged, expert,
+                     [expert](const QString& item) { expert->setEnabled(item.contains(QStringLiteral(".experts.E."))); });
+}
+
+void PointPicker::setModelDir(const QString& modelDir) {
+    const QSignalBlocker a(m_combo), b(m_expert);
+    m_combo->clear();
+    m_expert->setRange(0, 0);
+    m_expert->setEnabled(false);
+    if (modelDir.isEmpty()) return;
+    const auto config =
+        latmix::model::ModelConfig::fromFile(QDir(modelDir).filePath(QStringLiteral("config.json")).toStdString());
+    for (const auto& p : latmix::model::pointNamesWithExperts(config)) {
+        const auto e = expertItem(QString::fromStdString(p));
+        if (e.expert <= 0) m_combo->addItem(e.item); // a sparse layer's experts: once, at expert 0
+    }
+    if (config.moe) m_expert->setRange(0, config.moe->numExperts - 1);
+    m_expert->setEnabled(m_combo->currentText().contains(QStringLiteral(".experts.E.")));
+}
+
+bool PointPicker::isEmpty() const { return m_combo->count() == 0; }
+
+QString PointPicker::current() const { return withExpert(m_combo->currentText(), m_expert->value()); }
+
+bool PointPicker::select(const QString& point) {
+    const auto e = expertItem(point);
+    const int i = m_combo->findText(e.item);
+    if (i < 0 || e.expert > m_expert->maximum()) return false;
+    if (m_combo->currentIndex() == i) {
+        if (e.expert >= 0) m_expert->setValue(e.expert); // a change signal only if the expert changes
+        return true;
+    }
+    if (e.expert >= 0) {
+        // One change signal for the pair: the item's.
+        const QSignalBlocker quiet(m_expert);
+        m_expert->setValue(e.expert);
+    }
+    m_combo->setCurrentIndex(i);
+    return true;
 }
 
 std::string exactPointRegex(const QString& point) {

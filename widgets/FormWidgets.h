@@ -1,7 +1,7 @@
 #pragma once
 // The form pieces every view builds the same way: named spin boxes, the MX format combo, the
-// foot of a side form (its button, summary and status), and the open model's quantization points
-// (names, an exact capture regex for one of them).
+// foot of a side form (its button, summary and status), and the choice of the open model's
+// quantization point (an expert's among them) with an exact capture regex for it.
 #include <QString>
 #include <QStringList>
 
@@ -34,9 +34,39 @@ struct FormFooter {
 };
 FormFooter addFormFooter(QWidget* form, QVBoxLayout* column, const QString& prefix, const QString& buttonText);
 
-// The activation quantization points of the model folder (from its config.json: the window has
-// loaded the checkpoint already). Throws std::exception naming the file when it cannot be read.
-QStringList quantizationPoints(const QString& modelDir);
+// An expert's name ("layers.1.mlp.experts.5.down_proj.input", "mlp.experts.5.up_proj",
+// "block_sparse_moe.experts.5.w1") as the one item a list shows for every expert
+// ("….experts.E.…") and the expert's number; any other name as it is, expert -1.
+struct ExpertItem {
+    QString item;
+    int expert = -1;
+};
+ExpertItem expertItem(const QString& name);
+// The name of an item for one expert: the number in place of E; other items as they are.
+QString withExpert(const QString& item, int expert);
+
+// A view's choice of quantization point: the open model's points (model::pointNamesWithExperts,
+// which the in-memory capture reaches with expertPoints) in a combo box, each sparse layer's
+// experts as one item ("layers.1.mlp.experts.E.down_proj.input") whose expert the spin box
+// chooses (enabled for such an item only). The view lays both out and connects their signals.
+class PointPicker {
+public:
+    PointPicker() = default;
+    PointPicker(QWidget* parent, const char* comboName, const char* expertSpinName);
+    QComboBox* combo() const { return m_combo; }
+    QSpinBox* expert() const { return m_expert; }
+    // The points of the model folder, from its config.json (the window has loaded the checkpoint
+    // already); empty clears the list. No signal of either box. Throws std::exception naming the
+    // file when it cannot be read (the list is then empty).
+    void setModelDir(const QString& modelDir);
+    bool isEmpty() const;
+    QString current() const;           // the chosen point's name, the expert's number in place of E
+    bool select(const QString& point); // false when the model has no such point
+
+private:
+    QComboBox* m_combo = nullptr;
+    QSpinBox* m_expert = nullptr;
+};
 // ECMAScript regex matching exactly that point name ("layers.1.mlp.down_proj.input").
 std::string exactPointRegex(const QString& point);
 

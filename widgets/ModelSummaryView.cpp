@@ -1,5 +1,7 @@
 #include "ModelSummaryView.h"
 
+#include "FormWidgets.h"
+
 // Core headers first: they pull in ATen/core/Tensor.h only, which is safe next to Qt's keywords.
 #include "model/LlamaModel.h"
 #include "tokenizer/Tokenizer.h"
@@ -10,8 +12,9 @@
 #include <QFormLayout>
 #include <QHeaderView>
 #include <QLabel>
-#include <QLocale>
 #include <QEvent>
+#include <QLocale>
+#include <QSignalBlocker>
 #include <QStackedWidget>
 #include <QTreeWidget>
 #include <QVBoxLayout>
@@ -21,9 +24,13 @@
 #include <limits>
 
 namespace latmix::gui {
+
 namespace {
 
 using latmix::model::PointKind;
+
+// A sparse layer's experts row: how many experts it stands for.
+constexpr int kExpertsRole = Qt::UserRole + 1;
 
 constexpr PointKind kKinds[] = {PointKind::QkvInput, PointKind::OProjInput, PointKind::GateUpInput,
                                 PointKind::DownProjInput};
@@ -275,11 +282,15 @@ void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {
         for (PointKind kind : kKinds) {
             if (kind == PointKind::DownProjInput && config.isSparseLayer(layer)) {
                 // A sparse layer: each expert's down_proj input is its own point, over the tokens
-                // routed to it; the row says so and selects nothing (the Experts tab shows the load).
+                // routed to it; the row stands for all of them ("layers.1.mlp.experts.E.down_proj.input":
+                // the views keep the expert they show; the Experts tab shows the load).
                 const auto& moe = *config.moe;
                 auto* item = new QTreeWidgetItem(
                     layerItem, {tr("router → %1 experts (top %2)").arg(moe.numExperts).arg(moe.expertsPerToken),
                                 QString::number(moe.expertWidth)});
+                item->setData(0, Qt::UserRole,
+                              FormWidgets::expertItem(QString::fromStdString(latmix::model::expertPointName(layer, 0, kind))).item);
+                item->setData(0, kExpertsRole, moe.numExperts);
                 item->setData(1, Qt::UserRole, moe.expertWidth);
                 item->setTextAlignment(1, Qt::AlignRight | Qt::AlignVCenter);
                 item->setToolTip(0, tr("%1 … %2\ninput of each expert's down_proj, over the tokens the router sends it; "
@@ -337,11 +348,22 @@ int ModelSummaryView::pointWidthShown(const QString& pointName) const {
 }
 
 bool ModelSummaryView::selectPoint(const QString& pointName) {
+    // One expert's own point ("layers.1.mlp.experts.5.down_proj.input") is its layer's experts row.
+    const auto [row, expert] = FormWidgets::expertItem(pointName);
     for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
         QTreeWidgetItem* layer = m_tree->topLevelItem(i);
         for (int j = 0; j < layer->childCount(); ++j)
-            if (layer->child(j)->data(0, Qt::UserRole).toString() == pointName) {
-                m_tree->setCurrentItem(layer->child(j));
+            if (layer->child(j)->data(0, Qt::UserRole).toString() == row) {
+                if (expert >= layer->child(j)->data(0, kExpertsRole).toInt()) return false; // no such expert
+                if (expert < 0) {
+                    m_tree->setCurrentItem(layer->child(j)); // announced by currentItemChanged
+                    return true;
+                }
+                {
+                    const QSignalBlocker quiet(m_tree); // announced with the expert's number instead
+                    m_tree->setCurrentItem(layer->child(j));
+                }
+                emit pointSelected(pointName);
                 return true;
             }
     }

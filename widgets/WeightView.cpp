@@ -167,9 +167,8 @@ void WeightView::fillLinears(const latmix::model::ModelConfig* c) {
         m_linear->addItem(QString::fromStdString(names::routerModule(*c)));
         for (auto kind : {names::ExpertLinear::Gate, names::ExpertLinear::Up, names::ExpertLinear::Down}) {
             // "mlp.experts.E.up_proj": the chosen expert's linear of that kind
-            std::string shown = names::expertModule(*c, 0, kind);
-            shown.replace(shown.find(".0."), 3, ".E.");
-            m_linear->addItem(QString::fromStdString(shown), int(kind));
+            m_linear->addItem(FormWidgets::expertItem(QString::fromStdString(names::expertModule(*c, 0, kind))).item,
+                              int(kind));
         }
         m_expert->setRange(0, c->moe->numExperts - 1);
     }
@@ -209,15 +208,8 @@ void WeightView::setRun(const QString& runDir) {
 
 bool WeightView::selectLinear(int layer, const QString& linear) {
     // An expert's linear ("mlp.experts.5.up_proj") is its kind's item and the expert's number.
-    static const QRegularExpression expertRe(QStringLiteral("\\.experts\\.(\\d+)\\."));
-    const auto m = expertRe.match(linear);
-    QString item = linear;
-    int expert = -1;
-    if (m.hasMatch() && m_config && m_config->moe) {
-        expert = m.captured(1).toInt();
-        item.replace(m.capturedStart(0), m.capturedLength(0), QStringLiteral(".experts.E."));
-        if (expert > m_expert->maximum()) return false;
-    }
+    const auto [item, expert] = FormWidgets::expertItem(linear);
+    if (expert > m_expert->maximum()) return false;
     const int i = m_linear->findText(item);
     if (i < 0 || layer < m_layer->minimum() || layer > m_layer->maximum()) return false;
     {
@@ -244,6 +236,17 @@ bool WeightView::selectPoint(const QString& point) {
     const auto m = re.match(point);
     if (!m.hasMatch()) return false;
     const int layer = m.captured(1).toInt();
+    // An expert's own down_proj input (or its layer's experts item, for the expert shown): that
+    // expert's down_proj (Mixtral's w2).
+    const auto [item, number] = FormWidgets::expertItem(point);
+    const QString downInputs = FormWidgets::expertItem(
+                                   QString::fromStdString(model::expertPointName(layer, 0, model::PointKind::DownProjInput)))
+                                   .item;
+    if (item == downInputs && m_config && m_config->moe) {
+        const int expert = number >= 0 ? number : m_expert->value();
+        return selectLinear(layer, QString::fromStdString(
+                                       model::names::expertModule(*m_config, expert, model::names::ExpertLinear::Down)));
+    }
     for (auto k : {model::PointKind::QkvInput, model::PointKind::OProjInput, model::PointKind::GateUpInput,
                    model::PointKind::DownProjInput})
         if (point == QString::fromStdString(model::pointName(layer, k))) return selectLinear(layer, QString::fromLatin1(firstLinearOf(k)));

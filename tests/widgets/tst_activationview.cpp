@@ -21,8 +21,12 @@
 #include "JobRunner.h"
 #include "MainWindow.h"
 #include "ModelSummaryView.h"
+#include "BlockDiagramView.h"
+#include "WeightView.h"
 #include "MxExplorerView.h"
 #include "util/Runtime.h"
+
+#include "TestData.h"
 
 #include <qcustomplot.h>
 
@@ -30,6 +34,7 @@
 #include <QDir>
 #include <QLabel>
 #include <QSignalSpy>
+#include <QSpinBox>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -84,22 +89,28 @@ private slots:
     }
 
     void plotsAreCoresNumbers_data() {
+        QTest::addColumn<QString>("model");
         QTest::addColumn<QString>("point");
         QTest::addColumn<QString>("transform");
         QTest::addColumn<QString>("format");
         QTest::addColumn<int>("token");
-        QTest::newRow("down_proj, hadamard, mxfp4") << "layers.1.mlp.down_proj.input" << "hadamard" << "mxfp4" << 17;
-        QTest::newRow("qkv, block-hadamard, mxint4") << "layers.0.self_attn.qkv.input" << "block-hadamard" << "mxint4" << 0;
-        QTest::newRow("o_proj, none, mxfp6_e2m3") << "layers.2.self_attn.o_proj.input" << "none" << "mxfp6_e2m3" << 63;
+        QTest::newRow("down_proj, hadamard, mxfp4") << "demo" << "layers.1.mlp.down_proj.input" << "hadamard" << "mxfp4" << 17;
+        QTest::newRow("qkv, block-hadamard, mxint4") << "demo" << "layers.0.self_attn.qkv.input" << "block-hadamard" << "mxint4" << 0;
+        QTest::newRow("o_proj, none, mxfp6_e2m3") << "demo" << "layers.2.self_attn.o_proj.input" << "none" << "mxfp6_e2m3" << 63;
+        // A mixture of experts: one expert's own down_proj input, the tokens routed to it.
+        QTest::newRow("expert 5's down_proj, hadamard, mxfp4")
+            << "moe" << "layers.1.mlp.experts.5.down_proj.input" << "hadamard" << "mxfp4" << 3;
     }
     void plotsAreCoresNumbers() {
+        QFETCH(QString, model);
         QFETCH(QString, point);
         QFETCH(QString, transform);
         QFETCH(QString, format);
         QFETCH(int, token);
+        const QString dir = model == QLatin1String("moe") ? test::smallMoeModelDir() : m_model;
         ActivationView v;
         v.resize(1280, 800);
-        v.setModelDir(m_model);
+        v.setModelDir(dir);
         QVERIFY(v.selectPoint(point));
         QVERIFY(v.setTransform(transform));
         v.setFormat(format);
@@ -116,13 +127,18 @@ private slots:
         // The capture, independently. Exact comparisons below: the same capture and profile code on
         // the same model, text and settings (the view's worker thread included).
         run::ModelCapture request;
-        request.modelDir = m_model.toStdString();
+        request.modelDir = dir.toStdString();
         request.calibrationText = gui::builtInCalibrationText().toStdString();
-        request.pointsRegex = "^" + point.toStdString() + "$";
+        QString exact = point;
+        exact.replace(".", "\\.");
+        request.pointsRegex = "^" + exact.toStdString() + "$";
         request.samples = 2;
         request.seqLen = 32;
+        request.expertPoints = true;
         const auto acts = run::captureModelActivations(request);
         QCOMPARE(int(acts.size()), 1);
+        QCOMPARE(QString::fromStdString(acts[0].first), point);
+        QVERIFY(acts[0].second.size(0) > token); // an expert's point: the row's token is one of its own
         QVERIFY(at::equal(acts[0].second, v.lastActivations()));
         transforms::TransformOptions to;
         const auto config = mx::makeConfig(mx::parseFormat(format.toStdString()));
@@ -290,6 +306,51 @@ private slots:
         QCOMPARE(w.viewTabs()->currentWidget(), static_cast<QWidget*>(w.comparisonView()));
         QCOMPARE(w.activationView()->currentPoint(), QStringLiteral("layers.0.mlp.gate_up.input"));
         QVERIFY(!w.modelSummary()->selectPoint("layers.9.mlp.gate_up.input"));
+    }
+
+    // An expert's own point picked by name is selected in every view: the activation and comparison
+    // views' layer item and expert number, the weights tab's expert down_proj, the diagram's experts
+    // marker; the dock's experts row of another layer keeps the expert shown. After a capture the
+    // token spin goes no further than the expert's tokens, and the summary says whose they are.
+    void expertPointSelectsEverywhere() {
+        MainWindow w;
+        QVERIFY(w.openCheckpoint(test::smallMoeModelDir(), false));
+        ActivationView* a = w.activationView();
+        a->findChild<QCheckBox*>("activationAutoCheck")->setChecked(false);
+        auto* expertSpin = a->findChild<QSpinBox*>("activationExpertSpin");
+        QVERIFY(expertSpin && !expertSpin->isEnabled()); // the first point, layer 0's qkv input
+        const QString five = QStringLiteral("layers.1.mlp.experts.5.down_proj.input");
+        QVERIFY(w.modelSummary()->selectPoint(five));
+        QCOMPARE(a->currentPoint(), five);
+        QVERIFY(expertSpin->isEnabled());
+        QCOMPARE(expertSpin->value(), 5);
+        QCOMPARE(w.comparisonView()->currentPoint(), five);
+        QCOMPARE(w.weightView()->layer(), 1);
+        QCOMPARE(w.weightView()->linear(), QStringLiteral("mlp.experts.5.down_proj"));
+        QCOMPARE(w.blockDiagramView()->currentPoint(), QStringLiteral("layers.1.mlp.experts.E.down_proj.input"));
+        QVERIFY(w.modelSummary()->selectPoint(QStringLiteral("layers.2.mlp.experts.E.down_proj.input")));
+        QCOMPARE(a->currentPoint(), QStringLiteral("layers.2.mlp.experts.5.down_proj.input"));
+        QCOMPARE(w.comparisonView()->currentPoint(), QStringLiteral("layers.2.mlp.experts.5.down_proj.input"));
+        QCOMPARE(w.weightView()->layer(), 2);
+        QCOMPARE(w.weightView()->linear(), QStringLiteral("mlp.experts.5.down_proj"));
+        QVERIFY(!w.modelSummary()->selectPoint(QStringLiteral("layers.1.mlp.experts.8.down_proj.input"))); // experts 0-7
+        QVERIFY(!w.modelSummary()->selectPoint(QStringLiteral("layers.1.mlp.down_proj.input"))); // sparse: no such point
+        QVERIFY(w.modelSummary()->selectPoint(QStringLiteral("layers.0.mlp.gate_up.input")));
+        QVERIFY(!expertSpin->isEnabled());
+
+        QVERIFY(a->selectPoint(five));
+        a->setCalibration(2, 32);
+        a->setToken(63);
+        QSignalSpy done(a, &ActivationView::profileFinished);
+        QVERIFY(a->analyze());
+        QVERIFY(done.wait(60000));
+        QVERIFY2(done.last().at(0).toBool(), qPrintable(done.last().at(1).toString()));
+        const auto rows = a->lastActivations().size(0);
+        QVERIFY(rows > 0 && rows < 63);
+        QCOMPARE(a->token(), int(rows - 1));
+        QCOMPARE(a->lastProfile().token, rows - 1);
+        QVERIFY2(a->summaryLabel()->text().contains(QStringLiteral("%1 tokens routed to expert 5 (of 64 captured)").arg(rows)),
+                 qPrintable(a->summaryLabel()->text()));
     }
 };
 

@@ -3,6 +3,7 @@
 // block heatmap holds core's per-block errors of every layer.
 #include "model/Checkpoint.h"
 #include "import/DemoModel.h"
+#include "import/RandomModel.h"
 #include "model/LlamaModel.h"
 #include "train/TransformAnalysis.h"
 
@@ -11,6 +12,7 @@
 #include "ComparisonView.h"
 #include "MainWindow.h"
 #include "ModelSummaryView.h"
+#include "TestData.h"
 
 #include <qcustomplot.h>
 
@@ -38,6 +40,12 @@ class TestComparisonView : public QObject {
         return -1;
     }
 
+    // The heat map's row labels: row -> layer number.
+    static QMap<double, QString> layerLabels(const ComparisonView& v) {
+        const auto t = v.heatmapPlot()->yAxis->ticker().dynamicCast<QCPAxisTickerText>();
+        return t ? t->ticks() : QMap<double, QString>();
+    }
+
 private slots:
     void initTestCase() {
         QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).clear();
@@ -46,16 +54,21 @@ private slots:
     }
 
     void tableEqualsCore_data() {
+        QTest::addColumn<QString>("model");
         QTest::addColumn<QString>("point");
         QTest::addColumn<QString>("format");
-        QTest::newRow("down_proj mxfp4") << "layers.1.mlp.down_proj.input" << "mxfp4";
-        QTest::newRow("qkv mxint4") << "layers.0.self_attn.qkv.input" << "mxint4";
+        QTest::newRow("down_proj mxfp4") << "demo" << "layers.1.mlp.down_proj.input" << "mxfp4";
+        QTest::newRow("qkv mxint4") << "demo" << "layers.0.self_attn.qkv.input" << "mxint4";
+        // A mixture of experts: one expert's own down_proj input, the tokens routed to it.
+        QTest::newRow("expert 6's down_proj mxfp4") << "moe" << "layers.2.mlp.experts.6.down_proj.input" << "mxfp4";
     }
     void tableEqualsCore() {
+        QFETCH(QString, model);
         QFETCH(QString, point);
         QFETCH(QString, format);
+        const QString dir = model == QLatin1String("moe") ? test::smallMoeModelDir() : m_model;
         MainWindow w;
-        QVERIFY(w.openCheckpoint(m_model, false));
+        QVERIFY(w.openCheckpoint(dir, false));
         ComparisonView* v = w.comparisonView();
         QVERIFY(v->selectPoint(point));
         v->setFormat(format);
@@ -67,12 +80,14 @@ private slots:
         QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
 
         // The same analysis, run here directly on core.
-        const auto ck = model::Checkpoint::load(m_model.toStdString());
+        const auto ck = model::Checkpoint::load(dir.toStdString());
         const model::LlamaModel m(ck);
         QString re = point;
         re.replace(".", "\\.");
-        const auto acts = train::captureActivationsInMemory(m, ComparisonView::calibrationIds(m_model.toStdString()),
-                                                            ("^" + re + "$").toStdString(), 4, 32, 0);
+        const auto acts = train::captureActivationsInMemory(m, ComparisonView::calibrationIds(dir.toStdString()),
+                                                            ("^" + re + "$").toStdString(), 4, 32, 0, 0, true);
+        QCOMPARE(int(acts.size()), 1);
+        QCOMPARE(QString::fromStdString(acts[0].first), point);
         const auto want = train::analyzeTransforms(acts, v->analysisOptions());
         QTableWidget* t = v->table();
         QCOMPARE(t->rowCount(), 4);
@@ -139,6 +154,38 @@ private slots:
             QCOMPARE(rows[l].size(), int(pb.numel())); // 384 / 32 = 12 blocks
             for (int b = 0; b < rows[l].size(); ++b) QCOMPARE(rows[l][b], pb[b].item<double>());
         }
+        QCOMPARE(layerLabels(*v), (QMap<double, QString>{{0, "0"}, {1, "1"}, {2, "2"}, {3, "3"}}));
+    }
+
+    // One expert's own point across layers: a row for each sparse layer only (decoder_sparse_step
+    // 2: layers 1 and 3 of 4), each row labelled with its layer, every cell whole.
+    void expertAcrossLayersNamesItsLayers() {
+        const QString dir = m_tmp.filePath("moe-step2");
+        importing::RandomModelOptions r;
+        r.dtype = "float32";
+        r.tokenizerDir = test::demoModelDir().toStdString();
+        importing::writeRandomModel(model::ModelConfig::fromJsonText(R"({"architectures": ["Qwen3MoeForCausalLM"],
+            "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300, "max_position_embeddings": 256,
+            "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "decoder_sparse_step": 2})"),
+                                    dir.toStdString(), r);
+        MainWindow w;
+        QVERIFY(w.openCheckpoint(dir, false));
+        ComparisonView* v = w.comparisonView();
+        QVERIFY(!v->selectPoint("layers.0.mlp.experts.1.down_proj.input")); // layer 0 is dense
+        QVERIFY(v->selectPoint("layers.3.mlp.experts.1.down_proj.input"));
+        v->setCalibration(4, 32, 10);
+        QSignalSpy done(v, &ComparisonView::comparisonFinished);
+        QVERIFY(v->compareAcrossLayers("none"));
+        QVERIFY(done.wait(120000));
+        QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
+        QCOMPARE(v->heatmapPoints(),
+                 (QStringList{"layers.1.mlp.experts.1.down_proj.input", "layers.3.mlp.experts.1.down_proj.input"}));
+        QCOMPARE(v->heatmapRows().size(), 2);
+        QCOMPARE(v->heatmapRows().first().size(), 2); // 64 wide: two MX blocks
+        QCOMPARE(layerLabels(*v), (QMap<double, QString>{{0, "1"}, {1, "3"}}));
+        QCOMPARE(v->heatmapPlot()->xAxis->range(), QCPRange(-0.5, 1.5));
+        QCOMPARE(v->heatmapPlot()->yAxis->range(), QCPRange(-0.5, 1.5));
     }
 
     void noModelNoRun() {

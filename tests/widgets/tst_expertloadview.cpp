@@ -3,7 +3,6 @@
 // same windows) over the balanced share; every layer's counts add up to its tokens times k; a dense
 // model leaves the tab disabled, saying why. The weights tab reaches the router and any expert's
 // linear, and what it profiles is that expert's weight as the checkpoint stores it.
-#include "import/RandomModel.h"
 #include "model/Checkpoint.h"
 #include "model/TensorNames.h"
 #include "run/ModelAnalysis.h"
@@ -25,7 +24,6 @@
 #include <QSpinBox>
 #include <QCheckBox>
 #include <QComboBox>
-#include <QTemporaryDir>
 #include <QtTest>
 
 #include <numeric>
@@ -47,21 +45,11 @@ QCPColorMap* colourMap(QCustomPlot* p) {
 class TestExpertLoadView : public QObject {
     Q_OBJECT
 
-    QTemporaryDir m_tmp;
     QString m_moe;
 
 private slots:
     void initTestCase() {
-        m_moe = m_tmp.filePath("moe");
-        importing::RandomModelOptions r;
-        r.dtype = "float32";
-        r.tokenizerDir = test::demoModelDir().toStdString();
-        r.seed = 4;
-        const auto c = model::ModelConfig::fromJsonText(R"({"architectures": ["Qwen3MoeForCausalLM"],
-            "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300, "max_position_embeddings": 256,
-            "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true})");
-        importing::writeRandomModel(c, m_moe.toStdString(), r);
+        m_moe = test::smallMoeModelDir();
     }
 
     void heatmapDrawsTheLoad() {
