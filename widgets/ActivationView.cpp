@@ -219,7 +219,7 @@ void ActivationView::setModelDir(const QString& dir) {
 
 bool ActivationView::selectPoint(const QString& point) { return m_point.select(point); }
 
-QString ActivationView::currentPoint() const { return m_point.isEmpty() ? QString() : m_point.current(); }
+QString ActivationView::currentPoint() const { return m_point.current(); } // empty without a model
 
 void ActivationView::setRun(const QString& runDir) {
     const QString transforms = QDir(runDir).filePath(QStringLiteral("transforms.h5"));

@@ -265,7 +265,7 @@ void ComparisonView::setCalibration(int samples, int seqLen, int steps) {
     m_steps->setValue(steps);
 }
 
-QString ComparisonView::currentPoint() const { return m_point.isEmpty() ? QString() : m_point.current(); }
+QString ComparisonView::currentPoint() const { return m_point.current(); } // empty without a model
 int ComparisonView::samples() const { return m_samples->value(); }
 int ComparisonView::seqLen() const { return m_seqLen->value(); }
 

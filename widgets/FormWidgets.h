@@ -60,7 +60,7 @@ public:
     // file when it cannot be read (the list is then empty).
     void setModelDir(const QString& modelDir);
     bool isEmpty() const;
-    QString current() const;           // the chosen point's name, the expert's number in place of E
+    QString current() const;           // the chosen point's name, the expert's number in place of E; empty: none
     bool select(const QString& point); // false when the model has no such point
 
 private:

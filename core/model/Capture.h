@@ -36,7 +36,7 @@ std::vector<std::string> capturePoints(const ModelConfig& config, const std::str
                                        const std::string& where);
 
 // Receives the activations of one point in one window: rows [window length, dim] on the model's
-// device, finite (checked before the call). An expert's own point (model::expertPointNames) gets
+// device, finite (checked before the call). An expert's own point (model::pointNamesWithExperts) gets
 // instead, once per pass, the rows of the tokens routed to that expert in the whole pass
 // (window: the pass's first), in token order; none when the expert got no token in the pass.
 using CaptureSink = std::function<void(std::size_t window, const std::string& point, const at::Tensor& rows)>;
