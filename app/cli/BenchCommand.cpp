@@ -170,10 +170,17 @@ int runGptq(const BenchOptions& o) {
     quant::QuantizedWeight rtn, gptq;
     const double tR = bestSeconds(o.repeat, [&] { rtn = quant::quantizeRtn(w.cpu(), c, h.cpu()); });
     const double tG = bestSeconds(o.repeat, [&] { gptq = quant::quantizeGptq(w, h, c); });
+    // The column loop as tensor operations on the device beside it (the default is the fused
+    // CPU kernel, on host copies of each block from a GPU).
+    quant::GptqOptions ops;
+    ops.backend = mx::Backend::TensorOps;
+    quant::QuantizedWeight gptqOps;
+    const double tO = bestSeconds(o.repeat, [&] { gptqOps = quant::quantizeGptq(w, h, c, ops); });
     std::printf("%-10s %12s %16s\n", "step", "ms", "relative error");
     std::printf("%-10s %12.1f %16s\n", "hessian", tH * 1e3, "");
     std::printf("%-10s %12.1f %16.4g\n", "rtn", tR * 1e3, rtn.relativeError);
     std::printf("%-10s %12.1f %16.4g\n", "gptq", tG * 1e3, gptq.relativeError);
+    std::printf("%-10s %12.1f %16.4g\n", "gptq-ops", tO * 1e3, gptqOps.relativeError);
     return 0;
 }
 

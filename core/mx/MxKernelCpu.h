@@ -3,9 +3,56 @@
 // per element, parallel over blocks. Tested bit for bit against mx/MxReference.
 #include "mx/MxFormat.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace latmix::mx::cpu {
+
+inline std::uint32_t bitsOf(float f) {
+    std::uint32_t b;
+    std::memcpy(&b, &f, sizeof b);
+    return b;
+}
+inline float floatOf(std::uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+constexpr float kRoundMagic = 12582912.0f; // 1.5 * 2^23: (z + M) - M == rint(z) for |z| < 2^22
+
+// Element grid of one format in the form an inner loop wants (this kernel's, and GPTQ's column
+// loop in quant/GptqKernelCpu). Bit for bit mx::roundToElement of one float32.
+struct ElementGrid {
+    int emin;   // smallest binade exponent
+    int eHigh;  // largest exponent the spacing may take (INT: 0, a fixed spacing)
+    int mbits;  // mantissa (INT: fractional) bits
+    float maxValue;
+
+    explicit ElementGrid(ElementFormat f) {
+        const ElementSpec& s = elementSpec(f);
+        emin = s.emin;
+        eHigh = s.isInteger ? 0 : 127;
+        mbits = s.mbits;
+        maxValue = static_cast<float>(s.maxValue);
+    }
+
+    // Round half to even onto the grid, then saturate. Exact: every product and quotient
+    // below is by a power of two and stays in the normal range.
+    inline float quantize(float y) const {
+        const float a = std::fabs(y);
+        int e = static_cast<int>(bitsOf(a) >> 23) - 127;
+        e = std::min(std::max(e, emin), eHigh);
+        const int k = e - mbits;
+        const float invStep = floatOf(static_cast<std::uint32_t>(127 - k) << 23);
+        const float step = floatOf(static_cast<std::uint32_t>(127 + k) << 23);
+        const float r = (a * invStep + kRoundMagic) - kRoundMagic;
+        const float q = std::min(r * step, maxValue);
+        return std::copysign(q, y);
+    }
+};
 
 struct QuantizeOutputs {
     float* dequantized = nullptr;       // [rows, cols] fake-quantized values, or null

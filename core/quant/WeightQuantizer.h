@@ -5,6 +5,7 @@
 // the row), a trailing partial group included.
 #include "mx/MxFormat.h"
 #include "mx/MxPack.h"
+#include "mx/MxQuantizer.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -49,10 +50,16 @@ struct GptqOptions {
     double damping = 1e-2; // lambda: lambda * mean(diag H) is added to the diagonal
     int columnBlock = 128; // lazy batch update width
     bool actOrder = false; // process inputs by decreasing H_ii (scales stay static)
+    // The sequential column loop within a block: Auto (or CpuKernel) runs it in the fused CPU
+    // kernel (quant/GptqKernelCpu), on host copies of each block when w is on a GPU (the
+    // factorizations and lazy updates stay there); TensorOps runs it as tensor operations on
+    // w's device, ~20 per column (to compare the two; launch-bound on a GPU).
+    mx::Backend backend = mx::Backend::Auto;
 };
 
 // GPTQ with MX groups. Scales are fixed from the full W (dead inputs zeroed) before the column
-// loop, so act-order keeps every weight in its own group. Runs in float64 on w's device; the
+// loop, so act-order keeps every weight in its own group. Runs in float64 on w's device (the
+// column loop: see GptqOptions::backend); the
 // element rounding itself is float32 (the working weight is rounded to float32 first), exactly
 // as quantizeWithScales. Results come back on the CPU.
 QuantizedWeight quantizeGptq(const at::Tensor& w, const at::Tensor& hessian, const mx::MxConfig& c,

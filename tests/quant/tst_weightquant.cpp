@@ -223,19 +223,24 @@ private slots:
     //    run in float64; their updated weights differ by rounding (~1e-13 relative), which could
     //    only change an output if a weight sat that close to a rounding boundary: with these
     //    fixed seeds the outputs are identical, so the comparison is exact.
+    // Both column loops: the fused CPU kernel (quant/GptqKernelCpu, the default) and tensor ops.
     void gptqMatchesNaiveReference_data() {
         QTest::addColumn<QString>("format");
         QTest::addColumn<int>("in");
         QTest::addColumn<bool>("actOrder");
+        QTest::addColumn<bool>("tensorOps");
         for (const auto& [f, in] : std::vector<std::pair<const char*, int>>{
                  {"mxfp4", 96}, {"mxint4", 96}, {"nvfp4", 96}, {"mxfp4", 172}, {"nvfp4", 172}})
             for (bool act : {false, true})
-                QTest::addRow("%s in %d%s", f, in, act ? " act-order" : "") << QString(f) << in << act;
+                for (bool ops : {false, true})
+                    QTest::addRow("%s in %d%s%s", f, in, act ? " act-order" : "", ops ? " tensor ops" : "")
+                        << QString(f) << in << act << ops;
     }
     void gptqMatchesNaiveReference() {
         QFETCH(QString, format);
         QFETCH(int, in);
         QFETCH(bool, actOrder);
+        QFETCH(bool, tensorOps);
         const MxConfig c = configOf(format);
         const auto w = makeWeight(8, in, 41);
         auto x = correlatedInputs(256, in, 42);
@@ -244,6 +249,7 @@ private slots:
         quant::GptqOptions o;
         o.columnBlock = 32; // several lazy blocks, the last one partial for in = 172
         o.actOrder = actOrder;
+        o.backend = tensorOps ? mx::Backend::TensorOps : mx::Backend::Auto;
         const auto g = quant::quantizeGptq(w, h, c, o);
         QCOMPARE(g.deadInputs, int64_t(1));
         const auto want = naiveGptq(w, h, c, actOrder, o.damping);
@@ -341,26 +347,34 @@ private slots:
     }
 
     // GPTQ with w and H on cuda:0 against GPTQ on the CPU (both float64 with float32 rounding onto
-    // the grid). The static scales come from core/mx (tensor ops there, bit for bit with the CPU
-    // kernel): identical. The working weights differ only by float64 rounding (Cholesky, matmul
-    // order), which changes a code only where a value sits at a rounding tie, and such a change
-    // propagates along its row: tolerance >= 99.9% bitwise-identical quantized values, relative
-    // output error within 1e-3 of the CPU's (relative).
+    // the grid), with either column loop there: the fused kernel on host copies of each block (the
+    // default) or tensor ops on the device. The static scales come from core/mx (tensor ops there,
+    // bit for bit with the CPU kernel): identical. The working weights differ only by float64
+    // rounding (Cholesky, matmul order, a GPU's fused multiply-adds), which changes a code only
+    // where a value sits at a rounding tie, and such a change propagates along its row: tolerance
+    // >= 99.9% bitwise-identical quantized values, relative output error within 1e-3 of the CPU's
+    // (relative).
     void gptqOnDeviceMatchesCpu_data() {
         QTest::addColumn<QString>("format");
         QTest::addColumn<int>("in");
         QTest::addColumn<bool>("actOrder");
+        QTest::addColumn<bool>("tensorOps");
         addDeviceColumn();
-        for (const QString& dev : acceleratorDevices()) {
-            QTest::addRow("mxfp4 in 256 %s", qPrintable(dev)) << "mxfp4" << 256 << false << dev;
-            QTest::addRow("mxint4 in 256 act-order %s", qPrintable(dev)) << "mxint4" << 256 << true << dev;
-            QTest::addRow("nvfp4 in 172 act-order %s", qPrintable(dev)) << "nvfp4" << 172 << true << dev;
-        }
+        for (const QString& dev : acceleratorDevices())
+            for (bool ops : {false, true}) {
+                const char* loop = ops ? "tensor ops" : "fused";
+                QTest::addRow("mxfp4 in 256 %s %s", loop, qPrintable(dev)) << "mxfp4" << 256 << false << ops << dev;
+                QTest::addRow("mxint4 in 256 act-order %s %s", loop, qPrintable(dev))
+                    << "mxint4" << 256 << true << ops << dev;
+                QTest::addRow("nvfp4 in 172 act-order %s %s", loop, qPrintable(dev))
+                    << "nvfp4" << 172 << true << ops << dev;
+            }
     }
     void gptqOnDeviceMatchesCpu() {
         QFETCH(QString, format);
         QFETCH(int, in);
         QFETCH(bool, actOrder);
+        QFETCH(bool, tensorOps);
         QFETCH(QString, device);
         LATMIX_REQUIRE_DEVICE(dev, device);
         const MxConfig c = configOf(format);
@@ -372,6 +386,7 @@ private slots:
         o.columnBlock = 64; // several lazy blocks
         o.actOrder = actOrder;
         const auto cpu = quant::quantizeGptq(w, h, c, o);
+        o.backend = tensorOps ? mx::Backend::TensorOps : mx::Backend::Auto;
         const auto got = quant::quantizeGptq(w.to(dev), h.to(dev), c, o);
         QVERIFY(got.dequantized.device().is_cpu() && got.scales.device().is_cpu()); // results come back on the CPU
         QCOMPARE(got.deadInputs, cpu.deadInputs);
