@@ -218,9 +218,11 @@ std::string quantizeLayers(const RunContext& ctx, const ModelToQuantize& toQuant
                                                toQuantize.names, ctx.resolved.modelDir);
     const int layers = toQuantize.config.numLayers;
     for (int l = 0; l < layers; ++l) {
-        const QuantizedLayer q = quantizer.quantizeLayer(l, job);
+        const std::string name = "layer " + std::to_string(l + 1) + "/" + std::to_string(layers);
+        SubJob layerJob(job, double(l) / layers, double(l + 1) / layers, name + ": ");
+        const QuantizedLayer q = quantizer.quantizeLayer(l, layerJob);
         if (out) out->writeLayer(l, q.tensors, q.packed);
-        job.progress(double(l + 1) / layers, "layer " + std::to_string(l + 1) + "/" + std::to_string(layers));
+        job.progress(double(l + 1) / layers, name);
     }
     if (!out) return "";
     out->writeTopLevel(quantizer.topLevel());

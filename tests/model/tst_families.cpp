@@ -149,22 +149,31 @@ private slots:
                  qPrintable(QString("export %1 vs run weight-only %2").arg(exported).arg(weightOnly)));
     }
 
-    // Cancelled while the run model is being written (after the folded spill exists and the first
-    // layer is quantized): nothing that looks complete is left, neither the model folder nor
+    // Cancelled while the run model is being written (after the folded spill exists), between
+    // two layers or between two linears of a layer: the cancel is honoured before anything
+    // further is reported, and nothing that looks complete is left, neither the model folder nor
     // latmix.json, and the spill is removed; the transforms file of stage 1 (complete) stays.
+    void cancelDuringQuantizationLeavesNothingPartial_data() {
+        QTest::addColumn<QString>("trigger");
+        QTest::newRow("after layer 1") << "quantizing: layer 1/2";
+        QTest::newRow("inside layer 2") << "quantizing: layer 2/2: mlp.gate_proj";
+    }
     void cancelDuringQuantizationLeavesNothingPartial() {
+        QFETCH(QString, trigger);
         struct CancelAt : JobContext {
             std::string trigger;
             mutable bool seen = false;
             std::vector<std::string> messages;
             void progress(double, const std::string& m) override {
                 messages.push_back(m);
-                if (m.find(trigger) != std::string::npos) seen = true;
+                // The whole message ends with the trigger: "layer 1/2" is not "layer 1/2: q_proj".
+                if (m.size() >= trigger.size() && m.compare(m.size() - trigger.size(), trigger.size(), trigger) == 0)
+                    seen = true;
             }
             bool cancelRequested() const override { return seen; }
         } job;
-        job.trigger = "quantizing: layer 1/2";
-        const QString runDir = m_tmp.filePath("runs/cancelled");
+        job.trigger = trigger.toStdString();
+        const QString runDir = m_tmp.filePath("runs/cancelled-" + QString(QTest::currentDataTag()).replace(' ', '-'));
         const auto calib = randomIds(2000, 300, 1);
         bool cancelled = false;
         try {
@@ -175,6 +184,7 @@ private slots:
         QVERIFY(cancelled);
         QVERIFY(std::any_of(job.messages.begin(), job.messages.end(),
                             [](const std::string& m) { return m.find("folding: layer 2/2") != std::string::npos; }));
+        QVERIFY2(QString::fromStdString(job.messages.back()).endsWith(trigger), job.messages.back().c_str());
         QVERIFY(!QFile::exists(runDir + "/model"));
         QVERIFY(!QFile::exists(runDir + "/folded.partial"));
         QVERIFY(!QFile::exists(runDir + "/latmix.json"));

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 
 namespace latmix::run {
 namespace names = model::names;
@@ -32,17 +33,20 @@ struct LayerQuantizer::Linear {
 
 namespace {
 
-// The rank that quantizes each linear: longest first to the least loaded rank, by GPTQ's cost
-// out·in² + in³/3 (the column loop and the Cholesky factorisations); RTN the same.
+// GPTQ's rough cost of a weight [out, in]: out·in² (the lazy updates) + in³/3 (a Cholesky
+// factorisation); RTN the same. For shares of work, not seconds.
+double linearCost(const at::Tensor& w) {
+    const double out = static_cast<double>(w.size(0)), in = static_cast<double>(w.size(1));
+    return out * in * in + in * in * in / 3;
+}
+
+// The rank that quantizes each linear: longest first to the least loaded rank, by linearCost.
 template <class Linear>
 std::vector<int> linearOwners(const std::vector<Linear>& linears, int world) {
     std::vector<int> owner(linears.size(), 0);
     if (world <= 1) return owner;
     std::vector<std::pair<double, std::size_t>> cost;
-    for (std::size_t i = 0; i < linears.size(); ++i) {
-        const double out = static_cast<double>(linears[i].w->size(0)), in = static_cast<double>(linears[i].w->size(1));
-        cost.push_back({out * in * in + in * in * in / 3, i});
-    }
+    for (std::size_t i = 0; i < linears.size(); ++i) cost.push_back({linearCost(*linears[i].w), i});
     std::stable_sort(cost.begin(), cost.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     std::vector<double> load(static_cast<std::size_t>(world), 0.0);
     for (const auto& [c, i] : cost) {
@@ -159,16 +163,26 @@ std::vector<LayerQuantizer::Linear> LayerQuantizer::layerLinears(int l, model::L
 
 // GPTQ or RTN of this rank's linears of layer l; the others' are left empty.
 std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const std::vector<Linear>& linears,
-                                                                    Hessians& acc, std::vector<double>& seconds) {
+                                                                    Hessians& acc, std::vector<double>& seconds,
+                                                                    JobContext& job) {
     const QuantizeOptions& o = ctx.options;
     const bool gptq = ctx.method().gptq;
     const int rank = group ? group->rank() : 0;
     const std::vector<int> owner = linearOwners(linears, group ? group->size() : 1);
     std::vector<quant::QuantizedWeight> done(linears.size());
     seconds.assign(linears.size(), 0.0);
+    // This rank's progress through the layer, by each linear's rough GPTQ cost.
+    std::vector<double> cost(linears.size(), 0.0);
+    for (std::size_t li = 0; li < linears.size(); ++li)
+        if (owner[li] == rank) cost[li] = linearCost(*linears[li].w);
+    const double total = std::accumulate(cost.begin(), cost.end(), 0.0);
+    double before = 0;
     for (std::size_t li = 0; li < linears.size(); ++li) {
         const Linear& lin = linears[li];
         if (owner[li] != rank) continue;
+        job.progress(total > 0 ? before / total : 0.0, lin.name);
+        before += cost[li];
+        if (!group) job.checkCancelled(); // ranks agree on a cancel between layers only
         // The last linear of this rank reading a point takes its Hessian (no copy): at the
         // intermediate width a float64 Hessian is 0.5 GiB at 1B, 1.5 GiB at 8B.
         bool lastAtPoint = true;
@@ -208,7 +222,7 @@ QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
     const std::vector<Linear> linears = layerLinears(l, y);
     auto hessians = collectHessians(l, y, linears);
     std::vector<double> seconds;
-    std::vector<quant::QuantizedWeight> done = quantizeLinears(l, linears, hessians, seconds);
+    std::vector<quant::QuantizedWeight> done = quantizeLinears(l, linears, hessians, seconds, job);
     hessians.clear();
     QuantizedLayer out;
     for (std::size_t li = 0; li < linears.size(); ++li) {

@@ -43,8 +43,10 @@ public:
     // --rtn-error-windows, none by default).
     LayerQuantizer(const RunContext& ctx, const ModelToQuantize& source, const at::Tensor& calib, QuantizeResult& result);
     // Layer `layer` (0, 1, ... in order): its linears quantized, their reports appended to the
-    // result, the windows carried through the quantized layer. Every rank of a data-parallel run
-    // calls it for every layer; a cancel on any rank stops them all at the same layer.
+    // result, the windows carried through the quantized layer. job's progress is the layer's
+    // part, reported before each linear by the linear's name ("mlp.down_proj"). Every rank of a
+    // data-parallel run calls it for every layer; a cancel on any rank stops them all at the
+    // same layer; one process stops before the next linear.
     QuantizedLayer quantizeLayer(int layer, JobContext& job);
     // The embedding, final norm, lm_head (and its bias) as they are: not quantized.
     std::map<std::string, at::Tensor> topLevel() const;
@@ -55,7 +57,7 @@ private:
     using Hessians = std::map<std::string, std::unique_ptr<quant::HessianAccumulator>>;
     Hessians collectHessians(int layer, const model::LayerWeights& y, const std::vector<Linear>& linears);
     std::vector<quant::QuantizedWeight> quantizeLinears(int layer, const std::vector<Linear>& linears, Hessians& hessians,
-                                                        std::vector<double>& seconds);
+                                                        std::vector<double>& seconds, JobContext& job);
     void shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w);
     std::vector<Linear> layerLinears(int layer, model::LayerWeights& y) const;
     bool starved(int layer, const Linear& linear) const;
