@@ -379,15 +379,16 @@ QuantizedWeight quantizeGptq(const at::Tensor& w, const at::Tensor& hessian, con
     // kernel runs it on the CPU for any device, a block at a time (the block's weights there,
     // its errors back); the O(n^3) parts (factorizations, lazy updates) stay on w's device.
     const bool fused = o.backend != mx::Backend::TensorOps;
-    const auto host = at::TensorOptions().dtype(at::kDouble);
-    const auto scaleOnLoop = fused ? colScale.to(at::kCPU).contiguous() : colScale;
-    auto Q = at::empty({out, in}, at::TensorOptions().dtype(at::kFloat).device(fused ? at::Device(at::kCPU) : dev));
+    const at::Device loopDevice = fused ? at::Device(at::kCPU) : dev;
+    const auto blockOptions = W.options().device(loopDevice); // float64
+    const auto scaleOnLoop = colScale.to(loopDevice);         // contiguous, as colScale
+    auto Q = at::empty({out, in}, blockOptions.dtype(at::kFloat));
     const std::int64_t bs = o.columnBlock;
     for (std::int64_t i1 = 0; i1 < in; i1 += bs) {
         const std::int64_t count = std::min(bs, in - i1);
-        auto W1 = at::empty({out, count}, fused ? host : W.options());
+        auto W1 = at::empty({out, count}, blockOptions);
         W1.copy_(W.narrow(1, i1, count));
-        auto Err1 = at::empty({out, count}, fused ? host : W.options());
+        auto Err1 = at::empty({out, count}, blockOptions);
         if (fused)
             columnBlockCpu(W1, U.narrow(0, i1, count).narrow(1, i1, count).to(at::kCPU).contiguous(), scaleOnLoop,
                            Q, Err1, i1, c.element());

@@ -59,9 +59,9 @@ struct GptqOptions {
 
 // GPTQ with MX groups. Scales are fixed from the full W (dead inputs zeroed) before the column
 // loop, so act-order keeps every weight in its own group. Runs in float64 on w's device (the
-// column loop: see GptqOptions::backend); the
-// element rounding itself is float32 (the working weight is rounded to float32 first), exactly
-// as quantizeWithScales. Results come back on the CPU.
+// column loop: see GptqOptions::backend); the element rounding itself is float32 (the working
+// weight is rounded to float32 first), exactly as quantizeWithScales. Results come back on the
+// CPU.
 QuantizedWeight quantizeGptq(const at::Tensor& w, const at::Tensor& hessian, const mx::MxConfig& c,
                              const GptqOptions& o = {});
 
