@@ -4,6 +4,7 @@
 #include "model/Capture.h"
 #include "model/TensorNames.h"
 #include "util/OutOfMemory.h"
+#include "util/Runtime.h"
 
 #include <ATen/core/grad_mode.h>
 
@@ -33,28 +34,12 @@ struct LayerQuantizer::Linear {
 
 namespace {
 
-// GPTQ's rough cost of a weight [out, in]: out·in² (the lazy updates) + in³/3 (a Cholesky
-// factorisation); RTN the same. For shares of work, not seconds.
-double linearCost(const at::Tensor& w) {
-    const double out = static_cast<double>(w.size(0)), in = static_cast<double>(w.size(1));
-    return out * in * in + in * in * in / 3;
-}
-
-// The rank that quantizes each linear: longest first to the least loaded rank, by linearCost.
+// The shapes [out, in] of a layer's linears (linearOwners).
 template <class Linear>
-std::vector<int> linearOwners(const std::vector<Linear>& linears, int world) {
-    std::vector<int> owner(linears.size(), 0);
-    if (world <= 1) return owner;
-    std::vector<std::pair<double, std::size_t>> cost;
-    for (std::size_t i = 0; i < linears.size(); ++i) cost.push_back({linearCost(*linears[i].w), i});
-    std::stable_sort(cost.begin(), cost.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    std::vector<double> load(static_cast<std::size_t>(world), 0.0);
-    for (const auto& [c, i] : cost) {
-        const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-        owner[i] = static_cast<int>(least);
-        load[static_cast<std::size_t>(least)] += c;
-    }
-    return owner;
+std::vector<std::array<std::int64_t, 2>> shapesOf(const std::vector<Linear>& linears) {
+    std::vector<std::array<std::int64_t, 2>> r;
+    for (const auto& lin : linears) r.push_back({lin.w->size(0), lin.w->size(1)});
+    return r;
 }
 
 } // namespace
@@ -65,6 +50,13 @@ LayerQuantizer::LayerQuantizer(const RunContext& ctx, const ModelToQuantize& sou
     options = source.options;
     options.activationQuant = ctx.options.format;
     group = ctx.parallel() ? ctx.options.group.get() : nullptr;
+    // The linears' cost model by device kind, the same on every rank (owners are computed apart).
+    costOnGpu = ctx.device.is_cuda();
+    if (group) {
+        const at::Tensor gpus = at::full({1}, costOnGpu ? 1.0 : 0.0, at::TensorOptions().dtype(at::kDouble));
+        group->allreduceSum({gpus});
+        costOnGpu = gpus.item<double>() == group->size();
+    }
     // GPTQ needs every window's Hessians; RTN none (its error then in weight space) unless
     // --rtn-error-windows asks for the output-space error over the first windows.
     const int64_t n = std::min<int64_t>(calib.size(0), weightQuantizationWindows(ctx.method(), ctx.options));
@@ -168,13 +160,14 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const
     const QuantizeOptions& o = ctx.options;
     const bool gptq = ctx.method().gptq;
     const int rank = group ? group->rank() : 0;
-    const std::vector<int> owner = linearOwners(linears, group ? group->size() : 1);
+    const LinearCostModel model{gptq, costOnGpu, o.gptq.columnBlock, threadCount()};
+    const std::vector<int> owner = linearOwners(shapesOf(linears), group ? group->size() : 1, model);
     std::vector<quant::QuantizedWeight> done(linears.size());
     seconds.assign(linears.size(), 0.0);
-    // This rank's progress through the layer, by each linear's rough GPTQ cost.
+    // This rank's progress through the layer, by each linear's rough cost.
     std::vector<double> cost(linears.size(), 0.0);
     for (std::size_t li = 0; li < linears.size(); ++li)
-        if (owner[li] == rank) cost[li] = linearCost(*linears[li].w);
+        if (owner[li] == rank) cost[li] = linearSeconds(linears[li].w->size(0), linears[li].w->size(1), model);
     const double total = std::accumulate(cost.begin(), cost.end(), 0.0);
     double before = 0;
     for (std::size_t li = 0; li < linears.size(); ++li) {

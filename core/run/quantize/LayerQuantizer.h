@@ -71,6 +71,7 @@ private:
     dist::Group* group = nullptr; // several ranks, else null
     at::Tensor h;                 // this rank's windows at the input of the next layer
     bool calibrated = false;      // windows pass through the layers (GPTQ's Hessians, or RTN's output-space error)
+    bool costOnGpu = false;       // every rank on a GPU: the linears' cost model (linearSeconds)
     std::map<std::string, std::int64_t> pointRows; // this layer's calibration rows per point (all ranks)
 };
 

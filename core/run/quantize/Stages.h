@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <set>
@@ -27,6 +28,23 @@ struct StageSeconds {
 };
 StageSeconds stageSeconds(const model::ModelConfig& config, const QuantizeOptions& options, const MethodSpec& method,
                           bool cuda, std::int64_t evalTokens);
+
+// Rough seconds of quantizing one weight [out, in] (StageCost.cpp): packing; with GPTQ its lazy
+// updates and the Hessian's factorizations on the run's device and its column loop on the host's
+// threads. The one model of a linear's cost: the quantize stage's share sums it over a layer's
+// linears, and within a layer it gives the progress and the data-parallel owners.
+struct LinearCostModel {
+    bool gptq = true;
+    bool cuda = false;
+    int columnBlock = 128; // GptqOptions::columnBlock
+    int threads = 1;       // the host's threads
+};
+double linearSeconds(std::int64_t out, std::int64_t in, const LinearCostModel& model);
+
+// Data parallel: the rank that quantizes each weight [out, in] of a layer, the costliest first to
+// the least loaded rank (by linearSeconds on one host thread, so that ranks with different thread
+// counts agree without talking).
+std::vector<int> linearOwners(const std::vector<std::array<std::int64_t, 2>>& shapes, int world, LinearCostModel model);
 
 // What every stage reads: the options, the resolved run (method, checkpoint, config) and where
 // things live.
