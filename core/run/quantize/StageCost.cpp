@@ -66,7 +66,6 @@ std::vector<int> linearOwners(const std::vector<std::array<std::int64_t, 2>>& sh
     return owner;
 }
 
-
 StageSeconds stageSeconds(const model::ModelConfig& c, const QuantizeOptions& o, const MethodSpec& m, bool cuda,
                           std::int64_t evalTokens) {
     const double h = c.hiddenSize, i = c.intermediateSize, q = double(c.numHeads) * c.headDim, L = c.numLayers,
