@@ -1,20 +1,17 @@
 // Mixture-of-experts models (Qwen3-MoE, Mixtral): the config keys and their refusals, the tensors
-// a checkpoint must hold, and the forward pass against the float64 reference (ReferenceLlama's
-// own routing, written from transformers' modeling files) on small random checkpoints of both
-// families; the real Qwen3-30B-A3B and Mixtral-8x7B configs give their published parameter counts.
-#include "ReferenceLlama.h"
+// a checkpoint must hold, every method end to end on small random checkpoints of both families
+// (with their exports), experts starved of calibration tokens, placement; the real Qwen3-30B-A3B
+// and Mixtral-8x7B configs give their published parameter counts. The forward pass and its
+// routing against the float64 reference, on every device: tst_moerouting.
+#include "MoeModels.h"
 #include "SmallRuns.h"
 #include "TestSupport.h"
 
-#include "eval/ExpertLoad.h"
 #include "eval/Perplexity.h"
 #include "export/Export.h"
-#include "import/RandomModel.h"
 #include "io/SafeTensors.h"
-#include "model/Capture.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
-#include "model/MixtureOfExperts.h"
 #include "model/TensorNames.h"
 #include "run/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
@@ -22,14 +19,11 @@
 #include "run/quantize/LayerQuantizer.h"
 #include "run/quantize/OptionTable.h"
 #include "run/quantize/Preflight.h"
-#include "train/TransformAnalysis.h"
 
 #include <ATen/ATen.h>
 
 #include <cmath>
 #include <map>
-#include <numeric>
-#include <random>
 
 #include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 #include <QDir>
@@ -41,42 +35,9 @@
 #include <QtTest>
 
 using namespace latmix;
+using test::moeConfigText;
 
 namespace {
-
-// A small MoE config: hidden and head_dim multiples of the MX block, GQA, `extra` the family's keys.
-std::string moeConfigText(const std::string& arch, const std::string& extra, int layers = 3) {
-    const bool mixtral = arch == "MixtralForCausalLM";
-    return R"({"architectures": [")" + arch + R"("], "model_type": ")" + (mixtral ? "mixtral" : "qwen3_moe") +
-           R"(", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": )" + std::to_string(layers) +
-           R"(, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300,
-        "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
-        "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": false)" +
-           (extra.empty() ? "" : ", " + extra) + "}";
-}
-
-// dst: src's config and tokenizer files, its tensors passed through edit (an undefined result
-// drops the tensor).
-void rewriteModel(const QString& src, const QString& dst,
-                  const std::function<at::Tensor(const std::string&, const at::Tensor&)>& edit) {
-    QDir().mkpath(dst);
-    for (const QString& f : QDir(src).entryList(QDir::Files))
-        if (f != QLatin1String("model.safetensors")) QFile::copy(src + "/" + f, dst + "/" + f);
-    const auto file = io::SafeTensorsFile::open((src + "/model.safetensors").toStdString());
-    std::vector<std::pair<std::string, at::Tensor>> tensors;
-    for (const auto& e : file->entries()) {
-        const at::Tensor t = edit(e.name, file->tensor(e.name).clone());
-        if (t.defined()) tensors.emplace_back(e.name, t);
-    }
-    io::writeSafeTensors((dst + "/model.safetensors").toStdString(), tensors, {{"format", "pt"}});
-}
-
-bool isRouter(const std::string& name) {
-    const auto ends = [&](const std::string& s) {
-        return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-    };
-    return ends(".mlp.gate.weight") || ends(".block_sparse_moe.gate.weight");
-}
 
 std::int64_t parameters(const model::ModelConfig& c) {
     std::int64_t n = 0;
@@ -94,214 +55,12 @@ class TestMoe : public QObject {
     Q_OBJECT
     QTemporaryDir m_tmp;
 
-    // A random checkpoint of the config, its routers scaled so that the top-k choice is decisive
-    // (random routers of std 0.02 give near-uniform probabilities; float32 and float64 would
-    // then disagree on near-ties, which says nothing about the code).
     QString modelOf(const QString& name, const std::string& configText) {
-        const QString dir = m_tmp.filePath("models/" + name);
-        if (QFile::exists(dir + "/config.json")) return dir;
-        const QString raw = dir + "-raw";
-        importing::RandomModelOptions r;
-        r.dtype = "float32";
-        r.seed = 5;
-        importing::writeRandomModel(model::ModelConfig::fromJsonText(configText, name.toStdString()), raw.toStdString(), r);
-        rewriteModel(raw, dir, [](const std::string& n, const at::Tensor& t) { return isRouter(n) ? t * 10 : t; });
-        return dir;
+        return test::moeModel(m_tmp.filePath("models/" + name), configText, name.toStdString());
     }
 
 private slots:
     void initTestCase() { QVERIFY(m_tmp.isValid()); }
-
-    // The forward pass routes each token as the reference does (the same experts, counted through
-    // the expert points' hooks) and gives its logits to float32 rounding; the perplexity path
-    // (nextTokenNll over the routed hidden states) gives the reference's.
-    void forwardMatchesFloat64Reference_data() {
-        QTest::addColumn<QString>("config");
-        QTest::addColumn<QString>("name");
-        QTest::addColumn<QList<int>>("sparseLayers");
-        const auto row = [](const char* name, const std::string& arch, const std::string& extra, QList<int> sparse,
-                            int layers = 3) {
-            QTest::newRow(name) << QString::fromStdString(moeConfigText(arch, extra, layers)) << QString(name) << sparse;
-        };
-        row("qwen3-moe top-2 of 8 renormalised", "Qwen3MoeForCausalLM",
-            R"("num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "norm_topk_prob": true)",
-            {0, 1, 2});
-        row("qwen3-moe top-3 of 6 raw probabilities", "Qwen3MoeForCausalLM",
-            R"("num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 32, "norm_topk_prob": false)",
-            {0, 1, 2});
-        // Dense MLPs among sparse ones: layer 2 by mlp_only_layers; with decoder_sparse_step 2
-        // only the odd layers are sparse.
-        row("qwen3-moe mlp_only_layers", "Qwen3MoeForCausalLM",
-            R"("num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true,
-               "mlp_only_layers": [2])",
-            {0, 1, 3}, 4);
-        row("qwen3-moe decoder_sparse_step 2", "Qwen3MoeForCausalLM",
-            R"("num_experts": 4, "num_experts_per_tok": 1, "moe_intermediate_size": 32, "decoder_sparse_step": 2)", {1, 3},
-            4);
-        // transformers 5 saves Qwen3-MoE's expert count as num_local_experts.
-        row("qwen3-moe num_local_experts", "Qwen3MoeForCausalLM",
-            R"("num_local_experts": 5, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true)",
-            {0, 1, 2});
-        row("mixtral top-2 of 8", "MixtralForCausalLM", R"("num_local_experts": 8, "num_experts_per_tok": 2)", {0, 1, 2});
-    }
-    void forwardMatchesFloat64Reference() {
-        QFETCH(QString, config);
-        QFETCH(QString, name);
-        QFETCH(QList<int>, sparseLayers);
-        const auto ck = model::Checkpoint::load(modelOf(name, config.toStdString()).toStdString());
-        const auto& c = ck.config();
-        QVERIFY(c.moe.has_value());
-        for (int l = 0; l < c.numLayers; ++l) QCOMPARE(c.isSparseLayer(l), sparseLayers.contains(l));
-
-        std::mt19937_64 rng(3);
-        std::vector<int64_t> ids(48);
-        for (auto& t : ids) t = static_cast<int64_t>(rng() % c.vocabSize);
-        test::ReferenceLlama ref(ck);
-        const auto want = ref.logits(ids);
-        // The data's own margin: the k-th and (k+1)-th router logits of every token lie further
-        // apart than float32 rounding can move them (logits of size ~2 computed to ~1e-6 relative),
-        // so both computations must choose the same experts.
-        if (c.moe->expertsPerToken < c.moe->numExperts)
-            QVERIFY2(ref.smallestGap > 1e-4, qPrintable(QString("near-tie in the test data: %1").arg(ref.smallestGap)));
-
-        const model::LlamaModel m(ck);
-        // Tokens each expert got, summed over the sparse layers, at its gate/up and down_proj inputs.
-        std::map<int, std::int64_t> perExpert, perExpertIn;
-        std::int64_t routedRows = 0;
-        bool widthsRight = true;
-        const auto hook = [&](const std::string& point, const at::Tensor& x) {
-            const auto at = point.find(".mlp.experts.");
-            if (at != std::string::npos) {
-                const bool down = point.find(".down_proj.input") != std::string::npos;
-                (down ? perExpert : perExpertIn)[std::stoi(point.substr(at + 13))] += x.size(1);
-                if (down) routedRows += x.size(1);
-                widthsRight = widthsRight && x.size(2) == (down ? c.moe->expertWidth : c.hiddenSize);
-            }
-            return x;
-        };
-        const auto got = m.forward(at::tensor(ids, at::kLong).unsqueeze(0), hook).squeeze(0);
-        QVERIFY(widthsRight);
-        QCOMPARE(routedRows, std::int64_t(ids.size()) * c.moe->expertsPerToken * sparseLayers.size());
-        QCOMPARE(perExpertIn, perExpert);
-        for (int e = 0; e < c.moe->numExperts; ++e)
-            QCOMPARE(perExpert[e], ref.routed[static_cast<size_t>(e)]);
-        QVERIFY(perExpert.size() >= 2); // the routing really chooses among experts
-
-        // The expert load of the same window (eval::measureExpertLoad): per layer, every token
-        // k times; per expert, summed over the layers, the reference's counts.
-        const auto load = eval::measureExpertLoad(m, {std::vector<int>(ids.begin(), ids.end())});
-        QCOMPARE(int(load.layers.size()), int(sparseLayers.size()));
-        std::vector<std::int64_t> loadSum(static_cast<size_t>(c.moe->numExperts), 0);
-        for (const auto& row : load.tokens) {
-            QCOMPARE(std::accumulate(row.begin(), row.end(), std::int64_t(0)), std::int64_t(ids.size()) * c.moe->expertsPerToken);
-            for (size_t e = 0; e < row.size(); ++e) loadSum[e] += row[e];
-        }
-        QCOMPARE(loadSum, ref.routed);
-
-        const double err = (got.to(at::kDouble) - want).abs().max().item<double>() / want.abs().max().item<double>();
-        qInfo("%s: max |logit error| / max |logit| = %.3g, smallest top-k gap %.3g", qPrintable(name), err,
-              ref.smallestGap);
-        // As tst_llamamodel's dense rows: float32 rounding over the layers, ~1e-6; 1e-5 leaves 10x.
-        QVERIFY2(err < 1e-5, qPrintable(QString("relative error %1").arg(err)));
-
-        // Perplexity through the chunked next-token path equals the reference's log-softmax.
-        const auto tokens = at::tensor(ids, at::kLong).unsqueeze(0);
-        const double nll = m.sequenceNll(tokens);
-        const auto logp = want.log_softmax(-1);
-        double refNll = 0;
-        for (size_t t = 0; t + 1 < ids.size(); ++t) refNll -= logp[int64_t(t)][ids[t + 1]].item<double>();
-        QVERIFY2(std::abs(nll / refNll - 1) < 1e-5, qPrintable(QString("nll %1 vs %2").arg(nll).arg(refNll)));
-    }
-
-    // Each expert's own down_proj input captured in memory (model::pointNamesWithExperts), three
-    // windows run as one batch: the rows of exactly the tokens the reference routes to the expert,
-    // in window and token order, its float64 SiLU(g) * u to float32 rounding. Without expertPoints
-    // the same regex finds nothing and the error says where experts' points are reached; a run
-    // file's capture (capturePoints) refuses them the same way.
-    void expertPointsCaptureTheirOwnTokens_data() {
-        QTest::addColumn<QString>("config");
-        QTest::addColumn<QString>("name");
-        QTest::newRow("qwen3-moe") << QString::fromStdString(moeConfigText("Qwen3MoeForCausalLM",
-                                          R"("num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "norm_topk_prob": true)"))
-                                   << "qwen3-moe top-2 of 8 renormalised";
-        QTest::newRow("mixtral") << QString::fromStdString(moeConfigText("MixtralForCausalLM",
-                                        R"("num_local_experts": 8, "num_experts_per_tok": 2)"))
-                                 << "mixtral top-2 of 8";
-    }
-    void expertPointsCaptureTheirOwnTokens() {
-        QFETCH(QString, config);
-        QFETCH(QString, name);
-        const auto ck = model::Checkpoint::load(modelOf(name, config.toStdString()).toStdString());
-        const auto& c = ck.config();
-        std::mt19937_64 rng(11);
-        std::vector<int> ids(200);
-        for (auto& t : ids) t = static_cast<int>(rng() % c.vocabSize);
-        test::ReferenceLlama ref(ck);
-        for (const auto& w : model::sampleCalibrationWindows(ids, 3, 16, 0)) ref.logits({w.begin(), w.end()});
-        QVERIFY2(ref.smallestGap > 1e-4, qPrintable(QString("near-tie in the test data: %1").arg(ref.smallestGap)));
-        // The points of the experts the reference routed tokens to (an idle one: idleExpertIsRefused).
-        QStringList routed;
-        for (const auto& p : model::pointNamesWithExperts(c))
-            if (model::isExpertPoint(p) && ref.expertInputs.count(p)) routed << QString::fromStdString(p);
-        QVERIFY(routed.size() >= c.moe->numExperts);
-        const std::string regex = ("^(" + routed.join('|').replace(".", "\\.") + ")$").toStdString();
-
-        const model::LlamaModel m(ck);
-        const auto acts = train::captureActivationsInMemory(m, ids, regex, 3, 16, 0, 0, true);
-        QCOMPARE(int(acts.size()), int(routed.size()));
-        std::map<int, std::int64_t> rowsPerLayer;
-        for (size_t i = 0; i < acts.size(); ++i) {
-            const auto& [point, x] = acts[i];
-            QCOMPARE(QString::fromStdString(point), routed[int(i)]);
-            const auto want = at::cat(ref.expertInputs.at(point), 0);
-            QCOMPARE(x.size(0), want.size(0));
-            QCOMPARE(x.size(1), std::int64_t(c.moe->expertWidth));
-            const double err = (x.to(at::kDouble) - want).abs().max().item<double>() / want.abs().max().item<double>();
-            // As the logits above: float32 rounding through the layers, ~1e-6; 1e-5 leaves 10x.
-            QVERIFY2(err < 1e-5, qPrintable(QString("%1: relative error %2").arg(routed[int(i)]).arg(err)));
-            rowsPerLayer[std::stoi(point.substr(7))] += x.size(0);
-        }
-        for (const auto& [layer, rows] : rowsPerLayer) QCOMPARE(rows, std::int64_t(3 * 16 * c.moe->expertsPerToken));
-
-        const auto refusal = [&](const std::function<void()>& f) {
-            try {
-                f();
-            } catch (const std::invalid_argument& e) {
-                return QString::fromStdString(e.what());
-            }
-            return QString();
-        };
-        QVERIFY(refusal([&] { train::captureActivationsInMemory(m, ids, regex, 3, 16, 0); }).contains("--expert-points"));
-        QVERIFY(refusal([&] { model::capturePoints(c, "experts", false, ""); }).contains("never stored in a run file"));
-        QVERIFY(refusal([&] { model::capturePoints(c, "no-such-point", false, ""); }).startsWith("no quantization point"));
-    }
-
-    // An expert no calibration token chose (16 experts, top 1, 8 tokens: at least 8 idle in each
-    // layer) is refused naming its point: never empty rows, never a NaN.
-    void idleExpertIsRefused() {
-        const auto ck = model::Checkpoint::load(
-            modelOf("idle", moeConfigText("Qwen3MoeForCausalLM",
-                                          R"("num_experts": 16, "num_experts_per_tok": 1, "moe_intermediate_size": 32)", 1))
-                .toStdString());
-        std::mt19937_64 rng(2);
-        std::vector<int> ids(8);
-        for (auto& t : ids) t = static_cast<int>(rng() % ck.config().vocabSize);
-        test::ReferenceLlama ref(ck);
-        ref.logits({ids.begin(), ids.end()});
-        std::string idle;
-        for (int e = 0; e < 16 && idle.empty(); ++e)
-            if (!ref.expertInputs.count(model::expertPointName(0, e, model::PointKind::DownProjInput)))
-                idle = model::expertPointName(0, e, model::PointKind::DownProjInput);
-        QVERIFY(!idle.empty());
-        const model::LlamaModel m(ck);
-        try {
-            train::captureActivationsInMemory(m, ids, "experts", 1, 8, 0, 0, true);
-            QFAIL("an idle expert's point was captured");
-        } catch (const std::runtime_error& e) {
-            QVERIFY2(QString(e.what()).startsWith(QString::fromStdString("no calibration token was routed to the expert of " + idle)),
-                     e.what());
-        }
-    }
 
     // The same model through a config rewritten by toJsonText: every MoE key survives.
     void configRoundTrip_data() {
@@ -384,7 +143,7 @@ private slots:
         const std::string router = mixtral ? "model.layers.1.block_sparse_moe.gate.weight" : "model.layers.1.mlp.gate.weight";
         const std::string expert = mixtral ? "model.layers.1.block_sparse_moe.experts.2.w3.weight"
                                            : "model.layers.1.mlp.experts.2.up_proj.weight";
-        rewriteModel(src, dst, [&](const std::string& n, const at::Tensor& t) {
+        test::rewriteModel(src, dst, [&](const std::string& n, const at::Tensor& t) {
             if (damage == "router" && n == router) return t.narrow(0, 0, 3).contiguous();
             if (damage == "expert" && n == expert) return at::Tensor();
             return t;
@@ -412,10 +171,7 @@ private slots:
     void everyMethodCompletes() {
         QFETCH(QString, family);
         QFETCH(QString, method);
-        const QString model = family == "mixtral"
-                                  ? modelOf("mixtral-run", moeConfigText("MixtralForCausalLM", R"("num_local_experts": 4, "num_experts_per_tok": 2)", 2))
-                                  : modelOf("qwen3-run", moeConfigText("Qwen3MoeForCausalLM", R"("num_experts": 4, "num_experts_per_tok": 2,
-                                      "moe_intermediate_size": 64, "norm_topk_prob": true)", 2));
+        const QString model = modelOf(family + "-run", test::moeRunConfigText(family));
         auto o = test::smallRunOptions(method);
         // Mixtral's attention has no biases to take a learned T2 bias (refused otherwise, below).
         if (family == "mixtral") o.t2Bias = false;
