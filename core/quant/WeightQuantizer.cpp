@@ -408,7 +408,9 @@ QuantizedWeight quantizeGptq(const at::Tensor& w, const at::Tensor& hessian, con
 
 HessianAccumulator::HessianAccumulator(std::int64_t in) : in_(in) {
     if (in <= 0) throw std::invalid_argument("HessianAccumulator: the input width must be positive, got " + std::to_string(in));
-    sum_ = at::zeros({in, in}, at::TensorOptions().dtype(at::kDouble));
+    // Allocated by the first add(), on the activations' device: a GPU run's accumulators never
+    // take host memory (a 128-expert layer holds 2 per expert, GBs at 8B widths).
+    sum_ = at::zeros({0}, at::TensorOptions().dtype(at::kDouble));
 }
 
 void HessianAccumulator::add(const at::Tensor& x) {
@@ -443,7 +445,7 @@ at::Tensor HessianAccumulator::take() {
 }
 
 void HessianAccumulator::reduce(const std::function<void(const at::Tensor&)>& inPlace) {
-    if (sum_.numel() != in_ * in_) sum_ = at::zeros({in_, in_}, sum_.options()); // after take()
+    if (sum_.numel() != in_ * in_) sum_ = at::zeros({in_, in_}, sum_.options()); // no rows here, or after take()
     inPlace(sum_);
     const at::Tensor rows = at::full({1}, static_cast<double>(rows_), at::TensorOptions().dtype(at::kDouble));
     inPlace(rows);

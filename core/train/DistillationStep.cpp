@@ -120,7 +120,11 @@ model::LayerWeights Step::studentLayer(int l) {
     const c10::Device d = devOf(l);
     model::LayerWeights y = model::convertLayer(original.layers[static_cast<size_t>(l)], fopts.device(d));
     fold::AffineMatrices m2 = transforms.t2Matrices(l);
-    if (m2.defined() && d != device) m2 = {m2.a.to(d), m2.aInv.to(d), m2.v.defined() ? m2.v.to(d) : m2.v};
+    if (m2.defined() && d != device) {
+        // A fixed Hadamard T2 keeps its diagonal: folded by butterflies there too, as on the home device.
+        const auto to = [&](const at::Tensor& t) { return t.defined() ? t.to(d) : t; };
+        m2 = {m2.a.to(d), m2.aInv.to(d), to(m2.v), to(m2.hadamardDiagonal)};
+    }
     const auto& t3 = !transforms.t3().defined() || d == device ? transforms.t3() : on(d).student.t3;
     fold::foldLayer(c, y, l, t3, leaf1On(d), m2);
     return y;
