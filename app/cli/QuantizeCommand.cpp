@@ -81,7 +81,11 @@ int launchRanks(const QuantizeCli& o) {
 // memory. --model may be a config.json alone (a model not downloaded yet; its torch_dtype is the
 // stored dtype), e.g. resources/configs/llama-3.1-8b.json.
 int printDryRun(const QuantizeCli& o, const run::ResolvedRun& resolved) {
-    std::printf("host memory\n%s", run::memoryTable(resolved.host, run::availableHostMemory()).c_str());
+    // The host estimate is a CPU run's (run/MemoryEstimate.h); a run on a GPU is checked against
+    // the GPU's memory (one device, no --offload) or not at all (Preflight's checkMemory).
+    const bool gpu = !resolved.gpu.stages.empty() || resolved.device.rfind("cuda", 0) == 0;
+    std::printf("host memory%s\n%s", gpu ? " (of the same run with --device cpu; not checked for a GPU run)" : "",
+                run::memoryTable(resolved.host, run::availableHostMemory()).c_str());
     if (resolved.gpu.stages.empty()) return 0;
     const auto colon = o.q.device.find(':');
     const int index = colon == std::string::npos ? 0 : std::atoi(o.q.device.c_str() + colon + 1);

@@ -305,6 +305,34 @@ private slots:
         QVERIFY(!QFileInfo::exists(out));
     }
 
+    // --dry-run says which estimate a run is checked against: the host's for a CPU run; for a
+    // GPU run the GPU's table with its verdict, and the host table (a CPU run's estimate) marked
+    // as not checked, so that a host figure above this machine's memory is not read as a refusal.
+    void dryRunNamesTheCheckedMemory_data() {
+        QTest::addColumn<QString>("device");
+        QTest::addColumn<bool>("gpu");
+        QTest::newRow("cpu") << "cpu" << false;
+        QTest::newRow("cuda, --gpu-memory 80") << "cuda" << true;
+    }
+    void dryRunNamesTheCheckedMemory() {
+        QFETCH(QString, device);
+        QFETCH(bool, gpu);
+        const QString out = m_tmp.filePath("dry-" + device);
+        QStringList a = quantizeArgs(out, "latmix-lu", 2);
+        a[a.indexOf("--device") + 1] = device;
+        a << "--dry-run";
+        if (gpu) a << "--gpu-memory" << "80";
+        const Result r = run(a);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QStringList host = r.out.split('\n').filter(QRegularExpression("^host memory"));
+        QCOMPARE(host.size(), 1);
+        QCOMPARE(host.front(), gpu ? QString("host memory (of the same run with --device cpu; not checked for a GPU run)")
+                            : QString("host memory"));
+        QCOMPARE(r.out.contains("\nGPU memory (cuda, --gpu-memory)\n"), gpu);
+        QCOMPARE(r.out.endsWith("\nfits\n"), gpu); // the demo model beside 80 GiB
+        QVERIFY(!QFileInfo::exists(out));
+    }
+
     // A run with the layers split over two "devices" that are both the CPU: the placement code
     // runs (weights placed per layer, per-device options, T1 copies whose gradients are summed)
     // and must train exactly what the plain run trains; latmix.json records the devices. (The
