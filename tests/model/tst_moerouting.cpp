@@ -25,6 +25,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <vector>
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -40,13 +41,17 @@ class TestMoeRouting : public QObject {
         return test::moeModel(m_tmp.filePath("models/" + name), configText, name.toStdString());
     }
 
-    run::QuantizeResult quantizeOn(const QString& family, const QString& method, const QString& device) {
+    // The small end-to-end runs' calibration and evaluation ids, options and run folders.
+    const std::vector<int> m_calib = test::randomIds(2000, 300, 1), m_eval = test::randomIds(400, 300, 2);
+    static run::QuantizeOptions runOptions(const QString& family, const QString& method, const QString& device) {
         auto o = test::smallRunOptions(method);
         if (family == "mixtral") o.t2Bias = false; // no attention biases to take it (tst_moe)
         o.device = device.toStdString();
-        const auto calib = test::randomIds(2000, 300, 1), evalIds = test::randomIds(400, 300, 2);
-        return run::runQuantize(modelOf(family + "-run", test::moeRunConfigText(family)).toStdString(), calib, evalIds,
-                                runDir(family, method, device).toStdString(), o);
+        return o;
+    }
+    run::QuantizeResult quantizeOn(const QString& family, const QString& method, const QString& device) {
+        return run::runQuantize(modelOf(family + "-run", test::moeRunConfigText(family)).toStdString(), m_calib, m_eval,
+                                runDir(family, method, device).toStdString(), runOptions(family, method, device));
     }
     QString runDir(const QString& family, const QString& method, const QString& device) {
         return m_tmp.filePath("runs/" + family + "-" + method + "-" + QString(device).replace(':', '-'));
@@ -285,9 +290,9 @@ private slots:
         if (dev.is_cuda()) QVERIFY2(r.peakGpuMb > 0, "the run's device held nothing");
         QCOMPARE(int(r.linears.size()), 2 * (4 + 3 * 4)); // q, k, v, o and each expert's gate, up, down
         for (const auto& L : r.linears) QVERIFY2(std::isfinite(L.relativeError), L.linear.c_str());
-        const auto o = test::smallRunOptions(method);
+        const auto o = runOptions(family, method, device);
         if (method == "rtn") {
-            const auto cpu = quantizeOn(family, method, "cpu");
+            quantizeOn(family, method, "cpu");
             const auto a = run::readRunModel((runDir(family, method, device) + "/model").toStdString());
             const auto b = run::readRunModel((runDir(family, method, "cpu") + "/model").toStdString());
             QCOMPARE(int(a.packed.size()), int(r.linears.size()));
@@ -315,11 +320,10 @@ private slots:
         }
         if (method == "latmix-lu") {
             const auto ck = model::Checkpoint::load((runDir(family, method, device) + "/model").toStdString());
-            const auto evalIds = test::randomIds(400, 300, 2);
             // The same model on the same device; float32 rounding of the logits (~1e-6 relative)
             // bounds any difference of the kernels' order: 1e-5.
-            const double w4a4 = test::runPerplexity(model::LlamaModel(ck, at::kFloat, dev), evalIds, o);
-            const double weightOnly = test::runPerplexity(model::LlamaModel(ck, at::kFloat, dev, false), evalIds, o);
+            const double w4a4 = test::runPerplexity(model::LlamaModel(ck, at::kFloat, dev), m_eval, o);
+            const double weightOnly = test::runPerplexity(model::LlamaModel(ck, at::kFloat, dev, false), m_eval, o);
             QVERIFY2(std::abs(w4a4 / r.quantizedPerplexity - 1) < 1e-5,
                      qPrintable(QString("reloaded %1 vs run %2").arg(w4a4).arg(r.quantizedPerplexity)));
             QVERIFY2(std::abs(weightOnly / r.weightOnlyPerplexity - 1) < 1e-5,
