@@ -18,8 +18,9 @@ struct QuantizedWeight {
     at::Tensor dequantized;   // float32 [out, in], CPU: the quantized values
     mx::PackedTensor packed;  // codes + scale bytes; mx::unpack(packed) equals dequantized bit for bit
     at::Tensor scales;        // float32 [out, ceil(in/B)], CPU: group scales used (NVFP4: block scale * global)
-    // tr((W-Q) H (W-Q)^T) / tr(W H W^T); RTN without a Hessian: H = I. Float32 on w's device;
-    // on the CPU over 512 evenly spaced output rows when W has more (an estimate of the whole).
+    // tr((W-Q) H (W-Q)^T) / tr(W H W^T); RTN without a Hessian: H = I. Float32 on w's device,
+    // over 512 evenly spaced output rows when W has more (an estimate of the whole, the same rows
+    // on every device, so that a CPU and a GPU run report the same measure).
     double relativeError = 0;
     std::int64_t deadInputs = 0; // GPTQ: inputs with H_ii == 0 (their weights are set to 0)
 };

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -314,6 +315,35 @@ private slots:
         const double wantPlain = D.square().sum().item<double>() / W.square().sum().item<double>();
         qInfo("no Hessian: sampled %.5f, whole %.5f", plain.relativeError, wantPlain);
         QVERIFY(std::fabs(plain.relativeError - wantPlain) <= 1e-1 * wantPlain);
+    }
+
+    // 5c. A GPU measures the same 512 rows: the relative error of an RTN weight on the device is
+    //     the CPU's up to float32 summation order (each trace a sum of rows x in terms, relative
+    //     rounding below rows * in * eps = 512 * 64 * 6e-8 = 2e-3 in the worst case), well inside
+    //     the sampled rows' own distance from the whole (4% for this weight: 5b).
+    void relativeErrorSameRowsOnDevice_data() {
+        addDeviceColumn();
+        for (const QString& dev : acceleratorDevices()) QTest::addRow("mxfp4 2048 rows %s", qPrintable(dev)) << dev;
+    }
+    void relativeErrorSameRowsOnDevice() {
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
+        const MxConfig c = configOf("mxfp4");
+        const auto w = makeWeight(2048, 64, 131);
+        const auto h = gram(correlatedInputs(256, 64, 132));
+        const double bound = 512.0 * 64 * std::numeric_limits<float>::epsilon() / 2;
+        for (const bool hessian : {true, false}) {
+            const auto cpu = hessian ? quant::quantizeRtn(w, c, h) : quant::quantizeRtn(w, c);
+            const auto got = hessian ? quant::quantizeRtn(w.to(dev), c, h.to(dev)) : quant::quantizeRtn(w.to(dev), c);
+            QVERIFY(at::equal(got.packed.codes, cpu.packed.codes)); // the same rounding: only the measure can differ
+            const auto W = w.to(at::kDouble), D = W - cpu.dequantized.to(at::kDouble);
+            const auto H = hessian ? h : at::eye(64, at::kDouble);
+            const double whole = (at::mm(D, H) * D).sum().item<double>() / (at::mm(W, H) * W).sum().item<double>();
+            qInfo("Hessian %d: device %.6f, cpu %.6f, whole %.6f", int(hessian), got.relativeError, cpu.relativeError, whole);
+            QVERIFY2(std::fabs(got.relativeError - cpu.relativeError) <= bound * cpu.relativeError,
+                     qPrintable(QString("device %1 vs cpu %2").arg(got.relativeError).arg(cpu.relativeError)));
+            QVERIFY(std::fabs(cpu.relativeError - whole) > 5 * bound * whole); // the rows sampled differ from the whole
+        }
     }
 
     // 6. Every GPTQ output lies on the grid of its own static group scale (the blockScales of the
