@@ -309,9 +309,10 @@ void CalibrationView::updateT1BiasAuto() {
     m_t1Bias->setItemData(0, problem.empty() ? QString() : QString::fromStdString(problem), Qt::ToolTipRole);
 }
 
-// The estimated peak host memory of the run the form describes (run/MemoryEstimate.h), shown
-// before Run; the table of stages in the tooltip. The run itself refuses a peak above what is
-// available (the CLI's --force).
+// The estimated peak memory of the run the form describes (run/MemoryEstimate.h), shown before
+// Run: the host's for a CPU run, the GPU's for a run on a GPU (the one the run is checked
+// against); the table of stages in the tooltip. The run itself refuses a peak above what the
+// device has (the CLI's --force).
 void CalibrationView::updateMemoryEstimate() {
     if (!m_memory) return;
     if (m_storedBytes == 0) {
@@ -321,15 +322,19 @@ void CalibrationView::updateMemoryEstimate() {
     }
     try {
         const auto o = options();
-        const auto e = latmix::run::estimateQuantizeMemory(m_config, m_storedBytes, o, latmix::run::runMethod(o));
-        const auto available = latmix::run::availableHostMemory();
-        const bool over = !latmix::run::memoryProblem(e, available, o).empty();
-        m_memory->setText(tr("Memory: about %1 at peak (%2)%3")
-                              .arg(QString::fromStdString(latmix::run::gibText(e.peakBytes)),
-                                   QString::fromStdString(e.peakStage),
-                                   available > 0 ? tr(" of %1 available").arg(QString::fromStdString(
-                                                       latmix::run::gibText(available)))
-                                                 : QString()));
+        const auto m = latmix::run::estimateRunMemory(m_config, m_storedBytes, o, latmix::run::runMethod(o));
+        const bool cpu = m.checkedDevice == "cpu";
+        const latmix::run::MemoryEstimate& e = cpu ? m.host : m.gpu; // the workbench has no --offload: one device
+        const auto available = latmix::run::checkedDeviceMemory(m);
+        const bool over = !latmix::run::memoryProblem(m, o).empty();
+        const QString gib = QString::fromStdString(latmix::run::gibText(e.peakBytes));
+        const QString of = available > 0 ? (cpu ? tr(" of %1 available") : tr(" of %1"))
+                                               .arg(QString::fromStdString(latmix::run::gibText(available)))
+                                         : QString();
+        m_memory->setText(cpu ? tr("Memory: about %1 at peak (%2)%3").arg(gib, QString::fromStdString(e.peakStage), of)
+                              : tr("GPU memory (%1): about %2 at peak (%3)%4")
+                                    .arg(QString::fromStdString(m.checkedDevice), gib,
+                                         QString::fromStdString(e.peakStage), of));
         m_memory->setStyleSheet(over ? QStringLiteral("color: #c0392b;") : QString());
         m_memory->setToolTip(QStringLiteral("<pre>%1</pre>")
                                  .arg(QString::fromStdString(latmix::run::memoryTable(e, available)).toHtmlEscaped()));

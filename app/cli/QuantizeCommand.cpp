@@ -5,7 +5,6 @@
 #include "dist/ProcessGroup.h"
 #include "util/AtomicFile.h"
 #include "util/DataPath.h"
-#include "util/Runtime.h"
 #include "util/Text.h"
 
 #include "eval/Perplexity.h"
@@ -76,24 +75,23 @@ int launchRanks(const QuantizeCli& o) {
                                   std::chrono::milliseconds(static_cast<long long>(o.distTimeout * 1000)));
 }
 
-// --dry-run: the host memory of each stage and, with --device cuda (one GPU, no --offload, no
-// --devices: their plan is printed before), the GPU's, against --gpu-memory or the device's own
-// memory. --model may be a config.json alone (a model not downloaded yet; its torch_dtype is the
+// --dry-run: the host memory of each stage and, for a run on one GPU (--device cuda[:N], or auto
+// where there is one; no --offload, no --devices: their plan is printed before), the GPU's,
+// against --gpu-memory or the device's own memory. --model may be a config.json alone (a model not downloaded yet; its torch_dtype is the
 // stored dtype), e.g. resources/configs/llama-3.1-8b.json.
 int printDryRun(const QuantizeCli& o, const run::ResolvedRun& resolved) {
-    // The host estimate is a CPU run's (run/MemoryEstimate.h); a run on a GPU is checked against
-    // the GPU's memory (one device, no --offload) or not at all (Preflight's checkMemory).
-    const bool gpu = !resolved.gpu.stages.empty() || resolved.device.rfind("cuda", 0) == 0;
-    std::printf("host memory%s\n%s", gpu ? " (of the same run with --device cpu; not checked for a GPU run)" : "",
-                run::memoryTable(resolved.host, run::availableHostMemory()).c_str());
-    if (resolved.gpu.stages.empty()) return 0;
-    const auto colon = o.q.device.find(':');
-    const int index = colon == std::string::npos ? 0 : std::atoi(o.q.device.c_str() + colon + 1);
-    const std::int64_t total = o.gpuMemory.empty() ? latmix::cudaTotalMemory(index) : run::parseGpuMemory(o.gpuMemory);
-    std::printf("\nGPU memory (%s, %s)\n%s", o.q.device.c_str(),
+    // The host estimate is a CPU run's (run/MemoryEstimate.h); a GPU run is checked against its
+    // GPU's memory or not at all (RunMemory::checkedDevice).
+    const run::RunMemory& m = resolved.memory;
+    const bool cpu = m.checkedDevice == "cpu";
+    std::printf("host memory%s\n%s", cpu ? "" : " (of the same run with --device cpu; not checked for a GPU run)",
+                run::memoryTable(m.host, run::availableHostMemory()).c_str());
+    if (cpu || m.checkedDevice.empty()) return 0;
+    const std::int64_t total = o.gpuMemory.empty() ? run::checkedDeviceMemory(m) : run::parseGpuMemory(o.gpuMemory);
+    std::printf("\nGPU memory (%s, %s)\n%s", m.checkedDevice.c_str(),
                 !o.gpuMemory.empty() ? "--gpu-memory" : total > 0 ? "this machine's" : "not on this machine: --gpu-memory GiB compares",
-                run::memoryTable(resolved.gpu, total).c_str());
-    const std::string problem = run::memoryProblem(resolved.gpu, total, o.q, o.q.device);
+                run::memoryTable(m.gpu, total).c_str());
+    const std::string problem = run::memoryProblem(m.gpu, total, o.q, m.checkedDevice);
     std::printf("%s\n", problem.empty() ? (total > 0 ? "fits" : "") : ("does not fit: " + problem).c_str());
     return 0;
 }

@@ -517,7 +517,7 @@ double LlamaModel::forwardFlops(std::int64_t tokens) const {
     return 2.0 * tokens * (c.numLayers * (linear + attentionPerToken) + d * c.vocabSize);
 }
 
-c10::Device parseDevice(const std::string& name) {
+c10::Device deviceFromName(const std::string& name) {
     if (name == "auto") return torch::cuda::is_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
     const std::string use = "; use cpu, cuda, cuda:N or auto";
     if (name != "cpu" && name.rfind("cuda", 0) != 0) throw std::invalid_argument("unknown device '" + name + "'" + use);
@@ -527,9 +527,13 @@ c10::Device parseDevice(const std::string& name) {
     } catch (const std::exception&) { // c10's own message carries a backtrace
         throw std::invalid_argument("unknown device '" + name + "'" + use);
     }
+    return d.is_cuda() && !d.has_index() ? c10::Device(c10::kCUDA, 0) : d;
+}
+
+c10::Device parseDevice(const std::string& name) {
+    const c10::Device d = deviceFromName(name);
     if (!d.is_cuda()) return d;
     const auto n = static_cast<int>(torch::cuda::device_count());
-    if (!d.has_index()) d = c10::Device(c10::kCUDA, 0);
     if (d.index() < n) return d;
     std::string available = "cpu";
     for (int i = 0; i < n; ++i) available += ", cuda:" + std::to_string(i);

@@ -8,6 +8,7 @@
 #include "model/TensorNames.h"
 #include "mx/MxFormat.h"
 #include "train/Distillation.h"
+#include "util/Runtime.h"
 #include "util/Text.h"
 
 #include <algorithm>
@@ -245,6 +246,25 @@ MemoryEstimate estimateDeviceMemory(const model::ModelConfig& c, int stored, con
     return e;
 }
 
+RunMemory estimateRunMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o, const MethodSpec& m) {
+    RunMemory r;
+    r.host = estimateQuantizeMemory(c, stored, o, m);
+    const c10::Device on = model::deviceFromName(o.device);
+    if (on.is_cpu()) {
+        r.checkedDevice = "cpu";
+    } else if (!o.offload && o.devices.empty()) {
+        r.checkedDevice = on.str();
+        r.gpu = estimateDeviceMemory(c, stored, o, m);
+    }
+    return r;
+}
+
+std::int64_t checkedDeviceMemory(const RunMemory& memory) {
+    if (memory.checkedDevice.empty()) return 0;
+    if (memory.checkedDevice == "cpu") return availableHostMemory();
+    return cudaTotalMemory(model::deviceFromName(memory.checkedDevice).index());
+}
+
 std::int64_t parseGpuMemory(const std::string& text) {
     std::size_t used = 0;
     double gib = 0;
@@ -298,6 +318,17 @@ void refuseOverMemory(const MemoryEstimate& e, std::int64_t available, const Qua
                     : "the estimated peak GPU memory of this run is " + gibText(need) + " (stage " + e.peakStage +
                           ", with the CUDA context), more than the " + gibText(available) + " of " + gpu;
     throw RunRefused(cause, ways, "the estimate is what `latmix quantize --dry-run` prints");
+}
+
+void refuseOverMemory(const RunMemory& m, const QuantizeOptions& o) {
+    if (const MemoryEstimate* e = m.checked())
+        refuseOverMemory(*e, checkedDeviceMemory(m), o, m.checkedDevice == "cpu" ? std::string() : m.checkedDevice);
+}
+
+std::string memoryProblem(const RunMemory& m, const QuantizeOptions& o) {
+    const MemoryEstimate* e = m.checked();
+    return e ? memoryProblem(*e, checkedDeviceMemory(m), o, m.checkedDevice == "cpu" ? std::string() : m.checkedDevice)
+             : std::string();
 }
 
 std::string memoryProblem(const MemoryEstimate& e, std::int64_t available, const QuantizeOptions& o,

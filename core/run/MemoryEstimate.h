@@ -48,6 +48,24 @@ MemoryEstimate estimateDeviceMemory(const model::ModelConfig& config, int stored
 // What a CUDA context takes on a GPU outside PyTorch's allocator (CUDA 12-13 on Hopper: 0.5 GiB).
 constexpr std::int64_t kCudaContextBytes = std::int64_t(512) << 20;
 
+// A quantize run's estimates before it starts, and the one it is checked against: preflight
+// refuses a run over it, `--dry-run` and the workbench show it. A CPU run is checked against the
+// host's memory, a run on one GPU without --offload / --devices against that GPU's; the other GPU
+// runs are not checked (their weights move between the host and the devices).
+struct RunMemory {
+    MemoryEstimate host;       // estimateQuantizeMemory: the same run on the CPU
+    MemoryEstimate gpu;        // estimateDeviceMemory, for a run on one GPU only (no stages otherwise)
+    std::string checkedDevice; // "cpu", "cuda:N" (gpu above), or empty: not checked
+    const MemoryEstimate* checked() const { return checkedDevice.empty() ? nullptr : checkedDevice == "cpu" ? &host : &gpu; }
+};
+// options.device is read from its name (model::deviceFromName: "auto" as this machine has it, a
+// named GPU need not be here); throws std::invalid_argument for a name that is no device.
+RunMemory estimateRunMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options,
+                            const MethodSpec& method);
+// What the checked device has: the host's available memory, or the GPU's total (0 when this
+// machine has no such GPU, or nothing is checked).
+std::int64_t checkedDeviceMemory(const RunMemory& memory);
+
 // The estimate as a table (stage, bytes, largest terms) with the peak and, when available > 0,
 // the memory available: what the CLI prints and the workbench shows before Run.
 std::string memoryTable(const MemoryEstimate& estimate, std::int64_t available);
@@ -62,6 +80,9 @@ std::string memoryProblem(const MemoryEstimate& estimate, std::int64_t available
 // options, so that the workbench names its controls.
 void refuseOverMemory(const MemoryEstimate& estimate, std::int64_t available, const QuantizeOptions& options,
                       const std::string& gpu = {});
+// The same for the checked estimate of a run against what its device has (checkedDeviceMemory).
+std::string memoryProblem(const RunMemory& memory, const QuantizeOptions& options);
+void refuseOverMemory(const RunMemory& memory, const QuantizeOptions& options);
 
 // The element size the checkpoint's weights are stored with (file bytes / parameters, rounded).
 int storedElementBytes(std::int64_t fileBytes, std::int64_t parameters);

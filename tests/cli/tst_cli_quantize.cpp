@@ -2,6 +2,7 @@
 // LATMiX-LU, the run's files, its JSON record, evaluation of the run's model, resume of the
 // training, and one-line errors for bad arguments.
 #include "io/TensorFile.h"
+#include "model/LlamaModel.h"
 #include "train/Distillation.h"
 
 #include <ATen/ATen.h>
@@ -308,28 +309,38 @@ private slots:
     // --dry-run says which estimate a run is checked against: the host's for a CPU run; for a
     // GPU run the GPU's table with its verdict, and the host table (a CPU run's estimate) marked
     // as not checked, so that a host figure above this machine's memory is not read as a refusal.
+    // The host table is the one checked for a CPU run only; a GPU run's is its GPU's (one GPU, no
+    // --offload), named with the device's index, or none.
     void dryRunNamesTheCheckedMemory_data() {
         QTest::addColumn<QString>("device");
-        QTest::addColumn<bool>("gpu");
-        QTest::newRow("cpu") << "cpu" << false;
-        QTest::newRow("cuda, --gpu-memory 80") << "cuda" << true;
+        QTest::addColumn<QStringList>("extra");
+        QTest::addColumn<QString>("gpuTable"); // the GPU table's device, empty: none
+        QTest::newRow("cpu") << "cpu" << QStringList{} << "";
+        QTest::newRow("cuda, --gpu-memory 80") << "cuda" << QStringList{"--gpu-memory", "80"} << "cuda:0";
+        QTest::newRow("cuda:1, --gpu-memory 80") << "cuda:1" << QStringList{"--gpu-memory", "80"} << "cuda:1";
+        QTest::newRow("cuda, --offload") << "cuda" << QStringList{"--offload"} << "";
+        // auto as this machine resolves it: the GPU's table where it has one
+        QTest::newRow("auto, --gpu-memory 80") << "auto" << QStringList{"--gpu-memory", "80"}
+                                               << (latmix::model::deviceFromName("auto").is_cuda() ? "cuda:0" : "");
     }
     void dryRunNamesTheCheckedMemory() {
         QFETCH(QString, device);
-        QFETCH(bool, gpu);
-        const QString out = m_tmp.filePath("dry-" + device);
+        QFETCH(QStringList, extra);
+        QFETCH(QString, gpuTable);
+        const QString out = m_tmp.filePath("dry-" + QString(QTest::currentDataTag()).replace(' ', '_'));
         QStringList a = quantizeArgs(out, "latmix-lu", 2);
         a[a.indexOf("--device") + 1] = device;
-        a << "--dry-run";
-        if (gpu) a << "--gpu-memory" << "80";
+        a << "--dry-run" << extra;
         const Result r = run(a);
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const bool cpuRun = device == "cpu" || (device == "auto" && gpuTable.isEmpty());
         const QStringList host = r.out.split('\n').filter(QRegularExpression("^host memory"));
         QCOMPARE(host.size(), 1);
-        QCOMPARE(host.front(), gpu ? QString("host memory (of the same run with --device cpu; not checked for a GPU run)")
-                            : QString("host memory"));
-        QCOMPARE(r.out.contains("\nGPU memory (cuda, --gpu-memory)\n"), gpu);
-        QCOMPARE(r.out.endsWith("\nfits\n"), gpu); // the demo model beside 80 GiB
+        QCOMPARE(host.front(), cpuRun ? QString("host memory")
+                                      : QString("host memory (of the same run with --device cpu; not checked for a GPU run)"));
+        QCOMPARE(r.out.contains("\nGPU memory ("), !gpuTable.isEmpty());
+        if (!gpuTable.isEmpty()) QVERIFY2(r.out.contains("\nGPU memory (" + gpuTable + ", --gpu-memory)\n"), qPrintable(r.out));
+        QCOMPARE(r.out.endsWith("\nfits\n"), !gpuTable.isEmpty()); // the demo model beside 80 GiB
         QVERIFY(!QFileInfo::exists(out));
     }
 

@@ -9,6 +9,7 @@
 #include "run/quantize/Stages.h"
 
 #include <ATen/ATen.h>
+#include <torch/cuda.h>
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
 #include "TestSupport.h"
 
@@ -262,6 +263,57 @@ private slots:
             QVERIFY2(problem.find("--offload") != std::string::npos && problem.find("--devices") != std::string::npos &&
                          problem.find("cuda:0") != std::string::npos,
                      problem.c_str());
+        }
+    }
+
+    // Which estimate a run is checked against follows where it computes: the host's for a CPU
+    // run, the GPU's (estimateDeviceMemory itself) for one GPU, none where the weights move
+    // between the host and devices (--offload, --devices). A GPU named need not be here.
+    void checkedMemoryFollowsTheDevice_data() {
+        QTest::addColumn<QString>("device");
+        QTest::addColumn<bool>("offload");
+        QTest::addColumn<QString>("devices");
+        QTest::addColumn<QString>("checked"); // "cpu", "cuda:N" or empty
+        QTest::newRow("cpu") << "cpu" << false << "" << "cpu";
+        QTest::newRow("cuda") << "cuda" << false << "" << "cuda:0";
+        QTest::newRow("cuda:3") << "cuda:3" << false << "" << "cuda:3";
+        QTest::newRow("cuda, --offload") << "cuda" << true << "" << "";
+        QTest::newRow("--devices") << "cuda:0" << false << "cuda:0,cuda:1" << "";
+        QTest::newRow("auto") << "auto" << false << "" << (torch::cuda::is_available() ? "cuda:0" : "cpu");
+    }
+    void checkedMemoryFollowsTheDevice() {
+        QFETCH(QString, device);
+        QFETCH(bool, offload);
+        QFETCH(QString, devices);
+        QFETCH(QString, checked);
+        const auto c = test::realConfig("llama-3.1-8b");
+        run::QuantizeOptions o;
+        o.method = "latmix-lu";
+        o.device = device.toStdString();
+        o.offload = offload;
+        if (!devices.isEmpty()) o.devices = run::parseDeviceList(devices.toStdString());
+        const auto method = run::runMethod(o);
+        const run::RunMemory m = run::estimateRunMemory(c, 2, o, method);
+        QCOMPARE(QString::fromStdString(m.checkedDevice), checked);
+        QCOMPARE(m.host.peakBytes, run::estimateQuantizeMemory(c, 2, o, method).peakBytes); // shown in every case
+        const bool gpu = checked.startsWith("cuda");
+        QCOMPARE(m.gpu.stages.empty(), !gpu);
+        if (gpu) QCOMPARE(m.gpu.peakBytes, run::estimateDeviceMemory(c, 2, o, method).peakBytes);
+        QCOMPARE(m.checked(), checked.isEmpty() ? nullptr : gpu ? &m.gpu : &m.host);
+        // Nothing checked, nothing refused, whatever the size; a CPU run against the host's memory.
+        if (checked.isEmpty()) QVERIFY(run::memoryProblem(m, o).empty());
+        if (checked == "cpu") QCOMPARE(run::checkedDeviceMemory(m), run::availableHostMemory());
+    }
+
+    void badDeviceNameIsRefused() {
+        run::QuantizeOptions o;
+        o.method = "rtn";
+        o.device = "gpu";
+        try {
+            run::estimateRunMemory(test::realConfig("llama-3.2-1b"), 2, o, run::runMethod(o));
+            QFAIL("a device named 'gpu' was estimated");
+        } catch (const std::invalid_argument& e) {
+            QVERIFY2(QString(e.what()).contains("unknown device 'gpu'"), e.what());
         }
     }
 

@@ -10,6 +10,7 @@
 #include "metrics/TransformMetrics.h"
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
+#include "run/quantize/Preflight.h"
 #include "fold/ModelTransforms.h"
 #include "transforms/AffineTransform.h"
 
@@ -477,6 +478,28 @@ private slots:
         QVERIFY(w.isErrorBannerShown());
         QVERIFY(w.errorBannerText().contains("latmix.json"));
         QVERIFY(!w.exportAction()->isEnabled());
+    }
+
+    // The memory line under the method is the estimate the run is checked against, as the CLI's
+    // preflight computes it: the host's on the CPU, the GPU's on each CUDA device this machine has.
+    void memoryLineShowsTheCheckedEstimate() {
+        CalibrationView view;
+        view.setModelDir(m_model);
+        auto* devices = view.findChild<QComboBox*>(QStringLiteral("deviceCombo"));
+        auto* label = view.findChild<QLabel*>(QStringLiteral("memoryEstimateLabel"));
+        QVERIFY(devices && label && devices->count() >= 1);
+        for (int i = 0; i < devices->count(); ++i) {
+            devices->setCurrentIndex(i);
+            const auto resolved = run::preflight(m_model.toStdString(), view.options(), run::PreflightFor::Estimate);
+            const run::RunMemory& m = resolved.memory;
+            QCOMPARE(QString::fromStdString(m.checkedDevice), devices->currentText());
+            const bool cpu = devices->currentText() == "cpu";
+            const run::MemoryEstimate& e = cpu ? m.host : m.gpu;
+            const QString want = (cpu ? QString("Memory: about ") : "GPU memory (" + devices->currentText() + "): about ") +
+                                 QString::fromStdString(run::gibText(e.peakBytes)) + " at peak (" +
+                                 QString::fromStdString(e.peakStage) + ")";
+            QVERIFY2(label->text().startsWith(want), qPrintable(label->text() + " vs " + want));
+        }
     }
 
     // Without a model the Run button refuses with a message instead of failing later.

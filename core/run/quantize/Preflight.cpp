@@ -8,10 +8,8 @@
 #include "tokenizer/Tokenizer.h"
 #include "transforms/Hadamard.h"
 #include "transforms/LearnedTransforms.h"
-#include "util/Runtime.h"
 
 #include <filesystem>
-#include <optional>
 #include <stdexcept>
 
 namespace fs = std::filesystem;
@@ -51,17 +49,11 @@ void planPlacement(ResolvedRun& r, const QuantizeOptions& o) {
     r.device = r.placement.front().device;
 }
 
-// The estimates, and the refusal of a run that does not fit (options.memoryCheck; --force skips).
-// device: options.device as this machine resolves it ("auto" included); none for the estimates
-// alone, whose device need not be here and is then read from its name.
-void checkMemory(ResolvedRun& r, const QuantizeOptions& o, const std::optional<c10::Device>& device) {
-    r.host = estimateQuantizeMemory(r.config, r.storedBytes, o, r.method);
-    const bool cuda = device ? device->is_cuda() : o.device.rfind("cuda", 0) == 0;
-    const bool oneGpu = cuda && !o.offload && o.devices.empty();
-    if (oneGpu) r.gpu = estimateDeviceMemory(r.config, r.storedBytes, o, r.method);
-    if (!o.memoryCheck || !device) return;
-    if (device->is_cpu()) refuseOverMemory(r.host, availableHostMemory(), o);
-    else if (oneGpu) refuseOverMemory(r.gpu, cudaTotalMemory(device->index()), o, device->str());
+// The estimates, and the refusal of a run that does not fit (options.memoryCheck; --force skips):
+// for a run (its devices checked before), not for the estimates alone.
+void checkMemory(ResolvedRun& r, const QuantizeOptions& o, PreflightFor purpose) {
+    r.memory = estimateRunMemory(r.config, r.storedBytes, o, r.method);
+    if (o.memoryCheck && purpose == PreflightFor::Run) refuseOverMemory(r.memory, o);
 }
 
 // --t1-bias auto (the default): the learned T1 bias where the family's hf and compressed-tensors
@@ -106,14 +98,13 @@ ResolvedRun preflightShape(ResolvedRun r, const QuantizeOptions& o, PreflightFor
                              std::to_string(c.numLayers - 1) + ")",
                          {{"tracked_layer", "0"}});
     planPlacement(r, o);
-    std::optional<c10::Device> device;
     if (purpose == PreflightFor::Run) {
         if (!r.checkpoint) throw std::invalid_argument(r.modelDir + " is a config alone: a run needs the model folder with its weights");
         // Every device named before any work when this machine lacks it.
         for (const auto& p : r.placement) model::parseDevice(p.device);
-        device = model::parseDevice(o.device);
+        model::parseDevice(o.device);
     }
-    checkMemory(r, o, device);
+    checkMemory(r, o, purpose);
     return r;
 }
 

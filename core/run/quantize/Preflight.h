@@ -26,9 +26,7 @@ struct ResolvedRun {
     int storedBytes = 4;                // bytes per stored weight element (bf16: 2)
     std::vector<DeviceShare> placement; // --devices: the training's layers over the devices
     std::string device;                 // where the run computes: the placement's first device, else options.device
-    MemoryEstimate host;                // on the CPU (estimateQuantizeMemory)
-    // On one GPU without --offload / --devices (estimateDeviceMemory); no stages otherwise.
-    MemoryEstimate gpu;
+    RunMemory memory;                   // the estimates, and the one the run is checked against
     // What preflight chose for the user, each with its way back (--t1-bias auto's choice): the
     // CLI and the workbench say them through run::messageFor.
     std::vector<util::RemediedError> notes;
