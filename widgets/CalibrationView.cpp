@@ -24,6 +24,7 @@
 #include <QDateTime>
 #include <QDir>
 #include <QDoubleSpinBox>
+#include <QEvent>
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -36,6 +37,7 @@
 #include <QPointer>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QHash>
 #include <QSpinBox>
@@ -43,6 +45,7 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -243,14 +246,16 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     column->addWidget(m_run);
     column->addStretch(1);
 
-    auto* scroll = new QScrollArea(this);
-    scroll->setWidget(form);
-    scroll->setWidgetResizable(true);
-    scroll->setFixedWidth(260);
-    scroll->setFrameShape(QFrame::NoFrame);
+    m_formScroll = new QScrollArea(this);
+    m_formScroll->setWidget(form);
+    m_formScroll->setWidgetResizable(true);
+    m_formScroll->setFrameShape(QFrame::NoFrame);
+    m_formScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    form->installEventFilter(this);
+    fitFormWidth();
 
     auto* row = new QHBoxLayout(this);
-    row->addWidget(scroll);
+    row->addWidget(m_formScroll);
     row->addWidget(m_dashboard, 1);
 
     connect(m_run, &QPushButton::clicked, this, [this] { start(); });
@@ -273,6 +278,20 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
 }
 
 CalibrationView::~CalibrationView() { saveSettings(); }
+
+// The form's scroll area as wide as the form needs beside its vertical scroll bar: it scrolls
+// down, never sideways, and no control or wrapped line (the memory estimate) is cut at the right
+// edge. Again whenever the form's layout changes (a control's longer text: "Auto (off)").
+void CalibrationView::fitFormWidth() {
+    QWidget* form = m_formScroll->widget();
+    m_formScroll->setFixedWidth(
+        std::max(260, form->minimumSizeHint().width() + m_formScroll->verticalScrollBar()->sizeHint().width()));
+}
+
+bool CalibrationView::eventFilter(QObject* watched, QEvent* event) {
+    if (m_formScroll && watched == m_formScroll->widget() && event->type() == QEvent::LayoutRequest) fitFormWidth();
+    return QWidget::eventFilter(watched, event);
+}
 
 void CalibrationView::setModelDir(const QString& dir) {
     m_modelDir = dir;

@@ -19,6 +19,7 @@ class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
 class QPushButton;
+class QScrollArea;
 class QSpinBox;
 
 namespace latmix::gui {
@@ -73,7 +74,11 @@ signals:
     void runFinished(bool ok, const QString& runDir, const QString& message);
     void errorOccurred(const QString& message);
 
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override; // the form's width (fitFormWidth)
+
 private:
+    void fitFormWidth();
     QGroupBox* createMethodBox(QWidget* parent);
     QGroupBox* createTrainingBox(QWidget* parent);
     QGroupBox* createDataBox(QWidget* parent);
@@ -97,6 +102,7 @@ private:
     QComboBox* m_t1Bias = nullptr;
     QCheckBox* m_skipExportCheck = nullptr;
     QLabel* m_memory = nullptr;
+    QScrollArea* m_formScroll = nullptr;
     latmix::model::ModelConfig m_config; // of the open model, for the memory estimate
     int m_storedBytes = 0;               // its weights' element size; 0: no model
 };

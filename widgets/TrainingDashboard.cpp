@@ -136,7 +136,7 @@ QLayout* TrainingDashboard::createHeader() {
     m_title->setFont(bold);
     m_title->setFullText(tr("Calibration — no run yet"));
     m_title->setMinimumWidth(120);
-    header->addWidget(m_title, 1);
+    header->addWidget(m_title, 3); // the run's name before a wider bar
     m_progress = new QProgressBar(this);
     m_progress->setObjectName(QStringLiteral("trainingProgress"));
     m_progress->setRange(0, 1000);

@@ -2,8 +2,8 @@
 // (activations, a transform comparison, a short calibration, the weights of a linear before and
 // after the calibration's folding, the runs table with that run selected), at 1280×800 and 1920×1080 in the
 // light and the dark theme: no two tick labels of an axis overlap, no two names of peaks overlap, no legend entry is cut, a
-// legend covers at most a small share of the points its plot draws, and no table hides columns
-// behind a horizontal scroll bar. Geometry is read back from QCustomPlot after a
+// legend covers at most a small share of the points its plot draws, no table hides columns
+// behind a horizontal scroll bar, and no form is wider than its scroll area. Geometry is read back from QCustomPlot after a
 // real layout and replot (offscreen), not assumed.
 #include "import/DemoModel.h"
 
@@ -27,6 +27,7 @@
 #include <QFileInfo>
 #include <QLabel>
 #include <QSignalSpy>
+#include <QScrollArea>
 #include <QScrollBar>
 #include <QTabWidget>
 #include <QTableView>
@@ -186,6 +187,13 @@ private slots:
                         problems << QString("%1/%2: columns hidden behind a horizontal scroll bar (%3 px)")
                                         .arg(view->objectName(), t->objectName())
                                         .arg(t->horizontalScrollBar()->maximum());
+            // Forms (the Calibration tab's) scroll down, never sideways: nothing cut at their right edge.
+            for (QScrollArea* a : view->findChildren<QScrollArea*>())
+                if (a->isVisible() && a->widget() && a->widget()->width() > a->viewport()->width())
+                    problems << QString("%1/%2: the form is %3 px wide in %4 px")
+                                    .arg(view->objectName(), a->widget()->objectName())
+                                    .arg(a->widget()->width())
+                                    .arg(a->viewport()->width());
             for (QCustomPlot* p : view->findChildren<QCustomPlot*>()) {
                 if (!p->isVisible() || p->width() < 50 || p->height() < 50) continue;
                 const QString where = view->objectName() + "/" + p->objectName();
