@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace latmix::model {
 
@@ -32,17 +33,19 @@ at::Tensor sparseMlp(const MoeConfig& moe, const at::Tensor& router, const std::
                                     std::to_string(moe.numExperts));
     const Routing r = routeTokens(moe, router, routerInput);
     const int64_t k = moe.expertsPerToken;
-    // Every (token, slot) assignment, grouped by expert: one sort and one count instead of a
-    // mask per expert, and one host read of the counts. The sort is stable, so that each expert
-    // sees its tokens in order (what the activation views show as "token"); the sum is the same
-    // either way, as a token meets an expert at most once.
+    // Every (token, slot) assignment, grouped by expert: one sort instead of a mask per expert,
+    // and the counts from one host copy of the choices (tokens x k indices; at::bincount would
+    // read its maximum back from a GPU first, a second wait). The sort is stable, so that each
+    // expert sees its tokens in order (what the activation views show as "token"); the sum is
+    // the same either way, as a token meets an expert at most once.
     const auto flat = r.experts.reshape({-1});
     const auto order = std::get<1>(at::sort(flat, c10::optional<bool>(true), /*dim=*/0));
-    const auto counts = at::bincount(flat, {}, moe.numExperts);
     const auto tokenOf = order.div(k, "floor");
     const auto weightOf = r.weights.reshape({-1}).index_select(0, order).unsqueeze(1);
-    const auto hostCounts = counts.to(at::kCPU);
-    const int64_t* n = hostCounts.data_ptr<int64_t>();
+    const auto chosen = flat.to(at::kCPU, at::kLong).contiguous();
+    std::vector<int64_t> n(static_cast<size_t>(moe.numExperts), 0);
+    const int64_t* c = chosen.data_ptr<int64_t>();
+    for (int64_t i = 0; i < chosen.numel(); ++i) ++n[static_cast<size_t>(c[i])];
     auto y = at::zeros_like(x);
     int64_t start = 0;
     for (int e = 0; e < moe.numExperts; ++e) {
