@@ -211,8 +211,11 @@ private slots:
               kl.item<double>(), worst);
 
         // The other way of keeping the graph (each layer's graph kept from the forward, or each
-        // layer recomputed from its saved input) gives the same loss and gradients, bit for bit:
-        // the recomputation is the same float32 arithmetic in the same order.
+        // layer recomputed from its saved input) gives the same loss and gradients within the
+        // float32 bounds above: the same arithmetic, usually bit for bit, but not always (a
+        // kernel may round differently with its buffers' alignment or its autograd dispatch:
+        // once on Debian 13, libtorch 2.6, 1.8e-6 of the loss apart), while a layer recomputed
+        // from a wrong input or left out would be off by its whole contribution.
         std::vector<at::Tensor> first;
         for (auto& p : t.parameters()) {
             first.push_back(p.grad().clone());
@@ -220,10 +223,14 @@ private slots:
         }
         const bool keptFirst = train::keepsLayerGraphs(c, tokens.size(0), tokens.size(1));
         const auto other = train::distillationStep(c, f.w, t, act, tokens, tau, lambda, objective, !keptFirst);
-        QCOMPARE(other.objective, got.objective);
-        QCOMPARE(other.loss, got.loss);
-        for (size_t i = 0; i < params.size(); ++i)
-            QVERIFY2(at::equal(params[i].grad(), first[i]), qPrintable(QString("parameter %1 (kept graphs: %2)").arg(i).arg(!keptFirst)));
+        QVERIFY2(std::fabs(other.objective - got.objective) <= 1e-4 * got.objective + 1e-7,
+                 qPrintable(QString("KL %1 vs %2 (kept graphs: %3)").arg(other.objective).arg(got.objective).arg(!keptFirst)));
+        QVERIFY(std::fabs(other.loss - got.loss) <= 1e-4 * got.loss + 1e-7);
+        for (size_t i = 0; i < params.size(); ++i) {
+            const double diff = (params[i].grad() - first[i]).abs().max().item<double>();
+            QVERIFY2(diff <= 2e-3 * first[i].abs().max().item<double>() + 1e-4 * overall,
+                     qPrintable(QString("parameter %1 (kept graphs: %2): max |difference| %3").arg(i).arg(!keptFirst).arg(diff)));
+        }
     }
 
     // A rotation start with quantization off folds exactly: the first KL is ~0 (float32 noise).
