@@ -477,10 +477,15 @@ LlamaModel::LlamaModel(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device
             m_w.layers.push_back(convertLayer(y, bf16));
             releaseMappedLayer(y);
         }
-    } else if (device.is_cpu())
-        m_w = loadStoredWeights(ckpt, dtype); // mapped, converted a layer at a time (forwardHidden)
-    else
-        m_w = loadWeights(ckpt, dtype, device);
+    } else if (device.is_cpu() || dtype == at::kFloat) {
+        // On the CPU mapped, on a GPU copied as stored (a bf16 checkpoint in half the memory of
+        // its float32 form: an 8B evaluates in float32 on 16 GB of weights, a 32B fits an 80 GB
+        // card); each layer converted when the pass reaches it (forwardHidden), as the training
+        // keeps its frozen weights (run/QuantizeRun.cpp, loadOriginal).
+        m_w = loadStoredWeights(ckpt, dtype, device);
+    } else {
+        m_w = loadWeights(ckpt, dtype, device); // bf16 compute on a GPU: converted once, never wider than stored
+    }
     m_options = forwardOptionsFor(m_config, dtype, device, quantizeActivations);
     m_options.dtype = dtype;
 }

@@ -162,9 +162,10 @@ NextTokenScores nextTokenScores(const ModelConfig& config, const LlamaWeights& w
 
 class LlamaModel {
 public:
-    // On the CPU the weights stay as stored (memory-mapped, no copy) and each decoder layer is
-    // converted to dtype when the pass reaches it, so a bf16 checkpoint evaluated in float32
-    // needs its file plus one float32 layer; on other devices they are converted once.
+    // The weights stay as stored (on the CPU memory-mapped, no copy; on a GPU copied in the
+    // file's dtype) and each decoder layer is converted to dtype when the pass reaches it, so a
+    // bf16 checkpoint evaluated in float32 needs its size plus one float32 layer; bf16 on a GPU
+    // and on the CPU is converted once (never wider than the file).
     // A quantized run's model (config with a "latmix" object) gets its online Hadamard and
     // activation quantization from the config; quantizeActivations = false leaves them out
     // (weight-only evaluation; T3 stays: with exact arithmetic it changes nothing).

@@ -2,6 +2,7 @@
 // for norms, RoPE and attention, plain matrix products for the linear layers, nothing shared
 // with core/model/LlamaModel.cpp. Real checkpoints from LATMIX_DATA_DIR, the built-in demo
 // model, and synthetic Qwen2 (q/k/v bias), Qwen3 (q/k norm) and Llama-3 (rope scaling) models.
+#include "DeviceRows.h" // before <QtTest>
 #include "ReferenceLlama.h"
 
 #include "io/SafeTensors.h"
@@ -171,25 +172,37 @@ private slots:
         QVERIFY(std::abs(m.sequenceNll(tokens) / want.sum().item<double>() - 1) < 1e-6);
     }
 
-    // A bf16 checkpoint evaluated in float32 on the CPU keeps its weights mapped in bf16 and
-    // converts a layer at a time; the logits equal those of the model converted up front, bit
-    // for bit (bf16 -> float32 is exact either way).
+    // A bf16 checkpoint evaluated in float32 keeps its weights in bf16 (on the CPU mapped, on a
+    // GPU copied as stored: half the memory) and converts a layer at a time; the logits equal
+    // those of the model converted up front on the same device, bit for bit (bf16 -> float32 is
+    // exact either way, and the products are the same).
+    void storedWeightsConvertPerLayer_data() {
+        test::addDeviceColumn();
+        for (const QString& dev : test::testDevices()) QTest::newRow(qPrintable(dev)) << dev;
+    }
     void storedWeightsConvertPerLayer() {
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
         const QString src = modelDir("synthetic-qwen3");
         const Checkpoint f32 = Checkpoint::load(src.toStdString());
         const QString dir = m_tmp.filePath("qwen3-bf16");
-        QDir().mkpath(dir);
-        std::vector<std::pair<std::string, at::Tensor>> t;
-        for (const auto& n : f32.names()) t.emplace_back(n, f32.weight(n).to(at::kBFloat16));
-        io::writeSafeTensors((dir + "/model.safetensors").toStdString(), t);
-        QFile::copy(src + "/config.json", dir + "/config.json");
+        if (!QFile::exists(dir + "/config.json")) {
+            QDir().mkpath(dir);
+            std::vector<std::pair<std::string, at::Tensor>> t;
+            for (const auto& n : f32.names()) t.emplace_back(n, f32.weight(n).to(at::kBFloat16));
+            io::writeSafeTensors((dir + "/model.safetensors").toStdString(), t);
+            QFile::copy(src + "/config.json", dir + "/config.json");
+        }
         const Checkpoint ck = Checkpoint::load(dir.toStdString());
-        const model::LlamaModel stored(ck, at::kFloat);
-        QCOMPARE(stored.weights().layers[1].wUp.scalar_type(), at::kBFloat16); // still the file's
+        const model::LlamaModel stored(ck, at::kFloat, dev);
+        const at::Tensor& wUp = stored.weights().layers[1].wUp;
+        QCOMPARE(wUp.scalar_type(), at::kBFloat16); // still the file's
+        QVERIFY(wUp.device() == dev);
         QCOMPARE(stored.weights().finalNorm.scalar_type(), at::kFloat);
-        const model::LlamaModel converted(ck.config(), model::loadWeights(ck, at::kFloat));
+        const model::LlamaModel converted(ck.config(), model::loadWeights(ck, at::kFloat, dev), stored.options());
+        QVERIFY(converted.device() == dev);
         const auto ids = at::arange(40, at::kLong).remainder(ck.config().vocabSize).unsqueeze(0);
-        QVERIFY(at::equal(stored.forward(ids), converted.forward(ids)));
+        QVERIFY(at::equal(stored.forward(ids).cpu(), converted.forward(ids).cpu()));
     }
 
     void bfloat16StaysClose() {
