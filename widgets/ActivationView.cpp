@@ -69,9 +69,7 @@ double positiveFloor(const QVector<double>& a, const QVector<double>& b) {
 
 void setLogY(QCustomPlot* p) {
     p->yAxis->setScaleType(QCPAxis::stLogarithmic);
-    QSharedPointer<QCPAxisTickerLog> log(new QCPAxisTickerLog);
-    log->setTickCount(4);
-    p->yAxis->setTicker(log);
+    p->yAxis->setTicker(PlotStyle::logTicker(4));
     p->yAxis->setNumberFormat(QStringLiteral("eb"));
     p->yAxis->setNumberPrecision(0);
 }

@@ -38,7 +38,7 @@ void prepare(QCustomPlot* p, const QString& title, const QString& xLabel, const 
     p->xAxis->setLabel(xLabel);
     p->yAxis->setLabel(yLabel);
     p->yAxis->setScaleType(QCPAxis::stLogarithmic);
-    p->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+    p->yAxis->setTicker(PlotStyle::logTicker());
     p->yAxis->setNumberFormat("g"); // plain 0.035: the ranges here span one or two decades
     p->yAxis->setNumberPrecision(2);
     p->legend->setVisible(true);
@@ -127,7 +127,7 @@ void drawBlockSizeSweep(QCustomPlot* p, const PointCurves& c) {
     prepare(p, QStringLiteral("E(T) vs MX block size, %1 (%2)").arg(c.point, c.format), QStringLiteral("block size B"),
             QStringLiteral("E(T)"));
     p->xAxis->setScaleType(QCPAxis::stLogarithmic);
-    auto ticker = QSharedPointer<QCPAxisTickerLog>::create();
+    auto ticker = PlotStyle::logTicker();
     ticker->setLogBase(2);
     p->xAxis->setTicker(ticker);
     p->xAxis->setNumberFormat("f");

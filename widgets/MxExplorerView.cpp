@@ -391,9 +391,7 @@ void MxExplorerView::applyErrorScale() {
     const bool log = m_logScaleCheck->isChecked();
     if (log) {
         y->setScaleType(QCPAxis::stLogarithmic);
-        auto ticker = QSharedPointer<QCPAxisTickerLog>::create();
-        ticker->setLogBase(10);
-        y->setTicker(ticker);
+        y->setTicker(PlotStyle::logTicker());
         y->setNumberFormat(QStringLiteral("eb")); // 10^-3 style labels
         y->setNumberPrecision(0);
     } else {

@@ -8,8 +8,39 @@
 #include <qcustomplot.h>
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 namespace latmix::gui::PlotStyle {
+namespace {
+
+class LogTicker : public QCPAxisTickerLog {
+protected:
+    QVector<double> createTickVector(double tickStep, const QCPRange& range) override {
+        if (logBase() != 10 || !(range.lower > 0) || std::log10(range.upper / range.lower) >= 1.6)
+            return QCPAxisTickerLog::createTickVector(tickStep, range);
+        const std::vector<int> digitSets[] = {{1}, {1, 3}, {1, 2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9}};
+        QVector<double> chosen;
+        for (const auto& digits : digitSets) {
+            QVector<double> ticks;
+            for (int k = int(std::floor(std::log10(range.lower))); k <= int(std::ceil(std::log10(range.upper))); ++k)
+                for (int d : digits)
+                    if (const double t = d * std::pow(10.0, k); range.contains(t)) ticks << t;
+            if (ticks.size() > tickCount() + 1) break; // denser than the axis has room for
+            chosen = ticks;
+        }
+        if (chosen.size() < 2) return QCPAxisTicker::createTickVector(tickStep, range);
+        return chosen;
+    }
+};
+
+} // namespace
+
+QSharedPointer<QCPAxisTickerLog> logTicker(int tickCount) {
+    QSharedPointer<QCPAxisTickerLog> t(new LogTicker);
+    t->setTickCount(tickCount);
+    return t;
+}
 
 void apply(QCustomPlot* p, const QPalette& pal) {
     fitTicks(p);
@@ -36,7 +67,7 @@ void apply(QCustomPlot* p, const QPalette& pal) {
         if (auto* title = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0))) title->setTextColor(fg);
 }
 
-void restyle(std::initializer_list<QCustomPlot*> plots, const QPalette& palette, bool queued) {
+void restyle(const QList<QCustomPlot*>& plots, const QPalette& palette, bool queued) {
     for (QCustomPlot* p : plots) {
         apply(p, palette);
         p->replot(queued ? QCustomPlot::rpQueuedReplot : QCustomPlot::rpRefreshHint);
@@ -157,9 +188,7 @@ QCPColorMap* addHeatmap(QCustomPlot* p, int keys, int values, const QString& sca
     scale->setType(QCPAxis::atRight);
     if (logScale) {
         scale->setDataScaleType(QCPAxis::stLogarithmic);
-        QSharedPointer<QCPAxisTickerLog> log(new QCPAxisTickerLog);
-        log->setTickCount(4);
-        scale->axis()->setTicker(log);
+        scale->axis()->setTicker(logTicker(4));
     }
     scale->setLabel(scaleLabel);
     map->setColorScale(scale);

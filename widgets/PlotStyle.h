@@ -1,14 +1,16 @@
 #pragma once
 // Plots draw themselves, so they follow the widget palette (light / dark theme) by hand.
 #include <QFont>
-#include <initializer_list>
+#include <QList>
 #include <QPalette>
 #include <QColor>
 #include <QPointF>
+#include <QSharedPointer>
 #include <QString>
 #include <QStringList>
 #include <QVector>
 
+class QCPAxisTickerLog;
 class QCPColorMap;
 class QCustomPlot;
 class QWidget;
@@ -23,7 +25,16 @@ namespace latmix::gui::PlotStyle {
 // fitTicks (connected once per plot).
 void apply(QCustomPlot* plot, const QPalette& palette);
 // apply to each plot, then replot it (a view's palette changed); queued: at the next event loop turn.
-void restyle(std::initializer_list<QCustomPlot*> plots, const QPalette& palette, bool queued = false);
+void restyle(const QList<QCustomPlot*>& plots, const QPalette& palette, bool queued = false);
+
+// The ticker of every logarithmic axis: QCustomPlot's (powers of the base), except that over
+// less than 1.6 powers of ten QCustomPlot places evenly spaced linear steps, which bunch up at
+// the top of a log axis (0.00025, 0.0005, … 0.00125 over 6e-5 … 1.3e-3, the last two labels
+// run together). There the ticks are d × 10^k for the densest of the digit sets {1}, {1, 3},
+// {1, 2, 5}, {1, …, 9} that gives at most tickCount + 1 of them: about evenly spread on the log
+// axis, as matplotlib's log locator does it. Under a third of a decade (no digit set gives two
+// ticks) the linear steps are kept: they are nearly even there.
+QSharedPointer<QCPAxisTickerLog> logTicker(int tickCount = 5);
 
 // The legend moved out of the axis rect into centred rows right above it (as many entries a row
 // as fit the plot's width, fitTicks):

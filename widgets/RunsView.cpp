@@ -201,13 +201,9 @@ QWidget* RunsView::createPlots() {
     m_weights->xAxis->setLabel(tr("linear (layer-major: q k v o gate up down)"));
     m_weights->yAxis->setLabel(tr("relative error"));
     m_weights->yAxis->setScaleType(QCPAxis::stLogarithmic);
-    {
-        QSharedPointer<QCPAxisTickerLog> log(new QCPAxisTickerLog);
-        log->setTickCount(4);
-        m_weights->yAxis->setTicker(log);
-        m_weights->yAxis->setNumberFormat(QStringLiteral("eb"));
-        m_weights->yAxis->setNumberPrecision(0);
-    }
+    m_weights->yAxis->setTicker(PlotStyle::logTicker(4));
+    m_weights->yAxis->setNumberFormat(QStringLiteral("eb"));
+    m_weights->yAxis->setNumberPrecision(0);
     auto* plots = new QWidget(this);
     auto* plotRow = new QHBoxLayout(plots);
     plotRow->setContentsMargins(0, 0, 0, 0);

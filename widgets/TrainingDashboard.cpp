@@ -201,7 +201,7 @@ QLayout* TrainingDashboard::createOptionsRow() {
 QLayout* TrainingDashboard::createPlots() {
     m_lossPlot = makePlot(this, QStringLiteral("lossPlot"), tr("Loss, objective"), tr("loss"));
     m_lossPlot->yAxis->setScaleType(QCPAxis::stLogarithmic);
-    m_lossPlot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    m_lossPlot->yAxis->setTicker(PlotStyle::logTicker());
     m_lossPlot->yAxis2->setLabel(tr("folded FP perplexity"));
     m_volPlot = makePlot(this, QStringLiteral("volumePlot"), tr("Volume term"), tr("vol"));
     m_lrPlot = makePlot(this, QStringLiteral("lrPlot"), tr("Learning rate"), tr("lr"));

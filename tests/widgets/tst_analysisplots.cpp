@@ -1,6 +1,8 @@
 // Analysis plots: the curves drawn are the numbers given, the analysis JSON of `latmix analyze`
-// is read back into them, and the PNGs are written at the requested size.
+// is read back into them, and the PNGs are written at the requested size. The log axes' ticker
+// (PlotStyle::logTicker) spreads its ticks over the axis.
 #include "AnalysisPlots.h"
+#include "PlotStyle.h"
 
 #include <qcustomplot.h>
 
@@ -8,6 +10,9 @@
 #include <QImage>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <algorithm>
+#include <cmath>
 
 using namespace latmix::gui;
 
@@ -28,6 +33,24 @@ QVector<double> values(const QCPGraph* g) {
     return v;
 }
 
+// The ticks a ticker places in [lower, upper], in order, and the smallest gap between two of them
+// on a log axis, in decades.
+struct LogTicks {
+    QVector<double> ticks;
+    double smallestGap = INFINITY;
+};
+LogTicks logTicks(QCPAxisTicker& ticker, double lower, double upper) {
+    QVector<double> all;
+    QVector<QString> labels;
+    ticker.generate(QCPRange(lower, upper), QLocale::c(), 'g', 2, all, nullptr, &labels);
+    LogTicks r;
+    for (double t : all)
+        if (t >= lower && t <= upper) r.ticks << t;
+    std::sort(r.ticks.begin(), r.ticks.end());
+    for (int i = 1; i < r.ticks.size(); ++i) r.smallestGap = std::min(r.smallestGap, std::log10(r.ticks[i] / r.ticks[i - 1]));
+    return r;
+}
+
 } // namespace
 
 class TestAnalysisPlots : public QObject {
@@ -44,6 +67,39 @@ private slots:
         AnalysisPlots::drawBlockSizeSweep(&p, c); // the same plot, redrawn
         QCOMPARE(p.graphCount(), 2);
         QCOMPARE(values(p.graph(1)), c.transforms[1].sweepMse);
+    }
+
+    void logTickerSpreadsTicks_data() {
+        QTest::addColumn<double>("lower");
+        QTest::addColumn<double>("upper");
+        QTest::addColumn<int>("tickCount");
+        QTest::addColumn<int>("maxTicks");
+        QTest::addColumn<bool>("qcustomplotBunches"); // QCustomPlot's own log ticker fails the check
+        // The first: the comparison's E(T) vs block size on brownpy-13M, where two labels overlapped.
+        QTest::newRow("1.35 decades, 4 ticks") << 5.98697e-05 << 0.00132693 << 4 << 5 << true;
+        QTest::newRow("1.35 decades, 1 tick") << 5.98697e-05 << 0.00132693 << 1 << 2 << false;
+        QTest::newRow("0.6 decades") << 2e-4 << 8e-4 << 4 << 5 << true;
+        QTest::newRow("0.4 decades") << 3e-4 << 7.5e-4 << 4 << 5 << false;
+        QTest::newRow("3 decades") << 1e-5 << 1e-2 << 4 << 5 << false;
+        // Linear steps, QCustomPlot's nice 0.1 for a target of 4: 1.0, 1.1, … 1.6.
+        QTest::newRow("a fifth of a decade") << 1.0 << 1.6 << 4 << 7 << false;
+    }
+    void logTickerSpreadsTicks() {
+        QFETCH(double, lower);
+        QFETCH(double, upper);
+        QFETCH(int, tickCount);
+        QFETCH(int, maxTicks);
+        QFETCH(bool, qcustomplotBunches);
+        // Labels far enough apart on the log axis: no gap under half of an even spread of
+        // tickCount + 1 ticks (fitTicks asks for the count that fits labels evenly spread).
+        const double evenGap = std::log10(upper / lower) / (tickCount + 1);
+        const auto ticker = PlotStyle::logTicker(tickCount);
+        const LogTicks r = logTicks(*ticker, lower, upper);
+        QVERIFY2(r.ticks.size() >= 2 && r.ticks.size() <= maxTicks, qPrintable(QString::number(r.ticks.size())));
+        QVERIFY2(r.smallestGap >= 0.5 * evenGap, qPrintable(QString("%1 < %2").arg(r.smallestGap).arg(0.5 * evenGap)));
+        QCPAxisTickerLog plain;
+        plain.setTickCount(tickCount);
+        QCOMPARE(logTicks(plain, lower, upper).smallestGap < 0.5 * evenGap, qcustomplotBunches);
     }
 
     void writesPngs_data() {
