@@ -20,7 +20,6 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
-#include <QEvent>
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QGridLayout>
@@ -95,9 +94,8 @@ QStringList ActivationView::transformKinds() {
             QStringLiteral("block-orthogonal")};
 }
 
-ActivationView::ActivationView(QWidget* parent) : QWidget(parent) {
+ActivationView::ActivationView(QWidget* parent) : AnalysisView(parent, tr("The activations are still being captured")) {
     setObjectName(QStringLiteral("activationView"));
-    m_runner = new JobRunner(this);
 
     auto* form = new QWidget(this);
     form->setFixedWidth(260);
@@ -136,7 +134,7 @@ ActivationView::ActivationView(QWidget* parent) : QWidget(parent) {
     const auto footer = FormWidgets::addFormFooter(form, column, QStringLiteral("activation"), tr("&Show activations"));
     m_analyze = footer.button;
     m_summary = footer.summary;
-    m_status = footer.status;
+    setStatusLine(footer.status);
 
     auto plot = [this](const char* name, const QString& title) { return PlotStyle::newPlot(this, name, title); };
     m_channelPlot = plot("activationChannelPlot", tr("Per-channel max |x| over tokens"));
@@ -170,7 +168,7 @@ ActivationView::ActivationView(QWidget* parent) : QWidget(parent) {
     // With "update on every change", a change while a job runs is taken up when it finishes.
     auto changed = [this] {
         if (!m_auto->isChecked() || m_modelDir.isEmpty()) return;
-        if (m_runner->isRunning())
+        if (runner()->isRunning())
             m_pending = true;
         else
             analyze();
@@ -187,18 +185,8 @@ ActivationView::ActivationView(QWidget* parent) : QWidget(parent) {
     connect(m_point.expert(), qOverload<int>(&QSpinBox::valueChanged), this, tokens);
     connect(m_point.combo(), &QComboBox::currentTextChanged, this, changed);
     connect(m_point.expert(), qOverload<int>(&QSpinBox::valueChanged), this, changed);
-    m_runner->showProgressIn(m_status);
-    restyle();
+    setPlots({m_channelPlot, m_tokenNormPlot, m_histogramPlot, m_blocksPlot});
     setModelDir(QString());
-}
-
-void ActivationView::changeEvent(QEvent* event) {
-    QWidget::changeEvent(event);
-    if (event->type() == QEvent::PaletteChange) restyle();
-}
-
-void ActivationView::restyle() {
-    PlotStyle::restyle({m_channelPlot, m_tokenNormPlot, m_histogramPlot, m_blocksPlot}, palette());
 }
 
 void ActivationView::setModelDir(const QString& dir) {
@@ -209,7 +197,7 @@ void ActivationView::setModelDir(const QString& dir) {
     try {
         m_point.setModelDir(dir);
     } catch (const std::exception& e) {
-        m_status->setText(QString::fromLocal8Bit(e.what()));
+        statusLine()->setText(QString::fromLocal8Bit(e.what()));
     }
     m_analyze->setEnabled(!m_point.isEmpty());
     m_analyze->setToolTip(!m_point.isEmpty() ? QString() : tr("Open a model first"));
@@ -265,14 +253,9 @@ QString ActivationView::cacheKey() const {
 }
 
 bool ActivationView::analyze(QString* error) {
-    auto fail = [&](const QString& why) {
-        if (error) *error = why;
-        m_status->setText(why);
-        emit errorOccurred(why);
-        return false;
-    };
+    auto fail = [&](const QString& why) { return refuse(why, error); };
     if (m_modelDir.isEmpty() || currentPoint().isEmpty()) return fail(tr("Open a model first"));
-    if (m_runner->isRunning()) return fail(tr("The activations are still being captured"));
+    if (refusedWhileBusy(error)) return false;
     latmix::metrics::ActivationProfileOptions options;
     latmix::transforms::TransformOptions to;
     try {
@@ -306,7 +289,7 @@ bool ActivationView::analyze(QString* error) {
     out->activations = cached;
     out->runActivations = cachedRun;
     const std::string runLabel = runTransformName().toStdString(); // the legend's name; the summary names the run
-    const bool started = m_runner->start(tr("Activations of %1").arg(currentPoint()), [=](latmix::JobContext& job) {
+    auto work = [=](latmix::JobContext& job) {
         const bool twice = !runTransforms.empty() && !out->runActivations.defined();
         auto capture = [&](const std::string& transformsFile, double begin, double end) {
             latmix::SubJob sub(job, begin, end, transformsFile.empty() ? "" : "run's model: ");
@@ -332,16 +315,10 @@ bool ActivationView::analyze(QString* error) {
             const auto t = latmix::transforms::makeTransform(kind, out->activations.size(1), to);
             out->profile = latmix::metrics::profileActivations(out->activations, *t, o, point);
         }
-    });
-    if (!started) return fail(tr("The activations are still being captured"));
-    m_analyze->setEnabled(false);
-    m_status->setText(cached.defined() ? tr("Analysing…") : tr("Capturing…"));
+    };
     const QString shownPoint = currentPoint();
     const int capturedTokens = m_windows->value() * m_seqLen->value();
-    connect(m_runner, &JobRunner::finished, this, [this, out, key, runKey, runTransforms, shownPoint,
-                                                   capturedTokens](bool ok, const QString& message) {
-        disconnect(m_runner, &JobRunner::finished, this, nullptr);
-        m_analyze->setEnabled(true);
+    auto ended = [this, out, key, runKey, runTransforms, shownPoint, capturedTokens](bool ok, const QString& status) {
         auto keep = [this](const QString& k, const at::Tensor& t) {
             if (!t.defined() || m_cache.contains(k)) return;
             m_cache.insert(k, t);
@@ -361,19 +338,17 @@ bool ActivationView::analyze(QString* error) {
                 const QSignalBlocker quiet(m_token);
                 m_token->setMaximum(int(m_activations.size(0)) - 1);
             }
-            m_status->clear();
             showProfile();
-        } else {
-            m_status->setText(tr("Activations failed: %1").arg(message));
-            if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
         }
-        emit profileFinished(ok, m_status->text());
+        emit profileFinished(ok, status);
         if (m_pending) {
             m_pending = false;
             if (ok) analyze();
         }
-    });
-    return true;
+    };
+    return startJob({tr("Activations of %1").arg(currentPoint()), std::move(work), cached.defined() ? tr("Analysing…") : tr("Capturing…"),
+                     tr("Activations failed"), {m_analyze}},
+                    std::move(ended), error);
 }
 
 void ActivationView::showProfile() {

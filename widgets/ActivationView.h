@@ -7,7 +7,8 @@
 // per-channel max |x| over tokens (log scale, the largest channels labelled: the "massive
 // activations"), per-token norm, a histogram of the values, and one token's MX blocks (its
 // values, their MX fake-quantization, each block's shared scale exponent and error). The view
-// draws core's numbers unchanged; capture and analysis run on a worker thread (JobRunner).
+// draws core's numbers unchanged; capture and analysis run on a worker thread (AnalysisView).
+#include "AnalysisView.h"
 #include "FormWidgets.h"
 #include "metrics/ActivationProfile.h"
 
@@ -17,7 +18,6 @@
 #include <QPair>
 #include <QString>
 #include <QStringList>
-#include <QWidget>
 
 #include <memory>
 
@@ -30,9 +30,7 @@ class QSpinBox;
 
 namespace latmix::gui {
 
-class JobRunner;
-
-class ActivationView : public QWidget {
+class ActivationView : public AnalysisView {
     Q_OBJECT
 
 public:
@@ -77,14 +75,9 @@ public:
     // The MX blocks the blocks plot shows at first: four around the token's worst.
     QPair<int, int> blocksShown() const { return m_blocksShown; }
     QLabel* summaryLabel() const { return m_summary; }
-    JobRunner* runner() const { return m_runner; }
 
 signals:
     void profileFinished(bool ok, const QString& message);
-    void errorOccurred(const QString& message);
-
-protected:
-    void changeEvent(QEvent* event) override;
 
 private:
     QString cacheKey() const;
@@ -94,7 +87,6 @@ private:
     void drawHistograms();
     void drawTokenBlocks();
     void showSummary();
-    void restyle();
 
     QString m_modelDir;
     QString m_runDir; // the run whose transforms are a choice; empty: none
@@ -106,7 +98,6 @@ private:
     at::Tensor m_activations;
     bool m_pending = false; // a setting changed while a job ran
     QPair<int, int> m_blocksShown{0, 0}; // first and last MX block in the blocks plot's range
-    JobRunner* m_runner;
     FormWidgets::PointPicker m_point;
     QComboBox* m_transform;
     QComboBox* m_format;
@@ -115,7 +106,6 @@ private:
     QSpinBox* m_token;
     QCheckBox* m_auto;
     QPushButton* m_analyze;
-    QLabel* m_status;
     QLabel* m_summary;
     QCustomPlot* m_channelPlot;
     QCustomPlot* m_tokenNormPlot;

@@ -20,7 +20,6 @@
 
 #include <QComboBox>
 #include <QDir>
-#include <QEvent>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -82,9 +81,8 @@ std::vector<int> ComparisonView::calibrationIds(const std::string& modelDir) {
     return latmix::tokenizer::Tokenizer::loadFromDir(modelDir)->encode(text.toStdString(), false);
 }
 
-ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
+ComparisonView::ComparisonView(QWidget* parent) : AnalysisView(parent, tr("A comparison is already running")) {
     setObjectName(QStringLiteral("comparisonView"));
-    m_runner = new JobRunner(this);
     QWidget* form = createForm();
     createTable();
     QWidget* plots = createPlots();
@@ -94,8 +92,7 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
 
     connect(m_compare, &QPushButton::clicked, this, [this] { compare(); });
     connect(m_acrossLayers, &QPushButton::clicked, this, [this] { compareAcrossLayers(m_heatmapKind->currentText()); });
-    m_runner->showProgressIn(m_status);
-    for (QCustomPlot* p : {m_perBlockPlot, m_sweepPlot, m_heatmapPlot}) PlotStyle::apply(p, palette());
+    setPlots({m_perBlockPlot, m_sweepPlot, m_heatmapPlot});
     setModelDir(QString());
 }
 
@@ -150,10 +147,11 @@ QWidget* ComparisonView::createForm() {
     m_acrossLayers->setToolTip(tr("The current point's kind in every layer, with the transform above"));
     lf->addRow(m_acrossLayers);
     column->addWidget(layersBox);
-    m_status = new QLabel(form);
-    m_status->setObjectName(QStringLiteral("comparisonStatus"));
-    m_status->setWordWrap(true);
-    column->addWidget(m_status);
+    auto* status = new QLabel(form);
+    status->setObjectName(QStringLiteral("comparisonStatus"));
+    status->setWordWrap(true);
+    column->addWidget(status);
+    setStatusLine(status);
     return form;
 }
 
@@ -240,7 +238,7 @@ void ComparisonView::setModelDir(const QString& dir) {
     try {
         m_point.setModelDir(dir);
     } catch (const std::exception& e) {
-        m_status->setText(QString::fromLocal8Bit(e.what()));
+        statusLine()->setText(QString::fromLocal8Bit(e.what()));
     }
     const bool can = !m_point.isEmpty();
     m_compare->setEnabled(can);
@@ -286,17 +284,12 @@ latmix::train::AnalysisOptions ComparisonView::analysisOptions() const {
     return o;
 }
 
-bool ComparisonView::runAnalysis(const QString& title, const QString& failurePrefix, const std::string& regex,
+bool ComparisonView::runAnalysis(const QString& title, const QString& failure, const std::string& regex,
                                  const std::string& onePoint, const std::function<void(latmix::train::AnalysisOptions&)>& adjust, QString* error,
                                  std::function<void(latmix::train::AnalysisResult&&)> done) {
-    auto fail = [&](const QString& why) {
-        if (error) *error = why;
-        m_status->setText(why);
-        emit errorOccurred(why);
-        return false;
-    };
+    auto fail = [&](const QString& why) { return refuse(why, error); };
     if (m_modelDir.isEmpty() || currentPoint().isEmpty()) return fail(tr("Open a model first"));
-    if (m_runner->isRunning()) return fail(tr("A comparison is already running"));
+    if (refusedWhileBusy(error)) return false;
     latmix::train::AnalysisOptions options;
     try {
         options = analysisOptions();
@@ -313,7 +306,7 @@ bool ComparisonView::runAnalysis(const QString& title, const QString& failurePre
     const std::string calibrationText = builtIn.toStdString();
     auto result = std::make_shared<latmix::train::AnalysisResult>();
     const std::shared_ptr<CaptureCache> cache = m_captureCache;
-    const bool started = m_runner->start(title, [=](latmix::JobContext& job) {
+    auto work = [=](latmix::JobContext& job) {
         latmix::train::PointActivations acts;
         if (!cache->serve(modelDir, samples, seqLen, regex, onePoint, acts)) {
             latmix::run::ModelCapture request;
@@ -327,27 +320,16 @@ bool ComparisonView::runAnalysis(const QString& title, const QString& failurePre
             *cache = {modelDir, regex, samples, seqLen, acts}; // tensors shared, not copied
         }
         *result = latmix::train::analyzeTransforms(acts, options, job);
-    });
-    if (!started) return fail(tr("A comparison is already running"));
-    m_compare->setEnabled(false);
-    m_acrossLayers->setEnabled(false);
-    connect(m_runner, &JobRunner::finished, this, [this, result, failurePrefix, done](bool ok, const QString& message) {
-        disconnect(m_runner, &JobRunner::finished, this, nullptr);
-        m_compare->setEnabled(true);
-        m_acrossLayers->setEnabled(true);
-        if (ok) {
-            done(std::move(*result));
-        } else {
-            m_status->setText(failurePrefix + message);
-            if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
-        }
-        emit comparisonFinished(ok, m_status->text());
-    });
-    return true;
+    };
+    auto ended = [this, result, done](bool ok, const QString&) {
+        if (ok) done(std::move(*result)); // says what was measured in the status line
+        emit comparisonFinished(ok, statusLine()->text());
+    };
+    return startJob({title, std::move(work), tr("Comparing…"), failure, {m_compare, m_acrossLayers}}, std::move(ended), error);
 }
 
 bool ComparisonView::compare(QString* error) {
-    return runAnalysis(tr("Compare transforms"), tr("Comparison failed: "), FormWidgets::exactPointRegex(currentPoint()),
+    return runAnalysis(tr("Compare transforms"), tr("Comparison failed"), FormWidgets::exactPointRegex(currentPoint()),
                        currentPoint().toStdString(), nullptr, error,
                        [this](latmix::train::AnalysisResult&& result) {
                            m_result = std::move(result);
@@ -359,7 +341,7 @@ bool ComparisonView::compare(QString* error) {
                            if (chosen)
                                emit pointMetricsKnown(tr("E(T), %1").arg(QString::fromStdString(chosen->kind)),
                                                       {{QString::fromStdString(chosen->point), chosen->report.mse}});
-                           m_status->setText(tr("Compared %1 transforms in %2 s")
+                           statusLine()->setText(tr("Compared %1 transforms in %2 s")
                                                  .arg(m_result.entries.size())
                                                  .arg(m_result.seconds, 0, 'f', 1));
                        });
@@ -423,7 +405,7 @@ bool ComparisonView::compareAcrossLayers(const QString& kind, QString* error) {
     QString pattern = pointKind(currentPoint());
     pattern.replace(QLatin1Char('.'), QStringLiteral("\\."));
     const std::string regex = ("^layers\\.[0-9]+\\." + pattern + "$").toStdString();
-    return runAnalysis(tr("Per-block error across layers"), tr("Across layers failed: "), regex, std::string(), oneFixedKind, error,
+    return runAnalysis(tr("Per-block error across layers"), tr("Across layers failed"), regex, std::string(), oneFixedKind, error,
                        [this, kind](latmix::train::AnalysisResult&& result) {
                            QStringList points;
                            QVector<QVector<double>> rows;
@@ -436,7 +418,7 @@ bool ComparisonView::compareAcrossLayers(const QString& kind, QString* error) {
                            }
                            emit pointMetricsKnown(tr("E(T), %1").arg(kind), mse);
                            showHeatmap(points, rows, kind);
-                           m_status->setText(tr("Per-block error of %1 points with %2").arg(points.size()).arg(kind));
+                           statusLine()->setText(tr("Per-block error of %1 points with %2").arg(points.size()).arg(kind));
                        });
 }
 

@@ -6,7 +6,8 @@
 // mean / max, the bound, κ, ‖AᵀA − I‖, off-block norm), the per-block error against the block
 // index and E(T) against the MX block size. "Across layers" draws a layer × MX-block heatmap of
 // the per-block error of one point kind for one transform over the whole model.
-// Work runs on a worker thread (JobRunner); results are core's numbers, unchanged.
+// Work runs on a worker thread (AnalysisView); results are core's numbers, unchanged.
+#include "AnalysisView.h"
 #include "FormWidgets.h"
 #include "train/TransformAnalysis.h"
 
@@ -14,7 +15,6 @@
 #include <QString>
 #include <QStringList>
 #include <QVector>
-#include <QWidget>
 
 #include <functional>
 #include <memory>
@@ -30,9 +30,7 @@ class QTableWidget;
 
 namespace latmix::gui {
 
-class JobRunner;
-
-class ComparisonView : public QWidget {
+class ComparisonView : public AnalysisView {
     Q_OBJECT
 
 public:
@@ -66,7 +64,6 @@ public:
     // Heatmap rows (layers) of per-block errors as drawn, and the points they came from.
     QVector<QVector<double>> heatmapRows() const;
     QStringList heatmapPoints() const { return m_heatmapPoints; }
-    JobRunner* runner() const { return m_runner; }
 
     // Calibration ids of the built-in text (or LATMIX calibration file) for the model; public
     // so tests can reproduce exactly what the view measured.
@@ -76,7 +73,6 @@ signals:
     void comparisonFinished(bool ok, const QString& message);
     // E(T) per point for one transform, once measured (colours the model's point tree).
     void pointMetricsKnown(const QString& metric, const QMap<QString, double>& values);
-    void errorOccurred(const QString& message);
 
 private:
     QWidget* createForm();
@@ -86,7 +82,7 @@ private:
     // thread; done() gets the result on this thread. Shared by compare and compareAcrossLayers.
     // onePoint: the request is for that point alone, which the last capture may already hold
     // (compareAcrossLayers captures every layer's point of one kind; see CaptureCache).
-    bool runAnalysis(const QString& title, const QString& failurePrefix, const std::string& regex,
+    bool runAnalysis(const QString& title, const QString& failure, const std::string& regex,
                      const std::string& onePoint,
                      const std::function<void(latmix::train::AnalysisOptions&)>& adjust, QString* error,
                      std::function<void(latmix::train::AnalysisResult&&)> done);
@@ -99,7 +95,6 @@ private:
     latmix::train::AnalysisResult m_result;
     QStringList m_heatmapPoints;
     QVector<QVector<double>> m_heatmapRows;
-    JobRunner* m_runner;
     FormWidgets::PointPicker m_point;
     QComboBox* m_format;
     QComboBox* m_heatmapKind;
@@ -109,7 +104,6 @@ private:
     QSpinBox* m_steps;
     QPushButton* m_compare;
     QPushButton* m_acrossLayers;
-    QLabel* m_status;
     QTableWidget* m_table;
     QCustomPlot* m_perBlockPlot;
     QCustomPlot* m_sweepPlot;

@@ -5,7 +5,6 @@
 
 #include "CalibrationView.h" // builtInCalibrationText
 #include "FormWidgets.h"
-#include "JobRunner.h"
 #include "PlotStyle.h"
 
 #include "model/ModelConfig.h"
@@ -15,7 +14,6 @@
 #include <qcustomplot.h>
 
 #include <QDir>
-#include <QEvent>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -29,9 +27,8 @@
 
 namespace latmix::gui {
 
-ExpertLoadView::ExpertLoadView(QWidget* parent) : QWidget(parent) {
+ExpertLoadView::ExpertLoadView(QWidget* parent) : AnalysisView(parent, tr("The expert load is still being measured")) {
     setObjectName(QStringLiteral("expertLoadView"));
-    m_runner = new JobRunner(this);
     auto* form = new QWidget(this);
     form->setFixedWidth(260);
     auto* column = new QVBoxLayout(form);
@@ -46,7 +43,7 @@ ExpertLoadView::ExpertLoadView(QWidget* parent) : QWidget(parent) {
     const auto footer = FormWidgets::addFormFooter(form, column, QStringLiteral("expert"), tr("&Measure expert load"));
     m_measure = footer.button;
     m_summary = footer.summary;
-    m_status = footer.status;
+    setStatusLine(footer.status);
 
     m_plot = PlotStyle::newPlot(this, "expertLoadPlot", tr("Tokens per expert / balanced share"));
     m_plot->xAxis->setLabel(tr("expert"));
@@ -56,14 +53,8 @@ ExpertLoadView::ExpertLoadView(QWidget* parent) : QWidget(parent) {
     layout->addWidget(form);
     layout->addWidget(m_plot, 1);
     connect(m_measure, &QPushButton::clicked, this, [this] { measure(); });
-    m_runner->showProgressIn(m_status);
-    PlotStyle::restyle({m_plot}, palette());
+    setPlots({m_plot});
     setModelDir(QString());
-}
-
-void ExpertLoadView::changeEvent(QEvent* event) {
-    QWidget::changeEvent(event);
-    if (event->type() == QEvent::PaletteChange) PlotStyle::restyle({m_plot}, palette());
 }
 
 void ExpertLoadView::setModelDir(const QString& dir) {
@@ -82,45 +73,32 @@ void ExpertLoadView::setModelDir(const QString& dir) {
     }
     m_measure->setEnabled(m_moe);
     m_measure->setToolTip(m_moe ? QString() : why);
-    m_status->setText(m_moe ? QString() : why);
+    statusLine()->setText(m_moe ? QString() : why);
 }
 
 bool ExpertLoadView::measure(QString* error) {
-    auto fail = [&](const QString& why) {
-        if (error) *error = why;
-        m_status->setText(why);
-        emit errorOccurred(why);
-        return false;
-    };
-    if (!m_moe) return fail(m_measure->toolTip().isEmpty() ? tr("Open a model first") : m_measure->toolTip());
-    if (m_runner->isRunning()) return fail(tr("The expert load is still being measured"));
+    if (!m_moe) return refuse(m_measure->toolTip().isEmpty() ? tr("Open a model first") : m_measure->toolTip(), error);
+    if (refusedWhileBusy(error)) return false;
     const QByteArray builtIn = builtInCalibrationText();
-    if (builtIn.isEmpty()) return fail(tr("The built-in calibration text is missing from this build"));
+    if (builtIn.isEmpty()) return refuse(tr("The built-in calibration text is missing from this build"), error);
     latmix::run::ModelCapture request;
     request.modelDir = m_modelDir.toStdString();
     request.calibrationText = builtIn.toStdString();
     request.samples = m_windows->value();
     request.seqLen = m_seqLen->value();
     auto out = std::make_shared<latmix::eval::ExpertLoad>();
-    const bool started = m_runner->start(tr("Expert load of %1").arg(QDir(m_modelDir).dirName()),
-                                         [=](latmix::JobContext& job) { *out = latmix::run::measureModelExpertLoad(request, job); });
-    if (!started) return fail(tr("The expert load is still being measured"));
-    m_measure->setEnabled(false);
-    m_status->setText(tr("Measuring…"));
-    connect(m_runner, &JobRunner::finished, this, [this, out](bool ok, const QString& message) {
-        disconnect(m_runner, &JobRunner::finished, this, nullptr);
-        m_measure->setEnabled(m_moe);
+    auto work = [=](latmix::JobContext& job) { *out = latmix::run::measureModelExpertLoad(request, job); };
+    auto ended = [this, out](bool ok, const QString& status) {
+        m_measure->setEnabled(m_moe); // the model may have changed while it ran
         if (ok) {
             m_load = std::move(*out);
-            m_status->clear();
             showLoad();
-        } else {
-            m_status->setText(tr("Expert load failed: %1").arg(message));
-            if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
         }
-        emit loadFinished(ok, m_status->text());
-    });
-    return true;
+        emit loadFinished(ok, status);
+    };
+    return startJob({tr("Expert load of %1").arg(QDir(m_modelDir).dirName()), std::move(work), tr("Measuring…"),
+                     tr("Expert load failed"), {m_measure}},
+                    std::move(ended), error);
 }
 
 void ExpertLoadView::showLoad() {

@@ -5,10 +5,10 @@
 // rows, and under 0.5 % of a layer's tokens none at all (rounded to nearest, docs/spec.md). A
 // heat map of every layer × expert, each cell the expert's tokens over the balanced share
 // (tokens × k / experts), on a log colour scale; the summary names the idle and starved experts.
+#include "AnalysisView.h"
 #include "eval/ExpertLoad.h"
 
 #include <QString>
-#include <QWidget>
 
 class QCustomPlot;
 class QLabel;
@@ -17,9 +17,7 @@ class QSpinBox;
 
 namespace latmix::gui {
 
-class JobRunner;
-
-class ExpertLoadView : public QWidget {
+class ExpertLoadView : public AnalysisView {
     Q_OBJECT
 
 public:
@@ -34,16 +32,11 @@ public:
     const latmix::eval::ExpertLoad& lastLoad() const { return m_load; }
     QCustomPlot* heatmap() const { return m_plot; }
     QLabel* summaryLabel() const { return m_summary; }
-    JobRunner* runner() const { return m_runner; }
     // Cells below this share of the balanced load (idle experts included) are drawn at it.
     static constexpr double kShareFloor = 1e-3;
 
 signals:
     void loadFinished(bool ok, const QString& message);
-    void errorOccurred(const QString& message);
-
-protected:
-    void changeEvent(QEvent* event) override;
 
 private:
     void showLoad();
@@ -51,12 +44,10 @@ private:
     QString m_modelDir;
     bool m_moe = false;
     latmix::eval::ExpertLoad m_load;
-    JobRunner* m_runner;
     QSpinBox* m_windows;
     QSpinBox* m_seqLen;
     QPushButton* m_measure;
     QLabel* m_summary;
-    QLabel* m_status;
     QCustomPlot* m_plot;
 };
 

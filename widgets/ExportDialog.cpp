@@ -188,25 +188,27 @@ bool ExportDialog::startExport() {
     m_export->setEnabled(false);
     m_close->setEnabled(false);
     m_cancel->setEnabled(true);
-    connect(m_runner, &JobRunner::finished, this, [this, out, summary](bool ok, const QString& error) {
-        disconnect(m_runner, &JobRunner::finished, this, nullptr);
-        m_export->setEnabled(true);
-        m_close->setEnabled(true);
-        m_cancel->setEnabled(false);
-        m_ok = ok;
-        QString message;
-        if (ok) {
-            m_progress->setValue(1000);
-            message = *summary;
-            m_status->setText(tr("done"));
-        } else {
-            message = error == QLatin1String("cancelled") ? tr("Export cancelled; nothing was written to %1").arg(out)
-                                                          : tr("Export failed: %1").arg(error);
-            m_status->setText(error == QLatin1String("cancelled") ? tr("cancelled") : tr("failed"));
-        }
-        m_result->setText(message);
-        emit exportFinished(ok, out, message);
-    });
+    connect(
+        m_runner, &JobRunner::finished, this,
+        [this, out, summary](bool ok, const QString& error) {
+            m_export->setEnabled(true);
+            m_close->setEnabled(true);
+            m_cancel->setEnabled(false);
+            m_ok = ok;
+            QString message;
+            if (ok) {
+                m_progress->setValue(1000);
+                message = *summary;
+                m_status->setText(tr("done"));
+            } else {
+                message = error == QLatin1String("cancelled") ? tr("Export cancelled; nothing was written to %1").arg(out)
+                                                              : tr("Export failed: %1").arg(error);
+                m_status->setText(error == QLatin1String("cancelled") ? tr("cancelled") : tr("failed"));
+            }
+            m_result->setText(message);
+            emit exportFinished(ok, out, message);
+        },
+        Qt::SingleShotConnection); // one connection per export
     return true;
 }
 

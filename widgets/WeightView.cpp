@@ -18,7 +18,6 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
-#include <QEvent>
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QGridLayout>
@@ -72,9 +71,8 @@ QStringList WeightView::linears() {
     return l;
 }
 
-WeightView::WeightView(QWidget* parent) : QWidget(parent) {
+WeightView::WeightView(QWidget* parent) : AnalysisView(parent, tr("The weights are still being loaded")) {
     setObjectName(QStringLiteral("weightView"));
-    m_runner = new JobRunner(this);
 
     auto* form = new QWidget(this);
     form->setFixedWidth(260);
@@ -105,7 +103,7 @@ WeightView::WeightView(QWidget* parent) : QWidget(parent) {
     const auto footer = FormWidgets::addFormFooter(form, column, QStringLiteral("weight"), tr("&Show weights"));
     m_analyze = footer.button;
     m_summary = footer.summary;
-    m_status = footer.status;
+    setStatusLine(footer.status);
 
     auto plot = [this](const char* name, const QString& title) { return PlotStyle::newPlot(this, name, title); };
     // Linear axes: a weight's column norms and group errors span far less than activations do
@@ -139,19 +137,9 @@ WeightView::WeightView(QWidget* parent) : QWidget(parent) {
     connect(m_linear, &QComboBox::currentTextChanged, this, changed);
     connect(m_expert, qOverload<int>(&QSpinBox::valueChanged), this, changed);
     connect(m_format, &QComboBox::currentTextChanged, this, changed);
-    m_runner->showProgressIn(m_status);
-    restyle();
+    setPlots({m_channelPlot, m_groupPlot, m_heatBefore, m_heatAfter});
     setModelDir(QString());
     setRun(QString());
-}
-
-void WeightView::changeEvent(QEvent* event) {
-    QWidget::changeEvent(event);
-    if (event->type() == QEvent::PaletteChange) restyle();
-}
-
-void WeightView::restyle() {
-    PlotStyle::restyle({m_channelPlot, m_groupPlot, m_heatBefore, m_heatAfter}, palette());
 }
 
 void WeightView::fillLinears(const latmix::model::ModelConfig* c) {
@@ -186,7 +174,7 @@ void WeightView::setModelDir(const QString& dir) {
             m_config = latmix::model::ModelConfig::fromFile(QDir(dir).filePath(QStringLiteral("config.json")).toStdString());
             layers = m_config->numLayers;
         } catch (const std::exception& e) {
-            m_status->setText(QString::fromLocal8Bit(e.what()));
+            statusLine()->setText(QString::fromLocal8Bit(e.what()));
         }
     }
     fillLinears(m_config ? &*m_config : nullptr);
@@ -225,7 +213,7 @@ bool WeightView::selectLinear(int layer, const QString& linear) {
 
 void WeightView::analyzeIfAutomatic() {
     if (!m_auto->isChecked() || m_modelDir.isEmpty()) return;
-    if (m_runner->isRunning())
+    if (runner()->isRunning())
         m_pending = true; // taken up when the running job finishes
     else
         analyze();
@@ -263,14 +251,9 @@ QString WeightView::linear() const {
 void WeightView::setFormat(const QString& format) { m_format->setCurrentText(format); }
 
 bool WeightView::analyze(QString* error) {
-    auto fail = [&](const QString& why) {
-        if (error) *error = why;
-        m_status->setText(why);
-        emit errorOccurred(why);
-        return false;
-    };
+    auto fail = [&](const QString& why) { return refuse(why, error); };
     if (m_modelDir.isEmpty()) return fail(tr("Open a model first"));
-    if (m_runner->isRunning()) return fail(tr("The weights are still being loaded"));
+    if (refusedWhileBusy(error)) return false;
     latmix::metrics::WeightProfileOptions options;
     try {
         options.format = latmix::mx::makeConfig(latmix::mx::parseFormat(m_format->currentText().toStdString()));
@@ -284,35 +267,27 @@ bool WeightView::analyze(QString* error) {
     const int l = layer();
     const std::string name = "layers." + std::to_string(l) + "." + lin;
     auto out = std::make_shared<latmix::metrics::WeightProfile>();
-    const bool started = m_runner->start(tr("Weights of %1").arg(QString::fromStdString(name)), [=](latmix::JobContext& job) {
+    auto work = [=](latmix::JobContext& job) {
         job.progress(0.0, transforms.empty() ? "loading " + name : "loading and folding " + name);
         const auto w = latmix::run::loadLinearWeights(dir, l, lin, transforms);
         job.checkCancelled();
         job.progress(0.5, "measuring the MX error of " + name);
         *out = latmix::metrics::profileWeights(w.original, w.folded, options, name);
         job.progress(1.0, name);
-    });
-    if (!started) return fail(tr("The weights are still being loaded"));
-    m_analyze->setEnabled(false);
-    m_status->setText(tr("Loading…"));
-    connect(m_runner, &JobRunner::finished, this, [this, out](bool ok, const QString& message) {
-        disconnect(m_runner, &JobRunner::finished, this, nullptr);
-        m_analyze->setEnabled(true);
+    };
+    auto ended = [this, out](bool ok, const QString& status) {
         if (ok) {
             m_profile = std::move(*out);
-            m_status->clear();
             showProfile();
-        } else {
-            m_status->setText(tr("Weights failed: %1").arg(message));
-            if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
         }
-        emit profileFinished(ok, m_status->text());
+        emit profileFinished(ok, status);
         if (m_pending) {
             m_pending = false;
             if (ok) analyze();
         }
-    });
-    return true;
+    };
+    return startJob({tr("Weights of %1").arg(QString::fromStdString(name)), std::move(work), tr("Loading…"), tr("Weights failed"), {m_analyze}},
+                    std::move(ended), error);
 }
 
 void WeightView::showHeatmap(QCustomPlot* p, const latmix::metrics::WeightSide* side, double lo, double hi) {

@@ -5,7 +5,8 @@
 // weight's magnitude per input channel (log scale, the largest channels named), the mean MX
 // round-to-nearest error of each group of B input channels, and the error of every group of
 // every band of output rows as two heat maps (original, folded) on one colour scale. Loading
-// and profiling run on a worker thread (JobRunner).
+// and profiling run on a worker thread (AnalysisView).
+#include "AnalysisView.h"
 #include "metrics/WeightProfile.h"
 #include "model/ModelConfig.h"
 
@@ -13,7 +14,6 @@
 
 #include <QString>
 #include <QStringList>
-#include <QWidget>
 
 class QCheckBox;
 class QComboBox;
@@ -24,9 +24,7 @@ class QSpinBox;
 
 namespace latmix::gui {
 
-class JobRunner;
-
-class WeightView : public QWidget {
+class WeightView : public AnalysisView {
     Q_OBJECT
 
 public:
@@ -59,23 +57,17 @@ public:
     QCustomPlot* heatmapBefore() const { return m_heatBefore; }
     QCustomPlot* heatmapAfter() const { return m_heatAfter; }
     QLabel* summaryLabel() const { return m_summary; }
-    JobRunner* runner() const { return m_runner; }
     // Errors at or below this are drawn at it on the log colour scale (an exact group has none).
     static constexpr double kErrorFloor = 1e-30;
 
 signals:
     void profileFinished(bool ok, const QString& message);
-    void errorOccurred(const QString& message);
-
-protected:
-    void changeEvent(QEvent* event) override;
 
 private:
     void showProfile();
     // "Update on every change": analyze now, or once the running job has finished.
     void analyzeIfAutomatic();
     void showHeatmap(QCustomPlot* plot, const latmix::metrics::WeightSide* side, double lo, double hi);
-    void restyle();
 
     // The linears the combo offers for the open model: the block linears, or for a mixture of
     // experts attention, the router and the three expert kinds (with the expert spin box).
@@ -86,7 +78,6 @@ private:
     std::optional<latmix::model::ModelConfig> m_config;
     latmix::metrics::WeightProfile m_profile;
     bool m_pending = false;
-    JobRunner* m_runner;
     QSpinBox* m_layer;
     QSpinBox* m_expert;
     QComboBox* m_linear;
@@ -94,7 +85,6 @@ private:
     QCheckBox* m_auto;
     QPushButton* m_analyze;
     QLabel* m_runLabel;
-    QLabel* m_status;
     QLabel* m_summary;
     QCustomPlot* m_channelPlot;
     QCustomPlot* m_groupPlot;

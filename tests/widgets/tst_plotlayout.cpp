@@ -3,7 +3,8 @@
 // after the calibration's folding, the runs table with that run selected), at 1280×800 and 1920×1080 in the
 // light and the dark theme: no two tick labels of an axis overlap, no two names of peaks overlap, no legend entry is cut, a
 // legend covers at most a small share of the points its plot draws, no table hides columns
-// behind a horizontal scroll bar, and no form is wider than its scroll area. Geometry is read back from QCustomPlot after a
+// behind a horizontal scroll bar, no form is wider than its scroll area, and every plot is drawn in the palette of
+// the theme chosen last. Geometry is read back from QCustomPlot after a
 // real layout and replot (offscreen), not assumed.
 #include "import/DemoModel.h"
 
@@ -197,6 +198,10 @@ private slots:
             for (QCustomPlot* p : view->findChildren<QCustomPlot*>()) {
                 if (!p->isVisible() || p->width() < 50 || p->height() < 50) continue;
                 const QString where = view->objectName() + "/" + p->objectName();
+                // In the palette's colours, whichever theme was chosen after the plot was built.
+                if (p->xAxis->tickLabelColor() != view->palette().color(QPalette::Text))
+                    problems << QString("%1: axis labels in %2 on a palette whose text is %3")
+                                    .arg(where, p->xAxis->tickLabelColor().name(), view->palette().color(QPalette::Text).name());
                 for (QCPAxis* axis : p->axisRect()->axes()) {
                     const auto spans = labelSpans(axis);
                     for (int i = 1; i < spans.size(); ++i)
