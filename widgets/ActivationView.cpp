@@ -153,6 +153,7 @@ ActivationView::ActivationView(QWidget* parent) : AnalysisView(parent, tr("The a
     m_blocksPlot->yAxis2->setLabel(tr("block error E_B"));
     m_blocksPlot->yAxis2->setTickLabels(true);
     m_blocksPlot->yAxis2->ticker()->setTickCount(4);
+    for (QCustomPlot* p : {m_channelPlot, m_tokenNormPlot, m_blocksPlot}) PlotStyle::integerTicks(p->xAxis); // channels, tokens
     for (QCustomPlot* p : {m_channelPlot, m_tokenNormPlot, m_histogramPlot, m_blocksPlot}) p->xAxis->ticker()->setTickCount(5);
 
     auto* grid = new QGridLayout;

@@ -121,6 +121,7 @@ void drawPerBlockError(QCustomPlot* p, const PointCurves& c) {
     int blocks = 0;
     for (const auto& t : c.transforms) blocks = std::max(blocks, static_cast<int>(t.perBlockError.size()));
     p->xAxis->setRange(-0.5, blocks - 0.5); // centred steps reach half a block beyond the ends
+    PlotStyle::integerTicks(p->xAxis);
 }
 
 void drawBlockSizeSweep(QCustomPlot* p, const PointCurves& c) {

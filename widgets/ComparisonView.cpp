@@ -191,12 +191,7 @@ QWidget* ComparisonView::createPlots() {
     m_heatmapPlot->plotLayout()->addElement(0, 0, new QCPTextElement(m_heatmapPlot, tr("Per-block error across layers")));
     m_heatmapPlot->xAxis->setLabel(tr("MX block index"));
     m_heatmapPlot->yAxis->setLabel(tr("layer"));
-    {
-        QSharedPointer<QCPAxisTickerFixed> integers(new QCPAxisTickerFixed);
-        integers->setTickStep(1.0);
-        integers->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-        m_heatmapPlot->xAxis->setTicker(integers); // block indices: a 128-wide point has 4
-    }
+    PlotStyle::integerTicks(m_heatmapPlot->xAxis); // block indices: a 128-wide point has 4
 
     auto* plots = new QSplitter(Qt::Vertical, this);
     plots->addWidget(m_table);

@@ -49,6 +49,8 @@ ExpertLoadView::ExpertLoadView(QWidget* parent) : AnalysisView(parent, tr("The e
     m_plot->xAxis->setLabel(tr("expert"));
     m_plot->yAxis->setLabel(tr("layer"));
     m_plot->yAxis->setRangeReversed(true); // layer 0 on top, as in the block diagram
+    PlotStyle::integerTicks(m_plot->xAxis);
+    PlotStyle::integerTicks(m_plot->yAxis);
     auto* layout = new QHBoxLayout(this);
     layout->addWidget(form);
     layout->addWidget(m_plot, 1);

@@ -207,11 +207,7 @@ void MxExplorerView::setupErrorPlot() {
     p->xAxis->setLabel(tr("MX block index"));
     p->yAxis->setLabel(tr("mean squared error E_B"));
 
-    // Integer ticks only: there is no block 0.5.
-    auto ticker = QSharedPointer<QCPAxisTickerFixed>::create();
-    ticker->setTickStep(1.0);
-    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-    p->xAxis->setTicker(ticker);
+    PlotStyle::integerTicks(p->xAxis); // there is no block 0.5
 
     m_errorBars = new QCPBars(p->xAxis, p->yAxis);
     m_errorBars->setName(tr("E_B per block"));

@@ -36,6 +36,14 @@ protected:
 
 } // namespace
 
+void integerTicks(QCPAxis* axis) {
+    QSharedPointer<QCPAxisTickerFixed> t(new QCPAxisTickerFixed);
+    t->setTickStep(1.0);
+    t->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    t->setTickCount(axis->ticker()->tickCount());
+    axis->setTicker(t);
+}
+
 QSharedPointer<QCPAxisTickerLog> logTicker(int tickCount) {
     QSharedPointer<QCPAxisTickerLog> t(new LogTicker);
     t->setTickCount(tickCount);

@@ -10,6 +10,7 @@
 #include <QStringList>
 #include <QVector>
 
+class QCPAxis;
 class QCPAxisTickerLog;
 class QCPColorMap;
 class QCustomPlot;
@@ -35,6 +36,11 @@ void restyle(const QList<QCustomPlot*>& plots, const QPalette& palette, bool que
 // axis, as matplotlib's log locator does it. Under a third of a decade (no digit set gives two
 // ticks) the linear steps are kept: they are nearly even there.
 QSharedPointer<QCPAxisTickerLog> logTicker(int tickCount = 5);
+
+// Ticks at whole numbers only, for an axis that counts things (layers, experts, MX blocks,
+// channels, tokens, steps, rows): four layers get 0, 1, 2, 3 on a tall axis, never -0.5 or 1.5.
+// The step is a nice multiple of 1 when the count fitTicks asks for would be denser.
+void integerTicks(QCPAxis* axis);
 
 // The legend moved out of the axis rect into centred rows right above it (as many entries a row
 // as fit the plot's width, fitTicks):

@@ -196,9 +196,11 @@ QWidget* RunsView::createPlots() {
     auto plot = [this](const char* name, const QString& title) { return PlotStyle::newPlot(this, name, title); };
     m_curves = plot("runsCurvesPlot", tr("Training loss of the selected runs"));
     m_curves->xAxis->setLabel(tr("step"));
+    PlotStyle::integerTicks(m_curves->xAxis);
     m_curves->yAxis->setLabel(tr("loss"));
     m_weights = plot("runsWeightErrorPlot", tr("Weight error per linear of the selected runs"));
     m_weights->xAxis->setLabel(tr("linear (layer-major: q k v o gate up down)"));
+    PlotStyle::integerTicks(m_weights->xAxis);
     m_weights->yAxis->setLabel(tr("relative error"));
     m_weights->yAxis->setScaleType(QCPAxis::stLogarithmic);
     m_weights->yAxis->setTicker(PlotStyle::logTicker(4));

@@ -69,6 +69,7 @@ QCustomPlot* makePlot(QWidget* parent, const QString& objectName, const QString&
     p->plotLayout()->insertRow(0);
     p->plotLayout()->addElement(0, 0, new QCPTextElement(p, title, QFont(p->font().family(), 9, QFont::Bold)));
     p->xAxis->setLabel(QObject::tr("step"));
+    PlotStyle::integerTicks(p->xAxis);
     p->yAxis->setLabel(yLabel);
     p->legend->setVisible(true);
     p->legend->setFont(QFont(p->font().family(), 7));
@@ -215,6 +216,8 @@ QLayout* TrainingDashboard::createPlots() {
     m_offPlot = makePlot(this, QStringLiteral("a1OffBlockPlot"), tr("A1 off-block"), tr("row"));
     for (QCustomPlot* p : {m_heatPlot, m_offPlot}) {
         p->setMinimumWidth(130);
+        PlotStyle::integerTicks(p->xAxis); // rows and columns of A1
+        PlotStyle::integerTicks(p->yAxis);
         p->xAxis->ticker()->setTickCount(3);
         p->yAxis->ticker()->setTickCount(3);
         p->xAxis->setLabel(tr("column"));

@@ -120,7 +120,11 @@ WeightView::WeightView(QWidget* parent) : AnalysisView(parent, tr("The weights a
         p->yAxis->setLabel(tr("output row"));
         p->yAxis->setRangeReversed(true); // row 0 on top, as in the matrix
     }
-    for (QCustomPlot* p : {m_channelPlot, m_groupPlot, m_heatBefore, m_heatAfter}) p->xAxis->ticker()->setTickCount(5);
+    for (QCustomPlot* p : {m_channelPlot, m_groupPlot, m_heatBefore, m_heatAfter}) {
+        PlotStyle::integerTicks(p->xAxis); // channels, groups
+        p->xAxis->ticker()->setTickCount(5);
+    }
+    for (QCustomPlot* p : {m_heatBefore, m_heatAfter}) PlotStyle::integerTicks(p->yAxis); // rows
 
     auto* grid = new QGridLayout;
     grid->addWidget(m_channelPlot, 0, 0);

@@ -26,6 +26,7 @@
 #include <QComboBox>
 #include <QtTest>
 
+#include <cmath>
 #include <numeric>
 
 using namespace latmix;
@@ -89,6 +90,19 @@ private slots:
                 QCOMPARE(map->data()->cell(e, l),
                          std::max(double(got.tokens[size_t(l)][size_t(e)]) / balanced, ExpertLoadView::kShareFloor));
         QVERIFY(v.summaryLabel()->text().contains("3 layers × 8 experts"));
+
+        // Layers and experts are counted: on a 600 px axis over three layers, ticks at whole
+        // numbers only (QCustomPlot's own steps there were 0.5: layer -0.5, 1.5).
+        v.show(); // laid out: the plot gets its share of the 1000 × 600
+        QVERIFY(QTest::qWaitForWindowExposed(&v));
+        v.heatmap()->replot();
+        for (QCPAxis* axis : {v.heatmap()->xAxis, v.heatmap()->yAxis}) {
+            QVector<double> shown;
+            for (double t : axis->tickVector())
+                if (axis->range().contains(t)) shown << t;
+            QVERIFY2(shown.size() >= 2, qPrintable(axis->label() + QString(" %1 ticks, %2 px").arg(shown.size()).arg(v.heatmap()->height())));
+            for (double t : shown) QVERIFY2(t == std::round(t), qPrintable(axis->label() + ": " + QString::number(t)));
+        }
     }
 
     void denseModelSaysWhy() {
