@@ -242,7 +242,10 @@ void addPeakLabels(QCustomPlot* plot, const QVector<QPointF>& points, const QStr
     plot->setProperty("latmixPeakLabels", true);
     QObject::connect(plot, &QCustomPlot::beforeReplot, plot, [plot, maxShown] {
         QVector<QRectF> shown;
-        const QRectF area(plot->rect());
+        // Between the axes' left and right ends (a name over the y axis hides its line and
+        // labels), and within the plot from top to bottom.
+        const QRect axes = plot->axisRect()->rect();
+        const QRectF area(axes.left(), 0, axes.width(), plot->height());
         for (int i = 0; i < plot->itemCount(); ++i) {
             auto* label = qobject_cast<QCPItemText*>(plot->item(i));
             if (!label || label->objectName() != QLatin1String("peakLabel")) continue;
@@ -251,7 +254,17 @@ void addPeakLabels(QCustomPlot* plot, const QVector<QPointF>& points, const QStr
             const QFontMetricsF fm(label->font());
             const QSizeF size(fm.horizontalAdvance(label->text()) + label->padding().left() + label->padding().right() + 4,
                               fm.height() + label->padding().top() + label->padding().bottom());
-            const QRectF r(at.x() - size.width() / 2, at.y() - size.height(), size.width(), size.height());
+            // Centred above its point; at either end of the axes, beginning or ending at it instead.
+            QRectF r(at.x() - size.width() / 2, at.y() - size.height(), size.width(), size.height());
+            Qt::Alignment side = Qt::AlignHCenter;
+            if (r.left() < area.left()) {
+                side = Qt::AlignLeft;
+                r.moveLeft(at.x());
+            } else if (r.right() > area.right()) {
+                side = Qt::AlignRight;
+                r.moveRight(at.x());
+            }
+            label->setPositionAlignment(Qt::AlignBottom | side);
             const bool fits = shown.size() < maxShown && area.contains(r) &&
                               std::none_of(shown.begin(), shown.end(), [&](const QRectF& o) { return o.intersects(r); });
             label->setVisible(fits);

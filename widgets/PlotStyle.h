@@ -56,7 +56,8 @@ void addTitleAndLegend(QCustomPlot* plot, const QString& title, const QFont& bas
 QCustomPlot* newPlot(QWidget* parent, const char* objectName, const QString& title);
 
 // Names above points of a plot (the largest channels), given in order of importance: a text
-// (object name "peakLabel") centred above each point. Before every replot, at most maxShown are
+// (object name "peakLabel") centred above each point, or beginning (ending) at it where the point
+// is too near the axes' left (right) end for that. Before every replot, at most maxShown are
 // shown: a name whose text would overlap one shown before it, or leave the plot, is hidden,
 // so the most important names always show and none run together at any plot size.
 void addPeakLabels(QCustomPlot* plot, const QVector<QPointF>& points, const QStringList& texts, const QColor& colour,

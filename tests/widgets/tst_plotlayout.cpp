@@ -227,8 +227,13 @@ private slots:
                     if (!t || !t->visible() || t->objectName() != QLatin1String("peakLabel")) continue;
                     const QPointF at = t->position->pixelPosition();
                     const double w = QFontMetricsF(t->font()).horizontalAdvance(t->text());
-                    const QRectF r(at.x() - w / 2, at.y() - QFontMetricsF(t->font()).height(), w, QFontMetricsF(t->font()).height());
-                    if (!QRectF(p->rect()).contains(r)) problems << QString("%1: name '%2' leaves the plot").arg(where, t->text());
+                    // Where QCustomPlot draws it: centred on its point, or beginning or ending there.
+                    const Qt::Alignment a = t->positionAlignment();
+                    const double left = a & Qt::AlignLeft ? at.x() : a & Qt::AlignRight ? at.x() - w : at.x() - w / 2;
+                    const QRectF r(left, at.y() - QFontMetricsF(t->font()).height(), w, QFontMetricsF(t->font()).height());
+                    const QRectF axes(p->axisRect()->rect());
+                    if (r.left() < axes.left() || r.right() > axes.right() || r.top() < 0 || r.bottom() > p->height())
+                        problems << QString("%1: name '%2' leaves the plot or crosses an axis").arg(where, t->text());
                     for (const QRectF& o : names)
                         if (o.intersects(r)) problems << QString("%1: name '%2' overlaps another").arg(where, t->text());
                     names << r;
