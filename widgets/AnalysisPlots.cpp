@@ -40,7 +40,7 @@ void prepare(QCustomPlot* p, const QString& title, const QString& xLabel, const 
     p->yAxis->setScaleType(QCPAxis::stLogarithmic);
     p->yAxis->setTicker(PlotStyle::logTicker());
     p->yAxis->setNumberFormat("g"); // plain 0.035: the ranges here span one or two decades
-    p->yAxis->setNumberPrecision(2);
+    p->yAxis->setNumberPrecision(3); // 0.0125: linear steps of a narrow range (PlotStyle::logTicker)
     p->legend->setVisible(true);
     PlotStyle::placeLegendAbove(p); // one name per transform: inside the axes it would hide curves
 }

@@ -17,20 +17,29 @@ namespace {
 class LogTicker : public QCPAxisTickerLog {
 protected:
     QVector<double> createTickVector(double tickStep, const QCPRange& range) override {
-        if (logBase() != 10 || !(range.lower > 0) || std::log10(range.upper / range.lower) >= 1.6)
-            return QCPAxisTickerLog::createTickVector(tickStep, range);
+        const double decades = range.lower > 0 ? std::log10(range.upper / range.lower) : 0;
+        if (logBase() != 10 || !(range.lower > 0) || decades >= 1.6) return QCPAxisTickerLog::createTickVector(tickStep, range);
+        // Two to tickCount + 1 ticks, none nearer the next than half an even spread on the axis.
+        const double halfEven = 0.5 * decades / (tickCount() + 1);
+        auto spread = [&](const QVector<double>& ticks) {
+            if (ticks.size() < 2 || ticks.size() > tickCount() + 1) return false;
+            for (int i = 1; i < ticks.size(); ++i)
+                if (std::log10(ticks[i] / ticks[i - 1]) < halfEven) return false;
+            return true;
+        };
+        QVector<double> best, linear;
+        for (double t : QCPAxisTicker::createTickVector(tickStep, range))
+            if (t > 0 && range.contains(t)) linear << t;
         const std::vector<int> digitSets[] = {{1}, {1, 3}, {1, 2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9}};
-        QVector<double> chosen;
         for (const auto& digits : digitSets) {
             QVector<double> ticks;
             for (int k = int(std::floor(std::log10(range.lower))); k <= int(std::ceil(std::log10(range.upper))); ++k)
                 for (int d : digits)
                     if (const double t = d * std::pow(10.0, k); range.contains(t)) ticks << t;
-            if (ticks.size() > tickCount() + 1) break; // denser than the axis has room for
-            chosen = ticks;
+            if (spread(ticks) && ticks.size() > best.size()) best = ticks;
         }
-        if (chosen.size() < 2) return QCPAxisTicker::createTickVector(tickStep, range);
-        return chosen;
+        if (spread(linear) && linear.size() > best.size()) best = linear;
+        return best.isEmpty() ? QCPAxisTicker::createTickVector(tickStep, range) : best;
     }
 };
 
@@ -122,6 +131,41 @@ void addTitleAndLegend(QCustomPlot* p, const QString& title, const QFont& base) 
     placeLegendAbove(p);
 }
 
+namespace {
+
+// The tick count an axis of plot asks for: as many labels as fit its current length (fitTicks).
+int fittingTickCount(QCPAxis* axis) {
+    const QFontMetricsF fm(axis->tickLabelFont());
+    double extent = 0;
+    if (axis->orientation() == Qt::Horizontal) {
+        // The labels drawn last, at least three digits wide: short integer labels
+        // (groups, layers) get the ticks they fit, not those of "0.000".
+        double widest = fm.horizontalAdvance(QStringLiteral("000"));
+        for (const QString& label : axis->tickVectorLabels()) widest = std::max(widest, fm.horizontalAdvance(label));
+        extent = widest + fm.horizontalAdvance(QStringLiteral("000")); // a label and a gap
+    } else {
+        extent = 2.2 * fm.height();
+    }
+    const double length = axis->orientation() == Qt::Horizontal ? axis->axisRect()->width() : axis->axisRect()->height();
+    // QCustomPlot treats the count as a target and may place one or two more ticks at
+    // "nice" steps: ask for fewer than fit.
+    int count = std::clamp(static_cast<int>(length / extent) - 1, 1, 8);
+    // More ticks can mean longer labels ("0", "1" become "0.25", "0.5", ...) and so
+    // fewer ticks next time: once a count had to come down at this axis length and
+    // range, it is the most they get, so the count settles instead of going back and forth.
+    const QVariantList cap = axis->property("latmixTickCap").toList(); // length, range + the count
+    if (cap.size() == 4 && cap.mid(0, 3) == QVariantList{length, axis->range().lower, axis->range().upper})
+        count = std::min(count, cap[3].toInt());
+    return count;
+}
+
+bool fitsTicks(const QCPAxis* axis) {
+    const QSharedPointer<QCPAxisTicker> ticker = axis->ticker();
+    return axis->visible() && axis->tickLabels() && ticker && !ticker.dynamicCast<QCPAxisTickerText>(); // text: placed by hand
+}
+
+} // namespace
+
 void fitTicks(QCustomPlot* p) {
     if (p->property("latmixFitTicks").toBool()) return;
     p->setProperty("latmixFitTicks", true);
@@ -129,35 +173,19 @@ void fitTicks(QCustomPlot* p) {
         bool changed = false;
         for (QCPAxisRect* rect : p->axisRects()) {
             for (QCPAxis* axis : rect->axes()) {
-                if (!axis->visible() || !axis->tickLabels()) continue;
+                if (!fitsTicks(axis)) continue;
                 const QSharedPointer<QCPAxisTicker> ticker = axis->ticker();
-                if (!ticker || ticker.dynamicCast<QCPAxisTickerText>()) continue; // labels placed by hand
-                const QFontMetricsF fm(axis->tickLabelFont());
-                double extent = 0;
-                if (axis->orientation() == Qt::Horizontal) {
-                    // The labels drawn last, at least three digits wide: short integer labels
-                    // (groups, layers) get the ticks they fit, not those of "0.000".
-                    double widest = fm.horizontalAdvance(QStringLiteral("000"));
-                    for (const QString& label : axis->tickVectorLabels()) widest = std::max(widest, fm.horizontalAdvance(label));
-                    extent = widest + fm.horizontalAdvance(QStringLiteral("000")); // a label and a gap
-                } else {
-                    extent = 2.2 * fm.height();
-                }
+                const int count = fittingTickCount(axis);
                 const double length = axis->orientation() == Qt::Horizontal ? rect->width() : rect->height();
-                // QCustomPlot treats the count as a target and may place one or two more ticks at
-                // "nice" steps: ask for fewer than fit.
-                int count = std::clamp(static_cast<int>(length / extent) - 1, 1, 8);
-                // More ticks can mean longer labels ("0", "1" become "0.25", "0.5", ...) and so
-                // fewer ticks next time: once a count had to come down at this axis length and
-                // range, it is the most they get, so the count settles instead of going back and forth.
-                const QVariantList here{length, axis->range().lower, axis->range().upper};
-                const QVariantList cap = axis->property("latmixTickCap").toList(); // here + the count
-                if (cap.size() == 4 && cap.mid(0, 3) == here) count = std::min(count, cap[3].toInt());
-                if (count < ticker->tickCount()) axis->setProperty("latmixTickCap", here + QVariantList{count});
+                if (count < ticker->tickCount())
+                    axis->setProperty("latmixTickCap", QVariantList{length, axis->range().lower, axis->range().upper, count});
                 if (ticker->tickCount() != count) {
                     ticker->setTickCount(count);
                     changed = true;
                 }
+                // Room for one step: that step exactly (0 and 40 under 40 steps), not a nicer one
+                // that leaves one label ("0", the next tick at 50 beyond the end).
+                ticker->setTickStepStrategy(count == 1 ? QCPAxisTicker::tssMeetTickCount : QCPAxisTicker::tssReadability);
             }
         }
         // A legend above the axes (placeLegendAbove) gets as many entries a row as fit the
@@ -175,8 +203,17 @@ void fitTicks(QCustomPlot* p) {
                 changed = true;
             }
         }
-        // The axis lengths were those of the last layout: after a resize, draw once more.
         if (changed) p->replot(QCustomPlot::rpQueuedReplot);
+    });
+    // The counts above came from the last layout's axis lengths: when this layout resized an axis
+    // (a tab shown for the first time, a window resized) so that it fits another count, draw once more.
+    QObject::connect(p, &QCustomPlot::afterLayout, p, [p] {
+        for (QCPAxisRect* rect : p->axisRects())
+            for (QCPAxis* axis : rect->axes())
+                if (fitsTicks(axis) && fittingTickCount(axis) != axis->ticker()->tickCount()) {
+                    p->replot(QCustomPlot::rpQueuedReplot);
+                    return;
+                }
     });
 }
 

@@ -30,11 +30,11 @@ void restyle(const QList<QCustomPlot*>& plots, const QPalette& palette, bool que
 
 // The ticker of every logarithmic axis: QCustomPlot's (powers of the base), except that over
 // less than 1.6 powers of ten QCustomPlot places evenly spaced linear steps, which bunch up at
-// the top of a log axis (0.00025, 0.0005, … 0.00125 over 6e-5 … 1.3e-3, the last two labels
-// run together). There the ticks are d × 10^k for the densest of the digit sets {1}, {1, 3},
-// {1, 2, 5}, {1, …, 9} that gives at most tickCount + 1 of them: about evenly spread on the log
-// axis, as matplotlib's log locator does it. Under a third of a decade (no digit set gives two
-// ticks) the linear steps are kept: they are nearly even there.
+// the top of a log axis (0.00025, 0.0005, … 0.00125 over 6e-5 … 1.3e-3: the last two labels
+// run together). There the ticks are, of d × 10^k for the digit sets {1}, {1, 3}, {1, 2, 5},
+// {1, …, 9} and of QCustomPlot's linear steps, the set with the most ticks (two to
+// tickCount + 1) none of which is nearer the next than half an even spread on the axis (as
+// matplotlib's log locator labels narrow ranges); QCustomPlot's linear steps when none is.
 QSharedPointer<QCPAxisTickerLog> logTicker(int tickCount = 5);
 
 // Ticks at whole numbers only, for an axis that counts things (layers, experts, MX blocks,
@@ -65,8 +65,10 @@ void addPeakLabels(QCustomPlot* plot, const QVector<QPointF>& points, const QStr
 
 // Tick counts from the axis length: before every replot each axis asks for as many ticks as
 // labels of its current width (horizontal) or two text lines (vertical) fit, 1 to 8, so labels
-// never run together ("0102030405060") on a narrow plot. Axes with hand-placed text labels keep
-// them. A legend above the axes gets as many entries a row as fit. Connected once per plot.
+// never run together ("0102030405060") on a narrow plot; where one step fits, that step exactly,
+// so that two ticks are labelled. A layout that resized an axis to fit another count draws once more. Axes with
+// hand-placed text labels keep them. A legend above the axes gets as many entries a row as fit.
+// Connected once per plot.
 void fitTicks(QCustomPlot* plot);
 
 // A heat map redrawn: the plot's plottables and the colour scales an earlier addHeatmap put

@@ -81,6 +81,8 @@ private slots:
         QTest::newRow("0.6 decades") << 2e-4 << 8e-4 << 4 << 5 << true;
         QTest::newRow("0.4 decades") << 3e-4 << 7.5e-4 << 4 << 5 << false;
         QTest::newRow("3 decades") << 1e-5 << 1e-2 << 4 << 5 << false;
+        // The training loss of a short calibration: 0.0125 … 0.0175 between 0.01 and 0.02, not 0.009.
+        QTest::newRow("0.37 decades") << 0.009 << 0.021 << 4 << 5 << false;
         // Linear steps, QCustomPlot's nice 0.1 for a target of 4: 1.0, 1.1, … 1.6.
         QTest::newRow("a fifth of a decade") << 1.0 << 1.6 << 4 << 7 << false;
     }

@@ -204,6 +204,13 @@ private slots:
                                     .arg(where, p->xAxis->tickLabelColor().name(), view->palette().color(QPalette::Text).name());
                 for (QCPAxis* axis : p->axisRect()->axes()) {
                     const auto spans = labelSpans(axis);
+                    // A scale needs two numbers to be read (a lone "0" under 40 steps says nothing).
+                    if (axis->visible() && axis->tickLabels() && spans.size() < 2)
+                        problems << QString("%1 %2 axis: %3 tick label(s) over %4 .. %5")
+                                        .arg(where, axis->orientation() == Qt::Horizontal ? "x" : "y")
+                                        .arg(spans.size())
+                                        .arg(axis->range().lower)
+                                        .arg(axis->range().upper);
                     for (int i = 1; i < spans.size(); ++i)
                         if (spans[i].lo < spans[i - 1].hi - 0.5)
                             problems << QString("%1 %2 axis: tick labels '%3' and '%4' overlap")
