@@ -345,7 +345,7 @@ void CalibrationView::updateMemoryEstimate() {
         const bool cpu = m.checkedDevice == "cpu";
         const latmix::run::MemoryEstimate& e = cpu ? m.host : m.gpu; // the workbench has no --offload: one device
         const auto available = latmix::run::checkedDeviceMemory(m);
-        const bool over = !latmix::run::memoryProblem(m, o).empty();
+        const bool over = !latmix::run::memoryProblem(m, available, o).empty();
         const QString gib = QString::fromStdString(latmix::run::gibText(e.peakBytes));
         const QString of = available > 0 ? (cpu ? tr(" of %1 available") : tr(" of %1"))
                                                .arg(QString::fromStdString(latmix::run::gibText(available)))

@@ -325,10 +325,11 @@ void refuseOverMemory(const RunMemory& m, const QuantizeOptions& o) {
         refuseOverMemory(*e, checkedDeviceMemory(m), o, m.checkedDevice == "cpu" ? std::string() : m.checkedDevice);
 }
 
-std::string memoryProblem(const RunMemory& m, const QuantizeOptions& o) {
+std::string memoryProblem(const RunMemory& m, const QuantizeOptions& o) { return memoryProblem(m, checkedDeviceMemory(m), o); }
+
+std::string memoryProblem(const RunMemory& m, std::int64_t available, const QuantizeOptions& o) {
     const MemoryEstimate* e = m.checked();
-    return e ? memoryProblem(*e, checkedDeviceMemory(m), o, m.checkedDevice == "cpu" ? std::string() : m.checkedDevice)
-             : std::string();
+    return e ? memoryProblem(*e, available, o, m.checkedDevice == "cpu" ? std::string() : m.checkedDevice) : std::string();
 }
 
 std::string memoryProblem(const MemoryEstimate& e, std::int64_t available, const QuantizeOptions& o,

@@ -80,8 +80,10 @@ std::string memoryProblem(const MemoryEstimate& estimate, std::int64_t available
 // options, so that the workbench names its controls.
 void refuseOverMemory(const MemoryEstimate& estimate, std::int64_t available, const QuantizeOptions& options,
                       const std::string& gpu = {});
-// The same for the checked estimate of a run against what its device has (checkedDeviceMemory).
+// The same for the checked estimate of a run against what its device has (checkedDeviceMemory),
+// or against `available` when the caller has read it already.
 std::string memoryProblem(const RunMemory& memory, const QuantizeOptions& options);
+std::string memoryProblem(const RunMemory& memory, std::int64_t available, const QuantizeOptions& options);
 void refuseOverMemory(const RunMemory& memory, const QuantizeOptions& options);
 
 // The element size the checkpoint's weights are stored with (file bytes / parameters, rounded).
