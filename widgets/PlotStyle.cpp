@@ -133,6 +133,12 @@ void addTitleAndLegend(QCustomPlot* p, const QString& title, const QFont& base) 
 
 namespace {
 
+// The axis' length in pixels, as the last layout left it: what its tick count is fitted to and
+// what the cap below is keyed on.
+double axisLength(const QCPAxis* axis) {
+    return axis->orientation() == Qt::Horizontal ? axis->axisRect()->width() : axis->axisRect()->height();
+}
+
 // The tick count an axis of plot asks for: as many labels as fit its current length (fitTicks).
 int fittingTickCount(QCPAxis* axis) {
     const QFontMetricsF fm(axis->tickLabelFont());
@@ -146,7 +152,7 @@ int fittingTickCount(QCPAxis* axis) {
     } else {
         extent = 2.2 * fm.height();
     }
-    const double length = axis->orientation() == Qt::Horizontal ? axis->axisRect()->width() : axis->axisRect()->height();
+    const double length = axisLength(axis);
     // QCustomPlot treats the count as a target and may place one or two more ticks at
     // "nice" steps: ask for fewer than fit.
     int count = std::clamp(static_cast<int>(length / extent) - 1, 1, 8);
@@ -176,9 +182,9 @@ void fitTicks(QCustomPlot* p) {
                 if (!fitsTicks(axis)) continue;
                 const QSharedPointer<QCPAxisTicker> ticker = axis->ticker();
                 const int count = fittingTickCount(axis);
-                const double length = axis->orientation() == Qt::Horizontal ? rect->width() : rect->height();
                 if (count < ticker->tickCount())
-                    axis->setProperty("latmixTickCap", QVariantList{length, axis->range().lower, axis->range().upper, count});
+                    axis->setProperty("latmixTickCap",
+                                      QVariantList{axisLength(axis), axis->range().lower, axis->range().upper, count});
                 if (ticker->tickCount() != count) {
                     ticker->setTickCount(count);
                     changed = true;
