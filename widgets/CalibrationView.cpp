@@ -87,8 +87,9 @@ QGroupBox* CalibrationView::createMethodBox(QWidget* parent) {
     mf->addRow(tr("&Method:"), m_method);
     m_format = new QComboBox(methodBox);
     m_format->setObjectName(QStringLiteral("formatCombo"));
-    m_format->addItems({QStringLiteral("mxfp4"), QStringLiteral("mxint4"), QStringLiteral("nvfp4")});
-    m_format->setToolTip(tr("W4A4 format of weights and activations (block 32, floor scales; nvfp4: block 16)"));
+    for (const auto& f : latmix::mx::allFormats()) m_format->addItem(QString::fromLatin1(f.name));
+    m_format->setToolTip(tr("MX format of weights and activations, as the paper's W4A4 for the 4-bit ones (block 32, "
+                            "floor scales; nvfp4: block 16)"));
     mf->addRow(tr("&Format:"), m_format);
     m_block = new QComboBox(methodBox);
     m_block->setObjectName(QStringLiteral("blockCombo"));

@@ -4,6 +4,7 @@
 #include "RunsView.h"
 
 #include "PlotStyle.h"
+#include "mx/MxFormat.h"
 #include "run/quantize/OptionTable.h"
 #include "util/AtomicFile.h"
 
@@ -125,20 +126,21 @@ RunsView::RunsView(QWidget* parent) : QWidget(parent) {
 }
 
 
-// The runs, one row each, sortable by every column (W4A4 first).
+// The runs, one row each, sortable by every column (the quantized perplexity first).
 void RunsView::createTable() {
     m_model = new QStandardItemModel(0, ColumnCount, this);
-    m_model->setHorizontalHeaderLabels({tr("Run"), tr("Method"), tr("Format"), tr("Block"), tr("Steps"), tr("W4A4"), tr("FP"),
+    m_model->setHorizontalHeaderLabels({tr("Run"), tr("Method"), tr("Format"), tr("Block"), tr("Steps"), tr("Quantized"), tr("FP"),
                                         tr("Folded FP"), tr("Recovery %"), tr("0-shot"), tr("Train s"), tr("Date")});
     const QStringList tips = {tr("The run's folder (sweep/cell for a sweep's cells)"),
                               tr("Quantization method"),
                               tr("MX format of weights and activations"),
                               tr("MX block size"),
                               tr("Training steps (0: the method learns nothing)"),
-                              tr("WikiText-2 test perplexity of the quantized model (W4A4)"),
+                              tr("WikiText-2 test perplexity of the quantized model (weights and activations in the "
+                                 "run's format: W4A4 for 4-bit formats, W8A8 for 8-bit ones)"),
                               tr("Perplexity of the original model in the same windows"),
                               tr("Perplexity of the folded, unquantized model (transform-based methods)"),
-                              tr("FP perplexity / W4A4 perplexity × 100: 100 = nothing lost"),
+                              tr("FP perplexity / quantized perplexity × 100: 100 = nothing lost"),
                               tr("Zero-shot accuracy, average over the tasks evaluated"),
                               tr("Seconds of transform training"),
                               tr("When the run was made (UTC)")};
@@ -150,7 +152,7 @@ void RunsView::createTable() {
     m_table->setObjectName(QStringLiteral("runsTable"));
     m_table->setModel(m_proxy);
     m_table->setSortingEnabled(true);
-    m_table->sortByColumn(W4A4, Qt::AscendingOrder);
+    m_table->sortByColumn(Quantized, Qt::AscendingOrder);
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::ExtendedSelection);
     m_table->verticalHeader()->hide();
@@ -285,6 +287,10 @@ void RunsView::fillTable() {
     m_table->setSortingEnabled(false);
     m_model->removeRows(0, m_model->rowCount());
     using latmix::run::RunSummary;
+    std::vector<std::string> formats; // the quantized column says W4A4 when every run is 4-bit
+    for (const auto& r : m_runs) formats.push_back(r.format);
+    const std::string precision = latmix::mx::precisionLabel(formats);
+    m_model->horizontalHeaderItem(Quantized)->setText(precision == "quantized" ? tr("Quantized") : QString::fromStdString(precision));
     for (const auto& r : m_runs) {
         const QString dir = QString::fromStdString(r.dir);
         QList<QStandardItem*> row;

@@ -1,8 +1,8 @@
 #pragma once
 // The runs tab: every finished run under the runs folders (the workbench's own, and any folder
-// added), one row each, read by core (run::scanRuns): method, format, block, steps, W4A4 / FP /
-// folded-FP perplexity, recovery, zero-shot average, train time, date. Sortable by any column;
-// selecting runs overlays their training curves (train.h5) and their per-linear weight errors
+// added), one row each, read by core (run::scanRuns): method, format, block, steps, quantized
+// (W4A4 when every run is 4-bit) / FP / folded-FP perplexity, recovery, zero-shot average, train
+// time, date. Sortable by any column; selecting runs overlays their training curves (train.h5) and their per-linear weight errors
 // (latmix.json); the table exports as CSV (run::runsCsv). The folders are watched: a run a CLI
 // finishes elsewhere appears without a refresh.
 #include "run/RunCatalog.h"
@@ -45,7 +45,7 @@ public:
 
     QTableView* table() const { return m_table; }
     // Table columns (the header's names, in order).
-    enum Column { Name, Method, Format, Block, Steps, W4A4, Fp, FoldedFp, Recovery, ZeroShot, TrainSeconds, Date, ColumnCount };
+    enum Column { Name, Method, Format, Block, Steps, Quantized, Fp, FoldedFp, Recovery, ZeroShot, TrainSeconds, Date, ColumnCount };
     // Sort role: the number behind a cell (absent numbers sort below every present one).
     static constexpr int kSortRole = Qt::UserRole + 1;
     static constexpr int kDirRole = Qt::UserRole + 2;

@@ -195,7 +195,12 @@ int runTrain(const BenchOptions& o) {
     run::QuantizeOptions q;
     q.method = method;
     const run::MethodSpec m = run::runMethod(q);
-    if (!m.learned) throw std::invalid_argument("bench train times a method that trains (latmix-lu, latmix-qr, spinquant), not " + method);
+    if (!m.learned) {
+        std::string learned;
+        for (const auto& x : run::methods())
+            if (x.learned) learned += (learned.empty() ? "" : ", ") + x.name;
+        throw std::invalid_argument("bench train times a method that trains (" + learned + "), not " + method);
+    }
     const auto ck = model::Checkpoint::load(o.model);
     const model::ModelConfig& c = ck.config();
     const auto device = model::parseDevice(o.device);

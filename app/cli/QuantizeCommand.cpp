@@ -219,14 +219,15 @@ void printReport(const QuantizeCli& o, const run::ResolvedRun& resolved, const r
     std::printf("run          %s (method %s, %s)\n", o.out.c_str(), o.q.method.c_str(), o.q.format.describe().c_str());
     printTraining(o, r);
     printWeights(o, resolved, r);
+    const std::string precision = mx::precisionLabel(o.q.format.format); // "W4A4", "W8A8", ...
     if (r.fpPerplexity > 0)
-        std::printf("perplexity   FP %.3f   W4A4 %.3f   weights only %.3f   (WikiText-2 test, seqlen %d)\n",
-                    r.fpPerplexity, r.quantizedPerplexity, r.weightOnlyPerplexity, o.q.evalSeqLen);
+        std::printf("perplexity   FP %.3f   %s %.3f   weights only %.3f   (WikiText-2 test, seqlen %d)\n",
+                    r.fpPerplexity, precision.c_str(), r.quantizedPerplexity, r.weightOnlyPerplexity, o.q.evalSeqLen);
     if (r.foldedPerplexity > 0)
         std::printf("folded FP    %.3f (transforms folded, nothing quantized; %+.2f%% vs FP)\n", r.foldedPerplexity,
                     100.0 * (r.foldedPerplexity / r.fpPerplexity - 1));
     if (!r.zeroShot.tasks.empty())
-        std::printf("zero-shot    W4A4 model, lm-evaluation-harness templates, %.1f s\n%s", r.zeroShot.seconds,
+        std::printf("zero-shot    %s model, lm-evaluation-harness templates, %.1f s\n%s", precision.c_str(), r.zeroShot.seconds,
                     eval::zeroShotTable(r.zeroShot).c_str());
     for (const auto& n : r.notes) std::printf("note         %s\n", n.c_str());
     std::printf("time         %.1f s total, peak resident %.0f MiB", r.totalSeconds, r.peakRssMb);
@@ -332,7 +333,8 @@ void addOptionFlags(CLI::App* cmd, QuantizeCli& o) {
 
 Runner addQuantizeCommand(CLI::App& app) {
     auto o = std::make_shared<QuantizeCli>();
-    auto* cmd = app.add_subcommand("quantize", "quantize a model with one of the paper's methods (folded W4A4 MX run)");
+    auto* cmd = app.add_subcommand("quantize", "quantize a model with one of the paper's methods (a folded run, weights "
+                                               "and activations in one MX format: W4A4 for mxfp4)");
     cmd->add_option("--model", o->model, "Hugging Face model folder (with --resume: the run's own)");
     cmd->add_option("--out", o->out, "run folder to write");
     o->resume = cmd->add_option("--resume", o->resumeDir,

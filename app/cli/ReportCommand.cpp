@@ -2,6 +2,7 @@
 // latmix runs: the run folders under a folder, as a table and optionally CSV (run/RunCatalog.h).
 #include "cli/Commands.h"
 
+#include "mx/MxFormat.h"
 #include "report/Report.h"
 #include "run/RunCatalog.h"
 #include "util/AtomicFile.h"
@@ -27,8 +28,10 @@ std::string num(double v, bool present, const char* f) {
 // The table `latmix runs` prints: columns padded to their widest cell, numbers right-aligned.
 std::string runsTable(const std::vector<run::RunSummary>& runs) {
     using RS = run::RunSummary;
-    const std::vector<std::string> head = {"method", "format", "block", "steps", "FP ppl", "W4A4 ppl", "folded FP",
-                                           "recovery %", "0-shot avg", "train s", "date", "dir"};
+    std::vector<std::string> formats;
+    for (const auto& r : runs) formats.push_back(r.format);
+    const std::vector<std::string> head = {"method", "format", "block", "steps", "FP ppl", mx::precisionLabel(formats) + " ppl",
+                                           "folded FP", "recovery %", "0-shot avg", "train s", "date", "dir"};
     const std::vector<bool> right = {false, false, true, true, true, true, true, true, true, true, false, false};
     std::vector<std::vector<std::string>> rows = {head};
     for (const auto& r : runs) {
@@ -99,7 +102,7 @@ Runner addRunsCommand(CLI::App& app) {
             std::printf("no run folders (with latmix.json) under %s\n", o->root.c_str());
         } else {
             std::printf("%s", runsTable(runs).c_str());
-            std::printf("%zu runs under %s%s\n", runs.size(), o->root.c_str(),
+            std::printf("%zu run%s under %s%s\n", runs.size(), runs.size() == 1 ? "" : "s", o->root.c_str(),
                         problems.empty() ? "" : (", " + std::to_string(problems.size()) + " skipped").c_str());
         }
         if (!o->csv.empty()) {

@@ -1,5 +1,6 @@
 #include "mx/MxFormat.h"
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 
@@ -62,6 +63,23 @@ ScaleMode parseScaleMode(std::string_view name) {
 }
 
 std::string formatName(Format f) { return formatInfo(f).name; }
+
+std::string precisionLabel(Format f) {
+    const std::string bits = std::to_string(elementSpec(formatInfo(f).element).bits);
+    return "W" + bits + "A" + bits;
+}
+
+std::string precisionLabel(const std::vector<std::string>& formatNames) {
+    std::string shared;
+    for (const auto& name : formatNames) {
+        const auto known = std::find_if(kFormats.begin(), kFormats.end(), [&](const FormatInfo& f) { return name == f.name; });
+        if (known == kFormats.end()) return "quantized";
+        const std::string label = precisionLabel(known->format);
+        if (!shared.empty() && label != shared) return "quantized";
+        shared = label;
+    }
+    return shared.empty() ? "quantized" : shared;
+}
 
 std::string scaleModeName(ScaleMode m) { return kScaleModeNames[static_cast<int>(m)]; }
 

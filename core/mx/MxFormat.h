@@ -48,6 +48,13 @@ std::string scaleModeName(ScaleMode m);
 std::string formatNameList();    // "mxfp4, mxfp6_e2m3, ..."
 std::string scaleModeNameList(); // "floor, ceil, even"
 
+// The paper's name for a model whose weights and activations are both in f: "W" and "A" with the
+// element's width, "W4A4" (mxfp4, mxint4, nvfp4), "W6A6", "W8A8".
+std::string precisionLabel(Format f);
+// The label every format named shares ("W4A4" for mxfp4 and nvfp4), for a column over several
+// runs; "quantized" when they differ, a name is unknown or there is none.
+std::string precisionLabel(const std::vector<std::string>& formatNames);
+
 struct MxConfig {
     Format format = Format::MxFp4;
     int blockSize = 32;

@@ -1,6 +1,7 @@
 #include "report/Report.h"
 
 #include "model/TensorNames.h"
+#include "mx/MxFormat.h"
 
 #include "report/SvgPlot.h"
 #include "run/RunCatalog.h"
@@ -235,8 +236,10 @@ void writeResults(std::ostringstream& h, const run::RunSummary& s, const std::st
         row("folded_fp", "folded FP perplexity (transforms folded, nothing quantized)", s.foldedFpPerplexity, true, "%.3f");
     row("weights_only", "weights-only perplexity (quantized weights, FP activations)", s.weightsOnlyPerplexity,
         RS::hasValue(s.weightsOnlyPerplexity), "%.3f");
-    row("w4a4", "W4A4 perplexity (quantized weights and activations)", s.w4a4Perplexity, RS::hasValue(s.w4a4Perplexity), "%.3f");
-    h << "<tr data-key=\"recovery\"><th>recovery (FP / W4A4 perplexity)</th>"
+    const std::string precision = mx::precisionLabel(std::vector<std::string>{s.format}); // "W4A4", "W8A8", ...
+    row("w4a4", precision + " perplexity (quantized weights and activations)", s.w4a4Perplexity,
+        RS::hasValue(s.w4a4Perplexity), "%.3f");
+    h << "<tr data-key=\"recovery\"><th>recovery (FP / " << precision << " perplexity)</th>"
       << (RS::hasValue(s.recovery) ? "<td class=\"num\" data-value=\"" + exactNumber(s.recovery) + "\">" +
                                          fmt("%.2f %%", 100 * s.recovery) + "</td>"
                                    : std::string("<td class=\"num absent\">–</td>"))
@@ -244,16 +247,16 @@ void writeResults(std::ostringstream& h, const run::RunSummary& s, const std::st
     if (RS::hasValue(s.firstObjective, true)) row("first_objective", "first step's " + std::string(objective == "kl" ? "KL" : objective), s.firstObjective, true, "%.6g");
     if (RS::hasValue(s.finalObjective, true)) row("final_objective", "last step's " + std::string(objective == "kl" ? "KL" : objective), s.finalObjective, true, "%.6g");
     if (RS::hasValue(s.zeroShotAverage, true)) row("zeroshot_average", "zero-shot average accuracy", s.zeroShotAverage, true, "%.4f");
-    h << "</table>\n<p class=\"note\">Recovery is FP perplexity over W4A4 perplexity: the inverse of the "
-         "quantized/FP accuracy ratio that quantized-model cards report, since lower perplexity is better "
-         "(100 % = nothing lost).</p>\n";
+    h << "</table>\n<p class=\"note\">Recovery is FP perplexity over " << precision
+      << " perplexity: the inverse of the quantized/FP accuracy ratio that quantized-model cards report, since lower "
+         "perplexity is better (100 % = nothing lost).</p>\n";
 }
 
-// Zero-shot accuracies of the W4A4 model, when evaluated.
+// Zero-shot accuracies of the quantized model, when evaluated.
 void writeZeroShot(std::ostringstream& h, const run::RunSummary& s) {
     using RS = run::RunSummary;
     if (!s.zeroShot.empty()) {
-        h << "<h3>Zero-shot tasks (W4A4 model)</h3>\n<table class=\"zeroshot\" id=\"zeroshot-table\">\n"
+        h << "<h3>Zero-shot tasks (" << mx::precisionLabel(std::vector<std::string>{s.format}) << " model)</h3>\n<table class=\"zeroshot\" id=\"zeroshot-table\">\n"
           << "<tr><th>task</th><th>n</th><th>acc</th><th>acc_norm</th><th>perplexity</th></tr>\n";
         for (const auto& t : s.zeroShot) {
             const std::string k = " data-key=\"zeroshot:" + esc(t.task) + ":";

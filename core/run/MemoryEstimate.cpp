@@ -208,7 +208,7 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
     if (o.evalSeqLen > 0) {
         e.stages.push_back(evalStage("eval (FP)", s, stored, o.evalSeqLen));
         // The run model is float32; activation quantization adds a copy of the widest input.
-        e.stages.push_back(evalStage("eval (W4A4)", s, 4, o.evalSeqLen, I(o.evalSeqLen) * s.mlpWidth * 4));
+        e.stages.push_back(evalStage("eval (" + mx::precisionLabel(o.format.format) + ")", s, 4, o.evalSeqLen, I(o.evalSeqLen) * s.mlpWidth * 4));
     }
     finish(e);
     return e;

@@ -15,7 +15,7 @@
 namespace latmix::run {
 
 struct MemoryStage {
-    std::string name;   // "fold", "quantize", "eval (W4A4)", ...
+    std::string name;   // "fold", "quantize", "eval (W4A4)" (the run's format), ...
     std::int64_t bytes = 0;
     std::string detail; // the largest terms, for the table
 };

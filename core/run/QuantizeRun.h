@@ -36,7 +36,7 @@ struct QuantizeResult {
     std::vector<LinearReport> linears;
     double fpPerplexity = 0, quantizedPerplexity = 0, weightOnlyPerplexity = 0; // 0: not evaluated
     double foldedPerplexity = 0; // transformed methods: folded, unquantized (paper Table 3 check)
-    eval::ZeroShotResult zeroShot; // of the W4A4 model; no tasks: not evaluated
+    eval::ZeroShotResult zeroShot; // of the quantized model; no tasks: not evaluated
     double trainSeconds = 0, quantizeSeconds = 0, evalSeconds = 0, totalSeconds = 0;
     double peakRssMb = 0;
     double peakGpuMb = 0; // peak of libtorch's CUDA allocator on the run's device (0 on the CPU)

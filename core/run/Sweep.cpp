@@ -313,12 +313,15 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
     }
     bool variants = false;
     for (const auto& r : rows) variants = variants || !r.variant.empty();
+    std::vector<std::string> formats;
+    for (const auto& r : rows) formats.push_back(r.format);
     std::ostringstream s;
-    s << "| method | format |" << (variants ? " variant |" : "") << " seeds | W4A4 ppl | vs best | weights-only ppl | "
+    s << "| method | format |" << (variants ? " variant |" : "") << " seeds | " << mx::precisionLabel(formats)
+      << " ppl | vs best | weights-only ppl | "
       << "FP ppl | folded FP ppl | final objective | zero-shot avg | train s | total s |\n";
     s << "|---|---|" << (variants ? "---|" : "") << "---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& r : rows) {
-        // The best W4A4 perplexity among the rows of this format (and variant set), and whether
+        // The best quantized perplexity among the rows of this format (and variant set), and whether
         // this row is it or within noise of it.
         const Row* best = nullptr;
         for (const auto& x : rows)

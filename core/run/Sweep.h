@@ -68,8 +68,8 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
                      const std::function<void(int, const SweepCell&, bool)>& onCell = nullptr);
 
 // The tables: CSV one row a cell; Markdown one row per method x format x variant, the seeds'
-// mean ± sample standard deviation, and per format and variant which rows are the best W4A4
-// perplexity or within noise of it (|difference| <= the sum of the two standard deviations).
+// mean ± sample standard deviation, and per format and variant which rows are the best quantized
+// (W4A4 for 4-bit formats) perplexity or within noise of it (|difference| <= the sum of the two standard deviations).
 std::string sweepCsv(const std::vector<SweepRecord>& records);
 std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGrid);
 

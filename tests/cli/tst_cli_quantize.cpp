@@ -80,6 +80,34 @@ private slots:
         QVERIFY(e.out.contains("perplexity"));
     }
 
+    // Weights and activations share the run's format, and what the run prints is named by its
+    // bits (the paper's W4A4 for 4-bit formats): the perplexity line and --dry-run's eval stage.
+    void precisionNamedByFormat_data() {
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<QString>("label");
+        QTest::addColumn<QString>("notLabel");
+        QTest::newRow("mxfp4") << "mxfp4" << "W4A4" << "W8A8";
+        QTest::newRow("mxfp6_e2m3") << "mxfp6_e2m3" << "W6A6" << "W4A4";
+        QTest::newRow("mxfp8_e4m3") << "mxfp8_e4m3" << "W8A8" << "W4A4";
+    }
+    void precisionNamedByFormat() {
+        if (!QFile::exists(latmix::test::dataDir() + "/wikitext-2/wiki.test.raw"))
+            LATMIX_DATA_SKIP("WikiText-2 test split not found (LATMIX_DATA_DIR)");
+        QFETCH(QString, format);
+        QFETCH(QString, label);
+        QFETCH(QString, notLabel);
+        QStringList args = quantizeArgs(m_tmp.filePath("precision-" + format), "rtn", 0);
+        args[args.indexOf("--format") + 1] = format;
+        args << "--eval-seqlen" << "32" << "--eval-windows" << "2";
+        const Result dry = run(QStringList(args) << "--dry-run");
+        QVERIFY2(dry.exitCode == 0, qPrintable(dry.err));
+        QVERIFY2(dry.out.contains("eval (" + label + ")") && !dry.out.contains(notLabel), qPrintable(dry.out));
+        const Result r = run(args);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QRegularExpression line("perplexity +FP [0-9.]+ +" + label + " [0-9.]+ +weights only");
+        QVERIFY2(r.out.contains(line) && !r.out.contains(notLabel), qPrintable(r.out));
+    }
+
     // --eval-tasks: the quantized model's zero-shot accuracies in the report and latmix.json,
     // the same numbers `latmix eval --tasks` gives for the run's model folder.
     // --tf32 changes float32 matrix products on CUDA only: on the CPU the run is the same and

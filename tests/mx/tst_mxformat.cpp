@@ -16,25 +16,47 @@ private slots:
         QTest::addColumn<QString>("name");
         QTest::addColumn<int>("element");
         QTest::addColumn<int>("defaultBlock");
-        QTest::newRow("mxfp4") << "mxfp4" << int(ElementFormat::E2M1) << 32;
-        QTest::newRow("mxfp6_e2m3") << "mxfp6_e2m3" << int(ElementFormat::E2M3) << 32;
-        QTest::newRow("mxfp6_e3m2") << "mxfp6_e3m2" << int(ElementFormat::E3M2) << 32;
-        QTest::newRow("mxfp8_e4m3") << "mxfp8_e4m3" << int(ElementFormat::E4M3) << 32;
-        QTest::newRow("mxfp8_e5m2") << "mxfp8_e5m2" << int(ElementFormat::E5M2) << 32;
-        QTest::newRow("mxint8") << "mxint8" << int(ElementFormat::Int8) << 32;
-        QTest::newRow("mxint4") << "mxint4" << int(ElementFormat::Int4) << 32;
-        QTest::newRow("nvfp4") << "nvfp4" << int(ElementFormat::E2M1) << 16;
+        QTest::addColumn<QString>("precision"); // the paper's "W4A4": the bits in the format's name
+        QTest::newRow("mxfp4") << "mxfp4" << int(ElementFormat::E2M1) << 32 << "W4A4";
+        QTest::newRow("mxfp6_e2m3") << "mxfp6_e2m3" << int(ElementFormat::E2M3) << 32 << "W6A6";
+        QTest::newRow("mxfp6_e3m2") << "mxfp6_e3m2" << int(ElementFormat::E3M2) << 32 << "W6A6";
+        QTest::newRow("mxfp8_e4m3") << "mxfp8_e4m3" << int(ElementFormat::E4M3) << 32 << "W8A8";
+        QTest::newRow("mxfp8_e5m2") << "mxfp8_e5m2" << int(ElementFormat::E5M2) << 32 << "W8A8";
+        QTest::newRow("mxint8") << "mxint8" << int(ElementFormat::Int8) << 32 << "W8A8";
+        QTest::newRow("mxint4") << "mxint4" << int(ElementFormat::Int4) << 32 << "W4A4";
+        QTest::newRow("nvfp4") << "nvfp4" << int(ElementFormat::E2M1) << 16 << "W4A4";
     }
     void parseNames() {
         QFETCH(QString, name);
         QFETCH(int, element);
         QFETCH(int, defaultBlock);
+        QFETCH(QString, precision);
         const Format f = parseFormat(name.toStdString());
         QCOMPARE(QString::fromStdString(formatName(f)), name);
+        QCOMPARE(QString::fromStdString(precisionLabel(f)), precision);
         QCOMPARE(int(formatInfo(f).element), element);
         const MxConfig c = makeConfig(f);
         QCOMPARE(c.blockSize, defaultBlock);
         c.validate(); // the defaults are valid
+    }
+
+    // A column over several runs is named by the label they share, else "quantized".
+    void sharedPrecisionLabel_data() {
+        QTest::addColumn<QStringList>("formats");
+        QTest::addColumn<QString>("label");
+        QTest::newRow("one format") << QStringList{"mxfp4", "mxfp4"} << "W4A4";
+        QTest::newRow("4-bit formats") << QStringList{"mxfp4", "mxint4", "nvfp4"} << "W4A4";
+        QTest::newRow("8-bit formats") << QStringList{"mxfp8_e4m3", "mxint8"} << "W8A8";
+        QTest::newRow("4 and 8 bits") << QStringList{"mxfp4", "mxfp8_e4m3"} << "quantized";
+        QTest::newRow("unknown name") << QStringList{"mxfp4", "fp4"} << "quantized";
+        QTest::newRow("none") << QStringList{} << "quantized";
+    }
+    void sharedPrecisionLabel() {
+        QFETCH(QStringList, formats);
+        QFETCH(QString, label);
+        std::vector<std::string> names;
+        for (const QString& f : formats) names.push_back(f.toStdString());
+        QCOMPARE(QString::fromStdString(precisionLabel(names)), label);
     }
 
     void rejectsBadInput_data() {

@@ -605,6 +605,32 @@ private slots:
         QVERIFY(rows[1].startsWith(root + "/a,latmix-lu,mxfp4,32,floor,6,"));
     }
 
+    // The quantized model is named by the run's format (the paper's W4A4 for 4-bit formats) in
+    // the report and in `latmix runs`' header; runs of 4 and 8 bits together: "quantized".
+    void precisionNamedByFormat_data() {
+        QTest::addColumn<QStringList>("formats");
+        QTest::addColumn<QString>("label");
+        QTest::newRow("mxfp4") << QStringList{"mxfp4"} << "W4A4";
+        QTest::newRow("mxfp8_e4m3") << QStringList{"mxfp8_e4m3"} << "W8A8";
+        QTest::newRow("mxint4 and mxfp8_e4m3") << QStringList{"mxint4", "mxfp8_e4m3"} << "quantized";
+    }
+    void precisionNamedByFormat() {
+        QFETCH(QStringList, formats);
+        QFETCH(QString, label);
+        QTemporaryDir root;
+        for (const QString& f : formats)
+            QVERIFY(writeText(root.filePath(f + "/latmix.json"), QByteArray(kRtnRun).replace("\"mxfp4\"", "\"" + f.toUtf8() + "\"")));
+        const Result r = run({"runs", root.path()});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.out.startsWith("method") && r.out.section('\n', 0, 0).contains(" " + label + " ppl "), qPrintable(r.out));
+        QVERIFY2(r.out.contains(formats.size() == 1 ? "\n1 run under" : "\n2 runs under"), qPrintable(r.out));
+        if (formats.size() > 1) return;
+        const QString html = QString::fromStdString(report::runReportHtml(root.filePath(formats[0]).toStdString()));
+        for (const QString& part : {label + " perplexity (quantized", "FP / " + label + " perplexity", "(" + label + " model)"})
+            QVERIFY2(html.contains(part), qPrintable(part));
+        QVERIFY(!html.contains(label == "W4A4" ? "W8A8" : "W4A4"));
+    }
+
     // The shipped executable, once.
     void executable() {
         const QString out = m_tmp.filePath("exe.html");

@@ -2,7 +2,9 @@
 // other than its default reaches latmix.json's "options" and reads back to the same value (so
 // its reader and writer touch the same field, and --resume RUN_DIR continues with what the run
 // was given); the type and range checks name the key; the CLI's text forms; a refusal said with
-// the CLI's flag and with the workbench's control.
+// the CLI's flag and with the workbench's control; the help of --method and --format lists every
+// choice.
+#include "run/quantize/Method.h"
 #include "run/quantize/OptionTable.h"
 #include "util/OutOfMemory.h"
 
@@ -13,7 +15,9 @@
 
 #include <QtTest>
 
+#include <cctype>
 #include <map>
+#include <set>
 #include <string>
 
 using namespace latmix;
@@ -76,6 +80,28 @@ private slots:
             QVERIFY(std::string(f.key).size() > 0 && std::string(f.flag).rfind("--", 0) == 0 && std::string(f.label).size() > 0);
             QVERIFY2(++keys[f.key] == 1 && ++flags[f.flag] == 1 && ++labels[f.label] == 1, f.key);
         }
+    }
+
+    // The help of --method and --format names every method and format the run accepts (the
+    // method list is written by hand in the table, the formats come from mx's).
+    void helpNamesEveryChoice() {
+        // The help's words: names are runs of letters, digits, '-' and '_' ("gptq" is not "mr-gptq").
+        auto words = [](const char* help) {
+            std::set<std::string> w;
+            std::string word;
+            for (const char* c = help;; ++c) {
+                if (*c && (std::isalnum(static_cast<unsigned char>(*c)) || *c == '-' || *c == '_')) {
+                    word += *c;
+                    continue;
+                }
+                if (!word.empty()) w.insert(word);
+                word.clear();
+                if (!*c) return w;
+            }
+        };
+        const auto methodWords = words(run::optionField("method").help), formatWords = words(run::optionField("format").help);
+        for (const auto& m : run::methods()) QVERIFY2(methodWords.count(m.name), m.name.c_str());
+        for (const auto& f : mx::allFormats()) QVERIFY2(formatWords.count(f.name), f.name);
     }
 
     void badValuesAreNamed_data() {

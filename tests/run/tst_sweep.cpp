@@ -214,6 +214,15 @@ private slots:
         QVERIFY2(md.contains("| b | mxfp4 | 1 | 11.500 | within noise |"), qPrintable(md));
         QVERIFY2(md.contains("| c | mxfp4 | 1 | 20.000 |  |"), qPrintable(md));
         QVERIFY(md.contains("4 of 5 cells finished"));
+        // The quantized column is named by the formats' bits: W4A4 here; with an 8-bit row, which
+        // is the best of its own format, "quantized".
+        QVERIFY2(md.contains("| seeds | W4A4 ppl | vs best |"), qPrintable(md));
+        auto mixed = records;
+        mixed.push_back(rec("c", 30, 0));
+        mixed.back().format = "mxfp8_e4m3";
+        const QString mixedMd = QString::fromStdString(run::sweepMarkdown(mixed, 6));
+        QVERIFY2(mixedMd.contains("| seeds | quantized ppl | vs best |") && mixedMd.contains("| c | mxfp8_e4m3 | 1 | 30.000 | best |"),
+                 qPrintable(mixedMd));
         const QString csv = QString::fromStdString(run::sweepCsv(records));
         QVERIFY2(csv.contains("a-s1,a,mxfp4,\"\",1,9.000000,12.000000,,,,,0.0,2.0"), qPrintable(csv));
     }

@@ -39,9 +39,10 @@ void writeText(const QString& path, const QByteArray& text) {
 }
 
 QByteArray runJson(const QString& method, double fp, double w4a4, double zeroShot, int steps, const QList<double>& linearErrors,
-                   const QString& created) {
+                   const QString& created, const QString& format = QStringLiteral("mxfp4")) {
     QByteArray j = "{\"latmix_version\":\"0.1.0\",\"created\":\"" + created.toUtf8() + "\",\"command\":\"latmix quantize x\","
-                   "\"method\":\"" + method.toUtf8() + "\",\"format\":{\"format\":\"mxfp4\",\"block\":32,\"scale_mode\":\"floor\"},"
+                   "\"method\":\"" + method.toUtf8() + "\",\"format\":{\"format\":\"" + format.toUtf8() +
+                   "\",\"block\":32,\"scale_mode\":\"floor\"},"
                    "\"seed\":0,\"training\":{\"steps\":" + QByteArray::number(steps) + "},"
                    "\"perplexity\":{\"fp\":" + QByteArray::number(fp, 'g', 17) + ",\"w4a4\":" + QByteArray::number(w4a4, 'g', 17) + "},"
                    "\"seconds\":{\"train\":" + QByteArray::number(steps * 1.5) + ",\"total\":100},";
@@ -117,7 +118,7 @@ private slots:
         QCOMPARE(cell(v, a, RunsView::Format), QString("mxfp4"));
         QCOMPARE(cell(v, a, RunsView::Block), QString("32"));
         QCOMPARE(cell(v, a, RunsView::Steps), QString("20"));
-        QCOMPARE(cell(v, a, RunsView::W4A4), QString("12.50"));
+        QCOMPARE(cell(v, a, RunsView::Quantized), QString("12.50"));
         QCOMPARE(cell(v, a, RunsView::Fp), QString("11.00"));
         QCOMPARE(cell(v, a, RunsView::Recovery), QString("88.00")); // 11 / 12.5
         QCOMPARE(cell(v, a, RunsView::ZeroShot), QString("0.410"));
@@ -131,12 +132,34 @@ private slots:
         QVERIFY2(v.problems().first().contains("broken/latmix.json"), qPrintable(v.problems().first()));
     }
 
+    // The quantized perplexity's column is named by the runs' formats: the paper's W4A4 when
+    // every run is 4-bit, W8A8 when every run is 8-bit, "Quantized" when they mix.
+    void quantizedColumnNamedByFormats_data() {
+        QTest::addColumn<QStringList>("formats");
+        QTest::addColumn<QString>("header");
+        QTest::newRow("mxfp4 and nvfp4") << QStringList{"mxfp4", "nvfp4"} << "W4A4";
+        QTest::newRow("mxfp8_e4m3 and mxint8") << QStringList{"mxfp8_e4m3", "mxint8"} << "W8A8";
+        QTest::newRow("mxfp4 and mxfp8_e4m3") << QStringList{"mxfp4", "mxfp8_e4m3"} << "Quantized";
+    }
+    void quantizedColumnNamedByFormats() {
+        QFETCH(QStringList, formats);
+        QFETCH(QString, header);
+        QTemporaryDir dir;
+        const QString root = dir.path();
+        for (const QString& f : formats)
+            writeText(root + "/" + f + "/latmix.json", runJson("rtn", 11.0, 12.0, -1, 0, {}, "2026-11-20T10:00:00Z", f));
+        RunsView v;
+        v.setFolders({root});
+        QCOMPARE(v.table()->model()->rowCount(), formats.size());
+        QCOMPARE(v.table()->model()->headerData(RunsView::Quantized, Qt::Horizontal).toString(), header);
+    }
+
     void sortsByValue_data() {
         QTest::addColumn<int>("column");
         QTest::addColumn<int>("order");
         QTest::addColumn<QString>("first");
-        QTest::newRow("W4A4 ascending") << int(RunsView::W4A4) << int(Qt::AscendingOrder) << "/lu-a";
-        QTest::newRow("W4A4 descending") << int(RunsView::W4A4) << int(Qt::DescendingOrder) << "/rtn-mxfp4-s0";
+        QTest::newRow("W4A4 ascending") << int(RunsView::Quantized) << int(Qt::AscendingOrder) << "/lu-a";
+        QTest::newRow("W4A4 descending") << int(RunsView::Quantized) << int(Qt::DescendingOrder) << "/rtn-mxfp4-s0";
         QTest::newRow("0-shot descending: absent last") << int(RunsView::ZeroShot) << int(Qt::DescendingOrder) << "/lu-a";
         QTest::newRow("0-shot ascending: absent first") << int(RunsView::ZeroShot) << int(Qt::AscendingOrder) << "/rtn-mxfp4-s0";
         QTest::newRow("date descending") << int(RunsView::Date) << int(Qt::DescendingOrder) << "/rtn-mxfp4-s0";

@@ -1,6 +1,7 @@
 // The evaluate stage of a quantize run (run/quantize/Stages.h), and the folded model's check.
 #include "eval/Perplexity.h"
 #include "model/Checkpoint.h"
+#include "mx/MxFormat.h"
 #include "run/quantize/Stages.h"
 #include "tokenizer/Tokenizer.h"
 
@@ -17,6 +18,7 @@ void evaluateRun(const RunContext& ctx, const std::string& modelOut, const std::
                  QuantizeResult& result, JobContext& job) {
     const QuantizeOptions& o = ctx.options;
     const auto p = perplexityOptions(o);
+    const std::string precision = mx::precisionLabel(o.format.format); // "W4A4", "W8A8", ...
     // After a --devices training the model may not fit the first device: a layer at a time.
     const bool offload = o.offload || !o.devices.empty();
     const auto quantized = model::Checkpoint::load(modelOut);
@@ -28,7 +30,7 @@ void evaluateRun(const RunContext& ctx, const std::string& modelOut, const std::
                                   : eval::evaluatePerplexity(model::LlamaModel(ctx.checkpoint(), at::kFloat, ctx.device, true, offload),
                                                              evalIds, p, fp)
                                         .perplexity;
-        SubJob w4a4(job, step, 2 * step, "perplexity W4A4: ");
+        SubJob w4a4(job, step, 2 * step, "perplexity " + precision + ": ");
         result.quantizedPerplexity =
             eval::evaluatePerplexity(model::LlamaModel(quantized, at::kFloat, ctx.device, true, offload), evalIds, p, w4a4)
                 .perplexity;
@@ -38,7 +40,7 @@ void evaluateRun(const RunContext& ctx, const std::string& modelOut, const std::
                 .perplexity;
     }
     if (!o.evalTasks.empty()) {
-        SubJob tasks(job, end, 1.0, "zero-shot W4A4: ");
+        SubJob tasks(job, end, 1.0, "zero-shot " + precision + ": ");
         const auto tok = tokenizer::Tokenizer::loadFromDir(modelOut);
         result.zeroShot = eval::evaluateZeroShot(model::LlamaModel(quantized, at::kFloat, ctx.device, true, offload), *tok,
                                                  o.evalTasks, o.zeroShot, tasks);

@@ -38,7 +38,16 @@ void nonNegative(const json& v, const char* key) {
     if (v.get<double>() < 0) throw std::invalid_argument(std::string("option '") + key + "' must be 0 or more, not " + v.dump());
 }
 
+// The methods by name: methods() lives beside libtorch code that the parser-only builds (the
+// fuzzers) leave out, so the list is written here; tst_optiontable holds it to methods().
 const char* kMethodHelp = "the paper's method (rtn, quarot-rtn, gptq, quarot, mr-gptq, spinquant, latmix-lu, latmix-qr)";
+
+// The formats from their table, so a new one shows up here; static because OptionField holds a
+// const char*.
+const char* formatHelp() {
+    static const std::string help = mx::formatNameList() + " (weights and activations: W4A4 for the 4-bit ones)";
+    return help.c_str();
+}
 
 // --t3's value as the block of the online Hadamard (0: none).
 int t3BlockOf(const std::string& t3) {
@@ -51,7 +60,7 @@ int t3BlockOf(const std::string& t3) {
 void addMethodOptions(std::vector<Option>& t) {
     using T = OptionType;
     t.push_back(member({"method", "--method", "Method", T::Text, kMethodHelp, true}, &RunConfig::method));
-    t.push_back({{"format", "--format", "Format", T::Text, "mxfp4, mxint4, nvfp4 (weights and activations)", true},
+    t.push_back({{"format", "--format", "Format", T::Text, formatHelp(), true},
                  [](const RunConfig& c) { return json(mx::formatName(c.format.format)); },
                  [](RunConfig& c, const json& v) { c.format = mx::makeConfig(mx::parseFormat(v.get<std::string>()), c.format.scaleMode); }});
     t.push_back({{"block", "--block", "Block size", T::Integer, "block size (0: the format's)", true},

@@ -32,7 +32,7 @@ struct RunConfig {
     // "full" or "block": the learned T1/T2 as full matrices (the paper's LATMiX) or block-diagonal
     // with the MX block size (paper Table 1's "Block"); empty: the method's (full).
     std::string granularity;
-    mx::MxConfig format;         // weights and activations (W4A4)
+    mx::MxConfig format;         // weights and activations (W4A4 for a 4-bit format)
     int steps = 1000;            // training steps (learned methods)
     int batch = 4;
     double lr = 1e-3;
