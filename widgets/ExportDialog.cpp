@@ -2,9 +2,7 @@
 
 #include "JobRunner.h"
 
-#include "export/Export.h"
 #include "export/ExportTargets.h"
-#include "export/GgufExport.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -158,30 +156,23 @@ bool ExportDialog::startExport() {
     m_result->setText(QString());
     m_progress->setValue(0);
     const bool started = m_runner->start(tr("Export"), [=](latmix::JobContext& job) {
-        if (format == "gguf") {
-            const auto r = latmix::exporting::exportGguf(runDir, outPath, job, overwrite);
-            *summary = tr("Exported %1 tensors (%2 %5, %3) to %4 for llama.cpp.\nVerified: the file reads back as "
-                          "written.")
+        // Verified before the output took its name (exporting::exportTo): nothing is left to check.
+        const auto r = latmix::exporting::exportTo(runDir, format, outPath, job, overwrite);
+        const QString size = QLocale().formattedDataSize(static_cast<qint64>(r.bytes));
+        if (r.target == "gguf")
+            *summary = tr("Exported %1 tensors (%2 %3, %4) to %5 for llama.cpp in %6 s.\nVerified: the file reads "
+                          "back as written.")
                            .arg(r.tensors)
-                           .arg(r.fp4Tensors)
-                           .arg(QLocale().formattedDataSize(static_cast<qint64>(r.bytes)))
-                           .arg(QDir::toNativeSeparators(out))
-                           .arg(QString::fromStdString(r.fp4Type));
-            for (const auto& n : r.notes) *summary += QStringLiteral("\n• ") + QString::fromStdString(n);
-            return;
-        }
-        latmix::exporting::ExportOptions options;
-        options.overwrite = overwrite;
-        // exportRun reads the written folder back and compares it with the run before it renames
-        // it into place (cancellable, with progress): nothing is left to verify here.
-        const auto r = latmix::exporting::exportRun(runDir, latmix::exporting::parseExportFormat(format), outPath, job, options);
-        *summary = tr("Exported %1 tensors (%2 packed linears, %3) to %4 in %5 s.\nVerified: the export reloads and "
-                      "equals the run's quantized weights.")
-                       .arg(r.tensors)
-                       .arg(r.packedLinears)
-                       .arg(QLocale().formattedDataSize(static_cast<qint64>(r.bytes)))
-                       .arg(QDir::toNativeSeparators(out))
-                       .arg(r.seconds, 0, 'f', 1);
+                           .arg(r.packedLinears)
+                           .arg(QString::fromStdString(r.packedType), size, QDir::toNativeSeparators(out))
+                           .arg(r.seconds, 0, 'f', 1);
+        else
+            *summary = tr("Exported %1 tensors (%2 packed linears, %3) to %4 in %5 s.\nVerified: the export reloads "
+                          "and equals the run's quantized weights.")
+                           .arg(r.tensors)
+                           .arg(r.packedLinears)
+                           .arg(size, QDir::toNativeSeparators(out))
+                           .arg(r.seconds, 0, 'f', 1);
         for (const auto& n : r.notes) *summary += QStringLiteral("\n• ") + QString::fromStdString(n);
     });
     if (!started) return false;

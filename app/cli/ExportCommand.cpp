@@ -3,8 +3,7 @@
 #include "cli/CliProgress.h"
 #include "cli/Commands.h"
 
-#include "export/Export.h"
-#include "export/GgufExport.h"
+#include "export/ExportTargets.h"
 
 #include <cstdio>
 #include <memory>
@@ -15,42 +14,32 @@ namespace latmix::cli {
 namespace {
 
 struct ExportCliOptions {
-    std::string runDir, format, out;
+    std::string runDir, format, out; // format: the target's name
     bool overwrite = false;
 };
 
-int runGgufExport(const ExportCliOptions& o) {
-    exporting::GgufReport r;
-    {
-        CliProgress progress("export");
-        r = exporting::exportGguf(o.runDir, o.out, progress, o.overwrite);
-    }
-    std::printf("exported    %s -> %s (gguf for llama.cpp)\n", o.runDir.c_str(), r.file.c_str());
-    std::printf("tensors     %d, of which %d %s\n", r.tensors, r.fp4Tensors, r.fp4Type.c_str());
-    std::printf("size        %.2f MiB, read back and verified\n", r.bytes / 1048576.0);
-    for (const auto& n : r.notes) std::printf("note        %s\n", n.c_str());
-    return 0;
-}
-
 int runExport(const ExportCliOptions& o) {
-    if (o.format == "gguf") return runGgufExport(o);
-    const auto format = exporting::parseExportFormat(o.format); // one-line error listing the choices
-    exporting::ExportOptions options;
-    options.overwrite = o.overwrite;
-    exporting::ExportReport r;
+    exporting::ExportSummary r;
     {
         CliProgress progress("export");
-        r = exporting::exportRun(o.runDir, format, o.out, progress, options);
+        r = exporting::exportTo(o.runDir, o.format, o.out, progress, o.overwrite);
     }
-    std::printf("exported    %s -> %s (%s)\n", r.runDir.c_str(), r.outDir.c_str(),
-                exporting::exportFormatName(r.format).c_str());
-    std::printf("tensors     %d in model.safetensors%s\n", r.tensors,
-                r.packedLinears ? (", " + std::to_string(r.packedLinears) + " block linears packed").c_str() : "");
-    std::printf("size        %.2f MiB in %zu files, %.1f s, verified against the run\n", r.bytes / 1048576.0,
-                r.files.size(), r.seconds);
-    std::printf("files      ");
-    for (const auto& f : r.files) std::printf(" %s", f.c_str());
-    std::printf("\n");
+    const bool gguf = r.target == "gguf"; // one file
+    std::printf("exported    %s -> %s (%s)\n", o.runDir.c_str(), r.out.c_str(),
+                gguf ? (r.target + " for llama.cpp").c_str() : r.target.c_str());
+    if (gguf)
+        std::printf("tensors     %d, of which %d %s\n", r.tensors, r.packedLinears, r.packedType.c_str());
+    else
+        std::printf("tensors     %d in model.safetensors%s\n", r.tensors,
+                    r.packedLinears ? (", " + std::to_string(r.packedLinears) + " block linears packed").c_str() : "");
+    std::printf("size        %.2f MiB%s, %.1f s, %s\n", r.bytes / 1048576.0,
+                gguf ? "" : (" in " + std::to_string(r.files.size()) + " files").c_str(), r.seconds,
+                gguf ? "read back and verified" : "verified against the run");
+    if (!gguf) {
+        std::printf("files      ");
+        for (const auto& f : r.files) std::printf(" %s", f.c_str());
+        std::printf("\n");
+    }
     for (const auto& n : r.notes) std::printf("note        %s\n", n.c_str());
     return 0;
 }

@@ -1,8 +1,11 @@
 #include "export/ExportTargets.h"
 
+#include "export/Export.h"
+#include "export/GgufExport.h"
 #include "model/ModelConfig.h"
 #include "model/TensorNames.h"
 
+#include <chrono>
 #include <filesystem>
 #include <stdexcept>
 
@@ -29,8 +32,7 @@ std::uint64_t linearBytes(const std::string& format, const model::LatmixQuantiza
 } // namespace
 
 ExportTarget describeExportTarget(const std::string& runDir, const std::string& format) {
-    if (format != "hf" && format != "compressed-tensors" && format != "gguf")
-        throw std::invalid_argument("unknown export format '" + format + "'; choose one of hf, compressed-tensors, gguf");
+    if (format != "gguf") parseExportFormat(format); // an unknown name: the choices listed
     const std::string path = (std::filesystem::path(runDir) / "model" / "config.json").string();
     const model::ModelConfig c = model::ModelConfig::fromFile(path);
     if (!c.latmix) throw std::runtime_error(path + " is not a quantization run's config (no \"latmix\" object)");
@@ -73,6 +75,35 @@ ExportTarget describeExportTarget(const std::string& runDir, const std::string& 
                    "; codes and scales as the run stored them (" + fmt + ")";
     }
     return t;
+}
+
+ExportSummary exportTo(const std::string& runDir, const std::string& target, const std::string& out, JobContext& job,
+                       bool overwrite) {
+    ExportSummary s;
+    s.target = target;
+    if (target == "gguf") {
+        const auto t0 = std::chrono::steady_clock::now();
+        const GgufReport r = exportGguf(runDir, out, job, overwrite);
+        s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        s.out = r.file;
+        s.tensors = r.tensors;
+        s.packedLinears = r.fp4Tensors;
+        s.packedType = r.fp4Type;
+        s.bytes = r.bytes;
+        s.notes = r.notes;
+        return s;
+    }
+    ExportOptions options;
+    options.overwrite = overwrite;
+    const ExportReport r = exportRun(runDir, parseExportFormat(target), out, job, options);
+    s.out = r.outDir;
+    s.tensors = r.tensors;
+    s.packedLinears = r.packedLinears;
+    s.bytes = r.bytes;
+    s.seconds = r.seconds;
+    s.files = r.files;
+    s.notes = r.notes;
+    return s;
 }
 
 } // namespace latmix::exporting

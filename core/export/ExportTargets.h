@@ -1,10 +1,14 @@
 #pragma once
-// What each export target of a run is (File › Export quantized model… shows it before the
-// export; `latmix export` prints the same in its notes): the runtimes that load it, what runs
-// online there and what was folded into the weights, and its size on disk, computed from the
-// run's config.json alone (no weights read).
+// The export targets of a run by name, "hf", "compressed-tensors" and "gguf": what each is (File ›
+// Export quantized model… shows it before the export; `latmix export` prints the same in its
+// notes): the runtimes that load it, what runs online there and what was folded into the
+// weights, and its size on disk, computed from the run's config.json alone (no weights read);
+// and the export to one of them, which both front ends call.
+#include "util/Job.h"
+
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace latmix::exporting {
 
@@ -18,5 +22,25 @@ struct ExportTarget {
 // format: "hf", "compressed-tensors" or "gguf". Throws std::runtime_error naming RUN_DIR/model/config.json
 // when it is missing or not a run's, std::invalid_argument for an unknown format.
 ExportTarget describeExportTarget(const std::string& runDir, const std::string& format);
+
+// What an export wrote, whichever the target.
+struct ExportSummary {
+    std::string target;             // "hf", "compressed-tensors", "gguf"
+    std::string out;                // the folder, or the GGUF file
+    int tensors = 0;
+    int packedLinears = 0;          // block linears kept in the run's codes (compressed-tensors, gguf)
+    std::string packedType;         // gguf: "MXFP4" or "NVFP4"; "" for the folders
+    std::uint64_t bytes = 0;        // all files written
+    double seconds = 0;
+    std::vector<std::string> files; // a folder's files; empty for gguf
+    std::vector<std::string> notes; // what a user of the export must know
+};
+
+// Exports runDir to the target named (exportFormatList()): gguf through exportGguf
+// (export/GgufExport.h), the folders through exportRun (export/Export.h). Either verifies what it
+// wrote before the output takes its name; progress and cancel through job. Throws what those
+// throw; std::invalid_argument for an unknown target, listing the choices.
+ExportSummary exportTo(const std::string& runDir, const std::string& target, const std::string& out, JobContext& job,
+                       bool overwrite = false);
 
 } // namespace latmix::exporting
