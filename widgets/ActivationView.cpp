@@ -17,7 +17,6 @@
 
 #include <qcustomplot.h>
 
-#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QFileInfo>
@@ -126,10 +125,7 @@ ActivationView::ActivationView(QWidget* parent) : AnalysisView(parent, tr("The a
     m_token = FormWidgets::spin(box, "activationTokenSpin", 0, 4 * 64 - 1, 0,
                                 tr("The captured token whose MX blocks are shown (windows × length tokens)"));
     f->addRow(tr("To&ken:"), m_token);
-    m_auto = new QCheckBox(tr("Update on every change"), box);
-    m_auto->setObjectName(QStringLiteral("activationAutoCheck"));
-    m_auto->setChecked(true);
-    f->addRow(m_auto);
+    addUpdateOnChange(f, QStringLiteral("activationAutoCheck"), [this] { analyze(); });
     column->addWidget(box);
     const auto footer = FormWidgets::addFormFooter(form, column, QStringLiteral("activation"), tr("&Show activations"));
     m_analyze = footer.button;
@@ -166,13 +162,8 @@ ActivationView::ActivationView(QWidget* parent) : AnalysisView(parent, tr("The a
     layout->addLayout(grid, 1);
 
     connect(m_analyze, &QPushButton::clicked, this, [this] { analyze(); });
-    // With "update on every change", a change while a job runs is taken up when it finishes.
     auto changed = [this] {
-        if (!m_auto->isChecked() || m_modelDir.isEmpty()) return;
-        if (runner()->isRunning())
-            m_pending = true;
-        else
-            analyze();
+        if (!m_modelDir.isEmpty()) settingChanged();
     };
     connect(m_transform, &QComboBox::currentTextChanged, this, changed);
     connect(m_format, &QComboBox::currentTextChanged, this, changed);
@@ -342,10 +333,6 @@ bool ActivationView::analyze(QString* error) {
             showProfile();
         }
         emit profileFinished(ok, status);
-        if (m_pending) {
-            m_pending = false;
-            if (ok) analyze();
-        }
     };
     return startJob({tr("Activations of %1").arg(currentPoint()), std::move(work), cached.defined() ? tr("Analysing…") : tr("Capturing…"),
                      tr("Activations failed"), {m_analyze}},

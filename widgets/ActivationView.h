@@ -21,7 +21,6 @@
 
 #include <memory>
 
-class QCheckBox;
 class QComboBox;
 class QCustomPlot;
 class QLabel;
@@ -96,7 +95,6 @@ private:
     QString m_profilePoint; // the point and the tokens captured (windows × length) of m_profile
     int m_profileTokens = 0;
     at::Tensor m_activations;
-    bool m_pending = false; // a setting changed while a job ran
     QPair<int, int> m_blocksShown{0, 0}; // first and last MX block in the blocks plot's range
     FormWidgets::PointPicker m_point;
     QComboBox* m_transform;
@@ -104,7 +102,6 @@ private:
     QSpinBox* m_windows;
     QSpinBox* m_seqLen;
     QSpinBox* m_token;
-    QCheckBox* m_auto;
     QPushButton* m_analyze;
     QLabel* m_summary;
     QCustomPlot* m_channelPlot;

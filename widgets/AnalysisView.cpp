@@ -2,8 +2,12 @@
 
 #include "PlotStyle.h"
 
+#include <QCheckBox>
 #include <QEvent>
+#include <QFormLayout>
 #include <QLabel>
+
+#include <utility>
 
 namespace latmix::gui {
 
@@ -23,6 +27,22 @@ void AnalysisView::setPlots(const QList<QCustomPlot*>& plots) {
 void AnalysisView::changeEvent(QEvent* event) {
     QWidget::changeEvent(event);
     if (event->type() == QEvent::PaletteChange) PlotStyle::restyle(m_plots, palette());
+}
+
+void AnalysisView::addUpdateOnChange(QFormLayout* form, const QString& objectName, std::function<void()> update) {
+    m_updateOnChange = new QCheckBox(tr("Update on every change"), form->parentWidget());
+    m_updateOnChange->setObjectName(objectName);
+    m_updateOnChange->setChecked(true);
+    form->addRow(m_updateOnChange);
+    m_update = std::move(update);
+}
+
+void AnalysisView::settingChanged() {
+    if (!m_updateOnChange || !m_updateOnChange->isChecked()) return;
+    if (m_runner->isRunning())
+        m_changedWhileBusy = true;
+    else
+        m_update();
 }
 
 bool AnalysisView::refuse(const QString& why, QString* error) {
@@ -55,6 +75,7 @@ bool AnalysisView::startJob(Job job, std::function<void(bool, const QString&)> e
                 if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
             }
             ended(ok, m_status->text());
+            if (std::exchange(m_changedWhileBusy, false) && ok) m_update();
         },
         Qt::SingleShotConnection);
     return true;

@@ -3,7 +3,8 @@
 // here once: one core job at a time on the tab's own JobRunner, its progress in the form's status
 // line; a request that cannot start, or a job that failed, said in that line and raised as
 // errorOccurred (the main window's banner; a cancelled job is not an error); the tab's plots in
-// the palette's colours, again whenever the palette changes (View › Theme).
+// the palette's colours, again whenever the palette changes (View › Theme); "Update on every
+// change", for the tabs that offer it.
 #include "JobRunner.h"
 
 #include <QList>
@@ -12,7 +13,9 @@
 
 #include <functional>
 
+class QCheckBox;
 class QCustomPlot;
+class QFormLayout;
 class QLabel;
 
 namespace latmix::gui {
@@ -53,6 +56,12 @@ protected:
     // cancelled), then ended(ok, the status line's text).
     bool startJob(Job job, std::function<void(bool ok, const QString& status)> ended, QString* error);
 
+    // "Update on every change" (checked) as the last row of form; update is what a change runs.
+    void addUpdateOnChange(QFormLayout* form, const QString& objectName, std::function<void()> update);
+    // A setting changed: with the box checked, update() now or, while a job runs, once it has
+    // ended well (however many changes came meanwhile).
+    void settingChanged();
+
     void changeEvent(QEvent* event) override;
 
 private:
@@ -60,6 +69,9 @@ private:
     QString m_busyRefusal;
     QLabel* m_status = nullptr;
     QList<QCustomPlot*> m_plots;
+    QCheckBox* m_updateOnChange = nullptr;
+    std::function<void()> m_update;
+    bool m_changedWhileBusy = false;
 };
 
 } // namespace latmix::gui

@@ -15,7 +15,6 @@
 
 #include <qcustomplot.h>
 
-#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QFileInfo>
@@ -91,10 +90,7 @@ WeightView::WeightView(QWidget* parent) : AnalysisView(parent, tr("The weights a
     f->addRow(tr("E&xpert:"), m_expert);
     m_format = FormWidgets::formatCombo(box, "weightFormatCombo");
     f->addRow(tr("&Format:"), m_format);
-    m_auto = new QCheckBox(tr("Update on every change"), box);
-    m_auto->setObjectName(QStringLiteral("weightAutoCheck"));
-    m_auto->setChecked(true);
-    f->addRow(m_auto);
+    addUpdateOnChange(f, QStringLiteral("weightAutoCheck"), [this] { analyze(); });
     column->addWidget(box);
     m_runLabel = new QLabel(form);
     m_runLabel->setObjectName(QStringLiteral("weightRunLabel"));
@@ -216,11 +212,7 @@ bool WeightView::selectLinear(int layer, const QString& linear) {
 }
 
 void WeightView::analyzeIfAutomatic() {
-    if (!m_auto->isChecked() || m_modelDir.isEmpty()) return;
-    if (runner()->isRunning())
-        m_pending = true; // taken up when the running job finishes
-    else
-        analyze();
+    if (!m_modelDir.isEmpty()) settingChanged();
 }
 
 bool WeightView::selectPoint(const QString& point) {
@@ -285,10 +277,6 @@ bool WeightView::analyze(QString* error) {
             showProfile();
         }
         emit profileFinished(ok, status);
-        if (m_pending) {
-            m_pending = false;
-            if (ok) analyze();
-        }
     };
     return startJob({tr("Weights of %1").arg(QString::fromStdString(name)), std::move(work), tr("Loading…"), tr("Weights failed"), {m_analyze}},
                     std::move(ended), error);

@@ -15,7 +15,6 @@
 #include <QString>
 #include <QStringList>
 
-class QCheckBox;
 class QComboBox;
 class QCustomPlot;
 class QLabel;
@@ -65,7 +64,7 @@ signals:
 
 private:
     void showProfile();
-    // "Update on every change": analyze now, or once the running job has finished.
+    // A setting changed: analyze (AnalysisView::settingChanged) once a model is open.
     void analyzeIfAutomatic();
     void showHeatmap(QCustomPlot* plot, const latmix::metrics::WeightSide* side, double lo, double hi);
 
@@ -77,12 +76,10 @@ private:
     QString m_runDir;
     std::optional<latmix::model::ModelConfig> m_config;
     latmix::metrics::WeightProfile m_profile;
-    bool m_pending = false;
     QSpinBox* m_layer;
     QSpinBox* m_expert;
     QComboBox* m_linear;
     QComboBox* m_format;
-    QCheckBox* m_auto;
     QPushButton* m_analyze;
     QLabel* m_runLabel;
     QLabel* m_summary;

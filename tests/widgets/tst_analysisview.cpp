@@ -3,7 +3,9 @@
 // why (returned, in errorOccurred once); a cancelled job ends with "<tab> failed: cancelled" and no
 // errorOccurred; the tab's button is disabled while its job runs and enabled after; the next
 // request runs to the end; a job that fails (the checkpoint's weights gone after the model was
-// opened) says why once, naming the file, and leaves the tab usable.
+// opened) says why once, naming the file, and leaves the tab usable. On the tabs with "Update on
+// every change": changes made while a job runs start one more job once it has ended well, none
+// after a cancel.
 #include "ActivationView.h"
 #include "ComparisonView.h"
 #include "ExpertLoadView.h"
@@ -13,6 +15,7 @@
 #include "WeightView.h"
 
 #include <QCheckBox>
+#include <QComboBox>
 #include <QDir>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -147,6 +150,48 @@ private slots:
         QVERIFY2(finished.last().at(0).toBool(), qPrintable(finished.last().at(1).toString()));
         QCOMPARE(errors.size(), 1);
         QVERIFY(t.button->isEnabled());
+    }
+
+    // Two changes of the tab's first choice while its job waits: one more job when it has
+    // ended well (it starts in the finished handler, so nothing is queued after it); none when
+    // it was cancelled.
+    void changesWhileBusyRunOnce_data() {
+        QTest::addColumn<QString>("tab");
+        QTest::addColumn<QString>("choice");
+        QTest::newRow("activations") << "activations" << "activationTransformCombo";
+        QTest::newRow("weights") << "weights" << "weightLinearCombo";
+    }
+    void changesWhileBusyRunOnce() {
+        QFETCH(QString, tab);
+        QFETCH(QString, choice);
+        JobManager manager;
+        manager.setBudget(1);
+        Tab t = openTab(tab, modelFor(tab));
+        t.view->findChild<QCheckBox*>(tab == "activations" ? "activationAutoCheck" : "weightAutoCheck")->setChecked(true);
+        t.view->runner()->setManager(&manager);
+        auto* combo = t.view->findChild<QComboBox*>(choice);
+        QVERIFY(combo && combo->count() >= 3);
+        QSignalSpy finished(t.view.get(), t.finished);
+        for (const bool cancel : {true, false}) {
+            finished.clear();
+            Blocker blocker(manager);
+            QString error;
+            QVERIFY2(t.start(&error), qPrintable(error));
+            QVERIFY(t.view->runner()->isQueued());
+            combo->setCurrentIndex((combo->currentIndex() + 1) % combo->count());
+            combo->setCurrentIndex((combo->currentIndex() + 1) % combo->count());
+            if (cancel) t.view->runner()->cancel();
+            blocker.release();
+            QVERIFY(finished.wait(120000));
+            QCOMPARE(finished.first().at(0).toBool(), !cancel);
+            if (!cancel) {
+                QVERIFY(t.view->runner()->isRunning()); // the changes' one job
+                QVERIFY(finished.wait(120000));
+                QVERIFY2(finished.last().at(0).toBool(), qPrintable(finished.last().at(1).toString()));
+            }
+            QVERIFY(!t.view->runner()->isRunning());
+            QCOMPARE(finished.size(), cancel ? 1 : 2);
+        }
     }
 
     void failureSaysWhyOnce_data() { tabs(); }
