@@ -27,7 +27,7 @@ void prepare(QCustomPlot* p, const QString& title, const QString& xLabel, const 
     if (p->plotLayout()->rowCount() > 1 || !p->plotLayout()->hasElement(0, 0) ||
         !qobject_cast<QCPAxisRect*>(p->plotLayout()->element(0, 0))) {
         // Already prepared once: only the title text changes.
-        if (auto* t = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0))) t->setText(title);
+        PlotStyle::setTitle(p, title);
     } else {
         p->plotLayout()->insertRow(0);
         QFont f = p->font();

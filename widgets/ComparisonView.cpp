@@ -383,7 +383,7 @@ void ComparisonView::showResult() {
     const QString shortTitles[] = {tr("Per-block error E_B vs block index"), tr("E(T) vs MX block size")};
     int i = 0;
     for (QCustomPlot* p : {m_perBlockPlot, m_sweepPlot}) {
-        if (auto* t = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0))) t->setText(shortTitles[i]);
+        PlotStyle::setTitle(p, shortTitles[i]);
         ++i;
         p->yAxis->setLabel(QString());
         p->legend->setFont(QFont(font().family(), 7));
@@ -433,8 +433,7 @@ void ComparisonView::showHeatmap(const QStringList& points, const QVector<QVecto
         for (int b = 0; b < blocks && b < rows[l].size(); ++b)
             map->data()->setCell(b, l, std::log10(std::max(rows[l][b], 1e-30)));
     map->rescaleDataRange(true);
-    if (auto* t = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0)))
-        t->setText(tr("Per-block error across layers: %1, %2").arg(pointKind(points.first()), kind));
+    PlotStyle::setTitle(p, tr("Per-block error across layers: %1, %2").arg(pointKind(points.first()), kind));
     // Whole cells: each is centred on its block and row.
     p->xAxis->setRange(-0.5, blocks - 0.5);
     p->yAxis->setRange(-0.5, layers - 0.5);

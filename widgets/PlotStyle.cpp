@@ -131,6 +131,11 @@ void addTitleAndLegend(QCustomPlot* p, const QString& title, const QFont& base) 
     placeLegendAbove(p);
 }
 
+void setTitle(QCustomPlot* p, const QString& title) {
+    if (!p->plotLayout()->hasElement(0, 0)) return;
+    if (auto* t = qobject_cast<QCPTextElement*>(p->plotLayout()->element(0, 0))) t->setText(title);
+}
+
 namespace {
 
 // The axis' length in pixels, as the last layout left it: what its tick count is fitted to and

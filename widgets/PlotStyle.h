@@ -51,6 +51,10 @@ void placeLegendAbove(QCustomPlot* plot);
 // A bold title on top, then the legend above the axis rect (placeLegendAbove).
 void addTitleAndLegend(QCustomPlot* plot, const QString& title, const QFont& base);
 
+// The text of the title addTitleAndLegend (or any title in the layout's first cell) put on top;
+// nothing when the plot has none.
+void setTitle(QCustomPlot* plot, const QString& title);
+
 // A view's plot: object name, a minimum size of 240×180, addTitleAndLegend with parent's font,
 // and the context menu that exports it (PlotExport).
 QCustomPlot* newPlot(QWidget* parent, const char* objectName, const QString& title);

@@ -376,6 +376,11 @@ void RunsView::showSelection() {
             g->setData(x, y, true);
         }
     }
+    // Runs that learn nothing (rtn, gptq, quarot, ...) have no curve: the title says so rather
+    // than leave empty axes unexplained.
+    PlotStyle::setTitle(m_curves, m_curves->graphCount() > 0 || selectedRuns().isEmpty()
+                                      ? tr("Training loss of the selected runs")
+                                      : tr("Training loss: none of the selected runs trains"));
     for (QCustomPlot* p : {m_curves, m_weights}) {
         p->rescaleAxes();
         p->replot();

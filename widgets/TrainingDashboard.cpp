@@ -265,8 +265,7 @@ void TrainingDashboard::beginRun(const QString& name, int totalSteps, int blockS
 }
 
 void TrainingDashboard::setTrackedLayer(int layer) {
-    if (auto* t = qobject_cast<QCPTextElement*>(m_a2Plot->plotLayout()->element(0, 0)))
-        t->setText(tr("A2 metrics (layer %1)").arg(layer));
+    PlotStyle::setTitle(m_a2Plot, tr("A2 metrics (layer %1)").arg(layer));
     m_a2Plot->replot(QCustomPlot::rpQueuedReplot);
 }
 

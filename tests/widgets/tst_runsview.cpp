@@ -81,6 +81,11 @@ int rowOf(const RunsView& v, const QString& dirEnd) {
     return -1;
 }
 
+QString curvesTitle(const RunsView& v) {
+    auto* title = qobject_cast<QCPTextElement*>(v.curvesPlot()->plotLayout()->element(0, 0));
+    return title ? title->text() : QString();
+}
+
 QVector<double> graphValues(QCustomPlot* p, int graph) {
     QVector<double> v;
     for (const auto& d : *p->graph(graph)->data()) v << d.value;
@@ -193,9 +198,15 @@ private slots:
         std::sort(got.begin(), got.end(), [](const auto& x, const auto& y) { return x[0] < y[0]; });
         QCOMPARE(got[0], (QVector<double>{0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07}));
         QCOMPARE(got[1], (QVector<double>{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7}));
-        // One run selected: its series only.
+        QCOMPARE(curvesTitle(v), QString("Training loss of the selected runs"));
+        // One run selected: its series only; the RTN run alone: the title says why no curve.
         v.selectRuns({dirs.first()});
         QCOMPARE(v.weightErrorPlot()->graphCount(), 1);
+        const QString rtn = dirs.filter("rtn-mxfp4-s0").value(0);
+        QVERIFY(!rtn.isEmpty());
+        v.selectRuns({rtn});
+        QCOMPARE(v.curvesPlot()->graphCount(), 0);
+        QCOMPARE(curvesTitle(v), QString("Training loss: none of the selected runs trains"));
     }
 
     void exportsCoresCsv() {
