@@ -1,18 +1,18 @@
-// The HTML run report (report/Report, report/SvgPlot) and `latmix report` / `latmix runs`: axes
-// and polylines worked by hand; the curves of a real learned run (the demo model, a few steps)
+// The HTML run report (report/Report) and `latmix report` / `latmix runs` (SvgPlot by hand:
+// tst_svgplot): the curves of a real learned run (the demo model, a few steps)
 // mapped back through the axis mapping the SVG states and compared with train.h5 read by
 // train::readDistillSeries; every perplexity, zero-shot score and weight error of latmix.json
 // (read here with Qt's own JSON parser) in the tables; text escaped; a page with nothing
 // external; a run without train.h5; the file written atomically and not at all for a bad run;
 // the CLI's output and one-line errors.
 #include "report/Report.h"
-#include "report/SvgPlot.h"
 #include "run/RunCatalog.h"
 #include "train/Distillation.h"
 
 #include <ATen/ATen.h>
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
 #include "CliRunner.h"
+#include "SvgReading.h"
 #include "TestData.h"
 #include "TestSupport.h"
 
@@ -24,7 +24,6 @@
 #include <QMap>
 #include <QRegularExpression>
 #include <QTemporaryDir>
-#include <QXmlStreamReader>
 #include <QtTest>
 
 #include <cmath>
@@ -34,6 +33,11 @@
 #include <vector>
 
 using namespace latmix;
+using latmix::test::attributes;
+using latmix::test::Plot;
+using latmix::test::plotOf;
+using latmix::test::unescape;
+using latmix::test::xmlError;
 
 namespace {
 
@@ -52,22 +56,6 @@ bool writeText(const QString& path, const QByteArray& text) {
 
 QJsonObject readJson(const QString& path) { return QJsonDocument::fromJson(readAll(path).toUtf8()).object(); }
 
-QString unescape(QString s) {
-    s.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&#39;", "'");
-    return s.replace("&amp;", "&");
-}
-
-// The attributes of one start tag.
-QMap<QString, QString> attributes(const QString& tag) {
-    QMap<QString, QString> a;
-    static const QRegularExpression re("([A-Za-z_:][-A-Za-z0-9_:.]*)=\"([^\"]*)\"");
-    for (auto it = re.globalMatch(tag); it.hasNext();) {
-        const auto m = it.next();
-        a[m.captured(1)] = unescape(m.captured(2));
-    }
-    return a;
-}
-
 // The <figure class="plot" id="plot-ID"> of a page ("" when absent).
 QString figure(const QString& html, const QString& id) {
     const QString start = "<figure class=\"plot\" id=\"plot-" + id + "\">";
@@ -84,44 +72,6 @@ QStringList svgs(const QString& html) {
     return out;
 }
 
-// The SVG's stated axis mapping, and its polylines' points mapped back to data.
-struct Plot {
-    double left = 0, top = 0, width = 0, height = 0, xmin = 0, xmax = 0, ymin = 0, ymax = 0;
-    // Per polyline of a series: data points.
-    std::vector<std::vector<std::pair<double, double>>> lines(const QString& svg, const QString& series) const {
-        std::vector<std::vector<std::pair<double, double>>> out;
-        static const QRegularExpression re("<polyline [^>]*>");
-        for (auto it = re.globalMatch(svg); it.hasNext();) {
-            const auto a = attributes(it.next().captured(0));
-            if (a.value("data-series") != series) continue;
-            std::vector<std::pair<double, double>> pts;
-            for (const QString& p : a.value("points").split(' ', Qt::SkipEmptyParts)) {
-                const QStringList xy = p.split(',');
-                const double px = xy.value(0).toDouble(), py = xy.value(1).toDouble();
-                pts.emplace_back(xmin + (px - left) / width * (xmax - xmin), ymax - (py - top) / height * (ymax - ymin));
-            }
-            out.push_back(pts);
-        }
-        return out;
-    }
-    // The data error of one printed pixel coordinate (3 decimals: ±0.0005 px), with margin.
-    double xTol() const { return 0.001 / width * (xmax - xmin) + 1e-12; }
-    double yTol() const { return 0.001 / height * (ymax - ymin) + 1e-12; }
-};
-Plot plotOf(const QString& svg) {
-    const auto a = attributes(svg.left(svg.indexOf('>') + 1));
-    Plot p;
-    p.left = a.value("data-left").toDouble();
-    p.top = a.value("data-top").toDouble();
-    p.width = a.value("data-width").toDouble();
-    p.height = a.value("data-height").toDouble();
-    p.xmin = a.value("data-xmin").toDouble();
-    p.xmax = a.value("data-xmax").toDouble();
-    p.ymin = a.value("data-ymin").toDouble();
-    p.ymax = a.value("data-ymax").toDouble();
-    return p;
-}
-
 // The results-table cell of a data-key: its data-value and shown text ("" when absent).
 std::pair<QString, QString> resultCell(const QString& html, const QString& key) {
     const QRegularExpression row("<tr data-key=\"" + QRegularExpression::escape(key) +
@@ -134,13 +84,6 @@ QString keyedValue(const QString& html, const QString& key) {
     const QRegularExpression re("data-key=\"" + QRegularExpression::escape(key) + "\" data-value=\"([^\"]*)\"");
     const auto m = re.match(html);
     return m.hasMatch() ? m.captured(1) : QString();
-}
-
-// Why an SVG is not well-formed XML ("" when it is).
-QString xmlError(const QString& svg) {
-    QXmlStreamReader r(svg);
-    while (!r.atEnd()) r.readNext();
-    return r.hasError() ? r.errorString() + " at line " + QString::number(r.lineNumber()) : QString();
 }
 
 using Field = std::function<double(const train::DistillStep&)>;
@@ -211,99 +154,6 @@ private slots:
         // A learned method's record whose train.h5 is gone.
         m_noSeries = m_tmp.filePath("no-series");
         QVERIFY(writeText(m_noSeries + "/latmix.json", readAll(m_learned + "/latmix.json").toUtf8()));
-    }
-
-    void niceAxis_data() {
-        QTest::addColumn<double>("lo");
-        QTest::addColumn<double>("hi");
-        QTest::addColumn<int>("ticks");
-        QTest::addColumn<bool>("extend");
-        QTest::addColumn<bool>("integer");
-        QTest::addColumn<double>("min");
-        QTest::addColumn<double>("max");
-        QTest::addColumn<double>("step");
-        QTest::addColumn<int>("count");
-        // raw step 0.00208 -> 0.002; floor(3.15)·0.002, ceil(8.35)·0.002; 0.006..0.018: 7 ticks.
-        QTest::newRow("loss") << 0.0063 << 0.0167 << 5 << true << false << 0.006 << 0.018 << 0.002 << 7;
-        // raw 16.5 -> 20; x axes keep the data range: ticks 20..100.
-        QTest::newRow("steps") << 1.0 << 100.0 << 6 << false << true << 1.0 << 100.0 << 20.0 << 5;
-        // empty range widened by 10 %: [4.5, 5.5], raw 0.25 -> 0.2, [4.4, 5.6]: 7 ticks.
-        QTest::newRow("constant") << 5.0 << 5.0 << 4 << true << false << 4.4 << 5.6 << 0.2 << 7;
-        // raw 2 -> 2: [-4, 8], 7 ticks.
-        QTest::newRow("negative") << -3.0 << 7.0 << 5 << true << false << -4.0 << 8.0 << 2.0 << 7;
-        // one step: integer axes widen by 1.
-        QTest::newRow("one step") << 1.0 << 1.0 << 5 << false << true << 0.0 << 2.0 << 1.0 << 3;
-    }
-    void niceAxis() {
-        QFETCH(double, lo);
-        QFETCH(double, hi);
-        QFETCH(int, ticks);
-        QFETCH(bool, extend);
-        QFETCH(bool, integer);
-        QFETCH(double, min);
-        QFETCH(double, max);
-        QFETCH(double, step);
-        QFETCH(int, count);
-        const report::Axis a = report::niceAxis(lo, hi, ticks, extend, integer);
-        QCOMPARE(a.min, min);
-        QCOMPARE(a.max, max);
-        QCOMPARE(a.step, step);
-        QCOMPARE(int(a.ticks.size()), count);
-        for (double t : a.ticks) QVERIFY(t >= a.min - 1e-12 && t <= a.max + 1e-12); // k·step rounding
-    }
-
-    // Points worked by hand: plot box left 72, top 30, 510 x 224 px (600 x 300, one series);
-    // x in [0, 4] (the data), y in [0, 40] (ticks every 10). (1, 10) -> (72 + 510/4, 254 − 224/4).
-    // A NaN splits the line; connectGaps draws through it.
-    void svgPointsByHand_data() {
-        QTest::addColumn<bool>("connect");
-        QTest::addColumn<QStringList>("lines");
-        QTest::newRow("gap") << false << QStringList{"72.000,254.000 199.500,198.000", "454.500,86.000 582.000,30.000"};
-        QTest::newRow("connected") << true << QStringList{"72.000,254.000 199.500,198.000 454.500,86.000 582.000,30.000"};
-    }
-    void svgPointsByHand() {
-        QFETCH(bool, connect);
-        QFETCH(QStringList, lines);
-        report::PlotSeries s;
-        s.name = "a<b & \"c\"";
-        s.key = "k";
-        s.x = {0, 1, 2, 3, 4};
-        s.y = {0, 10, std::numeric_limits<double>::quiet_NaN(), 30, 40};
-        s.connectGaps = connect;
-        report::PlotOptions o;
-        o.title = "T <1> & \"2\"";
-        o.xLabel = "step";
-        o.yLabel = "y";
-        o.integerX = true; // ticks 0, 1, .., 4
-        const QString svg = QString::fromStdString(report::svgLinePlot({s}, o));
-        QVERIFY2(xmlError(svg).isEmpty(), qPrintable(xmlError(svg)));
-        const auto a = attributes(svg.left(svg.indexOf('>') + 1));
-        QCOMPARE(a.value("data-left"), QString("72.000"));
-        QCOMPARE(a.value("data-top"), QString("30.000"));
-        QCOMPARE(a.value("data-width"), QString("510.000"));
-        QCOMPARE(a.value("data-height"), QString("224.000"));
-        QCOMPARE(a.value("data-xmin").toDouble(), 0.0);
-        QCOMPARE(a.value("data-xmax").toDouble(), 4.0);
-        QCOMPARE(a.value("data-ymin").toDouble(), 0.0);
-        QCOMPARE(a.value("data-ymax").toDouble(), 40.0);
-        QCOMPARE(a.value("data-title"), QString("T <1> & \"2\""));
-        QVERIFY(svg.contains("<title>T &lt;1&gt; &amp; &quot;2&quot;</title>"));
-        QStringList got;
-        static const QRegularExpression re("<polyline [^>]*>");
-        for (auto it = re.globalMatch(svg); it.hasNext();) {
-            const auto p = attributes(it.next().captured(0));
-            QCOMPARE(p.value("data-series"), QString("k"));
-            got << p.value("points");
-        }
-        QCOMPARE(got, lines);
-        // Tick labels of both axes: 0..4 on x, 0..40 on y.
-        QCOMPARE(svg.count("class=\"tick x-tick\""), 5);
-        QCOMPARE(svg.count("class=\"tick y-tick\""), 5);
-        for (const char* t : {">0</text>", ">4</text>", ">40</text>", ">20</text>"}) QVERIFY2(svg.contains(t), t);
-        // No finite point: the box says so, no polyline.
-        report::PlotSeries none{"n", "n", {1, 2}, {std::nan(""), std::nan("")}};
-        const QString empty = QString::fromStdString(report::svgLinePlot({none}, o));
-        QVERIFY(empty.contains("no data") && !empty.contains("<polyline"));
     }
 
     // The learned run's curves, mapped back through the stated axes, are train.h5's series.
