@@ -3,6 +3,7 @@
 #include "JobRunner.h"
 
 #include "export/ExportTargets.h"
+#include "run/quantize/OptionTable.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -118,16 +119,21 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
 // Who loads the chosen target, what runs online there and what was folded, and its size
 // (export/ExportTargets.h: from the run's config alone).
 void ExportDialog::showTarget() {
+    const std::string runDir = m_runDir.toStdString(), format = m_format->currentData().toString().toStdString();
+    m_refusal.clear();
     try {
-        const auto t = latmix::exporting::describeExportTarget(m_runDir.toStdString(),
-                                                               m_format->currentData().toString().toStdString());
+        latmix::exporting::checkExportTarget(runDir, format);
+        const auto t = latmix::exporting::describeExportTarget(runDir, format);
         m_target->setText(tr("Loads in: %1\nOnline: %2\nFolded: %3\nSize on disk: about %4")
                               .arg(QString::fromStdString(t.runtimes), QString::fromStdString(t.online),
                                    QString::fromStdString(t.folded),
                                    QLocale().formattedDataSize(static_cast<qint64>(t.bytes))));
     } catch (const std::exception& e) {
-        m_target->setText(QString::fromLocal8Bit(e.what()));
+        // In the workbench's words (a remedy names the Calibration tab's control, not the flag).
+        m_refusal = QString::fromStdString(latmix::run::messageFor(e, latmix::run::Face::Workbench));
+        m_target->setText(m_refusal.left(1).toUpper() + m_refusal.mid(1)); // "Cannot export RUN as gguf: ..."
     }
+    if (!m_runner->isRunning()) m_export->setEnabled(m_refusal.isEmpty());
 }
 QString ExportDialog::targetText() const { return m_target->text(); }
 
@@ -145,6 +151,10 @@ bool ExportDialog::startExport() {
     const QString out = QDir::cleanPath(m_dest->text().trimmed());
     if (out.isEmpty()) {
         m_result->setText(tr("Choose a destination"));
+        return false;
+    }
+    if (!m_refusal.isEmpty()) {
+        m_result->setText(m_refusal);
         return false;
     }
     m_ok = false;
@@ -182,7 +192,7 @@ bool ExportDialog::startExport() {
     connect(
         m_runner, &JobRunner::finished, this,
         [this, out, summary](bool ok, const QString& error) {
-            m_export->setEnabled(true);
+            m_export->setEnabled(m_refusal.isEmpty()); // the format may have changed meanwhile
             m_close->setEnabled(true);
             m_cancel->setEnabled(false);
             m_ok = ok;

@@ -29,7 +29,9 @@ public:
     void setOverwrite(bool overwrite);
     QString destination() const;
     QString resultText() const;
-    QString targetText() const; // what loads the chosen target, what runs online, what was folded, its size
+    // What loads the chosen target, what runs online, what was folded, its size; or why the run
+    // cannot go there, as far as its config tells (exporting::checkExportTarget: Export is then off).
+    QString targetText() const;
     bool isRunning() const;
     // Outcome of the last export: true once exported and verified.
     bool succeeded() const { return m_ok; }
@@ -45,6 +47,7 @@ private:
 
     QString m_runDir;
     bool m_ok = false;
+    QString m_refusal; // why the chosen target cannot hold the run; empty: it can
     JobRunner* m_runner;
     QComboBox* m_format;
     QLineEdit* m_dest;

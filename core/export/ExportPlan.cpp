@@ -38,9 +38,13 @@ at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks
     return out.to(at::kFloat);
 }
 
-namespace {
-
-std::string compressionFormat(const mx::MxConfig& f) {
+std::string compressionFormat(const std::optional<mx::MxConfig>& weights, const std::string& runDir) {
+    // Worded for both faces: the export's target is not an option of the run (util/Remedy.h).
+    const std::string what = "cannot export " + runDir + " as compressed-tensors: ";
+    if (!weights)
+        throw std::runtime_error(what + "it has unquantized weights (latmix.weight_format null), and compressed-tensors "
+                                        "holds quantized weights; export it as hf instead");
+    const mx::MxConfig& f = *weights;
     switch (f.format) {
     case mx::Format::MxFp4: return "mxfp4-pack-quantized";
     case mx::Format::NvFp4: return "nvfp4-pack-quantized";
@@ -49,11 +53,13 @@ std::string compressionFormat(const mx::MxConfig& f) {
     // (step 0.25, SPEC §1): a name of its own keeps every loader from reading them as E2M1.
     case mx::Format::MxInt4: return "mxint4-pack-quantized";
     default:
-        throw std::runtime_error("the run's weights are " + f.describe() +
-                                 "; a compressed-tensors export holds 4-bit weights only (mxfp4, nvfp4, mxint4): "
-                                 "export this run with --format hf");
+        throw std::runtime_error(what + "its weights are " + f.describe() +
+                                 ", and compressed-tensors holds 4-bit weights only (mxfp4, nvfp4, mxint4); export it "
+                                 "as hf instead");
     }
 }
+
+namespace {
 
 // QuantizationArgs of compressed-tensors for an MX format (values of its MXFP4 / NVFP4 presets).
 json quantArgs(const mx::MxConfig& f, bool activation) {
@@ -259,11 +265,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
     const model::ModelConfig rc = runModelConfig(run);
     const auto& q = run.quant;
     const bool ct = format == ExportFormat::CompressedTensors;
-    if (ct && !q.weightFormat)
-        throw std::runtime_error("run '" + runDir +
-                                 "' has unquantized weights (latmix.weight_format null); a compressed-tensors export "
-                                 "holds quantized weights: export it with --format hf");
-    const std::string fmtName = ct ? compressionFormat(*q.weightFormat) : "";
+    const std::string fmtName = ct ? compressionFormat(q.weightFormat, runDir) : "";
 
     // config.json: the run's, without "latmix", bias flags for Hugging Face runtimes, bf16.
     json j = json::parse(run.configJson);

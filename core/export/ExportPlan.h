@@ -44,8 +44,11 @@ struct Plan {
     int packedLinears = 0;
 };
 
-// Throws std::runtime_error naming the run and the way out (a compressed-tensors export of
-// unquantized or non-4-bit weights, a tensor the export needs and the run lacks).
+// compressed-tensors' name of the weights' format ("mxfp4-pack-quantized", ...). Throws
+// std::runtime_error naming the run and the way out for unquantized or non-4-bit weights.
+std::string compressionFormat(const std::optional<mx::MxConfig>& weights, const std::string& runDir);
+// Throws std::runtime_error naming the run and the way out (compressionFormat's refusals, a
+// tensor the export needs and the run lacks).
 Plan buildPlan(const run::RunModel& run, ExportFormat format, const std::string& runDir);
 // W · H for T3's block-diagonal H (its diagonal blocks), in float64, rounded once to float32.
 at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks);

@@ -1,6 +1,7 @@
 #include "export/ExportTargets.h"
 
 #include "export/Export.h"
+#include "export/ExportPlan.h"
 #include "export/GgufExport.h"
 #include "model/ModelConfig.h"
 #include "model/TensorNames.h"
@@ -29,13 +30,25 @@ std::uint64_t linearBytes(const std::string& format, const model::LatmixQuantiza
     return n / std::uint64_t(ggmlBlock) * (nv ? 36 : 17) + (nv ? 4 : 0);
 }
 
-} // namespace
-
-ExportTarget describeExportTarget(const std::string& runDir, const std::string& format) {
+// RUN_DIR/model/config.json, which must be a run's; format checked first.
+model::ModelConfig runConfig(const std::string& runDir, const std::string& format) {
     if (format != "gguf") parseExportFormat(format); // an unknown name: the choices listed
     const std::string path = (std::filesystem::path(runDir) / "model" / "config.json").string();
-    const model::ModelConfig c = model::ModelConfig::fromFile(path);
+    model::ModelConfig c = model::ModelConfig::fromFile(path);
     if (!c.latmix) throw std::runtime_error(path + " is not a quantization run's config (no \"latmix\" object)");
+    return c;
+}
+
+} // namespace
+
+void checkExportTarget(const std::string& runDir, const std::string& format) {
+    const model::ModelConfig c = runConfig(runDir, format);
+    if (format == "gguf") checkGgufConfig(c, runDir);
+    if (format == "compressed-tensors") compressionFormat(c.latmix->weightFormat, runDir);
+}
+
+ExportTarget describeExportTarget(const std::string& runDir, const std::string& format) {
+    const model::ModelConfig c = runConfig(runDir, format);
     const model::LatmixQuantization& q = *c.latmix;
     const bool t3 = q.t3Block > 0;
     const std::string fmt = q.weightFormat ? q.weightFormat->describe() : "unquantized";

@@ -23,6 +23,11 @@ struct ExportTarget {
 // when it is missing or not a run's, std::invalid_argument for an unknown format.
 ExportTarget describeExportTarget(const std::string& runDir, const std::string& format);
 
+// Throws what the export to format would refuse for what the run's config.json says (weights of a
+// format the target has no type for, an architecture or layout its runtime does not load), before
+// any weight is read: a face shows it beside the target. The export itself checks the rest.
+void checkExportTarget(const std::string& runDir, const std::string& format);
+
 // What an export wrote, whichever the target.
 struct ExportSummary {
     std::string target;             // "hf", "compressed-tensors", "gguf"

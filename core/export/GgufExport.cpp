@@ -150,15 +150,17 @@ void checkBiases(const run::RunModel& run, const GgufArchitecture& a, const std:
     }
 }
 
-GgufArchitecture checkExportable(const run::RunModel& run, const model::ModelConfig& c, const std::string& runDir) {
+// What the config alone tells: the architecture, the weights' format, the experts' layout, the
+// RoPE scaling.
+GgufArchitecture checkConfig(const model::ModelConfig& c, const std::optional<mx::MxConfig>& wf, const std::string& runDir) {
     const std::string what = "cannot export " + runDir + " as GGUF: ";
     const GgufArchitecture a = ggufArchitecture(c, what);
-    const auto& wf = run.quant.weightFormat;
     const bool mxfp4 = wf && wf->format == mx::Format::MxFp4 && wf->blockSize == 32,
                nvfp4 = wf && wf->isNvfp4() && wf->blockSize == 16;
     if (!mxfp4 && !nvfp4)
-        throw std::runtime_error(what + "its weights are not MXFP4 (blocks of 32) or NVFP4 (blocks of 16), the 4-bit "
-                                        "types GGUF has (MXINT4 has none); quantize with --format mxfp4 or nvfp4");
+        throw util::RemediedError(what + "its weights are not MXFP4 (blocks of 32) or NVFP4 (blocks of 16), the 4-bit "
+                                         "types GGUF has (MXINT4 has none)",
+                                  {{"format", "mxfp4", "", ""}, {"format", "nvfp4", "", "when quantizing it again"}});
     if (c.moe) {
         // llama.cpp v0.4.0's qwen3moe and llama-with-experts (src/models/{qwen3moe,llama}.cpp):
         // every layer has the experts; routing is softmax, top-k and always renormalised.
@@ -176,7 +178,12 @@ GgufArchitecture checkExportable(const run::RunModel& run, const model::ModelCon
     }
     if (c.ropeScaling && !a.ropePairs)
         throw std::runtime_error(what + "its rope_scaling is written for the llama architecture only; export hf instead");
-    checkBiases(run, a, what);
+    return a;
+}
+
+GgufArchitecture checkExportable(const run::RunModel& run, const model::ModelConfig& c, const std::string& runDir) {
+    const GgufArchitecture a = checkConfig(c, run.quant.weightFormat, runDir);
+    checkBiases(run, a, "cannot export " + runDir + " as GGUF: ");
     return a;
 }
 
@@ -278,6 +285,10 @@ void writeLayer(Writer& w, const run::RunModel& run, const model::ModelConfig& c
 }
 
 } // namespace
+
+void checkGgufConfig(const model::ModelConfig& runConfig, const std::string& runDir) {
+    checkConfig(runConfig, runConfig.latmix ? runConfig.latmix->weightFormat : std::nullopt, runDir);
+}
 
 GgufReport exportGguf(const std::string& runDir, const std::string& file, JobContext& job, bool overwrite) {
     if (file.empty()) throw std::runtime_error("no output file given; pass --out FILE.gguf");

@@ -3,6 +3,7 @@
 // (Llama, Mistral), qwen2 and qwen3 architectures, MXFP4 weights from the run's own codes and
 // scales, the tokenizer (export/GgufVocabulary.h), T3 folded back into down_proj stored in
 // float32. Written under a temporary name, read back, renamed.
+#include "model/ModelConfig.h"
 #include "util/Job.h"
 
 #include <cstdint>
@@ -24,5 +25,11 @@ struct GgufReport {
 // t1_bias / t2_bias off), a tokenizer llama.cpp would read differently, an existing file
 // without `overwrite`.
 GgufReport exportGguf(const std::string& runDir, const std::string& file, JobContext& job, bool overwrite = false);
+
+// The refusals of exportGguf that a run's config.json decides (runConfig: ModelConfig of
+// RUN_DIR/model/config.json): the architecture, weights not MXFP4 / NVFP4 (a util::RemediedError
+// naming the format), experts llama.cpp lays out otherwise, RoPE scaling. The biases and the
+// tokenizer are checked by the export, which reads them.
+void checkGgufConfig(const model::ModelConfig& runConfig, const std::string& runDir);
 
 } // namespace latmix::exporting

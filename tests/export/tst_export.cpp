@@ -9,8 +9,10 @@
 #include "ExportTestRun.h"
 
 #include "export/Export.h"
+#include "export/ExportTargets.h"
 #include "io/SafeTensors.h"
 #include "run/RunModel.h"
+#include "run/quantize/OptionTable.h"
 #include "model/Checkpoint.h"
 #include "model/ConfigJson.h"
 #include "model/LlamaModel.h"
@@ -443,7 +445,7 @@ private slots:
         QTest::newRow("packed tensor missing")
             << "dropped scale" << QStringList{"model.layers.0.self_attn.k_proj.weight_scale", "is missing"};
         QTest::newRow("unquantized run to compressed-tensors")
-            << "unquantized" << QStringList{"unquantized weights", "--format hf"};
+            << "unquantized" << QStringList{"unquantized weights", "export it as hf"};
     }
     void badInputs() {
         QFETCH(QString, damage);
@@ -522,16 +524,41 @@ private slots:
         QVERIFY(tempSiblings(dir).isEmpty());
     }
 
-    // Only the 4-bit formats have a compressed-tensors form; hf takes every format.
-    void compressedTensorsNeeds4BitWeights() {
-        const QString runDir = run("mxfp8_e4m3");
-        const QString out = m_tmp.filePath("fp8-ct");
-        const QString e = errorOf([&] {
-            exportRun(runDir.toStdString(), ExportFormat::CompressedTensors, out.toStdString(), silentJob());
-        });
-        QVERIFY2(e.contains("4-bit weights only") && e.contains("--format hf"), qPrintable(e));
-        QVERIFY(!QFile::exists(out));
-        exportRun(runDir.toStdString(), ExportFormat::Hf, m_tmp.filePath("fp8-hf").toStdString(), silentJob());
+    // Only the 4-bit formats have a compressed-tensors form and only MXFP4 and NVFP4 a GGUF
+    // type; hf takes every format. checkExportTarget says so from config.json alone, with the
+    // export's own words (nothing written); the GGUF remedy names the workbench's Format control.
+    void targetsRefuseWhatTheyCannotHold_data() {
+        QTest::addColumn<QString>("variant");
+        QTest::addColumn<QString>("target");
+        QTest::addColumn<QString>("refusal"); // "": exported
+        QTest::newRow("mxfp8 compressed-tensors") << "mxfp8_e4m3" << "compressed-tensors" << "4-bit weights only";
+        QTest::newRow("mxfp8 gguf") << "mxfp8_e4m3" << "gguf" << "--format mxfp4, or --format nvfp4";
+        QTest::newRow("mxint4 gguf") << "mxint4" << "gguf" << "MXINT4 has none";
+        QTest::newRow("mxfp8 hf") << "mxfp8_e4m3" << "hf" << "";
+        QTest::newRow("mxint4 compressed-tensors") << "mxint4" << "compressed-tensors" << "";
+    }
+    void targetsRefuseWhatTheyCannotHold() {
+        QFETCH(QString, variant);
+        QFETCH(QString, target);
+        QFETCH(QString, refusal);
+        const std::string runDir = run(variant).toStdString(), t = target.toStdString();
+        const QString out = m_tmp.filePath("refuse-" + variant + "-" + target + (target == "gguf" ? ".gguf" : ""));
+        const QString checked = errorOf([&] { exporting::checkExportTarget(runDir, t); });
+        const QString exported = errorOf([&] { exporting::exportTo(runDir, t, out.toStdString(), silentJob()); });
+        QCOMPARE(checked, exported);
+        if (refusal.isEmpty()) {
+            QVERIFY2(checked.isEmpty() && QFileInfo::exists(out), qPrintable(checked));
+            return;
+        }
+        QVERIFY2(checked.contains(refusal) && checked.contains(QString::fromStdString(runDir)), qPrintable(checked));
+        QVERIFY(!QFileInfo::exists(out));
+        if (target != "gguf") return;
+        try {
+            exporting::checkExportTarget(runDir, t);
+        } catch (const std::exception& e) {
+            const QString words = QString::fromStdString(run::messageFor(e, run::Face::Workbench));
+            QVERIFY2(words.contains("Format") && !words.contains("--format"), qPrintable(words));
+        }
     }
 
     // The run model (our format) holds any bias folding creates, in the source architecture, with

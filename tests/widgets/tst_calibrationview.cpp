@@ -339,6 +339,34 @@ private slots:
         QCOMPARE(training["steps"].toInt(), saved + 2);
     }
 
+    // A run whose weights a target has no type for (8-bit: no compressed-tensors form, no GGUF
+    // type): before anything runs, the dialog says so in the workbench's words (the Format
+    // control, not the flag) and keeps Export off; hf stays open.
+    void exportDialogSaysWhatATargetCannotHold() {
+        const QString calib = m_tmp.filePath("calib-8bit.txt"), run = m_tmp.filePath("run-8bit");
+        QVERIFY(test::writeCalibrationText(calib));
+        const auto r = test::runLatmixInProcess({"quantize", "--model", m_model, "--method", "rtn", "--format", "mxfp8_e4m3",
+                                                 "--calib", calib, "--calib-samples", "2", "--seqlen", "32", "--device",
+                                                 "cpu", "--out", run});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        ExportDialog dialog(run);
+        auto* button = dialog.findChild<QPushButton*>(QStringLiteral("exportButton"));
+        QVERIFY(button);
+        for (const QString format : {"compressed-tensors", "gguf", "hf"}) {
+            dialog.setFormat(format);
+            const bool refused = format != "hf";
+            QCOMPARE(button->isEnabled(), !refused);
+            QVERIFY2(dialog.targetText().startsWith("Cannot export " + run) == refused, qPrintable(dialog.targetText()));
+            if (format == "gguf")
+                QVERIFY2(dialog.targetText().contains("Format") && !dialog.targetText().contains("--format"),
+                         qPrintable(dialog.targetText()));
+            if (refused) {
+                QVERIFY(!dialog.startExport()); // no job: the reason again in the result line
+                QVERIFY(!dialog.isRunning() && !dialog.resultText().isEmpty());
+            }
+        }
+    }
+
     // A finished run reopened from its folder joins the dashboard as an overlay; export through
     // the File menu's action writes a folder that reloads and verifies against the run.
     void reopenRunAndExport_data() {
