@@ -160,7 +160,7 @@ GgufArchitecture checkConfig(const model::ModelConfig& c, const std::optional<mx
     if (!mxfp4 && !nvfp4)
         throw util::RemediedError(what + "its weights are not MXFP4 (blocks of 32) or NVFP4 (blocks of 16), the 4-bit "
                                          "types GGUF has (MXINT4 has none)",
-                                  {{"format", "mxfp4", "", ""}, {"format", "nvfp4", "", "when quantizing it again"}});
+                                  {{"format", "mxfp4", "", "or nvfp4 when quantizing it again"}});
     if (c.moe) {
         // llama.cpp v0.4.0's qwen3moe and llama-with-experts (src/models/{qwen3moe,llama}.cpp):
         // every layer has the experts; routing is softmax, top-k and always renormalised.

@@ -532,7 +532,7 @@ private slots:
         QTest::addColumn<QString>("target");
         QTest::addColumn<QString>("refusal"); // "": exported
         QTest::newRow("mxfp8 compressed-tensors") << "mxfp8_e4m3" << "compressed-tensors" << "4-bit weights only";
-        QTest::newRow("mxfp8 gguf") << "mxfp8_e4m3" << "gguf" << "--format mxfp4, or --format nvfp4";
+        QTest::newRow("mxfp8 gguf") << "mxfp8_e4m3" << "gguf" << "use --format mxfp4 or nvfp4 when quantizing it again";
         QTest::newRow("mxint4 gguf") << "mxint4" << "gguf" << "MXINT4 has none";
         QTest::newRow("mxfp8 hf") << "mxfp8_e4m3" << "hf" << "";
         QTest::newRow("mxint4 compressed-tensors") << "mxint4" << "compressed-tensors" << "";
