@@ -312,9 +312,12 @@ void RunsView::fillTable() {
         m_model->appendRow(row);
     }
     m_table->setSortingEnabled(sorting);
-    QString status = tr("%n run(s) in %1", "", static_cast<int>(m_runs.size()))
-                         .arg(m_folders.isEmpty() ? tr("no folder") : m_folders.join(QStringLiteral(", ")));
-    if (!m_problems.isEmpty()) status += tr(" · %n folder(s) skipped", "", m_problems.size());
+    // English plurals written out: the workbench ships no translation that would resolve "%n".
+    const int runs = static_cast<int>(m_runs.size());
+    const QString where = m_folders.isEmpty() ? tr("no folder") : m_folders.join(QStringLiteral(", "));
+    QString status = runs == 1 ? tr("1 run in %1").arg(where) : tr("%1 runs in %2").arg(runs).arg(where);
+    if (m_problems.size() == 1) status += tr(" · 1 folder skipped");
+    if (m_problems.size() > 1) status += tr(" · %1 folders skipped").arg(m_problems.size());
     m_status->setText(status);
     m_status->setToolTip(m_problems.join(QLatin1Char('\n')));
     showSelection();

@@ -15,6 +15,7 @@
 #include <QDateTime>
 #include <QDir>
 #include <QFile>
+#include <QLabel>
 #include <QSignalSpy>
 #include <QSortFilterProxyModel>
 #include <QTableView>
@@ -135,6 +136,7 @@ private slots:
         QCOMPARE(cell(v, r, RunsView::FoldedFp), QString("–"));
         QCOMPARE(v.problems().size(), 1);
         QVERIFY2(v.problems().first().contains("broken/latmix.json"), qPrintable(v.problems().first()));
+        QCOMPARE(v.findChild<QLabel*>("runsStatus")->text(), "2 runs in " + m_root + " · 1 folder skipped");
     }
 
     // The quantized perplexity's column is named by the runs' formats: the paper's W4A4 when
