@@ -50,6 +50,16 @@ bool isFixed(const QString& kind) { return !kind.startsWith("learned-"); }
 
 class TestTransforms : public QObject {
     Q_OBJECT
+
+    // One row per learned kind (so a new kind is tested too) and size.
+    static void learnedKindRows(std::initializer_list<qint64> dims) {
+        QTest::addColumn<QString>("kind");
+        QTest::addColumn<qint64>("dim");
+        for (const std::string& kind : transformKinds())
+            if (isLearnedKind(kind))
+                for (qint64 d : dims) QTest::addRow("%s %lld", kind.c_str(), d) << QString::fromStdString(kind) << d;
+    }
+
 private slots:
     void kinds() {
         const auto k = transformKinds();
@@ -224,13 +234,7 @@ private slots:
 
     // Autograd through P L (U + diag s), Q0 expm((G − Gᵀ)/2)(R + diag s), the triangular solves of
     // the inverses and the bias, against central finite differences in float64.
-    void gradients_data() {
-        QTest::addColumn<QString>("kind");
-        QTest::addColumn<qint64>("dim");
-        for (const char* kind : {"learned-rotation", "learned-rotation-bias", "learned-invertible", "learned-affine-lu",
-                                 "learned-affine-qr"})
-            for (qint64 d : {8, 12}) QTest::addRow("%s %lld", kind, d) << QString(kind) << d;
-    }
+    void gradients_data() { learnedKindRows({8, 12}); }
     void gradients() {
         QFETCH(QString, kind);
         QFETCH(qint64, dim);
@@ -448,13 +452,7 @@ private slots:
     // part of the initialisation (its "+noise" lies off the blocks) and stays block-diagonal
     // however its parameters move; at the start its gradients are the full transform's (built
     // from the same matrix) masked to the blocks, exactly, since both compute the same A.
-    void blockGranularity_data() {
-        QTest::addColumn<QString>("kind");
-        QTest::addColumn<qint64>("dim");
-        for (const char* kind : {"learned-rotation", "learned-rotation-bias", "learned-invertible", "learned-affine-lu",
-                                 "learned-affine-qr"})
-            for (qint64 d : {64, 100}) QTest::addRow("%s %lld", kind, d) << QString(kind) << d;
-    }
+    void blockGranularity_data() { learnedKindRows({64, 100}); }
     void blockGranularity() {
         QFETCH(QString, kind);
         QFETCH(qint64, dim);
