@@ -39,7 +39,7 @@ void nonNegative(const json& v, const char* key) {
 }
 
 // The methods by name: methods() lives beside libtorch code that the parser-only builds (the
-// fuzzers) leave out, so the list is written here; tst_optiontable holds it to methods().
+// fuzzers) leave out, so the list is written here; tst_options holds it to methods().
 const char* kMethodHelp = "the paper's method (rtn, quarot-rtn, gptq, quarot, mr-gptq, spinquant, latmix-lu, latmix-qr)";
 
 // The formats from their table, so a new one shows up here; static because OptionField holds a
