@@ -264,10 +264,8 @@ int runTrain(const BenchOptions& o) {
     row("optimizer (AdamW)", optimizer);
     row("other (batch, transforms, metrics)", other);
     const long perStep = faults.size() > 1 ? (faults.back() - faults.front()) / long(faults.size() - 1) : 0;
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
     std::printf("minor page faults per step %ld (%.0f MiB of pages); peak resident %.0f MiB\n", perStep,
-                perStep * 4096.0 / 1048576.0, u.ru_maxrss / 1024.0);
+                perStep * 4096.0 / 1048576.0, peakResidentMiB());
     // With the teacher's states kept, a timed step's "teacher forward" is a lookup: the ratios
     // below take the warm-up step's, which ran the teacher on the windows.
     const std::int64_t keptBytes = train::teacherCacheBytes(c, drawn, seq, steps, o.batch, d.objective);

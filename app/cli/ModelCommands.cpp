@@ -32,7 +32,6 @@
 #include <fstream>
 #include <memory>
 #include <stdexcept>
-#include <sys/resource.h>
 
 namespace latmix::cli {
 namespace {
@@ -119,9 +118,7 @@ int runEval(const EvalOptions& o) {
     std::printf("perplexity  %.4f\n", r.perplexity);
     std::printf("tokens      %lld evaluated, %.1f tokens/s (%s, %s, %d threads)\n", static_cast<long long>(r.tokens),
                 r.tokensPerSecond, o.m.dtype.c_str(), device.str().c_str(), threadCount());
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage); // ru_maxrss is in KiB on Linux
-    const double peakMiB = usage.ru_maxrss / 1024.0, weightsMiB = ck.weightBytes() / 1048576.0;
+    const double peakMiB = peakResidentMiB(), weightsMiB = ck.weightBytes() / 1048576.0;
     const double gpuMiB = device.is_cuda() ? compat::cudaPeakAllocatedBytes(device.index()) / 1048576.0 : 0.0;
     std::printf("memory      peak resident %.1f MiB, weights %.1f MiB", peakMiB, weightsMiB);
     if (device.is_cuda()) std::printf(", peak GPU %.1f MiB", gpuMiB);

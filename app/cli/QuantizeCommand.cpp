@@ -233,12 +233,16 @@ void printReport(const QuantizeCli& o, const run::ResolvedRun& resolved, const r
     std::printf("time         %.1f s total, peak resident %.0f MiB", r.totalSeconds, r.peakRssMb);
     if (r.peakGpuMb > 0) std::printf(", peak GPU %.0f MiB", r.peakGpuMb);
     std::printf("\n");
-    if (!r.stagePeakGpuMb.empty()) { // beside --dry-run's stages
-        std::printf("peak GPU     ");
-        for (std::size_t i = 0; i < r.stagePeakGpuMb.size(); ++i)
-            std::printf("%s%s %.0f MiB", i ? ", " : "", r.stagePeakGpuMb[i].first.c_str(), r.stagePeakGpuMb[i].second);
-        std::printf(" (PyTorch's allocator; the CUDA context adds about 512 MiB)\n");
-    }
+    // Each stage's peak, beside --dry-run's estimate of it.
+    const auto byStage = [](const char* head, const std::vector<std::pair<std::string, double>>& peaks, const char* tail) {
+        if (peaks.empty()) return;
+        std::printf("%s", head);
+        for (std::size_t i = 0; i < peaks.size(); ++i)
+            std::printf("%s%s %.0f MiB", i ? ", " : "", peaks[i].first.c_str(), peaks[i].second);
+        std::printf("%s\n", tail);
+    };
+    byStage("peak resident ", r.stagePeakRssMb, "");
+    byStage("peak GPU     ", r.stagePeakGpuMb, " (PyTorch's allocator; the CUDA context adds about 512 MiB)");
 }
 
 int runQuantize(QuantizeCli& o) {

@@ -23,7 +23,6 @@
 #include <chrono>
 #include <filesystem>
 #include <numeric>
-#include <sys/resource.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -37,12 +36,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-double peakRssMb() {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return static_cast<double>(u.ru_maxrss) / 1024.0;
-}
 
 // A stage: the name the unfinished-run marker shows while it runs, the prefix of its progress
 // messages and its share of the progress bar.
@@ -77,13 +70,14 @@ std::vector<Stage> stagesOf(const MethodSpec& m, const StageSeconds& t, bool fol
 }
 
 // Runs the stages in their order, each with the part of the progress bar its share gives it, and
-// tells `mark` which stage begins. On a CUDA device each stage's peak of the allocator goes to
-// `gpuPeaks` (the statistics are reset after each).
+// tells `mark` which stage begins. Each stage's peak resident memory goes to r.stagePeakRssMb
+// and, on a CUDA device, its peak of the allocator to r.stagePeakGpuMb (both started again after
+// each stage; the first stage's host peak includes the loading before it).
 class StageRunner {
 public:
     StageRunner(std::vector<Stage> stages, JobContext& job, std::function<void(const std::string&)> mark,
-                c10::Device device, std::vector<std::pair<std::string, double>>& gpuPeaks)
-        : m_stages(std::move(stages)), m_job(job), m_mark(std::move(mark)), m_device(device), m_gpuPeaks(gpuPeaks) {}
+                c10::Device device, QuantizeResult& r)
+        : m_stages(std::move(stages)), m_job(job), m_mark(std::move(mark)), m_device(device), m_result(r) {}
 
     template <class Body>
     void run(const std::string& name, Body&& body) {
@@ -94,8 +88,16 @@ public:
         SubJob sub(m_job, m_begin, std::min(1.0, m_begin + s.share), s.prefix);
         body(static_cast<JobContext&>(sub));
         m_begin += s.share;
-        if (m_device.is_cuda() && s.onDevice) {
-            m_gpuPeaks.push_back({s.name, compat::cudaPeakAllocatedBytes(m_device.index()) / 1048576.0});
+        if (!s.onDevice) return;
+        const double host = peakResidentMiB();
+        m_result.stagePeakRssMb.push_back({s.name, host});
+        m_result.peakRssMb = std::max(m_result.peakRssMb, host);
+        // The next stage's blocks have other sizes: what the allocators kept of this one's goes
+        // back first, so that the next peak starts from what the run still holds.
+        releaseFreeHostMemory();
+        resetPeakResident();
+        if (m_device.is_cuda()) {
+            m_result.stagePeakGpuMb.push_back({s.name, compat::cudaPeakAllocatedBytes(m_device.index()) / 1048576.0});
             compat::resetCudaPeakMemory(m_device.index());
         }
     }
@@ -105,7 +107,7 @@ private:
     JobContext& m_job;
     std::function<void(const std::string&)> m_mark;
     c10::Device m_device;
-    std::vector<std::pair<std::string, double>>& m_gpuPeaks;
+    QuantizeResult& m_result;
     std::size_t m_next = 0;
     double m_begin = 0;
 };
@@ -220,8 +222,11 @@ std::string quantizeLayers(const RunContext& ctx, const ModelToQuantize& toQuant
     for (int l = 0; l < layers; ++l) {
         const std::string name = "layer " + std::to_string(l + 1) + "/" + std::to_string(layers);
         SubJob layerJob(job, double(l) / layers, double(l + 1) / layers, name + ": ");
-        const QuantizedLayer q = quantizer.quantizeLayer(l, layerJob);
-        if (out) out->writeLayer(l, q.tensors, q.packed);
+        {
+            const QuantizedLayer q = quantizer.quantizeLayer(l, layerJob);
+            if (out) out->writeLayer(l, q.tensors, q.packed);
+        }
+        releaseFreeHostMemory(); // the written layer's small tensors (an MoE's experts) leave the heaps
         job.progress(double(l + 1) / layers, name);
     }
     if (!out) return "";
@@ -270,7 +275,7 @@ QuantizeResult runQuantize(const ResolvedRun& resolved, const std::vector<int>& 
                             : std::int64_t(evalIds.size());
     const StageSeconds seconds = stageSeconds(resolved.config, o, resolved.method, device.is_cuda(), evalTokens);
     StageRunner stages(stagesOf(resolved.method, seconds, foldedCheck, perplexities || !o.evalTasks.empty(), ctx.parallel()), job,
-                       [&](const std::string& stage) { folder.mark(stage); }, device, r.stagePeakGpuMb);
+                       [&](const std::string& stage) { folder.mark(stage); }, device, r);
     const auto sentSoFar = [&] { return o.group ? o.group->bytesCommunicated() : std::uint64_t(0); };
 
     std::unique_ptr<fold::ModelTransforms> transforms;
@@ -310,7 +315,7 @@ QuantizeResult runQuantize(const ResolvedRun& resolved, const std::vector<int>& 
     original = {}; // the evaluation loads its own models: the frozen weights leave the device
     if (!ctx.root()) { // the run folder, its evaluation and latmix.json are rank 0's
         r.totalSeconds = since(start);
-        r.peakRssMb = peakRssMb();
+        r.peakRssMb = std::max(r.peakRssMb, peakResidentMiB());
         return r;
     }
     util::removeTreeQuietly(spillDir);
@@ -321,7 +326,7 @@ QuantizeResult runQuantize(const ResolvedRun& resolved, const std::vector<int>& 
             r.evalSeconds += since(te);
         });
     r.totalSeconds = since(start);
-    r.peakRssMb = peakRssMb();
+    r.peakRssMb = std::max(r.peakRssMb, peakResidentMiB()); // the stages' peaks and what followed them
     for (const auto& [stage, mib] : r.stagePeakGpuMb) r.peakGpuMb = std::max(r.peakGpuMb, mib);
     stages.run("recording", [&](JobContext&) { folder.finish(runRecordJson(ctx, r, transforms.get())); });
     return r;

@@ -44,6 +44,9 @@ struct QuantizeResult {
     // from the stage's start (what earlier stages left on the device counts): beside the
     // per-stage estimates of `quantize --dry-run`. Empty on the CPU.
     std::vector<std::pair<std::string, double>> stagePeakGpuMb;
+    // The process's peak resident memory per stage, each from the stage's start (the first one's
+    // from the process's): beside --dry-run's host estimates.
+    std::vector<std::pair<std::string, double>> stagePeakRssMb;
     // Data parallel: bytes this rank put into all-reduces and broadcasts during the training and
     // during the weight quantization (dist::Group::bytesCommunicated); 0 for one process.
     std::uint64_t trainBytes = 0, quantizeBytes = 0;

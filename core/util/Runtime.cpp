@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <malloc.h>
+#include <sys/resource.h>
 #include <dlfcn.h>
 #include <fstream>
 #include <thread>
@@ -137,6 +138,25 @@ std::string deviceDescription() {
 #else
     return "CUDA";
 #endif
+}
+
+void releaseFreeHostMemory() {
+    util::releaseLargeBlockCache();
+    ::malloc_trim(0);
+}
+
+double peakResidentMiB() {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+        if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0; // "VmHWM:  123456 kB"
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_maxrss) / 1024.0; // KiB on Linux
+}
+
+bool resetPeakResident() {
+    std::ofstream clear("/proc/self/clear_refs");
+    return static_cast<bool>(clear << "5" << std::flush);
 }
 
 } // namespace latmix

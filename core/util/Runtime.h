@@ -56,4 +56,19 @@ std::string deviceDescription();
 // Total memory of CUDA device `index` in bytes (0 without CUDA or without that device).
 std::int64_t cudaTotalMemory(int index);
 
+// Gives back to the system what freed tensors left in the process: the blocks util/LargeBlockCache
+// keeps and the free pages of glibc's heaps (malloc_trim). Blocks under configureAllocator's 32 MiB
+// come from the heaps, and a mixture of experts' layer is hundreds of them (an expert's [768,
+// 2048] in float64 is 12 MiB): freed between others, they stay resident, and a Qwen3-MoE-shaped
+// quantize run carried the fold's 8 GiB of them into every later stage. Called between stages.
+void releaseFreeHostMemory();
+
+// The process's peak resident memory in MiB since it started or since the last
+// resetPeakResident (VmHWM of /proc/self/status; getrusage's ru_maxrss where that is unreadable).
+double peakResidentMiB();
+// Starts the peak again from the current resident size ("5" to /proc/self/clear_refs, Linux 4.0
+// on), so that each stage of a run has its own peak beside --dry-run's estimate of it. Returns
+// false where the kernel refuses; peakResidentMiB then goes on with the process's peak.
+bool resetPeakResident();
+
 } // namespace latmix

@@ -1,4 +1,4 @@
-// Process-wide runtime settings: libtorch's thread count and the BLAS the executables load.
+// Process-wide runtime settings and facts: libtorch's thread count, the BLAS the executables load, the peak resident memory.
 #include "util/Runtime.h"
 
 #include <ATen/ATen.h>
@@ -9,6 +9,8 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <cstring>
+#include <sys/mman.h>
 #include <thread>
 
 #include <string>
@@ -77,6 +79,32 @@ private slots:
         const std::string blas = blasLibrary();
         QVERIFY2(blas.rfind(dir.toStdString() + "/", 0) == 0, ("loaded BLAS: " + blas).c_str());
         QVERIFY(blasSharesOpenMpPool());
+    }
+
+    // A quantize run's peak per stage (run/QuantizeRun.cpp): memory touched raises the peak by its
+    // size; after it is returned and the peak started again, the peak no longer holds it.
+    void peakResidentPerStage_data() {
+        QTest::addColumn<int>("mib");
+        QTest::newRow("64 MiB") << 64;
+        QTest::newRow("256 MiB") << 256;
+    }
+    void peakResidentPerStage() {
+        QFETCH(int, mib);
+        const std::size_t bytes = std::size_t(mib) << 20;
+        if (!resetPeakResident()) LATMIX_PREREQUISITE_SKIP("this kernel does not let a process reset its VmHWM (/proc/self/clear_refs)");
+        const double before = peakResidentMiB();
+        void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        QVERIFY(p != MAP_FAILED);
+        std::memset(p, 1, bytes); // every page resident
+        const double during = peakResidentMiB();
+        ::munmap(p, bytes);
+        QVERIFY2(during >= before + 0.9 * mib, qPrintable(QString("peak %1 MiB before, %2 MiB with %3 MiB touched").arg(before).arg(during).arg(mib)));
+        // Returned memory leaves the peak where it was (the kernel's page counts are approximate:
+        // what it records at the unmap may be a few pages short of what it reported before).
+        QVERIFY2(peakResidentMiB() >= before + 0.9 * mib, qPrintable(QString("peak %1 MiB after the unmap").arg(peakResidentMiB())));
+        QVERIFY(resetPeakResident());
+        const double after = peakResidentMiB();
+        QVERIFY2(after <= during - 0.5 * mib, qPrintable(QString("peak %1 MiB after the reset, %2 MiB before it").arg(after).arg(during)));
     }
 };
 

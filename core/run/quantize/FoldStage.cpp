@@ -10,6 +10,7 @@
 #include "model/TensorNames.h"
 #include "run/quantize/Stages.h"
 #include "util/AtomicFile.h"
+#include "util/Runtime.h"
 #include "util/Text.h"
 
 #include <ATen/core/grad_mode.h>
@@ -140,7 +141,14 @@ void writeFoldedSpill(const RunContext& ctx, const model::LlamaWeights& original
         }
         if (l != currentLayer || named.empty()) {
             job.checkCancelled();
-            if (l != currentLayer) current = foldOne(l, unused);
+            if (l != currentLayer) {
+                // The last layer is written: it goes, and the heaps' pages of its many small tensors
+                // (a mixture of experts) with it, before the next is folded beside its float64 copy.
+                named.clear();
+                current = {};
+                releaseFreeHostMemory();
+                current = foldOne(l, unused);
+            }
             currentLayer = l;
             named.clear();
             for (auto& [n, t] : model::namedLayerTensors(c, current, l)) named[n] = t;

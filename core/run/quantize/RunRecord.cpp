@@ -119,6 +119,9 @@ nlohmann::ordered_json runRecord(const RunContext& ctx, const QuantizeResult& r,
     j["seconds"] = {{"train", r.trainSeconds}, {"quantize", r.quantizeSeconds}, {"eval", r.evalSeconds},
                     {"total", r.totalSeconds}};
     j["peak_rss_mb"] = r.peakRssMb;
+    nlohmann::ordered_json hostByStage = nlohmann::ordered_json::object();
+    for (const auto& [stage, mib] : r.stagePeakRssMb) hostByStage[stage] = mib;
+    j["peak_rss_mb_by_stage"] = hostByStage;
     if (ctx.device.is_cuda()) {
         j["peak_gpu_mb"] = r.peakGpuMb;
         nlohmann::ordered_json byStage = nlohmann::ordered_json::object();
