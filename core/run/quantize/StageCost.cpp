@@ -75,10 +75,18 @@ StageSeconds stageSeconds(const model::ModelConfig& c, const QuantizeOptions& o,
     const double perToken = 2 * L * double(c.layerActiveWeights()) + 2 * h * c.vocabSize;
     const double rate = flopRate(cuda, threadCount());
     StageSeconds s;
+    // Folding T1 into every weight: a [out, in] × [in, in] product per weight (T2's and T3's
+    // products are a head's or a block's width: small beside it).
+    const double fold = 2 * L * linear * h / rate;
     // Teacher and student forward, the student's backward (twice its forward) and the
-    // checkpointed layers' recomputation: five forward passes per training token.
-    if (m.learned) s.transforms = double(o.steps) * o.batch * T * 5 * perToken / rate;
-    if (m.transformed) s.folding = 2 * L * linear * h / rate; // a [out, in] × [in, in] product per weight
+    // checkpointed layers' recomputation: five forward passes per training token. And each step
+    // folds the student's layers again (train/DistillationStep.cpp, studentLayer): in its
+    // forward, in the recomputation and in T1's gradient through the fold, three folds a step.
+    // A mixture of experts folds every expert while its tokens meet k of them, so there the folds
+    // dominate (Qwen3-MoE widths, 128 experts, 2 CPU cores, 4 × 128 tokens: a step 215 s, the
+    // tokens' passes about 30 s of it).
+    if (m.learned) s.transforms = double(o.steps) * (o.batch * T * 5 * perToken / rate + 3 * fold);
+    if (m.transformed) s.folding = fold;
     // Each layer: its linears quantized (linearSeconds), the calibration windows through it twice
     // (Hessians, then the quantized forward) and the four Hessians' float64 sums.
     const double tokens = weightQuantizationWindows(m, o) * T;
