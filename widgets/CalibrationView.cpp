@@ -85,9 +85,7 @@ QGroupBox* CalibrationView::createMethodBox(QWidget* parent) {
     }
     m_method->setCurrentText(QStringLiteral("latmix-lu"));
     mf->addRow(tr("&Method:"), m_method);
-    m_format = new QComboBox(methodBox);
-    m_format->setObjectName(QStringLiteral("formatCombo"));
-    for (const auto& f : latmix::mx::allFormats()) m_format->addItem(QString::fromLatin1(f.name));
+    m_format = FormWidgets::formatCombo(methodBox, "formatCombo");
     m_format->setToolTip(tr("MX format of weights and activations, as the paper's W4A4 for the 4-bit ones (block 32, "
                             "floor scales; nvfp4: block 16)"));
     mf->addRow(tr("&Format:"), m_format);

@@ -48,9 +48,14 @@ std::string formatNameList() {
 
 std::string scaleModeNameList() { return "floor, ceil, even"; }
 
-Format parseFormat(std::string_view name) {
+std::optional<Format> findFormat(std::string_view name) {
     for (const auto& f : kFormats)
         if (name == f.name) return f.format;
+    return std::nullopt;
+}
+
+Format parseFormat(std::string_view name) {
+    if (const auto f = findFormat(name)) return *f;
     throw std::invalid_argument("unknown MX format '" + std::string(name) + "'; choose one of " +
                                 formatNameList());
 }
@@ -72,9 +77,9 @@ std::string precisionLabel(Format f) {
 std::string precisionLabel(const std::vector<std::string>& formatNames) {
     std::string shared;
     for (const auto& name : formatNames) {
-        const auto known = std::find_if(kFormats.begin(), kFormats.end(), [&](const FormatInfo& f) { return name == f.name; });
-        if (known == kFormats.end()) return "quantized";
-        const std::string label = precisionLabel(known->format);
+        const auto known = findFormat(name);
+        if (!known) return "quantized";
+        const std::string label = precisionLabel(*known);
         if (!shared.empty() && label != shared) return "quantized";
         shared = label;
     }

@@ -1,6 +1,7 @@
 #pragma once
 // MX formats, element formats and scale modes (SPEC §1). Plain C++, no libtorch.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,8 @@ struct FormatInfo {
 const FormatInfo& formatInfo(Format f);
 const std::vector<FormatInfo>& allFormats();
 
+// The format named `name`, or nothing where no format has that name.
+std::optional<Format> findFormat(std::string_view name);
 // Parsers throw std::invalid_argument with a message listing the valid choices.
 Format parseFormat(std::string_view name);
 ScaleMode parseScaleMode(std::string_view name);

@@ -32,6 +32,8 @@ private slots:
         QFETCH(int, defaultBlock);
         QFETCH(QString, precision);
         const Format f = parseFormat(name.toStdString());
+        QVERIFY(findFormat(name.toStdString()) == f);
+        QVERIFY(!findFormat(name.toUpper().toStdString())); // names are lower case, as the CLI takes them
         QCOMPARE(QString::fromStdString(formatName(f)), name);
         QCOMPARE(QString::fromStdString(precisionLabel(f)), precision);
         QCOMPARE(int(formatInfo(f).element), element);
