@@ -1,8 +1,9 @@
 // Data-parallel calibration on libtorch's c10d (Gloo on localhost): two ranks' averaged gradient
 // is the gradient of the whole batch, and two ranks with batch 2 train what one process with
-// batch 4 trains on the same windows; ranks started for different runs,
-// an unreachable rendezvous and a failed peer all end in errors naming the cause, never a hang;
-// `latmix quantize --nproc 2` runs end to end, and a run whose rank is killed stops and resumes.
+// batch 4 trains on the same windows; two ranks' Hessians and GPTQ are one process's; a cancel on
+// one rank stops both; `latmix quantize --nproc 2` runs end to end, and a run whose rank is
+// killed stops and resumes. The group itself (environment, backend, failed rendezvous, NCCL on a
+// GPU): tst_processgroup.
 #include "dist/LocalLaunch.h"
 #include "dist/ProcessGroup.h"
 #include "import/DemoModel.h"
@@ -18,7 +19,7 @@
 #include <ATen/core/grad_mode.h>
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
 #include "CliRunner.h"
-#include "DeviceRows.h"
+#include "DistRanks.h"
 #include "TestSupport.h"
 #include "TestData.h"
 
@@ -43,37 +44,11 @@
 
 using namespace latmix;
 using latmix::test::CliResult;
+using latmix::test::kTimeout;
+using latmix::test::onThreads;
+using latmix::test::worldOf;
 
 namespace {
-
-constexpr std::chrono::milliseconds kTimeout{20000};
-
-// fn(rank) on `world` threads at once; the exceptions' messages (empty: none) by rank.
-std::vector<std::string> onThreads(int world, const std::function<void(int)>& fn) {
-    std::vector<std::future<std::string>> f;
-    for (int r = 0; r < world; ++r)
-        f.push_back(std::async(std::launch::async, [&fn, r]() -> std::string {
-            try {
-                fn(r);
-                return "";
-            } catch (const std::exception& e) {
-                return std::string("error: ") + e.what();
-            }
-        }));
-    std::vector<std::string> out;
-    for (auto& x : f) out.push_back(x.get());
-    return out;
-}
-
-dist::World worldOf(int rank, int size, int port) {
-    dist::World w;
-    w.rank = rank;
-    w.size = size;
-    w.localRank = rank;
-    w.masterAddr = "127.0.0.1";
-    w.masterPort = port;
-    return w;
-}
 
 struct Trained {
     std::vector<at::Tensor> params; // CPU copies
@@ -165,8 +140,7 @@ private slots:
     // Every function but these needs ranks on CPUs, i.e. Gloo; a build against PyTorch's wheel has
     // NCCL only (docs/developer/gpu.md) and runs just these.
     void init() {
-        static const QStringList withoutGloo{"worldFromEnvironment", "backendChoice", "ncclOnCpuIsRefused",
-                                             "ncclOneRankOnDevice"};
+        static const QStringList withoutGloo{"ncclOnCpuIsRefused"};
         if (!dist::available() && !withoutGloo.contains(QString::fromLatin1(QTest::currentTestFunction())))
             LATMIX_PREREQUISITE_SKIP("this build has no c10d Gloo (NCCL only): ranks on CPUs are not available");
     }
@@ -405,145 +379,6 @@ private slots:
         QCOMPARE(int(series.size()), 3); // steps 1-3 done, step 4 cancelled before its update
     }
 
-    // Ranks started for different runs stop at the rendezvous, each naming the difference.
-    void differentRunsAreRefused() {
-        const int port = dist::freeLoopbackPort();
-        const auto errors = onThreads(2, [&](int r) {
-            dist::Group::connect(worldOf(r, 2, port), r == 0 ? "method latmix-lu\nseed 0\n" : "method latmix-lu\nseed 1\n",
-                                 kTimeout);
-        });
-        for (const auto& e : errors) {
-            QVERIFY2(e.find("different runs") != std::string::npos, e.c_str());
-            QVERIFY2(e.find("'seed 0' vs 'seed 1'") != std::string::npos || e.find("'seed 1' vs 'seed 0'") != std::string::npos,
-                     e.c_str());
-        }
-    }
-
-    // Nobody at MASTER_ADDR:MASTER_PORT: an error naming the address after the timeout.
-    void unreachableRendezvousFails() {
-        const int port = dist::freeLoopbackPort();
-        try {
-            dist::Group::connect(worldOf(1, 2, port), "run", std::chrono::milliseconds(2000));
-            QFAIL("no error without rank 0");
-        } catch (const std::runtime_error& e) {
-            const QString m = e.what();
-            QVERIFY2(m.contains("rank 1 could not reach the rendezvous at 127.0.0.1:" + QString::number(port)),
-                     qPrintable(m));
-            QVERIFY2(m.contains("MASTER_ADDR"), qPrintable(m));
-        }
-    }
-
-    // Rank 0 cannot host the rendezvous on a port already taken: an error naming the address and
-    // MASTER_PORT, not a hang.
-    void takenPortFails() {
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        QVERIFY(fd >= 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t len = sizeof a;
-        QVERIFY(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-        QVERIFY(::listen(fd, 4) == 0);
-        QVERIFY(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-        const int port = ntohs(a.sin_port);
-        try {
-            dist::Group::connect(worldOf(0, 2, port), "run", std::chrono::milliseconds(2000));
-            ::close(fd);
-            QFAIL("no error on a taken port");
-        } catch (const std::runtime_error& e) {
-            ::close(fd);
-            const QString m = e.what();
-            QVERIFY2(m.contains("rank 0 could not host the rendezvous at 127.0.0.1:" + QString::number(port)),
-                     qPrintable(m));
-            QVERIFY2(m.contains("MASTER_PORT"), qPrintable(m));
-        }
-    }
-
-    // A rank that fails leaves its cause; the other's next collective fails naming it. Rank 0
-    // starts that collective only after rank 1 has reported and left (reportFailure returns once
-    // the store holds the report).
-    void failedPeerIsNamed() {
-        const int port = dist::freeLoopbackPort();
-        std::promise<void> reported;
-        std::shared_future<void> rank1Gone = reported.get_future().share();
-        const auto errors = onThreads(2, [&](int r) {
-            auto g = dist::Group::connect(worldOf(r, 2, port), "run", std::chrono::milliseconds(5000));
-            auto x = at::ones({4});
-            g->allreduceMean({x}); // both alive: fine
-            if (r == 1) {
-                g->reportFailure("loss is NaN at step 3");
-                g.reset(); // the process would exit here
-                reported.set_value();
-                return;
-            }
-            rank1Gone.wait();
-            g->allreduceMean({x});
-        });
-        QVERIFY2(errors[1].empty(), errors[1].c_str());
-        QVERIFY2(errors[0].find("rank 0 of 2: all-reduce") != std::string::npos, errors[0].c_str());
-        QVERIFY2(errors[0].find("rank 1 stopped: loss is NaN at step 3") != std::string::npos, errors[0].c_str());
-    }
-
-    // The environment as torchrun sets it; malformed values are named.
-    void worldFromEnvironment_data() {
-        QTest::addColumn<QStringList>("env"); // NAME=VALUE
-        QTest::addColumn<QString>("error");   // empty: valid
-        QTest::addColumn<int>("rank");
-        QTest::newRow("unset") << QStringList{} << "" << 0;
-        QTest::newRow("torchrun") << QStringList{"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500"}
-                                  << "" << 1;
-        QTest::newRow("rank too large") << QStringList{"RANK=2", "WORLD_SIZE=2", "MASTER_ADDR=a", "MASTER_PORT=1"}
-                                        << "RANK=2 is outside [0, WORLD_SIZE=2)" << 0;
-        QTest::newRow("no port") << QStringList{"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=a"} << "MASTER_PORT is not set" << 0;
-        QTest::newRow("bad port") << QStringList{"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=a", "MASTER_PORT=70000"}
-                                  << "MASTER_PORT=70000 is not a TCP port" << 0;
-        QTest::newRow("not a number") << QStringList{"WORLD_SIZE=two"} << "WORLD_SIZE='two'" << 0;
-    }
-    void worldFromEnvironment() {
-        QFETCH(QStringList, env);
-        QFETCH(QString, error);
-        QFETCH(int, rank);
-        const char* names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
-        for (const char* n : names) qunsetenv(n);
-        for (const auto& kv : env) qputenv(kv.section('=', 0, 0).toLocal8Bit(), kv.section('=', 1).toLocal8Bit());
-        try {
-            const dist::World w = dist::worldFromEnvironment();
-            QVERIFY2(error.isEmpty(), "no error");
-            QCOMPARE(w.rank, rank);
-            QCOMPARE(w.size, env.isEmpty() ? 1 : 2);
-        } catch (const std::runtime_error& e) {
-            QVERIFY2(!error.isEmpty() && QString(e.what()).contains(error), e.what());
-        }
-        for (const char* n : names) qunsetenv(n);
-    }
-
-    // --dist-backend: what each name and device gives, and the refusals (one line, naming gloo).
-    void backendChoice_data() {
-        QTest::addColumn<QString>("name");
-        QTest::addColumn<bool>("onCuda");
-        QTest::addColumn<QString>("want"); // "gloo", "nccl", or the error's words
-        QTest::newRow("gloo on cpu") << "gloo" << false << "gloo";
-        QTest::newRow("gloo on cuda") << "gloo" << true << "gloo";
-        QTest::newRow("auto on cpu") << "auto" << false << "gloo";
-        QTest::newRow("auto on cuda") << "auto" << true << (dist::ncclAvailable() ? "nccl" : "gloo");
-        QTest::newRow("nccl on cuda") << "nccl" << true
-                                      << (dist::ncclAvailable() ? "nccl" : "this build of latmix has no NCCL");
-        QTest::newRow("nccl on cpu") << "nccl" << false << "these run on the CPU: use --dist-backend gloo";
-        QTest::newRow("unknown") << "mpi" << false << "'mpi' is not one of gloo, nccl, auto";
-    }
-    void backendChoice() {
-        QFETCH(QString, name);
-        QFETCH(bool, onCuda);
-        QFETCH(QString, want);
-        try {
-            const auto b = dist::chooseBackend(name.toStdString(), onCuda);
-            QCOMPARE(QString(dist::backendName(b)), want);
-        } catch (const std::invalid_argument& e) {
-            QVERIFY2(QString(e.what()).contains(want), e.what());
-            QVERIFY2(!QString(e.what()).contains('\n'), e.what());
-        }
-    }
-
     // The refusal as a user meets it: before any work, one line naming gloo, no run folder.
     void ncclOnCpuIsRefused() {
         const QString out = m_tmp.filePath("nccl-cpu");
@@ -555,32 +390,6 @@ private slots:
                  qPrintable(r.err));
         QCOMPARE(r.err.trimmed().count('\n'), 0);
         QVERIFY(!QFileInfo::exists(out));
-    }
-
-    // One rank on one GPU through NCCL: the group forms, the collectives run on the device (one
-    // rank: the sum and the mean are the tensor itself, bit for bit; a broadcast leaves it), the
-    // tensors stay where they were, and the bytes are counted.
-    void ncclOneRankOnDevice_data() {
-        test::addDeviceColumn();
-        for (const QString& dev : test::acceleratorDevices()) QTest::newRow(qPrintable(dev)) << dev;
-    }
-    void ncclOneRankOnDevice() {
-        QFETCH(QString, device);
-        LATMIX_REQUIRE_DEVICE(dev, device);
-        if (!dist::ncclAvailable()) QFAIL("a CUDA build without NCCL: configure must find nccl.h (docs/developer/gpu.md)");
-        auto g = dist::Group::connect(worldOf(0, 1, dist::freeLoopbackPort()), "one rank", kTimeout, dist::Backend::Nccl,
-                                      dev.index());
-        QCOMPARE(int(g->backend()), int(dist::Backend::Nccl));
-        const auto a = at::randn({1000}, at::TensorOptions().dtype(at::kFloat).device(dev));
-        const auto h = at::randn({64, 64}, at::TensorOptions().dtype(at::kDouble).device(dev));
-        const auto a0 = a.clone(), h0 = h.clone();
-        g->allreduceMean({a});
-        g->allreduceSum({h});
-        g->broadcast({a, h});
-        g->barrier();
-        QVERIFY(a.device() == dev && h.device() == dev);
-        QVERIFY(at::equal(a, a0) && at::equal(h, h0));
-        QCOMPARE(g->bytesCommunicated(), std::uint64_t(8 * (1000 + 64 * 64 + 1000 + 64 * 64)));
     }
 
     // `latmix quantize --nproc 2` as a user runs it: one run folder written by rank 0 (world
