@@ -4,7 +4,9 @@
 #include "util/Job.h"
 
 #include <ATen/ATen.h>
+#include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QString>
 #include <QtTest>
 
@@ -61,6 +63,19 @@ inline QString errorOf(const std::function<void()>& f) {
         return QString::fromStdString(e.what());
     }
     return {};
+}
+
+// Same dtype, shape and bits (NaN payloads and signed zeros included).
+inline bool bitsEqual(const at::Tensor& a, const at::Tensor& b) {
+    if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
+    const auto t = a.element_size() == 2 ? at::kShort : a.element_size() == 4 ? at::kInt : at::kByte;
+    return at::equal(a.contiguous().view(t), b.contiguous().view(t));
+}
+
+// Leftovers of an interrupted write next to `dir` (util/AtomicFile's hidden temporary siblings).
+inline QStringList tempSiblings(const QString& dir) {
+    const QFileInfo fi(dir);
+    return QDir(fi.absolutePath()).entryList({"." + fi.fileName() + ".tmp-*"}, QDir::AllEntries | QDir::Hidden);
 }
 
 inline std::uint32_t bitsOf(float f) {

@@ -34,17 +34,8 @@ using test::readFile;
 
 QString sourceModel() { return dataDir() + "/models/stories260K-hf"; }
 
-bool bitsEqual(const at::Tensor& a, const at::Tensor& b) {
-    if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
-    const auto t = a.element_size() == 2 ? at::kShort : a.element_size() == 4 ? at::kInt : at::kByte;
-    return at::equal(a.contiguous().view(t), b.contiguous().view(t));
-}
-
-// Leftovers of an interrupted write next to `dir`: hidden temporary siblings.
-QStringList tempSiblings(const QString& dir) {
-    const QFileInfo fi(dir);
-    return QDir(fi.absolutePath()).entryList({"." + fi.fileName() + ".tmp-*"}, QDir::AllEntries | QDir::Hidden);
-}
+using test::bitsEqual;
+using test::tempSiblings;
 
 } // namespace
 
