@@ -282,11 +282,13 @@ void writeTimes(std::ostringstream& h, const json& j) {
             h << "<tr data-key=\"peak_rss_mb\"><th>peak resident memory</th>" << numCell(j["peak_rss_mb"].get<double>(), true, "%.0f MiB") << "</tr>\n";
         if (j.contains("peak_gpu_mb") && j["peak_gpu_mb"].is_number())
             h << "<tr data-key=\"peak_gpu_mb\"><th>peak GPU memory</th>" << numCell(j["peak_gpu_mb"].get<double>(), true, "%.0f MiB") << "</tr>\n";
-        for (const auto& [key, what] : {std::pair{"peak_rss_mb", "peak resident memory"}, std::pair{"peak_gpu_mb", "peak GPU memory"}})
-            if (j.contains(std::string(key) + "_by_stage") && j[std::string(key) + "_by_stage"].is_object())
-                for (const auto& [stage, v] : j[std::string(key) + "_by_stage"].items())
-                    h << "<tr data-key=\"" << key << ":" << esc(stage) << "\"><th>" << what << ", " << esc(stage) << "</th>"
-                      << numCell(v.is_number() ? v.get<double>() : 0, v.is_number(), "%.0f MiB") << "</tr>\n";
+        for (const auto& [key, what] : {std::pair{"peak_rss_mb", "peak resident memory"}, std::pair{"peak_gpu_mb", "peak GPU memory"}}) {
+            const auto byStage = j.find(std::string(key) + "_by_stage");
+            if (byStage == j.end() || !byStage->is_object()) continue;
+            for (const auto& [stage, v] : byStage->items())
+                h << "<tr data-key=\"" << key << ":" << esc(stage) << "\"><th>" << what << ", " << esc(stage) << "</th>"
+                  << numCell(v.is_number() ? v.get<double>() : 0, v.is_number(), "%.0f MiB") << "</tr>\n";
+        }
         h << "</table>\n";
     }
 }
