@@ -142,8 +142,10 @@ std::string deviceDescription() {
 
 void releaseFreeHostMemory() {
     util::releaseLargeBlockCache();
-    ::malloc_trim(0);
+    trimHeaps();
 }
+
+void trimHeaps() { ::malloc_trim(0); }
 
 double peakResidentMiB() {
     std::ifstream status("/proc/self/status");
