@@ -50,6 +50,29 @@ void checkSquare(const AffineMatrices& t, std::int64_t d, const std::string& wha
         throw std::invalid_argument(what + ": v must have " + std::to_string(d) + " elements");
 }
 
+// A sparse layer's experts read the post-attention norm's output: γ into gate and up.
+void scaleExpertInputs(model::ExpertWeights& x, const at::Tensor& postNorm) {
+    x.wGate = scaleColumns(x.wGate, postNorm);
+    x.wUp = scaleColumns(x.wUp, postNorm);
+}
+
+// Rows of W_down: W T3ᵀ.
+at::Tensor withT3(const at::Tensor& w, const transforms::BlockDiagonal& t3) { return t3.to(w.options()).apply(w); }
+
+// Neither the router nor the experts hold biases, so T1's v must be 0 (the preflight sees to it).
+void refuseT1BiasOnExperts(const AffineMatrices& t) {
+    if (t.v.defined())
+        throw std::invalid_argument("T1 with a bias on a mixture-of-experts layer: the router and experts have no "
+                                    "biases to take it; train T1 without bias (--t1-bias off)");
+}
+
+void applyT1ToExpert(model::ExpertWeights& x, const AffineMatrices& t) {
+    at::Tensor none;
+    foldInput(x.wGate, none, t);
+    foldInput(x.wUp, none, t);
+    foldOutput(x.wDown, none, t);
+}
+
 } // namespace
 
 void foldLayerNorms(model::LayerWeights& y) {
@@ -58,10 +81,7 @@ void foldLayerNorms(model::LayerWeights& y) {
     y.wv = scaleColumns(y.wv, y.inputNorm);
     if (y.router.defined()) { // a sparse layer: the router and every expert read the normed input
         y.router = scaleColumns(y.router, y.postNorm);
-        for (auto& e : y.experts) {
-            e.wGate = scaleColumns(e.wGate, y.postNorm);
-            e.wUp = scaleColumns(e.wUp, y.postNorm);
-        }
+        for (auto& x : y.experts) scaleExpertInputs(x, y.postNorm);
     } else {
         y.wGate = scaleColumns(y.wGate, y.postNorm);
         y.wUp = scaleColumns(y.wUp, y.postNorm);
@@ -96,17 +116,10 @@ void applyT1ToLayer(const model::ModelConfig& c, model::LayerWeights& y, const A
     }
     // A sparse layer: the router reads the same transformed residual as the experts, so it gets
     // W A⁻¹ too, and routing is unchanged (the rule of SpinQuant's MoE mapping in llm-compressor).
-    // Neither the router nor the experts hold biases, so T1's v must be 0 (the preflight sees to it).
-    if (t.v.defined())
-        throw std::invalid_argument("T1 with a bias on a mixture-of-experts layer: the router and experts have no "
-                                    "biases to take it; train T1 without bias (--t1-bias off)");
+    refuseT1BiasOnExperts(t);
     at::Tensor none;
     foldInput(y.router, none, t);
-    for (auto& e : y.experts) {
-        foldInput(e.wGate, none, t);
-        foldInput(e.wUp, none, t);
-        foldOutput(e.wDown, none, t);
-    }
+    for (auto& x : y.experts) applyT1ToExpert(x, t);
 }
 
 void applyT1ToTopLevel(const model::ModelConfig& c, model::LlamaWeights& w, const AffineMatrices& t) {
@@ -163,15 +176,32 @@ void forEachDown(model::LayerWeights& y, const std::function<void(at::Tensor&)>&
 } // namespace
 
 void applyT3ToLayer(model::LayerWeights& y, const transforms::BlockDiagonal& t3) {
-    forEachDown(y, [&](at::Tensor& w) { w = t3.to(w.options()).apply(w); }); // rows of W_down: W T3ᵀ
+    forEachDown(y, [&](at::Tensor& w) { w = withT3(w, t3); });
+}
+
+void foldExpert(model::ExpertWeights& x, const at::Tensor& postNorm, const transforms::BlockDiagonal& t3,
+                const AffineMatrices& t1) {
+    scaleExpertInputs(x, postNorm);
+    if (t3.defined()) x.wDown = withT3(x.wDown, t3);
+    if (!t1.defined()) return;
+    checkSquare(t1, x.wGate.size(1), "T1");
+    refuseT1BiasOnExperts(t1);
+    applyT1ToExpert(x, t1);
 }
 
 void foldLayer(const model::ModelConfig& config, model::LayerWeights& y, int layer, const transforms::BlockDiagonal& t3,
                const AffineMatrices& t1, const AffineMatrices& t2) {
+    // The experts apart, each folded whole (foldExpert: the same steps in the same order on
+    // each tensor, so the same values and graph); the rest step by step.
+    std::vector<model::ExpertWeights> experts = std::move(y.experts);
+    y.experts.clear();
+    const at::Tensor postNorm = y.postNorm; // before foldLayerNorms sets it to ones
     foldLayerNorms(y);
     if (t3.defined()) applyT3ToLayer(y, t3);
     if (t1.defined()) applyT1ToLayer(config, y, t1);
     if (t2.defined()) applyT2ToLayer(config, y, t2, layer);
+    for (auto& x : experts) foldExpert(x, postNorm, t3, t1);
+    y.experts = std::move(experts);
 }
 
 model::LlamaWeights applyT3(const model::LlamaWeights& w, const transforms::BlockDiagonal& t3) {

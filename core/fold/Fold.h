@@ -72,6 +72,12 @@ void applyT3ToLayer(model::LayerWeights& y, const transforms::BlockDiagonal& t3)
 // (differentiable in t1 and t2), the run's folded spill and the analysis views all call it.
 void foldLayer(const model::ModelConfig& config, model::LayerWeights& y, int layer, const transforms::BlockDiagonal& t3,
                const AffineMatrices& t1, const AffineMatrices& t2);
+// One expert of a sparse layer as foldLayer folds it: γ of the post-attention norm (postNorm, the
+// layer's before folding) into gate and up, T3 on down, then T1 (refused with a bias v). foldLayer
+// calls it for each expert; fold::foldedLayer an expert at a time from the checkpoint, so that a
+// layer of a mixture of experts is never whole in float64.
+void foldExpert(model::ExpertWeights& x, const at::Tensor& postNorm, const transforms::BlockDiagonal& t3,
+                const AffineMatrices& t1);
 
 model::ModelConfig foldedConfig(const model::ModelConfig& config, model::LlamaWeights& w);
 

@@ -87,9 +87,12 @@ private:
 // their quantization). original: the checkpoint's weights as loaded (any dtype/device).
 model::LlamaModel foldedModel(const model::ModelConfig& config, const model::LlamaWeights& original, const ModelTransforms& t,
                               const at::TensorOptions& options);
-// One layer of foldedModel's weights (fold::foldLayer in options' dtype and device) without
-// touching the other layers: what the run's weight quantizer sees there.
+// One layer of foldedModel's weights without touching the other layers: what the run's weight
+// quantizer sees there. Folded in options' dtype and device (fold::foldLayer), returned in out's;
+// a sparse layer's experts an expert at a time (fold::foldExpert), so that only one of them is
+// in options' precision at once.
 model::LayerWeights foldedLayer(const model::ModelConfig& config, const model::LayerWeights& original,
-                                const ModelTransforms& t, int layer, const at::TensorOptions& options);
+                                const ModelTransforms& t, int layer, const at::TensorOptions& options,
+                                const at::TensorOptions& out);
 
 } // namespace latmix::fold

@@ -3,6 +3,7 @@
 // model equal to the "transformed student" computed independently (float64 ReferenceLlama whose
 // RMSNorms see A1 h + v1).
 #include "DeviceRows.h"
+#include "MoeModels.h"
 #include "ReferenceLlama.h"
 
 #include "fold/Fold.h"
@@ -19,6 +20,7 @@
 
 #include <QTemporaryDir>
 
+#include <map>
 #include <memory>
 #include <random>
 #include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
@@ -292,6 +294,61 @@ private slots:
         const auto a12 = t12->matrix();
         QVERIFY(maxRelative(t12->forward(x12), at::matmul(x12, a12.t())) < 1e-13);
         QVERIFY(maxRelative(t12->inverse(x12), at::matmul(x12, a12)) < 1e-13);
+    }
+
+    // The run folds a sparse layer's experts one at a time, each in float64 only while it is folded
+    // (fold::foldedLayer, fold::foldExpert); the whole-model folds step by step over every expert
+    // (foldNorms, applyT3, applyT1, applyT2). The same operations on each tensor in the same order
+    // and precision: equal bit for bit in float32, router and attention included.
+    void expertsOneAtATimeEqualTheWholeModelFold_data() {
+        QTest::addColumn<QString>("family");
+        QTest::addColumn<QString>("t1");
+        QTest::newRow("qwen3-moe, learned LU") << "qwen3-moe" << "learned-affine-lu";
+        QTest::newRow("mixtral, random Hadamard") << "mixtral" << "hadamard";
+    }
+    void expertsOneAtATimeEqualTheWholeModelFold() {
+        QFETCH(QString, family);
+        QFETCH(QString, t1);
+        QTemporaryDir tmp;
+        const QString dir = test::moeModel(tmp.filePath("m"), test::moeRunConfigText(family), family.toStdString());
+        const auto ck = model::Checkpoint::load(dir.toStdString());
+        const auto& c = ck.config();
+        fold::TransformSpec spec;
+        spec.t1Kind = t1.toStdString();
+        spec.t1Bias = false; // the experts and the router have no biases to take one
+        spec.seed = 3;
+        fold::ModelTransforms t(c, spec);
+        {
+            at::NoGradGuard g;
+            auto gen = at::detail::createCPUGenerator(23);
+            for (auto& p : t.parameters()) p.add_(at::randn(p.sizes(), gen, p.options()) * 0.05);
+        }
+        const auto w = model::loadStoredWeights(ck, at::kFloat);
+        const auto f64 = at::TensorOptions().dtype(at::kDouble), f32 = at::TensorOptions().dtype(at::kFloat);
+        const auto whole = fold::foldedModel(c, w, t, f64).weights();
+        for (int l = 0; l < c.numLayers; ++l) {
+            const auto one = fold::foldedLayer(c, w.layers[size_t(l)], t, l, f64, f32);
+            // foldedModel also completes the bias groups with zeros (fold::foldedConfig; the run
+            // does that on the spill): those are the only tensors foldedLayer has not.
+            std::map<std::string, at::Tensor> got;
+            for (const auto& [name, x] : model::namedLayerTensors(c, one, l)) got[name] = x;
+            QVERIFY(!one.experts.empty());
+            int compared = 0;
+            for (const auto& [name, x] : model::namedLayerTensors(c, model::convertLayer(whole.layers[size_t(l)], f32), l)) {
+                const auto it = got.find(name);
+                if (it == got.end()) {
+                    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+                    QVERIFY2(bias && !x.any().item<bool>(), name.c_str());
+                    continue;
+                }
+                QCOMPARE(it->second.scalar_type(), at::kFloat);
+                QVERIFY2(at::equal(it->second, x), name.c_str());
+                ++compared;
+            }
+            QCOMPARE(compared, int(got.size()));
+            // And the fold did something: an expert's gate moved from the checkpoint's.
+            QVERIFY(maxRelative(one.experts.front().wGate, w.layers[size_t(l)].experts.front().wGate) > 1e-2);
+        }
     }
 
     void badShapesThrow() {
