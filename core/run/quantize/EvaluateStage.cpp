@@ -4,6 +4,7 @@
 #include "mx/MxFormat.h"
 #include "run/quantize/Stages.h"
 #include "tokenizer/Tokenizer.h"
+#include "util/Runtime.h"
 
 namespace latmix::run {
 
@@ -30,14 +31,20 @@ void evaluateRun(const RunContext& ctx, const std::string& modelOut, const std::
                                   : eval::evaluatePerplexity(model::LlamaModel(ctx.checkpoint(), at::kFloat, ctx.device, true, offload),
                                                              evalIds, p, fp)
                                         .perplexity;
+        // The FP model's float32 layers were freed between other blocks of glibc's heaps: given
+        // back before the quantized model is read (its pages are mapped), else they stay resident
+        // through both evaluations (a Qwen3-MoE shape: 2.4 GiB more than --dry-run's estimate).
+        releaseFreeHostMemory();
         SubJob w4a4(job, step, 2 * step, "perplexity " + precision + ": ");
         result.quantizedPerplexity =
             eval::evaluatePerplexity(model::LlamaModel(quantized, at::kFloat, ctx.device, true, offload), evalIds, p, w4a4)
                 .perplexity;
+        releaseFreeHostMemory();
         SubJob weights(job, 2 * step, end, "perplexity weights only: ");
         result.weightOnlyPerplexity =
             eval::evaluatePerplexity(model::LlamaModel(quantized, at::kFloat, ctx.device, false, offload), evalIds, p, weights)
                 .perplexity;
+        releaseFreeHostMemory();
     }
     if (!o.evalTasks.empty()) {
         SubJob tasks(job, end, 1.0, "zero-shot " + precision + ": ");

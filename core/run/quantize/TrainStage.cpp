@@ -1,6 +1,7 @@
 // The train stage of a quantize run (run/quantize/Stages.h).
 #include "dist/ProcessGroup.h"
 #include "eval/Perplexity.h"
+#include "io/SafeTensors.h"
 #include "run/quantize/Stages.h"
 
 #include <ATen/core/grad_mode.h>
@@ -71,6 +72,10 @@ std::unique_ptr<fold::ModelTransforms> trainTransforms(const RunContext& ctx, co
         // The teacher and student run in float32 on the device, a layer converted at a time from
         // the weights as they are (mapped as stored on the CPU; host memory with --offload).
         result.training = train::distill(ctx.config(), original, calib, *transforms, d, job);
+        // Every step read the embedding and lm_head tables whole: their mapped pages go (the
+        // fold reads them once more, a block of rows at a time), 1.2 GiB at a Qwen3-MoE shape.
+        io::releaseMappedPages(original.embed);
+        io::releaseMappedPages(original.lmHead);
         result.trainSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     if (ctx.root())
