@@ -123,7 +123,14 @@ MemoryStage quantizeStage(const Shape& s, I T, int stored, const QuantizeOptions
     const auto bits = mx::elementSpec(o.format.element()).bits;
     const I P = s.layerParams();
     const I packed = (s.linearParams() * bits / 8 + s.linearParams() / o.format.blockSize) / s.layers;
-    const I layer = P * stored + (m.transformed || stored == 4 ? P * 4 : P * 8);
+    // The layer: on the host, as read (mapped: the checkpoint as stored, or with transforms the
+    // folded model's float32 spill), its float32 copy when read narrower, and the dequantized
+    // results of all its linears with their group scales, kept in float32 on the host
+    // (quant::finish) until the layer is done. On a device, its float32 copy alone (the weights
+    // as stored are counted apart).
+    const I read = m.transformed ? 4 : stored;
+    const I results = P * 4 + P / o.format.blockSize * 4;
+    const I layer = onDevice ? P * 4 : P * read + (read == 4 ? 0 : P * 4) + results;
     // At down_proj: the three smaller Hessians, down_proj's own (taken, no copy) and GPTQ's
     // two [in, in] matrices alive at a time plus W and its working copy in float64.
     // RTN runs windows through the layers only for --rtn-error-windows (QuantizeOptions).
@@ -195,10 +202,13 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
     }
     if (m.transformed) {
         // fold: one layer as stored, its float64 copy with a matmul result (the largest is an
-        // [intermediate, hidden] weight), the float32 result; at the end the embedding / lm_head
+        // [intermediate, hidden] weight), the float32 result; a sparse layer's experts go
+        // through float64 one at a time (fold::foldedLayer). At the end the embedding / lm_head
         // folded into a float32 table, 8192 rows at a time in float64 (rows, product, bias),
         // with the original table's pages read.
-        const I layer = P * stored + P * 8 + s.largestIn * s.largestOut * 8 + P * 4;
+        const I expert = 3 * s.h * s.expertWidth;
+        const I inFloat64 = s.experts > 0 ? P - (s.experts - 1) * expert : P;
+        const I layer = P * stored + inFloat64 * 8 + s.largestIn * s.largestOut * 8 + P * 4;
         const I top = s.table() * (4 + stored) + 3 * 8192 * s.h * 8;
         e.stages.push_back({"fold", kBase + std::max(layer, top),
                             "a layer " + mib(layer) + ", embedding/lm_head " + mib(top)});
