@@ -205,15 +205,11 @@ model::LayerWeights foldedLayer(const model::ModelConfig& config, const model::L
     // and the holes their predecessors leave in glibc's heaps are not reused: a Qwen3-MoE-shaped
     // layer grew by 3.1 GiB through the norms alone until the heaps' free pages went back every
     // kTrimEvery experts (trimHeaps, util/Runtime.h).
-    constexpr std::size_t kTrimEvery = 16;
     const at::Tensor postNorm = original.postNorm.to(options);
-    const auto in = [](const model::ExpertWeights& x, const at::TensorOptions& o) {
-        return model::ExpertWeights{x.wGate.to(o), x.wUp.to(o), x.wDown.to(o)};
-    };
     for (std::size_t e = 0; e < original.experts.size(); ++e) {
-        model::ExpertWeights x = in(original.experts[e], options);
+        model::ExpertWeights x = model::convertExpert(original.experts[e], options);
         fold::foldExpert(x, postNorm, t.t3(), t1);
-        y.experts.push_back(in(x, out));
+        y.experts.push_back(model::convertExpert(x, out));
         if ((e + 1) % kTrimEvery == 0) trimHeaps();
     }
     return y;

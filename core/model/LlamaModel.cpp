@@ -212,8 +212,12 @@ LayerWeights convertLayer(const LayerWeights& y, const at::TensorOptions& option
                             {&z.wUp, &y.wUp}, {&z.wDown, &y.wDown}, {&z.bGate, &y.bGate}, {&z.bUp, &y.bUp},
                             {&z.bDown, &y.bDown}, {&z.router, &y.router}})
         *dst = cv(*src);
-    for (const ExpertWeights& x : y.experts) z.experts.push_back({cv(x.wGate), cv(x.wUp), cv(x.wDown)});
+    for (const ExpertWeights& x : y.experts) z.experts.push_back(convertExpert(x, options));
     return z;
+}
+
+ExpertWeights convertExpert(const ExpertWeights& x, const at::TensorOptions& options) {
+    return {x.wGate.to(options), x.wUp.to(options), x.wDown.to(options)};
 }
 
 namespace {

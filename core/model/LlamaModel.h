@@ -82,6 +82,7 @@ void releaseMappedLayer(const LayerWeights& y);
 // Every tensor converted (dtype and/or device).
 LlamaWeights convertWeights(const LlamaWeights& w, const at::TensorOptions& options);
 LayerWeights convertLayer(const LayerWeights& w, const at::TensorOptions& options);
+ExpertWeights convertExpert(const ExpertWeights& x, const at::TensorOptions& options);
 // Layer-wise offload for models larger than device memory: embeddings, final norm and lm_head
 // converted to `compute`, the decoder layers kept in host memory (CPU, compute's dtype).
 // forwardWith brings each layer to the device when it runs and drops it afterwards.

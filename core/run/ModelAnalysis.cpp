@@ -93,7 +93,8 @@ LinearWeights loadLinearWeights(const std::string& modelDir, int layer, const st
                                  "': " + e.what() + " (is it a run of this model?)");
     }
     // float64 like the pipeline's final fold, then float32 as the quantizer gets it.
-    const auto folded = fold::foldedLayer(c, y, *t, layer, at::TensorOptions().dtype(at::kDouble), at::TensorOptions().dtype(at::kFloat));
+    const auto folded =
+        fold::foldedLayer(c, y, *t, layer, at::TensorOptions().dtype(at::kDouble), at::TensorOptions().dtype(at::kFloat));
     r.folded = linearOf(c, folded, layer, linear).contiguous();
     return r;
 }

@@ -44,9 +44,9 @@ void evaluateRun(const RunContext& ctx, const std::string& modelOut, const std::
         result.weightOnlyPerplexity =
             eval::evaluatePerplexity(model::LlamaModel(quantized, at::kFloat, ctx.device, false, offload), evalIds, p, weights)
                 .perplexity;
-        releaseFreeHostMemory();
     }
     if (!o.evalTasks.empty()) {
+        releaseFreeHostMemory();
         SubJob tasks(job, end, 1.0, "zero-shot " + precision + ": ");
         const auto tok = tokenizer::Tokenizer::loadFromDir(modelOut);
         result.zeroShot = eval::evaluateZeroShot(model::LlamaModel(quantized, at::kFloat, ctx.device, true, offload), *tok,

@@ -21,11 +21,6 @@ namespace {
 const std::vector<util::Remedy> kLayerRemedies = {{"offload", "", "", "(one layer on the device at a time)"},
                                                    {"calib_samples", "", "fewer", ""}};
 constexpr int kWindowChunk = 8; // calibration windows through a layer at once
-// Linears between two trims of the heaps: each leaves at most one temporary's hole resident (an
-// expert's [768, 2048] in float32 is 6 MiB). A trim after every linear made an RTN run of the
-// Qwen3-MoE shape 13% slower (the holes' pages faulted in again); one in 16 bounds the holes at
-// about 100 MiB and cost nothing measurable.
-constexpr int kTrimEvery = 16;
 
 } // namespace
 
