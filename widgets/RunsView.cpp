@@ -4,7 +4,6 @@
 #include "RunsView.h"
 
 #include "PlotStyle.h"
-#include "mx/MxFormat.h"
 #include "run/quantize/OptionTable.h"
 #include "util/AtomicFile.h"
 
@@ -287,9 +286,7 @@ void RunsView::fillTable() {
     m_table->setSortingEnabled(false);
     m_model->removeRows(0, m_model->rowCount());
     using latmix::run::RunSummary;
-    std::vector<std::string> formats; // the quantized column says W4A4 when every run is 4-bit
-    for (const auto& r : m_runs) formats.push_back(r.format);
-    const std::string precision = latmix::mx::precisionLabel(formats);
+    const std::string precision = latmix::run::precisionLabel(m_runs); // W4A4 when every run is 4-bit
     m_model->horizontalHeaderItem(Quantized)->setText(precision == "quantized" ? tr("Quantized") : QString::fromStdString(precision));
     for (const auto& r : m_runs) {
         const QString dir = QString::fromStdString(r.dir);

@@ -2,7 +2,6 @@
 // latmix runs: the run folders under a folder, as a table and optionally CSV (run/RunCatalog.h).
 #include "cli/Commands.h"
 
-#include "mx/MxFormat.h"
 #include "report/Report.h"
 #include "run/RunCatalog.h"
 #include "util/AtomicFile.h"
@@ -28,9 +27,7 @@ std::string num(double v, bool present, const char* f) {
 // The table `latmix runs` prints: columns padded to their widest cell, numbers right-aligned.
 std::string runsTable(const std::vector<run::RunSummary>& runs) {
     using RS = run::RunSummary;
-    std::vector<std::string> formats;
-    for (const auto& r : runs) formats.push_back(r.format);
-    const std::vector<std::string> head = {"method", "format", "block", "steps", "FP ppl", mx::precisionLabel(formats) + " ppl",
+    const std::vector<std::string> head = {"method", "format", "block", "steps", "FP ppl", run::precisionLabel(runs) + " ppl",
                                            "folded FP", "recovery %", "0-shot avg", "train s", "date", "dir"};
     const std::vector<bool> right = {false, false, true, true, true, true, true, true, true, true, false, false};
     std::vector<std::vector<std::string>> rows = {head};

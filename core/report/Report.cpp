@@ -45,6 +45,9 @@ std::string numCell(double v, bool present, const char* f, const std::string& at
 
 std::string esc(const std::string& s) { return escapeXml(s); }
 
+// The paper's name for the run's quantized model: "W4A4", "W8A8", ... ("quantized" for an unknown format).
+std::string precisionOf(const run::RunSummary& s) { return mx::precisionLabel(std::vector<std::string>{s.format}); }
+
 // A latmix.json value as text for the configuration tables.
 std::string valueText(const json& v) {
     if (v.is_null()) return "–";
@@ -236,7 +239,7 @@ void writeResults(std::ostringstream& h, const run::RunSummary& s, const std::st
         row("folded_fp", "folded FP perplexity (transforms folded, nothing quantized)", s.foldedFpPerplexity, true, "%.3f");
     row("weights_only", "weights-only perplexity (quantized weights, FP activations)", s.weightsOnlyPerplexity,
         RS::hasValue(s.weightsOnlyPerplexity), "%.3f");
-    const std::string precision = mx::precisionLabel(std::vector<std::string>{s.format}); // "W4A4", "W8A8", ...
+    const std::string precision = precisionOf(s);
     row("w4a4", precision + " perplexity (quantized weights and activations)", s.w4a4Perplexity,
         RS::hasValue(s.w4a4Perplexity), "%.3f");
     h << "<tr data-key=\"recovery\"><th>recovery (FP / " << precision << " perplexity)</th>"
@@ -256,7 +259,7 @@ void writeResults(std::ostringstream& h, const run::RunSummary& s, const std::st
 void writeZeroShot(std::ostringstream& h, const run::RunSummary& s) {
     using RS = run::RunSummary;
     if (!s.zeroShot.empty()) {
-        h << "<h3>Zero-shot tasks (" << mx::precisionLabel(std::vector<std::string>{s.format}) << " model)</h3>\n<table class=\"zeroshot\" id=\"zeroshot-table\">\n"
+        h << "<h3>Zero-shot tasks (" << precisionOf(s) << " model)</h3>\n<table class=\"zeroshot\" id=\"zeroshot-table\">\n"
           << "<tr><th>task</th><th>n</th><th>acc</th><th>acc_norm</th><th>perplexity</th></tr>\n";
         for (const auto& t : s.zeroShot) {
             const std::string k = " data-key=\"zeroshot:" + esc(t.task) + ":";

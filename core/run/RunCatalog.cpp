@@ -1,5 +1,7 @@
 #include "run/RunCatalog.h"
 
+#include "mx/MxFormat.h"
+
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
 #include "util/AtomicFile.h"
@@ -247,6 +249,12 @@ std::vector<RunSummary> scanRuns(const std::string& root, std::vector<std::strin
     scanFolder(fs::path(root), 0, maxDepth, visited, runs, problems);
     std::sort(runs.begin(), runs.end(), [](const RunSummary& a, const RunSummary& b) { return a.dir < b.dir; });
     return runs;
+}
+
+std::string precisionLabel(const std::vector<RunSummary>& runs) {
+    std::vector<std::string> formats;
+    for (const auto& r : runs) formats.push_back(r.format);
+    return mx::precisionLabel(formats);
 }
 
 const std::vector<std::string>& runsCsvColumns() {

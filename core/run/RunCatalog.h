@@ -88,6 +88,10 @@ RunSummary readRunSummary(const std::string& runDir);
 std::vector<RunSummary> scanRuns(const std::string& root, std::vector<std::string>* problems = nullptr,
                                  int maxDepth = 6);
 
+// The label these runs' formats share for a column over them (mx::precisionLabel): "W4A4" when
+// every run is 4-bit, "quantized" when they differ or there is none.
+std::string precisionLabel(const std::vector<RunSummary>& runs);
+
 // The runs as CSV (RFC 4180): a header line, one row a run; fields holding a comma, a quote or a
 // line break are quoted (quotes doubled); absent numbers are empty fields; numbers are written
 // with as many digits as they need to read back exactly.

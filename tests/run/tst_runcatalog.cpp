@@ -196,6 +196,26 @@ private slots:
         QCOMPARE(s.recovery, 0.0);
     }
 
+    // The column label over several runs: the paper's W/A bits when every format shares them
+    // (mxfp4 and nvfp4 are both 4-bit), "quantized" otherwise.
+    void precisionOverRuns_data() {
+        QTest::addColumn<QStringList>("formats");
+        QTest::addColumn<QString>("label");
+        QTest::newRow("one mxfp4") << QStringList{"mxfp4"} << "W4A4";
+        QTest::newRow("mxfp4 and nvfp4") << QStringList{"mxfp4", "nvfp4", "mxint4"} << "W4A4";
+        QTest::newRow("8-bit") << QStringList{"mxfp8_e4m3", "mxint8"} << "W8A8";
+        QTest::newRow("4 and 8 bits") << QStringList{"mxfp4", "mxfp8_e4m3"} << "quantized";
+        QTest::newRow("unknown format") << QStringList{"mxfp4", "fp3"} << "quantized";
+        QTest::newRow("no runs") << QStringList{} << "quantized";
+    }
+    void precisionOverRuns() {
+        QFETCH(QStringList, formats);
+        QFETCH(QString, label);
+        std::vector<run::RunSummary> runs;
+        for (const auto& f : formats) runs.emplace_back().format = f.toStdString();
+        QCOMPARE(QString::fromStdString(run::precisionLabel(runs)), label);
+    }
+
     void refusesBadRecords_data() {
         QTest::addColumn<QByteArray>("content"); // empty: no file
         QTest::addColumn<QString>("says");
