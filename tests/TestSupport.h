@@ -120,4 +120,23 @@ inline QString describeMismatch(const std::vector<float>& x, const std::vector<f
         .arg(static_cast<double>(want[i]), 0, 'g', 9);
 }
 
+// The kB of `path` resident in this process: the Rss of its mappings in /proc/self/smaps (pages
+// mapped into the process, not the page cache's copy). -1 when smaps cannot be read.
+inline long residentKbOf(const QString& path) {
+    QFile smaps("/proc/self/smaps");
+    if (!smaps.open(QIODevice::ReadOnly | QIODevice::Text)) return -1;
+    const QString canonical = QFileInfo(path).canonicalFilePath();
+    long kb = 0;
+    bool inFile = false;
+    for (const QByteArray& line : smaps.readAll().split('\n')) {
+        const QString l = QString::fromLocal8Bit(line);
+        const QString first = l.section(' ', 0, 0);
+        if (first.contains('-') && !first.endsWith(':')) // a mapping's first line: "lo-hi perms offset dev inode path"
+            inFile = l.endsWith(canonical);
+        else if (inFile && first == "Rss:")
+            kb += l.section(' ', 1, -1, QString::SectionSkipEmpty).section(' ', 0, 0).toLong();
+    }
+    return kb;
+}
+
 } // namespace latmix::test

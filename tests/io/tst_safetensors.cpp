@@ -11,8 +11,11 @@
 #include <QtTest>
 
 #include <fstream>
+#include <map>
 #include <stdexcept>
 #include <string>
+
+#include <unistd.h> // sysconf
 #include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 
 using namespace latmix::io;
@@ -436,6 +439,42 @@ private slots:
         const std::string path = tmp.filePath("no/such/folder/x.safetensors").toStdString();
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, writeSafeTensors(path, {{"w", at::ones({1})}}));
         QVERIFY(QDir(tmp.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot).isEmpty());
+    }
+
+    // releaseMappedPages drops the pages of a mapped tensor from this process (the model passes
+    // keep one layer resident), and only those: a neighbour keeps its pages except the one page
+    // each end may share, a heap tensor is left alone, and the released tensor reads the file's
+    // values again.
+    void releasedPagesLeaveTheProcess_data() {
+        QTest::addColumn<QString>("released"); // "a", "b", "c" or "heap"
+        for (const char* t : {"a", "b", "c", "heap"}) QTest::newRow(t) << t;
+    }
+    void releasedPagesLeaveTheProcess() {
+        QFETCH(QString, released);
+        if (latmix::test::residentKbOf("/proc/self/exe") < 0) QSKIP("no /proc/self/smaps here");
+        QTemporaryDir tmp;
+        QVERIFY(tmp.isValid());
+        const QString path = tmp.filePath("three.safetensors");
+        const int64_t n = 1 << 20; // 4 MiB of float32 each
+        const auto values = [&](int k) { return at::arange(n, at::kFloat) + float(k * n); };
+        writeSafeTensors(path.toStdString(), {{"a", values(0)}, {"b", values(1)}, {"c", values(2)}});
+        auto f = SafeTensorsFile::open(path.toStdString());
+        std::map<QString, at::Tensor> t{{"a", f->tensor("a")}, {"b", f->tensor("b")}, {"c", f->tensor("c")},
+                                        {"heap", values(3)}};
+        for (const auto& [name, x] : t) (void)x.sum().item<double>(); // every page touched
+        const long tensorKb = long(n * 4 / 1024), pageKb = long(::sysconf(_SC_PAGESIZE) / 1024);
+        const long before = latmix::test::residentKbOf(path);
+        QVERIFY2(before >= 3 * tensorKb, qPrintable(QString("%1 kB resident after reading 3 x %2 kB").arg(before).arg(tensorKb)));
+        releaseMappedPages(t.at(released));
+        const long after = latmix::test::residentKbOf(path);
+        const long dropped = released == "heap" ? 0 : tensorKb;
+        QVERIFY2(after <= before - dropped + 2 * pageKb && after >= before - dropped - 2 * pageKb,
+                 qPrintable(QString("%1 kB resident before, %2 kB after releasing %3").arg(before).arg(after).arg(released)));
+        // Read again: the file's values (an exact sum of integers below 2^24 in float64).
+        double again = 0;
+        for (const auto& [name, x] : t) again += x.to(at::kDouble).sum().item<double>();
+        const double whole = double(4 * n) * double(4 * n - 1) / 2;
+        QCOMPARE(again, whole);
     }
 
     // SPEC §8: real checkpoints are mapped, never copied whole. Every tensor of the file is a

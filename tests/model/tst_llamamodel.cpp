@@ -4,6 +4,7 @@
 // model, and synthetic Qwen2 (q/k/v bias), Qwen3 (q/k norm) and Llama-3 (rope scaling) models.
 #include "DeviceRows.h" // before <QtTest>
 #include "ReferenceLlama.h"
+#include "TestSupport.h"
 
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
@@ -203,6 +204,35 @@ private slots:
         QVERIFY(converted.device() == dev);
         const auto ids = at::arange(40, at::kLong).remainder(ck.config().vocabSize).unsqueeze(0);
         QVERIFY(at::equal(stored.forward(ids).cpu(), converted.forward(ids).cpu()));
+    }
+
+    // Looking rows up in a table mapped from a file copies them and leaves none of the table
+    // resident: the kernel reads around every looked-up row, which for scattered tokens is most
+    // of the table, and that used to stay mapped through every later stage of a run. Float32
+    // and bf16 tables; the rows equal the file's.
+    void embeddingLookupLeavesTableUnmapped_data() {
+        QTest::addColumn<QString>("dtype");
+        QTest::newRow("float32") << "float32";
+        QTest::newRow("bfloat16") << "bfloat16";
+    }
+    void embeddingLookupLeavesTableUnmapped() {
+        QFETCH(QString, dtype);
+        if (test::residentKbOf("/proc/self/exe") < 0) QSKIP("no /proc/self/smaps here");
+        const auto type = dtype == "float32" ? at::kFloat : at::kBFloat16;
+        ModelConfig c;
+        c.vocabSize = 8192, c.hiddenSize = 512, c.maxPositions = 4096; // a 16 MiB table in float32
+        const QString path = m_tmp.filePath("embedding-" + dtype + ".safetensors");
+        const at::Tensor table = at::randn({c.vocabSize, c.hiddenSize}, at::kFloat).to(type);
+        io::writeSafeTensors(path.toStdString(), {{"model.embed_tokens.weight", table}});
+        auto file = io::SafeTensorsFile::open(path.toStdString());
+        model::LlamaWeights w;
+        w.embed = file->tensor("model.embed_tokens.weight");
+        const auto ids = at::tensor(test::randomIds(1024, c.vocabSize, 7), at::kInt).to(at::kLong).reshape({2, 512});
+        const at::Tensor rows = model::embedTokens(c, w, ids);
+        QVERIFY(at::equal(rows, table.index_select(0, ids.reshape({-1})).view({2, 512, c.hiddenSize})));
+        const long tableKb = long(table.nbytes() / 1024), resident = test::residentKbOf(path);
+        QVERIFY2(resident >= 0 && resident <= 64,
+                 qPrintable(QString("%1 kB of a %2 kB table stay resident after the lookup").arg(resident).arg(tableKb)));
     }
 
     void bfloat16StaysClose() {
