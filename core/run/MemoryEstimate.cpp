@@ -114,23 +114,30 @@ void finish(MemoryEstimate& e) {
         }
 }
 
-// The quantize stage (run/quantize/LayerQuantizer.cpp): the packed codes of one layer (element
-// bits + one scale byte per block; the run model's writer streams them to quantized.safetensors),
-// the layer read (mapped) and its float32 / dequantized copies, the Hessians in float64, GPTQ's
-// float64 work on the widest input (intermediate), the calibration activations (in and out) and
-// one chunk of 8 windows through the layer without a graph.
+// The quantize stage (run/quantize/LayerQuantizer.cpp), the larger of its moments, beside the
+// calibration windows' hidden states (in and out) that it holds throughout:
+// - converting a layer: its float32 copy beside the layer as stored when that is narrower (the
+//   stored pages leave once it is copied);
+// - the windows' pass: the float32 layer, the Hessians in float64 and one chunk of 8 windows
+//   through the layer without a graph;
+// - GPTQ: the layer, the Hessians and GPTQ's float64 work on the widest input; each linear's
+//   result takes the original's place as it is quantized (LayerQuantizer::adoptResult), so one
+//   result with its group scales is there beside the layer; the packed codes grow as the Hessians
+//   are taken, far smaller than them;
+// - the layer done: its results and packed codes (element bits + one scale byte per block) while
+//   the run model's writer streams them to quantized.safetensors;
+// - the end: the embedding converted to float32 for the run model when stored narrower.
+// With transforms the layer is read from the folded model's float32 spill (mapped: no copy).
+// On a device the layer, the Hessians, GPTQ's work and the chunk are there; the packed codes and
+// the embedding's conversion are host memory.
 MemoryStage quantizeStage(const Shape& s, I T, int stored, const QuantizeOptions& o, const MethodSpec& m, bool onDevice) {
     const auto bits = mx::elementSpec(o.format.element()).bits;
-    const I P = s.layerParams();
-    const I packed = (s.linearParams() * bits / 8 + s.linearParams() / o.format.blockSize) / s.layers;
-    // The layer: on the host, as read (mapped: the checkpoint as stored, or with transforms the
-    // folded model's float32 spill), its float32 copy when read narrower, and the dequantized
-    // results of all its linears with their group scales, kept in float32 on the host
-    // (quant::finish) until the layer is done. On a device, its float32 copy alone (the weights
-    // as stored are counted apart).
+    const I P = s.layerParams(), B = o.format.blockSize;
+    const I packed = (s.linearParams() * bits / 8 + s.linearParams() / B) / s.layers;
     const I read = m.transformed ? 4 : stored;
-    const I results = P * 4 + P / o.format.blockSize * 4;
-    const I layer = onDevice ? P * 4 : P * read + (read == 4 ? 0 : P * 4) + results;
+    const I layer = P * 4;
+    const I convert = layer + (onDevice || read == 4 ? 0 : P * read);
+    const I oneResult = s.largestIn * s.largestOut * 4 + s.largestIn * s.largestOut / B * 4;
     // At down_proj: the three smaller Hessians, down_proj's own (taken, no copy) and GPTQ's
     // two [in, in] matrices alive at a time plus W and its working copy in float64.
     // RTN runs windows through the layers only for --rtn-error-windows (QuantizeOptions).
@@ -152,11 +159,19 @@ MemoryStage quantizeStage(const Shape& s, I T, int stored, const QuantizeOptions
     const I widest = T * s.mlpWidth * 4;
     const I mlp = 3 * widest + std::max(onDevice ? 6 * widest : widest, widest + 2 * widest);
     const I chunk = std::min<I>(8, windows) * (residual + std::max(attention, mlp));
-    // The run model's writer converts the embedding to float32 when it is stored narrower.
-    const I top = m.transformed || stored == 4 ? 0 : s.table() * 4;
-    return {"quantize", kBase + packed + layer + hess + gptq + calib + chunk + top,
-            "packed " + mib(packed) + ", a layer " + mib(layer) + ", Hessians " + mib(hess) + ", GPTQ " + mib(gptq) +
-                ", calibration activations " + mib(calib + chunk)};
+    // The windows' pass and GPTQ come one after the other; on the host the larger of the two is
+    // the peak (measured here: a 1B shape's GPTQ stage 2445 MiB, a Qwen3-MoE shape's 7761). On a
+    // GPU they are counted together: that sum is what covered the H200's measured peak.
+    const I pass = layer + hess + chunk, quantizing = layer + oneResult + hess + gptq;
+    const I work = onDevice ? layer + oneResult + hess + gptq + chunk : std::max(pass, quantizing);
+    const I done = layer + (onDevice ? 0 : packed);
+    const I top = onDevice || m.transformed || stored == 4 ? 0 : s.table() * 4;
+    const I largest = std::max({convert, work, done, top});
+    const std::string at = largest == work ? "quantizing" : largest == convert ? "converting a layer"
+                         : largest == done ? "writing a layer" : "writing the embedding";
+    return {"quantize", kBase + calib + largest,
+            at + ": a layer " + mib(layer) + ", Hessians " + mib(hess) + ", GPTQ " + mib(gptq) + ", packed " + mib(packed) +
+                ", calibration activations " + mib(calib + chunk) + (top > 0 ? ", embedding " + mib(top) : "")};
 }
 
 } // namespace

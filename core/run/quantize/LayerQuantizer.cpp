@@ -1,6 +1,7 @@
 #include "run/quantize/LayerQuantizer.h"
 
 #include "dist/ProcessGroup.h"
+#include "io/SafeTensors.h" // releaseMappedPages
 #include "model/Capture.h"
 #include "model/TensorNames.h"
 #include "util/OutOfMemory.h"
@@ -202,6 +203,7 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const
             throw std::runtime_error(prefix + ".weight: " + e.what());
         }
         seconds[li] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        adoptResult(lin, done[li]);
         // The heaps' free pages back every kTrimEvery linears: the temporaries freed between kept
         // results leave holes the heap cannot reuse (util/Runtime.h: trimHeaps).
         if (++quantizedHere % kTrimEvery == 0) trimHeaps();
@@ -211,11 +213,25 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const
     return done;
 }
 
+// The linear's original is not read again once it is quantized: the result takes its place in
+// the layer now rather than when the layer is done, so that the layer is held once (a mapped
+// original's pages leave, a converted copy is freed) and not beside every result and its group
+// scales (at the Qwen3-30B-A3B shape a layer is 2.4 GiB in float32).
+void LayerQuantizer::adoptResult(const Linear& lin, quant::QuantizedWeight& q) const {
+    io::releaseMappedPages(*lin.w);
+    *lin.w = q.dequantized.to(ctx.fopts);
+    q.dequantized = at::Tensor();
+    q.scales = at::Tensor();
+}
+
 QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
     agreeOnCancel(job);
-    // The layer on the device (float32) for this step; its mapped pages are released after.
+    // The layer on the device (float32) for this step. When that is a copy (a bf16 checkpoint, a
+    // GPU), the stored pages are not read again; else they are the layer's and leave with each
+    // linear's result (adoptResult), the rest at the end.
     const model::LayerWeights& stored = source.weights.layers[static_cast<size_t>(l)];
     model::LayerWeights y = model::convertLayer(stored, ctx.fopts);
+    if (y.wq.defined() && !y.wq.is_same(stored.wq)) model::releaseMappedLayer(stored);
     const std::vector<Linear> linears = layerLinears(l, y);
     auto hessians = collectHessians(l, y, linears);
     std::vector<double> seconds;
@@ -225,7 +241,7 @@ QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
     for (std::size_t li = 0; li < linears.size(); ++li) {
         const Linear& lin = linears[li];
         const std::string prefix = names::layerPrefix(l) + lin.name;
-        *lin.w = done[li].dequantized.to(ctx.fopts);
+        if (done[li].dequantized.defined()) adoptResult(lin, done[li]); // another rank's (shareLinear)
         out.packed[prefix] = std::move(done[li].packed);
         LinearReport report{l, lin.name, done[li].relativeError, seconds[li]};
         if (lin.expert >= 0 && calibrated) {

@@ -46,7 +46,9 @@ public:
     // result, the windows carried through the quantized layer. job's progress is the layer's
     // part, reported before each linear by the linear's name ("mlp.down_proj"). Every rank of a
     // data-parallel run calls it for every layer; a cancel on any rank stops them all at the
-    // same layer; one process stops before the next linear.
+    // same layer; one process stops before the next linear. Each linear's result takes the
+    // original's place as soon as it is quantized, so a layer is held once in float32, not as
+    // the original beside all its results.
     QuantizedLayer quantizeLayer(int layer, JobContext& job);
     // The embedding, final norm, lm_head (and its bias) as they are: not quantized.
     std::map<std::string, at::Tensor> topLevel() const;
@@ -59,6 +61,7 @@ private:
     std::vector<quant::QuantizedWeight> quantizeLinears(int layer, const std::vector<Linear>& linears, Hessians& hessians,
                                                         std::vector<double>& seconds, JobContext& job);
     void shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w);
+    void adoptResult(const Linear& linear, quant::QuantizedWeight& q) const;
     std::vector<Linear> layerLinears(int layer, model::LayerWeights& y) const;
     bool starved(int layer, const Linear& linear) const;
     void agreeOnCancel(JobContext& job);
