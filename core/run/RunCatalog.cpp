@@ -1,7 +1,6 @@
 #include "run/RunCatalog.h"
 
 #include "mx/MxFormat.h"
-
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
 #include "util/AtomicFile.h"
