@@ -25,6 +25,8 @@ public:
     // The code whose value is nearest x (x finite; ±0 keep their sign where the format has one),
     // and that value in *value.
     std::uint8_t nearest(double x, double* value) const;
+    // The format's finite values, ascending, zero once (INT8 without -128/64: symmetric).
+    const std::vector<double>& values() const { return m_values; }
 
 private:
     std::vector<double> m_values; // the finite values, ascending, zero once

@@ -2,14 +2,18 @@
 
 #include "mx/MxCodes.h"
 #include "mx/MxKernelCpu.h"
+#include "mx/MxReference.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace latmix::mx {
 namespace {
@@ -26,11 +30,6 @@ at::Tensor pow2(const at::Tensor& e) {
     auto normal = (e + 127) * kMantissaUnit;
     auto bits = at::where(e >= -126, normal, at::full_like(e, 1 << 22)); // 2^-127 is subnormal
     return bits.view(at::kFloat);
-}
-
-// floor(log2 a) for a >= 0 normal float32 values (zero and subnormals give -127).
-at::Tensor exponentOf(const at::Tensor& a) {
-    return at::div(a.contiguous().view(at::kInt), kMantissaUnit, "floor") - 127;
 }
 
 // Shared exponent per block from the block maxima (finite, >= 0), SPEC §1.
@@ -69,40 +68,109 @@ at::Tensor sharedExponents(const at::Tensor& amax, ElementFormat f, ScaleMode mo
     return at::clamp(e, kScaleExpMin, kScaleExpMax);
 }
 
+// An element format's grid as at::bucketize reads it: its values ascending (float32, both signs,
+// zero once) and the boundary between each pair of neighbours: their midpoint (exact in float32:
+// one bit more than the element's mantissa) where ref::quantizeElement sends a tie down, the float
+// just below it where it sends the tie up. bucketize (right = false) gives value i for
+// boundary[i-1] < y <= boundary[i]: nearest, ties half to even, ±max beyond the ends.
+struct GridTables {
+    at::Tensor values, boundaries;
+};
+
+GridTables buildGrid(ElementFormat f) {
+    const ElementCodebook book(f);
+    const std::vector<double>& v = book.values();
+    std::vector<float> values(v.begin(), v.end()), bounds;
+    for (std::size_t i = 0; i + 1 < v.size(); ++i) {
+        const double mid = 0.5 * (v[i] + v[i + 1]);
+        const auto m = static_cast<float>(mid);
+        if (static_cast<double>(m) != mid)
+            throw std::logic_error(std::string("the midpoint of ") + elementSpec(f).name + "'s values " + std::to_string(v[i]) +
+                                   " and " + std::to_string(v[i + 1]) + " is not a float32");
+        const bool tieUp = ref::quantizeElement(mid, f) == v[i + 1];
+        bounds.push_back(tieUp ? std::nextafter(m, -std::numeric_limits<float>::infinity()) : m);
+    }
+    auto tensorOf = [](const std::vector<float>& x) {
+        return at::tensor(at::ArrayRef<float>(x), at::TensorOptions().dtype(at::kFloat));
+    };
+    return {tensorOf(values), tensorOf(bounds)};
+}
+
+// Built once per format and device (a few hundred floats), kept for the process: GPTQ rounds a
+// column at a time and would otherwise copy them to the device for every column. Never freed (a
+// CUDA tensor must not outlive the CUDA context at exit).
+const GridTables& gridTables(ElementFormat f, c10::Device d) {
+    static std::mutex mutex;
+    static auto* cache = new std::map<std::pair<int, std::string>, GridTables>();
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_pair(static_cast<int>(f), d.str());
+    auto it = cache->find(key);
+    if (it == cache->end()) {
+        GridTables g = buildGrid(f);
+        it = cache->emplace(key, GridTables{g.values.to(d), g.boundaries.to(d)}).first;
+    }
+    return it->second;
+}
+
+// The grid value nearest each y (float32, any device; signs of zeros not yet set): at::bucketize
+// into int32 bucket indices, then a gather.
+at::Tensor gridIndex(const at::Tensor& y, const GridTables& g) {
+    return at::bucketize(y, g.boundaries, /*out_int32=*/true, /*right=*/false);
+}
+at::Tensor gridValues(const at::Tensor& index, const GridTables& g, at::IntArrayRef sizes) {
+    return g.values.index_select(0, index.reshape({-1})).view(sizes);
+}
+
 at::Tensor deviceScalar(float v, const at::Tensor& like) {
     // A 0-d tensor on the same device, never a CPU scalar: CUDA turns division by a CPU scalar
     // into multiplication by its reciprocal, which is not bit exact.
     return at::scalar_tensor(v, like.options());
 }
 
+// The largest finite |x| of the whole tensor (NVFP4's global amax). From the blocks' maxima when
+// every block is finite; a block holding NaN/Inf may still hold finite values that count.
+at::Tensor finiteAmax(const at::Tensor& x2d, const at::Tensor& blockAmax, const at::Tensor& finite) {
+    if (finite.all().item<bool>()) return blockAmax.amax();
+    auto xabs = x2d.abs();
+    return at::where(at::isfinite(xabs), xabs, at::zeros_like(xabs)).amax();
+}
+
+// Over the tensor, besides the output: the scaled values y and then their grid indices (int32),
+// each x's size (the per-block maxima, exponents and scales are 1/B of it), in seven passes:
+// the maxima, y, the indices, the gather, the scale, the signs, the NaN blocks.
 Quantized quantizeTensorOps(const at::Tensor& x2d, const MxConfig& c, bool wantScales) {
     const int64_t rows = x2d.size(0), n = x2d.size(1), B = c.blockSize;
     const int64_t nb = (n + B - 1) / B;
     auto padded = nb * B == n ? x2d : at::constant_pad_nd(x2d, {0, nb * B - n}, 0);
     auto blocks = padded.reshape({rows, nb, B});
-    auto amax = blocks.abs().amax({-1}, true); // NaN propagates
+    // max |x| as max(max x, -min x): no |x| tensor; NaN propagates through both.
+    auto amax = at::maximum(blocks.amax({-1}, true), blocks.amin({-1}, true).neg());
     auto finite = at::isfinite(amax);
     amax = at::where(finite, amax, at::zeros_like(amax));
     const ElementFormat elem = c.element();
-    at::Tensor q, scale;
+    const GridTables& grid = gridTables(elem, x2d.device());
+    at::Tensor index, scale;
     if (c.isNvfp4()) {
-        auto xabs = x2d.abs();
-        auto gamax = at::where(at::isfinite(xabs), xabs, at::zeros_like(xabs)).amax();
-        auto g = gamax / deviceScalar(kNvfp4GlobalDivisor, x2d);
+        auto g = finiteAmax(x2d, amax, finite) / deviceScalar(kNvfp4GlobalDivisor, x2d);
         g = at::where(g > 0, g, at::ones_like(g));
         auto s = at::clamp((amax / deviceScalar(6.0f, x2d)) / g, kNvfp4ScaleMin, kNvfp4ScaleMax);
         scale = roundToElement(s, ElementFormat::E4M3) * g;
-        q = roundToElement(blocks / scale, elem) * scale;
+        index = gridIndex(blocks / scale, grid);
     } else {
         auto e = sharedExponents(amax, elem, c.scaleMode);
         scale = pow2(e);
-        q = roundToElement(blocks * pow2(-e), elem) * scale;
+        index = gridIndex(blocks * pow2(-e), grid);
     }
-    const auto nan = at::full({}, std::numeric_limits<float>::quiet_NaN(), q.options());
-    q = at::where(finite, q, nan).reshape({rows, nb * B});
-    if (nb * B != n) q = q.narrow(1, 0, n);
-    Quantized r{q.contiguous(), {}};
-    if (wantScales) r.scales = at::where(finite, scale, nan).reshape({rows, nb});
+    auto q = gridValues(index, grid, blocks.sizes());
+    index = at::Tensor();
+    // Scales are positive: y = x/s has x's sign, zeros included (SPEC §1 keeps the sign).
+    q.mul_(scale).copysign_(blocks);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    q.masked_fill_(finite.logical_not(), nan);
+    q = q.view({rows, nb * B});
+    if (nb * B != n) q = q.narrow(1, 0, n).contiguous();
+    Quantized r{q, {}};
+    if (wantScales) r.scales = scale.masked_fill(finite.logical_not(), nan).reshape({rows, nb});
     return r;
 }
 
@@ -202,14 +270,11 @@ at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend) 
     return r.scales.reshape(shape);
 }
 
-// The same rule as MxKernelCpu's ElementGrid, on tensors.
+// The same rule as MxKernelCpu's ElementGrid, on tensors: the nearest value of the element's
+// grid, ties where ref::quantizeElement sends them (GridTables), then y's sign.
 at::Tensor roundToElement(const at::Tensor& y, ElementFormat f) {
-    const ElementSpec& s = elementSpec(f);
-    auto a = y.abs();
-    auto e = at::clamp(exponentOf(a), s.emin, s.isInteger ? 0 : 127);
-    auto k = e - s.mbits;
-    auto r = at::round(a * pow2(-k)); // round half to even
-    return at::copysign(at::clamp_max(r * pow2(k), s.maxValue), y);
+    const GridTables& grid = gridTables(f, y.device());
+    return gridValues(gridIndex(y, grid), grid, y.sizes()).copysign_(y);
 }
 
 } // namespace latmix::mx

@@ -32,8 +32,11 @@ at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend =
 
 // The element rounding of SPEC §1 on a float32 tensor (any device), elementwise: the spacing of
 // the binade holding |y| (at least the smallest normal binade's; INT formats: fixed), round half
-// to even, saturate to +-max, keep the sign. Every product inside is by a power of two, hence
-// exact. The one tensor implementation: fakeQuantize and quant/'s GPTQ/RTN both round with it.
+// to even, saturate to +-max, keep the sign. Done as the nearest value of the format's grid by a
+// binary search over the midpoints between its values (at::bucketize, ties placed as the scalar
+// reference places them), then a gather: three passes, one int32 index tensor besides the
+// result. y finite (a NaN gets some grid value: fakeQuantize masks non-finite blocks). The one
+// tensor implementation: fakeQuantize and quant/'s GPTQ/RTN both round with it.
 at::Tensor roundToElement(const at::Tensor& y, ElementFormat f);
 
 } // namespace latmix::mx

@@ -4,6 +4,7 @@
 #include "DeviceRows.h"
 #include "TestSupport.h"
 
+#include "mx/MxCodes.h"
 #include "mx/MxQuantizer.h"
 #include "mx/MxReference.h"
 #include "transforms/FixedTransforms.h"
@@ -276,6 +277,77 @@ private slots:
         QVERIFY(!fusedHadamardApplies(xt, makeConfig(Format::NvFp4), 16));
         QVERIFY(!fusedHadamardApplies(xt.narrow(1, 0, cols - 8), c, block));
         QVERIFY(!fusedHadamardApplies(xt, c, block * 2));
+    }
+
+    // roundToElement (the tensor path's rounding: a search over the grid's midpoints) against the
+    // scalar reference at every place a rounding can go wrong: each grid value, each midpoint
+    // between neighbours (the ties, half to even) and the floats on either side of it, both
+    // signs, zeros, beyond ±max and float32 subnormals. Bit for bit, zeros' signs included.
+    void roundToElementAtEveryTie_data() {
+        QTest::addColumn<int>("element");
+        addDeviceColumn();
+        const std::vector<std::pair<const char*, ElementFormat>> elements = {
+            {"e2m1", ElementFormat::E2M1}, {"e2m3", ElementFormat::E2M3}, {"e3m2", ElementFormat::E3M2},
+            {"e4m3", ElementFormat::E4M3}, {"e5m2", ElementFormat::E5M2}, {"int8", ElementFormat::Int8},
+            {"int4", ElementFormat::Int4}};
+        for (const auto& [name, f] : elements)
+            for (const QString& dev : testDevices())
+                QTest::addRow("%s %s", name, qPrintable(dev)) << int(f) << dev;
+    }
+    void roundToElementAtEveryTie() {
+        QFETCH(int, element);
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
+        const auto f = static_cast<ElementFormat>(element);
+        const ElementCodebook book(f);
+        const std::vector<double>& grid = book.values();
+        const float up = kInf, down = -kInf;
+        std::vector<float> y = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-38f, kInf, -kInf};
+        for (std::size_t i = 0; i < grid.size(); ++i) {
+            const auto v = static_cast<float>(grid[i]);
+            y.insert(y.end(), {v, std::nextafter(v, up), std::nextafter(v, down), 2 * v, 1.5f * v});
+            if (i + 1 < grid.size()) {
+                const auto mid = static_cast<float>(0.5 * (grid[i] + grid[i + 1]));
+                y.insert(y.end(), {mid, std::nextafter(mid, up), std::nextafter(mid, down)});
+            }
+        }
+        std::vector<float> want;
+        for (float v : y) want.push_back(static_cast<float>(ref::quantizeElement(v, f)));
+        const std::vector<float> got = toVector(roundToElement(toTensor(y).to(dev), f));
+        const long long bad = firstMismatch(got, want);
+        QVERIFY2(bad < 0, qPrintable(describeMismatch(y, got, want, bad)));
+        QVERIFY(grid.size() >= 15); // both signs of at least 8 magnitudes (INT4's)
+    }
+
+    // Activations in bfloat16 (mixed-precision training) are quantized from their float32 values
+    // and the result rounded to bfloat16 once, on every backend: for the MX formats that rounding
+    // is exact (a grid value times a power of two has at most 8 significant bits), for NVFP4 (an
+    // E4M3 scale times the float32 global scale) it is bfloat16's round to nearest.
+    void bf16ActivationsRoundOnce_data() {
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<Backend>("backend");
+        addDeviceColumn();
+        for (const auto& f : allFormats()) {
+            QTest::addRow("%s cpu kernel", f.name) << QString(f.name) << Backend::CpuKernel << QString("cpu");
+            for (const QString& dev : testDevices())
+                QTest::addRow("%s tensor ops %s", f.name, qPrintable(dev)) << QString(f.name) << Backend::TensorOps << dev;
+        }
+    }
+    void bf16ActivationsRoundOnce() {
+        QFETCH(QString, format);
+        QFETCH(Backend, backend);
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
+        const MxConfig c = makeConfig(parseFormat(format.toStdString()));
+        const int64_t rows = 50, cols = 256;
+        const auto x = toTensor(stressValues(rows, cols, 31)).reshape({rows, cols}).to(at::kBFloat16).to(dev);
+        const at::Tensor y = fakeQuantize(x, c, backend);
+        QCOMPARE(y.scalar_type(), at::kBFloat16);
+        const at::Tensor wide = fakeQuantize(x.to(at::kFloat), c, backend);
+        const std::vector<float> got = toVector(y), want = toVector(wide.to(at::kBFloat16));
+        const long long bad = firstMismatch(got, want);
+        QVERIFY2(bad < 0, qPrintable(describeMismatch(toVector(x), got, want, bad)));
+        if (!c.isNvfp4()) QCOMPARE(firstMismatch(got, toVector(wide)), -1LL);
     }
 
     void keepsDtypeAndShape() {
