@@ -284,8 +284,10 @@ QuantizedWeight quantizeRtn(const at::Tensor& w, const mx::MxConfig& c, const at
 namespace {
 
 // GPTQ's column loop over the block of columns [i1, i1 + count) of W1 [out, count] (a copy,
-// updated in place): each column onto its static grid (Q), its error over U_ii (Err1), and the
-// OBS update of the block's columns right of it. U: the upper Cholesky factor of H^-1, [in, in].
+// updated in place) on W1's device: each column onto its static grid (Q), its error over U_ii
+// (Err1), and the OBS update of the block's columns right of it, in ten tensor operations a
+// column (the rounding is three of them: mx::roundToElement). U: the upper Cholesky factor of
+// H^-1, [in, in]. The same float64 operations in the same order as the fused CPU kernel.
 void columnBlockTensorOps(at::Tensor& W1, const at::Tensor& U, const at::Tensor& colScale, at::Tensor& Q,
                           at::Tensor& Err1, std::int64_t i1, mx::ElementFormat elem) {
     const std::int64_t count = W1.size(1);
@@ -294,11 +296,11 @@ void columnBlockTensorOps(at::Tensor& W1, const at::Tensor& U, const at::Tensor&
         auto col = W1.select(1, i);
         auto q = onGrid(col.to(at::kFloat), colScale.select(1, i1 + i), elem);
         Q.select(1, i1 + i).copy_(q);
-        auto err = (col - q.to(at::kDouble)) / U1.select(0, i).select(0, i);
+        auto err = Err1.select(1, i);
+        at::sub_out(err, col, q).div_(U1.select(0, i).select(0, i)); // (w - q) / U_ii, q widened exactly
         // Within the block: update the columns right of i (column i itself no longer matters).
         if (i + 1 < count)
             W1.narrow(1, i + 1, count - i - 1).addr_(err, U1.select(0, i).narrow(0, i + 1, count - i - 1), 1, -1);
-        Err1.select(1, i).copy_(err);
     }
 }
 
@@ -376,10 +378,11 @@ QuantizedWeight quantizeGptq(const at::Tensor& w, const at::Tensor& hessian, con
     auto U = cholesky(Hinv, true, "the inverse Hessian", o.damping);
     Hinv = at::Tensor();
 
-    // The column loop is sequential within a block: ~20 small tensor operations per column,
-    // launch-bound on a GPU (0.38 ms per column on an H200, docs/research/results.md). The fused
-    // kernel runs it on the CPU for any device, a block at a time (the block's weights there,
-    // its errors back); the O(n^3) parts (factorizations, lazy updates) stay on w's device.
+    // The column loop is sequential within a block: as tensor operations, ten small ones per
+    // column (some 30 before roundToElement searched the grid: 0.38 ms per column on an H200,
+    // docs/research/results.md), launch-bound on a GPU. The fused kernel runs it on the CPU for
+    // any device, one call a block (the block's weights there, its errors back); the O(n^3) parts
+    // (factorizations, one lazy-update product a block) stay on w's device.
     const bool fused = o.backend != mx::Backend::TensorOps;
     const at::Device loopDevice = fused ? at::Device(at::kCPU) : dev;
     const auto blockOptions = W.options().device(loopDevice); // float64

@@ -54,7 +54,7 @@ struct GptqOptions {
     // The sequential column loop within a block: Auto (or CpuKernel) runs it in the fused CPU
     // kernel (quant/GptqKernelCpu), on host copies of each block when w is on a GPU (the
     // factorizations and lazy updates stay there); TensorOps runs it as tensor operations on
-    // w's device, ~20 per column (to compare the two; launch-bound on a GPU).
+    // w's device, ten per column (to compare the two; launch-bound on a GPU).
     mx::Backend backend = mx::Backend::Auto;
 };
 
