@@ -45,6 +45,7 @@ struct BenchOptions {
     int calibSamples = 64, evalSeqLen = 0, batch = 4;
     int windows = 0; // train: the windows the steps draw from (0: new windows every step)
     bool tf32 = false; // forward, train: float32 matrix products in TF32 on CUDA (as quantize --tf32)
+    std::string precision = "auto"; // train: the training's arithmetic (as quantize --precision)
 };
 
 // --tf32 as `latmix quantize` applies it: on a CUDA device only (a CPU run ignores it); the
@@ -171,7 +172,7 @@ int runGptq(const BenchOptions& o) {
     const double tR = bestSeconds(o.repeat, [&] { rtn = quant::quantizeRtn(w.cpu(), c, h.cpu()); });
     const double tG = bestSeconds(o.repeat, [&] { gptq = quant::quantizeGptq(w, h, c); });
     // The column loop as tensor operations on the device beside it (the default is the fused
-    // CPU kernel, on host copies of each block from a GPU).
+    // CPU kernel, on host copies of each block from a GPU; quant::GptqOptions::backend).
     quant::GptqOptions ops;
     ops.backend = mx::Backend::TensorOps;
     quant::QuantizedWeight gptqOps;
@@ -219,6 +220,8 @@ int runTrain(const BenchOptions& o) {
     d.metricsEvery = 0;
     d.checkpointEvery = 0;
     d.warmupSteps = 1;
+    const train::Precision precision = train::precisionOf(o.precision, device.is_cuda());
+    d.compute = train::computeDtype(precision);
     std::vector<long> faults; // minor page faults after each step
     auto minorFaults = [] {
         rusage u{};
@@ -227,10 +230,12 @@ int runTrain(const BenchOptions& o) {
     };
     d.onStep = [&](const train::DistillStep&) { faults.push_back(minorFaults()); };
     const char* tf32 = applyTf32(o, device);
+    // The precision's TF32 as the quantize run's train stage applies it (bf16's folds, tf32's products).
+    if (train::usesTf32(precision, device.is_cuda())) compat::allowTf32Matmuls(true);
     std::printf("training step of %s (%s, %d layers, hidden %d, vocabulary %d), method %s, batch %d x %d tokens, %s%s, "
-                "%d threads; step 1 warms up, then %d timed\n",
+                "precision %s, %d threads; step 1 warms up, then %d timed\n",
                 o.model.c_str(), c.architectureName.c_str(), c.numLayers, c.hiddenSize, c.vocabSize, method.c_str(), o.batch,
-                seq, device.str().c_str(), tf32, threadCount(), o.repeat);
+                seq, device.str().c_str(), tf32, train::precisionName(precision), threadCount(), o.repeat);
     if (device.is_cuda()) compat::resetCudaPeakMemory(device.index());
     const auto r = train::distill(c, original, windows, transforms, d);
     std::vector<train::DistillStep> timed(r.history.begin() + 1, r.history.end());
@@ -364,6 +369,11 @@ Runner addBenchCommand(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--tf32", o->tf32, "forward, train: float32 matrix products in TF32 on a CUDA device (ignored on the CPU)");
+    cmd->add_option("--precision", o->precision,
+                    "train: the training's arithmetic, auto (bf16 on CUDA, fp32 on the CPU), bf16, tf32 or fp32 (as "
+                    "quantize --precision)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "bf16", "tf32", "fp32"}));
     return [o] {
         return o->what == "forward" ? runForward(*o)
                : o->what == "train" ? runTrain(*o)

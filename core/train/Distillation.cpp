@@ -98,6 +98,27 @@ Objective objectiveOf(const std::string& name) {
     throw std::invalid_argument("unknown --loss '" + name + "'; use kl, ce or block-mse");
 }
 
+Precision precisionOf(const std::string& name, bool cuda) {
+    if (name == "auto") return cuda ? Precision::Bf16 : Precision::Fp32;
+    if (name == "fp32") return Precision::Fp32;
+    if (name == "tf32") return Precision::Tf32;
+    if (name == "bf16") return Precision::Bf16;
+    throw std::invalid_argument("unknown --precision '" + name + "'; use auto, bf16, tf32 or fp32");
+}
+
+const char* precisionName(Precision precision) {
+    switch (precision) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Tf32: return "tf32";
+    case Precision::Bf16: return "bf16";
+    }
+    return "fp32";
+}
+
+at::ScalarType computeDtype(Precision precision) { return precision == Precision::Bf16 ? at::kBFloat16 : at::kFloat; }
+
+bool usesTf32(Precision precision, bool cuda) { return cuda && precision != Precision::Fp32; }
+
 int effectiveWarmupSteps(int warmupSteps, int steps) { return std::min(warmupSteps, std::max(1, steps / 10)); }
 
 const char* objectiveName(Objective objective) {
@@ -235,7 +256,7 @@ class TeacherCache {
 public:
     TeacherCache(const model::ModelConfig& c, const model::LlamaWeights& original, const at::Tensor& calibration,
                  const DistillOptions& o, int world)
-        : m_c(c), m_original(original),
+        : m_c(c), m_original(original), m_compute(o.compute),
           m_on(o.keepTeacherStates &&
                teacherCacheBytes(c, calibration.size(0), calibration.size(1), o.steps, o.batch * world, o.objective) > 0),
           m_rows(m_on ? static_cast<std::size_t>(calibration.size(0)) : 0) {}
@@ -248,7 +269,7 @@ public:
             if (!m_rows[static_cast<std::size_t>(windows[b])].defined()) missing.push_back(static_cast<int64_t>(b));
         if (!missing.empty()) {
             const auto rows = tokens.index_select(0, at::tensor(missing, at::kLong).to(tokens.device()));
-            const auto states = teacherNormedStates(m_c, m_original, rows, lossDevice(m_original, tokens.device()));
+            const auto states = teacherNormedStates(m_c, m_original, rows, lossDevice(m_original, tokens.device()), m_compute);
             const int64_t T = tokens.size(1);
             for (std::size_t i = 0; i < missing.size(); ++i)
                 m_rows[static_cast<std::size_t>(windows[static_cast<std::size_t>(missing[i])])] =
@@ -262,6 +283,7 @@ public:
 private:
     const model::ModelConfig& m_c;
     const model::LlamaWeights& m_original;
+    const at::ScalarType m_compute;
     const bool m_on;
     std::vector<at::Tensor> m_rows; // per window; undefined until its first draw
 };
@@ -273,6 +295,8 @@ void checkDistillInputs(const at::Tensor& calibration, const DistillOptions& o, 
         throw std::invalid_argument("calibration must be [windows, tokens] with at least one window");
     if (o.steps < 1 || o.batch < 1) throw std::invalid_argument("steps and batch must be positive");
     if (o.temperature <= 0) throw std::invalid_argument("temperature must be positive");
+    if (o.compute != at::kFloat && o.compute != at::kBFloat16)
+        throw std::invalid_argument("the training computes in float32 or bfloat16 (--precision fp32, tf32 or bf16)");
     if (!hasParameters) throw std::invalid_argument("the transforms have nothing to learn (fixed kinds)");
     const auto n = calibration.size(0);
     if (world > 1 && n < o.batch * world)
@@ -364,7 +388,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                 const at::Tensor kept = teacher.statesOf(mine, tokens);
                 const double keptSeconds = since(tTeacher);
                 DistillLoss l = distillationStep(c, original, transforms, o.activation, tokens, o.temperature,
-                                                 o.volumeWeight, o.objective, std::nullopt, kept);
+                                                 o.volumeWeight, o.objective, std::nullopt, kept, o.compute);
                 l.teacherSeconds += keptSeconds; // a window's first draw runs the teacher here
                 if (world > 1 && (cancelled = averageOverRanks(*o.group, params, l, job.cancelRequested()))) return;
                 if (!std::isfinite(l.loss)) { // never into AdamW's state or the run file

@@ -61,6 +61,23 @@ const char* objectiveName(Objective objective); // the name objectiveOf reads
 // The warmup the schedule uses: the steps asked for, at most a tenth of the training (at least 1).
 int effectiveWarmupSteps(int warmupSteps, int steps);
 
+// The training's arithmetic (`--precision`). Fp32: every tensor and product in float32. Tf32: the
+// same tensors, their products in TF32 on CUDA's tensor cores (10-bit mantissa). Bf16: mixed
+// precision as PyTorch's autocast gives it: the frozen weights (once folded), the activations and
+// every product of the decoder layers and of lm_head in bfloat16; the transforms, their inverses
+// and log-determinants, the fold of T1/T2 into the weights (TF32 products on CUDA), the norms'
+// statistics, the softmax, the loss's sums and AdamW's state in float32 (the cross-entropy
+// objective's lm_head products too).
+enum class Precision { Fp32, Tf32, Bf16 };
+// "fp32", "tf32", "bf16", or "auto" (bf16 on a CUDA device, fp32 elsewhere); anything else throws
+// std::invalid_argument naming them.
+Precision precisionOf(const std::string& name, bool cuda);
+const char* precisionName(Precision precision); // the name precisionOf reads
+// The dtype of the decoder layers' weights, activations and products: bfloat16 for Bf16, else float32.
+at::ScalarType computeDtype(Precision precision);
+// Whether float32 products run in TF32 on a CUDA device: Tf32's products, and Bf16's folds.
+bool usesTf32(Precision precision, bool cuda);
+
 struct DistillOptions {
     std::optional<mx::MxConfig> activation = mx::MxConfig{}; // the student's activation quantization (none: off)
     int steps = 1000;
@@ -72,6 +89,9 @@ struct DistillOptions {
     double temperature = 1.5;
     double volumeWeight = 0.1;
     Objective objective = Objective::Kl; // the `kl` of the steps is then this objective's value
+    // The decoder layers' and lm_head's dtype in the teacher and the student (computeDtype(Precision)):
+    // float32, or bfloat16 for mixed precision. TF32 is the caller's (compat::allowTf32Matmuls).
+    at::ScalarType compute = at::kFloat;
     int metricsEvery = 10;         // matrix metrics every k steps (and the last); 0: never
     int trackedLayer = 0;          // whose A2 is tracked
     int checkpointEvery = 50;      // run-file rewrite every k steps; 0: only on cancel and at the end
@@ -139,20 +159,22 @@ struct DistillLoss {
 // The gradients are the same bits either way.
 // teacherNormed (KL only): the teacher's normed final states of these tokens, [B·T, hidden]
 // float32 (teacherNormedStates, kept from an earlier step); undefined: the step computes them.
+// compute: DistillOptions::compute. In bfloat16 the loss and gradient are those of the same
+// models computed in bfloat16 (each layer folded in float32, then rounded), not the float32 ones.
 DistillLoss distillationStep(const model::ModelConfig& config, const model::LlamaWeights& original,
                              const fold::ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
                              const at::Tensor& tokens, double temperature, double volumeWeight,
                              Objective objective = Objective::Kl, std::optional<bool> keepLayerGraphs = std::nullopt,
-                             const at::Tensor& teacherNormed = {});
+                             const at::Tensor& teacherNormed = {}, at::ScalarType compute = at::kFloat);
 
 // Where a step's loss over the vocabulary computes: lm_head's device, or the tokens' device when
 // lm_head stays in host memory (offloaded or mapped weights).
 c10::Device lossDevice(const model::LlamaWeights& original, c10::Device tokensDevice);
 
 // The KL's target: the frozen teacher's final hidden states of tokens [B, T] after the final norm,
-// [B·T, hidden] float32 on `device` (where lm_head computes). No graph.
+// [B·T, hidden] float32 on `device` (where lm_head computes), its layers computed in `compute`. No graph.
 at::Tensor teacherNormedStates(const model::ModelConfig& config, const model::LlamaWeights& original,
-                               const at::Tensor& tokens, c10::Device device);
+                               const at::Tensor& tokens, c10::Device device, at::ScalarType compute = at::kFloat);
 
 // The teacher is frozen: a window's teacherNormedStates are the same at every step that draws it.
 // distill keeps them (host memory, float32) when the objective is the KL, some window is drawn

@@ -32,10 +32,10 @@ class Step {
 public:
     Step(const model::ModelConfig& c, const model::LlamaWeights& original, const fold::ModelTransforms& transforms,
          const std::optional<mx::MxConfig>& activation, const at::Tensor& tokens, double tau, Objective objective,
-         bool keepGraphs, const at::Tensor& givenTeacher)
+         bool keepGraphs, const at::Tensor& givenTeacher, at::ScalarType compute)
         : c(c), original(original), transforms(transforms), activation(activation), tokens(tokens), tau(tau),
           objective(objective), keepGraphs(keepGraphs), givenTeacher(givenTeacher), device(tokens.device()),
-          fopts(at::TensorOptions().dtype(at::kFloat).device(device)),
+          fopts(at::TensorOptions().dtype(at::kFloat).device(device)), copts(fopts.dtype(compute)),
           top(lossDevice(original, device)), topts(fopts.device(top)),
           T(tokens.size(1)), N(tokens.numel()), V(c.vocabSize) {}
 
@@ -62,6 +62,9 @@ private:
     at::Tensor biasChunk(std::int64_t a, std::int64_t n) const {
         return original.lmHeadBias.defined() ? original.lmHeadBias.narrow(0, a, n).to(topts) : at::Tensor();
     }
+    bool mixed() const { return copts.dtype() != fopts.dtype(); } // bfloat16 layers and lm_head
+    at::Tensor chunkLogits(const at::Tensor& h, std::int64_t a, std::int64_t n) const;
+    void addChunkGradient(at::Tensor& g, const at::Tensor& dz, std::int64_t a, std::int64_t n) const;
     double crossEntropyTop(const at::Tensor& u, at::Tensor& gradU);
     double klTop(const at::Tensor& u, at::Tensor& gradU);
     void klLogitsCpu(const at::Tensor& ug, at::Tensor& gradU, KlSums& s);
@@ -80,6 +83,7 @@ private:
     const at::Tensor& givenTeacher; // KL: the teacher's normed states kept from an earlier step, or undefined
     const c10::Device device;
     const at::TensorOptions fopts;
+    const at::TensorOptions copts; // the layers' dtype (float32, or bfloat16: DistillOptions::compute)
     const c10::Device top; // where lm_head computes
     const at::TensorOptions topts;
     const std::int64_t T, N, V;
@@ -100,8 +104,8 @@ Step::PerDevice& Step::on(c10::Device d) {
     if (it != perDevice.end()) return it->second;
     PerDevice p;
     p.student.activationQuant = activation;
-    if (transforms.t3().defined()) p.student.t3 = transforms.t3().to(fopts.device(d));
-    p.rope = model::ropeTables(c, T, at::kFloat, d);
+    if (transforms.t3().defined()) p.student.t3 = transforms.t3().to(copts.device(d));
+    p.rope = model::ropeTables(c, T, copts.dtype().toScalarType(), d);
     return perDevice.emplace(d.str(), std::move(p)).first->second;
 }
 
@@ -127,14 +131,16 @@ model::LayerWeights Step::studentLayer(int l) {
     }
     const auto& t3 = !transforms.t3().defined() || d == device ? transforms.t3() : on(d).student.t3;
     fold::foldLayer(c, y, l, t3, leaf1On(d), m2);
-    return y;
+    // Mixed precision: folded in float32, then rounded to bfloat16 with the graph (as autocast
+    // casts a float32 weight at each product), so the gradient reaches the float32 transforms.
+    return mixed() ? model::convertLayer(y, copts.device(d)) : y;
 }
 
 // Embedding rows through T1 (e ↦ A1 e + v1) on the looked-up rows, not the table.
 at::Tensor Step::embedStudent() {
-    if (!leaf1.defined()) return rows;
+    if (!leaf1.defined()) return rows.to(copts);
     auto x = at::matmul(rows, leaf1.a.t());
-    return leaf1.v.defined() ? x + leaf1.v : x;
+    return (leaf1.v.defined() ? x + leaf1.v : x).to(copts);
 }
 
 // The teacher's normed final hidden states (no graph); its logits are made a chunk at a time.
@@ -142,10 +148,11 @@ at::Tensor Step::embedStudent() {
 // Cross-entropy against the data needs no teacher.
 void Step::teacherForward() {
     model::ForwardOptions teacherOptions;
-    teacherOptions.dtype = at::kFloat;
+    teacherOptions.dtype = copts.dtype().toScalarType();
     at::NoGradGuard g;
     if (objective == Objective::Kl) {
-        teacherNormed = givenTeacher.defined() ? givenTeacher.to(topts) : teacherNormedStates(c, original, tokens, top);
+        teacherNormed = givenTeacher.defined() ? givenTeacher.to(topts)
+                                               : teacherNormedStates(c, original, tokens, top, copts.dtype().toScalarType());
     } else if (objective == Objective::BlockMse) {
         model::forwardHidden(c, original, teacherOptions, tokens, nullptr, &teacherBlocks);
     }
@@ -181,6 +188,25 @@ at::Tensor Step::studentForward() {
 at::Tensor logits(const at::Tensor& h, const at::Tensor& w, const at::Tensor& b) {
     auto z = at::matmul(h, w.t());
     return b.defined() ? z + b : z;
+}
+
+// h [rows, hidden] float32 times lm_head's rows [a, a + n) transposed: float32 logits without the
+// bias. Mixed precision: the product in bfloat16 (h and the rows rounded to it), widened after.
+at::Tensor Step::chunkLogits(const at::Tensor& h, std::int64_t a, std::int64_t n) const {
+    if (!mixed()) return at::matmul(h, lmChunk(a, n).t());
+    const auto ctop = copts.device(top);
+    return at::matmul(h.to(ctop), original.lmHead.narrow(0, a, n).to(ctop).t()).to(at::kFloat);
+}
+
+// g [rows, hidden] += dz [rows, n] times lm_head's rows [a, a + n): the loss's gradient at the
+// hidden states; in bfloat16 under mixed precision (the backward product autocast would run).
+void Step::addChunkGradient(at::Tensor& g, const at::Tensor& dz, std::int64_t a, std::int64_t n) const {
+    if (!mixed()) {
+        g.addmm_(dz, lmChunk(a, n));
+        return;
+    }
+    const auto ctop = copts.device(top);
+    g.add_(at::mm(dz.to(ctop), original.lmHead.narrow(0, a, n).to(ctop)));
 }
 
 // Cross-entropy of the student against the next token of the data (paper Table 8's "CE";
@@ -267,7 +293,10 @@ void Step::klLogitsCpu(const at::Tensor& ug, at::Tensor& gradU, KlSums& s) {
                 const std::int64_t n = std::min(kVocabChunk, V - a);
                 const auto bias = biasChunk(a, n);
                 auto o = z.narrow(1, a, n);
-                at::mm_out(o, h, lmChunk(a, n).t());
+                if (mixed())
+                    o.copy_(chunkLogits(h, a, n));
+                else
+                    at::mm_out(o, h, lmChunk(a, n).t());
                 if (bias.defined()) o.add_(bias * invTau);
             }
         };
@@ -287,7 +316,7 @@ void Step::klLogitsCpu(const at::Tensor& ug, at::Tensor& gradU, KlSums& s) {
         const auto tGradient = Clock::now();
         for (std::int64_t a = 0; a < V; a += kVocabChunk) {
             const std::int64_t n = std::min(kVocabChunk, V - a);
-            gb.addmm_(zaB.narrow(1, a, n), lmChunk(a, n));
+            addChunkGradient(gb, zaB.narrow(1, a, n), a, n);
         }
         r.lossGradientSeconds += since(tGradient);
     }
@@ -314,9 +343,9 @@ void Step::klLogitsBlocks(const at::Tensor& ug, at::Tensor& gradU, KlSums& s) {
         std::vector<at::Tensor> ra, rb; // per vocabulary chunk: [nr, n] logits
         for (std::int64_t a = 0; a < V; a += kVocabChunk) {
             const std::int64_t n = std::min(kVocabChunk, V - a);
-            const auto w = lmChunk(a, n), b = biasChunk(a, n);
-            ra.push_back(logits(tb, w, b));
-            rb.push_back(logits(sb, w, b));
+            const auto b = biasChunk(a, n);
+            ra.push_back(b.defined() ? chunkLogits(tb, a, n) + b : chunkLogits(tb, a, n));
+            rb.push_back(b.defined() ? chunkLogits(sb, a, n) + b : chunkLogits(sb, a, n));
             lp.copy_(at::logaddexp(lp, at::logsumexp(ra.back() / tau, -1)));
             lq.copy_(at::logaddexp(lq, at::logsumexp(rb.back() / tau, -1)));
         }
@@ -329,7 +358,7 @@ void Step::klLogitsBlocks(const at::Tensor& ug, at::Tensor& gradU, KlSums& s) {
             s.mass.narrow(0, r0, nr).add_(p.sum(1));
             s.meanD.narrow(0, r0, nr).add_((p * d).sum(1));
             s.expD.narrow(0, r0, nr).add_(d.neg_().expm1_().mul_(p).sum(1));
-            gb.addmm_(q.sub_(p).div_(tau * double(N)), lmChunk(a, n));
+            addChunkGradient(gb, q.sub_(p).div_(tau * double(N)), a, n);
             ra[k] = rb[k] = at::Tensor(); // freed as the pass goes
         }
     }
@@ -350,16 +379,16 @@ at::Tensor Step::backwardLayers(at::Tensor gradOut) {
         if (blockMse) {
             // This block's term, mean((T1⁻¹(x'_l) − x_l)²) / L, differentiated together with
             // what the later blocks sent back through its output.
-            auto mapped = out.reshape({N, c.hiddenSize});
+            auto mapped = out.to(at::kFloat).reshape({N, c.hiddenSize});
             const fold::AffineMatrices& t1d = leaf1On(d);
             if (t1d.defined()) mapped = at::matmul(t1d.v.defined() ? mapped - t1d.v : mapped, t1d.aInv.t());
             const auto target = teacherBlocks[static_cast<size_t>(l)].reshape({N, c.hiddenSize}).to(fopts.device(d));
             teacherBlocks[static_cast<size_t>(l)] = at::Tensor();
             const auto term = (mapped - target).pow(2).mean() / double(c.numLayers);
             mseSum += term.item<double>();
-            (gradOut.defined() ? term + (out * gradOut.to(d)).sum() : term).backward();
+            (gradOut.defined() ? term + (out * gradOut.to(out.options())).sum() : term).backward();
         } else {
-            out.backward(gradOut.to(d));
+            out.backward(gradOut.to(out.options())); // the top's float32 gradient meets bfloat16 layers
         }
         gradOut = xi.grad();
         model::releaseMappedLayer(original.layers[static_cast<size_t>(l)]);
@@ -371,7 +400,7 @@ at::Tensor Step::backwardLayers(at::Tensor gradOut) {
 // through T1's matrices (m1) to its parameters.
 void Step::backwardT1(const at::Tensor& gradOut) {
     if (!leaf1.defined()) return;
-    embedStudent().backward(gradOut.to(device));
+    embedStudent().backward(gradOut.to(copts));
     at::Tensor s = at::zeros({}, fopts);
     std::vector<const fold::AffineMatrices*> leaves{&leaf1};
     for (const auto& [d, copy] : leafCopies) leaves.push_back(&copy);
@@ -405,7 +434,7 @@ DistillLoss Step::run(double volumeWeight) {
     Clock::time_point t2;
     const auto tLoss = Clock::now();
     if (objective != Objective::BlockMse) {
-        const auto xTop = x.detach().to(top).requires_grad_(true);
+        const auto xTop = x.detach().to(top, at::kFloat).requires_grad_(true); // the top in float32
         auto u = model::rmsNorm(xTop, at::ones({c.hiddenSize}, topts), c.rmsNormEps).reshape({N, c.hiddenSize});
         const fold::AffineMatrices& t1Top = leaf1On(top);
         if (t1Top.defined()) u = at::matmul(t1Top.v.defined() ? u - t1Top.v : u, t1Top.aInv.t());
@@ -438,9 +467,11 @@ DistillLoss Step::run(double volumeWeight) {
 DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeights& original,
                              const fold::ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
                              const at::Tensor& tokens, double tau, double volumeWeight, Objective objective,
-                             std::optional<bool> keepLayerGraphs, const at::Tensor& teacherNormed) {
+                             std::optional<bool> keepLayerGraphs, const at::Tensor& teacherNormed,
+                             at::ScalarType compute) {
     const bool keepGraphs = keepLayerGraphs ? *keepLayerGraphs : keepsLayerGraphs(c, tokens.size(0), tokens.size(1));
-    return Step(c, original, transforms, activation, tokens, tau, objective, keepGraphs, teacherNormed).run(volumeWeight);
+    return Step(c, original, transforms, activation, tokens, tau, objective, keepGraphs, teacherNormed, compute)
+        .run(volumeWeight);
 }
 
 c10::Device lossDevice(const model::LlamaWeights& original, c10::Device tokensDevice) {
@@ -448,9 +479,9 @@ c10::Device lossDevice(const model::LlamaWeights& original, c10::Device tokensDe
 }
 
 at::Tensor teacherNormedStates(const model::ModelConfig& c, const model::LlamaWeights& original, const at::Tensor& tokens,
-                               c10::Device device) {
+                               c10::Device device, at::ScalarType compute) {
     model::ForwardOptions teacherOptions;
-    teacherOptions.dtype = at::kFloat;
+    teacherOptions.dtype = compute;
     at::NoGradGuard g;
     const auto gamma = original.finalNorm.to(at::TensorOptions().dtype(at::kFloat).device(device));
     // A window at a time: a matrix product's rows depend on how many rows it multiplies at once
@@ -458,7 +489,7 @@ at::Tensor teacherNormedStates(const model::ModelConfig& c, const model::LlamaWe
     // distill may keep them from one draw to the next (teacherCacheBytes).
     std::vector<at::Tensor> windows;
     for (int64_t b = 0; b < tokens.size(0); ++b) {
-        const auto h = model::forwardHidden(c, original, teacherOptions, tokens.narrow(0, b, 1)).to(device);
+        const auto h = model::forwardHidden(c, original, teacherOptions, tokens.narrow(0, b, 1)).to(device, at::kFloat);
         windows.push_back(model::rmsNorm(h, gamma, c.rmsNormEps).reshape({tokens.size(1), c.hiddenSize}));
     }
     return windows.size() == 1 ? windows.front() : at::cat(windows, 0);

@@ -42,5 +42,6 @@ void resetCudaPeakMemory(int) {}
 #endif
 
 void allowTf32Matmuls(bool allow) { at::globalContext().setAllowTF32CuBLAS(allow); }
+bool tf32MatmulsAllowed() { return at::globalContext().allowTF32CuBLAS(); }
 
 } // namespace latmix::compat

@@ -19,6 +19,18 @@ void resetCudaPeakMemory(int device);
 // PyTorch's torch.backends.cuda.matmul.allow_tf32, off by default since 1.12). The same call in
 // 1.13 and 2.x (2.9 adds a finer-grained API; this one still sets the matmul precision).
 void allowTf32Matmuls(bool allow);
+bool tf32MatmulsAllowed();
+// TF32 products allowed (or not) while it lives, the setting before it restored at its end.
+class Tf32Matmuls {
+public:
+    explicit Tf32Matmuls(bool allow) : m_before(tf32MatmulsAllowed()) { allowTf32Matmuls(allow); }
+    ~Tf32Matmuls() { allowTf32Matmuls(m_before); }
+    Tf32Matmuls(const Tf32Matmuls&) = delete;
+    Tf32Matmuls& operator=(const Tf32Matmuls&) = delete;
+
+private:
+    bool m_before;
+};
 
 // c10d::TCPStoreOptions (dist/ProcessGroup.cpp): libtorch 2.x added useLibUV, on by default since
 // 2.4, which needs a libtorch built with libuv; 1.13 has no such field and only the plain TCP

@@ -2,6 +2,7 @@
 // an exact start (orthogonal init, quantization off → KL 0), learning (the KL falls under MXFP4),
 // determinism for a seed, and resume after a cancel giving the very same parameters.
 #include "DeviceRows.h"
+#include "StoriesFixture.h"
 #include "TestSupport.h"
 
 #include "eval/ActivationCapture.h"
@@ -25,22 +26,6 @@ using namespace latmix;
 
 namespace {
 
-struct Fixture {
-    std::unique_ptr<model::Checkpoint> ck;
-    model::LlamaWeights w;
-    at::Tensor calib;
-};
-
-bool loadFixture(Fixture& f) {
-    const QString dir = test::dataDir() + "/models/stories260K-hf";
-    if (!QFile::exists(dir + "/config.json")) return false;
-    f.ck = std::make_unique<model::Checkpoint>(model::Checkpoint::load(dir.toStdString()));
-    f.w = model::loadWeights(*f.ck);
-    // Random token windows are enough to exercise the objective (no tokenizer needed).
-    f.calib = at::randint(0, f.ck->config().vocabSize, {8, 32}, at::detail::createCPUGenerator(5), at::kLong);
-    return true;
-}
-
 train::DistillOptions quickOptions(int steps) {
     train::DistillOptions o;
     o.steps = steps;
@@ -57,7 +42,7 @@ struct OneStep {
     train::DistillStep step;
     std::vector<at::Tensor> before, after;
 };
-OneStep oneStep(const Fixture& f, const std::string& kind, c10::Device device) {
+OneStep oneStep(const test::StoriesFixture& f, const std::string& kind, c10::Device device) {
     fold::TransformSpec spec;
     spec.t1Kind = spec.t2Kind = kind;
     fold::ModelTransforms t(f.ck->config(), spec);
@@ -128,8 +113,8 @@ private slots:
         QFETCH(bool, bias);
         QFETCH(QString, objectiveName);
         const train::Objective objective = train::objectiveOf(objectiveName.toStdString());
-        Fixture f;
-        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        test::StoriesFixture f;
+        if (!test::loadStoriesFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         const auto& c = f.ck->config();
         fold::TransformSpec spec;
         spec.t1Kind = spec.t2Kind = kind.toStdString();
@@ -240,8 +225,8 @@ private slots:
     }
     void exactStartHasZeroKl() {
         QFETCH(QString, kind);
-        Fixture f;
-        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        test::StoriesFixture f;
+        if (!test::loadStoriesFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         fold::TransformSpec spec;
         spec.t1Kind = spec.t2Kind = kind.toStdString();
         spec.init = "hadamard";
@@ -267,8 +252,8 @@ private slots:
     }
     void klFallsWhileTraining() {
         QFETCH(QString, kind);
-        Fixture f;
-        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        test::StoriesFixture f;
+        if (!test::loadStoriesFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         fold::TransformSpec spec;
         spec.t1Kind = spec.t2Kind = kind.toStdString();
         fold::ModelTransforms t(f.ck->config(), spec);
@@ -294,8 +279,8 @@ private slots:
     // (8 windows, batch 2, 12 steps: every window comes back). When they are kept: only for the
     // KL, only when a window comes back, only within 256 MiB.
     void keptTeacherStatesChangeNothing() {
-        Fixture f;
-        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        test::StoriesFixture f;
+        if (!test::loadStoriesFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         const auto& c = f.ck->config();
         auto o = quickOptions(12);
         QVERIFY(train::teacherCacheBytes(c, 8, 32, o.steps, o.batch, train::Objective::Kl) == 8 * 32 * c.hiddenSize * 4);
@@ -320,8 +305,8 @@ private slots:
     // exactly where the uninterrupted run ends (the resumed run computes again the teacher's
     // states the first part kept).
     void resumeAfterCancelIsExact() {
-        Fixture f;
-        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        test::StoriesFixture f;
+        if (!test::loadStoriesFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         QTemporaryDir tmp;
         fold::TransformSpec spec;
         auto o = quickOptions(12);
@@ -380,8 +365,8 @@ private slots:
         QFETCH(int, failedStep);
         QFETCH(QStringList, says);
         QFETCH(QStringList, neverSays);
-        Fixture f;
-        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        test::StoriesFixture f;
+        if (!test::loadStoriesFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         auto w = f.w;
         if (overflow) {
             w.layers[1].inputNorm = w.layers[1].inputNorm.clone();
@@ -433,8 +418,8 @@ private slots:
         QFETCH(QString, kind);
         QFETCH(QString, device);
         LATMIX_REQUIRE_DEVICE(dev, device);
-        Fixture f;
-        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        test::StoriesFixture f;
+        if (!test::loadStoriesFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         const OneStep d = oneStep(f, kind.toStdString(), dev), c = oneStep(f, kind.toStdString(), c10::kCPU);
         auto close = [](double a, double b) { return std::abs(a - b) <= 1e-3 * std::abs(b) + 1e-6; };
         QVERIFY2(close(d.step.objective, c.step.objective) && close(d.step.loss, c.step.loss),
@@ -472,8 +457,8 @@ private slots:
     void bf16FrozenWeightsStepExactly() {
         QFETCH(QString, device);
         LATMIX_REQUIRE_DEVICE(dev, device);
-        Fixture f;
-        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        test::StoriesFixture f;
+        if (!test::loadStoriesFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         QTemporaryDir tmp;
         const std::string dir = tmp.path().toStdString();
         std::vector<std::pair<std::string, at::Tensor>> t;
@@ -508,8 +493,8 @@ private slots:
 
     // transforms.h5 round trip: the restored transforms have the same matrices.
     void saveLoadTransforms() {
-        Fixture f;
-        if (!loadFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        test::StoriesFixture f;
+        if (!test::loadStoriesFixture(f)) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
         QTemporaryDir tmp;
         fold::TransformSpec spec;
         spec.seed = 17;

@@ -34,6 +34,7 @@ MethodSpec runMethod(const QuantizeOptions& o) {
     MethodSpec m = methodSpec(o.method);
     m.t1Bias = o.t1Bias.value_or(true); // auto until preflight knows the model's family
     train::objectiveOf(o.loss); // throws naming the valid losses
+    train::precisionOf(o.precision, false); // throws naming the valid precisions
     const bool ablation = !o.t1Kind.empty() || !o.t2Kind.empty() || !o.init.empty() || o.t3Block >= 0 || o.initNoise >= 0 ||
                           !o.granularity.empty();
     if (!ablation) return m;

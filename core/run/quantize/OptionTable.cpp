@@ -179,6 +179,12 @@ void addPlacementAndEvaluationOptions(std::vector<Option>& t) {
                         "results differ from the CPU's more than in float32; recorded in latmix.json)",
                         true},
                        &RunConfig::tf32));
+    t.push_back(member({"precision", "--precision", "Training precision", T::Text,
+                        "the learned methods' training arithmetic: auto (bf16 on CUDA, fp32 on the CPU), bf16 (frozen "
+                        "weights, activations and their products in bfloat16; transforms, the fold, the loss and AdamW in "
+                        "float32), tf32 (float32, products in TF32 on CUDA) or fp32",
+                        true},
+                       &RunConfig::precision));
     t.push_back(member({"offload", "--offload", "Offload layers", T::Flag,
                         "keep the decoder layers in host memory, one at a time on the device (models larger than its "
                         "memory)",

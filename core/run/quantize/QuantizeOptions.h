@@ -68,6 +68,9 @@ struct RunConfig {
     // Off by default: the results then match the CPU's within the tests' float32 bounds. The KL,
     // AdamW's state and the Hessians keep their own precision (float32 / float64 sums).
     bool tf32 = false;
+    // The training's arithmetic (train::Precision, `--precision`): auto (bf16 on CUDA, fp32 on the
+    // CPU), bf16 (mixed precision), tf32 or fp32. The other stages keep theirs (`--tf32` above).
+    std::string precision = "auto";
     // Training with the decoder layers split over these devices (`--devices`, run/MemoryEstimate.h's
     // planLayerPlacement: balanced by bytes, embedding with the first, lm_head with the last);
     // empty: all on `device`. The stages after training run on the first device, a layer at a

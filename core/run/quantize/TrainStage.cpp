@@ -3,6 +3,7 @@
 #include "eval/Perplexity.h"
 #include "io/SafeTensors.h"
 #include "run/quantize/Stages.h"
+#include "util/TorchCompat.h"
 
 #include <ATen/core/grad_mode.h>
 
@@ -26,6 +27,7 @@ train::DistillOptions distillOptions(const RunContext& ctx) {
     d.volumeWeight = o.volumeWeight;
     d.weightDecay = o.weightDecay;
     d.objective = train::objectiveOf(o.loss);
+    d.compute = train::computeDtype(train::precisionOf(o.precision, ctx.device.is_cuda()));
     d.warmupSteps = o.warmupSteps;
     d.metricsEvery = o.metricsEvery;
     d.checkpointEvery = o.checkpointEvery;
@@ -69,8 +71,12 @@ std::unique_ptr<fold::ModelTransforms> trainTransforms(const RunContext& ctx, co
                 return eval::evaluatePerplexity(folded, evalIds, perplexityOptions(ctx.options)).perplexity;
             };
         }
-        // The teacher and student run in float32 on the device, a layer converted at a time from
-        // the weights as they are (mapped as stored on the CPU; host memory with --offload).
+        // The teacher and student run in the precision's dtype on the device, a layer converted at a
+        // time from the weights as they are (mapped as stored on the CPU; host memory with --offload).
+        // TF32 for the training's float32 products where the precision asks (bf16's folds, tf32),
+        // whatever `--tf32` set for the other stages; set back after, cancelled or failed too.
+        const train::Precision precision = train::precisionOf(ctx.options.precision, ctx.device.is_cuda());
+        const compat::Tf32Matmuls tf32(ctx.options.tf32 || train::usesTf32(precision, ctx.device.is_cuda()));
         result.training = train::distill(ctx.config(), original, calib, *transforms, d, job);
         // Every step read the embedding and lm_head tables whole: their mapped pages go (the
         // fold reads them once more, a block of rows at a time), 1.2 GiB at a Qwen3-MoE shape.
