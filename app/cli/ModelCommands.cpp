@@ -59,7 +59,7 @@ std::string describe(const model::Checkpoint& ck) {
 // ---- eval ----
 struct EvalOptions {
     ModelOptions m;
-    std::string dataset = "wikitext2", json, tasks;
+    std::string dataset = "wikitext2", json, tasks, tokensOut;
     int seqLen = 2048, maxWindows = 0, limit = 0;
     eval::ZeroShotOptions zeroShot;
 };
@@ -131,6 +131,13 @@ int runEval(const EvalOptions& o) {
                             {"peak_rss_mib", peakMiB}, {"peak_gpu_mib", gpuMiB}, {"weights_mib", weightsMiB},
                             {"latmix_version", latmixVersion()}, {"libtorch_version", libtorchVersion()}};
         std::ofstream(o.json) << j.dump(2) << "\n";
+    }
+    if (!o.tokensOut.empty()) { // the evaluated windows, for an evaluator written elsewhere (packaging/hf-reference.py)
+        std::string lines;
+        for (int w = 0; w < r.windows; ++w)
+            for (int t = 0; t < r.seqLen; ++t)
+                lines += std::to_string(ids[static_cast<std::size_t>(w) * r.seqLen + t]) + (t + 1 < r.seqLen ? " " : "\n");
+        util::writeFileAtomically(o.tokensOut, lines);
     }
     return 0;
 }
@@ -235,6 +242,9 @@ Runner addEvalCommand(CLI::App& app) {
     cmd->add_option("--seqlen", o->seqLen, "window length (capped at the model's maximum)")->capture_default_str();
     cmd->add_option("--max-windows", o->maxWindows, "evaluate at most K windows (0: all)")->capture_default_str();
     cmd->add_option("--json", o->json, "also write the results as JSON to this file");
+    cmd->add_option("--tokens-out", o->tokensOut,
+                    "also write the evaluated windows' token ids to this file, a window a line (for another evaluator "
+                    "of the same tokens, e.g. packaging/hf-reference.py)");
     cmd->add_option("--tasks", o->tasks,
                     "zero-shot tasks instead of perplexity, scored as lm-evaluation-harness does (" +
                         util::joinList(eval::zeroShotTaskNames(), ",") +
