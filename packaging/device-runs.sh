@@ -54,12 +54,40 @@ brownpy_runs() {
 }
 crashed() { grep -q 'crashed (signal' "$R"/*.txt 2> /dev/null; }
 
+# transformers (this machine's python3) as the client of a folder: `latmix eval` writes the token
+# windows it evaluated, packaging/hf-reference.py evaluates the same ids with transformers' model
+# class; both in bfloat16 on cuda (the table compares their perplexities and tokens/s).
+hf_pair() { # hf_pair NAME MODEL_DIR SEQLEN WINDOWS
+  run "eval-$1" "$L" eval --model "$2" --device cuda --dtype bfloat16 --seqlen "$3" --max-windows "$4" \
+    --json "$R/eval-$1.json" --tokens-out "$R/tokens-$1.txt" &&
+    run "hf-$1" sh -c 'python3 "$0" "$1" "$2" --device cuda --dtype bfloat16 > "$3"; r=$?; cat "$3"; exit $r' \
+      "$SRC/packaging/hf-reference.py" "$2" "$R/tokens-$1.txt" "$R/hf-$1.json"
+}
+# The reference checks: brownpy-13M as it is and its latmix-lu run's hf export, and a small
+# Qwen3-MoE (16 experts, 2 layers) as it is and its rtn run's hf export.
+hf_checks() {
+  local moe=$WORK/qwen3-moe-small
+  hf_pair brownpy "$B" "$EVAL_SEQ" "$EVAL_WINDOWS"
+  [ -d "$R/latmix-lu-cuda/model" ] && run export-lu "$L" export "$R/latmix-lu-cuda" --format hf --out "$R/hf-lu" --overwrite &&
+    hf_pair brownpy-lu "$R/hf-lu" "$EVAL_SEQ" "$EVAL_WINDOWS"
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c.update(hidden_size=512, num_hidden_layers=2, num_attention_heads=8,
+num_key_value_heads=4, head_dim=64, num_experts=16, num_experts_per_tok=4, moe_intermediate_size=256, intermediate_size=1024,
+vocab_size=32000, bos_token_id=1, eos_token_id=2, max_position_embeddings=4096); json.dump(c, open(sys.argv[2], "w"))' \
+    "$SRC/resources/configs/qwen3-moe-scaled.json" "$WORK/qwen3-moe-small.json" &&
+    run moe-model "$L" demo-model --config "$WORK/qwen3-moe-small.json" --tokenizer "$LATMIX_DATA_DIR/models/brownpy-13M" "$moe" &&
+    hf_pair moe "$moe" "$EVAL_SEQ" 8 &&
+    run moe-rtn "$L" quantize --model "$moe" --method rtn --device cuda --eval-seqlen 0 --out "$R/moe-rtn" &&
+    run export-moe "$L" export "$R/moe-rtn" --format hf --out "$R/hf-moe" --overwrite &&
+    hf_pair moe-rtn "$R/hf-moe" "$EVAL_SEQ" 8
+}
+
 # The order puts first what no visit has measured yet: the GPU half of the small runs, then the
 # whole pipeline at the 1B widths (training, GPTQ of 4 layers, the run model and its evaluation:
 # the end-to-end peak GPU memory beside the --dry-run estimate, GPTQ's seconds per layer); then
 # the CPU half and the bench rows, which earlier visits measured (docs/research/results.md, "GPU"). What
 # the step's time cannot reach is reported as skipped.
 [ "$REHEARSE" = no ] && brownpy_runs cuda
+[ "$REHEARSE" = no ] && hf_checks
 if [ "$REHEARSE" = no ]; then
   M=$WORK/llama-1b M4=$WORK/llama-1b-4layers # the end-to-end runs on 4 layers of the same widths
   run dry-1b-lu "$L" quantize --model "$M4" --method latmix-lu --device cuda --batch 4 --seqlen 2048 --calib-samples 8 \
@@ -71,7 +99,10 @@ if [ "$REHEARSE" = no ]; then
     run "dry-$cfg" "$L" quantize --model "$SRC/resources/configs/$cfg.json" --method latmix-lu --device cuda --batch 4 \
       --seqlen 2048 --calib-samples 128 --out "$R/dry-$cfg" --dry-run $([ $cfg = qwen3-32b ] && echo --t1-bias off)
   done
-  run eval-1b-bfloat16 "$L" eval --model "$M" --device cuda --dtype bfloat16 --seqlen 2048 --max-windows 8 --json "$R/eval-1b-bfloat16.json"
+  run eval-1b-bfloat16 "$L" eval --model "$M" --device cuda --dtype bfloat16 --seqlen 2048 --max-windows 8 --json "$R/eval-1b-bfloat16.json" \
+    --tokens-out "$R/tokens-1b.txt" &&
+    run hf-1b sh -c 'python3 "$0" "$1" "$2" --device cuda --dtype bfloat16 > "$3"; r=$?; cat "$3"; exit $r' \
+      "$SRC/packaging/hf-reference.py" "$M" "$R/tokens-1b.txt" "$R/hf-1b.json"
   # Few evaluation windows: three evaluations of all 166 test windows of 2048 tokens would take
   # longer than the runs themselves.
   if ! crashed; then
@@ -106,10 +137,15 @@ fi
 for d in $DEVICES; do
   run "bench-train-$d" "$L" bench train --model "$B" --device "$d" --batch 4 --seqlen "$SEQ" --repeat 3
 done
-if [ "$REHEARSE" = no ]; then # TF32's speed, and the 1B training step's measured peak beside dry-1b-lu's estimate
+if [ "$REHEARSE" = no ]; then # bf16 (the default on cuda) beside TF32, and the 1B training step's peak beside dry-1b-lu's estimate
   run bench-train-1b "$L" bench train --model "$WORK/llama-1b" --device cuda --batch 4 --seqlen 2048 --repeat 2
-  run bench-train-1b-tf32 "$L" bench train --model "$WORK/llama-1b" --device cuda --batch 4 --seqlen 2048 --repeat 2 --tf32
-  run bench-train-cuda-tf32 "$L" bench train --model "$B" --device cuda --batch 4 --seqlen "$SEQ" --repeat 3 --tf32
+  run bench-train-1b-tf32 "$L" bench train --model "$WORK/llama-1b" --device cuda --batch 4 --seqlen 2048 --repeat 2 --precision tf32
+  run bench-train-cuda-tf32 "$L" bench train --model "$B" --device cuda --batch 4 --seqlen "$SEQ" --repeat 3 --precision tf32
+  # The PyTorch-eager peer of the same step on the same card: bf16 autocast, then TF32 (float32 weights).
+  for p in bf16 tf32; do
+    run "peer-train-1b-$p" python3 "$SRC/packaging/peer-train-step.py" "$WORK/llama-1b" --device cuda --precision "$p" \
+      --batch 4 --seqlen 2048 --steps 2
+  done
 fi
 for d in $DEVICES; do
   run "bench-forward-$d" "$L" bench forward --model "$B" --device "$d" --seqlen "$FWD_SEQ" --repeat 3
@@ -199,6 +235,33 @@ if any(v for v in b.values()):
                   "" if not e else "estimate/measured %.2f" % (e / mib)))
         byl = g(b, run_name, "gptq_s_by_linear")
         if byl: print("| 1B %s, GPTQ seconds by linear (4 layers) | %s | | |" % (run_name, ", ".join("%s %.1f" % kv for kv in byl.items())))
+# transformers beside latmix eval on the same token windows, both bf16 on cuda (hf-reference.py).
+pairs = [("brownpy", "eval-brownpy"), ("brownpy-lu", "eval-brownpy-lu"), ("moe", "eval-moe"), ("moe-rtn", "eval-moe-rtn"),
+         ("1b", "eval-1b-bfloat16")]
+if any(load("hf-%s.json" % n) for n, _ in pairs):
+    print("| transformers vs latmix eval, same windows, bf16, cuda | latmix ppl (tokens/s) | transformers ppl (tokens/s) | rel. diff |")
+    print("|---|---|---|---|")
+    for n, ev in pairs:
+        a, h = load(ev + ".json"), load("hf-%s.json" % n)
+        print("| %s | %s (%s) | %s (%s) | %s |" % (n, fmt(g(a, "perplexity"), "%.5f"), fmt(g(a, "tokens_per_second"), "%.0f"),
+              fmt(g(h, "perplexity"), "%.5f"), fmt(g(h, "tokens_per_second"), "%.0f"), fmt(rel(g(a, "perplexity"), g(h, "perplexity")), "%.1e")))
+# Our training step beside the PyTorch-eager peer's, 1B shape, 4 x 2048, same card.
+def step_of(name):
+    try:
+        for l in open(os.path.join(R, name + ".txt")):
+            w = l.split()
+            if len(w) >= 2 and w[0] == "step": return float(w[1])
+    except Exception: return None
+def peer(p):
+    try: return json.loads(open(os.path.join(R, "peer-train-1b-%s.txt" % p)).read().strip().splitlines()[-1])
+    except Exception: return None
+if peer("bf16") or peer("tf32"):
+    print("| training step, 1B shape, 4 x 2048, cuda | latmix s | PyTorch eager s (every round) | latmix / eager |")
+    print("|---|---|---|---|")
+    for p, ours in (("bf16", "bench-train-1b"), ("tf32", "bench-train-1b-tf32")):
+        e, o = peer(p), step_of(ours)
+        print("| %s | %s | %s (%s) | %s |" % (p, fmt(o, "%.3f"), fmt(g(e, "step_s_median"), "%.3f"), g(e, "step_s"),
+              fmt(None if o is None or not g(e, "step_s_median") else o / g(e, "step_s_median"), "%.2f")))
 EOF
 cat "$R/bisect.txt" 2> /dev/null | sed 's/^/| /; s/$/ | | | |/'
 grep -H -e '^peak' -e '^fits' -e '^does not fit' "$R"/dry-*.txt 2>/dev/null | sed "s|^$R/||; s/^/| /; s/\$/ | | | |/"
