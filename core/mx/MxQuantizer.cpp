@@ -135,9 +135,10 @@ at::Tensor finiteAmax(const at::Tensor& x2d, const at::Tensor& blockAmax, const 
     return at::where(at::isfinite(xabs), xabs, at::zeros_like(xabs)).amax();
 }
 
-// Over the tensor, besides the output: the scaled values y and then their grid indices (int32),
-// each x's size (the per-block maxima, exponents and scales are 1/B of it), in seven passes:
-// the maxima, y, the indices, the gather, the scale, the signs, the NaN blocks.
+// Over the tensor, one allocation besides the output: the grid indices (int32, x's size); the
+// per-block maxima, exponents and scales are 1/B of it. The output holds y = x/s, then the grid
+// values over y's indices, then their product with s. Seven passes: the maxima, y, the indices,
+// the gather, the scale, the signs, the NaN blocks.
 Quantized quantizeTensorOps(const at::Tensor& x2d, const MxConfig& c, bool wantScales) {
     const int64_t rows = x2d.size(0), n = x2d.size(1), B = c.blockSize;
     const int64_t nb = (n + B - 1) / B;
@@ -149,20 +150,24 @@ Quantized quantizeTensorOps(const at::Tensor& x2d, const MxConfig& c, bool wantS
     amax = at::where(finite, amax, at::zeros_like(amax));
     const ElementFormat elem = c.element();
     const GridTables& grid = gridTables(elem, x2d.device());
-    at::Tensor index, scale;
+    auto q = at::empty({rows, nb, B}, blocks.options());
+    at::Tensor scale;
     if (c.isNvfp4()) {
         auto g = finiteAmax(x2d, amax, finite) / deviceScalar(kNvfp4GlobalDivisor, x2d);
         g = at::where(g > 0, g, at::ones_like(g));
         auto s = at::clamp((amax / deviceScalar(6.0f, x2d)) / g, kNvfp4ScaleMin, kNvfp4ScaleMax);
         scale = roundToElement(s, ElementFormat::E4M3) * g;
-        index = gridIndex(blocks / scale, grid);
+        at::div_out(q, blocks, scale);
     } else {
         auto e = sharedExponents(amax, elem, c.scaleMode);
         scale = pow2(e);
-        index = gridIndex(blocks * pow2(-e), grid);
+        at::mul_out(q, blocks, pow2(-e));
     }
-    auto q = gridValues(index, grid, blocks.sizes());
-    index = at::Tensor();
+    {
+        const at::Tensor index = gridIndex(q, grid);
+        auto flat = q.view({-1});
+        at::index_select_out(flat, grid.values, 0, index.view({-1}));
+    }
     // Scales are positive: y = x/s has x's sign, zeros included (SPEC §1 keeps the sign).
     q.mul_(scale).copysign_(blocks);
     const float nan = std::numeric_limits<float>::quiet_NaN();
