@@ -146,6 +146,15 @@ if [ "$REHEARSE" = no ]; then # bf16 (the default on cuda) beside TF32, and the 
     run "peer-train-1b-$p" python3 "$SRC/packaging/peer-train-step.py" "$WORK/llama-1b" --device cuda --precision "$p" \
       --batch 4 --seqlen 2048 --steps 2
   done
+  # The Llama-3.1-8B widths on 2 layers (random bf16 weights): a training step and GPTQ's seconds
+  # per layer, from which the 32-layer job (1000 steps + GPTQ) is extrapolated.
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["num_hidden_layers"]=2; json.dump(c, open(sys.argv[2], "w"))' \
+    "$SRC/resources/configs/llama-3.1-8b.json" "$WORK/llama-8b-2layers.json" &&
+    run model-8b "$L" demo-model --config "$WORK/llama-8b-2layers.json" --tokenizer "$GPU/data/models/brownpy-13M-src" \
+      "$WORK/llama-8b-2layers" &&
+    run bench-train-8b "$L" bench train --model "$WORK/llama-8b-2layers" --device cuda --batch 4 --seqlen 2048 --repeat 2 &&
+    run 8b-gptq "$L" quantize --model "$WORK/llama-8b-2layers" --method mr-gptq --device cuda --calib-samples 16 --seqlen 2048 \
+      --eval-seqlen 0 --out "$R/8b-gptq"
 fi
 for d in $DEVICES; do
   run "bench-forward-$d" "$L" bench forward --model "$B" --device "$d" --seqlen "$FWD_SEQ" --repeat 3
@@ -176,7 +185,8 @@ res = {"eval": {d: load(f"eval-{d}.json") for d in ("cuda", "cpu")},
        "latmix-lu": {d: run(f"latmix-lu-{d}") for d in ("cuda", "cpu")},
        "mr-gptq": {d: run(f"mr-gptq-{d}") for d in ("cuda", "cpu")},
        "1b": {"eval-bf16": load("eval-1b-bfloat16.json"), "eval-fp32": load("eval-1b-float32.json"),
-              "latmix-lu": run("1b-lu"), "mr-gptq": run("1b-gptq")}}
+              "latmix-lu": run("1b-lu"), "mr-gptq": run("1b-gptq")},
+       "8b-2layers": {"mr-gptq": run("8b-gptq")}}
 with open(out, "w") as f: json.dump(res, f, indent=1)
 def g(x, *k):
     for key in k:
@@ -235,6 +245,11 @@ if any(v for v in b.values()):
                   "" if not e else "estimate/measured %.2f" % (e / mib)))
         byl = g(b, run_name, "gptq_s_by_linear")
         if byl: print("| 1B %s, GPTQ seconds by linear (4 layers) | %s | | |" % (run_name, ", ".join("%s %.1f" % kv for kv in byl.items())))
+gq8 = res["8b-2layers"]["mr-gptq"]
+if gq8:
+    print("| Llama-3.1-8B widths, 2 layers, cuda: mr-gptq s per layer | %s | peak GPU %s MiB | by linear: %s |" % (
+          fmt(None if gq8["quantize_s"] is None else gq8["quantize_s"] / 2), fmt(gq8.get("peak_gpu_mb"), "%.0f"),
+          ", ".join("%s %.1f" % kv for kv in (gq8.get("gptq_s_by_linear") or {}).items())))
 # transformers beside latmix eval on the same token windows, both bf16 on cuda (hf-reference.py).
 pairs = [("brownpy", "eval-brownpy"), ("brownpy-lu", "eval-brownpy-lu"), ("moe", "eval-moe"), ("moe-rtn", "eval-moe-rtn"),
          ("1b", "eval-1b-bfloat16")]
