@@ -152,8 +152,8 @@ MemoryStage quantizeStage(const Shape& s, I T, int stored, const QuantizeOptions
     // quantized input (HessianAccumulator::add). On the CPU the MX kernel writes its output
     // alone; on a GPU the tensor-ops path (mx/MxQuantizer.cpp) held up to six temporaries of the
     // input's size when it was measured on an H200 (docs/research/results.md), 1B shape, 16 windows
-    // of 2048: peak 9234 MiB for an estimate of 9774 MiB. It now holds two besides its output
-    // (roundToElement's grid search); the six stay counted until a GPU measures the new peak.
+    // of 2048: peak 9234 MiB for an estimate of 9774 MiB. It now holds one besides its output
+    // (the grid search's int32 indices); the six stay counted until a GPU measures the new peak.
     const I queries = model::attentionQueryBlock(T);
     const I residual = 3 * T * s.h * 4;
     const I attention = 2 * T * (s.q + 2 * s.kv) * 4 + 2 * T * s.q * 4 + 3 * queries * T * s.heads * 4;
