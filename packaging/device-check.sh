@@ -19,6 +19,8 @@
 # LATMIX_DEVICE_DEADLINE (seconds, default 480) shortens the caps so that the whole check ends by
 # then (0: no deadline), leaving the device call time to bring the logs back;
 # LATMIX_DEVICE_STEPS=configure or build-cli stops after that step (CI: build-cli).
+# LATMIX_DEVICE_BUILD_TYPE (default Release) is CMake's build type; CI's rehearsal, which runs
+# nothing it builds, compiles with None (no optimiser: the same includes, templates and links).
 # Exit status: 0 when every step passed, 1 when a step failed, 2 when this machine cannot run the
 # check at all (no GPU, CPU-only torch, nothing carried), before anything is built.
 set -uo pipefail
@@ -155,7 +157,7 @@ configure_in() {
     cuda=(-DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$root" -DCUDA_TOOLKIT_ROOT_DIR="$root")
   fi
   rm -f "$dir/CMakeCache.txt" # a fresh configure each time; the objects stay
-  cmake -S "$SRC" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  cmake -S "$SRC" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="${LATMIX_DEVICE_BUILD_TYPE:-Release}" \
     -DTorch_DIR="$TORCH_CMAKE" \
     -DCMAKE_PREFIX_PATH="$SYS/usr;$SYS/usr/lib/$ARCH/cmake" \
     -DCMAKE_FIND_ROOT_PATH="$SYS" \

@@ -6,7 +6,8 @@
 # the cpu half of the timed runs. Needs root, like chroot.sh.
 #     sudo sh packaging/device-rehearsal.sh [OUT]      # OUT (default /tmp/latmix-rehearsal) gets the logs
 # LATMIX_REHEARSAL_STEPS=configure or build-cli stops after that step (CI: build-cli, i.e. unpack,
-# configure and build `latmix` against the carried packages).
+# configure and build `latmix` against the carried packages). LATMIX_DEVICE_BUILD_TYPE goes through
+# to device-check.sh (CI: None).
 set -eu
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-/tmp/latmix-rehearsal}
@@ -33,7 +34,7 @@ fi
 '
 mkdir -p "$OUT"
 LATMIX_CHROOT_CARRY=.gpu sh "$SRC/packaging/chroot.sh" bookworm \
-  "$setup mkdir -p /work/out && LATMIX_DEVICE_CAP_SCALE=${LATMIX_DEVICE_CAP_SCALE:-4} LATMIX_DEVICE_DEADLINE=0 LATMIX_DEVICE_BISECT=1 LATMIX_DEVICE_STEPS=${LATMIX_REHEARSAL_STEPS:-all} bash packaging/device-check.sh /work/out --rehearse; rc=\$?; exit \$rc" || rc=$?
+  "$setup mkdir -p /work/out && LATMIX_DEVICE_CAP_SCALE=${LATMIX_DEVICE_CAP_SCALE:-4} LATMIX_DEVICE_DEADLINE=0 LATMIX_DEVICE_BISECT=1 LATMIX_DEVICE_STEPS=${LATMIX_REHEARSAL_STEPS:-all} LATMIX_DEVICE_BUILD_TYPE=${LATMIX_DEVICE_BUILD_TYPE:-Release} bash packaging/device-check.sh /work/out --rehearse; rc=\$?; exit \$rc" || rc=$?
 root=${LATMIX_CHROOT:-${HOME:-/root}/.cache/latmix/bookworm-chroot}
 [ "${CI:-}" = true ] || cp "$root/work/out/"* "$OUT/" 2>/dev/null || true
 exit ${rc:-0}
