@@ -267,6 +267,8 @@ public:
         std::vector<int64_t> missing; // rows of tokens whose window is not kept yet
         for (std::size_t b = 0; b < windows.size(); ++b)
             if (!m_rows[static_cast<std::size_t>(windows[b])].defined()) missing.push_back(static_cast<int64_t>(b));
+        m_kept += static_cast<std::int64_t>(missing.size());
+        m_reused += static_cast<std::int64_t>(windows.size() - missing.size());
         if (!missing.empty()) {
             const auto rows = tokens.index_select(0, at::tensor(missing, at::kLong).to(tokens.device()));
             const auto states = teacherNormedStates(m_c, m_original, rows, lossDevice(m_original, tokens.device()), m_compute);
@@ -279,6 +281,8 @@ public:
         for (int64_t w : windows) parts.push_back(m_rows[static_cast<std::size_t>(w)]);
         return at::cat(parts, 0);
     }
+    std::int64_t kept() const { return m_kept; }     // windows computed and kept
+    std::int64_t reused() const { return m_reused; } // draws served from kept states
 
 private:
     const model::ModelConfig& m_c;
@@ -286,6 +290,7 @@ private:
     const at::ScalarType m_compute;
     const bool m_on;
     std::vector<at::Tensor> m_rows; // per window; undefined until its first draw
+    std::int64_t m_kept = 0, m_reused = 0;
 };
 
 // What distill refuses before it starts: no windows, no steps, nothing to learn, too few
@@ -425,6 +430,8 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
     }
     save(o.steps, "finished");
     r.seconds = since(start);
+    r.teacherStatesKept = teacher.kept();
+    r.teacherStatesReused = teacher.reused();
     return r;
 }
 

@@ -14,6 +14,7 @@
 #include "util/Job.h"
 
 #include <ATen/core/Tensor.h>
+#include <cstdint>
 
 #include <functional>
 #include <limits>
@@ -125,6 +126,10 @@ struct DistillResult {
     int startStep = 0;                // steps restored from the run file
     double seconds = 0;
     double foldedPerplexityStart = DistillStep::nan; // before the first step (DistillOptions::foldedEval)
+    // Windows whose teacher states this process computed and kept, and draws served from the
+    // kept states (both 0 when they are not kept: DistillOptions::keepTeacherStates, teacherCacheBytes).
+    std::int64_t teacherStatesKept = 0;
+    std::int64_t teacherStatesReused = 0;
 };
 
 // calibration: int64 [N, T] token windows. original: the model's weights on the training device

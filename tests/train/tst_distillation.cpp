@@ -289,6 +289,11 @@ private slots:
         const auto rk = train::distill(c, f.w, f.calib, kept, o);
         o.keepTeacherStates = false;
         const auto rf = train::distill(c, f.w, f.calib, fresh, o);
+        // The store was used: 12 steps of batch 2 draw 24 windows, the 8 first draws compute and keep
+        // their states, the other 16 read them; without it nothing is kept.
+        QCOMPARE(rk.teacherStatesKept, std::int64_t(8));
+        QCOMPARE(rk.teacherStatesReused, std::int64_t(12 * 2 - 8));
+        QCOMPARE(rf.teacherStatesKept + rf.teacherStatesReused, std::int64_t(0));
         for (size_t i = 0; i < rk.history.size(); ++i) QCOMPARE(rk.history[i].loss, rf.history[i].loss);
         const auto pk = kept.parameters(), pf = fresh.parameters();
         for (size_t i = 0; i < pk.size(); ++i) QVERIFY2(at::equal(pk[i], pf[i]), qPrintable(QString("parameter %1").arg(i)));
