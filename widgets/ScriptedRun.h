@@ -13,8 +13,8 @@ namespace latmix::gui {
 class MainWindow;
 
 // The built-in demo model's folder under the per-user data folder (AppLocalDataLocation:
-// ~/.local/share/LATMiX/Workbench/demo-model on Linux; ~/.qttest/... in QStandardPaths' test
-// mode), written there when it is missing or incomplete. writeDemoModel is deterministic and
+// ~/.local/share/LATMiX/Workbench/demo-model on Linux; under $XDG_DATA_HOME where
+// that is set, as the tests set it), written there when it is missing or incomplete. writeDemoModel is deterministic and
 // takes milliseconds, so a half-written folder is simply written again. Empty and *error set
 // when no folder is writable or the write fails.
 QString prepareDemoModel(QString* error);

@@ -2,7 +2,7 @@
 // the status bar shows the runtime facts, Recent is kept in QSettings and can be cleared, the
 // theme choice is remembered, the Model dock can be toggled (sessions, scripted and saved:
 // tst_sessions).
-// QSettings and the demo model go to QStandardPaths' test location (tests/TestMode.cpp), never
+// QSettings and the demo model go to this binary's own test home (tests/TestMode.cpp), never
 // the user's. Opening checkpoints is tested in tst_modelsummaryview.
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
@@ -268,12 +268,13 @@ void TestMainWindow::themeChoicePersists() {
              QStringLiteral("system"));
 }
 
-// Every test binary runs in QStandardPaths' test mode (tests/TestMode.cpp), so the settings
-// this suite clears and the demo model it writes live under ~/.qttest, not in the user's config
-// and data folders.
+// Every test binary has a home of its own (tests/TestMode.cpp: XDG folders under
+// LATMIX_TEST_HOME, named after the binary), so the settings this suite clears and the demo model
+// it writes are neither the user's nor another test binary's (ctest -j runs GUI tests side by side).
 void TestMainWindow::settingsAndDemoStayInTestLocation() {
-    QVERIFY(QStandardPaths::isTestModeEnabled());
-    const QString testRoot = QDir::homePath() + QStringLiteral("/.qttest/");
+    const QString testRoot = qEnvironmentVariable("LATMIX_TEST_HOME") + QStringLiteral("/");
+    QVERIFY2(testRoot.endsWith(QStringLiteral("/tst_mainwindow/")), qPrintable(testRoot));
+    QVERIFY(!testRoot.startsWith(QDir::homePath() + QStringLiteral("/.config")));
     const QString settings = QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).fileName();
     QVERIFY2(settings.startsWith(testRoot), qPrintable(settings));
     QString error;
