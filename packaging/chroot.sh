@@ -11,7 +11,8 @@
 # its ccache survive, so a second run rebuilds only what changed. With CI=true (CI starts
 # clean) a fresh chroot is made in a temporary folder and removed at the end.
 # Environment: LATMIX_CHROOT (folder), LATMIX_MIRROR (Debian mirror, default deb.debian.org),
-# LATMIX_CHROOT_CARRY (ignored folders of the tree copied too, e.g. ".gpu").
+# LATMIX_CHROOT_CARRY (ignored folders of the tree copied too, e.g. ".gpu"); LATMIX_REQUIRE_DATA and
+# LATMIX_MX_KERNEL are passed into the chroot.
 set -eu
 SUITE=${1:?usage: chroot.sh bookworm|trixie [COMMAND]}
 shift
@@ -104,4 +105,5 @@ fi
 echo "chroot $SUITE: $(cat "$ROOT/etc/debian_version") in $ROOT: $CMD"
 chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   LANG=C.UTF-8 CI="${CI:-}" TERM=dumb CCACHE_DIR=/root/.cache/ccache LATMIX_REQUIRE_DATA="${LATMIX_REQUIRE_DATA:-}" \
+  LATMIX_MX_KERNEL="${LATMIX_MX_KERNEL:-}" \
   /bin/sh -c "cd /work/main && $CMD"

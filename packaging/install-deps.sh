@@ -43,6 +43,15 @@ PACKAGES="g++ cmake ninja-build ccache pkg-config \
 # clang and libFuzzer for the fuzz smoke runs (ctest -L fuzz, tests/fuzz). CI runs them once, on
 # Debian 12; on Debian 13 add them by hand (same names) to run them there too.
 if [ "$VERSION_CODENAME" = bookworm ]; then PACKAGES="$PACKAGES clang libclang-rt-dev"; fi
+# Node.js >= 20 and npm for tst_gguf_runtime (llama.cpp through node-llama-cpp). Debian 13 has them;
+# Debian 12's Node.js is 18, too old: the test then skips (fails under LATMIX_REQUIRE_DATA=1) until
+# Node.js 20 is installed from nodejs.org or NodeSource.
+if [ "$VERSION_CODENAME" = trixie ]; then
+  PACKAGES="$PACKAGES nodejs npm"
+elif ! node --version 2>/dev/null | grep -qE '^v(2[0-9]|[3-9][0-9])\.'; then
+  echo "install-deps: tst_gguf_runtime needs Node.js >= 20 and npm, which Debian 12 does not have (its nodejs is 18):" \
+       "install Node.js 20 from nodejs.org or NodeSource to run it; the other tests do not need it" >&2
+fi
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -82,9 +82,15 @@ private slots:
     void initTestCase() {
         m_node = qEnvironmentVariable("LATMIX_NODE");
         m_script = qEnvironmentVariable("LATMIX_GGUF_RUNTIME") + "/probabilities.mjs";
-        if (m_node.isEmpty() || !QFileInfo::exists(m_script))
-            LATMIX_PREREQUISITE_SKIP("no llama.cpp runtime: CMake registers this test with Node.js >= 20 and npm "
-                                     "(apt install nodejs npm), and its fixture gguf_runtime_setup installs node-llama-cpp");
+        if (m_node.isEmpty())
+            LATMIX_PREREQUISITE_SKIP(qPrintable(
+                "no llama.cpp runtime: this test needs Node.js >= 20 and npm when CMake configures (" +
+                qEnvironmentVariable("LATMIX_NO_NODE", QStringLiteral("run it through ctest")) +
+                "). Debian 13: apt install nodejs npm (packaging/install-deps.sh does); Debian 12's Node.js is 18: "
+                "install Node.js 20 from nodejs.org or NodeSource. Then configure again (cmake build)."));
+        if (!QFileInfo::exists(m_script))
+            LATMIX_PREREQUISITE_SKIP(qPrintable("no " + m_script + ": ctest's fixture gguf_runtime_setup installs "
+                                                "node-llama-cpp there (ctest -R gguf_runtime runs both)"));
         const QString stories = test::dataDir() + "/models/stories260K";
         for (const QString& f : {test::modelFolder("brownpy-13M") + "/model.safetensors", stories + "/stories260K.bin",
                                  test::dataDir() + "/wikitext-2/wiki.test.raw"})
