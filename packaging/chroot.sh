@@ -72,6 +72,14 @@ if [ ! -f "$ROOT/etc/debian_version" ]; then
   chmod +x "$ROOT/usr/sbin/policy-rc.d"
 fi
 cat /etc/resolv.conf > "$ROOT/etc/resolv.conf" 2>/dev/null || true
+# The certificates the host trusts, for what downloads over TLS inside (npm, for tst_gguf_runtime's
+# fixture): a host behind a TLS-inspecting proxy trusts its CA, a fresh chroot does not. Node.js
+# adds them to its own (NODE_EXTRA_CA_CERTS below); apt uses the plain-HTTP mirror.
+HOST_CA=""
+if [ -r /etc/ssl/certs/ca-certificates.crt ]; then
+  cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/latmix-host-ca-certificates.crt"
+  HOST_CA=/etc/latmix-host-ca-certificates.crt
+fi
 
 # 2. This working tree (tracked and untracked-not-ignored files) at /work/main, by content: a
 #    file whose content changed gets a new time (so ninja rebuilds what depends on it), one that
@@ -104,6 +112,6 @@ fi
 
 echo "chroot $SUITE: $(cat "$ROOT/etc/debian_version") in $ROOT: $CMD"
 chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  LANG=C.UTF-8 CI="${CI:-}" TERM=dumb CCACHE_DIR=/root/.cache/ccache LATMIX_REQUIRE_DATA="${LATMIX_REQUIRE_DATA:-}" \
-  LATMIX_MX_KERNEL="${LATMIX_MX_KERNEL:-}" \
+  LANG=C.UTF-8 ${CI:+CI=$CI} TERM=dumb CCACHE_DIR=/root/.cache/ccache LATMIX_REQUIRE_DATA="${LATMIX_REQUIRE_DATA:-}" \
+  LATMIX_MX_KERNEL="${LATMIX_MX_KERNEL:-}" ${HOST_CA:+NODE_EXTRA_CA_CERTS=$HOST_CA} \
   /bin/sh -c "cd /work/main && $CMD"
