@@ -17,6 +17,8 @@
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
 #include "util/Runtime.h"
+#include "util/Text.h"
+#include "mx/MxFormat.h"
 
 #include <nlohmann/json.hpp>
 
@@ -97,8 +99,10 @@ QGroupBox* CalibrationView::createMethodBox(QWidget* parent) {
     mf->addRow(tr("&Block size:"), m_block);
     m_scaleMode = new QComboBox(methodBox);
     m_scaleMode->setObjectName(QStringLiteral("scaleModeCombo"));
-    m_scaleMode->addItems({QStringLiteral("floor"), QStringLiteral("ceil"), QStringLiteral("even")});
-    m_scaleMode->setToolTip(tr("Shared-scale rounding: floor (OCP), ceil, even (torchao)"));
+    for (const std::string& mode : latmix::util::splitList(latmix::mx::scaleModeNameList()))
+        m_scaleMode->addItem(QString::fromStdString(mode));
+    m_scaleMode->setToolTip(tr("Shared-scale rounding: floor (OCP), ceil, even (torchao); nvfp4: floor (maxima to 6) "
+                               "or four-over-six (to 4 or 6, whichever errs less)"));
     mf->addRow(tr("S&cale mode:"), m_scaleMode);
     m_t1Bias = new QComboBox(methodBox);
     m_t1Bias->setObjectName(QStringLiteral("t1BiasCombo"));

@@ -25,6 +25,7 @@
 #include <QLabel>
 #include <QSignalBlocker>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QSplitter>
 #include <QVBoxLayout>
 
@@ -113,7 +114,8 @@ QWidget* MxExplorerView::buildControls() {
 
     m_scaleModeCombo = new QComboBox(quant);
     m_scaleModeCombo->setObjectName(QStringLiteral("scaleModeCombo"));
-    for (auto m : {latmix::mx::ScaleMode::Floor, latmix::mx::ScaleMode::Ceil, latmix::mx::ScaleMode::Even})
+    for (auto m : {latmix::mx::ScaleMode::Floor, latmix::mx::ScaleMode::Ceil, latmix::mx::ScaleMode::Even,
+                   latmix::mx::ScaleMode::FourOverSix})
         m_scaleModeCombo->addItem(QString::fromStdString(latmix::mx::scaleModeName(m)));
     m_scaleModeCombo->setToolTip(tr("How the shared E8M0 exponent is chosen from the block maximum"));
     qform->addRow(tr("&Scale mode:"), m_scaleModeCombo);
@@ -165,6 +167,7 @@ QWidget* MxExplorerView::buildControls() {
     column->addWidget(m_summaryLabel);
     column->addStretch(1);
 
+    offerScaleModes(m_formatCombo->currentText() == QLatin1String("nvfp4"));
     connect(m_formatCombo, &QComboBox::currentIndexChanged, this, &MxExplorerView::onFormatChanged);
     connect(m_blockCombo, &QComboBox::currentIndexChanged, this, &MxExplorerView::recompute);
     connect(m_scaleModeCombo, &QComboBox::currentIndexChanged, this, &MxExplorerView::recompute);
@@ -274,12 +277,30 @@ void MxExplorerView::onFormatChanged() {
         }
     }
     m_blockCombo->setEnabled(!nvfp4);
-    m_scaleModeCombo->setEnabled(!nvfp4);
-    const QString fixed = tr("nvfp4 always uses blocks of 16 with E4M3 block scales");
-    m_blockCombo->setToolTip(nvfp4 ? fixed : tr("Values sharing one scale"));
-    m_scaleModeCombo->setToolTip(nvfp4 ? fixed
+    offerScaleModes(nvfp4);
+    m_blockCombo->setToolTip(nvfp4 ? tr("nvfp4 always uses blocks of 16 with E4M3 block scales") : tr("Values sharing one scale"));
+    m_scaleModeCombo->setToolTip(nvfp4 ? tr("floor: each block's maximum maps to 6; four-over-six: to 4 or 6, whichever "
+                                            "gives the block the smaller squared error")
                                        : tr("How the shared E8M0 exponent is chosen from the block maximum"));
     recompute();
+}
+
+// The scale modes a format takes (MxConfig::validate): nvfp4 its standard rule (floor) and
+// four-over-six, the MX formats floor, ceil and even. A mode the format does not take is shown
+// disabled, and a current one is replaced by floor without a recompute of its own.
+void MxExplorerView::offerScaleModes(bool nvfp4) {
+    auto* items = qobject_cast<QStandardItemModel*>(m_scaleModeCombo->model());
+    for (int i = 0; i < m_scaleModeCombo->count(); ++i) {
+        const auto m = latmix::mx::parseScaleMode(m_scaleModeCombo->itemText(i).toStdString());
+        const bool takes = nvfp4 ? (m == latmix::mx::ScaleMode::Floor || m == latmix::mx::ScaleMode::FourOverSix)
+                                 : m != latmix::mx::ScaleMode::FourOverSix;
+        if (items) items->item(i)->setEnabled(takes);
+    }
+    const int current = m_scaleModeCombo->currentIndex();
+    if (items && current >= 0 && !items->item(current)->isEnabled()) {
+        const QSignalBlocker blocker(m_scaleModeCombo);
+        m_scaleModeCombo->setCurrentIndex(0);
+    }
 }
 
 void MxExplorerView::recompute() {

@@ -61,6 +61,7 @@ private:
     void setupSignalPlot();
     void setupErrorPlot();
     void onFormatChanged();
+    void offerScaleModes(bool nvfp4);
     void applyPlotTheme();
     void applyErrorScale();
     void drawBlockBands(int length, int blockSize);

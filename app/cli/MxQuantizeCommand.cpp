@@ -90,7 +90,7 @@ Runner addMxQuantizeCommand(CLI::App& app) {
     cmd->add_option("--format", o->format, "mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, mxfp8_e5m2, mxint8, mxint4, nvfp4")
         ->capture_default_str();
     cmd->add_option("--block", o->block, "MX block size, a power of two (default 32; nvfp4 16)");
-    cmd->add_option("--scale-mode", o->scaleMode, "floor, ceil or even")->capture_default_str();
+    cmd->add_option("--scale-mode", o->scaleMode, mx::scaleModeNameList() + " (four-over-six: nvfp4 only)")->capture_default_str();
     cmd->add_option("--input", o->input, "read the numbers from FILE instead of stdin");
     cmd->add_flag("--packed", o->packed, "print packed element codes and scale bytes (hex) instead");
     return [o] { return run(*o); };

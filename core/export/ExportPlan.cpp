@@ -143,7 +143,11 @@ void addFormatNotes(Plan& plan, const RunModel& run, bool ct) {
                                  "int groups with E8M0 scales under the format name 'mxint4-pack-quantized' "
                                  "(sign-magnitude codes, step 0.25, SPEC §1); compressed-tensors runtimes do not "
                                  "load it, LATMiX does");
-        if (wf.scaleMode != mx::ScaleMode::Floor)
+        if (wf.fourOverSix())
+            plan.notes.push_back("weights were quantized with four-over-six (each block of 16 scaled to 4 or to 6, "
+                                 "whichever erred less); the stored E4M3 scales load as any NVFP4 scales, but a runtime "
+                                 "quantizing activations scales every block to 6");
+        else if (wf.scaleMode != mx::ScaleMode::Floor && !wf.isNvfp4())
             plan.notes.push_back("weights were quantized with scale mode '" + mx::scaleModeName(wf.scaleMode) +
                                  "'; the stored scales are exact, but a runtime quantizing activations uses the "
                                  "OCP floor rule");

@@ -30,7 +30,8 @@ const std::vector<FormatInfo> kFormats = {
     {Format::NvFp4, "nvfp4", ElementFormat::E2M1, 16, true},
 };
 
-const char* const kScaleModeNames[] = {"floor", "ceil", "even"};
+const char* const kScaleModeNames[] = {"floor", "ceil", "even", "four-over-six"};
+constexpr int kScaleModeCount = 4;
 
 } // namespace
 
@@ -46,7 +47,11 @@ std::string formatNameList() {
     return out;
 }
 
-std::string scaleModeNameList() { return "floor, ceil, even"; }
+std::string scaleModeNameList() {
+    std::string out;
+    for (int i = 0; i < kScaleModeCount; ++i) out += (i ? ", " : "") + std::string(kScaleModeNames[i]);
+    return out;
+}
 
 std::optional<Format> findFormat(std::string_view name) {
     for (const auto& f : kFormats)
@@ -61,7 +66,7 @@ Format parseFormat(std::string_view name) {
 }
 
 ScaleMode parseScaleMode(std::string_view name) {
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < kScaleModeCount; ++i)
         if (name == kScaleModeNames[i]) return static_cast<ScaleMode>(i);
     throw std::invalid_argument("unknown scale mode '" + std::string(name) + "'; choose one of " +
                                 scaleModeNameList());
@@ -95,11 +100,14 @@ void MxConfig::validate() const {
     if (isNvfp4() && blockSize != 16)
         throw std::invalid_argument("nvfp4 uses blocks of 16 (got " + std::to_string(blockSize) +
                                     "); omit the block size or pass 16");
+    if (!isNvfp4() && scaleMode == ScaleMode::FourOverSix)
+        throw std::invalid_argument("scale mode four-over-six chooses between NVFP4's E4M3 block scales; " + formatName(format) +
+                                    " has power-of-two scales: use nvfp4, or the scale mode floor, ceil or even");
 }
 
 std::string MxConfig::describe() const {
     std::string s = formatName(format) + ", block " + std::to_string(blockSize);
-    if (!isNvfp4()) s += ", scale " + scaleModeName(scaleMode);
+    if (!isNvfp4() || fourOverSix()) s += ", scale " + scaleModeName(scaleMode);
     return s;
 }
 

@@ -11,8 +11,11 @@ namespace latmix::mx {
 // Element formats of the OCP MX specification plus the INT formats of microxcaling.
 enum class ElementFormat { E2M1, E2M3, E3M2, E4M3, E5M2, Int8, Int4 };
 
-// How the shared E8M0 exponent is chosen from the block's absolute maximum (SPEC §1).
-enum class ScaleMode { Floor, Ceil, Even };
+// How the shared E8M0 exponent is chosen from the block's absolute maximum (SPEC §1). The first
+// three are MX rules; FourOverSix is NVFP4's only other mode: each block of 16 takes the E4M3
+// scale that maps its maximum to 6 or the one that maps it to 4, whichever has the smaller
+// squared error (SPEC §1, "Four over six").
+enum class ScaleMode { Floor, Ceil, Even, FourOverSix };
 
 // User-facing quantization formats; names are the ones used in the CLI, GUI and files.
 enum class Format { MxFp4, MxFp6E2M3, MxFp6E3M2, MxFp8E4M3, MxFp8E5M2, MxInt8, MxInt4, NvFp4 };
@@ -49,7 +52,7 @@ ScaleMode parseScaleMode(std::string_view name);
 std::string formatName(Format f);
 std::string scaleModeName(ScaleMode m);
 std::string formatNameList();    // "mxfp4, mxfp6_e2m3, ..."
-std::string scaleModeNameList(); // "floor, ceil, even"
+std::string scaleModeNameList(); // "floor, ceil, even, four-over-six"
 
 // The paper's name for a model whose weights and activations are both in f: "W" and "A" with the
 // element's width, "W4A4" (mxfp4, mxint4, nvfp4), "W6A6", "W8A8".
@@ -65,8 +68,10 @@ struct MxConfig {
 
     ElementFormat element() const { return formatInfo(format).element; }
     bool isNvfp4() const { return formatInfo(format).nvfp4; }
-    // Throws std::invalid_argument: block not a power of two, NVFP4 with block != 16.
+    // Throws std::invalid_argument: block not a power of two, NVFP4 with block != 16,
+    // four-over-six on an MX format (NVFP4 reads the three MX modes as its one standard rule).
     void validate() const;
+    bool fourOverSix() const { return isNvfp4() && scaleMode == ScaleMode::FourOverSix; }
     std::string describe() const; // "mxfp4, block 32, scale floor"
 };
 

@@ -233,6 +233,7 @@ struct KernelContext {
     ScaleRule rule{ElementFormat::E2M1, ScaleMode::Floor};
     ElementFormat element;
     bool nvfp4;
+    bool fourOverSix; // NVFP4 only: each block's scale maps its maximum to 4 or 6 (SPEC §1)
     float nvfp4Global;
     std::uint8_t nanScale, nanElement;
     QuantizeOutputs out;
@@ -255,13 +256,35 @@ inline void scaleAndRound(const float* xb, float* yb, float* q, std::int64_t n, 
     }
 }
 
+// NVFP4's effective scale of a block whose maximum maps to mappedMax: E4M3 scale times g.
+inline float nvfp4Effective(const KernelContext& k, std::uint32_t amaxBits, float mappedMax, float& e4m3) {
+    float s = (floatOf(amaxBits) / mappedMax) / k.nvfp4Global;
+    s = std::min(std::max(s, kNvfp4ScaleMin), kNvfp4ScaleMax);
+    e4m3 = k.scaleGrid.quantize(s);
+    return e4m3 * k.nvfp4Global;
+}
+
+// Four over six: the block's sum of squared errors under eff, in float64 and index order as
+// ref::nvfp4PrefersFour sums it (same bits: -ffp-contract=off, no reassociation).
+inline double nvfp4BlockError(const KernelContext& k, const float* xb, std::int64_t n, float eff) {
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        const double e = static_cast<double>(xb[i]) - static_cast<double>(k.grid.quantize(xb[i] / eff) * eff);
+        sum += e * e;
+    }
+    return sum;
+}
+
 // One block of NVFP4: FP32 throughout, as the format defines it; the scale is not a power of two.
 inline std::uint8_t nvfp4Block(const KernelContext& k, const float* xb, float* yb, float* q, std::int64_t n,
                                std::uint32_t amaxBits) {
-    float s = (floatOf(amaxBits) / 6.0f) / k.nvfp4Global;
-    s = std::min(std::max(s, kNvfp4ScaleMin), kNvfp4ScaleMax);
-    const float sq = k.scaleGrid.quantize(s);
-    const float eff = sq * k.nvfp4Global;
+    float sq = 0.0f;
+    float eff = nvfp4Effective(k, amaxBits, 6.0f, sq);
+    if (k.fourOverSix) {
+        float sq4 = 0.0f;
+        const float eff4 = nvfp4Effective(k, amaxBits, 4.0f, sq4);
+        if (nvfp4BlockError(k, xb, n, eff4) < nvfp4BlockError(k, xb, n, eff)) eff = eff4, sq = sq4;
+    }
     for (std::int64_t i = 0; i < n; ++i) {
         const float v = k.grid.quantize(xb[i] / eff);
         if (yb) yb[i] = v * eff;
@@ -408,8 +431,9 @@ KernelContext makeContext(const float* x, std::int64_t cols, const MxConfig& c, 
     k.blocksPerRow = (cols + k.B - 1) / k.B;
     k.element = c.element();
     k.grid = ElementGrid(k.element);
-    k.rule = ScaleRule(k.element, c.scaleMode);
+    k.rule = ScaleRule(k.element, c.isNvfp4() ? ScaleMode::Floor : c.scaleMode); // NVFP4: unused
     k.nvfp4 = c.isNvfp4();
+    k.fourOverSix = c.fourOverSix();
     k.nvfp4Global = nvfp4Global;
     k.nanScale = k.nvfp4 ? 0x7F : kScaleNanCode;
     k.nanElement = (k.element == ElementFormat::E4M3 || k.element == ElementFormat::E5M2) ? 0x7F : 0;

@@ -54,6 +54,8 @@ at::Tensor sharedExponents(const at::Tensor& amax, ElementFormat f, ScaleMode mo
         subnormal = at::where(amax > threshold, at::full_like(fe, -126), at::full_like(fe, kScaleExpMin));
         break;
     }
+    case ScaleMode::FourOverSix:
+        throw std::invalid_argument("four-over-six chooses NVFP4's E4M3 scales, not an E8M0 exponent");
     case ScaleMode::Even: {
         const int64_t half = int64_t{1} << (23 - s.mbits - 1);
         auto rounded = at::bitwise_and(bits + half, 0x7f800000);
@@ -135,10 +137,31 @@ at::Tensor finiteAmax(const at::Tensor& x2d, const at::Tensor& blockAmax, const 
     return at::where(at::isfinite(xabs), xabs, at::zeros_like(xabs)).amax();
 }
 
+// NVFP4's effective block scales (E4M3 scale times g) for maxima mapped to mappedMax (SPEC §1).
+at::Tensor nvfp4Effective(const at::Tensor& amax, const at::Tensor& g, float mappedMax) {
+    auto s = at::clamp((amax / deviceScalar(mappedMax, amax)) / g, kNvfp4ScaleMin, kNvfp4ScaleMax);
+    return roundToElement(s, ElementFormat::E4M3) * g;
+}
+
+// Four over six on tensors: per block the scale whose dequantized values have the smaller sum of
+// squared errors, 6 on a tie. The sum runs in float64 over the block's columns one at a time, in
+// index order, so that every device adds as ref::nvfp4PrefersFour does (a reduction kernel would
+// pick its own order and could flip a near tie).
+at::Tensor fourOverSixScales(const at::Tensor& blocks, const at::Tensor& eff6, const at::Tensor& eff4) {
+    auto blockError = [&](const at::Tensor& eff) {
+        auto deq = roundToElement(blocks / eff, ElementFormat::E2M1) * eff;
+        auto e = (blocks.to(at::kDouble) - deq.to(at::kDouble)).square_();
+        auto sum = e.select(-1, 0).clone();
+        for (int64_t i = 1; i < e.size(-1); ++i) sum.add_(e.select(-1, i));
+        return sum.unsqueeze(-1);
+    };
+    return at::where(blockError(eff4) < blockError(eff6), eff4, eff6);
+}
+
 // Over the tensor, one allocation besides the output: the grid indices (int32, x's size); the
 // per-block maxima, exponents and scales are 1/B of it. The output holds y = x/s, then the grid
 // values over y's indices, then their product with s. Seven passes: the maxima, y, the indices,
-// the gather, the scale, the signs, the NaN blocks.
+// the gather, the scale, the signs, the NaN blocks. (Four over six rounds each candidate once more.)
 Quantized quantizeTensorOps(const at::Tensor& x2d, const MxConfig& c, bool wantScales) {
     const int64_t rows = x2d.size(0), n = x2d.size(1), B = c.blockSize;
     const int64_t nb = (n + B - 1) / B;
@@ -155,8 +178,9 @@ Quantized quantizeTensorOps(const at::Tensor& x2d, const MxConfig& c, bool wantS
     if (c.isNvfp4()) {
         auto g = finiteAmax(x2d, amax, finite) / deviceScalar(kNvfp4GlobalDivisor, x2d);
         g = at::where(g > 0, g, at::ones_like(g));
-        auto s = at::clamp((amax / deviceScalar(6.0f, x2d)) / g, kNvfp4ScaleMin, kNvfp4ScaleMax);
-        scale = roundToElement(s, ElementFormat::E4M3) * g;
+        scale = nvfp4Effective(amax, g, 6.0f);
+        // The padding of a partial block is zero: it adds nothing to either error.
+        if (c.fourOverSix()) scale = fourOverSixScales(blocks, scale, nvfp4Effective(amax, g, 4.0f));
         at::div_out(q, blocks, scale);
     } else {
         auto e = sharedExponents(amax, elem, c.scaleMode);

@@ -42,6 +42,8 @@ int sharedExponent(double amax, ElementFormat f, ScaleMode mode) {
     case ScaleMode::Ceil: // never clips: 2^ceil(log2(amax / max))
         e = static_cast<int>(std::ceil(std::log2(amax / spec.maxValue)));
         break;
+    case ScaleMode::FourOverSix:
+        throw std::invalid_argument("sharedExponent: four-over-six chooses NVFP4's E4M3 scales, not an E8M0 exponent");
     case ScaleMode::Even: { // torchao EVEN: round amax to the element mantissa first (half up)
         int fe = static_cast<int>(std::floor(std::log2(amax)));
         const double m = amax / std::ldexp(1.0, fe); // in [1, 2)
@@ -64,10 +66,36 @@ float nvfp4GlobalScale(const std::vector<float>& x) {
     return g > 0.0f ? g : 1.0f;
 }
 
-float nvfp4BlockScale(float blockAmax, float globalScale) {
-    float s = (blockAmax / 6.0f) / globalScale; // FP32 arithmetic, as the format defines it
+float nvfp4BlockScale(float blockAmax, float globalScale, float mappedMax) {
+    float s = (blockAmax / mappedMax) / globalScale; // FP32 arithmetic, as the format defines it
     s = std::clamp(s, kNvfp4ScaleMin, kNvfp4ScaleMax);
     return static_cast<float>(quantizeElement(s, ElementFormat::E4M3));
+}
+
+namespace {
+
+// x[i] in FP32 under the effective scale eff = E4M3 scale · g: divided, rounded to E2M1, multiplied.
+float nvfp4Element(float x, float eff) {
+    const float y = x / eff;
+    return static_cast<float>(quantizeElement(y, ElementFormat::E2M1) * eff);
+}
+
+double nvfp4BlockError(const float* x, int64_t n, float eff) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        const double e = static_cast<double>(x[i]) - static_cast<double>(nvfp4Element(x[i], eff));
+        sum += e * e;
+    }
+    return sum;
+}
+
+} // namespace
+
+bool nvfp4PrefersFour(const float* x, int64_t n, double blockAmax, float globalScale) {
+    const float amax = static_cast<float>(blockAmax);
+    const float eff6 = nvfp4BlockScale(amax, globalScale, 6.0f) * globalScale;
+    const float eff4 = nvfp4BlockScale(amax, globalScale, 4.0f) * globalScale;
+    return nvfp4BlockError(x, n, eff4) < nvfp4BlockError(x, n, eff6);
 }
 
 std::vector<float> fakeQuantize(const std::vector<float>& x, int64_t rowLength, const MxConfig& c) {
@@ -88,15 +116,15 @@ std::vector<float> fakeQuantize(const std::vector<float>& x, int64_t rowLength, 
                 finite = finite && std::isfinite(x[i]);
                 amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
             }
+            // FP32 throughout for NVFP4: the block scale times g is not a power of two, so the
+            // division and product round exactly as an FP32 implementation rounds them.
+            const bool four = finite && c.fourOverSix() && nvfp4PrefersFour(x.data() + begin, end - begin, amax, g);
+            const float eff = c.isNvfp4() ? nvfp4BlockScale(static_cast<float>(amax), g, four ? 4.0f : 6.0f) * g : 0.0f;
             for (int64_t i = begin; i < end; ++i) {
                 if (!finite) {
                     out[i] = std::numeric_limits<float>::quiet_NaN();
                 } else if (c.isNvfp4()) {
-                    // FP32 throughout: the block scale times g is not a power of two, so the
-                    // division and product round exactly as an FP32 implementation rounds them.
-                    const float eff = nvfp4BlockScale(static_cast<float>(amax), g) * g;
-                    const float y = x[i] / eff;
-                    out[i] = static_cast<float>(quantizeElement(y, elem) * eff);
+                    out[i] = nvfp4Element(x[i], eff);
                 } else {
                     const double s = std::ldexp(1.0, sharedExponent(amax, elem, c.scaleMode));
                     out[i] = static_cast<float>(quantizeElement(x[i] / s, elem) * s);

@@ -20,8 +20,15 @@ int sharedExponent(double amax, ElementFormat f, ScaleMode mode);
 // Per-tensor FP32 scale of NVFP4: amax/(448*6) over the finite values; 1 for an all-zero tensor.
 float nvfp4GlobalScale(const std::vector<float>& x);
 
-// E4M3 block scale of NVFP4 for one block: (amax/6)/g clamped to [2^-9, 448], rounded to E4M3.
-float nvfp4BlockScale(float blockAmax, float globalScale);
+// E4M3 block scale of NVFP4 for one block: (amax/m)/g clamped to [2^-9, 448], rounded to E4M3;
+// m = 6 maps the block's maximum to E2M1's largest value, four-over-six also tries m = 4.
+float nvfp4BlockScale(float blockAmax, float globalScale, float mappedMax = 6.0f);
+
+// Four over six (SPEC §1): whether the block x[0, n) takes the scale that maps its maximum to 4.
+// Both candidates' dequantized values are formed in FP32 as fakeQuantize forms them; the sum of
+// squared errors is taken in float64 over the block in index order, and 4 wins only when its sum
+// is strictly smaller (a tie keeps the standard 6).
+bool nvfp4PrefersFour(const float* x, int64_t n, double blockAmax, float globalScale);
 
 // Fake quantization (quantize then dequantize) of x viewed as rows of rowLength values, blocks
 // along each row, a trailing partial block quantized on its own. A block holding NaN or Inf

@@ -70,7 +70,8 @@ private slots:
         QTest::newRow("block not power of two") << "mxfp4" << 24 << "floor" << "not a power of two";
         QTest::newRow("block zero") << "mxint4" << 0 << "floor" << "not a power of two";
         QTest::newRow("nvfp4 block 32") << "nvfp4" << 32 << "floor" << "blocks of 16";
-        QTest::newRow("unknown scale mode") << "mxfp4" << 32 << "round" << "floor, ceil, even";
+        QTest::newRow("unknown scale mode") << "mxfp4" << 32 << "round" << "floor, ceil, even, four-over-six";
+        QTest::newRow("four-over-six on mxfp4") << "mxfp4" << 32 << "four-over-six" << "use nvfp4";
     }
     void rejectsBadInput() {
         QFETCH(QString, format);
@@ -113,6 +114,8 @@ private slots:
         QCOMPARE(QString::fromStdString(makeConfig(Format::MxInt4, ScaleMode::Ceil).describe()),
                  QString("mxint4, block 32, scale ceil"));
         QCOMPARE(QString::fromStdString(makeConfig(Format::NvFp4).describe()), QString("nvfp4, block 16"));
+        QCOMPARE(QString::fromStdString(makeConfig(Format::NvFp4, ScaleMode::FourOverSix).describe()),
+                 QString("nvfp4, block 16, scale four-over-six"));
     }
 };
 

@@ -102,16 +102,21 @@ private slots:
 
     void packMatchesFakeQuantize_data() {
         QTest::addColumn<QString>("format");
+        QTest::addColumn<QString>("mode");
         QTest::addColumn<int>("cols");
         for (const auto& f : allFormats()) {
-            QTest::addRow("%s even cols", f.name) << QString(f.name) << 96;
-            QTest::addRow("%s odd cols", f.name) << QString(f.name) << 75;
+            QTest::addRow("%s even cols", f.name) << QString(f.name) << "floor" << 96;
+            QTest::addRow("%s odd cols", f.name) << QString(f.name) << "floor" << 75;
         }
+        // The scale bytes must hold each block's own choice of candidate.
+        QTest::newRow("nvfp4 four-over-six even cols") << "nvfp4" << "four-over-six" << 96;
+        QTest::newRow("nvfp4 four-over-six odd cols") << "nvfp4" << "four-over-six" << 75;
     }
     void packMatchesFakeQuantize() {
         QFETCH(QString, format);
+        QFETCH(QString, mode);
         QFETCH(int, cols);
-        const MxConfig c = makeConfig(parseFormat(format.toStdString()));
+        const MxConfig c = makeConfig(parseFormat(format.toStdString()), parseScaleMode(mode.toStdString()));
         auto x = at::randn({5, cols}) * at::exp(at::randn({5, cols}));
         x.index_put_({1, 2}, std::numeric_limits<float>::quiet_NaN());
         x.index_put_({2, 0}, 300.0f);

@@ -55,6 +55,18 @@ std::vector<float> stressValues(int64_t rows, int64_t cols, std::uint64_t seed) 
     return x;
 }
 
+// Log-normal magnitudes without stressValues' 2^100 blocks, which make NVFP4's global scale so
+// large that every other block's scale clamps to 2^-9 (both four-over-six candidates alike); one
+// NaN block.
+std::vector<float> logNormalValues(int64_t rows, int64_t cols, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal;
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (auto& v : x) v = static_cast<float>(normal(rng) * std::exp(normal(rng)));
+    x[5] = kNan;
+    return x;
+}
+
 } // namespace
 
 class TestMxQuantizer : public QObject {
@@ -111,6 +123,16 @@ private slots:
         nv2In[0] = 2688; nv2In[16] = 3; nv2In[17] = 1.1; nv2In[18] = -0.4;
         nv2Out[0] = 2688; nv2Out[16] = 3; nv2Out[17] = 1; nv2Out[18] = -0.5;
         QTest::newRow("nvfp4 scale 0.5") << "nvfp4" << "floor" << 16 << nv2In << nv2Out;
+        // Four over six with g = 1 (the first block holds 2688: both of its candidates clamp to
+        // 448, a tie, and it keeps 6). Block 2 = {4, 3}: the standard scale E4M3(4/6) = 0.6875
+        // gives {4.125, 2.75}; the scale E4M3(4/4) = 1 gives {4, 3} exactly, so four-over-six takes it.
+        // Block 3 = {6, 0.5}: 6 is exact under scale 1, while scale 1.5 moves 0.5 to 0.75: it keeps 6.
+        QList<double> fosIn(48, 0.0), floorOut(48, 0.0), fosOut(48, 0.0);
+        fosIn[0] = 2688; fosIn[16] = 4; fosIn[17] = 3; fosIn[32] = 6; fosIn[33] = 0.5;
+        floorOut[0] = 2688; floorOut[16] = 4.125; floorOut[17] = 2.75; floorOut[32] = 6; floorOut[33] = 0.5;
+        fosOut[0] = 2688; fosOut[16] = 4; fosOut[17] = 3; fosOut[32] = 6; fosOut[33] = 0.5;
+        QTest::newRow("nvfp4 4/6 input, floor") << "nvfp4" << "floor" << 16 << fosIn << floorOut;
+        QTest::newRow("nvfp4 four-over-six") << "nvfp4" << "four-over-six" << 16 << fosIn << fosOut;
     }
     void goldenBlocks() {
         QFETCH(QString, format);
@@ -151,7 +173,8 @@ private slots:
         };
         for (const auto& f : allFormats())
             for (const char* mode : {"floor", "ceil", "even"})
-                if (!f.nvfp4 || QString(mode) == "floor") add(f.name, mode, f.defaultBlock); // NVFP4 has no scale mode
+                if (!f.nvfp4 || QString(mode) == "floor") add(f.name, mode, f.defaultBlock); // NVFP4: its own modes
+        add("nvfp4", "four-over-six", 16);
         for (int block : {8, 64, 256}) add("mxfp4", "floor", block);
     }
     void agreesWithReference() {
@@ -178,6 +201,63 @@ private slots:
         }
         QVERIFY(nans >= 28 * std::min(block, 32)); // 14 NaN and 14 Inf blocks
         QVERIFY(changed > 1000);
+    }
+
+    // Four over six against the standard NVFP4 rule on the stress data, by a float64 measure of
+    // our own (not the implementations' sums): no block errs more than under the standard scale
+    // (each block takes the better of two candidates, one of which is the standard), the blocks that
+    // changed err strictly less, and both choices occur, so that agreement above covers both.
+    void fourOverSixNeverErrsMore() {
+        const int64_t rows = 100, cols = 1008; // 63 blocks of 16 per row
+        const std::vector<float> x = logNormalValues(rows, cols, 777);
+        const MxConfig standard = makeConfig(Format::NvFp4), fos = makeConfig(Format::NvFp4, ScaleMode::FourOverSix);
+        const std::vector<float> a = ref::fakeQuantize(x, cols, standard), b = ref::fakeQuantize(x, cols, fos);
+        int changed = 0, kept = 0;
+        for (size_t begin = 0; begin < x.size(); begin += 16) {
+            double ea = 0, eb = 0;
+            bool differ = false, finite = true;
+            for (size_t i = begin; i < begin + 16; ++i) {
+                finite = finite && std::isfinite(x[i]);
+                ea += (double(x[i]) - a[i]) * (double(x[i]) - a[i]);
+                eb += (double(x[i]) - b[i]) * (double(x[i]) - b[i]);
+                differ = differ || a[i] != b[i];
+            }
+            if (!finite) continue;
+            QVERIFY2(eb <= ea, qPrintable(QString("block at %1: four-over-six error %2 > standard %3").arg(begin).arg(eb).arg(ea)));
+            if (differ) {
+                QVERIFY2(eb < ea, qPrintable(QString("block at %1 changed without a smaller error").arg(begin)));
+                ++changed;
+            } else {
+                ++kept;
+            }
+        }
+        QVERIFY2(changed > 100 && kept > 100, qPrintable(QString("%1 blocks took 4, %2 kept 6").arg(changed).arg(kept)));
+    }
+
+    // NVFP4 with both scale modes on data where four-over-six chooses (fourOverSixNeverErrsMore
+    // counts both choices there): every backend and device bit for bit with the reference.
+    void nvfp4AgreesOnLogNormal_data() {
+        QTest::addColumn<QString>("mode");
+        QTest::addColumn<Backend>("backend");
+        addDeviceColumn();
+        for (const char* mode : {"floor", "four-over-six"}) {
+            QTest::addRow("%s cpu kernel", mode) << QString(mode) << Backend::CpuKernel << QString("cpu");
+            for (const QString& dev : testDevices())
+                QTest::addRow("%s tensor ops %s", mode, qPrintable(dev)) << QString(mode) << Backend::TensorOps << dev;
+        }
+    }
+    void nvfp4AgreesOnLogNormal() {
+        QFETCH(QString, mode);
+        QFETCH(Backend, backend);
+        QFETCH(QString, device);
+        LATMIX_REQUIRE_DEVICE(dev, device);
+        const MxConfig c = makeConfig(Format::NvFp4, parseScaleMode(mode.toStdString()));
+        const int64_t rows = 64, cols = 1000; // 62 blocks of 16 and one of 8 per row
+        const std::vector<float> x = logNormalValues(rows, cols, 4242);
+        const std::vector<float> want = ref::fakeQuantize(x, cols, c);
+        const std::vector<float> got = toVector(fakeQuantize(toTensor(x).reshape({rows, cols}).to(dev), c, backend));
+        const long long bad = firstMismatch(got, want);
+        QVERIFY2(bad < 0, qPrintable(describeMismatch(x, got, want, bad)));
     }
 
     void straightThroughGradient_data() {

@@ -4,6 +4,7 @@
 
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -117,8 +118,40 @@ private slots:
         QCOMPARE(ref::nvfp4BlockScale(3.0f, 1.0f), 0.5f);
         // 2.9/6 = 0.48333 on the E4M3 grid (step 2^-5 in [0.25, 0.5)): 15.47 steps -> 15 -> 0.46875.
         QCOMPARE(ref::nvfp4BlockScale(2.9f, 1.0f), 0.46875f);
+        // Four over six's candidate maps the maximum to 4: 3/4 = 0.75 is an E4M3 value; 2.9/4 = 0.725
+        // (step 2^-4 in [0.5, 1)): 11.6 steps -> 12 -> 0.75.
+        QCOMPARE(ref::nvfp4BlockScale(3.0f, 1.0f, 4.0f), 0.75f);
+        QCOMPARE(ref::nvfp4BlockScale(2.9f, 1.0f, 4.0f), 0.75f);
+        // Above 4 * 448 the candidate clamps to 448, as the standard scale does from 6 * 448.
+        QCOMPARE(ref::nvfp4BlockScale(2688.0f, 1.0f, 4.0f), 448.0f);
         QCOMPARE(ref::nvfp4GlobalScale({0.0f, 0.0f}), 1.0f);
         QCOMPARE(ref::nvfp4GlobalScale({1.0f, -2688.0f, std::numeric_limits<float>::infinity()}), 1.0f);
+    }
+
+    // Four over six's choice, worked by hand with g = 1 (SPEC §1). Candidates: s6 = E4M3(amax/6),
+    // s4 = E4M3(amax/4); each value x -> s * E2M1(x / s); 4 wins only on a strictly smaller sum of
+    // squared errors.
+    void nvfp4FourOverSixChoice_data() {
+        QTest::addColumn<QList<double>>("block");
+        QTest::addColumn<bool>("four");
+        // {4, 3}: s6 = E4M3(0.667) = 0.6875 gives {4.125, 2.75}, error 0.078; s4 = 1 gives {4, 3}, 0.
+        QTest::newRow("4 and 3: four wins") << QList<double>{4, 3} << true;
+        // {6, 0.5}: s6 = 1 is exact; s4 = 1.5 turns 0.5 into 0.75 (error 0.0625).
+        QTest::newRow("6 and 0.5: six wins") << QList<double>{6, 0.5} << false;
+        // {6, 1.5}: both exact (1.5 = 1.5 * 1): a tie keeps six.
+        QTest::newRow("tie keeps six") << QList<double>{6, 1.5} << false;
+        // {5}: s6 = E4M3(0.833) = 0.8125, 5 / 0.8125 = 6.15 -> 6 -> 4.875 (error 0.0156);
+        // s4 = 1.25, 5 / 1.25 = 4 -> exact.
+        QTest::newRow("5 alone: four wins") << QList<double>{5} << true;
+        QTest::newRow("zeros keep six") << QList<double>{0, 0, 0} << false;
+    }
+    void nvfp4FourOverSixChoice() {
+        QFETCH(QList<double>, block);
+        QFETCH(bool, four);
+        std::vector<float> x(block.begin(), block.end());
+        double amax = 0;
+        for (float v : x) amax = std::max(amax, std::fabs(double(v)));
+        QCOMPARE(ref::nvfp4PrefersFour(x.data(), static_cast<int64_t>(x.size()), amax, 1.0f), four);
     }
 };
 

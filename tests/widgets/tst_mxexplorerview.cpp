@@ -19,6 +19,7 @@
 #include <QDoubleSpinBox>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QtTest>
 
 #include <cmath>
@@ -72,6 +73,7 @@ void TestMxExplorerView::plotsMatchCore_data() {
     QTest::newRow("mxint4 b16 even, partial block") << "mxint4" << 16 << "even" << 100 << 9 << 12.5;
     QTest::newRow("nvfp4 (block forced to 16)") << "nvfp4" << 16 << "floor" << 256 << 1 << 40.0;
     QTest::newRow("nvfp4, partial block") << "nvfp4" << 16 << "floor" << 100 << 4 << 300.0;
+    QTest::newRow("nvfp4 four-over-six") << "nvfp4" << 16 << "four-over-six" << 256 << 3 << 40.0;
     QTest::newRow("mxfp4 b32 floor, no outliers") << "mxfp4" << 32 << "floor" << 64 << 1 << 0.0;
 }
 
@@ -93,7 +95,7 @@ void TestMxExplorerView::plotsMatchCore() {
     QCOMPARE(formatCombo->currentText(), format);
     if (blockCombo->isEnabled()) blockCombo->setCurrentIndex(blockCombo->findText(QString::number(block)));
     QCOMPARE(blockCombo->currentText(), QString::number(block));
-    if (scaleCombo->isEnabled()) scaleCombo->setCurrentIndex(scaleCombo->findText(scaleMode));
+    scaleCombo->setCurrentIndex(scaleCombo->findText(scaleMode));
     child<QSpinBox>(view, "lengthSpin")->setValue(length);
     child<QSpinBox>(view, "seedSpin")->setValue(seed);
     child<QDoubleSpinBox>(view, "outlierScaleSpin")->setValue(outlierScale);
@@ -112,7 +114,7 @@ void TestMxExplorerView::plotsMatchCore() {
     const latmix::mx::MxConfig shown = view.config();
     QCOMPARE(shown.format, cfg.format);
     QCOMPARE(shown.blockSize, cfg.blockSize);
-    if (!cfg.isNvfp4()) QCOMPARE(shown.scaleMode, cfg.scaleMode);
+    QCOMPARE(shown.scaleMode, cfg.scaleMode);
     QVERIFY2(!view.hasError(), qPrintable(view.summaryText()));
     QVERIFY2(view.summaryText().contains(QString::fromStdString(shown.describe())), qPrintable(view.summaryText()));
 
@@ -163,16 +165,25 @@ void TestMxExplorerView::nvfp4ForcesBlock16() {
     formatCombo->setCurrentText(QStringLiteral("nvfp4"));
     QCOMPARE(blockCombo->currentText(), QStringLiteral("16"));
     QVERIFY(!blockCombo->isEnabled());
-    QVERIFY(!scaleCombo->isEnabled());
+    // nvfp4 takes its standard rule (floor) and four-over-six; the MX rules are offered disabled.
+    const auto* modes = qobject_cast<const QStandardItemModel*>(scaleCombo->model());
+    QVERIFY(modes);
+    auto offered = [&](const char* mode) { return modes->item(scaleCombo->findText(QString(mode)))->isEnabled(); };
+    QVERIFY(offered("floor") && offered("four-over-six") && !offered("ceil") && !offered("even"));
     QCOMPARE(view.config().blockSize, 16);
     QVERIFY(view.config().isNvfp4());
     QVERIFY2(!view.hasError(), qPrintable(view.summaryText()));
     QCOMPARE(view.blockErrors().size(), 256 / 16);
 
     // Leaving nvfp4 gives the user's block size back.
+    scaleCombo->setCurrentText(QStringLiteral("four-over-six"));
+    QCOMPARE(view.config().scaleMode, latmix::mx::ScaleMode::FourOverSix);
     formatCombo->setCurrentText(QStringLiteral("mxint4"));
     QVERIFY(blockCombo->isEnabled());
-    QVERIFY(scaleCombo->isEnabled());
+    QVERIFY(offered("floor") && offered("ceil") && offered("even") && !offered("four-over-six"));
+    // The mode mxint4 does not take gave way to floor.
+    QCOMPARE(scaleCombo->currentText(), QStringLiteral("floor"));
+    QVERIFY2(!view.hasError(), qPrintable(view.summaryText()));
     QCOMPARE(blockCombo->currentText(), QStringLiteral("64"));
     QCOMPARE(view.blockErrors().size(), 256 / 64);
 }

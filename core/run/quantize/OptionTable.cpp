@@ -49,6 +49,11 @@ const char* formatHelp() {
     return help.c_str();
 }
 
+const char* scaleModeHelp() {
+    static const std::string help = mx::scaleModeNameList() + " (four-over-six: nvfp4 only)";
+    return help.c_str();
+}
+
 // --t3's value as the block of the online Hadamard (0: none).
 int t3BlockOf(const std::string& t3) {
     if (t3 == "none") return 0;
@@ -69,7 +74,7 @@ void addMethodOptions(std::vector<Option>& t) {
                      nonNegative(v, "block");
                      if (v.get<int>() > 0) c.format.blockSize = v.get<int>();
                  }});
-    t.push_back({{"scale_mode", "--scale-mode", "Scale mode", T::Text, "floor, ceil or even", true},
+    t.push_back({{"scale_mode", "--scale-mode", "Scale mode", T::Text, scaleModeHelp(), true},
                  [](const RunConfig& c) { return json(mx::scaleModeName(c.format.scaleMode)); },
                  [](RunConfig& c, const json& v) { c.format.scaleMode = mx::parseScaleMode(v.get<std::string>()); }});
     t.push_back(member({"t1", "--t1", "T1 (ablation)", T::Text,
