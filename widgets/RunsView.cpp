@@ -129,7 +129,8 @@ RunsView::RunsView(QWidget* parent) : QWidget(parent) {
 void RunsView::createTable() {
     m_model = new QStandardItemModel(0, ColumnCount, this);
     m_model->setHorizontalHeaderLabels({tr("Run"), tr("Method"), tr("Format"), tr("Block"), tr("Steps"), tr("Quantized"), tr("FP"),
-                                        tr("Folded FP"), tr("Recovery %"), tr("0-shot"), tr("Train s"), tr("Date")});
+                                        tr("Folded FP"), tr("Recovery %"), tr("KL"), tr("Top-1 %"), tr("0-shot"), tr("Train s"),
+                                        tr("Date")});
     const QStringList tips = {tr("The run's folder (sweep/cell for a sweep's cells)"),
                               tr("Quantization method"),
                               tr("MX format of weights and activations"),
@@ -140,6 +141,9 @@ void RunsView::createTable() {
                               tr("Perplexity of the original model in the same windows"),
                               tr("Perplexity of the folded, unquantized model (transform-based methods)"),
                               tr("FP perplexity / quantized perplexity × 100: 100 = nothing lost"),
+                              tr("Mean KL(FP ‖ quantized) per token, nats, on the perplexity windows (llama.cpp's KL "
+                                 "mode); the run's report has its 99th percentile and standard error"),
+                              tr("Tokens whose most likely next token is the FP model's, × 100"),
                               tr("Zero-shot accuracy, average over the tasks evaluated"),
                               tr("Seconds of transform training"),
                               tr("When the run was made (UTC)")};
@@ -300,6 +304,7 @@ void RunsView::fillTable() {
             << numberItem(r.fpPerplexity, RunSummary::hasValue(r.fpPerplexity), 2)
             << numberItem(r.foldedFpPerplexity, RunSummary::hasValue(r.foldedFpPerplexity), 2)
             << numberItem(r.recovery, RunSummary::hasValue(r.recovery), 2, 100.0)
+            << numberItem(r.kl.mean, r.kl.present(), 4) << numberItem(r.kl.top1, r.kl.present(), 2, 100.0)
             << numberItem(r.zeroShotAverage, RunSummary::hasValue(r.zeroShotAverage, true), 3)
             << numberItem(r.trainSeconds, r.trainSeconds > 0, 0);
         const QDateTime created = QDateTime::fromString(QString::fromStdString(r.created), Qt::ISODate);

@@ -45,7 +45,7 @@ public:
 
     QTableView* table() const { return m_table; }
     // Table columns (the header's names, in order).
-    enum Column { Name, Method, Format, Block, Steps, Quantized, Fp, FoldedFp, Recovery, ZeroShot, TrainSeconds, Date, ColumnCount };
+    enum Column { Name, Method, Format, Block, Steps, Quantized, Fp, FoldedFp, Recovery, Kl, Top1, ZeroShot, TrainSeconds, Date, ColumnCount };
     // Sort role: the number behind a cell (absent numbers sort below every present one).
     static constexpr int kSortRole = Qt::UserRole + 1;
     static constexpr int kDirRole = Qt::UserRole + 2;

@@ -6,6 +6,7 @@
 #include "util/Text.h"
 
 #include "eval/ActivationCapture.h"
+#include "eval/KlDivergence.h"
 #include "eval/Perplexity.h"
 #include "eval/ZeroShot.h"
 #include "model/Checkpoint.h"
@@ -15,6 +16,7 @@
 #include "model/Capture.h"
 #include "model/LlamaModel.h"
 #include "run/ModelAnalysis.h"
+#include "run/RunCatalog.h"
 #include "run/quantize/LayerQuantizer.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/Runtime.h"
@@ -31,7 +33,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
+
+#include <unistd.h>
 
 namespace latmix::cli {
 namespace {
@@ -59,7 +64,7 @@ std::string describe(const model::Checkpoint& ck) {
 // ---- eval ----
 struct EvalOptions {
     ModelOptions m;
-    std::string dataset = "wikitext2", json, tasks, tokensOut;
+    std::string dataset = "wikitext2", json, tasks, tokensOut, reference;
     int seqLen = 2048, maxWindows = 0, limit = 0;
     eval::ZeroShotOptions zeroShot;
 };
@@ -92,8 +97,66 @@ int runZeroShot(const EvalOptions& o) {
     return 0;
 }
 
+// --reference: the model against a reference on the same windows, llama.cpp's KL mode (SPEC §7).
+// The reference runs first and leaves its normed final states in a temporary folder; the two
+// models are never in memory together.
+int runEvalAgainstReference(const EvalOptions& o, const std::vector<int>& ids, const std::string& path) {
+    const std::string modelDir = run::modelFolderOf(o.m.model), refDir = run::modelFolderOf(o.reference);
+    const auto ck = model::Checkpoint::load(modelDir), refCk = model::Checkpoint::load(refDir);
+    if (ck.config().vocabSize != refCk.config().vocabSize)
+        throw std::invalid_argument("the model (" + modelDir + ", " + std::to_string(ck.config().vocabSize) +
+                                    " tokens) and the reference (" + refDir + ", " + std::to_string(refCk.config().vocabSize) +
+                                    " tokens) have different vocabularies: KL needs the same tokenizer");
+    {
+        CliProgress check("check");
+        model::checkWeightsFinite(refCk, check);
+        model::checkWeightsFinite(ck, check);
+    }
+    const auto device = model::parseDevice(o.m.device);
+    const auto dtype = model::parseDtype(o.m.dtype);
+    const fs::path spill = fs::temp_directory_path() / ("latmix-kl-reference-" + std::to_string(::getpid()));
+    std::optional<eval::ReferenceStates> ref;
+    {
+        CliProgress progress("reference");
+        ref.emplace(eval::ReferenceStates::record(model::LlamaModel(refCk, dtype, device), ids, {o.seqLen, o.maxWindows},
+                                                  spill.string(), progress));
+    }
+    releaseFreeHostMemory();
+    CliProgress progress("compare");
+    const auto r = eval::evaluateAgainstReference(model::LlamaModel(ck, dtype, device), ids, *ref, progress);
+    const auto& p = r.perplexity;
+    std::printf("model       %s (%s)\n", modelDir.c_str(), describe(ck).c_str());
+    std::printf("reference   %s (%s)\n", refDir.c_str(), describe(refCk).c_str());
+    std::printf("dataset     %s: %zu tokens, seqlen %d, %d windows, %lld tokens compared\n", path.c_str(), ids.size(), p.seqLen,
+                p.windows, static_cast<long long>(r.tokens));
+    std::printf("perplexity  %.4f (reference %.4f), delta %+.4f +- %.4f\n", p.perplexity, r.referencePerplexity.perplexity,
+                r.deltaPpl, r.deltaPplStdErr);
+    std::printf("KL          mean %.6f +- %.6f, 99th percentile %.6f, max %.6f (nats per token, KL(reference || model))\n",
+                r.meanKl, r.klStdErr, r.klP99, r.klMax);
+    std::printf("top-1       %.4f +- %.4f of the tokens have the same most likely next token\n", r.top1, r.top1StdErr);
+    if (!o.json.empty()) {
+        nlohmann::json j = {{"model", modelDir}, {"reference", refDir}, {"dataset", path}, {"seqlen", p.seqLen},
+                            {"windows", p.windows}, {"tokens", r.tokens}, {"perplexity", p.perplexity},
+                            {"reference_perplexity", r.referencePerplexity.perplexity},
+                            {"kl", {{"mean", r.meanKl}, {"stderr", r.klStdErr}, {"p99", r.klP99}, {"max", r.klMax},
+                                    {"top1_agreement", r.top1}, {"top1_stderr", r.top1StdErr}, {"delta_ppl", r.deltaPpl},
+                                    {"delta_ppl_stderr", r.deltaPplStdErr}}},
+                            {"dtype", o.m.dtype}, {"device", device.str()}, {"threads", threadCount()},
+                            {"latmix_version", latmixVersion()}, {"libtorch_version", libtorchVersion()}};
+        util::writeFileAtomically(o.json, j.dump(2) + "\n");
+    }
+    return 0;
+}
+
 int runEval(const EvalOptions& o) {
     if (!o.tasks.empty()) return runZeroShot(o);
+    if (!o.reference.empty()) {
+        const auto tok = tokenizer::Tokenizer::loadFromDir(run::modelFolderOf(o.m.model));
+        const bool wiki = o.dataset == "wikitext2";
+        const std::string path = wiki ? util::wikiText2TestFile() : o.dataset;
+        const std::string text = wiki ? eval::wikiText2TestText(path) : util::readTextFile(path, "evaluation text");
+        return runEvalAgainstReference(o, eval::tokenizeForEvaluation(*tok, text), path);
+    }
     const auto ck = model::Checkpoint::load(o.m.model);
     const auto device = model::parseDevice(o.m.device);
     const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), device);
@@ -242,6 +305,10 @@ Runner addEvalCommand(CLI::App& app) {
     cmd->add_option("--seqlen", o->seqLen, "window length (capped at the model's maximum)")->capture_default_str();
     cmd->add_option("--max-windows", o->maxWindows, "evaluate at most K windows (0: all)")->capture_default_str();
     cmd->add_option("--json", o->json, "also write the results as JSON to this file");
+    cmd->add_option("--reference", o->reference,
+                    "compare with this model or run folder on the same windows, as llama.cpp's --kl-divergence: mean "
+                    "KL(reference || model) and its 99th percentile, top-1 agreement, perplexity difference with its "
+                    "standard error (--model may be a run folder too)");
     cmd->add_option("--tokens-out", o->tokensOut,
                     "also write the evaluated windows' token ids to this file, a window a line (for another evaluator "
                     "of the same tokens, e.g. packaging/hf-reference.py)");

@@ -223,6 +223,11 @@ void printReport(const QuantizeCli& o, const run::ResolvedRun& resolved, const r
     if (r.fpPerplexity > 0)
         std::printf("perplexity   FP %.3f   %s %.3f   weights only %.3f   (WikiText-2 test, seqlen %d)\n",
                     r.fpPerplexity, precision.c_str(), r.quantizedPerplexity, r.weightOnlyPerplexity, o.q.evalSeqLen);
+    if (r.kl.tokens > 0)
+        std::printf("KL           %s vs FP: mean %.5f +- %.5f, 99th percentile %.5f, top-1 agreement %.4f, "
+                    "delta ppl %+.3f +- %.3f (%lld tokens)\n",
+                    precision.c_str(), r.kl.meanKl, r.kl.klStdErr, r.kl.klP99, r.kl.top1, r.kl.deltaPpl, r.kl.deltaPplStdErr,
+                    static_cast<long long>(r.kl.tokens));
     if (r.foldedPerplexity > 0)
         std::printf("folded FP    %.3f (transforms folded, nothing quantized; %+.2f%% vs FP)\n", r.foldedPerplexity,
                     100.0 * (r.foldedPerplexity / r.fpPerplexity - 1));

@@ -247,12 +247,27 @@ void writeResults(std::ostringstream& h, const run::RunSummary& s, const std::st
                                          fmt("%.2f %%", 100 * s.recovery) + "</td>"
                                    : std::string("<td class=\"num absent\">–</td>"))
       << "</tr>\n";
+    if (s.kl.present()) { // SPEC §7, as llama.cpp's KL mode reports them
+        auto withError = [&](const std::string& key, const std::string& label, double v, double se, const char* f) {
+            h << "<tr data-key=\"" << esc(key) << "\"><th>" << esc(label) << "</th><td class=\"num\" data-value=\""
+              << exactNumber(v) << "\" data-stderr=\"" << exactNumber(se) << "\">" << fmt(f, v) << " ± " << fmt(f, se)
+              << "</td></tr>\n";
+        };
+        withError("kl_mean", "mean KL(FP ‖ " + precision + ") per token (nats)", s.kl.mean, s.kl.stdErr, "%.5f");
+        row("kl_p99", "99th percentile of the per-token KL", s.kl.p99, true, "%.5f");
+        withError("top1_agreement", "top-1 agreement (same most likely next token as FP)", s.kl.top1, s.kl.top1StdErr, "%.4f");
+        withError("delta_ppl", "Δ perplexity (" + precision + " − FP)", s.kl.deltaPpl, s.kl.deltaPplStdErr, "%.3f");
+    }
     if (RS::hasValue(s.firstObjective, true)) row("first_objective", "first step's " + std::string(objective == "kl" ? "KL" : objective), s.firstObjective, true, "%.6g");
     if (RS::hasValue(s.finalObjective, true)) row("final_objective", "last step's " + std::string(objective == "kl" ? "KL" : objective), s.finalObjective, true, "%.6g");
     if (RS::hasValue(s.zeroShotAverage, true)) row("zeroshot_average", "zero-shot average accuracy", s.zeroShotAverage, true, "%.4f");
     h << "</table>\n<p class=\"note\">Recovery is FP perplexity over " << precision
       << " perplexity: the inverse of the quantized/FP accuracy ratio that quantized-model cards report, since lower "
-         "perplexity is better (100 % = nothing lost).</p>\n";
+         "perplexity is better (100 % = nothing lost).";
+    if (s.kl.present())
+        h << " The KL rows compare both models token by token on the same " << s.kl.tokens
+          << " predicted tokens; ± is one standard error (Δ perplexity: delta method with the two models' covariance).";
+    h << "</p>\n";
 }
 
 // Zero-shot accuracies of the quantized model, when evaluated.

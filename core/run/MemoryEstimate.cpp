@@ -263,7 +263,10 @@ MemoryEstimate estimateDeviceMemory(const model::ModelConfig& c, int stored, con
         const I weights = s.layers * s.layerParams() * 4 + (c.tieWordEmbeddings ? 1 : 2) * s.table() * 4 + s.h * 4;
         const I T = std::min(o.evalSeqLen, c.maxPositions);
         const I work = std::max(layerActivationBytes(s, T), lossBytes(s, T) + 2 * T * s.h * 4);
-        e.stages.push_back({"eval", weights + work, "float32 model " + mib(weights) + ", one window " + mib(work)});
+        // The KL to the FP model (SPEC §7) brings the FP model's lm_head, as stored, beside it.
+        const I reference = s.table() * stored;
+        e.stages.push_back({"eval", weights + work + reference, "float32 model " + mib(weights) + ", one window " + mib(work) +
+                                                                   ", the FP lm_head for the KL " + mib(reference)});
     }
     finish(e);
     e.note = "frozen weights on the device as stored (" + std::string(stored == 4 ? "float32" : "16-bit") +

@@ -10,6 +10,7 @@
 // A run is: preflight (run/quantize/Preflight.h, before anything is written), then the stages
 // train, fold, quantize, evaluate, record (run/quantize/Stages.h, one file each), which
 // runQuantize (QuantizeRun.cpp) lists in order.
+#include "eval/KlDivergence.h"
 #include "run/quantize/Preflight.h"
 #include "train/Distillation.h"
 #include "util/Job.h"
@@ -36,6 +37,9 @@ struct QuantizeResult {
     std::vector<LinearReport> linears;
     double fpPerplexity = 0, quantizedPerplexity = 0, weightOnlyPerplexity = 0; // 0: not evaluated
     double foldedPerplexity = 0; // transformed methods: folded, unquantized (paper Table 3 check)
+    // The quantized model (W4A4) against the FP one on the perplexity windows, llama.cpp's KL
+    // statistics (tokens 0: not evaluated).
+    eval::KlResult kl;
     eval::ZeroShotResult zeroShot; // of the quantized model; no tasks: not evaluated
     double trainSeconds = 0, quantizeSeconds = 0, evalSeconds = 0, totalSeconds = 0;
     double peakRssMb = 0;

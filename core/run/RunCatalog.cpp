@@ -226,6 +226,16 @@ RunSummary readRunSummary(const std::string& runDir) {
         s.weightsOnlyPerplexity = perplexityOf(f.number(p, "weights_only", 0.0, "perplexity."));
         s.evalSeqLen = f.count(p, "seqlen", "perplexity.");
         s.evalWindows = f.count(p, "windows", "perplexity.");
+        if (const json* k = f.object(*p, "kl")) {
+            s.kl.tokens = f.count(k, "tokens", "perplexity.kl.");
+            s.kl.mean = f.number(k, "mean", 0.0, "perplexity.kl.");
+            s.kl.stdErr = f.number(k, "stderr", 0.0, "perplexity.kl.");
+            s.kl.p99 = f.number(k, "p99", 0.0, "perplexity.kl.");
+            s.kl.top1 = f.number(k, "top1_agreement", 0.0, "perplexity.kl.");
+            s.kl.top1StdErr = f.number(k, "top1_stderr", 0.0, "perplexity.kl.");
+            s.kl.deltaPpl = f.number(k, "delta_ppl", 0.0, "perplexity.kl.");
+            s.kl.deltaPplStdErr = f.number(k, "delta_ppl_stderr", 0.0, "perplexity.kl.");
+        }
     }
     if (s.fpPerplexity > 0 && s.w4a4Perplexity > 0) s.recovery = s.fpPerplexity / s.w4a4Perplexity;
     if (const json* z = f.object(j, "zeroshot")) readZeroShot(f, *z, s);
@@ -236,6 +246,14 @@ RunSummary readRunSummary(const std::string& runDir) {
     if (const json* linears = Fields::find(j, "linears")) readLinears(f, *linears, s);
     s.hasTrainSeries = fs::is_regular_file(fs::path(runDir) / "train.h5", ec);
     return s;
+}
+
+std::string modelFolderOf(const std::string& runOrModel) {
+    std::error_code ec;
+    const fs::path run(runOrModel);
+    if (fs::is_regular_file(run / "latmix.json", ec) && fs::is_regular_file(run / "model" / "config.json", ec))
+        return (run / "model").string();
+    return runOrModel;
 }
 
 std::vector<RunSummary> scanRuns(const std::string& root, std::vector<std::string>* problems, int maxDepth) {
@@ -260,6 +278,7 @@ const std::vector<std::string>& runsCsvColumns() {
     static const std::vector<std::string> c = {
         "dir",          "method",      "format",          "block",           "scale_mode",   "steps",
         "seed",         "created",     "fp_ppl",          "w4a4_ppl",        "folded_fp_ppl", "weights_only_ppl",
+        "kl_mean",      "kl_p99",      "top1_agreement",  "delta_ppl",       "delta_ppl_stderr",
         "recovery",     "zeroshot_average", "final_objective", "train_seconds",   "total_seconds", "train_series",
         "command",      "model"};
     return c;
@@ -285,6 +304,11 @@ std::string runsCsv(const std::vector<RunSummary>& runs) {
             opt(r.w4a4Perplexity, RunSummary::hasValue(r.w4a4Perplexity)),
             opt(r.foldedFpPerplexity, RunSummary::hasValue(r.foldedFpPerplexity)),
             opt(r.weightsOnlyPerplexity, RunSummary::hasValue(r.weightsOnlyPerplexity)),
+            opt(r.kl.mean, r.kl.present()),
+            opt(r.kl.p99, r.kl.present()),
+            opt(r.kl.top1, r.kl.present()),
+            opt(r.kl.deltaPpl, r.kl.present()),
+            opt(r.kl.deltaPplStdErr, r.kl.present()),
             opt(r.recovery, RunSummary::hasValue(r.recovery)),
             opt(r.zeroShotAverage, RunSummary::hasValue(r.zeroShotAverage, true)),
             opt(r.finalObjective, RunSummary::hasValue(r.finalObjective, true)),

@@ -54,6 +54,13 @@ struct RunSummary {
     // WikiText-2 test perplexities (0: not evaluated; folded FP: 0 for methods without transforms).
     double fpPerplexity = 0, w4a4Perplexity = 0, foldedFpPerplexity = 0, weightsOnlyPerplexity = 0;
     int evalSeqLen = 0, evalWindows = 0; // their windows (windows 0: all of the split)
+    // The W4A4 model against the FP one on those windows (latmix.json perplexity.kl, SPEC §7);
+    // runs recorded before 2026-12-04 have none (tokens 0).
+    struct Kl {
+        std::int64_t tokens = 0;
+        double mean = 0, stdErr = 0, p99 = 0, top1 = 0, top1StdErr = 0, deltaPpl = 0, deltaPplStdErr = 0;
+        bool present() const { return tokens > 0; }
+    } kl;
     // Recovery, as a fraction: FP perplexity / W4A4 perplexity (0 when either is absent). Peers'
     // model cards (FP-Quant, Red Hat's quantized models) report "recovery" as quantized accuracy
     // over FP accuracy; perplexity is lower-is-better, so the same idea is the inverse ratio:
@@ -74,6 +81,10 @@ struct RunSummary {
     // perplexities, recovery; >= 0 for finalObjective, firstObjective, zeroShotAverage (pass nonNegative).
     static bool hasValue(double v, bool nonNegative = false);
 };
+
+// The model folder a path names: a run folder (latmix.json beside model/config.json) gives its
+// model/, anything else is returned as given (a Hugging Face model folder).
+std::string modelFolderOf(const std::string& runOrModel);
 
 // Reads RUN_DIR/latmix.json. Throws std::runtime_error naming RUN_DIR/latmix.json and what is
 // wrong (missing, not JSON, a field of the wrong type) and what to do.

@@ -187,6 +187,7 @@ SweepRecord readSweepRecord(const SweepCell& cell, const std::string& latmixJson
     r.w4a4Perplexity = s.w4a4Perplexity;
     r.weightsOnlyPerplexity = s.weightsOnlyPerplexity;
     r.foldedPerplexity = s.foldedFpPerplexity;
+    if (s.kl.present()) r.meanKl = s.kl.mean, r.klP99 = s.kl.p99, r.top1 = s.kl.top1;
     r.finalObjective = s.finalObjective;
     r.zeroShotAverage = s.zeroShotAverage;
     r.trainSeconds = s.trainSeconds;
@@ -203,7 +204,9 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
     // The FP model's perplexity is the same in every cell that evaluates (always WikiText-2 test)
     // in the same windows on the same device: measured by the first such cell (or read from a
     // finished one). By eval seqlen, windows and device.
-    std::map<std::tuple<int, int, std::string>, double> fpPerplexity;
+    // The FP model's evaluation pass, recorded by the first cell that evaluates on these windows and
+    // device and reused by the others (QuantizeOptions::FpReference); its folder is removed with the map.
+    std::map<std::tuple<int, int, std::string>, std::shared_ptr<QuantizeOptions::FpReference>> fpReferences;
     const int n = static_cast<int>(grid.cells.size());
     // Progress (and so the ETA the listener derives from it) covers the cells this call runs:
     // the cells a resumed sweep skips take no time, and counting them as done work made the ETA
@@ -241,7 +244,14 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
             QuantizeOptions o = cell.options;
             o.calibSource = util::calibrationTextFile(cell.calib);
             if (o.evalSeqLen > 0) o.evalSource = util::wikiText2TestFile();
-            if (o.evalSeqLen > 0 && fpPerplexity.count(fpKey)) o.knownFpPerplexity = fpPerplexity.at(fpKey);
+            if (o.evalSeqLen > 0) {
+                auto& ref = fpReferences[fpKey];
+                if (!ref) {
+                    ref = std::make_shared<QuantizeOptions::FpReference>();
+                    ref->spillDir = (fs::path(outDir) / ("fp-reference-" + std::to_string(fpReferences.size()) + ".partial")).string();
+                }
+                o.fpReference = ref;
+            }
             auto key = std::make_pair(o.calibSource + "\n" + o.evalSource, o.seqLen);
             if (!tokens.count(key))
                 tokens[key] = tokenizeRunInputs(grid.model, util::readTextFile(o.calibSource, "calibration text"), o.evalSource, o.seqLen);
@@ -263,8 +273,6 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
             ++result.skipped;
         }
         result.records.push_back(readSweepRecord(cell, record));
-        if (cell.options.evalSeqLen > 0 && result.records.back().fpPerplexity > 0)
-            fpPerplexity.emplace(fpKey, result.records.back().fpPerplexity);
         writeTables();
         job.progress(toRun > 0 ? std::min(double(started) / toRun, 1.0) : double(i + 1) / n, "cell " + std::to_string(i + 1) + "/" + std::to_string(n) + " " + cell.name);
     }
@@ -274,14 +282,15 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
 
 std::string sweepCsv(const std::vector<SweepRecord>& records) {
     std::ostringstream s;
-    s << "cell,method,format,variant,seed,fp_ppl,w4a4_ppl,weights_only_ppl,folded_fp_ppl,final_objective,zeroshot_average,"
-         "train_seconds,total_seconds\n";
+    s << "cell,method,format,variant,seed,fp_ppl,w4a4_ppl,weights_only_ppl,folded_fp_ppl,kl_mean,kl_p99,top1_agreement,"
+         "final_objective,zeroshot_average,train_seconds,total_seconds\n";
     auto opt = [](double v, bool present) { return present ? fixed(v, 6) : std::string(); };
     for (const auto& r : records)
         s << r.name << "," << r.method << "," << r.format << ",\"" << r.variant << "\"," << r.seed << ","
           << opt(r.fpPerplexity, r.fpPerplexity > 0) << "," << opt(r.w4a4Perplexity, r.w4a4Perplexity > 0) << ","
           << opt(r.weightsOnlyPerplexity, r.weightsOnlyPerplexity > 0) << ","
-          << opt(r.foldedPerplexity, r.foldedPerplexity > 0) << "," << opt(r.finalObjective, r.finalObjective >= 0) << ","
+          << opt(r.foldedPerplexity, r.foldedPerplexity > 0) << "," << opt(r.meanKl, r.meanKl >= 0) << ","
+          << opt(r.klP99, r.klP99 >= 0) << "," << opt(r.top1, r.top1 >= 0) << "," << opt(r.finalObjective, r.finalObjective >= 0) << ","
           << opt(r.zeroShotAverage, r.zeroShotAverage >= 0) << "," << fixed(r.trainSeconds, 1) << ","
           << fixed(r.totalSeconds, 1) << "\n";
     return s.str();
@@ -291,7 +300,7 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
     // Rows: method x format x variant in the order first seen; the seeds aggregated.
     struct Row {
         std::string method, format, variant;
-        std::vector<double> fp, w4a4, weightsOnly, folded, objective, zeroShot, train, total;
+        std::vector<double> fp, w4a4, kl, top1, weightsOnly, folded, objective, zeroShot, train, total;
     };
     std::vector<Row> rows;
     for (const auto& r : records) {
@@ -299,11 +308,13 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
             return x.method == r.method && x.format == r.format && x.variant == r.variant;
         });
         if (it == rows.end()) {
-            rows.push_back({r.method, r.format, r.variant, {}, {}, {}, {}, {}, {}, {}, {}});
+            rows.push_back({r.method, r.format, r.variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}});
             it = rows.end() - 1;
         }
         if (r.fpPerplexity > 0) it->fp.push_back(r.fpPerplexity);
         if (r.w4a4Perplexity > 0) it->w4a4.push_back(r.w4a4Perplexity);
+        if (r.meanKl >= 0) it->kl.push_back(r.meanKl);
+        if (r.top1 >= 0) it->top1.push_back(r.top1);
         if (r.weightsOnlyPerplexity > 0) it->weightsOnly.push_back(r.weightsOnlyPerplexity);
         if (r.foldedPerplexity > 0) it->folded.push_back(r.foldedPerplexity);
         if (r.finalObjective >= 0) it->objective.push_back(r.finalObjective);
@@ -317,9 +328,9 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
     for (const auto& r : rows) formats.push_back(r.format);
     std::ostringstream s;
     s << "| method | format |" << (variants ? " variant |" : "") << " seeds | " << mx::precisionLabel(formats)
-      << " ppl | vs best | weights-only ppl | "
+      << " ppl | vs best | KL | top-1 | weights-only ppl | "
       << "FP ppl | folded FP ppl | final objective | zero-shot avg | train s | total s |\n";
-    s << "|---|---|" << (variants ? "---|" : "") << "---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
+    s << "|---|---|" << (variants ? "---|" : "") << "---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& r : rows) {
         // The best quantized perplexity among the rows of this format (and variant set), and whether
         // this row is it or within noise of it.
@@ -332,15 +343,16 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
             else if (std::abs(util::mean(r.w4a4) - util::mean(best->w4a4)) <= stdOf(r.w4a4) + stdOf(best->w4a4)) vs = "within noise";
         }
         s << "| " << r.method << " | " << r.format << " |" << (variants ? " " + r.variant + " |" : "") << " "
-          << r.total.size() << " | " << meanStd(r.w4a4, 3) << " | " << vs << " | "
-          << meanStd(r.weightsOnly, 3) << " | " << meanStd(r.fp, 3) << " | " << meanStd(r.folded, 3) << " | "
+          << r.total.size() << " | " << meanStd(r.w4a4, 3) << " | " << vs << " | " << meanStd(r.kl, 4) << " | "
+          << meanStd(r.top1, 3) << " | " << meanStd(r.weightsOnly, 3) << " | " << meanStd(r.fp, 3) << " | " << meanStd(r.folded, 3) << " | "
           << meanStd(r.objective, 4) << " | " << meanStd(r.zeroShot, 4) << " | "
           << fixed(util::mean(r.train), 1) << " | " << fixed(util::mean(r.total), 1) << " |\n";
     }
     s << "\n" << records.size() << " of " << cellsInGrid << " cells finished";
     s << (static_cast<int>(records.size()) < cellsInGrid ? " (the sweep was interrupted or is running: run it again to go on)" : "")
       << ". Mean ± sample standard deviation over seeds; \"within noise\": |difference to the best| <= the sum of "
-         "their standard deviations.\n";
+         "their standard deviations. KL: mean KL(FP ‖ quantized) per token on the perplexity windows (nats); top-1: the "
+         "share of those tokens whose most likely next token is the FP model's.\n";
     return s.str();
 }
 

@@ -50,6 +50,7 @@ struct SweepRecord {
     std::uint64_t seed = 0;
     double fpPerplexity = 0, w4a4Perplexity = 0, weightsOnlyPerplexity = 0; // 0: not evaluated
     double foldedPerplexity = 0;                                            // transformed methods: folded, unquantized
+    double meanKl = -1, klP99 = -1, top1 = -1; // KL(FP ‖ W4A4) per token, its 99th percentile, top-1 agreement; < 0: none
     double finalObjective = -1;                                                    // learned methods: the last step's objective term
     double zeroShotAverage = -1;                                            // < 0: no zero-shot tasks
     double trainSeconds = 0, totalSeconds = 0;

@@ -106,6 +106,27 @@ private slots:
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
         const QRegularExpression line("perplexity +FP [0-9.]+ +" + label + " [0-9.]+ +weights only");
         QVERIFY2(r.out.contains(line) && !r.out.contains(notLabel), qPrintable(r.out));
+        QVERIFY2(r.out.contains("KL           " + label + " vs FP: mean "), qPrintable(r.out));
+        // The run's KL to the FP model is what `latmix eval --reference` computes for its folder
+        // (the same windows, passes and threads: equal as written), and it is no trivial zero.
+        const QString out = args[args.indexOf("--out") + 1];
+        const QJsonObject p = readJson(out + "/latmix.json")["perplexity"].toObject();
+        const QJsonObject kl = p["kl"].toObject();
+        QCOMPARE(kl["tokens"].toInt(), 2 * 31);
+        QVERIFY2(kl["mean"].toDouble() > 0 && kl["p99"].toDouble() >= kl["mean"].toDouble(), qPrintable(r.out));
+        const Result e = run({"eval", "--model", out, "--reference", m_model, "--seqlen", "32", "--max-windows", "2",
+                              "--device", "cpu", "--json", out + "/kl.json"});
+        QVERIFY2(e.exitCode == 0, qPrintable(e.err));
+        const QJsonObject again = readJson(out + "/kl.json");
+        QCOMPARE(again["perplexity"].toDouble(), p["w4a4"].toDouble());
+        QCOMPARE(again["reference_perplexity"].toDouble(), p["fp"].toDouble());
+        for (const char* k : {"mean", "stderr", "p99", "top1_agreement", "delta_ppl", "delta_ppl_stderr"})
+            QVERIFY2(again["kl"].toObject()[k].toDouble() == kl[k].toDouble(), k);
+        QVERIFY2(e.out.contains("top-1") && e.out.contains("99th percentile"), qPrintable(e.out));
+        // A reference with another vocabulary is refused, naming both folders.
+        const Result bad = run({"eval", "--model", out, "--reference", latmix::test::dataDir() + "/models/stories260K-hf",
+                                "--seqlen", "32", "--max-windows", "2", "--device", "cpu"});
+        QVERIFY2(bad.exitCode != 0 && bad.err.contains("different vocabularies"), qPrintable(bad.err));
     }
 
     // --eval-tasks: the quantized model's zero-shot accuracies in the report and latmix.json,

@@ -27,6 +27,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <tuple>
 #include <functional>
 #include <limits>
 #include <utility>
@@ -262,6 +263,20 @@ private slots:
         } else {
             const double finalKl = j["training"].toObject()["final_objective"].toDouble();
             QCOMPARE(resultCell(html, "final_objective").first.toDouble(), finalKl);
+            // The run's KL to the FP model (SPEC §7): each value exact, with its standard error.
+            const QJsonObject kl = ppl["kl"].toObject();
+            QVERIFY(kl["tokens"].toInt() > 0);
+            QCOMPARE(resultCell(html, "kl_p99").first.toDouble(), kl["p99"].toDouble());
+            for (const auto& [key, value, se] : {std::tuple<const char*, const char*, const char*>{"kl_mean", "mean", "stderr"},
+                                                 {"top1_agreement", "top1_agreement", "top1_stderr"},
+                                                 {"delta_ppl", "delta_ppl", "delta_ppl_stderr"}}) {
+                const QRegularExpression cell("<tr data-key=\"" + QString(key) + "\"><th>[^<]*</th><td class=\"num\" data-value=\"([^\"]*)\" "
+                                              "data-stderr=\"([^\"]*)\">[^<]* ± [^<]*</td></tr>");
+                const auto m = cell.match(html);
+                QVERIFY2(m.hasMatch(), key);
+                QCOMPARE(m.captured(1).toDouble(), kl[value].toDouble());
+                QCOMPARE(m.captured(2).toDouble(), kl[se].toDouble());
+            }
         }
     }
 

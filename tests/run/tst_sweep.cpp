@@ -181,9 +181,9 @@ private slots:
             const auto again = run::readSweepRecord(g.cells[0], (out + "/cells/" + QString::fromStdString(rec.name) + "/latmix.json").toStdString());
             QCOMPARE(again.w4a4Perplexity, rec.w4a4Perplexity);
         }
-        // The FP perplexity the first run measured serves the two cells run now (same text,
-        // windows, device): not evaluated again, the same number recorded.
-        QCOMPARE(fpStage.count, 0);
+        // The two cells run now share one FP pass (same text, windows, device): its two windows
+        // once, not twice; the number is the one the first process measured, bit for bit.
+        QCOMPARE(fpStage.count, 2);
         QVERIFY(r.records[0].fpPerplexity > 1);
         QCOMPARE(r.records[1].fpPerplexity, r.records[0].fpPerplexity);
         QCOMPARE(r.records[2].fpPerplexity, r.records[0].fpPerplexity);
@@ -223,8 +223,18 @@ private slots:
         const QString mixedMd = QString::fromStdString(run::sweepMarkdown(mixed, 6));
         QVERIFY2(mixedMd.contains("| seeds | quantized ppl | vs best |") && mixedMd.contains("| c | mxfp8_e4m3 | 1 | 30.000 | best |"),
                  qPrintable(mixedMd));
-        const QString csv = QString::fromStdString(run::sweepCsv(records));
-        QVERIFY2(csv.contains("a-s1,a,mxfp4,\"\",1,9.000000,12.000000,,,,,0.0,2.0"), qPrintable(csv));
+        QString csv = QString::fromStdString(run::sweepCsv(records));
+        QVERIFY2(csv.contains("a-s1,a,mxfp4,\"\",1,9.000000,12.000000,,,,,,,,0.0,2.0"), qPrintable(csv));
+        // The KL columns: the seeds' mean KL (0.1, 0.3 -> 0.2000 ± 0.1414) and top-1 agreement.
+        auto withKl = records;
+        withKl[0].meanKl = 0.1, withKl[0].klP99 = 0.5, withKl[0].top1 = 0.8;
+        withKl[1].meanKl = 0.3, withKl[1].klP99 = 0.9, withKl[1].top1 = 0.6;
+        const QString klMd = QString::fromStdString(run::sweepMarkdown(withKl, 5));
+        QVERIFY2(klMd.contains("| W4A4 ppl | vs best | KL | top-1 |") &&
+                     klMd.contains("| a | mxfp4 | 2 | 11.000 ± 1.414 | best | 0.2000 ± 0.1414 | 0.700 ± 0.141 |"),
+                 qPrintable(klMd));
+        csv = QString::fromStdString(run::sweepCsv(withKl));
+        QVERIFY2(csv.contains("a-s1,a,mxfp4,\"\",1,9.000000,12.000000,,,0.300000,0.900000,0.600000,,,0.0,2.0"), qPrintable(csv));
     }
 };
 

@@ -45,7 +45,11 @@ QByteArray runJson(const QString& method, double fp, double w4a4, double zeroSho
                    "\"method\":\"" + method.toUtf8() + "\",\"format\":{\"format\":\"" + format.toUtf8() +
                    "\",\"block\":32,\"scale_mode\":\"floor\"},"
                    "\"seed\":0,\"training\":{\"steps\":" + QByteArray::number(steps) + "},"
-                   "\"perplexity\":{\"fp\":" + QByteArray::number(fp, 'g', 17) + ",\"w4a4\":" + QByteArray::number(w4a4, 'g', 17) + "},"
+                   "\"perplexity\":{\"fp\":" + QByteArray::number(fp, 'g', 17) + ",\"w4a4\":" + QByteArray::number(w4a4, 'g', 17) +
+                   // a learned run's record carries the KL to the FP model; the older RTN one has none
+                   (method == "latmix-lu" ? ",\"kl\":{\"tokens\":62,\"mean\":0.12345,\"stderr\":0.01,\"p99\":0.9,"
+                                            "\"top1_agreement\":0.875,\"top1_stderr\":0.04,\"delta_ppl\":1.5,\"delta_ppl_stderr\":0.2}"
+                                          : "") + "},"
                    "\"seconds\":{\"train\":" + QByteArray::number(steps * 1.5) + ",\"total\":100},";
     if (zeroShot >= 0) j += "\"zeroshot\":{\"average\":" + QByteArray::number(zeroShot, 'g', 17) + ",\"tasks\":{}},";
     j += "\"linears\":[";
@@ -128,6 +132,9 @@ private slots:
         QCOMPARE(cell(v, a, RunsView::Fp), QString("11.00"));
         QCOMPARE(cell(v, a, RunsView::Recovery), QString("88.00")); // 11 / 12.5
         QCOMPARE(cell(v, a, RunsView::ZeroShot), QString("0.410"));
+        QCOMPARE(cell(v, a, RunsView::Kl), QString("0.1235"));
+        QCOMPARE(cell(v, a, RunsView::Top1), QString("87.50"));
+        QCOMPARE(cell(v, r, RunsView::Kl), QString("–"));
         QCOMPARE(cell(v, a, RunsView::TrainSeconds), QString("30"));
         QCOMPARE(cell(v, a, RunsView::Date), QString("2026-11-20 10:00"));
         QCOMPARE(cell(v, r, RunsView::Name), QString("grid/rtn-mxfp4-s0"));

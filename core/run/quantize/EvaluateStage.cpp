@@ -1,10 +1,15 @@
 // The evaluate stage of a quantize run (run/quantize/Stages.h), and the folded model's check.
+#include "eval/KlDivergence.h"
 #include "eval/Perplexity.h"
 #include "model/Checkpoint.h"
 #include "mx/MxFormat.h"
 #include "run/quantize/Stages.h"
 #include "tokenizer/Tokenizer.h"
+#include "util/AtomicFile.h"
 #include "util/Runtime.h"
+
+#include <filesystem>
+#include <memory>
 
 namespace latmix::run {
 
@@ -25,20 +30,27 @@ void evaluateRun(const RunContext& ctx, const std::string& modelOut, const std::
     const auto quantized = model::Checkpoint::load(modelOut);
     const double end = o.evalTasks.empty() ? 1.0 : 0.3, step = end / 3;
     if (o.evalSeqLen > 0 && !evalIds.empty()) {
-        SubJob fp(job, 0, step, "perplexity FP: ");
-        result.fpPerplexity = o.knownFpPerplexity > 0
-                                  ? o.knownFpPerplexity
-                                  : eval::evaluatePerplexity(model::LlamaModel(ctx.checkpoint(), at::kFloat, ctx.device, true, offload),
-                                                             evalIds, p, fp)
-                                        .perplexity;
+        // The FP model's pass: its perplexity and the states the KL compares with (SPEC §7), or a
+        // sweep's earlier cell's. A folder left by an interrupted evaluation of this (locked) run goes first.
+        std::shared_ptr<const eval::ReferenceStates> reference = o.fpReference ? o.fpReference->states : nullptr;
+        if (!reference) {
+            const std::string spill = o.fpReference ? o.fpReference->spillDir
+                                                    : (std::filesystem::path(ctx.runDir) / "fp-reference.partial").string();
+            util::removeTreeQuietly(spill);
+            SubJob fp(job, 0, step, "perplexity FP: ");
+            reference = std::make_shared<const eval::ReferenceStates>(eval::ReferenceStates::record(
+                model::LlamaModel(ctx.checkpoint(), at::kFloat, ctx.device, true, offload), evalIds, p, spill, fp));
+            if (o.fpReference) o.fpReference->states = reference;
+        }
+        result.fpPerplexity = reference->perplexity().perplexity;
         // The FP model's float32 layers were freed between other blocks of glibc's heaps: given
         // back before the quantized model is read (its pages are mapped), else they stay resident
         // through both evaluations (a Qwen3-MoE shape: 2.4 GiB more than --dry-run's estimate).
         releaseFreeHostMemory();
-        SubJob w4a4(job, step, 2 * step, "perplexity " + precision + ": ");
-        result.quantizedPerplexity =
-            eval::evaluatePerplexity(model::LlamaModel(quantized, at::kFloat, ctx.device, true, offload), evalIds, p, w4a4)
-                .perplexity;
+        SubJob w4a4(job, step, 2 * step, "perplexity and KL " + precision + ": ");
+        result.kl = eval::evaluateAgainstReference(model::LlamaModel(quantized, at::kFloat, ctx.device, true, offload), evalIds,
+                                                   *reference, w4a4);
+        result.quantizedPerplexity = result.kl.perplexity.perplexity;
         releaseFreeHostMemory();
         SubJob weights(job, 2 * step, end, "perplexity weights only: ");
         result.weightOnlyPerplexity =

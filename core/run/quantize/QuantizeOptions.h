@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+namespace latmix::eval {
+class ReferenceStates;
+} // namespace latmix::eval
 namespace latmix::dist {
 class Group;
 }
@@ -110,9 +113,15 @@ struct QuantizeOptions : RunConfig {
     bool resume = false;
     // Live matrices during training (see train::DistillOptions::onMatrices).
     std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
-    // > 0: the FP model's perplexity on these same windows, measured already (a sweep's earlier
-    // cell on the same model, evaluation text, windows and device): recorded, not evaluated again.
-    double knownFpPerplexity = 0;
+    // The FP model's pass over the evaluation windows (its perplexity and what the KL to it needs,
+    // eval::ReferenceStates), shared by a sweep's cells on the same model, evaluation text, windows
+    // and device: the first cell's evaluation records it into spillDir, the later ones reuse it.
+    // Null: each run records its own, in RUN_DIR/fp-reference.partial, removed after.
+    struct FpReference {
+        std::string spillDir;
+        std::shared_ptr<const eval::ReferenceStates> states;
+    };
+    std::shared_ptr<FpReference> fpReference;
     // The zero-shot tasks of evalTaskNames (eval/ZeroShot), loaded by the caller so that a bad
     // task file stops the run before any work; scored on the reloaded quantized model (W4A4)
     // after the perplexities.

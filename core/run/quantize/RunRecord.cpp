@@ -112,6 +112,12 @@ nlohmann::ordered_json runRecord(const RunContext& ctx, const QuantizeResult& r,
         j["perplexity"] = {{"dataset", "wikitext-2 test"}, {"source", o.evalSource}, {"seqlen", o.evalSeqLen},
                            {"windows", o.evalWindows}, {"fp", r.fpPerplexity}, {"folded_fp", r.foldedPerplexity}, {"w4a4", r.quantizedPerplexity},
                            {"weights_only", r.weightOnlyPerplexity}};
+    if (r.fpPerplexity > 0 && r.kl.tokens > 0) // SPEC §7: KL(FP ‖ W4A4) per token over the same windows
+        j["perplexity"]["kl"] = {{"reference", "fp"},          {"tokens", r.kl.tokens},
+                                 {"mean", r.kl.meanKl},        {"stderr", r.kl.klStdErr},
+                                 {"p99", r.kl.klP99},          {"max", r.kl.klMax},
+                                 {"top1_agreement", r.kl.top1}, {"top1_stderr", r.kl.top1StdErr},
+                                 {"delta_ppl", r.kl.deltaPpl}, {"delta_ppl_stderr", r.kl.deltaPplStdErr}};
     if (!r.zeroShot.tasks.empty()) {
         auto z = nlohmann::ordered_json::parse(eval::zeroShotJson(r.zeroShot).dump());
         z["model"] = "w4a4";
