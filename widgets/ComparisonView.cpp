@@ -18,6 +18,8 @@
 
 #include <qcustomplot.h>
 
+#include <algorithm>
+
 #include <QComboBox>
 #include <QDir>
 #include <QFormLayout>
@@ -123,10 +125,10 @@ QWidget* ComparisonView::createForm() {
     auto* kl = new QVBoxLayout(kindsBox);
     m_kinds = new QListWidget(kindsBox);
     m_kinds->setObjectName(QStringLiteral("transformList"));
-    for (const auto& k : latmix::transforms::transformKinds()) {
+    for (const auto& k : latmix::train::analysisKinds()) {
         auto* item = new QListWidgetItem(QString::fromStdString(k), m_kinds);
         item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
-        const bool on = k == "none" || k == "hadamard" || k == "block-hadamard" || k == "learned-affine-lu";
+        const bool on = k == "none" || k == "hadamard" || k == "block-hadamard" || k == "learned-affine-lu" || k == "wush";
         item->setCheckState(on ? Qt::Checked : Qt::Unchecked);
     }
     kl->addWidget(m_kinds);
@@ -140,7 +142,7 @@ QWidget* ComparisonView::createForm() {
     m_heatmapKind = new QComboBox(layersBox);
     m_heatmapKind->setObjectName(QStringLiteral("heatmapKindCombo"));
     m_heatmapKind->addItems({QStringLiteral("none"), QStringLiteral("hadamard"), QStringLiteral("block-hadamard"),
-                             QStringLiteral("orthogonal"), QStringLiteral("block-orthogonal")});
+                             QStringLiteral("orthogonal"), QStringLiteral("block-orthogonal"), QString(latmix::train::kWushKind)});
     lf->addRow(tr("T&ransform:"), m_heatmapKind);
     m_acrossLayers = new QPushButton(tr("Per-block error of every &layer"), layersBox);
     m_acrossLayers->setObjectName(QStringLiteral("acrossLayersButton"));
@@ -314,7 +316,13 @@ bool ComparisonView::runAnalysis(const QString& title, const QString& failure, c
             acts = latmix::run::captureModelActivations(request, job);
             *cache = {modelDir, regex, samples, seqLen, acts}; // tensors shared, not copied
         }
-        *result = latmix::train::analyzeTransforms(acts, options, job);
+        auto withWeights = options;
+        if (std::find(options.kinds.begin(), options.kinds.end(), latmix::train::kWushKind) != options.kinds.end()) {
+            latmix::run::ModelCapture weights;
+            weights.modelDir = modelDir;
+            withWeights.pointWeights = latmix::run::capturedPointWeights(weights, acts);
+        }
+        *result = latmix::train::analyzeTransforms(acts, withWeights, job);
     };
     auto ended = [this, result, done](bool ok, const QString&) {
         if (ok) done(std::move(*result)); // says what was measured in the status line

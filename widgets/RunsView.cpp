@@ -129,7 +129,7 @@ RunsView::RunsView(QWidget* parent) : QWidget(parent) {
 void RunsView::createTable() {
     m_model = new QStandardItemModel(0, ColumnCount, this);
     m_model->setHorizontalHeaderLabels({tr("Run"), tr("Method"), tr("Format"), tr("Block"), tr("Steps"), tr("Quantized"), tr("FP"),
-                                        tr("Folded FP"), tr("Recovery %"), tr("KL"), tr("Top-1 %"), tr("0-shot"), tr("Train s"),
+                                        tr("Folded"), tr("Recov. %"), tr("KL"), tr("Top-1"), tr("0-shot"), tr("Train s"),
                                         tr("Date")});
     const QStringList tips = {tr("The run's folder (sweep/cell for a sweep's cells)"),
                               tr("Quantization method"),
@@ -304,12 +304,14 @@ void RunsView::fillTable() {
             << numberItem(r.fpPerplexity, RunSummary::hasValue(r.fpPerplexity), 2)
             << numberItem(r.foldedFpPerplexity, RunSummary::hasValue(r.foldedFpPerplexity), 2)
             << numberItem(r.recovery, RunSummary::hasValue(r.recovery), 2, 100.0)
-            << numberItem(r.kl.mean, r.kl.present(), 4) << numberItem(r.kl.top1, r.kl.present(), 2, 100.0)
+            << numberItem(r.kl.mean, r.kl.present(), 4) << numberItem(r.kl.top1, r.kl.present(), 1, 100.0)
             << numberItem(r.zeroShotAverage, RunSummary::hasValue(r.zeroShotAverage, true), 3)
             << numberItem(r.trainSeconds, r.trainSeconds > 0, 0);
         const QDateTime created = QDateTime::fromString(QString::fromStdString(r.created), Qt::ISODate);
-        auto* date = textItem(created.isValid() ? created.toString(QStringLiteral("yyyy-MM-dd HH:mm")) : QString::fromStdString(r.created),
+        // Two-digit years keep the row inside a 1280-pixel window; it sorts by the full ISO time.
+        auto* date = textItem(created.isValid() ? created.toString(QStringLiteral("yy-MM-dd HH:mm")) : QString::fromStdString(r.created),
                               QString::fromStdString(r.created));
+        date->setData(QString::fromStdString(r.created), kSortRole);
         row << date;
         m_model->appendRow(row);
     }
@@ -369,16 +371,27 @@ void RunsView::showSelection() {
             }
         }
         if (!it->linears.empty()) {
-            QVector<double> x, y;
+            // The linears --keep left in bf16 are a graph of their own (crosses, no line): their
+            // error is bf16's rounding, not the format's.
+            QVector<double> x, y, keptX, keptY;
             for (std::size_t i = 0; i < it->linears.size(); ++i) {
+                const double e = std::max(it->linears[i].relativeError, 1e-12); // log axis: an exact linear at the floor
                 x << double(i);
-                y << std::max(it->linears[i].relativeError, 1e-12); // log axis: an exact linear at the floor
+                y << (it->linears[i].kept ? std::numeric_limits<double>::quiet_NaN() : e);
+                if (it->linears[i].kept) keptX << double(i), keptY << e;
             }
             auto* g = m_weights->addGraph();
             g->setName(name);
             g->setPen(QPen(c, 1.2));
             g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, c, 3));
             g->setData(x, y, true);
+            if (!keptX.isEmpty()) {
+                auto* k = m_weights->addGraph();
+                k->setName(tr("%1: kept in bf16 (%2)").arg(name).arg(keptX.size()));
+                k->setLineStyle(QCPGraph::lsNone);
+                k->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCross, c, 6));
+                k->setData(keptX, keptY, true);
+            }
         }
     }
     // Runs that learn nothing (rtn, gptq, quarot, ...) have no curve: the title says so rather

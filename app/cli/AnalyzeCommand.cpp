@@ -85,7 +85,9 @@ void validate(const AnalyzeOptions& o) {
     if (o.maxRows < 0) throw std::invalid_argument("--max-rows must be >= 0 (0: all rows)");
 }
 
-train::PointActivations loadActivations(const AnalyzeOptions& o, run::Attributes& attrs) {
+// WUSH reads the weights of each point too (from the model; an activation file has none).
+train::PointActivations loadActivations(const AnalyzeOptions& o, run::Attributes& attrs,
+                                        std::map<std::string, at::Tensor>* pointWeights) {
     if (!o.activations.empty()) {
         attrs["activations"] = o.activations;
         return train::readActivations(o.activations, o.points, o.maxRows);
@@ -99,7 +101,9 @@ train::PointActivations loadActivations(const AnalyzeOptions& o, run::Attributes
                               o.maxRows, model::parseDtype(o.dtype), o.device};
     request.checkWeights = true;
     request.expertPoints = o.expertPoints;
-    return run::captureModelActivations(request, progress);
+    auto acts = run::captureModelActivations(request, progress);
+    if (pointWeights) *pointWeights = run::capturedPointWeights(request, acts);
+    return acts;
 }
 
 std::string number(double v) {
@@ -183,7 +187,8 @@ int runAnalyze(const AnalyzeOptions& o) {
                          {"max_rows", std::to_string(o.maxRows)},
                          {"latmix_version", latmixVersion()},
                          {"libtorch_version", libtorchVersion()}};
-    const auto activations = loadActivations(o, attrs);
+    const bool wush = std::find(a.kinds.begin(), a.kinds.end(), train::kWushKind) != a.kinds.end();
+    const auto activations = loadActivations(o, attrs, wush ? &a.pointWeights : nullptr);
     train::AnalysisResult r;
     {
         CliProgress progress("analyze");
@@ -230,8 +235,8 @@ Runner addAnalyzeCommand(CLI::App& app) {
     cmd->add_option("--block", o->block, "MX block size (default: the format's, 32; nvfp4 16)");
     cmd->add_option("--scale-mode", o->scaleMode, "shared scale: " + mx::scaleModeNameList())->capture_default_str();
     cmd->add_option("--transforms", o->transforms,
-                    "comma-separated kinds: none, hadamard, block-hadamard, orthogonal, block-orthogonal, "
-                    "learned-rotation, learned-rotation-bias, learned-invertible, learned-affine-lu, learned-affine-qr")
+                    "comma-separated kinds: " + util::joinList(train::analysisKinds()) +
+                        " (wush: its closed form from each point's activations and the weights reading it; needs --model)")
         ->capture_default_str();
     cmd->add_option("--sweep-blocks", o->sweepBlocks, "block sizes of the sweep ('' for none)")->capture_default_str();
     cmd->add_option("--steps", o->steps, "training steps of learned kinds")->capture_default_str();

@@ -157,10 +157,11 @@ int runEval(const EvalOptions& o) {
         const std::string text = wiki ? eval::wikiText2TestText(path) : util::readTextFile(path, "evaluation text");
         return runEvalAgainstReference(o, eval::tokenizeForEvaluation(*tok, text), path);
     }
-    const auto ck = model::Checkpoint::load(o.m.model);
+    const std::string modelDir = run::modelFolderOf(o.m.model); // a run folder: its model/
+    const auto ck = model::Checkpoint::load(modelDir);
     const auto device = model::parseDevice(o.m.device);
     const model::LlamaModel m(ck, model::parseDtype(o.m.dtype), device);
-    const auto tok = tokenizer::Tokenizer::loadFromDir(o.m.model);
+    const auto tok = tokenizer::Tokenizer::loadFromDir(modelDir);
     const bool wiki = o.dataset == "wikitext2";
     const std::string path = wiki ? util::wikiText2TestFile() : o.dataset;
     const std::string text = wiki ? eval::wikiText2TestText(path) : util::readTextFile(path, "evaluation text");

@@ -3,12 +3,14 @@
 #include "export/ExportPlan.h"
 
 #include "model/ConfigJson.h"
+#include "model/LlamaModel.h"
 #include "model/TensorNames.h"
 #include "mx/MxPack.h"
 #include "transforms/Hadamard.h"
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -36,6 +38,15 @@ at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks
         s = e;
     }
     return out.to(at::kFloat);
+}
+
+void refuseOnlineInputTransforms(const model::ModelConfig& c, const std::string& target, const std::string& runDir) {
+    if (!c.latmix || c.latmix->inputTransforms.empty()) return;
+    throw std::runtime_error("cannot export " + runDir + " as " + target + ": its method (" + c.latmix->method +
+                             ") transforms every block linear's input online with WUSH's own matrices (one per layer and "
+                             "input, from calibration data), and " + target +
+                             "'s runtimes apply only the Hadamard transforms they build themselves; export it as hf "
+                             "(the transforms folded back into bf16 weights, activations unquantized)");
 }
 
 std::string compressionFormat(const std::optional<mx::MxConfig>& weights, const std::string& runDir) {
@@ -85,6 +96,9 @@ json quantArgs(const mx::MxConfig& f, bool activation) {
 // compressed-tensors' quantization_config (weights, activations, T3 as a transform) for a run.
 json compressedTensorsConfig(const model::ModelConfig& c, const model::LatmixQuantization& q, const std::string& fmtName,
                              bool plainT3) {
+    std::vector<std::string> keptDown; // T3 folded back into these: no online transform (addPlanItems)
+    for (const auto& k : q.keptLinears)
+        if (model::names::isDownProj(k)) keptDown.push_back(k);
     const mx::MxConfig& wf = *q.weightFormat;
     json groups;
     json g0;
@@ -100,6 +114,7 @@ json compressedTensorsConfig(const model::ModelConfig& c, const model::LatmixQua
     qc["quantization_status"] = "compressed";
     qc["config_groups"] = groups;
     qc["ignore"] = json::array({"lm_head"});
+    for (const auto& k : q.keptLinears) qc["ignore"].push_back(k); // --keep: bf16 weights, unquantized input
     // The router stays in full precision (llm-compressor's MoE examples ignore it the same way).
     if (c.moe)
         qc["ignore"].push_back(c.architecture == model::Architecture::Mixtral ? "re:.*block_sparse_moe\\.gate$"
@@ -113,7 +128,7 @@ json compressedTensorsConfig(const model::ModelConfig& c, const model::LatmixQua
         args["targets"] = json::array({"re:.*mlp\\.down_proj$"});
         args["location"] = "input";
         args["inverse"] = false;
-        args["ignore"] = json::array();
+        args["ignore"] = keptDown;
         json scheme;
         // "hadamard": compressed-tensors' and vLLM's Sylvester matrix, the run's T3 once its signs
         // are in up_proj (Plan::t3Signs). "random-hadamard" draws signs compressed-tensors does
@@ -232,7 +247,8 @@ void addPlanItems(Plan& plan, const RunModel& run, const std::string& runDir, bo
     for (const auto& [name, shape] : names) {
         const std::string linear = model::names::blockLinearOfWeight(name);
         const bool signedUp = plan.t3Signs.defined() && isUpProj(name); // its weight or its bias
-        if (ct && !linear.empty()) {
+        const bool kept = !linear.empty() && !run.packed.count(linear); // --keep: bf16 in every format
+        if (ct && !linear.empty() && !kept) {
             const auto& pk = run.packed.at(linear);
             plan.items.push_back({{linear + ".weight_packed", "U8", sizesOf(pk.codes)},
                                   signedUp ? Source::CodesSigned : Source::Codes, linear});
@@ -253,10 +269,14 @@ void addPlanItems(Plan& plan, const RunModel& run, const std::string& runDir, bo
             if (!zeros.count(name))
                 throw std::runtime_error("run '" + runDir + "' lacks tensor '" + name + "' that the export needs");
             s = Source::ZeroBf16;
-        } else if (down && !ct && !blocks.empty()) {
-            s = Source::Bf16FoldT3;
+        } else if (down && !blocks.empty() && (!ct || kept)) {
+            // compressed-tensors applies no transform to a kept down_proj (its transform_config
+            // ignores it): T3 goes into the weight, without its signs where up_proj carries them.
+            s = ct && plan.t3Signs.defined() ? Source::Bf16FoldT3Plain : Source::Bf16FoldT3;
+        } else if (plan.inputTransforms.count(name)) {
+            s = Source::Bf16FoldInput;
         }
-        if (s == Source::Bf16 && signedUp) s = Source::Bf16Signed; // up_proj's bias
+        if (s == Source::Bf16 && signedUp) s = kept ? Source::Bf16SignedRows : Source::Bf16Signed; // a kept weight, or the bias
         plan.items.push_back({{name, "BF16", shape}, s, name});
     }
 }
@@ -295,6 +315,30 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
         if (ct && t3.hadamardSigns().defined()) plan.t3Signs = t3.hadamardSigns().to(at::kFloat);
     }
 
+    if (ct) refuseOnlineInputTransforms(rc, "compressed-tensors", runDir);
+    // WUSH (hf): each linear's weight W T⁻¹ goes back to W's basis with its point's T.
+    for (int l = 0; l < static_cast<int>(run.inputTransforms.size()); ++l)
+        for (int k = 0; k < 4; ++k) {
+            const auto& t = run.inputTransforms[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)];
+            if (!t.defined()) continue;
+            const std::string p = names::layerPrefix(l);
+            using K = model::PointKind;
+            std::vector<const char*> readers;
+            switch (static_cast<K>(k)) {
+            case K::QkvInput: readers = {names::kQProj, names::kKProj, names::kVProj}; break;
+            case K::OProjInput: readers = {names::kOProj}; break;
+            case K::GateUpInput: readers = {names::kGateProj, names::kUpProj}; break;
+            case K::DownProjInput: readers = {names::kDownProj}; break;
+            }
+            for (const char* r : readers)
+                if (run.packed.count(p + r)) plan.inputTransforms[p + r + ".weight"] = t;
+        }
+    if (!plan.inputTransforms.empty())
+        plan.notes.push_back("WUSH's input transforms folded back into " + std::to_string(plan.inputTransforms.size()) +
+                             " weights (W T⁻¹ · T, in float64): the bf16 model needs no online transform");
+    if (!q.keptLinears.empty())
+        plan.notes.push_back(std::to_string(q.keptLinears.size()) + " linear(s) kept in full precision (--keep) stored as bf16" +
+                             std::string(ct ? " and listed in quantization_config.ignore" : ""));
     if (ct) j["quantization_config"] = compressedTensorsConfig(rc, q, fmtName, plan.t3Signs.defined());
     addFormatNotes(plan, run, ct);
     plan.config = j;
@@ -306,6 +350,17 @@ at::Tensor produce(const Item& it, const RunModel& run, const Plan& plan) {
     switch (it.source) {
     case Source::Bf16: return run.tensors.at(it.from).to(at::kBFloat16);
     case Source::Bf16FoldT3: return foldBackT3(run.tensors.at(it.from), plan.t3Blocks).to(at::kBFloat16);
+    case Source::Bf16FoldT3Plain: {
+        std::vector<at::Tensor> plain;
+        for (const auto& b : plan.t3Blocks) plain.push_back(transforms::hadamardMatrix(b.size(0)) / std::sqrt(double(b.size(0))));
+        return foldBackT3(run.tensors.at(it.from), plain).to(at::kBFloat16);
+    }
+    case Source::Bf16SignedRows: return (run.tensors.at(it.from) * plan.t3Signs.unsqueeze(1)).to(at::kBFloat16);
+    case Source::Bf16FoldInput: {
+        // rows w' ↦ w' T: T applied as rows of Tᵀ (BlockDiagonal::apply gives row ↦ M row).
+        const auto& t = plan.inputTransforms.at(it.from);
+        return t.transposed().to(at::TensorOptions().dtype(at::kDouble)).apply(run.tensors.at(it.from).to(at::kDouble)).to(at::kBFloat16);
+    }
     case Source::ZeroBf16: return at::zeros(it.spec.shape, at::kBFloat16);
     case Source::Codes: return run.packed.at(it.from).codes;
     case Source::Scales: return run.packed.at(it.from).scales;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,13 @@ inline constexpr const char* kT3File = "latmix_t3.safetensors";
 // Where one output tensor comes from.
 // CodesSigned / Bf16Signed: up_proj's rows times T3's signs (compressed-tensors with a plain
 // Hadamard T3); T3Matrix: compressed-tensors' ±1 Sylvester matrix of the online transform.
-enum class Source { Bf16, Bf16FoldT3, ZeroBf16, Codes, Scales, GlobalScale, CodesSigned, Bf16Signed, T3Matrix };
+// Bf16FoldT3Plain: W_down · blockdiag(S/√b), T3 without its signs (a kept down_proj beside the
+// signed up_proj of compressed-tensors); Bf16SignedRows: a kept up_proj's rows times T3's signs;
+// Bf16FoldInput: W · T, WUSH's input transform of the linear's point folded back (hf).
+enum class Source {
+    Bf16, Bf16FoldT3, Bf16FoldT3Plain, ZeroBf16, Codes, Scales, GlobalScale, CodesSigned, Bf16Signed, Bf16SignedRows,
+    Bf16FoldInput, T3Matrix
+};
 
 struct Item {
     io::TensorSpec spec;
@@ -40,6 +47,8 @@ struct Plan {
     // plain "hadamard" and moves the signs into up_proj's rows: x = SiLU(gate)·up feeds T3, so
     // (x ⊙ s)·blockdiag(S/√b)ᵀ = x·Hᵀ, and negating a 4-bit code's sign bit is exact.
     at::Tensor t3Signs;
+    // hf of a WUSH run: each block linear's weight name → its point's input transform T (float32).
+    std::map<std::string, transforms::BlockDiagonal> inputTransforms;
     std::vector<std::string> notes;
     int packedLinears = 0;
 };
@@ -52,6 +61,11 @@ std::string compressionFormat(const std::optional<mx::MxConfig>& weights, const 
 Plan buildPlan(const run::RunModel& run, ExportFormat format, const std::string& runDir);
 // W · H for T3's block-diagonal H (its diagonal blocks), in float64, rounded once to float32.
 at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks);
+// A run with WUSH's online input transforms (SPEC §2) exports to hf only, the transforms folded
+// back into the weights: compressed-tensors' and GGUF's runtimes apply Hadamard-type transforms
+// they build themselves, never a run's own per-block matrices. Throws std::runtime_error naming the
+// run, the target and the way out.
+void refuseOnlineInputTransforms(const model::ModelConfig& runConfig, const std::string& target, const std::string& runDir);
 // The bytes of one item, as the plan says.
 at::Tensor produce(const Item& item, const run::RunModel& run, const Plan& plan);
 // 4-bit codes (two per byte, sign in bit 3 of each nibble: E2M1, MX sign-magnitude INT4) with

@@ -44,7 +44,10 @@ model::ModelConfig runConfig(const std::string& runDir, const std::string& forma
 void checkExportTarget(const std::string& runDir, const std::string& format) {
     const model::ModelConfig c = runConfig(runDir, format);
     if (format == "gguf") checkGgufConfig(c, runDir);
-    if (format == "compressed-tensors") compressionFormat(c.latmix->weightFormat, runDir);
+    if (format == "compressed-tensors") {
+        compressionFormat(c.latmix->weightFormat, runDir);
+        refuseOnlineInputTransforms(c, "compressed-tensors", runDir);
+    }
 }
 
 ExportTarget describeExportTarget(const std::string& runDir, const std::string& format) {
@@ -71,6 +74,7 @@ ExportTarget describeExportTarget(const std::string& runDir, const std::string& 
         t.runtimes = "transformers, vLLM, and any runtime that loads a bf16 Hugging Face model";
         t.online = "nothing: the weight-only model (activations unquantized)";
         t.folded = std::string("T1, T2 and their biases") + (t3 ? "; T3 folded back into down_proj" : "") +
+                   (q.inputTransforms.empty() ? "" : "; WUSH's input transforms folded back into the weights") +
                    "; the " + fmt + " weights dequantized to bf16";
     } else if (format == "compressed-tensors") {
         t.runtimes = "vLLM (compressed-tensors 0.14 or later; W4A4 on SM100 GPUs and later, weights only before)";

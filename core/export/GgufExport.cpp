@@ -46,6 +46,15 @@ public:
         std::vector<std::int64_t> ne(f.sizes().rbegin(), f.sizes().rend());
         m_w.addTensor(ggufName, ne, GgmlType::F32, bytesOf(f));
     }
+    // A kept linear's weight (already a bf16 value, SPEC §4 "Kept linears"): ggml's BF16 is the
+    // upper half of the float32 bits, as libtorch stores bfloat16.
+    void tensorBf16(const std::string& ggufName, const at::Tensor& t) {
+        const auto b = t.to(at::kBFloat16).contiguous();
+        std::vector<std::int64_t> ne(b.sizes().rbegin(), b.sizes().rend());
+        m_w.addTensor(ggufName, ne, GgmlType::BF16,
+                      std::string(static_cast<const char*>(b.data_ptr()), static_cast<std::size_t>(b.numel()) * 2));
+    }
+    int kept() const { return m_kept; }
     // A block linear's packed MXFP4 or NVFP4 weight, rows reordered when `rows` is given. GGUF's
     // rows are whole blocks (32 values for MXFP4, 64 for NVFP4): a linear whose rows end in a
     // shorter block (stories260K's down_proj, 172 = 5 · 32 + 12) is written as the run's
@@ -53,6 +62,12 @@ public:
     // its input to Q8_0). NVFP4's per-tensor scale goes beside it as "<name>.scale" [1], which
     // llama.cpp multiplies into the product.
     void linear(const std::string& ggufName, const std::string& prefix, const at::Tensor& rows = {}) {
+        if (!m_run.packed.count(prefix)) { // kept in full precision (--keep): BF16, as the run holds it
+            const at::Tensor& w = m_run.tensors.at(prefix + ".weight");
+            tensorBf16(ggufName, rows.defined() ? w.index_select(0, rows) : w);
+            ++m_kept;
+            return;
+        }
         const mx::PackedTensor& p = m_run.packed.at(prefix);
         const bool nv = p.config.isNvfp4();
         if (p.lastDim % (nv ? 64 : 32) != 0) {
@@ -107,7 +122,7 @@ public:
 private:
     const run::RunModel& m_run;
     GgufWriter m_w;
-    int m_fp4 = 0, m_partialBlocks = 0;
+    int m_fp4 = 0, m_partialBlocks = 0, m_kept = 0;
 };
 
 // What llama.cpp v0.4.0's architectures load (src/models/{llama,qwen2,qwen3}.cpp): a tensor it
@@ -178,6 +193,7 @@ GgufArchitecture checkConfig(const model::ModelConfig& c, const std::optional<mx
     }
     if (c.ropeScaling && !a.ropePairs)
         throw std::runtime_error(what + "its rope_scaling is written for the llama architecture only; export hf instead");
+    refuseOnlineInputTransforms(c, "GGUF", runDir);
     return a;
 }
 
@@ -330,6 +346,9 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     if (run.quant.t3Block > 0)
         r.notes.push_back(std::string("T3 folded back: ") + (c.moe ? "ffn_down_exps" : "ffn_down") +
                           " stored in float32 as W_down · H (llama.cpp applies no online Hadamard)");
+    if (w.kept() > 0)
+        r.notes.push_back(std::to_string(w.kept()) + " linear(s) kept in full precision (--keep) stored as BF16" +
+                          (run.quant.t3Block > 0 ? " (a kept down_proj in F32 with T3 folded back, as every down_proj)" : ""));
     if (w.partialBlocks() > 0)
         r.notes.push_back(std::to_string(w.partialBlocks()) + " linear(s) whose rows end in a block shorter than " +
                           (run.quant.weightFormat->isNvfp4() ? "64" : "32") +

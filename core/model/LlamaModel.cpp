@@ -254,7 +254,48 @@ ForwardOptions forwardOptionsFor(const ModelConfig& c, at::ScalarType dtype, c10
                                    .to(at::TensorOptions().dtype(dtype).device(device));
     }
     if (quantizeActivations) o.activationQuant = c.latmix->activationFormat;
+    o.keptLinears = std::set<std::string>(c.latmix->keptLinears.begin(), c.latmix->keptLinears.end());
     return o;
+}
+
+at::Tensor pointWeights(const ModelConfig& c, const LayerWeights& y, int layer, PointKind kind, const std::set<std::string>& kept) {
+    if (c.isSparseLayer(layer) && (kind == PointKind::GateUpInput || kind == PointKind::DownProjInput))
+        throw std::invalid_argument("layer " + std::to_string(layer) + " is sparse: its experts read their own inputs");
+    const std::string prefix = names::layerPrefix(layer);
+    std::vector<at::Tensor> parts;
+    auto add = [&](const char* module, const at::Tensor& w) {
+        if (!kept.count(prefix + module)) parts.push_back(w);
+    };
+    switch (kind) {
+    case PointKind::QkvInput: add(names::kQProj, y.wq), add(names::kKProj, y.wk), add(names::kVProj, y.wv); break;
+    case PointKind::OProjInput: add(names::kOProj, y.wo); break;
+    case PointKind::GateUpInput: add(names::kGateProj, y.wGate), add(names::kUpProj, y.wUp); break;
+    case PointKind::DownProjInput: add(names::kDownProj, y.wDown); break;
+    }
+    if (parts.empty()) return {};
+    return parts.size() == 1 ? parts.front() : at::cat(parts, 0);
+}
+
+std::vector<std::array<transforms::BlockDiagonal, 4>> loadInputTransforms(const std::string& modelDir, const ModelConfig& c,
+                                                                          const at::TensorOptions& options) {
+    const std::string path = modelDir + "/" + kInputTransformsFile;
+    const auto file = io::SafeTensorsFile::open(path);
+    std::vector<std::array<transforms::BlockDiagonal, 4>> r(static_cast<std::size_t>(c.numLayers));
+    for (int l = 0; l < c.numLayers; ++l)
+        for (int k = 0; k < 4; ++k) {
+            const auto kind = static_cast<PointKind>(k);
+            if (c.isSparseLayer(l) && kind == PointKind::DownProjInput) continue;
+            const std::string name = pointName(l, kind) + ".transform", tail = pointName(l, kind) + ".transform_tail";
+            if (!file->contains(name) && !file->contains(tail)) continue; // a point without one
+            const at::Tensor b = file->contains(name) ? file->tensor(name) : at::Tensor(), t = file->contains(tail) ? file->tensor(tail) : at::Tensor();
+            const std::int64_t width = (b.defined() ? b.size(0) * b.size(1) : 0) + (t.defined() ? t.size(0) : 0);
+            if ((b.defined() && (b.dim() != 3 || b.size(1) != b.size(2))) || width != pointWidth(c, kind))
+                throw std::runtime_error(path + ": " + name + " does not cover the " + std::to_string(pointWidth(c, kind)) +
+                                         " channels of its point; export the run again");
+            r[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] =
+                transforms::BlockDiagonal(b.defined() ? b.to(options) : b, t.defined() ? t.to(options) : t);
+        }
+    return r;
 }
 
 RopeTables ropeTables(const ModelConfig& c, std::int64_t T, at::ScalarType dtype, c10::Device device) {
@@ -266,11 +307,20 @@ RopeTables ropeTables(const ModelConfig& c, std::int64_t T, at::ScalarType dtype
 
 namespace {
 
-// What the linear(s) of a point get: T3 first (down_proj), MX quantization, then the hook.
-// expert >= 0: that expert's down_proj input in a sparse layer (kind DownProjInput).
+// The online input transform of a point (WUSH), or null.
+const transforms::BlockDiagonal* inputTransform(const ForwardOptions& o, int layer, PointKind kind) {
+    if (layer < 0 || static_cast<std::size_t>(layer) >= o.inputTransforms.size()) return nullptr;
+    const auto& t = o.inputTransforms[static_cast<std::size_t>(layer)][static_cast<std::size_t>(kind)];
+    return t.defined() ? &t : nullptr;
+}
+
+// What the linear(s) of a point get: T3 first (down_proj) or the point's input transform, MX
+// quantization, then the hook. expert >= 0: that expert's down_proj input in a sparse layer
+// (kind DownProjInput).
 at::Tensor atPoint(const ForwardOptions& o, const at::Tensor& x, int layer, PointKind kind, const ActivationHook& hook,
                    int expert = -1) {
     at::Tensor y = x;
+    if (const auto* t = expert < 0 ? inputTransform(o, layer, kind) : nullptr) y = t->apply(y);
     const bool t3 = kind == PointKind::DownProjInput && o.t3.defined();
     if (t3 && o.activationQuant && o.t3.hadamardSigns().defined() &&
         mx::fusedHadamardApplies(y, *o.activationQuant, o.t3.blockSize())) {
@@ -285,13 +335,34 @@ at::Tensor atPoint(const ForwardOptions& o, const at::Tensor& x, int layer, Poin
     return y;
 }
 
+// The inputs of a point's linears: what atPoint makes of x, and for the linears kept in full
+// precision (ForwardOptions::keptLinears) x itself, after T3 only (its inverse is in W_down).
+class PointInputs {
+public:
+    PointInputs(const ForwardOptions& o, const at::Tensor& x, int layer, PointKind kind, const ActivationHook& hook)
+        : m_o(o), m_x(x), m_kind(kind), m_prefix(o.keptLinears.empty() ? std::string() : names::layerPrefix(layer)),
+          m_in(atPoint(o, x, layer, kind, hook)) {}
+    const at::Tensor& operator()(const char* module) {
+        if (m_prefix.empty() || !m_o.keptLinears.count(m_prefix + module)) return m_in;
+        if (!m_raw.defined()) m_raw = m_kind == PointKind::DownProjInput && m_o.t3.defined() ? m_o.t3.apply(m_x) : m_x;
+        return m_raw;
+    }
+
+private:
+    const ForwardOptions& m_o;
+    at::Tensor m_x;
+    PointKind m_kind;
+    std::string m_prefix;
+    at::Tensor m_in, m_raw;
+};
+
 at::Tensor attention(const ModelConfig& c, const LayerWeights& w, const ForwardOptions& o, const at::Tensor& x,
                      const RopeTables& rope, int layer, const ActivationHook& hook) {
     const int64_t B = x.size(0), T = x.size(1), H = c.numHeads, KV = c.numKvHeads, hd = c.headDim;
-    auto in = atPoint(o, x, layer, PointKind::QkvInput, hook);
-    auto q = optionalLinear(in, w.wq, w.bq).view({B, T, H, hd});
-    auto k = optionalLinear(in, w.wk, w.bk).view({B, T, KV, hd});
-    auto v = optionalLinear(in, w.wv, w.bv).view({B, T, KV, hd});
+    PointInputs in(o, x, layer, PointKind::QkvInput, hook);
+    auto q = optionalLinear(in(names::kQProj), w.wq, w.bq).view({B, T, H, hd});
+    auto k = optionalLinear(in(names::kKProj), w.wk, w.bk).view({B, T, KV, hd});
+    auto v = optionalLinear(in(names::kVProj), w.wv, w.bv).view({B, T, KV, hd});
     if (c.qkNorm) { // Qwen3: per-head RMSNorm before RoPE
         q = rmsNorm(q, w.qNorm, c.rmsNormEps);
         k = rmsNorm(k, w.kNorm, c.rmsNormEps);
@@ -334,14 +405,15 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, const ForwardO
     }
     auto attn = outs.size() == 1 ? outs.front() : at::cat(outs, 2);
     auto out = attn.transpose(1, 2).reshape({B, T, H * hd});
-    out = atPoint(o, out, layer, PointKind::OProjInput, hook);
-    return optionalLinear(out, w.wo, w.bo);
+    PointInputs oIn(o, out, layer, PointKind::OProjInput, hook);
+    return optionalLinear(oIn(names::kOProj), w.wo, w.bo);
 }
 
 at::Tensor mlp(const ModelConfig& c, const LayerWeights& w, const ForwardOptions& o, const at::Tensor& x, int layer,
                const ActivationHook& hook) {
-    auto in = atPoint(o, x, layer, PointKind::GateUpInput, hook);
+    PointInputs gateUp(o, x, layer, PointKind::GateUpInput, hook);
     if (w.router.defined()) {
+        const at::Tensor& in = gateUp(names::kGateProj); // experts are never kept (run::resolveKeptLinears)
         // The shared gate/up input is quantized once; the router reads it unquantized (its
         // weight stays in full precision too: docs/spec.md "Mixture of experts").
         const auto shape = x.sizes().vec();
@@ -353,9 +425,9 @@ at::Tensor mlp(const ModelConfig& c, const LayerWeights& w, const ForwardOptions
         };
         return sparseMlp(*c.moe, w.router, w.experts, flat(x), flat(in), expertPoint).view(shape);
     }
-    auto g = at::silu(optionalLinear(in, w.wGate, w.bGate)) * optionalLinear(in, w.wUp, w.bUp);
-    g = atPoint(o, g, layer, PointKind::DownProjInput, hook);
-    return optionalLinear(g, w.wDown, w.bDown);
+    auto g = at::silu(optionalLinear(gateUp(names::kGateProj), w.wGate, w.bGate)) * optionalLinear(gateUp(names::kUpProj), w.wUp, w.bUp);
+    PointInputs down(o, g, layer, PointKind::DownProjInput, hook);
+    return optionalLinear(down(names::kDownProj), w.wDown, w.bDown);
 }
 
 void checkTokens(const ModelConfig& c, const at::Tensor& tokens) {
@@ -497,6 +569,9 @@ LlamaModel::LlamaModel(const Checkpoint& ckpt, at::ScalarType dtype, c10::Device
     }
     m_options = forwardOptionsFor(m_config, dtype, device, quantizeActivations);
     m_options.dtype = dtype;
+    // WUSH's transforms stay with weight-only evaluation too: the weights hold W T⁻¹.
+    if (m_config.latmix && !m_config.latmix->inputTransforms.empty())
+        m_options.inputTransforms = loadInputTransforms(ckpt.dir(), m_config, at::TensorOptions().dtype(dtype).device(device));
 }
 
 LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, ForwardOptions options)

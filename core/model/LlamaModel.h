@@ -9,7 +9,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <array>
 #include <functional>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -98,6 +100,14 @@ c10::Device layerComputeDevice(const LayerWeights& y, c10::Device home);
 // hook sees exactly what the linear gets.
 struct ForwardOptions {
     transforms::BlockDiagonal t3; // T3: [intermediate]² block-diagonal orthogonal, or undefined
+    // Online transforms of a point's input before its quantization (WUSH, SPEC §4), indexed
+    // [layer][PointKind]: x → T x (the linears hold W T⁻¹); undefined entries and layers beyond
+    // the vector: none.
+    std::vector<std::array<transforms::BlockDiagonal, 4>> inputTransforms;
+    // Linears kept in full precision (SPEC §4 "Kept linears"), by module name
+    // ("model.layers.0.self_attn.q_proj"): they read their point's input unquantized and untransformed
+    // (T3 stays: its inverse is in W_down).
+    std::set<std::string> keptLinears;
     std::optional<mx::MxConfig> activationQuant;
     // The dtype activations are computed in; unset: the embedding table's. Weights stored in
     // another dtype are converted one layer at a time as the pass reaches them.
@@ -113,6 +123,21 @@ struct ForwardOptions {
 // the block and seed, activation quantization from the activation format.
 ForwardOptions forwardOptionsFor(const ModelConfig& config, at::ScalarType dtype, c10::Device device,
                                  bool quantizeActivations = true);
+
+// The weights of the linears that read a point of a dense layer, stacked along their outputs:
+// [q; k; v] for the qkv input, [gate; up] for the gate/up input, o_proj's and down_proj's alone
+// ([out, width]; WUSH's fused form, SPEC §2). Linears named in `kept` are left out (undefined
+// when every one is). Sparse layers have no such stack for the MLP (throws std::invalid_argument).
+at::Tensor pointWeights(const ModelConfig& config, const LayerWeights& y, int layer, PointKind kind,
+                        const std::set<std::string>& kept = {});
+
+// The online input transforms of a run model folder (ForwardOptions::inputTransforms) from its
+// input_transforms.safetensors: one [nb, B, B] tensor "<point name>.transform" per transformed
+// point (and "<point name>.transform_tail" [r, r] where B does not divide the width). Throws
+// naming the file and the tensor when one is missing or misshapen.
+std::vector<std::array<transforms::BlockDiagonal, 4>> loadInputTransforms(const std::string& modelDir, const ModelConfig& config,
+                                                                          const at::TensorOptions& options);
+inline constexpr const char* kInputTransformsFile = "input_transforms.safetensors";
 
 // Cos/sin tables of RoPE for positions 0..T-1 ([T, head_dim], rotate-half layout).
 struct RopeTables {

@@ -249,6 +249,20 @@ void readLatmix(const json& l, ModelConfig& c, const std::string& source) {
         if (q.t3Block < 1) fail(source, "latmix.t3.block must be positive");
         if (present(h, "seed")) q.t3Seed = h["seed"].get<std::uint64_t>();
     }
+    if (present(l, "input_transforms")) {
+        const auto& t = l["input_transforms"];
+        if (!t.is_object() || !present(t, "kind") || !t["kind"].is_string() || t["kind"].get<std::string>() != "wush")
+            fail(source, "latmix.input_transforms must be {\"kind\": \"wush\", ...} (the only online input transform)");
+        q.inputTransforms = "wush";
+    }
+    if (present(l, "kept_linears")) {
+        const auto& k = l["kept_linears"];
+        if (!k.is_array()) fail(source, "latmix.kept_linears must be a list of module names");
+        for (const auto& n : k) {
+            if (!n.is_string()) fail(source, "latmix.kept_linears must be a list of module names");
+            q.keptLinears.push_back(n.get<std::string>());
+        }
+    }
     c.lmHeadBias = getBool(l, "lm_head_bias", false, source);
     // The run model states its bias groups exactly (ConfigJson.h latmixJson): they override
     // what the family's Hugging Face fields imply.
@@ -444,6 +458,10 @@ nlohmann::ordered_json latmixJson(const LatmixQuantization& q, const ModelConfig
                                 {"seed", q.t3Seed}};
     else
         l["t3"] = nullptr;
+    if (!q.inputTransforms.empty())
+        l["input_transforms"] = {{"kind", q.inputTransforms}, {"file", "input_transforms.safetensors"},
+                                 {"points", "every block linear's input, online before its quantization"}};
+    if (!q.keptLinears.empty()) l["kept_linears"] = q.keptLinears;
     l["biases"] = {{"q_k_v", c.qkvBias}, {"o_proj", c.oProjBias}, {"mlp", c.mlpBias}};
     l["lm_head_bias"] = c.lmHeadBias;
     return l;

@@ -30,6 +30,12 @@ struct LatmixQuantization {
     std::optional<mx::MxConfig> activationFormat;
     int t3Block = 0;                // T3 (SPEC §4: online block Hadamard on the down_proj input); 0: none
     std::uint64_t t3Seed = 0;
+    // Online transforms of the points' inputs, "wush" (SPEC §2/§4): the model folder's
+    // input_transforms.safetensors holds each layer's and point's blocks; empty: none.
+    std::string inputTransforms;
+    // The linears kept in full precision (--keep, SPEC §4 "Kept linears"): module names
+    // ("model.layers.0.self_attn.q_proj"); neither their weights nor their inputs are quantized.
+    std::vector<std::string> keptLinears;
 };
 
 // The sparse MLP of a mixture-of-experts model: a router (hidden -> numExperts, no bias) picks

@@ -72,6 +72,38 @@ at::Tensor linearOf(const model::ModelConfig& c, const model::LayerWeights& y, i
 
 } // namespace
 
+std::map<std::string, at::Tensor> capturedPointWeights(const ModelCapture& request, const train::PointActivations& points) {
+    const auto ck = model::Checkpoint::load(request.modelDir);
+    const auto& c = ck.config();
+    const auto stored = model::loadStoredWeights(ck, at::kFloat);
+    std::unique_ptr<fold::ModelTransforms> t;
+    if (!request.transformsFile.empty())
+        t = std::make_unique<fold::ModelTransforms>(fold::ModelTransforms::load(c, request.transformsFile));
+    std::map<std::string, at::Tensor> r;
+    for (int l = 0; l < c.numLayers; ++l) {
+        std::vector<std::string> wanted;
+        for (const auto& [name, x] : points)
+            if (name.rfind("layers." + std::to_string(l) + ".", 0) == 0) wanted.push_back(name);
+        if (wanted.empty()) continue;
+        const auto& y0 = stored.layers[static_cast<std::size_t>(l)];
+        const model::LayerWeights y = t ? fold::foldedLayer(c, y0, *t, l, at::TensorOptions().dtype(at::kDouble),
+                                                            at::TensorOptions().dtype(at::kFloat))
+                                        : model::convertLayer(y0, at::TensorOptions().dtype(at::kFloat));
+        for (const auto& name : wanted) {
+            for (int k = 0; k < 4; ++k) {
+                const auto kind = static_cast<model::PointKind>(k);
+                if (name == model::pointName(l, kind) && !(c.isSparseLayer(l) && k >= 2))
+                    r[name] = model::pointWeights(c, y, l, kind).contiguous();
+            }
+            for (int e = 0; e < static_cast<int>(y.experts.size()); ++e)
+                if (name == model::expertPointName(l, e, model::PointKind::DownProjInput))
+                    r[name] = y.experts[static_cast<std::size_t>(e)].wDown.contiguous();
+        }
+        model::releaseMappedLayer(y0);
+    }
+    return r;
+}
+
 LinearWeights loadLinearWeights(const std::string& modelDir, int layer, const std::string& linear,
                                 const std::string& transformsFile) {
     const auto ck = model::Checkpoint::load(modelDir);

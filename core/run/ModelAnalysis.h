@@ -9,6 +9,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace latmix::run {
@@ -38,6 +39,11 @@ struct ModelCapture {
 // not fit; progress
 // per calibration window, cancel between windows.
 train::PointActivations captureModelActivations(const ModelCapture& request, JobContext& job = silentJob());
+
+// The weights that read each of these points (model::pointWeights; an expert's own down_proj
+// input: that expert's down_proj), as the capture's request sees them (with its transformsFile
+// folded), float32 CPU: what the analysis's "wush" kind needs besides the activations.
+std::map<std::string, at::Tensor> capturedPointWeights(const ModelCapture& request, const train::PointActivations& points);
 
 // The tokens the router sends to each expert of a mixture-of-experts model folder
 // (eval::measureExpertLoad) on the request's calibration windows (model::sampleCalibrationWindows;

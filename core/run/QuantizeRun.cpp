@@ -205,6 +205,8 @@ model::LatmixQuantization runQuantization(const RunContext& ctx, const fold::Mod
         q.t3Block = transforms->spec().t3Block;
         q.t3Seed = transforms->spec().t3Seed;
     }
+    if (ctx.method().wush) q.inputTransforms = "wush";
+    q.keptLinears = ctx.resolved.keptLinears;
     return q;
 }
 
@@ -225,6 +227,7 @@ std::string quantizeLayers(const RunContext& ctx, const ModelToQuantize& toQuant
         {
             const QuantizedLayer q = quantizer.quantizeLayer(l, layerJob);
             if (out) out->writeLayer(l, q.tensors, q.packed);
+            if (out && !q.inputTransforms.empty()) out->addInputTransforms(q.inputTransforms);
         }
         releaseFreeHostMemory(); // the written layer's small tensors (an MoE's experts) leave the heaps
         job.progress(double(l + 1) / layers, name);

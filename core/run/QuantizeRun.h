@@ -31,6 +31,7 @@ struct LinearReport {
     // and whether it was rounded to nearest for want of them (LayerQuantizer's kStarvedShare).
     std::int64_t tokens = -1;
     bool roundedToNearest = false;
+    bool kept = false; // --keep: left in full precision (bf16), relativeError that of its bf16 rounding
 };
 
 struct QuantizeResult {

@@ -155,6 +155,7 @@ void readLinears(const Fields& f, const json& linears, RunSummary& s) {
         e.layer = f.count(&L, "layer", where);
         e.linear = f.text(L, "linear", where);
         e.relativeError = f.number(&L, "relative_error", std::numeric_limits<double>::quiet_NaN(), where);
+        e.kept = L.contains("algorithm") && L["algorithm"].is_string() && L["algorithm"].get<std::string>() == "kept in bf16";
         s.linears.push_back(std::move(e));
     }
 }

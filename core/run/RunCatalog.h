@@ -22,6 +22,7 @@ struct LinearError {
     int layer = 0;
     std::string linear;        // "self_attn.q_proj", ...
     double relativeError = 0;  // tr((W−Q) H (W−Q)ᵀ) / tr(W H Wᵀ), H the layer's Hessian (quant/)
+    bool kept = false;         // --keep: left in bf16 (relativeError: its bf16 rounding)
 };
 
 // One zero-shot task of latmix.json "zeroshot"/"tasks" (the W4A4 model). Metrics the task does

@@ -9,6 +9,7 @@
 #include "model/ConfigJson.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
+#include "model/LlamaModel.h"
 #include "transforms/FixedTransforms.h"
 
 #include <ATen/ATen.h>
@@ -121,6 +122,7 @@ struct RunModelWriter::State {
     std::vector<io::TensorSpec> specs; // the decoder layers first, in order, then the top level
     std::set<std::string> linearWeights;
     std::unique_ptr<io::SafeTensorsWriter> weights, packed;
+    std::vector<std::pair<std::string, at::Tensor>> inputTransforms;
     bool committed = false;
 
     bool has(const std::string& n) const { return names.count(n) != 0; }
@@ -198,8 +200,11 @@ RunModelWriter::RunModelWriter(const std::string& dir, const std::string& config
                                      (c.mlpBias ? "true" : "false") + ", tie_word_embeddings " +
                                      (c.tieWordEmbeddings ? "true" : "false") + "); remove it or fix the config");
     m->specs.insert(m->specs.end(), otherSpecs.begin(), otherSpecs.end());
+    // The block linears kept in full precision (--keep) have no packed weight.
+    const std::set<std::string> kept(q.keptLinears.begin(), q.keptLinears.end());
     if (q.weightFormat)
-        for (const auto& p : model::names::blockLinearPrefixes(c)) m->linearWeights.insert(p + ".weight");
+        for (const auto& p : model::names::blockLinearPrefixes(c))
+            if (!kept.count(p)) m->linearWeights.insert(p + ".weight");
 
     // Packed weights: exactly the block linears, each checked against its float32 weight (bit for
     // bit) when its weight is written and written to quantized.safetensors right away, in the
@@ -281,10 +286,22 @@ void RunModelWriter::writeTopLevel(const std::map<std::string, at::Tensor>& tens
     }
 }
 
+void RunModelWriter::addInputTransforms(const std::map<std::string, transforms::BlockDiagonal>& byPoint) {
+    for (const auto& [point, t] : byPoint) {
+        if (t.blocks().defined()) m->inputTransforms.emplace_back(point + ".transform", t.blocks().to(at::kCPU, at::kFloat).contiguous());
+        if (t.tail().defined()) m->inputTransforms.emplace_back(point + ".transform_tail", t.tail().to(at::kCPU, at::kFloat).contiguous());
+    }
+}
+
 void RunModelWriter::commit() {
     if (m->weights->next() != m->specs.size()) throw std::logic_error(m->where + ": committed before every tensor");
+    if (!m->quant.inputTransforms.empty() && m->inputTransforms.empty())
+        throw std::logic_error(m->where + ": the config names input transforms and none were given");
     m->weights->finish();
     if (m->packed) m->packed->finish();
+    if (!m->inputTransforms.empty())
+        io::writeSafeTensors(join(m->tmp, model::kInputTransformsFile), m->inputTransforms,
+                             std::map<std::string, std::string>{{"format", "latmix-input-transforms"}});
     tokenizer::copyTokenizerFiles(m->tokenizerSourceDir, m->tmp);
     util::replaceDirectory(m->tmp, m->dir);
     m->committed = true;
@@ -352,7 +369,9 @@ RunModel readRunModel(const std::string& dir) {
                                      ", expected " + dtype + "; " + again);
         return pf->tensor(name);
     };
+    const std::set<std::string> kept(run.quant.keptLinears.begin(), run.quant.keptLinears.end());
     for (const auto& p : model::names::blockLinearPrefixes(c)) {
+        if (kept.count(p)) continue; // kept in full precision: no packed weight
         const at::Tensor& w = run.tensors.at(p + ".weight");
         mx::PackedTensor pk;
         pk.config = wf;
@@ -373,6 +392,13 @@ RunModel readRunModel(const std::string& dir) {
         if (!packedNames.count(e.name))
             throw std::runtime_error(packedPath + ": tensor '" + e.name + "' is not a packed block-linear weight of "
                                      "this model; " + again);
+    if (!run.quant.inputTransforms.empty()) {
+        try {
+            run.inputTransforms = model::loadInputTransforms(dir, c, at::TensorOptions().dtype(at::kFloat));
+        } catch (const std::exception& e) {
+            throw std::runtime_error(std::string(e.what()) + "; " + again);
+        }
+    }
     return run;
 }
 

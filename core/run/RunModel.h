@@ -29,6 +29,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -58,6 +59,9 @@ struct RunModel {
     // Packed weights by linear prefix ("model.layers.0.self_attn.q_proj"); empty iff
     // quant.weightFormat is unset.
     std::map<std::string, mx::PackedTensor> packed;
+    // WUSH's online input transforms (quant.inputTransforms "wush"), [layer][PointKind] as
+    // model::ForwardOptions holds them, float32; empty otherwise (model/input_transforms.safetensors).
+    std::vector<std::array<transforms::BlockDiagonal, 4>> inputTransforms;
 };
 
 // Writes dir (normally RUN_DIR/model) atomically: everything goes into a temporary sibling
@@ -92,6 +96,9 @@ public:
     void writeLayer(int layer, const std::map<std::string, at::Tensor>& tensors,
                     const std::map<std::string, mx::PackedTensor>& packed);
     void writeTopLevel(const std::map<std::string, at::Tensor>& tensors);
+    // One layer's online input transforms by point name (WUSH), written with commit into
+    // input_transforms.safetensors (model::loadInputTransforms reads it).
+    void addInputTransforms(const std::map<std::string, transforms::BlockDiagonal>& byPoint);
     void commit();
 
 private:

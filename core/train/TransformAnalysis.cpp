@@ -3,6 +3,7 @@
 #include "io/ActivationStore.h"
 #include "model/Capture.h"
 #include "model/LlamaModel.h"
+#include "transforms/Wush.h"
 #include "util/Text.h"
 
 #include <ATen/ATen.h>
@@ -26,12 +27,41 @@ std::pair<int, int> modelOrder(const std::string& point) {
     return {layer, 4};
 }
 
-bool isBlockKind(const std::string& kind) { return kind == "block-hadamard" || kind == "block-orthogonal"; }
+bool isBlockKind(const std::string& kind) {
+    return kind == "block-hadamard" || kind == "block-orthogonal" || kind == kWushKind;
+}
+
+// WUSH at a point (SPEC §2): its closed form from the point's activations x and the weights that
+// read the point, block by block of `block`.
+std::unique_ptr<transforms::AffineTransform> wushAt(const std::string& point, const at::Tensor& x, std::int64_t block,
+                                                    const AnalysisOptions& o) {
+    const auto w = o.pointWeights.find(point);
+    if (w == o.pointWeights.end() || !w->second.defined())
+        throw std::invalid_argument("wush needs the weights that read " + point +
+                                    " besides its activations: analyze a model folder (--model), not an activation file");
+    transforms::BlockMoments moments(x.size(1), block);
+    moments.add(x);
+    auto t = transforms::wushTransform(moments.mean(), w->second, point);
+    std::string note = util::joinList(t.notes, "; ");
+    auto m = std::make_unique<transforms::MatrixTransform>("wush(" + std::to_string(block) + ")", std::move(t.forward),
+                                                           std::move(t.inverse), note);
+    if (!x.device().is_cpu()) m->to(x.device());
+    return m;
+}
+
+// The transform of a kind at a point: WUSH from its data, every other kind from makeTransform.
+std::unique_ptr<transforms::AffineTransform> buildKind(const std::string& point, const at::Tensor& x, const std::string& kind,
+                                                       const transforms::TransformOptions& to, const AnalysisOptions& o) {
+    if (kind == kWushKind) return wushAt(point, x, to.blockSize, o);
+    auto t = transforms::makeTransform(kind, x.size(1), to);
+    if (!x.device().is_cpu()) t->to(x.device()); // transforms are built on the CPU
+    return t;
+}
 
 at::Tensor cpuDouble(const at::Tensor& t) { return t.defined() ? t.detach().to(at::kCPU).to(at::kDouble) : t; }
 
 // Paper Fig. 2a: the block transform follows the MX block size; other transforms stay as built.
-std::vector<metrics::SweepPoint> sweep(const at::Tensor& x, const transforms::AffineTransform& t,
+std::vector<metrics::SweepPoint> sweep(const std::string& point, const at::Tensor& x, const transforms::AffineTransform& t,
                                        const std::string& kind, const AnalysisOptions& o) {
     if (!isBlockKind(kind)) return metrics::blockSizeSweep(x, t, o.mx, o.sweepBlocks);
     std::vector<metrics::SweepPoint> out;
@@ -39,8 +69,7 @@ std::vector<metrics::SweepPoint> sweep(const at::Tensor& x, const transforms::Af
         transforms::TransformOptions to = o.transform;
         to.blockSize = b;
         to.dtype = at::kDouble;
-        auto tb = transforms::makeTransform(kind, t.dim(), to);
-        if (!x.device().is_cpu()) tb->to(x.device());
+        auto tb = buildKind(point, x, kind, to, o);
         auto one = metrics::blockSizeSweep(x, *tb, o.mx, {b});
         out.insert(out.end(), one.begin(), one.end());
     }
@@ -60,8 +89,7 @@ AnalysisEntry analyzeOne(const std::string& point, const at::Tensor& x, const st
         // Fixed matrices in float64 so that the metrics see them exactly (an orthogonal matrix
         // rounded to float32 is 1e-7 off orthogonal); learned ones train in the requested dtype.
         if (!e.learned) to.dtype = at::kDouble;
-        auto t = transforms::makeTransform(kind, x.size(1), to);
-        if (!x.device().is_cpu()) t->to(x.device()); // transforms are built on the CPU
+        auto t = buildKind(point, x, kind, to, o);
         if (e.learned) {
             LayerLocalOptions lo = o.training;
             lo.mx = o.mx;
@@ -69,7 +97,7 @@ AnalysisEntry analyzeOne(const std::string& point, const at::Tensor& x, const st
         }
         at::NoGradGuard noGrad;
         e.report = metrics::analyzeTransform(point, x, *t, o.mx, {});
-        e.report.sweep = sweep(x, *t, kind, o);
+        e.report.sweep = sweep(point, x, *t, kind, o);
         if (e.learned) {
             e.matrix = cpuDouble(t->matrix());
             e.bias = cpuDouble(t->bias());
@@ -130,9 +158,15 @@ PointActivations readActivations(const std::string& runFile, const std::string& 
     return out;
 }
 
+std::vector<std::string> analysisKinds() {
+    auto k = transforms::transformKinds();
+    k.push_back(kWushKind);
+    return k;
+}
+
 void validateAnalysisOptions(const AnalysisOptions& o) {
     o.mx.validate();
-    const auto known = transforms::transformKinds();
+    const auto known = analysisKinds();
     if (o.kinds.empty()) throw std::invalid_argument("no transforms to analyze");
     for (const auto& k : o.kinds)
         if (std::find(known.begin(), known.end(), k) == known.end())

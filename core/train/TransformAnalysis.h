@@ -12,6 +12,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,7 +47,16 @@ struct AnalysisOptions {
     transforms::TransformOptions transform;                  // blockSize is taken from mx.blockSize
     LayerLocalOptions training;                              // its mx is taken from mx
     c10::Device device = c10::kCPU;                          // where transforms train and run
+    // The "wush" kind needs the weights reading each point besides its activations: the stacked
+    // [out, d] of model::pointWeights by point name. A point without one gets an error entry.
+    std::map<std::string, at::Tensor> pointWeights;
 };
+
+// The kinds an analysis compares: transforms::transformKinds() and "wush", WUSH's closed form from
+// the point's activations and the weights that read it (AnalysisOptions::pointWeights; SPEC §2),
+// which no ablation can take since it is built from data.
+std::vector<std::string> analysisKinds();
+inline constexpr const char* kWushKind = "wush";
 
 // One point × one transform.
 struct AnalysisEntry {

@@ -45,6 +45,13 @@ MatrixTransform::MatrixTransform(std::string name, BlockDiagonal blocks, std::st
     if (!m_blocks.defined()) throw std::invalid_argument(m_name + ": no blocks");
 }
 
+MatrixTransform::MatrixTransform(std::string name, BlockDiagonal blocks, BlockDiagonal inverseBlocks, std::string note)
+    : m_name(std::move(name)), m_blocks(std::move(blocks)), m_inverseBlocks(std::move(inverseBlocks)), m_orthogonal(false),
+      m_note(std::move(note)) {
+    if (!m_blocks.defined() || m_inverseBlocks.size() != m_blocks.size())
+        throw std::invalid_argument(m_name + ": the blocks and their inverse's must cover the same channels");
+}
+
 MatrixTransform::MatrixTransform(std::string name, at::Tensor hadamardDiagonal)
     : m_name(std::move(name)), m_hadamardDiagonal(std::move(hadamardDiagonal)), m_orthogonal(true) {
     if (m_hadamardDiagonal.dim() != 1 || !hasHadamard(m_hadamardDiagonal.size(0)))
@@ -81,6 +88,7 @@ at::Tensor MatrixTransform::inverse(const at::Tensor& y) const {
     if (m_orthogonal && m_hadamardDiagonal.defined() && !gradientWanted(z)) // z·A: rows ↦ diag(d)·Hᵀ·row
         return hadamardRowsTransposed(z, m_hadamardDiagonal);
     if (m_orthogonal) return at::matmul(z, matrix().to(y.scalar_type())); // (A⁻ᵀ = A for orthogonal A)
+    if (m_inverseBlocks.defined()) return m_inverseBlocks.to(z.options()).apply(z); // rows ↦ A⁻¹ row
     // rows z: x Aᵀ = z  <=>  A xᵀ = zᵀ; solve with the stored LU factors.
     auto flat = z.reshape({-1, dim()}).to(at::kDouble).t();
     auto x = at::linalg_lu_solve(m_lu, m_pivots, flat).t();
@@ -89,6 +97,7 @@ at::Tensor MatrixTransform::inverse(const at::Tensor& y) const {
 
 at::Tensor MatrixTransform::inverseMatrix() const {
     if (m_orthogonal) return matrix().t();
+    if (m_inverseBlocks.defined()) return m_inverseBlocks.dense();
     auto eye = at::eye(dim(), m_lu.options());
     return at::linalg_lu_solve(m_lu, m_pivots, eye).to(m_a.scalar_type());
 }
@@ -100,6 +109,7 @@ void MatrixTransform::to(const at::Device& device) {
     if (m_blocks.defined()) {
         const auto& any = m_blocks.blocks().defined() ? m_blocks.blocks() : m_blocks.tail();
         m_blocks = m_blocks.to(at::TensorOptions().dtype(any.scalar_type()).device(device));
+        if (m_inverseBlocks.defined()) m_inverseBlocks = m_inverseBlocks.to(at::TensorOptions().dtype(any.scalar_type()).device(device));
     }
     if (m_lu.defined()) {
         m_lu = m_lu.to(device);

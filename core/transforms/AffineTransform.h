@@ -73,6 +73,8 @@ public:
     // block-orthogonal): at d = 14336 the dense float64 matrix would be 1.6 GB to build and zero
     // for products that need n·b; matrix() builds it when a caller asks.
     MatrixTransform(std::string name, BlockDiagonal blocks, std::string note = {});
+    // A block-diagonal A that is not orthogonal (WUSH), kept as its blocks and its inverse's blocks.
+    MatrixTransform(std::string name, BlockDiagonal blocks, BlockDiagonal inverseBlocks, std::string note);
     // A = H_n·diag(d), H_n = hadamardMatrix(n), kept as d (a random Hadamard: d = s/√n): rows go
     // through hadamardRows, metrics read σ_j = √n·|d_j|; matrix() builds the dense A on request.
     MatrixTransform(std::string name, at::Tensor hadamardDiagonal);
@@ -91,7 +93,7 @@ public:
 private:
     std::string m_name;
     at::Tensor m_a, m_v, m_lu, m_pivots, m_hadamardDiagonal;
-    BlockDiagonal m_blocks;
+    BlockDiagonal m_blocks, m_inverseBlocks;
     bool m_orthogonal;
     std::string m_note;
 };

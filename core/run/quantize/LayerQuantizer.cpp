@@ -4,6 +4,7 @@
 #include "io/SafeTensors.h" // releaseMappedPages
 #include "model/Capture.h"
 #include "model/TensorNames.h"
+#include "transforms/Wush.h"
 #include "util/OutOfMemory.h"
 #include "util/Runtime.h"
 
@@ -31,6 +32,7 @@ struct LayerQuantizer::Linear {
     std::string point; // the input point whose Hessian it takes
     int width;         // that point's width
     int expert = -1;   // the expert it belongs to in a sparse layer
+    bool kept = false; // --keep: left in full precision
 };
 
 namespace {
@@ -50,6 +52,8 @@ LayerQuantizer::LayerQuantizer(const RunContext& ctx, const ModelToQuantize& sou
     : ctx(ctx), source(source), result(result), rope(model::ropeTables(ctx.config(), ctx.seqLen, at::kFloat, ctx.device)) {
     options = source.options;
     options.activationQuant = ctx.options.format;
+    options.keptLinears = std::set<std::string>(ctx.resolved.keptLinears.begin(), ctx.resolved.keptLinears.end());
+    if (ctx.method().wush) options.inputTransforms.resize(static_cast<std::size_t>(ctx.config().numLayers));
     group = ctx.parallel() ? ctx.options.group.get() : nullptr;
     // The linears' cost model by device kind, the same on every rank (owners are computed apart).
     costOnGpu = ctx.device.is_cuda();
@@ -90,7 +94,7 @@ LayerQuantizer::Hessians LayerQuantizer::collectHessians(int l, const model::Lay
     Hessians acc;
     if (!calibrated) return acc;
     for (const Linear& lin : linears)
-        if (!acc.count(lin.point)) acc[lin.point] = std::make_unique<quant::HessianAccumulator>(lin.width);
+        if (!lin.kept && !acc.count(lin.point)) acc[lin.point] = std::make_unique<quant::HessianAccumulator>(lin.width);
     guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerRemedies, "", [&] {
         at::NoGradGuard g;
         for (int64_t b = 0; b < h.size(0); b += kWindowChunk) {
@@ -141,6 +145,7 @@ std::vector<LayerQuantizer::Linear> LayerQuantizer::layerLinears(int l, model::L
         r.push_back({names::kGateProj, &y.wGate, point(K::GateUpInput), hidden});
         r.push_back({names::kUpProj, &y.wUp, point(K::GateUpInput), hidden});
         r.push_back({names::kDownProj, &y.wDown, point(K::DownProjInput), c.intermediateSize});
+        for (Linear& lin : r) lin.kept = options.keptLinears.count(names::layerPrefix(l) + lin.name) != 0;
         return r;
     }
     using E = names::ExpertLinear;
@@ -151,6 +156,7 @@ std::vector<LayerQuantizer::Linear> LayerQuantizer::layerLinears(int l, model::L
         r.push_back({names::expertModule(c, e, E::Up), &x.wUp, in, hidden, e});
         r.push_back({names::expertModule(c, e, E::Down), &x.wDown, down, c.moe->expertWidth, e});
     }
+    for (Linear& lin : r) lin.kept = options.keptLinears.count(names::layerPrefix(l) + lin.name) != 0;
     return r;
 }
 
@@ -182,9 +188,17 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const
         // intermediate width a float64 Hessian is 0.5 GiB at 1B, 1.5 GiB at 8B.
         bool lastAtPoint = true;
         for (std::size_t lj = li + 1; lj < linears.size(); ++lj)
-            if (linears[lj].point == lin.point && owner[lj] == rank) lastAtPoint = false;
+            if (linears[lj].point == lin.point && owner[lj] == rank && !linears[lj].kept) lastAtPoint = false;
         const auto t0 = std::chrono::steady_clock::now();
         const std::string prefix = names::layerPrefix(l) + lin.name;
+        if (lin.kept) { // --keep: bf16, as every export stores it; no packed weight
+            done[li].dequantized = lin.w->to(at::kBFloat16).to(at::kFloat);
+            done[li].relativeError = (done[li].dequantized - *lin.w).square().sum().item<double>() /
+                                     std::max(lin.w->square().sum().item<double>(), 1e-300);
+            seconds[li] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            adoptResult(lin, done[li]);
+            continue;
+        }
         try {
             done[li] = guardMemory(std::string(gptq ? "GPTQ" : "RTN") + " of " + prefix + ".weight (layer " +
                                        std::to_string(l) + ")",
@@ -224,6 +238,50 @@ void LayerQuantizer::adoptResult(const Linear& lin, quant::QuantizedWeight& q) c
     q.scales = at::Tensor();
 }
 
+// WUSH (SPEC §2) for layer l: the second moments of each point's input as the layer receives it
+// (the earlier layers quantized, nothing transformed or quantized here yet), one T per point from
+// them and the stacked weights that read it (the fused form; kept linears left out), W ← W T⁻¹
+// for those linears and T online from now on (options.inputTransforms). In float64, the weights
+// rounded once to float32. Returns the transforms by point name for the run model.
+std::map<std::string, transforms::BlockDiagonal> LayerQuantizer::wushLayer(int l, model::LayerWeights& y,
+                                                                          const std::vector<Linear>& linears) {
+    const model::ModelConfig& c = source.config;
+    const std::int64_t block = ctx.options.format.blockSize;
+    std::map<std::string, transforms::BlockMoments> moments;
+    for (const Linear& lin : linears)
+        if (!lin.kept && lin.expert < 0 && !moments.count(lin.point)) moments.emplace(lin.point, transforms::BlockMoments(lin.width, block));
+    model::ForwardOptions plain = options; // this layer's points as they come: no transform, no quantization
+    plain.activationQuant.reset();
+    plain.inputTransforms[static_cast<std::size_t>(l)] = {};
+    guardMemory("the calibration forward of layer " + std::to_string(l) + " (WUSH's second moments)", kLayerRemedies, "", [&] {
+        at::NoGradGuard g;
+        for (int64_t b = 0; b < h.size(0); b += kWindowChunk)
+            model::decoderLayer(c, y, plain, h.narrow(0, b, std::min<int64_t>(kWindowChunk, h.size(0) - b)), rope, l,
+                                [&](const std::string& point, const at::Tensor& a) {
+                                    const auto it = moments.find(point);
+                                    if (it != moments.end()) it->second.add(a);
+                                    return a;
+                                });
+    });
+    std::map<std::string, transforms::BlockDiagonal> out;
+    auto& slots = options.inputTransforms[static_cast<std::size_t>(l)];
+    for (auto& [point, m] : moments) {
+        if (group) m.reduce([&](const at::Tensor& t) { group->allreduceSum({t}); });
+        int kind = 0;
+        while (kind < 4 && model::pointName(l, static_cast<model::PointKind>(kind)) != point) ++kind;
+        const auto w = model::pointWeights(c, y, l, static_cast<model::PointKind>(kind), options.keptLinears);
+        auto t = transforms::wushTransform(m.mean(), w, point);
+        for (auto& note : t.notes) result.notes.push_back(std::move(note));
+        const auto inverseT = t.inverse.transposed().to(ctx.fopts.dtype(at::kDouble));
+        for (const Linear& lin : linears)
+            if (lin.point == point && !lin.kept)
+                *lin.w = inverseT.apply(lin.w->to(at::kDouble)).to(ctx.fopts); // rows w ↦ w T⁻¹
+        slots[static_cast<std::size_t>(kind)] = t.forward.to(ctx.fopts);
+        out[point] = t.forward;
+    }
+    return out;
+}
+
 QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
     agreeOnCancel(job);
     // The layer on the device (float32) for this step. When that is a copy (a bf16 checkpoint, a
@@ -233,17 +291,19 @@ QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
     model::LayerWeights y = model::convertLayer(stored, ctx.fopts);
     if (y.wq.defined() && !y.wq.is_same(stored.wq)) model::releaseMappedLayer(stored);
     const std::vector<Linear> linears = layerLinears(l, y);
+    QuantizedLayer out;
+    if (ctx.method().wush) out.inputTransforms = wushLayer(l, y, linears);
     auto hessians = collectHessians(l, y, linears);
     std::vector<double> seconds;
     std::vector<quant::QuantizedWeight> done = quantizeLinears(l, linears, hessians, seconds, job);
     hessians.clear();
-    QuantizedLayer out;
     for (std::size_t li = 0; li < linears.size(); ++li) {
         const Linear& lin = linears[li];
         const std::string prefix = names::layerPrefix(l) + lin.name;
         if (done[li].dequantized.defined()) adoptResult(lin, done[li]); // another rank's (shareLinear)
-        out.packed[prefix] = std::move(done[li].packed);
+        if (!lin.kept) out.packed[prefix] = std::move(done[li].packed);
         LinearReport report{l, lin.name, done[li].relativeError, seconds[li]};
+        report.kept = lin.kept;
         if (lin.expert >= 0 && calibrated) {
             report.tokens = pointRows.at(lin.point);
             report.roundedToNearest = ctx.method().gptq && starved(l, lin);

@@ -31,7 +31,8 @@ namespace latmix::run {
 // device) and the packed weights of its block linears by prefix.
 struct QuantizedLayer {
     std::map<std::string, at::Tensor> tensors;
-    std::map<std::string, mx::PackedTensor> packed;
+    std::map<std::string, mx::PackedTensor> packed; // none for the linears kept in full precision
+    std::map<std::string, transforms::BlockDiagonal> inputTransforms; // WUSH's, by point name
 };
 
 // The share of a layer's calibration tokens below which an expert falls back to RTN.
@@ -58,6 +59,7 @@ private:
     // Hessian accumulators by input point name (model::pointName, model::expertPointName).
     using Hessians = std::map<std::string, std::unique_ptr<quant::HessianAccumulator>>;
     Hessians collectHessians(int layer, const model::LayerWeights& y, const std::vector<Linear>& linears);
+    std::map<std::string, transforms::BlockDiagonal> wushLayer(int layer, model::LayerWeights& y, const std::vector<Linear>& linears);
     std::vector<quant::QuantizedWeight> quantizeLinears(int layer, const std::vector<Linear>& linears, Hessians& hessians,
                                                         std::vector<double>& seconds, JobContext& job);
     void shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w);

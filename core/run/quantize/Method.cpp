@@ -26,6 +26,12 @@ const std::vector<MethodSpec>& methods() {
          "learned affine T1/T2 (LU) + T3, GPTQ"},
         {"latmix-qr", "learned-affine-qr", "learned-affine-qr", "default", true, true, true,
          "learned affine T1/T2 (QR) + T3, GPTQ"},
+        // WUSH (SPEC §2): no T1/T2/T3; each point's input gets its closed-form block transform
+        // online, T⁻¹ folded into the weights that read it.
+        {"wush-rtn", "none", "none", "default", false, false, false, "WUSH block transforms (online, per point), RTN", 0,
+         1e-3, "full", true, true},
+        {"wush-gptq", "none", "none", "default", false, true, false, "WUSH block transforms (online, per point), GPTQ", 0,
+         1e-3, "full", true, true},
     };
     return m;
 }
@@ -98,7 +104,8 @@ const MethodSpec& methodSpec(const std::string& name) {
 }
 
 int weightQuantizationWindows(const MethodSpec& m, const QuantizeOptions& o) {
-    return m.gptq ? o.calibSamples : std::min(o.calibSamples, std::max(0, o.rtnErrorWindows));
+    // WUSH's transforms come from the calibration activations, RTN or not.
+    return m.gptq || m.wush ? o.calibSamples : std::min(o.calibSamples, std::max(0, o.rtnErrorWindows));
 }
 
 fold::TransformSpec transformSpecOf(const MethodSpec& m, const QuantizeOptions& o) {

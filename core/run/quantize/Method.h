@@ -21,6 +21,9 @@ struct MethodSpec {
     double initNoise = 1e-3;          // "+noise" initialisations
     std::string granularity = "full"; // learned T1/T2 as full matrices or "block"-diagonal (Table 1)
     bool t1Bias = true; // the learned T1 bias; --t1-bias auto resolved by preflight (resolveT1Bias)
+    // WUSH (SPEC §2): each point's input gets its closed-form block transform online, computed per
+    // layer from the calibration activations and the weights reading it (LayerQuantizer).
+    bool wush = false;
 };
 const std::vector<MethodSpec>& methods();
 const MethodSpec& methodSpec(const std::string& name); // throws std::invalid_argument listing the names

@@ -40,7 +40,7 @@ void nonNegative(const json& v, const char* key) {
 
 // The methods by name: methods() lives beside libtorch code that the parser-only builds (the
 // fuzzers) leave out, so the list is written here; tst_options holds it to methods().
-const char* kMethodHelp = "the paper's method (rtn, quarot-rtn, gptq, quarot, mr-gptq, spinquant, latmix-lu, latmix-qr)";
+const char* kMethodHelp = "the paper's method (rtn, quarot-rtn, gptq, quarot, mr-gptq, spinquant, latmix-lu, latmix-qr) or WUSH's (wush-rtn, wush-gptq)";
 
 // The formats from their table, so a new one shows up here; static because OptionField holds a
 // const char*.
@@ -77,6 +77,11 @@ void addMethodOptions(std::vector<Option>& t) {
     t.push_back({{"scale_mode", "--scale-mode", "Scale mode", T::Text, scaleModeHelp(), true},
                  [](const RunConfig& c) { return json(mx::scaleModeName(c.format.scaleMode)); },
                  [](RunConfig& c, const json& v) { c.format.scaleMode = mx::parseScaleMode(v.get<std::string>()); }});
+    t.push_back(member({"keep", "--keep", "Keep in bf16", T::Text,
+                        "regex over module names (e.g. 'layers\\.0\\.|down_proj'): those block linears keep their weights "
+                        "and inputs in bf16 through every method, the fold and the exports",
+                        true},
+                       &RunConfig::keep));
     t.push_back(member({"t1", "--t1", "T1 (ablation)", T::Text,
                         "ablation: T1 (residual stream) of this kind instead of the method's", true},
                        &RunConfig::t1Kind));

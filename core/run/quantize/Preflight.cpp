@@ -5,11 +5,13 @@
 #include "eval/Perplexity.h"
 #include "model/ConfigJson.h"
 #include "model/LlamaModel.h"
+#include "model/TensorNames.h"
 #include "tokenizer/Tokenizer.h"
 #include "transforms/Hadamard.h"
 #include "transforms/LearnedTransforms.h"
 
 #include <filesystem>
+#include <regex>
 #include <stdexcept>
 
 namespace fs = std::filesystem;
@@ -78,9 +80,25 @@ void resolveT1Bias(ResolvedRun& r, const QuantizeOptions& o) {
                                                         "exports are then refused)"}});
 }
 
+// WUSH's refusals (SPEC §2): no mixture of experts, no T1/T2/T3 ablation on top.
+void checkWush(const model::ModelConfig& c, const MethodSpec& m, const QuantizeOptions& o) {
+    if (!m.wush) return;
+    if (c.moe)
+        throw RunRefused("method " + o.method + " computes one WUSH transform per input from the weights that read it, and "
+                             "the experts of " + c.architectureName + " read their own rows of the gate/up input: WUSH is not "
+                             "supported on mixtures of experts",
+                         {{"method", "mr-gptq", "", "(block Hadamard), or gptq"}});
+    if (m.transformed)
+        throw RunRefused("method " + o.method + " transforms every block linear's input with WUSH and takes no T1, T2 or T3 "
+                             "on top (ablation options given)",
+                         {{"t1", "", "no", ""}, {"t2", "", "no", ""}, {"t3", "", "no", ""}});
+}
+
 ResolvedRun preflightShape(ResolvedRun r, const QuantizeOptions& o, PreflightFor purpose) {
     const model::ModelConfig& c = r.config;
     resolveT1Bias(r, o);
+    checkWush(c, r.method, o);
+    if (!o.keep.empty()) r.keptLinears = resolveKeptLinears(c, o.keep);
     if (c.moe && r.method.transformed && transforms::kindHasBias(r.method.t1Kind) && r.method.t1Bias)
         throw RunRefused("method " + o.method + " with a learned T1 bias folds it into biases of the router and the "
                              "experts, which " + c.architectureName + " does not have (docs/spec.md, \"Mixture of experts\")",
@@ -140,6 +158,35 @@ ResolvedRun preflight(const std::string& modelPath, const QuantizeOptions& o, Pr
     }
     return preflightCheckpoint(std::move(method), std::make_shared<const model::Checkpoint>(model::Checkpoint::load(modelPath)),
                                o, purpose);
+}
+
+std::vector<std::string> resolveKeptLinears(const model::ModelConfig& c, const std::string& pattern) {
+    std::regex re;
+    try {
+        re = std::regex(pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+        throw RunRefused("--keep '" + pattern + "' is not a regular expression (" + e.what() + ")",
+                         {{"keep", "layers\\.0\\.|down_proj", "e.g.", ""}});
+    }
+    const auto all = model::names::blockLinearPrefixes(c);
+    std::vector<std::string> kept;
+    for (const auto& p : all)
+        if (std::regex_search(p, re)) {
+            if (p.find(".experts.") != std::string::npos)
+                throw RunRefused("--keep '" + pattern + "' matches the expert linear " + p + ": an expert reads its rows of "
+                                     "its layer's quantized gate/up input, so experts are quantized or not with their layer's "
+                                     "attention; keep attention linears (self_attn) or none of a sparse layer",
+                                 {{"keep", "self_attn", "e.g.", ""}});
+            kept.push_back(p);
+        }
+    if (kept.empty())
+        throw RunRefused("--keep '" + pattern + "' matches none of the " + std::to_string(all.size()) +
+                             " block linears (names like " + all.front() + ")",
+                         {{"keep", "layers\\.0\\.|down_proj", "e.g.", ""}});
+    if (kept.size() == all.size())
+        throw RunRefused("--keep '" + pattern + "' matches every block linear: nothing would be quantized",
+                         {{"keep", "", "a narrower", ""}, {"method", "", "", "(or evaluate the model as it is: latmix eval)"}});
+    return kept;
 }
 
 void checkExportable(const model::ModelConfig& c, const MethodSpec& m, const QuantizeOptions& o) {

@@ -27,10 +27,19 @@ struct ResolvedRun {
     std::vector<DeviceShare> placement; // --devices: the training's layers over the devices
     std::string device;                 // where the run computes: the placement's first device, else options.device
     RunMemory memory;                   // the estimates, and the one the run is checked against
+    // The block linears --keep leaves in full precision, by module name, in the model's order
+    // (resolveKeptLinears); empty without --keep.
+    std::vector<std::string> keptLinears;
     // What preflight chose for the user, each with its way back (--t1-bias auto's choice): the
     // CLI and the workbench say them through run::messageFor.
     std::vector<util::RemediedError> notes;
 };
+
+// The block linears (model::names::blockLinearPrefixes) whose module name `regex` finds
+// (std::regex ECMAScript search). Throws std::invalid_argument naming the regex when it is not
+// one, matches none, matches every block linear (nothing would be quantized), or matches an
+// expert's linear of a mixture of experts (experts share their layer's quantized input: not kept).
+std::vector<std::string> resolveKeptLinears(const model::ModelConfig& config, const std::string& regex);
 
 // What the preflight is for: a run (every check), or the estimates alone (`--dry-run`: the
 // devices need not be on this machine and a run that does not fit is not refused).

@@ -36,6 +36,11 @@ struct RunConfig {
     // with the MX block size (paper Table 1's "Block"); empty: the method's (full).
     std::string granularity;
     mx::MxConfig format;         // weights and activations (W4A4 for a 4-bit format)
+    // Linears kept in full precision (`--keep REGEX`, SPEC §4 "Kept linears"): every block linear
+    // whose module name ("model.layers.0.mlp.down_proj") the regex finds (a search, not a full
+    // match) keeps its weights and input in bf16 through every method, the fold and the exports.
+    // Empty: none. A regex matching no linear, or every one, is refused naming it.
+    std::string keep;
     int steps = 1000;            // training steps (learned methods)
     int batch = 4;
     double lr = 1e-3;

@@ -99,8 +99,16 @@ nlohmann::ordered_json runRecord(const RunContext& ctx, const QuantizeResult& r,
             e["algorithm"] = L.roundedToNearest ? "rtn" : ctx.method().gptq ? "gptq" : "rtn";
             starved += L.roundedToNearest ? 1 : 0;
         }
+        if (L.kept) e["algorithm"] = "kept in bf16"; // --keep; relative_error: its bf16 rounding
         layers.push_back(e);
     }
+    if (!ctx.resolved.keptLinears.empty())
+        j["weight_quantization"]["kept"] = {{"regex", o.keep}, {"linears", ctx.resolved.keptLinears},
+                                            {"precision", "bf16 weights, unquantized inputs"}};
+    if (ctx.method().wush)
+        j["weight_quantization"]["input_transforms"] = {
+            {"kind", "wush"}, {"block", o.format.blockSize}, {"file", "model/input_transforms.safetensors"},
+            {"form", "one transform per layer and input, from the stacked weights that read it"}};
     if (ctx.config().moe)
         j["weight_quantization"]["experts"] = {
             {"hessian", "tokens routed to the expert in the quantized model"},
