@@ -11,10 +11,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace latmix::test {
 
@@ -33,6 +35,8 @@ struct RunVariant {
     mx::MxConfig weights;
     bool extraBiases = false; // untied lm_head with a bias and one q_proj bias (what folding creates)
     bool t3 = true;           // W_down in the online-Hadamard basis (else as the source has it)
+    // Block linears kept in full precision (--keep): weights rounded to bf16, no packed weight.
+    std::vector<std::string> keep;
 };
 
 // Writes runDir/{model/, latmix.json, transforms.h5} from the model folder `source`; returns the
@@ -47,6 +51,7 @@ inline run::RunModel buildRun(const std::string& source, const std::string& runD
     run.quant.activationFormat = v.weights;
     run.quant.t3Block = v.t3 ? 32 : 0;
     run.quant.t3Seed = v.t3 ? 1234 : 0;
+    run.quant.keptLinears = v.keep;
     for (const auto& n : ck.names()) run.tensors[n] = ck.weight(n).to(at::kFloat).clone();
     const auto& c = ck.config();
     if (v.extraBiases) {
@@ -59,6 +64,10 @@ inline run::RunModel buildRun(const std::string& source, const std::string& runD
     for (const auto& p : model::names::blockLinearPrefixes(c)) {
         at::Tensor w = run.tensors.at(p + ".weight");
         if (v.t3 && p.find("down_proj") != std::string::npos) w = w.to(at::kDouble).mm(h.t()).to(at::kFloat);
+        if (std::find(v.keep.begin(), v.keep.end(), p) != v.keep.end()) {
+            run.tensors[p + ".weight"] = w.to(at::kBFloat16).to(at::kFloat);
+            continue;
+        }
         mx::PackedTensor pk = mx::pack(w, v.weights);
         run.tensors[p + ".weight"] = mx::unpack(pk);
         run.packed[p] = std::move(pk);

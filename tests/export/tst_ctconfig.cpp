@@ -144,6 +144,64 @@ private slots:
             QVERIFY2(err <= 1e-12 * scale, qPrintable(QString("layer %1: %2 of %3").arg(l).arg(err).arg(scale)));
         }
     }
+
+    // Linears kept in full precision (--keep): in quantization_config.ignore and stored bf16; a
+    // kept down_proj in the transform's ignore, T3 folded into its weight without the signs that
+    // up_proj's rows carry; a kept up_proj's rows carry them as its codes would. A runtime that
+    // reads those rules (decoded here) computes the run's MLP up to the bf16 rounding of the
+    // folded weights: |Δy| ≤ 2^-8 · Σ|a_j||w_ij|, worked out per output from the data.
+    void keptLinearsAsVllmReadsThem() {
+        const QString source = test::modelFolder("brownpy-13M");
+        if (!QFileInfo::exists(source + "/model.safetensors")) LATMIX_DATA_SKIP(qPrintable("no " + source));
+        const std::string runDir = (m_tmp.path() + "/kept").toStdString(), out = (m_tmp.path() + "/kept-ct").toStdString();
+        test::RunVariant v;
+        v.weights = mx::MxConfig{mx::Format::MxFp4, 32};
+        const std::string l0 = model::names::layerPrefix(0), l1 = model::names::layerPrefix(1);
+        v.keep = {l0 + model::names::kQProj, l0 + model::names::kDownProj, l1 + model::names::kUpProj};
+        const run::RunModel run = test::buildRun(source.toStdString(), runDir, v, source.toStdString());
+        JobContext job;
+        exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job);
+        std::ifstream in(out + "/config.json");
+        const json qc = json::parse(in).at("quantization_config");
+        std::set<std::string> ignore;
+        for (const auto& n : qc.at("ignore")) ignore.insert(n.get<std::string>());
+        for (const auto& k : v.keep) QVERIFY2(ignore.count(k), k.c_str());
+        const json& args = qc.at("transform_config").at("config_groups").begin()->at("apply").at(0);
+        QCOMPARE(args.at("ignore"), json::array({l0 + model::names::kDownProj}));
+        const auto st = io::SafeTensorsFile::open(out + "/model.safetensors");
+        for (const auto& k : v.keep) {
+            QVERIFY2(!st->contains(k + ".weight_packed") && st->entry(k + ".weight").dtype == "BF16", k.c_str());
+        }
+        QVERIFY(!st->contains(l0 + model::names::kDownProj + ".latmix_t3_input.weight")); // no transform there
+        const auto& c = model::Checkpoint::load(runDir + "/model").config();
+        const std::int64_t b = 32;
+        const at::Tensor s = sylvester(b), h = run::t3Transform(run.quant, c.intermediateSize).dense();
+        at::manual_seed(6);
+        auto silu = [](const at::Tensor& t) { return t / (1 + at::exp(-t)); };
+        for (int l = 0; l < 2; ++l) {
+            const std::string p = model::names::layerPrefix(l), gate = p + model::names::kGateProj, up = p + model::names::kUpProj,
+                              down = p + model::names::kDownProj;
+            auto weight = [&](const std::string& prefix, std::int64_t cols) {
+                if (ignore.count(prefix)) return st->tensor(prefix + ".weight").to(at::kDouble); // bf16 as stored
+                return decodeMxfp4(st->tensor(prefix + ".weight_packed"), st->tensor(prefix + ".weight_scale"), cols);
+            };
+            const at::Tensor x = at::randn({4, c.hiddenSize}, at::kDouble);
+            const at::Tensor a = silu(x.mm(weight(gate, c.hiddenSize).t())) * x.mm(weight(up, c.hiddenSize).t());
+            // The runtime applies the declared Hadamard to the down_proj inputs it does not ignore.
+            const bool transformed = !ignore.count(down);
+            const at::Tensor in2 = transformed ? a.view({4, -1, b}).matmul(s).view({4, -1}) / std::sqrt(double(b)) : a;
+            const at::Tensor wDown = weight(down, c.intermediateSize);
+            const at::Tensor yCt = in2.mm(wDown.t());
+            auto w = [&](const std::string& prefix) { return run.tensors.at(prefix + ".weight").to(at::kDouble); };
+            const at::Tensor aRun = silu(x.mm(w(gate).t())) * x.mm(w(up).t());
+            const at::Tensor yRun = aRun.mm(h.t()).mm(w(down).t());
+            // bf16 keeps 8 significant bits: each stored weight within 2^-9 of the value folded;
+            // the up_proj's rounding enters a too (at most 2^-9 of |a| there), so 2^-8 overall.
+            const at::Tensor bound = in2.abs().mm(wDown.abs().t()) * std::ldexp(1.0, -8) + 1e-12;
+            const double worst = ((yCt - yRun).abs() / bound).max().item<double>();
+            QVERIFY2(worst <= 1.0, qPrintable(QString("layer %1: error %2 of its bound").arg(l).arg(worst)));
+        }
+    }
 };
 
 QTEST_GUILESS_MAIN(TestCtConfig)

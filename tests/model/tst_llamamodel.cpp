@@ -10,6 +10,8 @@
 #include "model/Checkpoint.h"
 #include "import/DemoModel.h"
 #include "model/LlamaModel.h"
+#include "model/TensorNames.h"
+#include "transforms/FixedTransforms.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -288,6 +290,42 @@ private slots:
             return p == "layers.1.mlp.down_proj.input" ? at::zeros_like(x) : x;
         });
         QVERIFY(!at::equal(plain, zeroed));
+    }
+
+    // Kept linears (SPEC §4) read their point's input unquantized: keeping every linear is the
+    // model without activation quantization exactly, keeping none the quantized one, and keeping
+    // one linear differs from both; T3 stays on a kept down_proj (its inverse is in W_down).
+    void keptLinearsReadUnquantizedInputs_data() {
+        QTest::addColumn<QString>("model");
+        QTest::newRow("qwen2 (q/k/v biases)") << "synthetic-qwen2";
+        QTest::newRow("qwen3 (q/k norms)") << "synthetic-qwen3";
+    }
+    void keptLinearsReadUnquantizedInputs() {
+        QFETCH(QString, model);
+        const Checkpoint ck = Checkpoint::load(modelDir(model).toStdString());
+        const auto& c = ck.config();
+        const auto w = model::loadWeights(ck);
+        auto ids = at::arange(20, at::kLong).remainder(c.vocabSize).unsqueeze(0);
+        model::ForwardOptions fp, q;
+        q.activationQuant = latmix::mx::makeConfig(latmix::mx::Format::MxFp4);
+        q.activationQuant->blockSize = 8; // the synthetic widths are small
+        auto all = q;
+        for (int l = 0; l < c.numLayers; ++l)
+            for (const char* linear : model::names::kBlockLinears) all.keptLinears.insert(model::names::layerPrefix(l) + linear);
+        auto one = q;
+        one.keptLinears = {model::names::layerPrefix(0) + model::names::kKProj};
+        const auto yFp = model::forwardWith(c, w, fp, ids), yQ = model::forwardWith(c, w, q, ids);
+        QVERIFY(at::equal(model::forwardWith(c, w, all, ids), yFp));
+        QVERIFY(!at::equal(yQ, yFp));
+        const auto yOne = model::forwardWith(c, w, one, ids);
+        QVERIFY(!at::equal(yOne, yQ) && !at::equal(yOne, yFp));
+        // With T3 on every down_proj input, kept down_projs still see T3 (unquantized).
+        auto t3 = fp;
+        t3.t3 = latmix::transforms::blockHadamard(c.intermediateSize, 8, 3).to(at::TensorOptions().dtype(at::kFloat));
+        auto t3q = t3;
+        t3q.activationQuant = q.activationQuant;
+        t3q.keptLinears = all.keptLinears;
+        QVERIFY(at::equal(model::forwardWith(c, w, t3q, ids), model::forwardWith(c, w, t3, ids)));
     }
 
     void rejectsBadInput() {

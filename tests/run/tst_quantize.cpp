@@ -17,7 +17,9 @@
 #include <QFile>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include "run/quantize/Preflight.h"
 #include <QTemporaryDir>
+#include <nlohmann/json.hpp>
 #include <QtTest>
 
 #include <random>
@@ -245,6 +247,85 @@ private slots:
             QVERIFY2(at::equal(p.codes, rb.packed.at(name).codes), name.c_str());
             QVERIFY2(at::equal(p.scales, rb.packed.at(name).scales), name.c_str());
         }
+    }
+
+    // --keep (SPEC §4 "Kept linears"): the linears it matches keep bf16 weights and unquantized
+    // inputs, have no packed weight, and are named in latmix.json; with RTN the reloaded run is
+    // exactly the original with every other linear fake-quantized and the kept ones rounded to bf16.
+    void keepLeavesLinearsInBf16_data() {
+        QTest::addColumn<QString>("method");
+        QTest::newRow("rtn") << "rtn";
+        QTest::newRow("mr-gptq (T3 on a kept down_proj)") << "mr-gptq";
+        QTest::newRow("wush-gptq (kept q_proj outside the qkv stack)") << "wush-gptq";
+    }
+    void keepLeavesLinearsInBf16() {
+        QFETCH(QString, method);
+        if (!QFile::exists(modelDir() + "/config.json")) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        QTemporaryDir tmp;
+        auto o = options(method, "mxfp4");
+        o.keep = "layers\\.0\\.mlp\\.down_proj|layers\\.[0-9]+\\.self_attn\\.q_proj";
+        const auto r = run::runQuantize(modelDir().toStdString(), randomIds(4000, 512, 2), randomIds(400, 512, 3),
+                                          tmp.path().toStdString(), o);
+        int kept = 0;
+        for (const auto& l : r.linears) {
+            const bool want = l.linear == "self_attn.q_proj" || (l.layer == 0 && l.linear == "mlp.down_proj");
+            QCOMPARE(l.kept, want);
+            kept += l.kept;
+            if (l.kept) QVERIFY2(l.relativeError < 1e-4, l.linear.c_str()); // bf16: 2^-9 relative per entry
+        }
+        QCOMPARE(kept, 5 + 1);
+        const auto run = run::readRunModel(tmp.filePath("model").toStdString());
+        QCOMPARE(int(run.packed.size()), 5 * 7 - 6);
+        QCOMPARE(int(run.quant.keptLinears.size()), 6);
+        for (const auto& k : run.quant.keptLinears) {
+            QVERIFY2(!run.packed.count(k), k.c_str());
+            const at::Tensor& w = run.tensors.at(k + ".weight");
+            QVERIFY2(at::equal(w.to(at::kBFloat16).to(at::kFloat), w), k.c_str()); // bf16 values
+        }
+        QFile f(tmp.filePath("latmix.json"));
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const auto j = nlohmann::json::parse(f.readAll().toStdString());
+        QCOMPARE(int(j["weight_quantization"]["kept"]["linears"].size()), 6);
+        QVERIFY(r.quantizedPerplexity > 1);
+        if (method != "rtn") return;
+        const auto ck = model::Checkpoint::load(modelDir().toStdString());
+        auto w = model::loadWeights(ck);
+        for (auto& y : w.layers)
+            for (at::Tensor* t : {&y.wk, &y.wv, &y.wo, &y.wGate, &y.wUp, &y.wDown}) *t = mx::fakeQuantize(*t, o.format);
+        for (auto& y : w.layers) y.wq = y.wq.to(at::kBFloat16).to(at::kFloat);
+        w.layers[0].wDown = model::loadWeights(ck).layers[0].wDown.to(at::kBFloat16).to(at::kFloat);
+        model::ForwardOptions fo;
+        fo.activationQuant = o.format;
+        fo.keptLinears = std::set<std::string>(run.quant.keptLinears.begin(), run.quant.keptLinears.end());
+        const model::LlamaModel want(ck.config(), w, fo);
+        const model::LlamaModel got(model::Checkpoint::load(tmp.filePath("model").toStdString()));
+        const auto tokens = at::tensor(std::vector<int64_t>{1, 5, 99, 300, 7, 42, 511, 3}, at::kLong).reshape({1, 8});
+        QVERIFY(at::equal(got.forward(tokens), want.forward(tokens)));
+    }
+
+    // What preflight refuses before any work, named: --keep matching nothing, everything, or no
+    // regular expression at all; WUSH with a T3 on top.
+    void refusedBeforeAnyWork_data() {
+        QTest::addColumn<QString>("method");
+        QTest::addColumn<QString>("keep");
+        QTest::addColumn<int>("t3");
+        QTest::addColumn<QString>("says");
+        QTest::newRow("keep matches none") << "rtn" << "lm_head" << -1 << "matches none of the 35 block linears";
+        QTest::newRow("keep matches all") << "gptq" << "layers" << -1 << "matches every block linear";
+        QTest::newRow("keep not a regex") << "rtn" << "down_proj(" << -1 << "is not a regular expression";
+        QTest::newRow("wush with T3") << "wush-rtn" << "" << 32 << "takes no T1, T2 or T3";
+    }
+    void refusedBeforeAnyWork() {
+        QFETCH(QString, method);
+        QFETCH(QString, keep);
+        QFETCH(int, t3);
+        QFETCH(QString, says);
+        if (!QFile::exists(modelDir() + "/config.json")) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        auto o = options(method, "mxfp4");
+        o.keep = keep.toStdString();
+        o.t3Block = t3;
+        const QString error = test::errorOf([&] { run::preflight(modelDir().toStdString(), o); });
+        QVERIFY2(error.contains(says) && (keep.isEmpty() || error.contains(keep)), qPrintable(error));
     }
 
     void unknownMethodIsRejected() {
