@@ -104,6 +104,12 @@ QGroupBox* CalibrationView::createMethodBox(QWidget* parent) {
     m_scaleMode->setToolTip(tr("Shared-scale rounding: floor (OCP), ceil, even (torchao); nvfp4: floor (maxima to 6) "
                                "or four-over-six (to 4 or 6, whichever errs less)"));
     mf->addRow(tr("S&cale mode:"), m_scaleMode);
+    m_keep = new QLineEdit(methodBox);
+    m_keep->setObjectName(QStringLiteral("keepEdit"));
+    m_keep->setPlaceholderText(tr("none (a regex, e.g. layers\\.0\\.|down_proj)"));
+    m_keep->setToolTip(tr("Block linears whose module name this regex finds keep their weights and inputs in bf16 "
+                          "(--keep). The Model dock's \"keep in bf16\" boxes write it."));
+    mf->addRow(tr("&Keep in bf16:"), m_keep);
     m_t1Bias = new QComboBox(methodBox);
     m_t1Bias->setObjectName(QStringLiteral("t1BiasCombo"));
     m_t1Bias->addItem(tr("Auto"), QStringLiteral("auto")); // its text says what auto chose (updateT1BiasAuto)
@@ -223,6 +229,7 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     const std::pair<QWidget*, const char*> optionControls[] = {
         {m_method, "method"},          {m_format, "format"},
         {m_block, "block"},            {m_scaleMode, "scale_mode"},
+        {m_keep, "keep"},
         {m_t1Bias, "t1_bias"},         {m_skipExportCheck, "skip_export_check"},
         {m_steps, "steps"},            {m_batch, "batch"},
         {m_lr, "lr"},                  {m_temperature, "temperature"},
@@ -297,6 +304,7 @@ bool CalibrationView::eventFilter(QObject* watched, QEvent* event) {
 }
 
 void CalibrationView::setModelDir(const QString& dir) {
+    if (dir != m_modelDir) m_keep->clear(); // it names the previous model's linears
     m_modelDir = dir;
     int layers = 1;
     try {
@@ -384,6 +392,8 @@ latmix::run::QuantizeOptions CalibrationView::options() const {
 }
 
 void CalibrationView::setMethod(const QString& method) { m_method->setCurrentText(method); }
+void CalibrationView::setKeep(const QString& regex) { m_keep->setText(regex); }
+QString CalibrationView::keep() const { return m_keep->text().trimmed(); }
 void CalibrationView::setFormat(const QString& format) { m_format->setCurrentText(format); }
 void CalibrationView::setSteps(int steps) { m_steps->setValue(steps); }
 void CalibrationView::setCalibration(int samples, int seqLen, int batch) {
@@ -501,7 +511,10 @@ QList<QWidget*> rememberedControls(const QWidget* form) {
     QList<QWidget*> out;
     for (QWidget* w : form->findChildren<QWidget*>()) {
         const QString key = w->property("optionKey").toString();
-        if (!key.isEmpty() && key != QLatin1String("tracked_layer") && key != QLatin1String("skip_export_check")) out << w;
+        // keep names one model's linears: the Model dock sets it for the model open.
+        if (!key.isEmpty() && key != QLatin1String("tracked_layer") && key != QLatin1String("skip_export_check") &&
+            key != QLatin1String("keep"))
+            out << w;
     }
     return out;
 }
@@ -511,6 +524,7 @@ QVariant controlValue(const QWidget* w) {
     if (auto* b = qobject_cast<const QSpinBox*>(w)) return b->value();
     if (auto* b = qobject_cast<const QDoubleSpinBox*>(w)) return b->value();
     if (auto* b = qobject_cast<const QCheckBox*>(w)) return b->isChecked();
+    if (auto* e = qobject_cast<const QLineEdit*>(w)) return e->text().trimmed();
     return {};
 }
 

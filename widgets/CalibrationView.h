@@ -49,6 +49,9 @@ public:
     latmix::run::QuantizeOptions options() const;
     // Form setters for scripted use and tests.
     void setMethod(const QString& method);
+    // --keep's regex (empty: none); the Model dock's "keep in bf16" boxes set it.
+    void setKeep(const QString& regex);
+    QString keep() const;
     void setFormat(const QString& format);
     void setSteps(int steps);
     void setCalibration(int samples, int seqLen, int batch);
@@ -97,7 +100,7 @@ private:
     QSpinBox* m_trackedLayer;
     QSpinBox *m_steps, *m_batch, *m_samples, *m_seqLen, *m_seed, *m_evalWindows, *m_foldedEvery, *m_metricsEvery;
     QDoubleSpinBox *m_lr, *m_temperature, *m_volumeWeight;
-    QLineEdit *m_calibText, *m_runDirEdit;
+    QLineEdit *m_calibText, *m_runDirEdit, *m_keep = nullptr;
     QPushButton* m_run;
     QComboBox* m_t1Bias = nullptr;
     QCheckBox* m_skipExportCheck = nullptr;

@@ -141,6 +141,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         if (m_model) m_diagram->setModel(m_model->config());
     });
     connect(m_calibration, &CalibrationView::deviceChanged, m_summary, &ModelSummaryView::setDevice);
+    // The Model dock's "keep in bf16" boxes are the Calibration form's --keep, for the model open.
+    connect(m_summary, &ModelSummaryView::keptLinearsChanged, m_calibration,
+            [this](const QStringList& modules) { m_calibration->setKeep(ModelSummaryView::keepRegex(modules)); });
 
     m_weightCheck = new JobRunner(this);
     connect(m_weightCheck, &JobRunner::finished, this, [this](bool ok, const QString& error) {

@@ -4,6 +4,7 @@
 
 // Core headers first: they pull in ATen/core/Tensor.h only, which is safe next to Qt's keywords.
 #include "model/LlamaModel.h"
+#include "model/TensorNames.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/Runtime.h"
 
@@ -17,9 +18,11 @@
 #include <QSignalBlocker>
 #include <QStackedWidget>
 #include <QTreeWidget>
+#include <QRegularExpression>
 #include <QVBoxLayout>
 
 #include <cmath>
+#include <vector>
 #include <exception>
 #include <limits>
 
@@ -31,6 +34,7 @@ using latmix::model::PointKind;
 
 // A sparse layer's experts row: how many experts it stands for.
 constexpr int kExpertsRole = Qt::UserRole + 1;
+constexpr int kLinearRole = Qt::UserRole + 2; // a linear's module name, on its "keep in bf16" row
 
 constexpr PointKind kKinds[] = {PointKind::QkvInput, PointKind::OProjInput, PointKind::GateUpInput,
                                 PointKind::DownProjInput};
@@ -43,6 +47,18 @@ QString pointRole(PointKind kind) {
     case PointKind::OProjInput: return ModelSummaryView::tr("input of o_proj (attention output, heads × head_dim)");
     case PointKind::GateUpInput: return ModelSummaryView::tr("input of gate_proj and up_proj (after post-attention RMSNorm)");
     case PointKind::DownProjInput: return ModelSummaryView::tr("input of down_proj (SiLU(gate) · up)");
+    }
+    return {};
+}
+
+// The block linears a point's input feeds (modules after the layer prefix).
+std::vector<const char*> linearsReading(PointKind kind) {
+    namespace n = latmix::model::names;
+    switch (kind) {
+    case PointKind::QkvInput: return {n::kQProj, n::kKProj, n::kVProj};
+    case PointKind::OProjInput: return {n::kOProj};
+    case PointKind::GateUpInput: return {n::kGateProj, n::kUpProj};
+    case PointKind::DownProjInput: return {n::kDownProj};
     }
     return {};
 }
@@ -120,9 +136,14 @@ ModelSummaryView::ModelSummaryView(QWidget* parent) : QWidget(parent) {
     m_tree->header()->setSectionResizeMode(0, QHeaderView::Stretch);
     m_tree->header()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
     // A point (not a layer branch) made current, by click or keyboard, is announced.
+    // A linear's row stands for the point it reads.
     connect(m_tree, &QTreeWidget::currentItemChanged, this, [this](QTreeWidgetItem* item) {
+        if (item && !item->data(0, kLinearRole).toString().isEmpty()) item = item->parent();
         const QString name = item ? item->data(0, Qt::UserRole).toString() : QString();
         if (!name.isEmpty()) emit pointSelected(name);
+    });
+    connect(m_tree, &QTreeWidget::itemChanged, this, [this](QTreeWidgetItem* item, int column) {
+        if (column == 0 && !item->data(0, kLinearRole).toString().isEmpty()) emit keptLinearsChanged(keptLinears());
     });
     column->addWidget(m_tree, 1);
     m_stack->addWidget(page);
@@ -308,15 +329,57 @@ void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {
             item->setData(1, Qt::UserRole, width);
             item->setTextAlignment(1, Qt::AlignRight | Qt::AlignVCenter);
             item->setToolTip(0, QStringLiteral("%1\n%2").arg(name, pointRole(kind)));
+            // A sparse layer's experts are quantized with their layer (run::resolveKeptLinears).
+            const bool experts = config.isSparseLayer(layer) && kind == PointKind::GateUpInput;
+            for (const char* linear : experts ? std::vector<const char*>{} : linearsReading(kind)) {
+                const QString module = QString::fromStdString(latmix::model::names::layerPrefix(layer)) + QLatin1String(linear);
+                auto* row = new QTreeWidgetItem(item, {tr("%1: keep in bf16").arg(QString::fromLatin1(linear).section('.', -1))});
+                row->setData(0, kLinearRole, module);
+                row->setFlags(row->flags() | Qt::ItemIsUserCheckable);
+                row->setCheckState(0, Qt::Unchecked);
+                row->setToolTip(0, tr("%1\nChecked: its weights and its input stay in bf16 in the runs started from the "
+                                      "Calibration tab (--keep), through every method, the fold and the exports")
+                                       .arg(module));
+            }
         }
     }
     // Small models open fully; for big ones the first layer shows what every layer holds
     // (32 open layers would be 160 rows to scroll through).
+    // The points' linears stay folded away until asked for.
     if (config.numLayers <= 8)
-        m_tree->expandAll();
+        for (int i = 0; i < m_tree->topLevelItemCount(); ++i) m_tree->topLevelItem(i)->setExpanded(true);
     else if (m_tree->topLevelItemCount() > 0)
         m_tree->topLevelItem(0)->setExpanded(true);
     m_tree->setUpdatesEnabled(true);
+}
+
+QStringList ModelSummaryView::keptLinears() const {
+    QStringList r;
+    for (int i = 0; i < m_tree->topLevelItemCount(); ++i)
+        for (int j = 0; j < m_tree->topLevelItem(i)->childCount(); ++j) {
+            const QTreeWidgetItem* point = m_tree->topLevelItem(i)->child(j);
+            for (int k = 0; k < point->childCount(); ++k)
+                if (point->child(k)->checkState(0) == Qt::Checked) r << point->child(k)->data(0, kLinearRole).toString();
+        }
+    return r;
+}
+
+void ModelSummaryView::setKeptLinears(const QStringList& modules) {
+    const QSignalBlocker block(m_tree);
+    for (int i = 0; i < m_tree->topLevelItemCount(); ++i)
+        for (int j = 0; j < m_tree->topLevelItem(i)->childCount(); ++j) {
+            QTreeWidgetItem* point = m_tree->topLevelItem(i)->child(j);
+            for (int k = 0; k < point->childCount(); ++k)
+                point->child(k)->setCheckState(0, modules.contains(point->child(k)->data(0, kLinearRole).toString()) ? Qt::Checked
+                                                                                                                   : Qt::Unchecked);
+        }
+}
+
+QString ModelSummaryView::keepRegex(const QStringList& modules) {
+    if (modules.isEmpty()) return {};
+    QStringList escaped;
+    for (const QString& m : modules) escaped << QRegularExpression::escape(m);
+    return QStringLiteral("^(%1)$").arg(escaped.join(QLatin1Char('|')));
 }
 
 bool ModelSummaryView::eventFilter(QObject* watched, QEvent* event) {

@@ -62,9 +62,20 @@ public:
     // Makes the tree's item of pointName current (emits pointSelected); false when absent.
     bool selectPoint(const QString& pointName);
 
+    // Each dense point's row has a child per linear that reads it, checkable "keep in bf16"
+    // (--keep, SPEC §4 "Kept linears"). The checked ones by module name
+    // ("model.layers.0.self_attn.q_proj"), in the tree's order; setKeptLinears checks exactly
+    // these (unknown names are ignored) without emitting keptLinearsChanged.
+    QStringList keptLinears() const;
+    void setKeptLinears(const QStringList& modules);
+    // The --keep regex that matches exactly these modules (empty for none).
+    static QString keepRegex(const QStringList& modules);
+
 signals:
     // A quantization point was picked in the tree ("layers.1.mlp.down_proj.input").
     void pointSelected(const QString& pointName);
+    // A linear's "keep in bf16" box was toggled: every checked linear.
+    void keptLinearsChanged(const QStringList& modules);
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;

@@ -187,6 +187,18 @@ void WeightView::setModelDir(const QString& dir) {
 }
 
 void WeightView::setRun(const QString& runDir) {
+    m_runKept.clear();
+    m_runName = QDir(runDir).dirName();
+    try { // the run's model config names the linears it kept in bf16
+        const QString config = QDir(runDir).filePath(QStringLiteral("model/config.json"));
+        if (!runDir.isEmpty() && QFileInfo::exists(config)) {
+            const auto c = latmix::model::ModelConfig::fromFile(config.toStdString());
+            if (c.latmix)
+                for (const auto& k : c.latmix->keptLinears) m_runKept << QString::fromStdString(k);
+        }
+    } catch (const std::exception&) {
+        // an unreadable config: the folded side says why when it is asked for
+    }
     const bool usable = !runDir.isEmpty() && QFileInfo::exists(QDir(runDir).filePath(QStringLiteral("transforms.h5")));
     m_runDir = usable ? runDir : QString();
     m_runLabel->setText(usable ? tr("Folded: the weights of run %1 (its T1/T2/T3 folded in)").arg(QDir(runDir).dirName())
@@ -382,6 +394,10 @@ void WeightView::showProfile() {
                     .arg(ratio >= 1 ? ratio : 1 / ratio, 0, 'g', 3)
                     .arg(ratio >= 1 ? tr("lower") : tr("higher"));
     }
+    const QString module = QStringLiteral("model.") + QString::fromStdString(p.name);
+    if (m_runKept.contains(module))
+        text += tr("\nKept in bf16 by run %1 (--keep): neither this weight nor its input is quantized there")
+                    .arg(m_runName);
     text += tr("\nLargest input channels: %1\nHeat maps: %2 bands of output rows (each the mean of its rows)")
                 .arg(topNames.join(QStringLiteral(", ")))
                 .arg(bands);

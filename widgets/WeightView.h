@@ -74,6 +74,8 @@ private:
 
     QString m_modelDir;
     QString m_runDir;
+    QStringList m_runKept; // the open run's linears kept in bf16 (--keep), by module name
+    QString m_runName;     // that run's folder name
     std::optional<latmix::model::ModelConfig> m_config;
     latmix::metrics::WeightProfile m_profile;
     QSpinBox* m_layer;

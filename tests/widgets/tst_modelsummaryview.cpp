@@ -7,7 +7,9 @@
 #include "import/DemoModel.h"
 #include "model/LlamaModel.h"
 #include "util/Runtime.h"
+#include "run/quantize/Preflight.h"
 
+#include "CalibrationView.h"
 #include "MainWindow.h"
 #include "ModelSummaryView.h"
 
@@ -69,6 +71,8 @@ private slots:
     void failedOpenKeepsPreviousModel();
     void bannerClosesAndNextOpenClearsIt();
     void longFolderPathIsElided();
+    void keepTogglesFeedTheCalibrationForm_data();
+    void keepTogglesFeedTheCalibrationForm();
 
 private:
     QTemporaryDir m_tmp;
@@ -300,3 +304,54 @@ void TestModelSummaryView::longFolderPathIsElided() {
 
 QTEST_MAIN(TestModelSummaryView)
 #include "tst_modelsummaryview.moc"
+
+// The Model dock's "keep in bf16" boxes (one per linear under the point it reads) set the
+// Calibration form's --keep: the regex they write picks exactly the linears checked (the run's
+// own resolution, run::resolveKeptLinears, says so), and opening another model clears it.
+void TestModelSummaryView::keepTogglesFeedTheCalibrationForm_data() {
+    QTest::addColumn<QStringList>("check");
+    QTest::newRow("one down_proj") << QStringList{"model.layers.0.mlp.down_proj"};
+    QTest::newRow("q of layer 1 and gate/up of layer 0")
+        << QStringList{"model.layers.1.self_attn.q_proj", "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj"};
+}
+void TestModelSummaryView::keepTogglesFeedTheCalibrationForm() {
+    QFETCH(QStringList, check);
+    MainWindow w;
+    QVERIFY(w.openCheckpoint(m_demo, /*remember=*/false));
+    ModelSummaryView* s = w.modelSummary();
+    QTreeWidget* tree = s->findChild<QTreeWidget*>(QStringLiteral("pointTree"));
+    QVERIFY(tree);
+    QSignalSpy spy(s, &ModelSummaryView::keptLinearsChanged);
+    int rows = 0;
+    for (int i = 0; i < tree->topLevelItemCount(); ++i)
+        for (int j = 0; j < tree->topLevelItem(i)->childCount(); ++j) {
+            QTreeWidgetItem* point = tree->topLevelItem(i)->child(j);
+            for (int k = 0; k < point->childCount(); ++k) {
+                ++rows;
+                QTreeWidgetItem* linear = point->child(k);
+                if (check.contains(linear->toolTip(0).section('\n', 0, 0))) linear->setCheckState(0, Qt::Checked); // as a click does
+            }
+        }
+    const auto& c = w.currentModel()->config();
+    QCOMPARE(rows, 7 * c.numLayers);     // every block linear of the dense model has its box
+    QCOMPARE(s->pointCount(), 4 * c.numLayers); // and the points are still the tree's points
+    QCOMPARE(spy.count(), check.size());
+    QStringList got = s->keptLinears();
+    got.sort();
+    QStringList want = check;
+    want.sort();
+    QCOMPARE(got, want);
+    const QString regex = w.calibrationView()->keep();
+    QCOMPARE(w.calibrationView()->options().keep, regex.toStdString());
+    std::vector<std::string> resolved = latmix::run::resolveKeptLinears(c, regex.toStdString());
+    QStringList fromRun;
+    for (const auto& r : resolved) fromRun << QString::fromStdString(r);
+    fromRun.sort();
+    QCOMPARE(fromRun, want);
+    // Another model: its own tree, no box checked, the form's --keep cleared.
+    const QString other = m_tmp.filePath(QStringLiteral("demo-model-2"));
+    if (!QFileInfo::exists(other)) latmix::importing::writeDemoModel(other.toStdString());
+    QVERIFY(w.openCheckpoint(other, /*remember=*/false));
+    QVERIFY(w.calibrationView()->keep().isEmpty());
+    QVERIFY(s->keptLinears().isEmpty());
+}
