@@ -49,6 +49,27 @@ void refuseOnlineInputTransforms(const model::ModelConfig& c, const std::string&
                              "(the transforms folded back into bf16 weights, activations unquantized)");
 }
 
+void refuseSplitExpertGlobalScales(const RunModel& run, const std::string& runDir) {
+    const model::ModelConfig c = runModelConfig(run);
+    if (!c.moe || !run.quant.weightFormat || !run.quant.weightFormat->isNvfp4()) return;
+    using E = names::ExpertLinear;
+    for (int l = 0; l < c.numLayers; ++l) {
+        if (!c.isSparseLayer(l)) continue;
+        for (int e = 0; e < c.moe->numExperts; ++e) {
+            const std::string gate = names::layerPrefix(l) + names::expertModule(c, e, E::Gate),
+                              up = names::layerPrefix(l) + names::expertModule(c, e, E::Up);
+            const auto g = run.packed.find(gate), u = run.packed.find(up);
+            if (g == run.packed.end() || u == run.packed.end() || g->second.globalScale == u->second.globalScale) continue;
+            throw std::runtime_error(
+                "cannot export " + runDir + " as compressed-tensors: vLLM's NVFP4 MoE layers give each expert's gate and up "
+                "one global scale (they are one fused weight there), and this run's " + gate + " and " + up +
+                " have their own (" + std::to_string(g->second.globalScale) + " and " + std::to_string(u->second.globalScale) +
+                "): vLLM would scale the up projection by the gate's; quantize with --format mxfp4 (E8M0 scales only) for "
+                "vLLM, or export this run as hf");
+        }
+    }
+}
+
 std::string compressionFormat(const std::optional<mx::MxConfig>& weights, const std::string& runDir) {
     // Worded for both faces: the export's target is not an option of the run (util/Remedy.h).
     const std::string what = "cannot export " + runDir + " as compressed-tensors: ";

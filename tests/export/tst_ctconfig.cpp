@@ -13,6 +13,8 @@
 // The MLP a runtime builds from those rules alone (decoded here, Sylvester built here) equals the
 // run's (its weights and H = t3Transform) to float64 rounding on random inputs.
 #include "ExportTestRun.h"
+#include "MoeModels.h"
+#include "run/QuantizeRun.h"
 #include "TestSupport.h"
 #include "export/Export.h"
 #include "export/ExportTargets.h"
@@ -23,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <regex>
 #include <set>
 
 #include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
@@ -201,6 +204,125 @@ private slots:
             const double worst = ((yCt - yRun).abs() / bound).max().item<double>();
             QVERIFY2(worst <= 1.0, qPrintable(QString("layer %1: error %2 of its bound").arg(l).arg(worst)));
         }
+    }
+
+    // A mixture of experts as vLLM's compressed-tensors MoE method reads it (docs/developer/
+    // compressed-tensors.md): the "Linear" target reaches the fused experts, the scheme is looked
+    // up on ...experts.0.{gate,up,down}_proj, each expert's tensors are <expert>.<name>.weight_packed /
+    // weight_scale (uint8) under the family's names (Mixtral's w1/w3/w2) and nothing else per
+    // expert (an unknown one fails vLLM's load), the router stays bf16 and ignored by an entry
+    // that Python's re.match finds (anchored at the start) and that no expert linear matches. The
+    // MoE layer rebuilt from those files alone (routing as transformers computes it, here in
+    // float64) equals the run's layer computed from its own dequantized weights.
+    void mixtureOfExpertsAsVllmReadsThem_data() {
+        QTest::addColumn<QString>("family");
+        QTest::newRow("qwen3-moe") << "qwen3moe";
+        QTest::newRow("mixtral") << "mixtral";
+    }
+    void mixtureOfExpertsAsVllmReadsThem() {
+        QFETCH(QString, family);
+        const QString model = test::moeModel(m_tmp.filePath("moe-" + family), test::moeRunConfigText(family), family.toStdString());
+        const std::string runDir = (m_tmp.path() + "/moe-run-" + family).toStdString(), out = runDir + "-ct";
+        run::QuantizeOptions o;
+        o.method = "gptq";
+        o.format = mx::makeConfig(mx::Format::MxFp4);
+        o.calibSamples = 8;
+        o.seqLen = 32;
+        o.device = "cpu";
+        o.keep = "layers\\.1\\.self_attn\\.q_proj"; // a kept attention linear joins the router in ignore
+        run::runQuantize(model.toStdString(), test::randomIds(2000, 300, 4), {}, runDir, o);
+        JobContext job;
+        exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job);
+        std::ifstream in(out + "/config.json");
+        const json qc = json::parse(in).at("quantization_config");
+        QCOMPARE(qc.at("config_groups").at("group_0").at("targets"), json::array({"Linear"}));
+        std::vector<std::string> ignore;
+        for (const auto& n : qc.at("ignore")) ignore.push_back(n.get<std::string>());
+        // vLLM's rule: "re:" entries by Python's re.match (a match that starts at the name's start), others by equality.
+        auto ignored = [&](const std::string& name) {
+            for (const auto& e : ignore) {
+                if (e.rfind("re:", 0) == 0) {
+                    if (std::regex_search(name, std::regex(e.substr(3)), std::regex_constants::match_continuous)) return true;
+                } else if (e == name) {
+                    return true;
+                }
+            }
+            return false;
+        };
+        const run::RunModel runModel = run::readRunModel(runDir + "/model");
+        const model::ModelConfig c = run::runModelConfig(runModel);
+        const bool mixtral = family == "mixtral";
+        const auto st = io::SafeTensorsFile::open(out + "/model.safetensors");
+        using E = model::names::ExpertLinear;
+        at::manual_seed(8);
+        for (int l = 0; l < c.numLayers; ++l) {
+            const std::string p = model::names::layerPrefix(l), router = p + model::names::routerModule(c);
+            QVERIFY2(ignored(router), router.c_str());
+            QVERIFY2(st->entry(router + ".weight").dtype == "BF16", router.c_str());
+            QVERIFY(!ignored(p + "mlp.experts.0.gate_proj") && !ignored(p + "mlp.experts.0.up_proj") &&
+                    !ignored(p + "mlp.experts.0.down_proj")); // vLLM's synthetic names for the scheme lookup
+            QCOMPARE(ignored(p + model::names::kQProj), l == 1);
+            std::vector<at::Tensor> gate, up, down, gateRun, upRun, downRun;
+            for (int e = 0; e < c.moe->numExperts; ++e) {
+                auto read = [&](E which, std::int64_t cols, std::vector<at::Tensor>& ours, std::vector<at::Tensor>& theirs) {
+                    const std::string m = p + model::names::expertModule(c, e, which);
+                    QVERIFY2(m.find(mixtral ? ".w" : "_proj") != std::string::npos, m.c_str());
+                    QCOMPARE(st->entry(m + ".weight_scale").dtype, std::string("U8"));
+                    ours.push_back(decodeMxfp4(st->tensor(m + ".weight_packed"), st->tensor(m + ".weight_scale"), cols));
+                    theirs.push_back(runModel.tensors.at(m + ".weight").to(at::kDouble));
+                };
+                read(E::Gate, c.hiddenSize, gate, gateRun);
+                read(E::Up, c.hiddenSize, up, upRun);
+                read(E::Down, c.moe->expertWidth, down, downRun);
+            }
+            // Nothing per expert beyond what vLLM maps (weight_packed, weight_scale).
+            for (const auto& e : st->entries())
+                if (e.name.find(p + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.")) == 0) {
+                    const bool known = e.name.size() > 14 && (e.name.compare(e.name.size() - 14, 14, ".weight_packed") == 0 ||
+                                                              e.name.compare(e.name.size() - 13, 13, ".weight_scale") == 0);
+                    QVERIFY2(known, e.name.c_str());
+                }
+            // The layer's MLP on random inputs: softmax over the router's logits, top-k, renormalised.
+            const at::Tensor x = at::randn({6, c.hiddenSize}, at::kDouble);
+            const at::Tensor logits = x.mm(st->tensor(router + ".weight").to(at::kDouble).t());
+            auto moe = [&](const std::vector<at::Tensor>& g, const std::vector<at::Tensor>& u, const std::vector<at::Tensor>& d) {
+                const auto probs = at::softmax(logits, 1);
+                const auto top = at::topk(probs, c.moe->expertsPerToken, 1);
+                const auto w = std::get<0>(top) / std::get<0>(top).sum(1, true);
+                at::Tensor y = at::zeros({x.size(0), c.hiddenSize}, at::kDouble);
+                for (std::int64_t t = 0; t < x.size(0); ++t)
+                    for (std::int64_t k = 0; k < c.moe->expertsPerToken; ++k) {
+                        const auto e = std::get<1>(top)[t][k].item<std::int64_t>();
+                        const auto xt = x[t].unsqueeze(0);
+                        const auto a = (xt.mm(g[e].t()) / (1 + at::exp(-xt.mm(g[e].t())))) * xt.mm(u[e].t());
+                        y[t] += w[t][k] * a.mm(d[e].t()).squeeze(0);
+                    }
+                return y;
+            };
+            const at::Tensor yCt = moe(gate, up, down), yRun = moe(gateRun, upRun, downRun);
+            const double err = (yCt - yRun).abs().max().item<double>(), scale = yRun.abs().max().item<double>();
+            // both float64 over sums of at most 64 products, the same codes: rounding only
+            QVERIFY2(err <= 1e-12 * scale, qPrintable(QString("layer %1: %2 of %3").arg(l).arg(err).arg(scale)));
+        }
+    }
+
+    // NVFP4 experts: vLLM gives gate and up one global scale; this quantizer's are per weight, so
+    // the export is refused, naming the expert and the ways out, and writes nothing.
+    void nvfp4ExpertsAreRefused() {
+        const QString model = test::moeModel(m_tmp.filePath("moe-qwen3moe"), test::moeRunConfigText("qwen3moe"), "qwen3moe");
+        const std::string runDir = (m_tmp.path() + "/moe-run-nvfp4").toStdString(), out = runDir + "-ct";
+        run::QuantizeOptions o;
+        o.method = "rtn";
+        o.format = mx::makeConfig(mx::Format::NvFp4);
+        o.calibSamples = 4;
+        o.seqLen = 32;
+        o.device = "cpu";
+        run::runQuantize(model.toStdString(), test::randomIds(2000, 300, 4), {}, runDir, o);
+        JobContext job;
+        const QString error = test::errorOf([&] { exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job); });
+        QVERIFY2(error.contains("one global scale") && error.contains("mlp.experts.0.gate_proj") && error.contains("--format mxfp4"),
+                 qPrintable(error));
+        QVERIFY(!QFileInfo::exists(QString::fromStdString(out)));
     }
 };
 
