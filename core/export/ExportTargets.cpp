@@ -6,6 +6,7 @@
 #include "model/ModelConfig.h"
 #include "model/TensorNames.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <stdexcept>
@@ -18,9 +19,10 @@ namespace {
 // (NVFP4: its global scale too); GGUF 17/32 (MXFP4) or 36/64 (NVFP4) bytes per value, F32 where
 // rows end in a partial block or T3 was folded back into down_proj.
 std::uint64_t linearBytes(const std::string& format, const model::LatmixQuantization& q, std::int64_t out, std::int64_t in,
-                          bool down) {
+                          bool down, bool kept) {
     const std::uint64_t n = std::uint64_t(out) * std::uint64_t(in);
-    if (format == "hf" || !q.weightFormat) return 2 * n;
+    if (format == "gguf" && kept && down && q.t3Block > 0) return 4 * n; // T3 folded back: F32 like every down_proj
+    if (format == "hf" || !q.weightFormat || kept) return 2 * n;        // bf16 (--keep: BF16 in every target)
     const bool nv = q.weightFormat->isNvfp4();
     const std::int64_t block = q.weightFormat->blockSize;
     if (format == "compressed-tensors")
@@ -65,7 +67,8 @@ ExportTarget describeExportTarget(const std::string& runDir, const std::string& 
         for (auto d : shape) n *= std::uint64_t(d);
         bytes += linear.empty() ? n * (format == "gguf" ? 4 : 2)
                                 : linearBytes(format, q, shape[0], shape[1],
-                                              linear.find(model::names::kDownProj) != std::string::npos);
+                                              linear.find(model::names::kDownProj) != std::string::npos,
+                                              std::find(q.keptLinears.begin(), q.keptLinears.end(), linear) != q.keptLinears.end());
     }
 
     ExportTarget t;

@@ -164,6 +164,10 @@ private slots:
         const run::RunModel run = test::buildRun(source.toStdString(), runDir, v, source.toStdString());
         JobContext job;
         exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job);
+        // The export dialog's size counts the kept linears as bf16.
+        const double file = double(QFileInfo(QString::fromStdString(out + "/model.safetensors")).size()),
+                     announced = double(exporting::describeExportTarget(runDir, "compressed-tensors").bytes);
+        QVERIFY2(std::abs(announced - file) <= 0.01 * file, qPrintable(QString("%1 vs %2").arg(announced).arg(file)));
         std::ifstream in(out + "/config.json");
         const json qc = json::parse(in).at("quantization_config");
         std::set<std::string> ignore;
