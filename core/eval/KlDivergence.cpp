@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 
 struct ReferenceStates::Data {
     PerplexityResult perplexity;
+    PerplexityOptions options;        // what the windows were cut with
     std::vector<float> nll;           // per predicted token, window after window
     std::string dir;                  // window-<w>.f32: [seqLen-1, hidden] float32, normed
     at::Tensor lmHead, lmHeadBias;    // the reference's, as it stores them
@@ -33,26 +34,7 @@ struct ReferenceStates::Data {
 
 namespace {
 
-constexpr const char* kOomAdvice = "evaluate with a shorter window (latmix eval --seqlen, latmix quantize --eval-seqlen) or, "
-                                   "in latmix quantize, with --offload (one layer on the device at a time)";
-
 std::string windowFile(const std::string& dir, int w) { return (fs::path(dir) / ("window-" + std::to_string(w) + ".f32")).string(); }
-
-// Window w's tokens [1, seqLen].
-at::Tensor windowTokens(const at::Tensor& all, int w, int seqLen) {
-    return all.narrow(0, static_cast<std::int64_t>(w) * seqLen, seqLen).unsqueeze(0);
-}
-
-// The states before the final norm of a window's first seqLen-1 positions, [seqLen-1, hidden],
-// and their targets: what LlamaModel::sequenceNll scores.
-struct WindowPass {
-    at::Tensor hidden, targets;
-};
-WindowPass runWindow(const model::LlamaModel& m, const at::Tensor& tokens) {
-    const auto h = model::forwardHidden(m.config(), m.weights(), m.options(), tokens);
-    const std::int64_t T = tokens.size(1);
-    return {h.narrow(1, 0, T - 1).reshape({T - 1, h.size(2)}), tokens.narrow(1, 1, T - 1).reshape({T - 1})};
-}
 
 at::Tensor finalNormed(const model::LlamaModel& m, const at::Tensor& hidden) {
     return model::rmsNorm(hidden, m.weights().finalNorm.to(hidden.options()), m.config().rmsNormEps);
@@ -133,35 +115,13 @@ struct KlPass {
         const at::Tensor refHead = r.lmHead.to(dev), refBias = r.lmHeadBias.defined() ? r.lmHeadBias.to(dev) : at::Tensor();
         std::vector<float> kl, nll;
         std::vector<std::uint8_t> same;
-        auto all = at::tensor(std::vector<std::int64_t>(ids.begin(), ids.end()), at::kLong);
-        double nllSum = 0;
-        const auto start = std::chrono::steady_clock::now();
-        at::NoGradGuard noGrad;
-        const int windows = r.perplexity.windows;
-        for (int w = 0; w < windows; ++w) {
-            job.checkCancelled();
-            const std::string stage = "comparison window " + std::to_string(w + 1) + "/" + std::to_string(windows);
-            guardMemory(stage, kOomAdvice, [&] {
-                const WindowPass p = runWindow(m, windowTokens(all, w, seqLen));
-                const auto windowNll = model::nextTokenNll(m.config(), m.weights(), p.hidden, p.targets);
-                nllSum += windowNll.to(at::kDouble).sum().item<double>(); // as evaluatePerplexity sums
-                const auto x = finalNormed(m, p.hidden);
-                const auto xr = readRows(windowFile(r.dir, w), seqLen - 1, r.hidden).to(x.device());
-                compareWindow(x, m.weights().lmHead, m.weights().lmHeadBias, xr, refHead, refBias, r.dtype, vocabChunk, kl, same);
-                const auto n = windowNll.to(at::kCPU, at::kFloat).contiguous();
-                nll.insert(nll.end(), n.data_ptr<float>(), n.data_ptr<float>() + n.numel());
-            });
-            io::releaseMappedPages(m.weights().lmHead);
-            job.progress(double(w + 1) / windows, "window " + std::to_string(w + 1) + "/" + std::to_string(windows));
-        }
-        PerplexityResult& p = out.perplexity;
-        p.seqLen = seqLen;
-        p.windows = windows;
-        p.tokens = static_cast<std::int64_t>(windows) * (seqLen - 1);
-        p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        p.meanNll = nllSum / static_cast<double>(p.tokens);
-        p.perplexity = std::exp(p.meanNll);
-        p.tokensPerSecond = static_cast<double>(windows) * seqLen / p.seconds;
+        out.perplexity = evaluatePerplexity(m, ids, r.options, job, [&](int w, const at::Tensor& hidden, const at::Tensor& windowNll) {
+            const auto x = finalNormed(m, hidden);
+            const auto xr = readRows(windowFile(r.dir, w), seqLen - 1, r.hidden).to(x.device());
+            compareWindow(x, m.weights().lmHead, m.weights().lmHeadBias, xr, refHead, refBias, r.dtype, vocabChunk, kl, same);
+            const auto n = windowNll.to(at::kCPU, at::kFloat).contiguous();
+            nll.insert(nll.end(), n.data_ptr<float>(), n.data_ptr<float>() + n.numel());
+        });
         summarizeKl(kl, same, nll, r.nll, out);
         return out;
     }
@@ -223,29 +183,12 @@ ReferenceStates ReferenceStates::record(const model::LlamaModel& reference, cons
     d->lmHeadBias = reference.weights().lmHeadBias.defined() ? reference.weights().lmHeadBias.cpu() : at::Tensor();
     d->dtype = reference.dtype();
     d->hidden = reference.config().hiddenSize;
-    auto all = at::tensor(std::vector<std::int64_t>(ids.begin(), ids.end()), at::kLong);
-    double nllSum = 0;
-    const auto start = std::chrono::steady_clock::now();
-    at::NoGradGuard noGrad;
-    for (int w = 0; w < windows; ++w) {
-        job.checkCancelled();
-        const std::string stage = "evaluation window " + std::to_string(w + 1) + "/" + std::to_string(windows);
-        guardMemory(stage, kOomAdvice, [&] {
-            const WindowPass p = runWindow(reference, windowTokens(all, w, r.seqLen));
-            const auto nll = model::nextTokenNll(reference.config(), reference.weights(), p.hidden, p.targets);
-            nllSum += nll.to(at::kDouble).sum().item<double>(); // as evaluatePerplexity sums
-            const auto n = nll.to(at::kCPU, at::kFloat).contiguous();
-            d->nll.insert(d->nll.end(), n.data_ptr<float>(), n.data_ptr<float>() + n.numel());
-            writeRows(windowFile(spillDir, w), finalNormed(reference, p.hidden));
-        });
-        r.tokens += r.seqLen - 1;
-        job.progress(double(w + 1) / windows, "window " + std::to_string(w + 1) + "/" + std::to_string(windows));
-    }
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.windows = windows;
-    r.meanNll = nllSum / static_cast<double>(r.tokens);
-    r.perplexity = std::exp(r.meanNll);
-    r.tokensPerSecond = static_cast<double>(windows) * r.seqLen / r.seconds;
+    d->options = options;
+    d->perplexity = evaluatePerplexity(reference, ids, options, job, [&](int w, const at::Tensor& hidden, const at::Tensor& nll) {
+        const auto n = nll.to(at::kCPU, at::kFloat).contiguous();
+        d->nll.insert(d->nll.end(), n.data_ptr<float>(), n.data_ptr<float>() + n.numel());
+        writeRows(windowFile(spillDir, w), finalNormed(reference, hidden));
+    });
     return ReferenceStates(std::move(d));
 }
 

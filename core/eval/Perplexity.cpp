@@ -40,7 +40,7 @@ std::vector<int> tokenizeForEvaluation(const tokenizer::Tokenizer& tok, const st
 }
 
 PerplexityResult evaluatePerplexity(const model::LlamaModel& model, const std::vector<int>& ids,
-                                    const PerplexityOptions& options, JobContext& job) {
+                                    const PerplexityOptions& options, JobContext& job, const WindowVisitor& visit) {
     PerplexityResult r;
     r.seqLen = std::min(options.seqLen, model.config().maxPositions);
     if (r.seqLen < 2) throw std::invalid_argument("perplexity needs a sequence length of at least 2");
@@ -59,7 +59,14 @@ PerplexityResult evaluatePerplexity(const model::LlamaModel& model, const std::v
         nllSum += guardMemory(stage, "evaluate with a shorter window (latmix eval --seqlen, latmix quantize --eval-seqlen) or, in latmix "
                                     "quantize, with --offload (one layer on the device at a time)", [&] {
             // Chunked over the vocabulary: never [seqLen, vocab] logits at once (LlamaModel::sequenceNll).
-            return model.sequenceNll(all.narrow(0, static_cast<int64_t>(w) * r.seqLen, r.seqLen).unsqueeze(0));
+            const auto tokens = all.narrow(0, static_cast<int64_t>(w) * r.seqLen, r.seqLen).unsqueeze(0);
+            if (!visit) return model.sequenceNll(tokens);
+            // sequenceNll's steps, the states kept for the visitor.
+            const auto h = model::forwardHidden(model.config(), model.weights(), model.options(), tokens);
+            const auto hidden = h.narrow(1, 0, r.seqLen - 1).reshape({r.seqLen - 1, h.size(2)});
+            const auto nll = model::nextTokenNll(model.config(), model.weights(), hidden, tokens.narrow(1, 1, r.seqLen - 1).reshape({-1}));
+            visit(w, hidden, nll);
+            return nll.to(at::kDouble).sum().item<double>();
         });
         r.tokens += r.seqLen - 1;
         job.progress(double(w + 1) / windows, "window " + std::to_string(w + 1) + "/" + std::to_string(windows));

@@ -2,7 +2,10 @@
 // WikiText-2 perplexity with the GPTQ-lineage protocol (SPEC §7).
 #include "util/Job.h"
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,9 +40,16 @@ struct PerplexityResult {
     double tokensPerSecond = 0;  // forward tokens per second
 };
 
+// What a pass over the windows shows of each one, for a comparison with another model
+// (eval/KlDivergence): the states before the final norm of its first seqLen-1 positions
+// [seqLen-1, hidden] and their NLLs [seqLen-1] (float32), on the model's device.
+using WindowVisitor = std::function<void(int window, const at::Tensor& hidden, const at::Tensor& nll)>;
+
 // Non-overlapping windows of seqLen tokens, tail dropped; each window predicts tokens 2..L from
-// their prefixes. Reports progress per window; honours cancel between windows.
+// their prefixes. Reports progress per window; honours cancel between windows. visit, when
+// given, sees every window; the result is the same with or without it.
 PerplexityResult evaluatePerplexity(const model::LlamaModel& model, const std::vector<int>& ids,
-                                    const PerplexityOptions& options, JobContext& job = silentJob());
+                                    const PerplexityOptions& options, JobContext& job = silentJob(),
+                                    const WindowVisitor& visit = nullptr);
 
 } // namespace latmix::eval
