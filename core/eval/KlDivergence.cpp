@@ -115,7 +115,9 @@ struct KlPass {
         const at::Tensor refHead = r.lmHead.to(dev), refBias = r.lmHeadBias.defined() ? r.lmHeadBias.to(dev) : at::Tensor();
         std::vector<float> kl, nll;
         std::vector<std::uint8_t> same;
-        out.perplexity = evaluatePerplexity(m, ids, r.options, job, [&](int w, const at::Tensor& hidden, const at::Tensor& windowNll) {
+        PerplexityOptions windows = r.options;
+        windows.maxWindows = r.perplexity.windows; // the reference's, even where the text goes on
+        out.perplexity = evaluatePerplexity(m, ids, windows, job, [&](int w, const at::Tensor& hidden, const at::Tensor& windowNll) {
             const auto x = finalNormed(m, hidden);
             const auto xr = readRows(windowFile(r.dir, w), seqLen - 1, r.hidden).to(x.device());
             compareWindow(x, m.weights().lmHead, m.weights().lmHeadBias, xr, refHead, refBias, r.dtype, vocabChunk, kl, same);
@@ -166,15 +168,8 @@ ReferenceStates ReferenceStates::record(const model::LlamaModel& reference, cons
     if (fs::exists(spillDir))
         throw std::invalid_argument("the folder for the reference's hidden states, " + spillDir +
                                     ", exists already: remove it (a run interrupted while evaluating leaves it)");
+    evaluationWindows(reference.config().maxPositions, ids.size(), options); // refused before the folder is made
     auto d = std::make_shared<Data>();
-    PerplexityResult& r = d->perplexity;
-    r.seqLen = std::min(options.seqLen, reference.config().maxPositions);
-    if (r.seqLen < 2) throw std::invalid_argument("perplexity needs a sequence length of at least 2");
-    int windows = static_cast<int>(ids.size() / static_cast<size_t>(r.seqLen));
-    if (options.maxWindows > 0) windows = std::min(windows, options.maxWindows);
-    if (windows == 0)
-        throw std::invalid_argument("the text has " + std::to_string(ids.size()) + " tokens, fewer than one window of " +
-                                    std::to_string(r.seqLen));
     fs::create_directories(spillDir);
     d->dir = spillDir; // removed from here on when d goes
     // Kept in host memory (mapped where the reference's is): a sweep holds the states across its

@@ -39,16 +39,24 @@ std::vector<int> tokenizeForEvaluation(const tokenizer::Tokenizer& tok, const st
     return tok.encode(text, tok.addsBosByDefault());
 }
 
+EvaluationWindows evaluationWindows(int maxPositions, std::size_t tokens, const PerplexityOptions& options) {
+    EvaluationWindows e;
+    e.seqLen = std::min(options.seqLen, maxPositions);
+    if (e.seqLen < 2) throw std::invalid_argument("perplexity needs a sequence length of at least 2");
+    e.count = static_cast<int>(tokens / static_cast<size_t>(e.seqLen));
+    if (options.maxWindows > 0) e.count = std::min(e.count, options.maxWindows);
+    if (e.count == 0)
+        throw std::invalid_argument("the text has " + std::to_string(tokens) + " tokens, fewer than one window of " +
+                                    std::to_string(e.seqLen));
+    return e;
+}
+
 PerplexityResult evaluatePerplexity(const model::LlamaModel& model, const std::vector<int>& ids,
                                     const PerplexityOptions& options, JobContext& job, const WindowVisitor& visit) {
     PerplexityResult r;
-    r.seqLen = std::min(options.seqLen, model.config().maxPositions);
-    if (r.seqLen < 2) throw std::invalid_argument("perplexity needs a sequence length of at least 2");
-    int windows = static_cast<int>(ids.size() / static_cast<size_t>(r.seqLen));
-    if (options.maxWindows > 0) windows = std::min(windows, options.maxWindows);
-    if (windows == 0)
-        throw std::invalid_argument("the text has " + std::to_string(ids.size()) + " tokens, fewer than one window of " +
-                                    std::to_string(r.seqLen));
+    const EvaluationWindows e = evaluationWindows(model.config().maxPositions, ids.size(), options);
+    r.seqLen = e.seqLen;
+    const int windows = e.count;
     auto all = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong);
     double nllSum = 0;
     const auto start = std::chrono::steady_clock::now();

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -39,6 +40,15 @@ struct PerplexityResult {
     double seconds = 0;
     double tokensPerSecond = 0;  // forward tokens per second
 };
+
+// The windows a text of `tokens` tokens is cut into: seqLen (options.seqLen, at most the model's
+// maxPositions) and how many (at most options.maxWindows when > 0). Throws std::invalid_argument
+// for a seqLen below 2 or a text shorter than one window.
+struct EvaluationWindows {
+    int seqLen = 0;
+    int count = 0;
+};
+EvaluationWindows evaluationWindows(int maxPositions, std::size_t tokens, const PerplexityOptions& options);
 
 // What a pass over the windows shows of each one, for a comparison with another model
 // (eval/KlDivergence): the states before the final norm of its first seqLen-1 positions
