@@ -2,18 +2,20 @@
 // A small quantization run built the way `latmix quantize` lays it out (core/export/RunModel.h),
 // for the export tests: every tensor of a Hugging Face model, W_down moved into the
 // online-Hadamard basis (W_down · Hᵀ, block 32, seed 1234), every block linear RTN-quantized with
-// mx::pack and its unpacked values used as the weight; RUN_DIR/latmix.json and a stand-in
+// mx::pack (NVFP4's fused groups with their shared g) and its unpacked values used as the weight; RUN_DIR/latmix.json and a stand-in
 // RUN_DIR/transforms.h5 beside model/. No Qt here (include it before Qt headers).
 #include "model/TensorNames.h"
 #include "run/RunModel.h"
 #include "model/Checkpoint.h"
 #include "mx/MxPack.h"
+#include "quant/WeightQuantizer.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,6 +31,16 @@ inline std::string readFile(const std::string& path) {
 
 inline void writeFile(const std::string& path, const std::string& text) {
     std::ofstream(path, std::ios::binary) << text;
+}
+
+// The name of the fused weight a block linear belongs to in vLLM ("…self_attn.qkv",
+// "…mlp.gate_up", "…experts.3.gate_up"), or the linear itself when it is loaded alone.
+inline std::string fusedGroupOf(const std::string& linear) {
+    const auto dot = linear.rfind('.');
+    const std::string parent = linear.substr(0, dot), last = linear.substr(dot + 1);
+    if (last == "q_proj" || last == "k_proj" || last == "v_proj") return parent + ".qkv";
+    if (last == "gate_proj" || last == "up_proj" || last == "w1" || last == "w3") return parent + ".gate_up";
+    return linear;
 }
 
 struct RunVariant {
@@ -61,14 +73,25 @@ inline run::RunModel buildRun(const std::string& source, const std::string& runD
             at::linspace(-0.1, 0.1, std::int64_t(c.numHeads) * c.headDim, at::kFloat);
     }
     const at::Tensor h = v.t3 ? run::t3Transform(run.quant, c.intermediateSize).dense() : at::Tensor();
+    auto kept = [&](const std::string& p) { return std::find(v.keep.begin(), v.keep.end(), p) != v.keep.end(); };
+    // NVFP4: the quantized weights a runtime fuses (q/k/v, gate/up; SPEC §6) share the g of their
+    // largest finite |w|, worked out here by name.
+    std::map<std::string, float> groupAmax;
+    for (const auto& p : model::names::blockLinearPrefixes(c))
+        if (!kept(p)) {
+            const auto a = run.tensors.at(p + ".weight").abs().nan_to_num(0, 0, 0).amax().item<float>();
+            groupAmax[fusedGroupOf(p)] = std::max(groupAmax[fusedGroupOf(p)], a);
+        }
     for (const auto& p : model::names::blockLinearPrefixes(c)) {
         at::Tensor w = run.tensors.at(p + ".weight");
         if (v.t3 && p.find("down_proj") != std::string::npos) w = w.to(at::kDouble).mm(h.t()).to(at::kFloat);
-        if (std::find(v.keep.begin(), v.keep.end(), p) != v.keep.end()) {
+        if (kept(p)) {
             run.tensors[p + ".weight"] = w.to(at::kBFloat16).to(at::kFloat);
             continue;
         }
-        mx::PackedTensor pk = mx::pack(w, v.weights);
+        const bool fused = fusedGroupOf(p) != p && v.weights.isNvfp4();
+        const float g = fused ? groupAmax.at(fusedGroupOf(p)) / mx::kNvfp4GlobalDivisor : 0.0f;
+        mx::PackedTensor pk = fused ? quant::quantizeRtn(w, v.weights, {}, g > 0 ? g : 1.0f).packed : mx::pack(w, v.weights);
         run.tensors[p + ".weight"] = mx::unpack(pk);
         run.packed[p] = std::move(pk);
     }

@@ -337,9 +337,13 @@ void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {
                 row->setData(0, kLinearRole, module);
                 row->setFlags(row->flags() | Qt::ItemIsUserCheckable);
                 row->setCheckState(0, Qt::Unchecked);
-                row->setToolTip(0, tr("%1\nChecked: its weights and its input stay in bf16 in the runs started from the "
-                                      "Calibration tab (--keep), through every method, the fold and the exports")
-                                       .arg(module));
+                QString tip = tr("%1\nChecked: its weights and its input stay in bf16 in the runs started from the "
+                                 "Calibration tab (--keep), through every method, the fold and the exports")
+                                  .arg(module);
+                if (linearsReading(kind).size() > 1) // vLLM fuses the linears of one input (SPEC §4, kept linears)
+                    tip += tr("\nFor a compressed-tensors export (vLLM), keep the linears of this input together: "
+                              "vLLM loads them as one layer with one scheme");
+                row->setToolTip(0, tip);
             }
         }
     }

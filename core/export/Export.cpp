@@ -296,7 +296,7 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
                                  "down_proj, which vLLM's fused MoE layers do not apply (compressed-tensors transforms "
                                  "reach Linear layers only); export it with --format hf or gguf (T3 folded back), or "
                                  "quantize with --method gptq or rtn (no T3) for a compressed-tensors export");
-    if (format == ExportFormat::CompressedTensors) refuseSplitExpertGlobalScales(run, runDir);
+    if (format == ExportFormat::CompressedTensors) refuseSplitFusedLinears(run, runDir);
     const std::string latmixPath = (fs::path(runDir) / kLatmixJson).string();
     if (!fs::is_regular_file(latmixPath, ec))
         throw std::runtime_error("run record '" + latmixPath +

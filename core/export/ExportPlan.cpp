@@ -7,6 +7,7 @@
 #include "model/TensorNames.h"
 #include "mx/MxPack.h"
 #include "transforms/Hadamard.h"
+#include "util/Text.h"
 
 #include <ATen/ATen.h>
 
@@ -49,23 +50,54 @@ void refuseOnlineInputTransforms(const model::ModelConfig& c, const std::string&
                              "(the transforms folded back into bf16 weights, activations unquantized)");
 }
 
-void refuseSplitExpertGlobalScales(const RunModel& run, const std::string& runDir) {
-    const model::ModelConfig c = runModelConfig(run);
-    if (!c.moe || !run.quant.weightFormat || !run.quant.weightFormat->isNvfp4()) return;
+namespace {
+
+// The block linears vLLM loads as one fused weight: qkv_proj, gate_up_proj, each expert's w13.
+std::vector<std::vector<std::string>> vllmFusedLinears(const model::ModelConfig& c) {
     using E = names::ExpertLinear;
+    std::vector<std::vector<std::string>> groups;
     for (int l = 0; l < c.numLayers; ++l) {
-        if (!c.isSparseLayer(l)) continue;
-        for (int e = 0; e < c.moe->numExperts; ++e) {
-            const std::string gate = names::layerPrefix(l) + names::expertModule(c, e, E::Gate),
-                              up = names::layerPrefix(l) + names::expertModule(c, e, E::Up);
-            const auto g = run.packed.find(gate), u = run.packed.find(up);
-            if (g == run.packed.end() || u == run.packed.end() || g->second.globalScale == u->second.globalScale) continue;
-            throw std::runtime_error(
-                "cannot export " + runDir + " as compressed-tensors: vLLM's NVFP4 MoE layers give each expert's gate and up "
-                "one global scale (they are one fused weight there), and this run's " + gate + " and " + up +
-                " have their own (" + std::to_string(g->second.globalScale) + " and " + std::to_string(u->second.globalScale) +
-                "): vLLM would scale the up projection by the gate's; quantize with --format mxfp4 (E8M0 scales only) for "
-                "vLLM, or export this run as hf");
+        const std::string p = names::layerPrefix(l);
+        groups.push_back({p + names::kQProj, p + names::kKProj, p + names::kVProj});
+        if (!c.isSparseLayer(l)) {
+            groups.push_back({p + names::kGateProj, p + names::kUpProj});
+            continue;
+        }
+        for (int e = 0; e < c.moe->numExperts; ++e)
+            groups.push_back({p + names::expertModule(c, e, E::Gate), p + names::expertModule(c, e, E::Up)});
+    }
+    return groups;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+    std::string r;
+    for (const auto& s : v) r += (r.empty() ? "" : ", ") + s;
+    return r;
+}
+
+} // namespace
+
+void refuseSplitFusedLinears(const RunModel& run, const std::string& runDir) {
+    const std::string what = "cannot export " + runDir + " as compressed-tensors: vLLM loads ";
+    for (const auto& group : vllmFusedLinears(runModelConfig(run))) {
+        std::vector<std::string> kept, packed;
+        for (const auto& linear : group) (run.packed.count(linear) ? packed : kept).push_back(linear);
+        if (!kept.empty() && !packed.empty())
+            throw std::runtime_error(what + joined(group) + " as one fused layer with one scheme, and --keep kept " +
+                                     joined(kept) + " in bf16 but quantized " + joined(packed) +
+                                     ": keep all of them or none (e.g. --keep 'layers\\.0\\.self_attn\\.[qkv]_proj'), "
+                                     "or export this run as hf or gguf");
+        if (packed.size() < 2 || !run.quant.weightFormat || !run.quant.weightFormat->isNvfp4()) continue;
+        const auto& first = run.packed.at(packed.front());
+        for (const auto& linear : packed) {
+            const auto& p = run.packed.at(linear);
+            if (p.globalScale == first.globalScale) continue;
+            throw std::runtime_error(what + joined(group) + " as one fused weight with one NVFP4 global scale, and this "
+                                     "run's " + packed.front() + " and " + linear + " have their own (" +
+                                     util::exactNumber(first.globalScale) + " and " + util::exactNumber(p.globalScale) +
+                                     "): vLLM would scale one by the other's. The run comes from a latmix that gave "
+                                     "every weight its own; quantize it again (fused weights now share one, SPEC §6), "
+                                     "or export it as hf");
         }
     }
 }

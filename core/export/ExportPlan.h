@@ -66,12 +66,11 @@ at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks
 // they build themselves, never a run's own per-block matrices. Throws std::runtime_error naming the
 // run, the target and the way out.
 void refuseOnlineInputTransforms(const model::ModelConfig& runConfig, const std::string& target, const std::string& runDir);
-// vLLM's compressed-tensors NVFP4 MoE method loads each expert's gate and up into one fused
-// weight with one global scale (the gate's, with a warning, when they differ): a run whose
-// experts' gate and up have their own global scales (this quantizer's rule: each weight's amax)
-// would be mis-scaled there. Throws std::runtime_error naming the first such expert and the ways
-// out; MXFP4 experts (E8M0 scales only) and dense models pass.
-void refuseSplitExpertGlobalScales(const run::RunModel& run, const std::string& runDir);
+// vLLM loads q/k/v, gate/up and each expert's gate/up as one fused weight, with one scheme and
+// (NVFP4) one global scale, the largest, warning and mis-scaling the others when they differ.
+// Throws std::runtime_error naming the group and the way out when --keep kept part of a group, or
+// when a group's NVFP4 global scales differ (runs quantized before fused weights shared one).
+void refuseSplitFusedLinears(const run::RunModel& run, const std::string& runDir);
 
 // The bytes of one item, as the plan says.
 at::Tensor produce(const Item& item, const run::RunModel& run, const Plan& plan);

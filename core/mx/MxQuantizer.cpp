@@ -162,7 +162,7 @@ at::Tensor fourOverSixScales(const at::Tensor& blocks, const at::Tensor& eff6, c
 // per-block maxima, exponents and scales are 1/B of it. The output holds y = x/s, then the grid
 // values over y's indices, then their product with s. Seven passes: the maxima, y, the indices,
 // the gather, the scale, the signs, the NaN blocks. (Four over six rounds each candidate once more.)
-Quantized quantizeTensorOps(const at::Tensor& x2d, const MxConfig& c, bool wantScales) {
+Quantized quantizeTensorOps(const at::Tensor& x2d, const MxConfig& c, bool wantScales, float nvfp4Global) {
     const int64_t rows = x2d.size(0), n = x2d.size(1), B = c.blockSize;
     const int64_t nb = (n + B - 1) / B;
     auto padded = nb * B == n ? x2d : at::constant_pad_nd(x2d, {0, nb * B - n}, 0);
@@ -176,8 +176,13 @@ Quantized quantizeTensorOps(const at::Tensor& x2d, const MxConfig& c, bool wantS
     auto q = at::empty({rows, nb, B}, blocks.options());
     at::Tensor scale;
     if (c.isNvfp4()) {
-        auto g = finiteAmax(x2d, amax, finite) / deviceScalar(kNvfp4GlobalDivisor, x2d);
-        g = at::where(g > 0, g, at::ones_like(g));
+        at::Tensor g;
+        if (nvfp4Global > 0) {
+            g = deviceScalar(nvfp4Global, x2d);
+        } else {
+            g = finiteAmax(x2d, amax, finite) / deviceScalar(kNvfp4GlobalDivisor, x2d);
+            g = at::where(g > 0, g, at::ones_like(g));
+        }
         scale = nvfp4Effective(amax, g, 6.0f);
         // The padding of a partial block is zero: it adds nothing to either error.
         if (c.fourOverSix()) scale = fourOverSixScales(blocks, scale, nvfp4Effective(amax, g, 4.0f));
@@ -203,7 +208,7 @@ Quantized quantizeTensorOps(const at::Tensor& x2d, const MxConfig& c, bool wantS
     return r;
 }
 
-Quantized quantizeCpuKernel(const at::Tensor& x2d, const MxConfig& c, bool wantScales) {
+Quantized quantizeCpuKernel(const at::Tensor& x2d, const MxConfig& c, bool wantScales, float nvfp4Global) {
     if (!x2d.device().is_cpu())
         throw std::invalid_argument("the MX CPU kernel needs a CPU tensor; use the tensor-ops backend");
     const int64_t rows = x2d.size(0), n = x2d.size(1);
@@ -211,7 +216,9 @@ Quantized quantizeCpuKernel(const at::Tensor& x2d, const MxConfig& c, bool wantS
     auto x = x2d.contiguous();
     Quantized r{at::empty_like(x), {}};
     auto codes = at::empty({rows, nb}, x.options().dtype(at::kByte));
-    const float g = c.isNvfp4() ? cpu::nvfp4GlobalScale(x.data_ptr<float>(), x.numel()) : 1.0f;
+    const float g = !c.isNvfp4()     ? 1.0f
+                    : nvfp4Global > 0 ? nvfp4Global
+                                      : cpu::nvfp4GlobalScale(x.data_ptr<float>(), x.numel());
     cpu::QuantizeOutputs out;
     out.dequantized = r.values.data_ptr<float>();
     out.scaleCodes = codes.data_ptr<std::uint8_t>();
@@ -228,15 +235,16 @@ Quantized quantizeCpuKernel(const at::Tensor& x2d, const MxConfig& c, bool wantS
     return r;
 }
 
-Quantized quantize(const at::Tensor& x, const MxConfig& c, Backend backend, bool wantScales) {
+// nvfp4Global > 0: NVFP4's tensor scale g given instead of x's own (blockScales).
+Quantized quantize(const at::Tensor& x, const MxConfig& c, Backend backend, bool wantScales, float nvfp4Global = 0) {
     c.validate();
     const int64_t n = x.dim() == 0 ? 1 : x.size(-1);
     auto x2d = x.detach().to(at::kFloat).reshape({-1, n});
     if (backend == Backend::Auto)
         backend = x.device().is_cpu() ? Backend::CpuKernel : Backend::TensorOps;
     if (x2d.numel() == 0) return {x2d.clone(), at::empty({x2d.size(0), 0}, x2d.options())};
-    return backend == Backend::CpuKernel ? quantizeCpuKernel(x2d, c, wantScales)
-                                         : quantizeTensorOps(x2d, c, wantScales);
+    return backend == Backend::CpuKernel ? quantizeCpuKernel(x2d, c, wantScales, nvfp4Global)
+                                         : quantizeTensorOps(x2d, c, wantScales, nvfp4Global);
 }
 
 // Straight-through estimator (SPEC §1): identity gradient inside the representable range.
@@ -291,8 +299,11 @@ at::Tensor fakeQuantizeAfterHadamard(const at::Tensor& x, const at::Tensor& sign
     return y.view(x.sizes());
 }
 
-at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend) {
-    auto r = quantize(x, c, backend, true);
+at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend, float nvfp4Global) {
+    if (!(nvfp4Global >= 0 && std::isfinite(nvfp4Global)))
+        throw std::invalid_argument("blockScales: an NVFP4 tensor scale must be positive and finite, got " +
+                                    std::to_string(nvfp4Global));
+    auto r = quantize(x, c, backend, true, nvfp4Global);
     auto shape = x.sizes().vec();
     if (shape.empty()) shape.push_back(1);
     shape.back() = r.scales.size(1);

@@ -27,8 +27,11 @@ at::Tensor fakeQuantizeAfterHadamard(const at::Tensor& x, const at::Tensor& sign
 bool fusedHadamardApplies(const at::Tensor& x, const MxConfig& c, std::int64_t hadamardBlock);
 
 // Per-block scales actually used (E8M0 power of two; NVFP4: E4M3 scale times the tensor scale),
-// shape [..., ceil(n/B)], float32, NaN for blocks holding NaN/Inf.
-at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend = Backend::Auto);
+// shape [..., ceil(n/B)], float32, NaN for blocks holding NaN/Inf. nvfp4Global > 0 (NVFP4 only)
+// is the tensor scale g to use instead of x's own: weights a runtime fuses share one g
+// (quant::sharedGlobalScale); each row's scales are then those of x's rows stacked with the
+// other weights of the group. 0 takes x's own.
+at::Tensor blockScales(const at::Tensor& x, const MxConfig& c, Backend backend = Backend::Auto, float nvfp4Global = 0);
 
 // The element rounding of SPEC §1 on a float32 tensor (any device), elementwise: the spacing of
 // the binade holding |y| (at least the smallest normal binade's; INT formats: fixed), round half

@@ -120,17 +120,32 @@ QuantizedWeight finish(const at::Tensor& w, const at::Tensor& q, const GroupScal
 
 } // namespace
 
-GroupScales staticScales(const at::Tensor& w, const mx::MxConfig& c) {
+GroupScales staticScales(const at::Tensor& w, const mx::MxConfig& c, float nvfp4Global) {
     c.validate();
     if (!w.defined() || w.dim() < 1) throw std::invalid_argument("staticScales: need a tensor [..., in]");
+    if (!c.isNvfp4()) nvfp4Global = 0;
     GroupScales g;
-    g.scales = mx::blockScales(w, c);
-    if (c.isNvfp4()) {
+    g.scales = mx::blockScales(w, c, mx::Backend::Auto, nvfp4Global);
+    if (nvfp4Global > 0) {
+        g.globalScale = nvfp4Global;
+    } else if (c.isNvfp4()) {
         // The same FP32 tensor scale as mx::fakeQuantize / mx::pack compute (SPEC §1).
         auto x = w.detach().to(at::kCPU, at::kFloat).contiguous();
         g.globalScale = mx::cpu::nvfp4GlobalScale(x.data_ptr<float>(), x.numel());
     }
     return g;
+}
+
+float sharedGlobalScale(const std::vector<at::Tensor>& weights) {
+    float amax = 0.0f;
+    for (const at::Tensor& w : weights) {
+        if (!w.defined() || w.numel() == 0) continue;
+        // Finite values only, as cpu::nvfp4GlobalScale; the maximum is exact on any device.
+        const auto a = w.detach().to(at::kFloat).abs().nan_to_num_(0.0, 0.0, 0.0).amax();
+        amax = std::max(amax, a.item<float>());
+    }
+    const float g = amax / mx::kNvfp4GlobalDivisor;
+    return g > 0.0f ? g : 1.0f;
 }
 
 at::Tensor quantizeWithScales(const at::Tensor& x, const at::Tensor& scales, const mx::MxConfig& c) {
@@ -272,12 +287,12 @@ mx::PackedTensor packWithScales(const at::Tensor& dequantized, const at::Tensor&
     return p;
 }
 
-QuantizedWeight quantizeRtn(const at::Tensor& w, const mx::MxConfig& c, const at::Tensor& hessian) {
+QuantizedWeight quantizeRtn(const at::Tensor& w, const mx::MxConfig& c, const at::Tensor& hessian, float nvfp4Global) {
     c.validate();
     checkWeight(w, "quantizeRtn");
     if (hessian.defined()) checkHessian(hessian, w.size(1), "quantizeRtn");
     auto wf = w.detach().to(at::kFloat);
-    const GroupScales gs = staticScales(wf, c);
+    const GroupScales gs = staticScales(wf, c, nvfp4Global);
     return finish(w, quantizeWithScales(wf, gs.scales, c), gs, c, hessian);
 }
 
@@ -328,7 +343,7 @@ void columnBlockCpu(at::Tensor& W1, const at::Tensor& U1, const at::Tensor& colS
 } // namespace
 
 QuantizedWeight quantizeGptq(const at::Tensor& w, const at::Tensor& hessian, const mx::MxConfig& c,
-                             const GptqOptions& o) {
+                             const GptqOptions& o, float nvfp4Global) {
     c.validate();
     checkWeight(w, "quantizeGptq");
     const std::int64_t out = w.size(0), in = w.size(1);
@@ -353,7 +368,7 @@ QuantizedWeight quantizeGptq(const at::Tensor& w, const at::Tensor& hessian, con
 
     // Static groups: scales from the full (dead-zeroed) W before the column loop, so that with
     // act-order every weight still uses its own group's scale (GPTQ static_groups, MR-GPTQ).
-    const GroupScales gs = staticScales(W.to(at::kFloat), c);
+    const GroupScales gs = staticScales(W.to(at::kFloat), c, nvfp4Global);
     auto colScale = gs.scales.to(dev, at::kFloat).repeat_interleave(c.blockSize, 1).narrow(1, 0, in);
 
     at::Tensor perm;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace latmix::quant {
 
@@ -30,7 +31,14 @@ struct GroupScales {
     at::Tensor scales;        // float32 [..., ceil(in/B)] on w's device
     float globalScale = 1.0f; // NVFP4 per-tensor scale g (scales already include it); 1 for MX
 };
-GroupScales staticScales(const at::Tensor& w, const mx::MxConfig& c);
+// nvfp4Global > 0 (NVFP4 only; other formats ignore it) is the tensor scale g to use instead of
+// w's own: the one a group of fused weights shares (sharedGlobalScale).
+GroupScales staticScales(const at::Tensor& w, const mx::MxConfig& c, float nvfp4Global = 0);
+
+// NVFP4's tensor scale g of several weights taken as one: their largest finite |w| / (448·6), 1 when
+// every value is zero; what staticScales gives for their rows stacked. The weights a runtime
+// fuses into one matrix share it (SPEC §6: vLLM's q/k/v, gate/up and each expert's gate/up).
+float sharedGlobalScale(const std::vector<at::Tensor>& weights);
 
 // x [..., n] quantized with given per-group scales [..., ceil(n/B)]: s * Qe(x / s) with the
 // element rounding of core/mx (half to even, subnormals kept, saturation to +-max), in float32.
@@ -45,7 +53,9 @@ mx::PackedTensor packWithScales(const at::Tensor& dequantized, const at::Tensor&
 
 // Round to nearest with the static scales: dequantized equals mx::fakeQuantize(w) bit for bit.
 // w: 2-D [out, in], finite. hessian (optional, [in, in]) is used for relativeError only.
-QuantizedWeight quantizeRtn(const at::Tensor& w, const mx::MxConfig& c, const at::Tensor& hessian = {});
+// nvfp4Global: as staticScales.
+QuantizedWeight quantizeRtn(const at::Tensor& w, const mx::MxConfig& c, const at::Tensor& hessian = {},
+                            float nvfp4Global = 0);
 
 struct GptqOptions {
     double damping = 1e-2; // lambda: lambda * mean(diag H) is added to the diagonal
@@ -62,9 +72,9 @@ struct GptqOptions {
 // loop, so act-order keeps every weight in its own group. Runs in float64 on w's device (the
 // column loop: see GptqOptions::backend); the element rounding itself is float32 (the working
 // weight is rounded to float32 first), exactly as quantizeWithScales. Results come back on the
-// CPU.
+// CPU. nvfp4Global: as staticScales (the scales come from the dead-zeroed W and that g).
 QuantizedWeight quantizeGptq(const at::Tensor& w, const at::Tensor& hessian, const mx::MxConfig& c,
-                             const GptqOptions& o = {});
+                             const GptqOptions& o = {}, float nvfp4Global = 0);
 
 // H = (2/n) sum x x^T over the n rows of activations x [..., in] (GPTQ's convention), float64.
 class HessianAccumulator {

@@ -24,9 +24,11 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "TestData.h" // after ATen: Qt's slots macro breaks ATen headers
 #include <QTemporaryDir>
@@ -67,11 +69,58 @@ at::Tensor decodeMxfp4(const at::Tensor& packed, const at::Tensor& scales, std::
     return w;
 }
 
+// compressed-tensors' NVFP4 weight: E2M1 codes as above, E4M3 bytes per 16 (bias 7, subnormal
+// below exponent 1, 0x7F/0xFF NaN), divided by the stored global scale (448·6/amax).
+at::Tensor decodeNvfp4(const at::Tensor& packed, const at::Tensor& scales, float global, std::int64_t cols) {
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    auto e4m3 = [](std::uint8_t b) {
+        const int e = (b >> 3) & 15, m = b & 7;
+        if ((b & 127) == 127) return std::nan("");
+        const double v = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7);
+        return b & 128 ? -v : v;
+    };
+    const auto p = packed.contiguous(), s = scales.contiguous();
+    const std::int64_t rows = p.size(0);
+    at::Tensor w = at::empty({rows, cols}, at::kDouble);
+    auto* out = w.data_ptr<double>();
+    const auto* code = p.data_ptr<std::uint8_t>();
+    const auto* scale = s.data_ptr<std::uint8_t>();
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) {
+            const int q = (code[r * p.size(1) + c / 2] >> (c % 2 ? 4 : 0)) & 15;
+            out[r * cols + c] = (q & 8 ? -1 : 1) * mag[q & 7] * e4m3(scale[r * s.size(1) + c / 16]) / double(global);
+        }
+    return w;
+}
+
 } // namespace
 
 class TestCtConfig : public QObject {
     Q_OBJECT
     QTemporaryDir m_tmp;
+
+    static void addMoeFamilies() {
+        QTest::addColumn<QString>("family");
+        QTest::newRow("qwen3-moe") << "qwen3moe";
+        QTest::newRow("mixtral") << "mixtral";
+    }
+    // A run of a small random model of the family (its folder: the run's + "-model").
+    std::string moeRun(const QString& family, const std::string& method, mx::Format format, const std::string& keep) {
+        const std::string runDir = (m_tmp.path() + "/moe-" + family + "-" + QString::fromStdString(method) + "-" +
+                                    QString::fromStdString(mx::formatName(format)))
+                                       .toStdString();
+        const QString model = test::moeModel(QString::fromStdString(runDir + "-model"), test::moeRunConfigText(family),
+                                             family.toStdString());
+        run::QuantizeOptions o;
+        o.method = method;
+        o.format = mx::makeConfig(format);
+        o.calibSamples = 8;
+        o.seqLen = 32;
+        o.device = "cpu";
+        o.keep = keep;
+        run::runQuantize(model.toStdString(), test::randomIds(2000, 300, 4), {}, runDir, o);
+        return runDir;
+    }
 
 private slots:
     void configAndFunctionAsVllmReadsThem() {
@@ -112,7 +161,7 @@ private slots:
         QCOMPARE(scheme.at("type").get<std::string>(), std::string("hadamard")); // built by the runtime, not drawn
         QCOMPARE(scheme.at("randomize").get<bool>(), false);
         const std::int64_t b = scheme.at("head_dim").get<std::int64_t>();
-        const auto& c = model::Checkpoint::load(runDir + "/model").config();
+        const model::ModelConfig c = model::Checkpoint::load(runDir + "/model").config();
         QVERIFY(b == 32 && c.intermediateSize % b == 0);
         QCOMPARE(int(scheme.at("apply").size()), 1);
         const json& args = scheme.at("apply").at(0);
@@ -160,7 +209,9 @@ private slots:
         test::RunVariant v;
         v.weights = mx::MxConfig{mx::Format::MxFp4, 32};
         const std::string l0 = model::names::layerPrefix(0), l1 = model::names::layerPrefix(1);
-        v.keep = {l0 + model::names::kQProj, l0 + model::names::kDownProj, l1 + model::names::kUpProj};
+        // Whole fused groups (vLLM loads q/k/v and gate/up as one layer with one scheme).
+        v.keep = {l0 + model::names::kQProj,   l0 + model::names::kKProj, l0 + model::names::kVProj,
+                  l0 + model::names::kDownProj, l1 + model::names::kGateProj, l1 + model::names::kUpProj};
         const run::RunModel run = test::buildRun(source.toStdString(), runDir, v, source.toStdString());
         JobContext job;
         exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job);
@@ -180,7 +231,7 @@ private slots:
             QVERIFY2(!st->contains(k + ".weight_packed") && st->entry(k + ".weight").dtype == "BF16", k.c_str());
         }
         QVERIFY(!st->contains(l0 + model::names::kDownProj + ".latmix_t3_input.weight")); // no transform there
-        const auto& c = model::Checkpoint::load(runDir + "/model").config();
+        const model::ModelConfig c = model::Checkpoint::load(runDir + "/model").config();
         const std::int64_t b = 32;
         const at::Tensor s = sylvester(b), h = run::t3Transform(run.quant, c.intermediateSize).dense();
         at::manual_seed(6);
@@ -218,23 +269,12 @@ private slots:
     // that Python's re.match finds (anchored at the start) and that no expert linear matches. The
     // MoE layer rebuilt from those files alone (routing as transformers computes it, here in
     // float64) equals the run's layer computed from its own dequantized weights.
-    void mixtureOfExpertsAsVllmReadsThem_data() {
-        QTest::addColumn<QString>("family");
-        QTest::newRow("qwen3-moe") << "qwen3moe";
-        QTest::newRow("mixtral") << "mixtral";
-    }
+    void mixtureOfExpertsAsVllmReadsThem_data() { addMoeFamilies(); }
     void mixtureOfExpertsAsVllmReadsThem() {
         QFETCH(QString, family);
-        const QString model = test::moeModel(m_tmp.filePath("moe-" + family), test::moeRunConfigText(family), family.toStdString());
-        const std::string runDir = (m_tmp.path() + "/moe-run-" + family).toStdString(), out = runDir + "-ct";
-        run::QuantizeOptions o;
-        o.method = "gptq";
-        o.format = mx::makeConfig(mx::Format::MxFp4);
-        o.calibSamples = 8;
-        o.seqLen = 32;
-        o.device = "cpu";
-        o.keep = "layers\\.1\\.self_attn\\.q_proj"; // a kept attention linear joins the router in ignore
-        run::runQuantize(model.toStdString(), test::randomIds(2000, 300, 4), {}, runDir, o);
+        // Kept attention linears join the router in ignore.
+        const std::string runDir = moeRun(family, "gptq", mx::Format::MxFp4, "layers\\.1\\.self_attn\\.[qkv]_proj"),
+                          out = runDir + "-ct";
         JobContext job;
         exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job);
         std::ifstream in(out + "/config.json");
@@ -265,7 +305,8 @@ private slots:
             QVERIFY2(st->entry(router + ".weight").dtype == "BF16", router.c_str());
             QVERIFY(!ignored(p + "mlp.experts.0.gate_proj") && !ignored(p + "mlp.experts.0.up_proj") &&
                     !ignored(p + "mlp.experts.0.down_proj")); // vLLM's synthetic names for the scheme lookup
-            QCOMPARE(ignored(p + model::names::kQProj), l == 1);
+            for (const char* m : {model::names::kQProj, model::names::kKProj, model::names::kVProj})
+                QCOMPARE(ignored(p + m), l == 1);
             std::vector<at::Tensor> gate, up, down, gateRun, upRun, downRun;
             for (int e = 0; e < c.moe->numExperts; ++e) {
                 auto read = [&](E which, std::int64_t cols, std::vector<at::Tensor>& ours, std::vector<at::Tensor>& theirs) {
@@ -310,23 +351,96 @@ private slots:
         }
     }
 
-    // NVFP4 experts: vLLM gives gate and up one global scale; this quantizer's are per weight, so
-    // the export is refused, naming the expert and the ways out, and writes nothing.
-    void nvfp4ExpertsAreRefused() {
-        const QString model = test::moeModel(m_tmp.filePath("moe-qwen3moe"), test::moeRunConfigText("qwen3moe"), "qwen3moe");
-        const std::string runDir = (m_tmp.path() + "/moe-run-nvfp4").toStdString(), out = runDir + "-ct";
-        run::QuantizeOptions o;
-        o.method = "rtn";
-        o.format = mx::makeConfig(mx::Format::NvFp4);
-        o.calibSamples = 4;
-        o.seqLen = 32;
-        o.device = "cpu";
-        run::runQuantize(model.toStdString(), test::randomIds(2000, 300, 4), {}, runDir, o);
+    // NVFP4 experts as vLLM's NVFP4 MoE method reads them: per expert weight_packed, weight_scale
+    // (E4M3 bytes) and weight_global_scale (448·6/amax); gate and up go into one w13 weight scaled
+    // by the gate's global scale alone, so the run gives them one (SPEC §6), from the larger of the
+    // two originals' maxima (RTN: no transform, the checkpoint's weights). Decoded that way, every
+    // weight is the run's up to float32's rounding of the scales: the run multiplies the E4M3 scale
+    // by g and then by the element (two roundings), the file holds 1/g rounded (a third), so
+    // |Δw| ≤ 3·2⁻²⁴·|w| < 2⁻²²·|w|. The MoE layer rebuilt from the files is then bounded against the
+    // run's by first-order propagation of that δ, worked out per output.
+    void nvfp4ExpertsAsVllmReadsThem_data() { addMoeFamilies(); }
+    void nvfp4ExpertsAsVllmReadsThem() {
+        QFETCH(QString, family);
+        const std::string runDir = moeRun(family, "rtn", mx::Format::NvFp4, ""), out = runDir + "-ct";
+        const std::string model = runDir + "-model";
+        JobContext job;
+        exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job);
+        const run::RunModel runModel = run::readRunModel(runDir + "/model");
+        const model::ModelConfig c = run::runModelConfig(runModel);
+        const auto source = model::Checkpoint::load(model);
+        const auto st = io::SafeTensorsFile::open(out + "/model.safetensors");
+        const double delta = std::ldexp(1.0, -22);
+        using E = model::names::ExpertLinear;
+        at::manual_seed(9);
+        for (int l = 0; l < c.numLayers; ++l) {
+            const std::string p = model::names::layerPrefix(l), router = p + model::names::routerModule(c);
+            std::vector<at::Tensor> gate, up, down;
+            for (int e = 0; e < c.moe->numExperts; ++e) {
+                const std::string g = p + model::names::expertModule(c, e, E::Gate), u = p + model::names::expertModule(c, e, E::Up),
+                                  d = p + model::names::expertModule(c, e, E::Down);
+                auto amax = [&](const std::string& m) { return source.weight(m + ".weight").to(at::kFloat).abs().max().item<float>(); };
+                const float stored = st->tensor(g + ".weight_global_scale").item<float>();
+                QCOMPARE(test::bitsOf(st->tensor(u + ".weight_global_scale").item<float>()), test::bitsOf(stored));
+                QCOMPARE(test::bitsOf(stored), test::bitsOf(1.0f / (std::max(amax(g), amax(u)) / (448.0f * 6.0f))));
+                // w13 takes the gate's global scale for both halves; w2 its own.
+                using Part = std::tuple<std::string, float, std::int64_t>;
+                const float downGlobal = st->tensor(d + ".weight_global_scale").item<float>();
+                for (const auto& [m, global, cols] : std::vector<Part>{{g, stored, c.hiddenSize}, {u, stored, c.hiddenSize},
+                                                                       {d, downGlobal, c.moe->expertWidth}}) {
+                    QCOMPARE(st->entry(m + ".weight_scale").dtype, std::string("F8_E4M3"));
+                    const at::Tensor ours = decodeNvfp4(st->tensor(m + ".weight_packed"), st->tensor(m + ".weight_scale"), global, cols);
+                    const at::Tensor theirs = runModel.tensors.at(m + ".weight").to(at::kDouble);
+                    QVERIFY2(((ours - theirs).abs() <= delta * theirs.abs()).all().item<bool>(), m.c_str());
+                    (m == g ? gate : m == u ? up : down).push_back(ours);
+                }
+            }
+            // The layer from the files against the run's own weights: softmax, top-k, renormalised.
+            const at::Tensor x = at::randn({6, c.hiddenSize}, at::kDouble);
+            const at::Tensor logits = x.mm(st->tensor(router + ".weight").to(at::kDouble).t());
+            const auto top = at::topk(at::softmax(logits, 1), c.moe->expertsPerToken, 1);
+            const auto weights = std::get<0>(top) / std::get<0>(top).sum(1, true);
+            auto silu = [](const at::Tensor& t) { return t / (1 + at::exp(-t)); };
+            auto w = [&](E which, int e) { return runModel.tensors.at(p + model::names::expertModule(c, e, which) + ".weight").to(at::kDouble); };
+            for (std::int64_t t = 0; t < x.size(0); ++t) {
+                const auto xt = x[t].unsqueeze(0), xa = xt.abs();
+                at::Tensor yCt = at::zeros({1, c.hiddenSize}, at::kDouble), yRun = yCt.clone(), bound = yCt.clone();
+                for (std::int64_t k = 0; k < c.moe->expertsPerToken; ++k) {
+                    const auto e = std::get<1>(top)[t][k].item<std::int64_t>();
+                    const double r = weights[t][k].item<double>();
+                    yCt += r * (silu(xt.mm(gate[e].t())) * xt.mm(up[e].t())).mm(down[e].t());
+                    const auto a = silu(xt.mm(w(E::Gate, int(e)).t())), b = xt.mm(w(E::Up, int(e)).t());
+                    yRun += r * (a * b).mm(w(E::Down, int(e)).t());
+                    // |Δy| ≤ δ·|D|(|a||b| + 1.1·(|G||x|)|b| + |a|(|U||x|)) to first order (SiLU is 1.1-Lipschitz)
+                    const auto gx = xa.mm(w(E::Gate, int(e)).abs().t()), ux = xa.mm(w(E::Up, int(e)).abs().t());
+                    bound += r * (a.abs() * b.abs() + 1.1 * gx * b.abs() + a.abs() * ux).mm(w(E::Down, int(e)).abs().t());
+                }
+                // 2δ: the first-order bound doubled for the second-order terms and the float64 sums.
+                const double worst = ((yCt - yRun).abs() / (2 * delta * bound + 1e-300)).max().item<double>();
+                QVERIFY2(worst <= 1.0, qPrintable(QString("layer %1 token %2: %3 of the bound").arg(l).arg(t).arg(worst)));
+            }
+        }
+    }
+
+    // vLLM loads q/k/v (and gate/up) as one layer with one scheme: --keep that keeps part of such a
+    // group is refused by the compressed-tensors export, naming the group and the way out, and
+    // nothing is written; hf takes the same run.
+    void partlyKeptFusedLinearsAreRefused() {
+        const QString source = test::modelFolder("brownpy-13M");
+        if (!QFileInfo::exists(source + "/model.safetensors")) LATMIX_DATA_SKIP(qPrintable("no " + source));
+        const std::string runDir = (m_tmp.path() + "/kept-q").toStdString(), out = runDir + "-ct";
+        test::RunVariant v;
+        v.weights = mx::MxConfig{mx::Format::MxFp4, 32};
+        v.keep = {model::names::layerPrefix(0) + model::names::kQProj};
+        test::buildRun(source.toStdString(), runDir, v, source.toStdString());
         JobContext job;
         const QString error = test::errorOf([&] { exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job); });
-        QVERIFY2(error.contains("one global scale") && error.contains("mlp.experts.0.gate_proj") && error.contains("--format mxfp4"),
+        QVERIFY2(error.contains("model.layers.0.self_attn.q_proj, model.layers.0.self_attn.k_proj, model.layers.0.self_attn.v_proj") &&
+                     error.contains("keep all of them or none") && error.contains("hf"),
                  qPrintable(error));
         QVERIFY(!QFileInfo::exists(QString::fromStdString(out)));
+        exporting::exportRun(runDir, exporting::ExportFormat::Hf, out + "-hf", job);
+        QVERIFY(QFileInfo::exists(QString::fromStdString(out + "-hf/config.json")));
     }
 };
 

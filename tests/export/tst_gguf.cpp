@@ -221,7 +221,7 @@ private slots:
         JobContext job;
         const auto report = exporting::exportGguf(runDir, file, job);
         const auto f = test::GgufFile::read(file);
-        const auto& c = model::Checkpoint::load(runDir + "/model").config();
+        const model::ModelConfig c = model::Checkpoint::load(runDir + "/model").config();
         QCOMPARE(f.version, 3u);
         QCOMPARE(f.string("general.architecture"), std::string("llama"));
         QCOMPARE(int(f.number("llama.block_count")), c.numLayers);

@@ -198,6 +198,59 @@ private slots:
         QVERIFY(r.relativeError > 0 && r.relativeError < 0.1);
     }
 
+    // 2b. Weights a runtime fuses share NVFP4's tensor scale (SPEC §6): with the g of the group,
+    //     a part is quantized exactly as its rows of the stacked weight are, RTN and GPTQ's static
+    //     scales alike; g is the stacked weight's own, non-finite values left out. MX formats,
+    //     whose scales have no tensor part, ignore the argument.
+    void sharedGlobalScaleIsTheStackedWeights_data() {
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<QString>("scaleMode");
+        QTest::addColumn<int>("in");
+        QTest::newRow("nvfp4") << "nvfp4" << "" << 96;
+        QTest::newRow("nvfp4 four-over-six") << "nvfp4" << "four-over-six" << 96;
+        QTest::newRow("nvfp4 partial 172") << "nvfp4" << "" << 172;
+        QTest::newRow("mxfp4 (no tensor scale)") << "mxfp4" << "" << 96;
+    }
+    void sharedGlobalScaleIsTheStackedWeights() {
+        QFETCH(QString, format);
+        QFETCH(QString, scaleMode);
+        QFETCH(int, in);
+        MxConfig c = configOf(format);
+        if (!scaleMode.isEmpty()) c.scaleMode = mx::parseScaleMode(scaleMode.toStdString());
+        const auto a = makeWeight(8, in, 41), b = makeWeight(12, in, 42) * 3.0; // b holds the larger maximum
+        const auto stacked = at::cat({a, b}, 0);
+        const float g = quant::sharedGlobalScale({a, b});
+        const auto whole = quant::quantizeRtn(stacked, c);
+        if (!c.isNvfp4()) {
+            const auto own = quant::quantizeRtn(a, c);
+            QCOMPARE(mismatch(quant::quantizeRtn(a, c, {}, g).dequantized, own.dequantized), -1LL);
+            return;
+        }
+        QCOMPARE(bitsOf(g), bitsOf(quant::staticScales(stacked, c).globalScale));
+        QVERIFY(bitsOf(g) != bitsOf(quant::staticScales(a, c).globalScale)); // the case that matters
+        const auto part = quant::quantizeRtn(a, c, {}, g);
+        QCOMPARE(mismatch(part.dequantized, whole.dequantized.narrow(0, 0, 8)), -1LL);
+        QVERIFY(at::equal(part.packed.codes, whole.packed.codes.narrow(0, 0, 8)));
+        QVERIFY(at::equal(part.packed.scales, whole.packed.scales.narrow(0, 0, 8)));
+        QCOMPARE(bitsOf(part.packed.globalScale), bitsOf(g));
+        QCOMPARE(mismatch(mx::unpack(part.packed), part.dequantized), -1LL);
+        // GPTQ: its static scales are the stacked weight's rows (no dead input here).
+        auto gen = at::detail::createCPUGenerator(43);
+        const auto x = at::randn({4 * in, in}, gen, at::kDouble);
+        const auto h = x.t().mm(x) / double(x.size(0));
+        const auto gptq = quant::quantizeGptq(a, h, c, {}, g);
+        QCOMPARE(mismatch(gptq.scales, whole.scales.narrow(0, 0, 8)), -1LL);
+        QCOMPARE(bitsOf(gptq.packed.globalScale), bitsOf(g));
+        QCOMPARE(mismatch(mx::unpack(gptq.packed), gptq.dequantized), -1LL);
+        // Non-finite values do not count (as cpu::nvfp4GlobalScale); all zeros give 1.
+        auto withInf = b.clone();
+        withInf[0][0] = std::numeric_limits<float>::infinity();
+        withInf[1][1] = std::numeric_limits<float>::quiet_NaN();
+        QCOMPARE(bitsOf(quant::sharedGlobalScale({a, withInf})),
+                 bitsOf(quant::staticScales(at::cat({a, withInf}, 0), c).globalScale));
+        QCOMPARE(quant::sharedGlobalScale({at::zeros({2, in})}), 1.0f);
+    }
+
     // 3. A diagonal Hessian has no cross terms: nothing propagates and GPTQ is RTN exactly.
     void gptqDiagonalHessianIsRtn_data() { addFormats(); }
     void gptqDiagonalHessianIsRtn() {

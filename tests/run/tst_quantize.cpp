@@ -142,6 +142,42 @@ private slots:
         QVERIFY(at::equal(got.forward(tokens), want.forward(tokens)));
     }
 
+    // NVFP4 (SPEC §6): the linears vLLM fuses (q/k/v, gate/up) share one tensor scale g, the
+    // largest |w| of the group over 448·6, worked out here from the checkpoint (rtn and gptq fold
+    // nothing); o_proj and down_proj keep their own (RTN: exactly their own maximum's).
+    void nvfp4FusedLinearsShareOneGlobalScale_data() {
+        QTest::addColumn<QString>("method");
+        QTest::newRow("rtn") << "rtn";
+        QTest::newRow("gptq") << "gptq";
+    }
+    void nvfp4FusedLinearsShareOneGlobalScale() {
+        QFETCH(QString, method);
+        if (!QFile::exists(modelDir() + "/config.json")) LATMIX_DATA_SKIP("stories260K-hf not found (set LATMIX_DATA_DIR)");
+        QTemporaryDir tmp;
+        auto o = options(method, "nvfp4");
+        o.evalSeqLen = 0;
+        run::runQuantize(modelDir().toStdString(), randomIds(4000, 512, 2), {}, tmp.path().toStdString(), o);
+        const auto ck = model::Checkpoint::load(modelDir().toStdString());
+        const run::RunModel r = run::readRunModel(tmp.filePath("model").toStdString());
+        auto amax = [&](const std::string& n) { return ck.weight(n + ".weight").to(at::kFloat).abs().max().item<float>(); };
+        int differing = 0;
+        for (int l = 0; l < ck.config().numLayers; ++l) {
+            const std::string p = "model.layers." + std::to_string(l) + ".";
+            for (const std::vector<std::string>& group : {std::vector<std::string>{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                                                          {"mlp.gate_proj", "mlp.up_proj"}}) {
+                float m = 0;
+                for (const auto& g : group) m = std::max(m, amax(p + g));
+                for (const auto& g : group) differing += amax(p + g) != m; // members whose own g would differ
+                for (const auto& g : group)
+                    QVERIFY2(test::bitsOf(r.packed.at(p + g).globalScale) == test::bitsOf(m / (448.0f * 6.0f)), (p + g).c_str());
+            }
+            if (method == "rtn")
+                for (const std::string g : {"self_attn.o_proj", "mlp.down_proj"})
+                    QVERIFY2(test::bitsOf(r.packed.at(p + g).globalScale) == test::bitsOf(amax(p + g) / (448.0f * 6.0f)), (p + g).c_str());
+        }
+        QVERIFY(differing > 0); // the shared scale is not every member's own
+    }
+
     // GPTQ minimises the layer-wise output error that RTN ignores: summed over all linears its
     // relative error is lower.
     void gptqBeatsRtnLayerwise_data() {

@@ -67,6 +67,7 @@ LayerQuantizer::LayerQuantizer(const RunContext& ctx, const ModelToQuantize& sou
     const int64_t n = std::min<int64_t>(calib.size(0), weightQuantizationWindows(ctx.method(), ctx.options));
     calibrated = n > 0;
     if (!calibrated) return;
+    layerTokens = n * calib.size(1); // every window's tokens pass every layer (all ranks)
     // This rank's windows: a contiguous share of the calibration windows (all of them alone).
     const int64_t world = group ? group->size() : 1, rank = group ? group->rank() : 0;
     const at::Tensor mine = calib.narrow(0, n * rank / world, n * (rank + 1) / world - n * rank / world);
@@ -124,10 +125,9 @@ LayerQuantizer::Hessians LayerQuantizer::collectHessians(int l, const model::Lay
 }
 
 // An expert whose share of the layer's calibration tokens is below kStarvedShare.
-bool LayerQuantizer::starved(int l, const Linear& lin) const {
+bool LayerQuantizer::starved(const Linear& lin) const {
     if (lin.expert < 0 || !calibrated) return false;
-    const auto total = pointRows.at(model::pointName(l, model::PointKind::QkvInput));
-    return double(pointRows.at(lin.point)) < kStarvedShare * double(total);
+    return double(pointRows.at(lin.point)) < kStarvedShare * double(layerTokens);
 }
 
 // The block linears of layer l with the point each reads: q/k/v, o_proj, and gate/up/down of the
@@ -176,6 +176,7 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const
     for (std::size_t li = 0; li < linears.size(); ++li)
         if (owner[li] == rank) cost[li] = linearSeconds(linears[li].w->size(0), linears[li].w->size(1), model);
     const double total = std::accumulate(cost.begin(), cost.end(), 0.0);
+    const std::vector<float> globals = fusedGlobalScales(linears);
     double before = 0;
     int quantizedHere = 0;
     for (std::size_t li = 0; li < linears.size(); ++li) {
@@ -208,8 +209,9 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const
                                        const auto hess = !rows        ? at::Tensor()
                                                          : lastAtPoint ? acc[lin.point]->take()
                                                                        : acc[lin.point]->hessian();
-                                       return gptq && !starved(l, lin) ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq)
-                                                                    : quant::quantizeRtn(*lin.w, o.format, hess);
+                                       return gptq && !starved(lin)
+                                                  ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq, globals[li])
+                                                  : quant::quantizeRtn(*lin.w, o.format, hess, globals[li]);
                                    });
         } catch (const OutOfMemory&) {
             throw;
@@ -225,6 +227,27 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const
     if (group)
         for (std::size_t li = 0; li < linears.size(); ++li) shareLinear(done[li], seconds[li], owner[li], *linears[li].w);
     return done;
+}
+
+// NVFP4: the tensor scale g each linear is quantized with, 0 for its own. The quantized linears
+// reading one point (q/k/v, gate/up, an expert's gate/up) are the ones vLLM fuses into one
+// weight with one g (the largest; it warns and mis-scales the others when they differ), so they
+// share the g of their weights taken together, as llm-compressor's
+// update_fused_layer_weight_global_scales makes it (SPEC §6). Read before any is quantized.
+std::vector<float> LayerQuantizer::fusedGlobalScales(const std::vector<Linear>& linears) const {
+    std::vector<float> g(linears.size(), 0.0f);
+    if (!ctx.options.format.isNvfp4()) return g;
+    std::map<std::string, std::vector<std::size_t>> byPoint;
+    for (std::size_t li = 0; li < linears.size(); ++li)
+        if (!linears[li].kept) byPoint[linears[li].point].push_back(li);
+    for (const auto& [point, members] : byPoint) {
+        if (members.size() < 2) continue;
+        std::vector<at::Tensor> weights;
+        for (std::size_t li : members) weights.push_back(*linears[li].w);
+        const float shared = quant::sharedGlobalScale(weights);
+        for (std::size_t li : members) g[li] = shared;
+    }
+    return g;
 }
 
 // The linear's original is not read again once it is quantized: the result takes its place in
@@ -306,7 +329,7 @@ QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
         report.kept = lin.kept;
         if (lin.expert >= 0 && calibrated) {
             report.tokens = pointRows.at(lin.point);
-            report.roundedToNearest = ctx.method().gptq && starved(l, lin);
+            report.roundedToNearest = ctx.method().gptq && starved(lin);
         }
         result.linears.push_back(report);
         done[li] = {};

@@ -62,10 +62,11 @@ private:
     std::map<std::string, transforms::BlockDiagonal> wushLayer(int layer, model::LayerWeights& y, const std::vector<Linear>& linears);
     std::vector<quant::QuantizedWeight> quantizeLinears(int layer, const std::vector<Linear>& linears, Hessians& hessians,
                                                         std::vector<double>& seconds, JobContext& job);
+    std::vector<float> fusedGlobalScales(const std::vector<Linear>& linears) const;
     void shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w);
     void adoptResult(const Linear& linear, quant::QuantizedWeight& q) const;
     std::vector<Linear> layerLinears(int layer, model::LayerWeights& y) const;
-    bool starved(int layer, const Linear& linear) const;
+    bool starved(const Linear& linear) const;
     void agreeOnCancel(JobContext& job);
 
     const RunContext& ctx;
@@ -78,6 +79,7 @@ private:
     bool calibrated = false;      // windows pass through the layers (GPTQ's Hessians, or RTN's output-space error)
     bool costOnGpu = false;       // every rank on a GPU: the linears' cost model (linearSeconds)
     std::map<std::string, std::int64_t> pointRows; // this layer's calibration rows per point (all ranks)
+    std::int64_t layerTokens = 0;                  // the calibration tokens through each layer (all ranks)
 };
 
 } // namespace latmix::run
