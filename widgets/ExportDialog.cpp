@@ -37,9 +37,8 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
     form->addRow(tr("Run:"), run);
     m_format = new QComboBox(this);
     m_format->setObjectName(QStringLiteral("exportFormatCombo"));
-    m_format->addItem(tr("Hugging Face (bf16, T3 folded back)"), QStringLiteral("hf"));
-    m_format->addItem(tr("compressed-tensors (packed MX codes + scales)"), QStringLiteral("compressed-tensors"));
-    m_format->addItem(tr("GGUF for llama.cpp (one file; MXFP4 and NVFP4 runs)"), QStringLiteral("gguf"));
+    for (const auto& k : latmix::exporting::exportTargetKinds())
+        m_format->addItem(QString::fromStdString(k.choice), QString::fromStdString(k.name));
     form->addRow(tr("&Format:"), m_format);
     m_target = new QLabel(this);
     m_target->setObjectName(QStringLiteral("exportTargetLabel"));
@@ -99,12 +98,16 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
 
     connect(m_format, &QComboBox::currentIndexChanged, this, &ExportDialog::showTarget);
     showTarget();
-    // GGUF is one file: the destination's name follows the format while it is the suggested one.
+    // A one-file target (GGUF): the destination's name takes its ending while it is the suggested one.
     connect(m_format, &QComboBox::currentIndexChanged, this, [this] {
-        const bool gguf = m_format->currentData().toString() == QLatin1String("gguf");
+        const QString ending =
+            QString::fromStdString(latmix::exporting::exportTargetKind(m_format->currentData().toString().toStdString()).extension);
         QString d = m_dest->text();
-        if (gguf && !d.endsWith(QLatin1String(".gguf"))) d += QStringLiteral(".gguf");
-        if (!gguf && d.endsWith(QLatin1String(".gguf"))) d.chop(5);
+        for (const auto& k : latmix::exporting::exportTargetKinds()) {
+            const QString other = QString::fromStdString(k.extension);
+            if (!other.isEmpty() && other != ending && d.endsWith(other)) d.chop(other.size());
+        }
+        if (!ending.isEmpty() && !d.endsWith(ending)) d += ending;
         m_dest->setText(d);
     });
     connect(m_export, &QPushButton::clicked, this, &ExportDialog::startExport);
@@ -169,7 +172,7 @@ bool ExportDialog::startExport() {
         // Verified before the output took its name (exporting::exportTo): nothing is left to check.
         const auto r = latmix::exporting::exportTo(runDir, format, outPath, job, overwrite);
         const QString size = QLocale().formattedDataSize(static_cast<qint64>(r.bytes));
-        if (r.target == "gguf")
+        if (!latmix::exporting::exportTargetKind(r.target).extension.empty()) // one file (GGUF)
             *summary = tr("Exported %1 tensors (%2 %3, %4) to %5 for llama.cpp in %6 s.\nVerified: the file reads "
                           "back as written.")
                            .arg(r.tensors)

@@ -24,7 +24,7 @@ int runExport(const ExportCliOptions& o) {
         CliProgress progress("export");
         r = exporting::exportTo(o.runDir, o.format, o.out, progress, o.overwrite);
     }
-    const bool gguf = r.target == "gguf"; // one file
+    const bool gguf = !exporting::exportTargetKind(r.target).extension.empty(); // one file
     std::printf("exported    %s -> %s (%s)\n", o.runDir.c_str(), r.out.c_str(),
                 gguf ? (r.target + " for llama.cpp").c_str() : r.target.c_str());
     if (gguf)

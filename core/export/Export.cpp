@@ -269,11 +269,11 @@ ExportFormat parseExportFormat(std::string_view name) {
     if (name == "hf") return ExportFormat::Hf;
     if (name == "compressed-tensors") return ExportFormat::CompressedTensors;
     if (name == "gguf") throw std::invalid_argument("gguf is one file, not a folder: export it with exporting::exportGguf");
-    throw std::invalid_argument("unknown export format '" + std::string(name) + "'; choose one of " + exportFormatList());
+    throw std::invalid_argument("unknown folder export format '" + std::string(name) +
+                                "' (hf or compressed-tensors; the targets by name: exporting::exportTargetKinds)");
 }
 
 std::string exportFormatName(ExportFormat f) { return f == ExportFormat::Hf ? "hf" : "compressed-tensors"; }
-std::string exportFormatList() { return "hf, compressed-tensors, gguf"; }
 
 ExportReport exportRun(const std::string& runDir, ExportFormat format, const std::string& outDir, JobContext& job,
                        const ExportOptions& options) {

@@ -28,10 +28,10 @@ namespace latmix::exporting {
 
 enum class ExportFormat { Hf, CompressedTensors };
 
-// "hf" | "compressed-tensors"; parse throws std::invalid_argument listing the choices.
+// The folder formats "hf" | "compressed-tensors" (every target by name: export/ExportTargets.h);
+// parse throws std::invalid_argument naming the two.
 ExportFormat parseExportFormat(std::string_view name);
 std::string exportFormatName(ExportFormat f);
-std::string exportFormatList(); // "hf, compressed-tensors, gguf" (gguf: export/GgufExport.h)
 
 struct ExportOptions {
     bool overwrite = false; // replace a non-empty output folder (only after the export succeeded)

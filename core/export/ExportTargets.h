@@ -12,6 +12,19 @@
 
 namespace latmix::exporting {
 
+// An export target's name and how it is offered and written, one row per target in
+// ExportTargets.cpp's table: `latmix export --format`, File › Export quantized model… and the
+// functions below all read that table, so a new target is one row there
+// (docs/developer/changing.md).
+struct ExportTargetKind {
+    std::string name;      // "hf", "compressed-tensors", "gguf"
+    std::string choice;    // how the export dialog offers it
+    std::string extension; // a one-file target's file name ending (".gguf"); empty for a folder
+};
+const std::vector<ExportTargetKind>& exportTargetKinds();
+// The target named; throws std::invalid_argument listing the names.
+const ExportTargetKind& exportTargetKind(const std::string& name);
+
 struct ExportTarget {
     std::string runtimes; // who loads it
     std::string online;   // what a runtime computes at run time
@@ -19,8 +32,9 @@ struct ExportTarget {
     std::uint64_t bytes = 0; // tensor data on disk (metadata, tokenizer and copies of the run's files aside)
 };
 
-// format: "hf", "compressed-tensors" or "gguf". Throws std::runtime_error naming RUN_DIR/model/config.json
-// when it is missing or not a run's, std::invalid_argument for an unknown format.
+// format: a target's name (exportTargetKinds()). Throws std::runtime_error naming
+// RUN_DIR/model/config.json when it is missing or not a run's, std::invalid_argument for an
+// unknown format.
 ExportTarget describeExportTarget(const std::string& runDir, const std::string& format);
 
 // Throws what the export to format would refuse for what the run's config.json says (weights of a
@@ -30,7 +44,7 @@ void checkExportTarget(const std::string& runDir, const std::string& format);
 
 // What an export wrote, whichever the target.
 struct ExportSummary {
-    std::string target;             // "hf", "compressed-tensors", "gguf"
+    std::string target;             // the target's name (exportTargetKinds())
     std::string out;                // the folder, or the GGUF file
     int tensors = 0;
     int packedLinears = 0;          // block linears kept in the run's codes (compressed-tensors, gguf)
@@ -41,7 +55,7 @@ struct ExportSummary {
     std::vector<std::string> notes; // what a user of the export must know
 };
 
-// Exports runDir to the target named (exportFormatList()): gguf through exportGguf
+// Exports runDir to the target named (exportTargetKinds()): gguf through exportGguf
 // (export/GgufExport.h), the folders through exportRun (export/Export.h). Either verifies what it
 // wrote before the output takes its name; progress and cancel through job. Throws what those
 // throw; std::invalid_argument for an unknown target, listing the choices.

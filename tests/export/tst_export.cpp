@@ -106,7 +106,11 @@ private slots:
     void parseFormat() {
         QCOMPARE(parseExportFormat("hf"), ExportFormat::Hf);
         QCOMPARE(parseExportFormat("compressed-tensors"), ExportFormat::CompressedTensors);
-        QVERIFY(errorOf([] { parseExportFormat("onnx"); }).contains("'onnx'; choose one of hf, compressed-tensors, gguf"));
+        QVERIFY(errorOf([] { parseExportFormat("onnx"); }).contains("'onnx' (hf or compressed-tensors"));
+        // Every target by name, from the one table: the error lists them all.
+        QVERIFY(errorOf([] { exporting::exportTargetKind("onnx"); }).contains("'onnx'; choose one of hf, compressed-tensors, gguf"));
+        QCOMPARE(exporting::exportTargetKind("gguf").extension, std::string(".gguf"));
+        QVERIFY(exporting::exportTargetKind("hf").extension.empty());
         QVERIFY(errorOf([] { parseExportFormat("gguf"); }).contains("exportGguf")); // a file, not a folder
     }
 
