@@ -1,5 +1,4 @@
-// ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
-#include <ATen/ATen.h>
+#include "AtenHeaders.h"
 
 #include "ActivationView.h"
 
@@ -8,10 +7,9 @@
 #include "JobRunner.h"
 #include "PlotStyle.h"
 
-#include "model/LlamaModel.h"
 #include "model/ModelConfig.h"
 #include "mx/MxFormat.h"
-#include "run/ModelAnalysis.h"
+#include "analysis/ModelAnalysis.h"
 #include "transforms/AffineTransform.h"
 #include "transforms/LearnedTransforms.h"
 
@@ -265,7 +263,7 @@ bool ActivationView::analyze(QString* error) {
     const at::Tensor cachedRun = runTransforms.empty() ? at::Tensor() : m_cache.value(runKey);
     const QByteArray builtIn = builtInCalibrationText();
     if (!cached.defined() && builtIn.isEmpty()) return fail(tr("The built-in calibration text is missing from this build"));
-    latmix::run::ModelCapture request;
+    latmix::analysis::ModelCapture request;
     request.modelDir = m_modelDir.toStdString();
     request.calibrationText = builtIn.toStdString();
     request.pointsRegex = FormWidgets::exactPointRegex(currentPoint());
@@ -287,7 +285,7 @@ bool ActivationView::analyze(QString* error) {
             latmix::SubJob sub(job, begin, end, transformsFile.empty() ? "" : "run's model: ");
             auto r = request;
             r.transformsFile = transformsFile;
-            const auto acts = latmix::run::captureModelActivations(r, sub);
+            const auto acts = latmix::analysis::captureModelActivations(r, sub);
             if (acts.empty()) throw std::runtime_error("no activations were captured at " + point);
             return acts.front().second;
         };

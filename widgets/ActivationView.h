@@ -67,13 +67,8 @@ public:
     at::Tensor lastActivations() const { return m_activations; }
     int cachedCaptures() const { return m_cache.size(); }
 
-    QCustomPlot* channelPlot() const { return m_channelPlot; }
-    QCustomPlot* tokenNormPlot() const { return m_tokenNormPlot; }
-    QCustomPlot* histogramPlot() const { return m_histogramPlot; }
-    QCustomPlot* blocksPlot() const { return m_blocksPlot; }
     // The MX blocks the blocks plot shows at first: four around the token's worst.
     QPair<int, int> blocksShown() const { return m_blocksShown; }
-    QLabel* summaryLabel() const { return m_summary; }
 
 signals:
     void profileFinished(bool ok, const QString& message);

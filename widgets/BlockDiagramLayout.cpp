@@ -1,5 +1,5 @@
 // Core headers first: they pull in ATen/core/Tensor.h only, which is safe next to Qt's keywords.
-#include "model/LlamaModel.h"
+#include "model/QuantizationPoints.h"
 
 #include "BlockDiagramLayout.h"
 

@@ -7,7 +7,7 @@
 // entering their linears, named by core (model::pointName). The drawing fits the widget: the
 // largest font that lets everything fit without overlaps is chosen at layout time.
 // Core headers first: they pull in ATen/core/Tensor.h only, which is safe next to Qt's keywords.
-#include "model/LlamaModel.h"
+#include "model/QuantizationPoints.h"
 #include "model/ModelConfig.h"
 
 #include <QList>

@@ -1,6 +1,5 @@
-// ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
 #include "util/DataPath.h"
-#include <ATen/ATen.h>
+#include "AtenHeaders.h"
 
 #include "CalibrationView.h"
 #include "FormWidgets.h"
@@ -13,7 +12,7 @@
 #include "model/Checkpoint.h"
 #include "model/ConfigJson.h"
 #include "model/ModelConfig.h"
-#include "run/MemoryEstimate.h"
+#include "run/quantize/MemoryEstimate.h"
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
 #include "util/Runtime.h"
@@ -339,7 +338,7 @@ void CalibrationView::updateT1BiasAuto() {
     m_t1Bias->setItemData(0, problem.empty() ? QString() : QString::fromStdString(problem), Qt::ToolTipRole);
 }
 
-// The estimated peak memory of the run the form describes (run/MemoryEstimate.h), shown before
+// The estimated peak memory of the run the form describes (run/quantize/MemoryEstimate.h), shown before
 // Run: the host's for a CPU run, the GPU's for a run on a GPU (the one the run is checked
 // against); the table of stages in the tooltip. The run itself refuses a peak above what the
 // device has (the CLI's --force).

@@ -1,5 +1,4 @@
-// ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
-#include <ATen/ATen.h>
+#include "AtenHeaders.h"
 
 #include "ComparisonView.h"
 #include "FormWidgets.h"
@@ -11,8 +10,7 @@
 #include "PlotStyle.h"
 
 #include "model/Checkpoint.h"
-#include "model/LlamaModel.h"
-#include "run/ModelAnalysis.h"
+#include "analysis/ModelAnalysis.h"
 #include "tokenizer/Tokenizer.h"
 #include "mx/MxFormat.h"
 
@@ -306,21 +304,21 @@ bool ComparisonView::runAnalysis(const QString& title, const QString& failure, c
     auto work = [=](latmix::JobContext& job) {
         latmix::train::PointActivations acts;
         if (!cache->serve(modelDir, samples, seqLen, regex, onePoint, acts)) {
-            latmix::run::ModelCapture request;
+            latmix::analysis::ModelCapture request;
             request.modelDir = modelDir;
             request.calibrationText = calibrationText;
             request.pointsRegex = regex;
             request.expertPoints = true; // the regexes are anchored: an expert's point only when chosen
             request.samples = samples;
             request.seqLen = seqLen;
-            acts = latmix::run::captureModelActivations(request, job);
+            acts = latmix::analysis::captureModelActivations(request, job);
             *cache = {modelDir, regex, samples, seqLen, acts}; // tensors shared, not copied
         }
         auto withWeights = options;
         if (std::find(options.kinds.begin(), options.kinds.end(), latmix::train::kWushKind) != options.kinds.end()) {
-            latmix::run::ModelCapture weights;
+            latmix::analysis::ModelCapture weights;
             weights.modelDir = modelDir;
-            withWeights.pointWeights = latmix::run::capturedPointWeights(weights, acts);
+            withWeights.pointWeights = latmix::analysis::capturedPointWeights(weights, acts);
         }
         *result = latmix::train::analyzeTransforms(acts, withWeights, job);
     };

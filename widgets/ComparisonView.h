@@ -58,9 +58,6 @@ public:
     // The last results, as received from core.
     const latmix::train::AnalysisResult& lastResult() const { return m_result; }
     QTableWidget* table() const { return m_table; }
-    QCustomPlot* perBlockPlot() const { return m_perBlockPlot; }
-    QCustomPlot* sweepPlot() const { return m_sweepPlot; }
-    QCustomPlot* heatmapPlot() const { return m_heatmapPlot; }
     // Heatmap rows (layers) of per-block errors as drawn, and the points they came from.
     QVector<QVector<double>> heatmapRows() const;
     QStringList heatmapPoints() const { return m_heatmapPoints; }

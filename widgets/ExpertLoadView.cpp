@@ -1,5 +1,4 @@
-// Qt's `slots` macro breaks ATen's headers: ATen first.
-#include <ATen/ATen.h>
+#include "AtenHeaders.h"
 
 #include "ExpertLoadView.h"
 
@@ -8,7 +7,7 @@
 #include "PlotStyle.h"
 
 #include "model/ModelConfig.h"
-#include "run/ModelAnalysis.h"
+#include "analysis/ModelAnalysis.h"
 #include "run/quantize/LayerQuantizer.h" // kStarvedShare
 
 #include <qcustomplot.h>
@@ -83,13 +82,13 @@ bool ExpertLoadView::measure(QString* error) {
     if (refusedWhileBusy(error)) return false;
     const QByteArray builtIn = builtInCalibrationText();
     if (builtIn.isEmpty()) return refuse(tr("The built-in calibration text is missing from this build"), error);
-    latmix::run::ModelCapture request;
+    latmix::analysis::ModelCapture request;
     request.modelDir = m_modelDir.toStdString();
     request.calibrationText = builtIn.toStdString();
     request.samples = m_windows->value();
     request.seqLen = m_seqLen->value();
     auto out = std::make_shared<latmix::eval::ExpertLoad>();
-    auto work = [=](latmix::JobContext& job) { *out = latmix::run::measureModelExpertLoad(request, job); };
+    auto work = [=](latmix::JobContext& job) { *out = latmix::analysis::measureModelExpertLoad(request, job); };
     auto ended = [this, out](bool ok, const QString& status) {
         m_measure->setEnabled(m_moe); // the model may have changed while it ran
         if (ok) {

@@ -1,6 +1,6 @@
 #pragma once
 // The experts tab: how many calibration tokens the router of a mixture-of-experts model sends to
-// each expert, layer by layer (run::measureModelExpertLoad on a worker thread). Where MoE
+// each expert, layer by layer (analysis::measureModelExpertLoad on a worker thread). Where MoE
 // quantization error usually hides: an expert that few tokens reach gets its GPTQ Hessian from few
 // rows, and under 0.5 % of a layer's tokens none at all (rounded to nearest, docs/spec.md). A
 // heat map of every layer × expert, each cell the expert's tokens over the balanced share
@@ -30,8 +30,6 @@ public:
     bool measure(QString* error = nullptr);
 
     const latmix::eval::ExpertLoad& lastLoad() const { return m_load; }
-    QCustomPlot* heatmap() const { return m_plot; }
-    QLabel* summaryLabel() const { return m_summary; }
     // Cells below this share of the balanced load (idle experts included) are drawn at it.
     static constexpr double kShareFloor = 1e-3;
 

@@ -1,7 +1,6 @@
 #include "FormWidgets.h"
 
-#include "model/LlamaModel.h"
-#include "model/MixtureOfExperts.h"
+#include "model/QuantizationPoints.h"
 #include "model/ModelConfig.h"
 #include "mx/MxFormat.h"
 

@@ -1,5 +1,4 @@
-#include <ATen/Config.h>
-#include <ATen/Parallel.h>
+#include "AtenHeaders.h"
 #if AT_PARALLEL_OPENMP && defined(_OPENMP)
 #include <omp.h>
 #endif

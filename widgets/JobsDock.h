@@ -35,8 +35,6 @@ public:
     int rowOf(int id) const;
     QProgressBar* progressBar(int id) const;
     QAbstractButton* cancelButton(int id) const; // nullptr once the job ended
-    QPushButton* clearFinishedButton() const { return m_clear; }
-    QPushButton* cancelAllButton() const { return m_cancelAll; }
 
 private:
     void addRow(int id);

@@ -60,8 +60,56 @@ static void initWorkbenchResources() { Q_INIT_RESOURCE(resources); }
 namespace latmix::gui {
 namespace {
 
+// The workbench's views in tab order, one row each: the name --view and scripted sessions use,
+// the tab's title and tool tip, and the view. Tabs, `latmix-workbench --view` (its help and its
+// error) read this table.
+struct ViewRow {
+    const char* name;
+    const char* title;   // translated in MainWindow's context
+    const char* toolTip; // or null
+    QWidget* (*widget)(const MainWindow&);
+};
+
+const ViewRow kViews[] = {
+    {"explorer", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "MX format explorer"), nullptr,
+     [](const MainWindow& w) -> QWidget* { return w.explorerView(); }},
+    {"activations", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Activations"), nullptr,
+     [](const MainWindow& w) -> QWidget* { return w.activationView(); }},
+    {"weights", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Weights"), nullptr,
+     [](const MainWindow& w) -> QWidget* { return w.weightView(); }},
+    {"experts", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Experts"),
+     QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Mixture-of-experts models: the calibration tokens the router sends to each expert"),
+     [](const MainWindow& w) -> QWidget* { return w.expertLoadView(); }},
+    {"diagram", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Block diagram"),
+     QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Where T1, T2, T3 and the four quantization points sit in a decoder layer (SPEC §4)"),
+     [](const MainWindow& w) -> QWidget* { return w.blockDiagramView(); }},
+    {"comparison", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Transform comparison"), nullptr,
+     [](const MainWindow& w) -> QWidget* { return w.comparisonView(); }},
+    {"calibration", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Calibration"), nullptr,
+     [](const MainWindow& w) -> QWidget* { return w.calibrationView(); }},
+    {"runs", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Runs"), nullptr,
+     [](const MainWindow& w) -> QWidget* { return w.runsView(); }},
+};
 
 } // namespace
+
+QStringList MainWindow::viewNames() {
+    QStringList names;
+    for (const ViewRow& v : kViews) names << QString::fromLatin1(v.name);
+    return names;
+}
+
+QString MainWindow::viewNameList() {
+    QStringList names = viewNames();
+    const QString last = names.takeLast();
+    return names.join(QStringLiteral(", ")) + QStringLiteral(" or ") + last;
+}
+
+QWidget* MainWindow::view(const QString& name) const {
+    for (const ViewRow& v : kViews)
+        if (name == QLatin1String(v.name)) return v.widget(*this);
+    return nullptr;
+}
 
 QIcon MainWindow::applicationIcon() {
     initWorkbenchResources();
@@ -146,6 +194,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
             [this](const QStringList& modules) { m_calibration->setKeep(ModelSummaryView::keepRegex(modules)); });
 
     m_weightCheck = new JobRunner(this);
+    m_weightCheck->setObjectName(QStringLiteral("weightCheckRunner"));
     connect(m_weightCheck, &JobRunner::finished, this, [this](bool ok, const QString& error) {
         if (m_weightCheckPending) { // the check of the model opened since
             m_weightCheckPending = false;
@@ -210,18 +259,10 @@ QWidget* MainWindow::createCentralArea() {
     m_tabs = new QTabWidget(area);
     m_tabs->setObjectName(QStringLiteral("viewTabs"));
     m_tabs->setDocumentMode(true);
-    m_tabs->addTab(m_explorer, tr("MX format explorer"));
-    m_tabs->addTab(m_activations, tr("Activations"));
-    m_tabs->addTab(m_weights, tr("Weights"));
-    m_tabs->addTab(m_experts, tr("Experts"));
-    m_tabs->setTabToolTip(m_tabs->indexOf(m_experts),
-                          tr("Mixture-of-experts models: the calibration tokens the router sends to each expert"));
-    m_tabs->addTab(m_diagram, tr("Block diagram"));
-    m_tabs->setTabToolTip(m_tabs->indexOf(m_diagram),
-                          tr("Where T1, T2, T3 and the four quantization points sit in a decoder layer (SPEC §4)"));
-    m_tabs->addTab(m_comparison, tr("Transform comparison"));
-    m_tabs->addTab(m_calibration, tr("Calibration"));
-    m_tabs->addTab(m_runs, tr("Runs"));
+    for (const ViewRow& v : kViews) {
+        const int i = m_tabs->addTab(v.widget(*this), tr(v.title));
+        if (v.toolTip) m_tabs->setTabToolTip(i, tr(v.toolTip));
+    }
     column->addWidget(m_tabs, 1);
     return area;
 }

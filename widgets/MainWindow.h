@@ -58,19 +58,14 @@ public:
     ExpertLoadView* expertLoadView() const { return m_experts; }
     RunsView* runsView() const { return m_runs; }
     BlockDiagramView* blockDiagramView() const { return m_diagram; }
-    JobsDock* jobsView() const { return m_jobs; }
-    QDockWidget* jobsDock() const { return m_jobsDock; }
-    JobStatusIndicator* jobIndicator() const { return m_jobIndicator; }
-    QAction* exportReportAction() const { return m_exportReportAction; }
-    // The job that checks the open model's weights for NaN/Inf (model::checkWeightsFinite), started
-    // by every successful openCheckpoint; a damaged tensor is named in the error banner.
-    JobRunner* weightCheckRunner() const { return m_weightCheck; }
     QTabWidget* viewTabs() const { return m_tabs; }
-    QAction* exportAction() const { return m_exportAction; }
+    // The views by the names `--view` takes, in tab order (MainWindow.cpp's table of views):
+    // "explorer", "activations", …; view() gives nullptr for another name.
+    static QStringList viewNames();
+    static QString viewNameList(); // "explorer, activations, … or runs"
+    QWidget* view(const QString& name) const;
     // The run folder File › Export quantized model… exports (the last finished or opened run).
     QString exportRunDir() const { return m_exportRunDir; }
-    ModelSummaryView* modelSummary() const { return m_summary; }
-    QDockWidget* modelDock() const { return m_modelDock; }
 
     // The open checkpoint (nullptr before the first successful openCheckpoint) and its folder.
     std::shared_ptr<const latmix::model::Checkpoint> currentModel() const { return m_model; }
@@ -183,6 +178,8 @@ private:
     QDockWidget* m_jobsDock = nullptr;
     JobStatusIndicator* m_jobIndicator = nullptr;
     QAction* m_exportReportAction = nullptr;
+    // Checks the open model's weights for NaN/Inf (model::checkWeightsFinite), started by every
+    // successful openCheckpoint; a damaged tensor is named in the error banner.
     JobRunner* m_weightCheck = nullptr;
     bool m_weightCheckPending = false; // another model was opened while a check ran
     QTabWidget* m_tabs = nullptr;

@@ -3,7 +3,7 @@
 #include "FormWidgets.h"
 
 // Core headers first: they pull in ATen/core/Tensor.h only, which is safe next to Qt's keywords.
-#include "model/LlamaModel.h"
+#include "model/QuantizationPoints.h"
 #include "model/TensorNames.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/Runtime.h"

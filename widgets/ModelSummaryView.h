@@ -42,7 +42,6 @@ public:
     int pointCount() const;
     // The width the tree shows for a full point name ("layers.0.mlp.down_proj.input"); -1 if absent.
     int pointWidthShown(const QString& pointName) const;
-    QTreeWidget* pointTree() const { return m_tree; }
 
     // Colours the points by a metric once it is known (the transform comparison's E(T)): a
     // third column with the value and a background from green (lowest) to red (highest) on a

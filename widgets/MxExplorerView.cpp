@@ -7,12 +7,7 @@
 #include "metrics/BlockError.h"
 #include "mx/MxQuantizer.h"
 
-// Qt's `slots` macro (from the Qt headers above) breaks ATen's IValue::slots(); QCustomPlot
-// needs Qt's keywords, so hide the macro just for ATen instead of building with QT_NO_KEYWORDS.
-#pragma push_macro("slots")
-#undef slots
-#include <ATen/ATen.h>
-#pragma pop_macro("slots")
+#include "AtenHeaders.h"
 #include <qcustomplot.h>
 
 #include <QCheckBox>

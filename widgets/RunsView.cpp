@@ -1,4 +1,4 @@
-// ATen before any Qt header: Qt's "slots" keyword breaks ATen headers (train/Distillation.h).
+#include "AtenHeaders.h"
 #include "train/Distillation.h"
 
 #include "RunsView.h"

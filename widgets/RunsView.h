@@ -56,9 +56,6 @@ public:
 
     bool exportCsv(const QString& path, QString* error = nullptr) const;
 
-    QCustomPlot* curvesPlot() const { return m_curves; }
-    QCustomPlot* weightErrorPlot() const { return m_weights; }
-
 signals:
     void runActivated(const QString& runDir); // double click: open it in the workbench
     void refreshed(int runs);

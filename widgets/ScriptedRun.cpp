@@ -113,27 +113,9 @@ bool drawSelection(View* view, QString* error) {
 
 // --view: the tab shown first.
 bool showView(MainWindow& window, const ScriptedSession& s, QString* error) {
-    QWidget* target = nullptr;
-    if (s.view == QLatin1String("calibration"))
-        target = window.calibrationView();
-    else if (s.view == QLatin1String("activations"))
-        target = window.activationView();
-    else if (s.view == QLatin1String("explorer"))
-        target = window.explorerView();
-    else if (s.view == QLatin1String("comparison"))
-        target = window.comparisonView();
-    else if (s.view == QLatin1String("weights"))
-        target = window.weightView();
-    else if (s.view == QLatin1String("experts"))
-        target = window.expertLoadView();
-    else if (s.view == QLatin1String("runs"))
-        target = window.runsView();
-    else if (s.view == QLatin1String("diagram"))
-        target = window.blockDiagramView();
+    QWidget* target = window.view(s.view);
     if (!target) {
-        *error = QStringLiteral("unknown view '%1'; choose explorer, activations, weights, experts, diagram, "
-                                "comparison, calibration or runs")
-                     .arg(s.view);
+        *error = QStringLiteral("unknown view '%1'; choose %2").arg(s.view, MainWindow::viewNameList());
         return false;
     }
     window.viewTabs()->setCurrentWidget(target);

@@ -1,5 +1,4 @@
-// ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
-#include <ATen/ATen.h>
+#include "AtenHeaders.h"
 
 #include "metrics/TransformMetrics.h"
 #include "TrainingDashboard.h"

@@ -74,8 +74,6 @@ public:
     QCustomPlot* lrPlot() const { return m_lrPlot; }
     QCustomPlot* a1Plot() const { return m_a1Plot; }
     QCustomPlot* a2Plot() const { return m_a2Plot; }
-    QCustomPlot* heatmapPlot() const { return m_heatPlot; }
-    QCustomPlot* offBlockPlot() const { return m_offPlot; }
     QString statusText() const;
     bool isPaused() const;
 

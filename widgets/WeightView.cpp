@@ -1,5 +1,4 @@
-// ATen before any Qt header: Qt's "slots" keyword breaks ATen/ATen.h.
-#include <ATen/ATen.h>
+#include "AtenHeaders.h"
 
 #include "WeightView.h"
 
@@ -7,11 +6,11 @@
 #include "JobRunner.h"
 #include "PlotStyle.h"
 
-#include "model/LlamaModel.h"
+#include "model/QuantizationPoints.h"
 #include "model/ModelConfig.h"
 #include "model/TensorNames.h"
 #include "mx/MxFormat.h"
-#include "run/ModelAnalysis.h"
+#include "analysis/ModelAnalysis.h"
 
 #include <qcustomplot.h>
 
@@ -277,7 +276,7 @@ bool WeightView::analyze(QString* error) {
     auto out = std::make_shared<latmix::metrics::WeightProfile>();
     auto work = [=](latmix::JobContext& job) {
         job.progress(0.0, transforms.empty() ? "loading " + name : "loading and folding " + name);
-        const auto w = latmix::run::loadLinearWeights(dir, l, lin, transforms);
+        const auto w = latmix::analysis::loadLinearWeights(dir, l, lin, transforms);
         job.checkCancelled();
         job.progress(0.5, "measuring the MX error of " + name);
         *out = latmix::metrics::profileWeights(w.original, w.folded, options, name);

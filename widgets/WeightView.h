@@ -1,6 +1,6 @@
 #pragma once
 // The weights tab: what the MX weight quantizer sees in one linear of the open model, and in the
-// same linear once an open run's transforms are folded in (γ, T1, T2, T3: run::loadLinearWeights).
+// same linear once an open run's transforms are folded in (γ, T1, T2, T3: analysis::loadLinearWeights).
 // core's metrics::profileWeights measures both; the view draws its numbers unchanged: the
 // weight's magnitude per input channel (log scale, the largest channels named), the mean MX
 // round-to-nearest error of each group of B input channels, and the error of every group of
@@ -51,11 +51,6 @@ public:
     bool analyze(QString* error = nullptr);
 
     const latmix::metrics::WeightProfile& lastProfile() const { return m_profile; }
-    QCustomPlot* channelPlot() const { return m_channelPlot; }
-    QCustomPlot* groupPlot() const { return m_groupPlot; }
-    QCustomPlot* heatmapBefore() const { return m_heatBefore; }
-    QCustomPlot* heatmapAfter() const { return m_heatAfter; }
-    QLabel* summaryLabel() const { return m_summary; }
     // Errors at or below this are drawn at it on the log colour scale (an exact group has none).
     static constexpr double kErrorFloor = 1e-30;
 

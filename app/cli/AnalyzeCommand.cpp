@@ -8,8 +8,8 @@
 #include "util/Text.h"
 
 #include "eval/Perplexity.h"
-#include "run/AnalysisStore.h"
-#include "run/ModelAnalysis.h"
+#include "analysis/AnalysisStore.h"
+#include "analysis/ModelAnalysis.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
 #include "tokenizer/Tokenizer.h"
@@ -86,7 +86,7 @@ void validate(const AnalyzeOptions& o) {
 }
 
 // WUSH reads the weights of each point too (from the model; an activation file has none).
-train::PointActivations loadActivations(const AnalyzeOptions& o, run::Attributes& attrs,
+train::PointActivations loadActivations(const AnalyzeOptions& o, analysis::Attributes& attrs,
                                         std::map<std::string, at::Tensor>* pointWeights) {
     if (!o.activations.empty()) {
         attrs["activations"] = o.activations;
@@ -97,12 +97,12 @@ train::PointActivations loadActivations(const AnalyzeOptions& o, run::Attributes
     attrs.insert({{"model", o.model}, {"calibration", calib}, {"samples", std::to_string(o.samples)},
                   {"seqlen", std::to_string(o.seqLen)}, {"dtype", o.dtype}});
     CliProgress progress("capture");
-    run::ModelCapture request{o.model, util::readTextFile(calib, "calibration text"), o.points, o.samples, o.seqLen, o.seed,
+    analysis::ModelCapture request{o.model, util::readTextFile(calib, "calibration text"), o.points, o.samples, o.seqLen, o.seed,
                               o.maxRows, model::parseDtype(o.dtype), o.device};
     request.checkWeights = true;
     request.expertPoints = o.expertPoints;
-    auto acts = run::captureModelActivations(request, progress);
-    if (pointWeights) *pointWeights = run::capturedPointWeights(request, acts);
+    auto acts = analysis::captureModelActivations(request, progress);
+    if (pointWeights) *pointWeights = analysis::capturedPointWeights(request, acts);
     return acts;
 }
 
@@ -170,7 +170,7 @@ int runAnalyze(const AnalyzeOptions& o) {
     train::validateAnalysisOptions(a); // before the capture: bad arguments cost nothing
     const auto start = std::chrono::steady_clock::now();
 
-    run::Attributes attrs{{"format", mx::formatName(a.mx.format)},
+    analysis::Attributes attrs{{"format", mx::formatName(a.mx.format)},
                          {"block", std::to_string(a.mx.blockSize)},
                          {"scale_mode", mx::scaleModeName(a.mx.scaleMode)},
                          {"points_regex", o.points},
@@ -194,8 +194,8 @@ int runAnalyze(const AnalyzeOptions& o) {
         CliProgress progress("analyze");
         r = train::analyzeTransforms(activations, a, progress);
     }
-    run::writeAnalysisHdf5(o.out, r, attrs);
-    if (!o.json.empty()) run::writeAnalysisJson(o.json, r, attrs);
+    analysis::writeAnalysisHdf5(o.out, r, attrs);
+    if (!o.json.empty()) analysis::writeAnalysisJson(o.json, r, attrs);
 
     // An expert's point has the rows of its own tokens: then the range is printed.
     std::int64_t fewest = r.points.front().second.first, most = fewest;

@@ -8,7 +8,7 @@
 #include "mx/MxKernelCpu.h"
 #include "mx/MxQuantizer.h"
 #include "quant/WeightQuantizer.h"
-#include "run/MemoryEstimate.h"
+#include "run/quantize/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
 #include "train/Distillation.h"
 #include "fold/ModelTransforms.h"
@@ -296,7 +296,7 @@ int runTrain(const BenchOptions& o) {
 }
 
 // The estimated peak host memory of `latmix eval` (no --method) or `latmix quantize --method X`
-// for a model, stage by stage (run/MemoryEstimate.h); nothing is loaded but the config and the
+// for a model, stage by stage (run/quantize/MemoryEstimate.h); nothing is loaded but the config and the
 // file sizes.
 int runMemory(const BenchOptions& o) {
     if (o.model.empty() == o.config.empty())

@@ -15,7 +15,7 @@
 #include "import/RandomModel.h"
 #include "model/Capture.h"
 #include "model/LlamaModel.h"
-#include "run/ModelAnalysis.h"
+#include "analysis/ModelAnalysis.h"
 #include "run/RunCatalog.h"
 #include "run/quantize/LayerQuantizer.h"
 #include "tokenizer/Tokenizer.h"
@@ -246,14 +246,14 @@ struct ExpertsCliOptions {
 
 int runExperts(const ExpertsCliOptions& o) {
     const auto ck = model::Checkpoint::load(o.m.model);
-    run::ModelCapture request;
+    analysis::ModelCapture request;
     request.modelDir = o.m.model;
     const std::string calib = util::calibrationTextFile(o.calib); // never the test text (SPEC §5)
     request.calibrationText = util::readTextFile(calib, "calibration text");
     request.samples = o.samples, request.seqLen = o.seqLen, request.seed = o.seed;
     request.dtype = model::parseDtype(o.m.dtype), request.device = o.m.device;
     CliProgress progress("experts");
-    const auto load = run::measureModelExpertLoad(request, progress);
+    const auto load = analysis::measureModelExpertLoad(request, progress);
     const double starvedBelow = run::kStarvedShare * double(load.tokensPerLayer);
     std::printf("model     %s (%s)\n", o.m.model.c_str(), describe(ck).c_str());
     std::printf("windows   %d of %d tokens from %s: %lld tokens through each layer, %d experts each\n", o.samples,

@@ -12,7 +12,7 @@
 #include "mx/MxFormat.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
-#include "run/MemoryEstimate.h"
+#include "run/quantize/MemoryEstimate.h"
 #include "model/TensorNames.h"
 #include "run/QuantizeRun.h"
 #include "run/quantize/LayerQuantizer.h"
@@ -80,7 +80,7 @@ int launchRanks(const QuantizeCli& o) {
 // against --gpu-memory or the device's own memory. --model may be a config.json alone (a model not downloaded yet; its torch_dtype is the
 // stored dtype), e.g. resources/configs/llama-3.1-8b.json.
 int printDryRun(const QuantizeCli& o, const run::ResolvedRun& resolved) {
-    // The host estimate is a CPU run's (run/MemoryEstimate.h); a GPU run is checked against its
+    // The host estimate is a CPU run's (run/quantize/MemoryEstimate.h); a GPU run is checked against its
     // GPU's memory or not at all (RunMemory::checkedDevice).
     const run::RunMemory& m = resolved.memory;
     const bool cpu = m.checkedDevice == "cpu";

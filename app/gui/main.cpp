@@ -93,8 +93,7 @@ struct Options {
                                              "off for the comparison alone (the map captures every layer: most of the time at 8B).",
                                              "KIND", "none");
     QCommandLineOption view = option(
-        "view", "View shown first: explorer, activations, weights, experts, diagram, comparison, calibration or runs.",
-        "NAME");
+        "view", ("View shown first: " + latmix::gui::MainWindow::viewNameList() + ".").toUtf8().constData(), "NAME");
     QCommandLineOption openRun = option("open-run", "Open a finished run folder (its curves, its export).", "RUN_DIR");
     QCommandLineOption calibrate = option("calibrate",
                                           "Start a calibration of the model with METHOD (e.g. latmix-lu) at once; with "

@@ -54,7 +54,7 @@ ActivationProfile profileActivations(const at::Tensor& x, const transforms::Affi
                                      const ActivationProfileOptions& options, const std::string& point = "activations");
 
 // The same for one point captured twice: before from the original model, after from the model
-// a run quantizes (its transforms folded in: run::ModelCapture::transformsFile). Each side is
+// a run quantizes (its transforms folded in: analysis::ModelCapture::transformsFile). Each side is
 // profiled as it is (T = identity on it), so each mse is the MX error at the point in the
 // coordinates its quantizer works in. transform names the after side. Throws when the two
 // captures differ in shape (naming point).

@@ -22,9 +22,6 @@ namespace latmix::model {
 
 namespace {
 
-const char* kPointSuffix[] = {"self_attn.qkv.input", "self_attn.o_proj.input", "mlp.gate_up.input",
-                              "mlp.down_proj.input"};
-
 at::Tensor rotateHalf(const at::Tensor& x) {
     const int64_t half = x.size(-1) / 2;
     return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -68,34 +65,6 @@ at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     return weight * normed.to(x.scalar_type());
 }
 
-
-std::string pointName(int layer, PointKind kind) {
-    return "layers." + std::to_string(layer) + "." + kPointSuffix[static_cast<int>(kind)];
-}
-
-std::string expertPointName(int layer, int expert, PointKind kind) {
-    return "layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) +
-           (kind == PointKind::DownProjInput ? ".down_proj.input" : ".gate_up.input");
-}
-
-std::vector<std::string> quantizationPointNames(const ModelConfig& config) {
-    std::vector<std::string> names;
-    // A sparse layer's down_proj inputs are its experts' (expertPointName), each over the tokens
-    // routed to it rather than every token: they are not among these [B, T, width] points.
-    for (int l = 0; l < config.numLayers; ++l)
-        for (int k = 0; k < 4; ++k)
-            if (!(config.isSparseLayer(l) && static_cast<PointKind>(k) == PointKind::DownProjInput))
-                names.push_back(pointName(l, static_cast<PointKind>(k)));
-    return names;
-}
-
-int pointWidth(const ModelConfig& c, PointKind kind) {
-    switch (kind) {
-    case PointKind::OProjInput: return c.numHeads * c.headDim;
-    case PointKind::DownProjInput: return c.moe ? c.moe->expertWidth : c.intermediateSize;
-    default: return c.hiddenSize;
-    }
-}
 
 namespace {
 // Every tensor of the checkpoint, each passed through cv.

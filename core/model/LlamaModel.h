@@ -3,6 +3,7 @@
 // llama3 RoPE scaling), float32 or bfloat16, CPU or CUDA, with named hooks at every
 // activation quantization point of SPEC §4.
 #include "model/ModelConfig.h"
+#include "model/QuantizationPoints.h"
 #include "mx/MxFormat.h"
 #include "transforms/BlockDiagonal.h"
 
@@ -19,21 +20,6 @@
 namespace latmix::model {
 
 class Checkpoint;
-
-// The four activation quantization points of a layer (SPEC §4).
-enum class PointKind { QkvInput, OProjInput, GateUpInput, DownProjInput };
-
-// "layers.3.self_attn.qkv.input", "layers.3.self_attn.o_proj.input",
-// "layers.3.mlp.gate_up.input", "layers.3.mlp.down_proj.input"
-std::string pointName(int layer, PointKind kind);
-// The inputs of a sparse layer's expert: "layers.3.mlp.experts.5.gate_up.input" (kind GateUpInput:
-// its rows of the shared, already quantized gate/up input, seen by hooks only) and
-// "layers.3.mlp.experts.5.down_proj.input" (a quantization point of its own). Hooks get
-// [1, tokens routed to the expert, width].
-std::string expertPointName(int layer, int expert, PointKind kind);
-std::vector<std::string> quantizationPointNames(const ModelConfig& config);
-// Width of the activation at a point: hidden, heads*head_dim, hidden, intermediate.
-int pointWidth(const ModelConfig& config, PointKind kind);
 
 // Called with the activation entering the linear layer(s) of a point, shape [B, T, width];
 // returns what the linear layers get (return x unchanged to observe only).

@@ -62,19 +62,4 @@ at::Tensor sparseMlp(const MoeConfig& moe, const at::Tensor& router, const std::
     return y;
 }
 
-std::vector<std::string> pointNamesWithExperts(const ModelConfig& config) {
-    const auto fixed = quantizationPointNames(config);
-    std::vector<std::string> names;
-    for (int l = 0; l < config.numLayers; ++l) {
-        const std::string layer = "layers." + std::to_string(l) + ".";
-        for (const auto& n : fixed)
-            if (n.rfind(layer, 0) == 0) names.push_back(n);
-        if (config.isSparseLayer(l))
-            for (int e = 0; e < config.moe->numExperts; ++e) names.push_back(expertPointName(l, e, PointKind::DownProjInput));
-    }
-    return names;
-}
-
-bool isExpertPoint(const std::string& point) { return point.find(".mlp.experts.") != std::string::npos; }
-
 } // namespace latmix::model

@@ -34,12 +34,4 @@ using ExpertPoint = std::function<at::Tensor(int expert, PointKind kind, const a
 at::Tensor sparseMlp(const MoeConfig& moe, const at::Tensor& router, const std::vector<ExpertWeights>& experts,
                      const at::Tensor& routerInput, const at::Tensor& x, const ExpertPoint& point);
 
-// quantizationPointNames and, after each sparse layer's, its experts' own down_proj input points
-// (expertPointName, "layers.L.mlp.experts.E.down_proj.input", experts in order): every point an
-// in-memory capture can reach. Unlike the [B, T, width] points, an expert's gets only the tokens
-// routed to it: a different number of rows per expert and window, none for an idle expert.
-std::vector<std::string> pointNamesWithExperts(const ModelConfig& config);
-// Whether point is one of an expert's own points (expertPointName).
-bool isExpertPoint(const std::string& point);
-
 } // namespace latmix::model

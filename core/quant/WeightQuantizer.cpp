@@ -426,55 +426,55 @@ QuantizedWeight quantizeGptq(const at::Tensor& w, const at::Tensor& hessian, con
     return r;
 }
 
-HessianAccumulator::HessianAccumulator(std::int64_t in) : in_(in) {
+HessianAccumulator::HessianAccumulator(std::int64_t in) : m_in(in) {
     if (in <= 0) throw std::invalid_argument("HessianAccumulator: the input width must be positive, got " + std::to_string(in));
     // Allocated by the first add(), on the activations' device: a GPU run's accumulators never
     // take host memory (a 128-expert layer holds 2 per expert, GBs at 8B widths).
-    sum_ = at::zeros({0}, at::TensorOptions().dtype(at::kDouble));
+    m_sum = at::zeros({0}, at::TensorOptions().dtype(at::kDouble));
 }
 
 void HessianAccumulator::add(const at::Tensor& x) {
-    if (!x.defined() || x.dim() < 1 || x.size(-1) != in_)
-        throw std::invalid_argument("HessianAccumulator::add: activations must be [..., " + std::to_string(in_) +
+    if (!x.defined() || x.dim() < 1 || x.size(-1) != m_in)
+        throw std::invalid_argument("HessianAccumulator::add: activations must be [..., " + std::to_string(m_in) +
                                     "], got " + (x.defined() ? util::shapeText(x.sizes().vec()) : std::string("undefined")));
     if (!at::isFloatingType(x.scalar_type()))
         throw std::invalid_argument("HessianAccumulator::add: activations must be floating point");
     if (x.numel() == 0) return;
-    if (rows_ == 0 && (sum_.device() != x.device() || sum_.numel() != in_ * in_)) // accumulate where the data lives
-        sum_ = at::zeros({in_, in_}, at::TensorOptions().dtype(at::kDouble).device(x.device()));
-    auto x2 = x.detach().reshape({-1, in_}).to(sum_.device(), at::kDouble);
+    if (m_rows == 0 && (m_sum.device() != x.device() || m_sum.numel() != m_in * m_in)) // accumulate where the data lives
+        m_sum = at::zeros({m_in, m_in}, at::TensorOptions().dtype(at::kDouble).device(x.device()));
+    auto x2 = x.detach().reshape({-1, m_in}).to(m_sum.device(), at::kDouble);
     const auto bad = util::findNonFinite(x2);
     if (bad)
         throw std::invalid_argument("the activations " + util::shapeText(x.sizes().vec()) +
                                     " of a Hessian hold NaN/Inf (row/input " + bad.describe() + ")");
-    sum_.addmm_(x2.t(), x2);
-    rows_ += x2.size(0);
+    m_sum.addmm_(x2.t(), x2);
+    m_rows += x2.size(0);
 }
 
 at::Tensor HessianAccumulator::hessian() const {
-    if (rows_ == 0) throw std::logic_error("HessianAccumulator::hessian: no activation rows were added");
-    return sum_ * (2.0 / static_cast<double>(rows_));
+    if (m_rows == 0) throw std::logic_error("HessianAccumulator::hessian: no activation rows were added");
+    return m_sum * (2.0 / static_cast<double>(m_rows));
 }
 
 at::Tensor HessianAccumulator::take() {
-    if (rows_ == 0) throw std::logic_error("HessianAccumulator::take: no activation rows were added");
-    at::Tensor h = sum_.mul_(2.0 / static_cast<double>(rows_));
-    sum_ = at::zeros({0}, h.options()); // released; add() starts a new sum
-    rows_ = 0;
+    if (m_rows == 0) throw std::logic_error("HessianAccumulator::take: no activation rows were added");
+    at::Tensor h = m_sum.mul_(2.0 / static_cast<double>(m_rows));
+    m_sum = at::zeros({0}, h.options()); // released; add() starts a new sum
+    m_rows = 0;
     return h;
 }
 
 void HessianAccumulator::reduce(const std::function<void(const at::Tensor&)>& inPlace) {
-    if (sum_.numel() != in_ * in_) sum_ = at::zeros({in_, in_}, sum_.options()); // no rows here, or after take()
-    inPlace(sum_);
-    const at::Tensor rows = at::full({1}, static_cast<double>(rows_), at::TensorOptions().dtype(at::kDouble));
+    if (m_sum.numel() != m_in * m_in) m_sum = at::zeros({m_in, m_in}, m_sum.options()); // no rows here, or after take()
+    inPlace(m_sum);
+    const at::Tensor rows = at::full({1}, static_cast<double>(m_rows), at::TensorOptions().dtype(at::kDouble));
     inPlace(rows);
-    rows_ = std::llround(rows.item<double>());
+    m_rows = std::llround(rows.item<double>());
 }
 
 void HessianAccumulator::reset() {
-    rows_ = 0;
-    if (sum_.numel() == in_ * in_) sum_.zero_();
+    m_rows = 0;
+    if (m_sum.numel() == m_in * m_in) m_sum.zero_();
 }
 
 } // namespace latmix::quant

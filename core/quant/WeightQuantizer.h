@@ -83,8 +83,8 @@ public:
     void add(const at::Tensor& x);  // throws std::invalid_argument on a width mismatch or NaN/Inf
     at::Tensor hessian() const;     // float64 [in, in]; throws std::logic_error before any row
     at::Tensor take();              // the same without a copy: the accumulator is left empty
-    std::int64_t rows() const { return rows_; }
-    std::int64_t in() const { return in_; }
+    std::int64_t rows() const { return m_rows; }
+    std::int64_t in() const { return m_in; }
     void reset();
     // Data-parallel calibration (each process holds the sums of its own windows): `inPlace` is
     // called on the running sum of x x^T (float64 [in, in]), then on the row count (float64 [1]),
@@ -93,9 +93,9 @@ public:
     void reduce(const std::function<void(const at::Tensor&)>& inPlace);
 
 private:
-    std::int64_t in_;
-    std::int64_t rows_ = 0;
-    at::Tensor sum_; // sum of x x^T, float64
+    std::int64_t m_in;
+    std::int64_t m_rows = 0;
+    at::Tensor m_sum; // sum of x x^T, float64
 };
 
 } // namespace latmix::quant

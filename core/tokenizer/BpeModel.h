@@ -38,8 +38,8 @@ public:
 
     int idOf(const std::string& token) const; // -1 when absent
     const std::string* tokenOf(int id) const; // nullptr when absent
-    int maxId() const { return static_cast<int>(idToToken_.size()) - 1; }
-    std::size_t mergeCount() const { return merges_.size(); }
+    int maxId() const { return static_cast<int>(m_idToToken.size()) - 1; }
+    std::size_t mergeCount() const { return m_merges.size(); }
 
 private:
     struct Merge {
@@ -50,13 +50,13 @@ private:
         return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
     }
 
-    std::unordered_map<std::string, int> vocab_;
-    std::vector<std::string> idToToken_;
-    std::vector<bool> hasToken_;
-    std::unordered_map<std::uint64_t, Merge> merges_;
-    Options options_;
-    int unkId_ = -1;
-    int byteIds_[256];
+    std::unordered_map<std::string, int> m_vocab;
+    std::vector<std::string> m_idToToken;
+    std::vector<bool> m_hasToken;
+    std::unordered_map<std::uint64_t, Merge> m_merges;
+    Options m_options;
+    int m_unkId = -1;
+    int m_byteIds[256];
 };
 
 } // namespace latmix::tokenizer

@@ -307,32 +307,32 @@ void BpeTokenizer::Impl::splitAdded(const std::string& text, bool atStart,
     emitText(from, text.size());
 }
 
-BpeTokenizer::BpeTokenizer(const std::string& tokenizerJson) : d_(std::make_unique<Impl>()) {
-    d_->file = tokenizerJson;
+BpeTokenizer::BpeTokenizer(const std::string& tokenizerJson) : m_d(std::make_unique<Impl>()) {
+    m_d->file = tokenizerJson;
     const json root = readJson(tokenizerJson);
     try {
         if (!root.is_object()) throw std::runtime_error(tokenizerJson + ": not a tokenizer.json (top level is not an object)");
-        d_->loadModel(root.contains("model") ? root["model"] : json());
-        d_->pipeline = std::make_unique<HfPipeline>(root, tokenizerJson);
-        if (root.contains("added_tokens") && root["added_tokens"].is_array()) d_->loadAddedTokens(root["added_tokens"]);
-        if (root.contains("post_processor")) d_->loadPostProcessor(root["post_processor"], "post_processor");
-        d_->loadConfig();
+        m_d->loadModel(root.contains("model") ? root["model"] : json());
+        m_d->pipeline = std::make_unique<HfPipeline>(root, tokenizerJson);
+        if (root.contains("added_tokens") && root["added_tokens"].is_array()) m_d->loadAddedTokens(root["added_tokens"]);
+        if (root.contains("post_processor")) m_d->loadPostProcessor(root["post_processor"], "post_processor");
+        m_d->loadConfig();
     } catch (const json::exception& e) {
         // A field of the wrong JSON type somewhere: still name the file.
         throw std::runtime_error(tokenizerJson + ": unexpected tokenizer.json content: " + e.what());
     }
-    d_->vocabSize = d_->model->maxId() + 1;
-    for (const auto& a : d_->added) d_->vocabSize = std::max(d_->vocabSize, a.id + 1);
+    m_d->vocabSize = m_d->model->maxId() + 1;
+    for (const auto& a : m_d->added) m_d->vocabSize = std::max(m_d->vocabSize, a.id + 1);
 }
 
 BpeTokenizer::~BpeTokenizer() = default;
 
 std::vector<int> BpeTokenizer::encode(const std::string& text, bool addBos) const {
     std::vector<int> ids;
-    if (addBos && d_->bos >= 0) ids.push_back(d_->bos);
+    if (addBos && m_d->bos >= 0) ids.push_back(m_d->bos);
     const std::string clean = utf8::lossy(text);
     std::vector<Impl::Segment> raw;
-    d_->splitAdded(clean, true, d_->rawByByte, raw);
+    m_d->splitAdded(clean, true, m_d->rawByByte, raw);
     std::vector<Impl::Segment> norm;
     for (auto& seg : raw) {
         if (seg.id >= 0) {
@@ -340,14 +340,14 @@ std::vector<int> BpeTokenizer::encode(const std::string& text, bool addBos) cons
             continue;
         }
         norm.clear();
-        d_->splitAdded(d_->pipeline->normalize(std::move(seg.text)), seg.atStart, d_->normByByte, norm);
+        m_d->splitAdded(m_d->pipeline->normalize(std::move(seg.text)), seg.atStart, m_d->normByByte, norm);
         for (auto& n : norm) {
             if (n.id >= 0) {
                 ids.push_back(n.id);
                 continue;
             }
-            for (const auto& word : d_->pipeline->preTokenize(std::move(n.text), n.atStart))
-                d_->model->encodeWord(word, ids);
+            for (const auto& word : m_d->pipeline->preTokenize(std::move(n.text), n.atStart))
+                m_d->model->encodeWord(word, ids);
         }
     }
     return ids;
@@ -357,32 +357,32 @@ std::string BpeTokenizer::decode(const std::vector<int>& ids) const {
     std::vector<std::string> tokens;
     tokens.reserve(ids.size());
     for (int id : ids) {
-        const auto it = d_->addedById.find(id);
-        if (it != d_->addedById.end()) {
-            const auto& a = d_->added[it->second];
+        const auto it = m_d->addedById.find(id);
+        if (it != m_d->addedById.end()) {
+            const auto& a = m_d->added[it->second];
             if (a.special) continue;
             // HF feeds the decoder the token as it is matched: for normalized=true added tokens
             // the normalized content (e.g. "▁hi▁there"), which the decoder then maps back.
             tokens.push_back(a.content);
             continue;
         }
-        const std::string* t = d_->model->tokenOf(id);
-        if (!t) throw std::runtime_error(d_->file + ": cannot decode id " + std::to_string(id) + " (not in the vocabulary)");
+        const std::string* t = m_d->model->tokenOf(id);
+        if (!t) throw std::runtime_error(m_d->file + ": cannot decode id " + std::to_string(id) + " (not in the vocabulary)");
         tokens.push_back(*t);
     }
-    return d_->pipeline->decode(std::move(tokens));
+    return m_d->pipeline->decode(std::move(tokens));
 }
 
-int BpeTokenizer::vocabSize() const { return d_->vocabSize; }
-int BpeTokenizer::bosId() const { return d_->bos; }
-int BpeTokenizer::eosId() const { return d_->eos; }
-bool BpeTokenizer::addsBosByDefault() const { return d_->addsBos; }
-std::string BpeTokenizer::kind() const { return d_->pipeline->byteLevel() ? "bpe-bytelevel" : "bpe-sentencepiece"; }
-std::size_t BpeTokenizer::mergeCount() const { return d_->model->mergeCount(); }
+int BpeTokenizer::vocabSize() const { return m_d->vocabSize; }
+int BpeTokenizer::bosId() const { return m_d->bos; }
+int BpeTokenizer::eosId() const { return m_d->eos; }
+bool BpeTokenizer::addsBosByDefault() const { return m_d->addsBos; }
+std::string BpeTokenizer::kind() const { return m_d->pipeline->byteLevel() ? "bpe-bytelevel" : "bpe-sentencepiece"; }
+std::size_t BpeTokenizer::mergeCount() const { return m_d->model->mergeCount(); }
 
 std::string BpeTokenizer::idToToken(int id) const {
-    if (const std::string* t = d_->model->tokenOf(id)) return *t;
-    for (const auto& [content, aid] : d_->addedByContent)
+    if (const std::string* t = m_d->model->tokenOf(id)) return *t;
+    for (const auto& [content, aid] : m_d->addedByContent)
         if (aid == id) return content;
     return {};
 }

@@ -53,7 +53,7 @@ public:
 
 private:
     struct Impl;
-    std::unique_ptr<Impl> d_;
+    std::unique_ptr<Impl> m_d;
 };
 
 } // namespace latmix::tokenizer

@@ -172,12 +172,12 @@ struct HfPipeline::Decoder {
     bool prependFirst = true; // Metaspace: prepend_scheme != "never"
 };
 
-HfPipeline::HfPipeline(const json& root, const std::string& file) : file_(file) {
+HfPipeline::HfPipeline(const json& root, const std::string& file) : m_file(file) {
     if (root.contains("normalizer") && !root["normalizer"].is_null()) addNormalizer(root["normalizer"], "normalizer");
     if (root.contains("pre_tokenizer") && !root["pre_tokenizer"].is_null())
         addPreTokenizer(root["pre_tokenizer"], "pre_tokenizer");
     if (root.contains("decoder") && !root["decoder"].is_null()) {
-        hasDecoder_ = true;
+        m_hasDecoder = true;
         addDecoder(root["decoder"], "decoder");
     }
 }
@@ -185,7 +185,7 @@ HfPipeline::HfPipeline(const json& root, const std::string& file) : file_(file) 
 HfPipeline::~HfPipeline() = default;
 
 void HfPipeline::unsupported(const std::string& where, const std::string& what) const {
-    throw std::runtime_error(file_ + ": unsupported " + where + ": " + what);
+    throw std::runtime_error(m_file + ": unsupported " + where + ": " + what);
 }
 
 std::shared_ptr<const Pcre2Regex> HfPipeline::pattern(const json& j, const std::string& where) const {
@@ -194,25 +194,25 @@ std::shared_ptr<const Pcre2Regex> HfPipeline::pattern(const json& j, const std::
         if (j.is_object() && j.contains("String")) return std::make_shared<Pcre2Regex>(Pcre2Regex::quote(j["String"].get<std::string>()));
         if (j.is_object() && j.contains("Regex")) return std::make_shared<Pcre2Regex>(j["Regex"].get<std::string>());
     } catch (const std::runtime_error& e) {
-        throw std::runtime_error(file_ + ": " + where + ".pattern: " + e.what());
+        throw std::runtime_error(m_file + ": " + where + ".pattern: " + e.what());
     }
     unsupported(where + ".pattern", j.dump());
 }
 
 void HfPipeline::addNormalizer(const json& j, const std::string& where) {
-    const std::string type = typeOf(j, where, file_);
+    const std::string type = typeOf(j, where, m_file);
     if (type == "Sequence") {
         const auto& list = j.at("normalizers");
         for (std::size_t i = 0; i < list.size(); ++i) addNormalizer(list[i], where + ".normalizers[" + std::to_string(i) + "]");
     } else if (type == "Prepend") {
-        normalizers_.push_back({Normalizer::Prepend, j.at("prepend").get<std::string>(), nullptr});
+        m_normalizers.push_back({Normalizer::Prepend, j.at("prepend").get<std::string>(), nullptr});
     } else if (type == "Replace") {
-        normalizers_.push_back({Normalizer::Replace, j.at("content").get<std::string>(), pattern(j.at("pattern"), where)});
+        m_normalizers.push_back({Normalizer::Replace, j.at("content").get<std::string>(), pattern(j.at("pattern"), where)});
     } else if (type == "Strip") {
         Normalizer n{Normalizer::Strip, {}, nullptr};
         n.left = field(j, "strip_left", false);
         n.right = field(j, "strip_right", false);
-        normalizers_.push_back(n);
+        m_normalizers.push_back(n);
     } else if (type == "NFC") {
         // Identity here; see the header.
     } else {
@@ -221,7 +221,7 @@ void HfPipeline::addNormalizer(const json& j, const std::string& where) {
 }
 
 void HfPipeline::addPreTokenizer(const json& j, const std::string& where) {
-    const std::string type = typeOf(j, where, file_);
+    const std::string type = typeOf(j, where, m_file);
     PreTokenizer p{};
     if (type == "Sequence") {
         const auto& list = j.at("pretokenizers");
@@ -236,7 +236,7 @@ void HfPipeline::addPreTokenizer(const json& j, const std::string& where) {
             static const auto gpt2 = std::make_shared<const Pcre2Regex>(kGpt2Pattern);
             p.re = gpt2;
         }
-        byteLevel_ = true;
+        m_byteLevel = true;
     } else if (type == "Split") {
         p.kind = PreTokenizer::Split;
         p.re = pattern(j.at("pattern"), where);
@@ -269,11 +269,11 @@ void HfPipeline::addPreTokenizer(const json& j, const std::string& where) {
     } else {
         unsupported(where, "type \"" + type + "\"");
     }
-    preTokenizers_.push_back(std::move(p));
+    m_preTokenizers.push_back(std::move(p));
 }
 
 void HfPipeline::addDecoder(const json& j, const std::string& where) {
-    const std::string type = typeOf(j, where, file_);
+    const std::string type = typeOf(j, where, m_file);
     Decoder d{};
     if (type == "Sequence") {
         const auto& list = j.at("decoders");
@@ -281,7 +281,7 @@ void HfPipeline::addDecoder(const json& j, const std::string& where) {
         return;
     } else if (type == "ByteLevel") {
         d.kind = Decoder::ByteLevel;
-        byteLevel_ = true;
+        m_byteLevel = true;
     } else if (type == "Replace") {
         d.kind = Decoder::Replace;
         d.re = pattern(j.at("pattern"), where);
@@ -304,11 +304,11 @@ void HfPipeline::addDecoder(const json& j, const std::string& where) {
     } else {
         unsupported(where, "type \"" + type + "\"");
     }
-    decoders_.push_back(std::move(d));
+    m_decoders.push_back(std::move(d));
 }
 
 std::string HfPipeline::normalize(std::string s) const {
-    for (const auto& n : normalizers_) {
+    for (const auto& n : m_normalizers) {
         switch (n.kind) {
         case Normalizer::Prepend:
             if (!s.empty()) s = n.text + s; // HF's Prepend leaves empty text alone
@@ -328,7 +328,7 @@ std::vector<std::string> HfPipeline::preTokenize(std::string text, bool atStart)
     std::vector<std::string> splits;
     if (!text.empty()) splits.push_back(std::move(text));
     const auto& bl = utf8::ByteLevelMap::instance();
-    for (const auto& p : preTokenizers_) {
+    for (const auto& p : m_preTokenizers) {
         std::vector<std::string> next;
         for (std::size_t i = 0; i < splits.size(); ++i) {
             std::string s = std::move(splits[i]);
@@ -375,13 +375,13 @@ std::vector<std::string> HfPipeline::preTokenize(std::string text, bool atStart)
 }
 
 std::string HfPipeline::decode(std::vector<std::string> tokens) const {
-    if (!hasDecoder_) {
+    if (!m_hasDecoder) {
         std::string out;
         for (std::size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
         return out;
     }
     const auto& bl = utf8::ByteLevelMap::instance();
-    for (const auto& d : decoders_) {
+    for (const auto& d : m_decoders) {
         std::vector<std::string> next;
         switch (d.kind) {
         case Decoder::ByteLevel: {

@@ -37,7 +37,7 @@ public:
     // Decoder chain on the token strings; without a decoder HF joins them with spaces.
     std::string decode(std::vector<std::string> tokens) const;
 
-    bool byteLevel() const { return byteLevel_; } // a ByteLevel pre-tokenizer or decoder
+    bool byteLevel() const { return m_byteLevel; } // a ByteLevel pre-tokenizer or decoder
 
     enum class SplitBehavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
 
@@ -52,12 +52,12 @@ private:
     std::shared_ptr<const Pcre2Regex> pattern(const nlohmann::json& j, const std::string& where) const;
     [[noreturn]] void unsupported(const std::string& where, const std::string& what) const;
 
-    std::string file_;
-    std::vector<Normalizer> normalizers_;
-    std::vector<PreTokenizer> preTokenizers_;
-    std::vector<Decoder> decoders_;
-    bool hasDecoder_ = false;
-    bool byteLevel_ = false;
+    std::string m_file;
+    std::vector<Normalizer> m_normalizers;
+    std::vector<PreTokenizer> m_preTokenizers;
+    std::vector<Decoder> m_decoders;
+    bool m_hasDecoder = false;
+    bool m_byteLevel = false;
 };
 
 } // namespace latmix::tokenizer

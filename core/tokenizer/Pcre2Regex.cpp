@@ -50,38 +50,38 @@ struct Pcre2Regex::Code {
     ~Code() { pcre2_code_free(code); }
 };
 
-Pcre2Regex::Pcre2Regex(const std::string& pattern) : pattern_(pattern), code_(std::make_unique<Code>()) {
+Pcre2Regex::Pcre2Regex(const std::string& pattern) : m_pattern(pattern), m_code(std::make_unique<Code>()) {
     int err = 0;
     PCRE2_SIZE offset = 0;
     // UTF: the pattern and subjects are UTF-8; UCP: \s, \w, \d and POSIX classes use Unicode
     // properties, as in Oniguruma's Unicode mode.
-    code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+    m_code->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                                 PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
-    if (!code_->code)
+    if (!m_code->code)
         throw std::runtime_error("invalid regex /" + pattern + "/ at offset " + std::to_string(offset) + ": " +
                                  errorText(err));
     // JIT is an optimisation only: on failure (e.g. no JIT support) the interpreter is used.
-    pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE);
+    pcre2_jit_compile(m_code->code, PCRE2_JIT_COMPLETE);
 }
 
 Pcre2Regex::~Pcre2Regex() = default;
 
 std::vector<std::pair<std::size_t, std::size_t>> Pcre2Regex::findAll(std::string_view subject) const {
     std::vector<std::pair<std::size_t, std::size_t>> out;
-    MatchData data(code_->code);
+    MatchData data(m_code->code);
     std::unique_ptr<BigJitStack> big;
     const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());
     std::size_t pos = 0;
     while (pos <= subject.size()) {
         // The tokenizer sanitises text to valid UTF-8 first, so the per-call check is skipped.
-        int rc = pcre2_match(code_->code, s, subject.size(), pos, PCRE2_NO_UTF_CHECK, data.md,
+        int rc = pcre2_match(m_code->code, s, subject.size(), pos, PCRE2_NO_UTF_CHECK, data.md,
                              big ? big->ctx : nullptr);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !big) {
             big = std::make_unique<BigJitStack>();
             continue;
         }
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) throw std::runtime_error("regex /" + pattern_ + "/ failed: " + errorText(rc));
+        if (rc < 0) throw std::runtime_error("regex /" + m_pattern + "/ failed: " + errorText(rc));
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.md);
         const std::size_t b = ov[0], e = ov[1];
         if (e > b) {

@@ -26,15 +26,15 @@ public:
     // HF drops empty splits anyway.
     std::vector<std::pair<std::size_t, std::size_t>> findAll(std::string_view subject) const;
 
-    const std::string& pattern() const { return pattern_; }
+    const std::string& pattern() const { return m_pattern; }
 
     // The literal text as a pattern (for the {"String": ...} form of HF patterns).
     static std::string quote(std::string_view literal);
 
 private:
-    std::string pattern_;
+    std::string m_pattern;
     struct Code;
-    std::unique_ptr<Code> code_;
+    std::unique_ptr<Code> m_code;
 };
 
 } // namespace latmix::tokenizer

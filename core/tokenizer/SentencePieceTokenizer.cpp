@@ -138,14 +138,14 @@ std::string SpStatus::text() const { return ok() ? std::string("OK") : api().sta
 // One sentencepiece::SentencePieceProcessor living in storage owned here.
 class Spp {
 public:
-    explicit Spp(const std::string& path) : path_(path) {
+    explicit Spp(const std::string& path) : m_path(path) {
         std::error_code ec;
         if (!std::filesystem::is_regular_file(path, ec)) throw std::runtime_error("tokenizer file not found: " + path);
         const Api& a = api();
-        a.construct(mem_.get());
+        a.construct(m_mem.get());
         std::string why;
         try {
-            const SpStatus st = a.load(mem_.get(), path);
+            const SpStatus st = a.load(m_mem.get(), path);
             if (!st.ok()) why = st.text().empty() ? "unknown error" : st.text();
         } catch (const std::exception& e) {
             // libsentencepiece throws from its double-array trie on some damaged models ("failed
@@ -153,23 +153,23 @@ public:
             why = e.what();
         }
         if (!why.empty()) {
-            a.destruct(mem_.get());
+            a.destruct(m_mem.get());
             throw std::runtime_error(path + ": not a SentencePiece model: " + why);
         }
     }
-    ~Spp() { api().destruct(mem_.get()); }
+    ~Spp() { api().destruct(m_mem.get()); }
     Spp(const Spp&) = delete;
     Spp& operator=(const Spp&) = delete;
-    const void* get() const { return mem_.get(); }
-    const std::string& path() const { return path_; }
+    const void* get() const { return m_mem.get(); }
+    const std::string& path() const { return m_path; }
     void check(const SpStatus& st, const char* what) const {
-        if (!st.ok()) throw std::runtime_error(path_ + ": SentencePiece " + what + " failed: " + st.text());
+        if (!st.ok()) throw std::runtime_error(m_path + ": SentencePiece " + what + " failed: " + st.text());
     }
 
 private:
-    std::string path_;
+    std::string m_path;
     // operator new[] aligns to __STDCPP_DEFAULT_NEW_ALIGNMENT__ (16), enough for the class.
-    std::unique_ptr<unsigned char[]> mem_{new unsigned char[sizeof(sentencepiece::SentencePieceProcessor)]};
+    std::unique_ptr<unsigned char[]> m_mem{new unsigned char[sizeof(sentencepiece::SentencePieceProcessor)]};
 };
 
 // The few fields of sentencepiece_model.proto the converter needs, read straight from the
@@ -193,13 +193,13 @@ struct ProtoInfo {
 class Wire {
 public:
     Wire(const char* p, std::size_t n, const std::string& file)
-        : p_(reinterpret_cast<const unsigned char*>(p)), end_(p_ + n), file_(file) {}
-    bool done() const { return p_ >= end_; }
+        : m_p(reinterpret_cast<const unsigned char*>(p)), m_end(m_p + n), m_file(file) {}
+    bool done() const { return m_p >= m_end; }
     std::uint64_t varint() {
         std::uint64_t v = 0;
         for (int shift = 0; shift < 64; shift += 7) {
             need(1);
-            const unsigned char b = *p_++;
+            const unsigned char b = *m_p++;
             v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
             if (!(b & 0x80)) return v;
         }
@@ -214,19 +214,19 @@ public:
     Wire sub() {
         const std::uint64_t n = varint();
         need(n);
-        Wire w(reinterpret_cast<const char*>(p_), n, file_);
-        p_ += n;
+        Wire w(reinterpret_cast<const char*>(m_p), n, m_file);
+        m_p += n;
         return w;
     }
     std::string bytes() {
         Wire w = sub();
-        return std::string(reinterpret_cast<const char*>(w.p_), static_cast<std::size_t>(w.end_ - w.p_));
+        return std::string(reinterpret_cast<const char*>(w.m_p), static_cast<std::size_t>(w.m_end - w.m_p));
     }
     float fixed32() {
         need(4);
-        std::uint32_t u = static_cast<std::uint32_t>(p_[0]) | static_cast<std::uint32_t>(p_[1]) << 8 |
-                          static_cast<std::uint32_t>(p_[2]) << 16 | static_cast<std::uint32_t>(p_[3]) << 24;
-        p_ += 4;
+        std::uint32_t u = static_cast<std::uint32_t>(m_p[0]) | static_cast<std::uint32_t>(m_p[1]) << 8 |
+                          static_cast<std::uint32_t>(m_p[2]) << 16 | static_cast<std::uint32_t>(m_p[3]) << 24;
+        m_p += 4;
         float f;
         std::memcpy(&f, &u, 4);
         return f;
@@ -234,21 +234,21 @@ public:
     void skip(int wire) {
         switch (wire) {
         case 0: varint(); break;
-        case 1: need(8); p_ += 8; break;
+        case 1: need(8); m_p += 8; break;
         case 2: sub(); break;
-        case 5: need(4); p_ += 4; break;
+        case 5: need(4); m_p += 4; break;
         default: bad();
         }
     }
 
 private:
     void need(std::uint64_t n) const {
-        if (static_cast<std::uint64_t>(end_ - p_) < n) bad();
+        if (static_cast<std::uint64_t>(m_end - m_p) < n) bad();
     }
-    [[noreturn]] void bad() const { throw std::runtime_error(file_ + ": malformed SentencePiece model protobuf"); }
-    const unsigned char* p_;
-    const unsigned char* end_;
-    std::string file_;
+    [[noreturn]] void bad() const { throw std::runtime_error(m_file + ": malformed SentencePiece model protobuf"); }
+    const unsigned char* m_p;
+    const unsigned char* m_end;
+    std::string m_file;
 };
 
 ProtoInfo readProto(const std::string& serialized, const std::string& file) {
@@ -306,39 +306,39 @@ struct SentencePieceTokenizer::Processor : Spp {
 };
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& modelPath)
-    : path_(modelPath), sp_(std::make_unique<Processor>(modelPath)) {}
+    : m_path(modelPath), m_sp(std::make_unique<Processor>(modelPath)) {}
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 std::vector<int> SentencePieceTokenizer::encode(const std::string& text, bool addBos) const {
     const Api& a = api();
     std::vector<int> ids;
-    sp_->check(a.encodeIds(sp_->get(), text, &ids), "encode");
-    const int bos = a.bosId(sp_->get());
+    m_sp->check(a.encodeIds(m_sp->get(), text, &ids), "encode");
+    const int bos = a.bosId(m_sp->get());
     if (addBos && bos >= 0) ids.insert(ids.begin(), bos);
     return ids;
 }
 
 std::vector<std::string> SentencePieceTokenizer::encodePieces(const std::string& text) const {
     std::vector<std::string> pieces;
-    sp_->check(api().encodePieces(sp_->get(), text, &pieces), "encode");
+    m_sp->check(api().encodePieces(m_sp->get(), text, &pieces), "encode");
     return pieces;
 }
 
 std::string SentencePieceTokenizer::decode(const std::vector<int>& ids) const {
     const Api& a = api();
-    const int n = a.pieceSize(sp_->get());
+    const int n = a.pieceSize(m_sp->get());
     for (int id : ids)
         if (id < 0 || id >= n)
-            throw std::runtime_error(path_ + ": cannot decode id " + std::to_string(id) + " (not in the vocabulary)");
+            throw std::runtime_error(m_path + ": cannot decode id " + std::to_string(id) + " (not in the vocabulary)");
     std::string out;
-    sp_->check(a.decodeIds(sp_->get(), ids, &out), "decode");
+    m_sp->check(a.decodeIds(m_sp->get(), ids, &out), "decode");
     return out;
 }
 
-int SentencePieceTokenizer::vocabSize() const { return api().pieceSize(sp_->get()); }
-int SentencePieceTokenizer::bosId() const { return api().bosId(sp_->get()); }
-int SentencePieceTokenizer::eosId() const { return api().eosId(sp_->get()); }
+int SentencePieceTokenizer::vocabSize() const { return api().pieceSize(m_sp->get()); }
+int SentencePieceTokenizer::bosId() const { return api().bosId(m_sp->get()); }
+int SentencePieceTokenizer::eosId() const { return api().eosId(m_sp->get()); }
 
 SpmVocabulary readSentencePieceVocabulary(const std::string& modelPath) {
     const Spp spp(modelPath);

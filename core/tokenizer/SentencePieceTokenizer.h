@@ -34,8 +34,8 @@ public:
 
 private:
     struct Processor; // a sentencepiece::SentencePieceProcessor in the dlopened library
-    std::string path_;
-    std::unique_ptr<Processor> sp_;
+    std::string m_path;
+    std::unique_ptr<Processor> m_sp;
 };
 
 } // namespace latmix::tokenizer

@@ -184,7 +184,7 @@ at::Tensor teacherNormedStates(const model::ModelConfig& config, const model::Ll
 // The teacher is frozen: a window's teacherNormedStates are the same at every step that draws it.
 // distill keeps them (host memory, float32) when the objective is the KL, some window is drawn
 // more than once (steps × batch > windows) and all windows' states fit in 256 MiB; later draws
-// then skip the teacher's forward. The bytes it keeps (0: none); run/MemoryEstimate counts them.
+// then skip the teacher's forward. The bytes it keeps (0: none); run/quantize/MemoryEstimate counts them.
 std::int64_t teacherCacheBytes(const model::ModelConfig& config, std::int64_t windows, std::int64_t seqLen, int steps,
                                int batch, Objective objective);
 
@@ -193,7 +193,7 @@ std::int64_t teacherCacheBytes(const model::ModelConfig& config, std::int64_t wi
 // (a model of a few layers of width ≤ 512 at batch 4 × 256: brownpy-13M, stories260K) the
 // forward keeps them and the backward pass skips the second forward. layerGraphBytes is the
 // estimate of one layer's graph over `tokens` tokens (float32 weights folded with their graph,
-// the saved activations and attention scores); run/MemoryEstimate counts the kept graphs too.
+// the saved activations and attention scores); run/quantize/MemoryEstimate counts the kept graphs too.
 std::int64_t layerGraphBytes(const model::ModelConfig& config, std::int64_t batch, std::int64_t seqLen);
 bool keepsLayerGraphs(const model::ModelConfig& config, std::int64_t batch, std::int64_t seqLen);
 

@@ -274,7 +274,7 @@ double Step::klTop(const at::Tensor& u, at::Tensor& gradU) {
 void Step::klLogitsCpu(const at::Tensor& ug, at::Tensor& gradU, KlSums& s) {
     const double invTau = 1.0 / tau;
     // The two buffers within the memory the chunked form held (6 chunk-widths per token,
-    // run/MemoryEstimate's trainTopBytes) and 128 MiB each: longer products than the ATen path's
+    // run/quantize/MemoryEstimate's trainTopBytes) and 128 MiB each: longer products than the ATen path's
     // 16 MiB blocks (brownpy-13M: all 1024 tokens of a 4 × 256 batch in one block, the loss
     // 0.35 → 0.29 s), the same 256 tokens at a 128k vocabulary.
     const std::int64_t width = std::min(kVocabChunk, V);
@@ -327,7 +327,7 @@ void Step::klLogitsCpu(const at::Tensor& ug, at::Tensor& gradU, KlSums& s) {
 // in memory between the log-sum-exp pass and the KL pass, so each of the three vocabulary
 // products (teacher, student, gradient) runs once, where vocabulary chunks alone recomputed both
 // models' logits (five products). A block holds 2·V logits per token plus a chunk's temporaries,
-// within the 6 chunk-widths per token the chunked form held (run/MemoryEstimate's
+// within the 6 chunk-widths per token the chunked form held (run/quantize/MemoryEstimate's
 // trainTopBytes); in place where a temporary can be reused. Blocks of at most 256 tokens also
 // keep each chunk's [tokens, 16384] float32 temporaries at 16 MiB, under glibc's largest mmap
 // threshold (32 MiB): freed, they stay in the heap for the next block and step instead of being

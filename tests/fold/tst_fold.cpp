@@ -9,7 +9,7 @@
 #include "fold/Fold.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
-#include "run/ModelAnalysis.h"
+#include "analysis/ModelAnalysis.h"
 #include "fold/ModelTransforms.h"
 #include "transforms/FixedTransforms.h"
 #include "transforms/LearnedTransforms.h"
@@ -182,7 +182,7 @@ private slots:
     }
 
     // unfoldT3 undoes applyT3 (export hf folds T3 back into W_down).
-    // run::captureModelActivations with a run's transforms.h5 captures from the model that run
+    // analysis::captureModelActivations with a run's transforms.h5 captures from the model that run
     // quantizes (fold::foldedModel): at a point it holds the original model's activations
     // mapped by that point's transform, exactly where no RMSNorm sees a non-orthogonal T1: T3
     // at down_proj (x T3ᵀ), the layer's affine T2 per head at o_proj, an orthogonal T1 at q/k/v
@@ -221,16 +221,16 @@ private slots:
         QTemporaryDir tmp;
         const std::string file = tmp.filePath("transforms.h5").toStdString();
         t.save(file);
-        run::ModelCapture r;
+        analysis::ModelCapture r;
         r.modelDir = dir.toStdString();
         r.calibrationText = "Once upon a time there was a little model that wanted to know where its quantization error "
                             "came from, so it looked at every block of every activation, one channel at a time.";
         r.pointsRegex = "^" + point.toStdString() + "$";
         r.samples = 2;
         r.seqLen = 16;
-        const auto before = run::captureModelActivations(r).at(0).second.to(at::kDouble);
+        const auto before = analysis::captureModelActivations(r).at(0).second.to(at::kDouble);
         r.transformsFile = file;
-        const auto after = run::captureModelActivations(r).at(0).second.to(at::kDouble);
+        const auto after = analysis::captureModelActivations(r).at(0).second.to(at::kDouble);
         at::NoGradGuard g;
         at::Tensor want;
         const int layer = QStringView(point).mid(7, point.indexOf('.', 7) - 7).toInt();

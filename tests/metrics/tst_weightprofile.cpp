@@ -1,7 +1,7 @@
 // metrics/WeightProfile (the weights view's numbers): a hand-worked MXFP4 group, and on random
 // weights of real-ish shapes every number against a float64 computation written here with loops
 // and the scalar MX reference (mx/MxReference): column norms and maxima, the per-row group
-// errors, their band and column means, the totals, a ragged last group. run::loadLinearWeights:
+// errors, their band and column means, the totals, a ragged last group. analysis::loadLinearWeights:
 // the one-layer fold equals the whole-model fold (fold::foldedModel) and, for T3 alone,
 // W_down·T3ᵀ worked here. Bad input names the linear.
 #include "metrics/WeightProfile.h"
@@ -9,7 +9,7 @@
 #include "model/LlamaModel.h"
 #include "model/TensorNames.h"
 #include "mx/MxReference.h"
-#include "run/ModelAnalysis.h"
+#include "analysis/ModelAnalysis.h"
 #include "fold/ModelTransforms.h"
 
 #include <ATen/ATen.h>
@@ -214,7 +214,7 @@ private slots:
         QTemporaryDir tmp;
         const std::string file = tmp.filePath("transforms.h5").toStdString();
         t.save(file);
-        const auto got = run::loadLinearWeights(dir.toStdString(), layer, linear.toStdString(), file);
+        const auto got = analysis::loadLinearWeights(dir.toStdString(), layer, linear.toStdString(), file);
         const auto loaded = model::loadWeights(ck, at::kDouble);
         const auto whole = fold::foldedModel(c, loaded, t, at::TensorOptions().dtype(at::kDouble));
         const auto& y = whole.weights().layers[std::size_t(layer)];
@@ -246,13 +246,13 @@ private slots:
         QTemporaryDir tmp;
         const std::string file = tmp.filePath("transforms.h5").toStdString();
         t.save(file);
-        const auto got = run::loadLinearWeights(dir.toStdString(), 2, model::names::kDownProj, file);
+        const auto got = analysis::loadLinearWeights(dir.toStdString(), 2, model::names::kDownProj, file);
         const auto h = t.t3().dense().to(at::kDouble);
         const auto want = got.original.to(at::kDouble).mm(h.t());
         // float64 W·T3ᵀ both ways, got.folded rounded to float32 (≤ 2^-24 of the largest entry)
         QVERIFY(maxAbsDiff(got.folded, want) <= 1e-6 * want.abs().max().item<double>());
         // Without a transforms file there is no folded weight.
-        QVERIFY(!run::loadLinearWeights(dir.toStdString(), 2, model::names::kDownProj).folded.defined());
+        QVERIFY(!analysis::loadLinearWeights(dir.toStdString(), 2, model::names::kDownProj).folded.defined());
     }
 
     void loadErrors_data() {
@@ -268,7 +268,7 @@ private slots:
         QFETCH(QString, message);
         const QString dir = test::modelFolder("demo");
         try {
-            run::loadLinearWeights(dir.toStdString(), layer, linear.toStdString());
+            analysis::loadLinearWeights(dir.toStdString(), layer, linear.toStdString());
             QFAIL("no exception");
         } catch (const std::exception& e) {
             QVERIFY2(QString::fromUtf8(e.what()).contains(message), e.what());

@@ -15,7 +15,7 @@
 #include "import/RandomModel.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
-#include "run/MemoryEstimate.h"
+#include "run/quantize/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
 #include "run/quantize/OptionTable.h"
 #include "run/quantize/Preflight.h"

@@ -13,7 +13,7 @@
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
 #include "model/TensorNames.h"
-#include "run/MemoryEstimate.h"
+#include "run/quantize/MemoryEstimate.h"
 #include "run/QuantizeRun.h"
 #include "run/RunModel.h"
 #include "run/quantize/LayerQuantizer.h"

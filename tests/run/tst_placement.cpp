@@ -4,7 +4,7 @@
 // (brute force) for Llama-3.1-8B and Qwen3-32B.
 #include "model/LlamaModel.h"
 #include "model/ModelConfig.h"
-#include "run/MemoryEstimate.h"
+#include "run/quantize/MemoryEstimate.h"
 #include "run/quantize/Method.h"
 #include "run/quantize/Stages.h"
 

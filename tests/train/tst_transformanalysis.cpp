@@ -2,7 +2,7 @@
 // transforms that cannot be built, the block-size sweep, and the HDF5 / JSON results.
 #include "TestSupport.h"
 
-#include "run/AnalysisStore.h"
+#include "analysis/AnalysisStore.h"
 #include "train/TransformAnalysis.h"
 #include "transforms/FixedTransforms.h"
 
@@ -114,10 +114,10 @@ private slots:
         const auto r = train::analyzeTransforms({{"layers.0.mlp.down_proj.input", rows(64, 64, 6)}, {"odd", rows(16, 22, 7)}},
                                                 options({"hadamard", "learned-affine-lu"}));
         const std::string h5 = dir.filePath("a.h5").toStdString(), js = dir.filePath("a.json").toStdString();
-        run::writeAnalysisHdf5(h5, r, {{"format", "mxfp4"}});
-        run::writeAnalysisJson(js, r, {{"format", "mxfp4"}});
+        analysis::writeAnalysisHdf5(h5, r, {{"format", "mxfp4"}});
+        analysis::writeAnalysisJson(js, r, {{"format", "mxfp4"}});
         QVERIFY(!QFile::exists(dir.filePath("a.h5.partial")));
-        const auto entries = run::analysisFileEntries(h5);
+        const auto entries = analysis::analysisFileEntries(h5);
         QCOMPARE(int(entries.size()), 4);
         QVERIFY(std::find(entries.begin(), entries.end(), "layers.0.mlp.down_proj.input/learned-affine-lu") != entries.end());
         QFile f(dir.filePath("a.json"));
@@ -131,7 +131,7 @@ private slots:
         const auto learned = points[0].toObject()["transforms"].toArray()[1].toObject();
         QCOMPARE(learned["training"].toObject()["history"].toObject()["mse"].toArray().size(), 4);
         // An unwritable place: an error naming the file, nothing left behind.
-        QVERIFY_THROWS_EXCEPTION(std::runtime_error, run::writeAnalysisHdf5("/nonexistent/dir/a.h5", r, {}));
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, analysis::writeAnalysisHdf5("/nonexistent/dir/a.h5", r, {}));
     }
 };
 

@@ -7,7 +7,7 @@
 #include "import/DemoModel.h"
 #include "metrics/ActivationProfile.h"
 #include "model/Checkpoint.h"
-#include "run/ModelAnalysis.h"
+#include "analysis/ModelAnalysis.h"
 #include "fold/ModelTransforms.h"
 #include "transforms/AffineTransform.h"
 #include "transforms/LearnedTransforms.h"
@@ -27,6 +27,7 @@
 #include "util/Runtime.h"
 
 #include "TestData.h"
+#include "WidgetLookup.h"
 
 #include <qcustomplot.h>
 
@@ -126,7 +127,7 @@ private slots:
 
         // The capture, independently. Exact comparisons below: the same capture and profile code on
         // the same model, text and settings (the view's worker thread included).
-        run::ModelCapture request;
+        analysis::ModelCapture request;
         request.modelDir = dir.toStdString();
         request.calibrationText = gui::builtInCalibrationText().toStdString();
         QString exact = point;
@@ -135,7 +136,7 @@ private slots:
         request.samples = 2;
         request.seqLen = 32;
         request.expertPoints = true;
-        const auto acts = run::captureModelActivations(request);
+        const auto acts = analysis::captureModelActivations(request);
         QCOMPARE(int(acts.size()), 1);
         QCOMPARE(QString::fromStdString(acts[0].first), point);
         QVERIFY(acts[0].second.size(0) > token); // an expert's point: the row's token is one of its own
@@ -150,32 +151,32 @@ private slots:
         const auto p = metrics::profileActivations(acts[0].second, *t, o, point.toStdString());
         QCOMPARE(QString::fromStdString(v.lastProfile().transform), QString::fromStdString(p.transform));
 
-        QVERIFY(sameOnLogAxis(graphValues(v.channelPlot(), 0), values(p.before.channelAbsMax)));
-        QVERIFY(sameOnLogAxis(graphValues(v.channelPlot(), 1), values(p.after.channelAbsMax)));
-        QCOMPARE(graphValues(v.tokenNormPlot(), 0), values(p.before.tokenNorm));
-        QCOMPARE(graphValues(v.tokenNormPlot(), 1), values(p.after.tokenNorm));
-        QVERIFY(sameOnLogAxis(graphValues(v.histogramPlot(), 1), values(p.after.histogramCounts)));
+        QVERIFY(sameOnLogAxis(graphValues(test::child<QCustomPlot>(&v, "activationChannelPlot"), 0), values(p.before.channelAbsMax)));
+        QVERIFY(sameOnLogAxis(graphValues(test::child<QCustomPlot>(&v, "activationChannelPlot"), 1), values(p.after.channelAbsMax)));
+        QCOMPARE(graphValues(test::child<QCustomPlot>(&v, "activationTokenNormPlot"), 0), values(p.before.tokenNorm));
+        QCOMPARE(graphValues(test::child<QCustomPlot>(&v, "activationTokenNormPlot"), 1), values(p.after.tokenNorm));
+        QVERIFY(sameOnLogAxis(graphValues(test::child<QCustomPlot>(&v, "activationHistogramPlot"), 1), values(p.after.histogramCounts)));
         const auto edges = values(p.after.histogramEdges);
-        const auto centres = graphKeys(v.histogramPlot(), 1);
+        const auto centres = graphKeys(test::child<QCustomPlot>(&v, "activationHistogramPlot"), 1);
         for (int i = 0; i < centres.size(); ++i) QVERIFY(centres[i] > edges[i] && centres[i] < edges[i + 1]);
-        QCOMPARE(graphValues(v.blocksPlot(), 0), values(p.after.tokenValues));
-        QCOMPARE(graphValues(v.blocksPlot(), 1), values(p.after.tokenQuantized));
-        QVERIFY(sameOnLogAxis(graphValues(v.blocksPlot(), 2), values(p.after.tokenBlockError)));
-        QCOMPARE(v.blocksPlot()->graph(2)->valueAxis(), v.blocksPlot()->yAxis2);
+        QCOMPARE(graphValues(test::child<QCustomPlot>(&v, "activationBlocksPlot"), 0), values(p.after.tokenValues));
+        QCOMPARE(graphValues(test::child<QCustomPlot>(&v, "activationBlocksPlot"), 1), values(p.after.tokenQuantized));
+        QVERIFY(sameOnLogAxis(graphValues(test::child<QCustomPlot>(&v, "activationBlocksPlot"), 2), values(p.after.tokenBlockError)));
+        QCOMPARE(test::child<QCustomPlot>(&v, "activationBlocksPlot")->graph(2)->valueAxis(), test::child<QCustomPlot>(&v, "activationBlocksPlot")->yAxis2);
         // The blocks shown first hold the token's worst block; the x range is theirs.
         const auto errs = values(p.after.tokenBlockError);
         const int worst = int(std::max_element(errs.begin(), errs.end()) - errs.begin());
         const auto shown = v.blocksShown();
         QVERIFY(shown.first <= worst && worst <= shown.second && shown.second - shown.first + 1 == std::min<int>(4, errs.size()));
-        QCOMPARE(v.blocksPlot()->xAxis->range().lower, shown.first * o.format.blockSize - 0.5);
+        QCOMPARE(test::child<QCustomPlot>(&v, "activationBlocksPlot")->xAxis->range().lower, shown.first * o.format.blockSize - 0.5);
         // The largest channels before the transform are named on the channel plot: a name for
         // each of core's top channels, in its order, above its maximum; at most five shown, the
         // largest always, none overlapping another.
-        v.channelPlot()->replot();
+        test::child<QCustomPlot>(&v, "activationChannelPlot")->replot();
         QStringList labels, named;
         QVector<QRectF> rects;
-        for (int i = 0; i < v.channelPlot()->itemCount(); ++i)
-            if (auto* text = qobject_cast<QCPItemText*>(v.channelPlot()->item(i))) {
+        for (int i = 0; i < test::child<QCustomPlot>(&v, "activationChannelPlot")->itemCount(); ++i)
+            if (auto* text = qobject_cast<QCPItemText*>(test::child<QCustomPlot>(&v, "activationChannelPlot")->item(i))) {
                 labels << text->text();
                 QCOMPARE(text->position->key(), text->text().toDouble());
                 if (!text->visible()) continue;
@@ -191,7 +192,7 @@ private slots:
         QCOMPARE(labels, want);
         QVERIFY(!named.isEmpty() && named.size() <= 5 && named.first() == want.first());
         for (int i = 1; i < named.size(); ++i) QVERIFY(want.indexOf(named[i]) > want.indexOf(named[i - 1]));
-        QVERIFY(v.summaryLabel()->text().contains(QString::number(p.after.mse, 'g', 4)));
+        QVERIFY(test::child<QLabel>(&v, "activationSummary")->text().contains(QString::number(p.after.mse, 'g', 4)));
     }
 
     // Another transform and another token: profiled again from the cached capture.
@@ -253,26 +254,26 @@ private slots:
         QVERIFY2(done.last().at(0).toBool(), qPrintable(done.last().at(1).toString()));
         QCOMPARE(v.cachedCaptures(), 2); // the original model's and the run model's
 
-        run::ModelCapture request;
+        analysis::ModelCapture request;
         request.modelDir = m_model.toStdString();
         request.calibrationText = gui::builtInCalibrationText().toStdString();
         request.pointsRegex = "^layers\\.1\\.mlp\\.down_proj\\.input$";
         request.samples = 2;
         request.seqLen = 32;
-        const auto before = run::captureModelActivations(request).at(0).second;
+        const auto before = analysis::captureModelActivations(request).at(0).second;
         request.transformsFile = (runDir + "/transforms.h5").toStdString();
-        const auto after = run::captureModelActivations(request).at(0).second;
+        const auto after = analysis::captureModelActivations(request).at(0).second;
         QVERIFY(!at::allclose(before, after)); // T1 and T3 reach the down_proj input
         metrics::ActivationProfileOptions o;
         o.format = mx::makeConfig(mx::Format::MxFp4);
         o.token = 5;
         const auto p = metrics::profileActivationPair(before, after, "run", o, "p");
-        QCOMPARE(graphValues(v.tokenNormPlot(), 0), values(p.before.tokenNorm));
-        QCOMPARE(graphValues(v.tokenNormPlot(), 1), values(p.after.tokenNorm));
-        QVERIFY(sameOnLogAxis(graphValues(v.channelPlot(), 1), values(p.after.channelAbsMax)));
-        QCOMPARE(graphValues(v.blocksPlot(), 1), values(p.after.tokenQuantized));
-        QVERIFY(v.summaryLabel()->text().contains("MX error at the point"));
-        QVERIFY(v.summaryLabel()->text().contains(QString::number(p.after.mse, 'g', 4)));
+        QCOMPARE(graphValues(test::child<QCustomPlot>(&v, "activationTokenNormPlot"), 0), values(p.before.tokenNorm));
+        QCOMPARE(graphValues(test::child<QCustomPlot>(&v, "activationTokenNormPlot"), 1), values(p.after.tokenNorm));
+        QVERIFY(sameOnLogAxis(graphValues(test::child<QCustomPlot>(&v, "activationChannelPlot"), 1), values(p.after.channelAbsMax)));
+        QCOMPARE(graphValues(test::child<QCustomPlot>(&v, "activationBlocksPlot"), 1), values(p.after.tokenQuantized));
+        QVERIFY(test::child<QLabel>(&v, "activationSummary")->text().contains("MX error at the point"));
+        QVERIFY(test::child<QLabel>(&v, "activationSummary")->text().contains(QString::number(p.after.mse, 'g', 4)));
 
         v.setRun(m_tmp.filePath("no-such-run")); // RTN-like: no transforms.h5
         QVERIFY(!v.setTransform(ActivationView::runTransformName()));
@@ -297,15 +298,15 @@ private slots:
         QVERIFY(w.openCheckpoint(m_model, false));
         w.activationView()->findChild<QCheckBox*>("activationAutoCheck")->setChecked(false);
         w.viewTabs()->setCurrentWidget(w.explorerView());
-        QVERIFY(w.modelSummary()->selectPoint("layers.3.self_attn.o_proj.input"));
+        QVERIFY(test::child<latmix::gui::ModelSummaryView>(&w)->selectPoint("layers.3.self_attn.o_proj.input"));
         QCOMPARE(w.activationView()->currentPoint(), QStringLiteral("layers.3.self_attn.o_proj.input"));
         QCOMPARE(w.comparisonView()->currentPoint(), QStringLiteral("layers.3.self_attn.o_proj.input"));
         QCOMPARE(w.viewTabs()->currentWidget(), static_cast<QWidget*>(w.activationView()));
         w.viewTabs()->setCurrentWidget(w.comparisonView()); // from a view that shows points, no switch
-        QVERIFY(w.modelSummary()->selectPoint("layers.0.mlp.gate_up.input"));
+        QVERIFY(test::child<latmix::gui::ModelSummaryView>(&w)->selectPoint("layers.0.mlp.gate_up.input"));
         QCOMPARE(w.viewTabs()->currentWidget(), static_cast<QWidget*>(w.comparisonView()));
         QCOMPARE(w.activationView()->currentPoint(), QStringLiteral("layers.0.mlp.gate_up.input"));
-        QVERIFY(!w.modelSummary()->selectPoint("layers.9.mlp.gate_up.input"));
+        QVERIFY(!test::child<latmix::gui::ModelSummaryView>(&w)->selectPoint("layers.9.mlp.gate_up.input"));
     }
 
     // An expert's own point picked by name is selected in every view: the activation and comparison
@@ -320,7 +321,7 @@ private slots:
         auto* expertSpin = a->findChild<QSpinBox*>("activationExpertSpin");
         QVERIFY(expertSpin && !expertSpin->isEnabled()); // the first point, layer 0's qkv input
         const QString five = QStringLiteral("layers.1.mlp.experts.5.down_proj.input");
-        QVERIFY(w.modelSummary()->selectPoint(five));
+        QVERIFY(test::child<latmix::gui::ModelSummaryView>(&w)->selectPoint(five));
         QCOMPARE(a->currentPoint(), five);
         QVERIFY(expertSpin->isEnabled());
         QCOMPARE(expertSpin->value(), 5);
@@ -328,14 +329,14 @@ private slots:
         QCOMPARE(w.weightView()->layer(), 1);
         QCOMPARE(w.weightView()->linear(), QStringLiteral("mlp.experts.5.down_proj"));
         QCOMPARE(w.blockDiagramView()->currentPoint(), QStringLiteral("layers.1.mlp.experts.E.down_proj.input"));
-        QVERIFY(w.modelSummary()->selectPoint(QStringLiteral("layers.2.mlp.experts.E.down_proj.input")));
+        QVERIFY(test::child<latmix::gui::ModelSummaryView>(&w)->selectPoint(QStringLiteral("layers.2.mlp.experts.E.down_proj.input")));
         QCOMPARE(a->currentPoint(), QStringLiteral("layers.2.mlp.experts.5.down_proj.input"));
         QCOMPARE(w.comparisonView()->currentPoint(), QStringLiteral("layers.2.mlp.experts.5.down_proj.input"));
         QCOMPARE(w.weightView()->layer(), 2);
         QCOMPARE(w.weightView()->linear(), QStringLiteral("mlp.experts.5.down_proj"));
-        QVERIFY(!w.modelSummary()->selectPoint(QStringLiteral("layers.1.mlp.experts.8.down_proj.input"))); // experts 0-7
-        QVERIFY(!w.modelSummary()->selectPoint(QStringLiteral("layers.1.mlp.down_proj.input"))); // sparse: no such point
-        QVERIFY(w.modelSummary()->selectPoint(QStringLiteral("layers.0.mlp.gate_up.input")));
+        QVERIFY(!test::child<latmix::gui::ModelSummaryView>(&w)->selectPoint(QStringLiteral("layers.1.mlp.experts.8.down_proj.input"))); // experts 0-7
+        QVERIFY(!test::child<latmix::gui::ModelSummaryView>(&w)->selectPoint(QStringLiteral("layers.1.mlp.down_proj.input"))); // sparse: no such point
+        QVERIFY(test::child<latmix::gui::ModelSummaryView>(&w)->selectPoint(QStringLiteral("layers.0.mlp.gate_up.input")));
         QVERIFY(!expertSpin->isEnabled());
 
         QVERIFY(a->selectPoint(five));
@@ -349,8 +350,8 @@ private slots:
         QVERIFY(rows > 0 && rows < 63);
         QCOMPARE(a->token(), int(rows - 1));
         QCOMPARE(a->lastProfile().token, rows - 1);
-        QVERIFY2(a->summaryLabel()->text().contains(QStringLiteral("%1 tokens routed to expert 5 (of 64 captured)").arg(rows)),
-                 qPrintable(a->summaryLabel()->text()));
+        QVERIFY2(test::child<QLabel>(a, "activationSummary")->text().contains(QStringLiteral("%1 tokens routed to expert 5 (of 64 captured)").arg(rows)),
+                 qPrintable(test::child<QLabel>(a, "activationSummary")->text()));
     }
 };
 

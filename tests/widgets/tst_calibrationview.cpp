@@ -18,6 +18,7 @@
 
 #include "CliRunner.h"
 #include "TestData.h"
+#include "WidgetLookup.h"
 
 #include "CalibrationView.h"
 #include "ExportDialog.h"
@@ -187,7 +188,7 @@ private slots:
             LATMIX_DATA_SKIP(qPrintable("stories260K not found under " + test::dataDir() + "/models (set LATMIX_DATA_DIR)"));
         MainWindow w;
         QVERIFY(w.openCheckpoint(dir, false));
-        QVERIFY(!w.exportAction()->isEnabled());
+        QVERIFY(!test::child<QAction>(&w, "actionExport")->isEnabled());
         TrainingDashboard* board = w.calibrationView()->dashboard();
         board->setHeatmapInterval(0);
         const QString run = runCalibration(w, "run-" + model + "-" + method, method, 6);
@@ -226,7 +227,7 @@ private slots:
         QCOMPARE(off[n - 1], n > 32 ? cells[n - 1] : 0.0); // row 0, last column: outside the first block
 
         // The finished run is what File › Export exports.
-        QVERIFY(w.exportAction()->isEnabled());
+        QVERIFY(test::child<QAction>(&w, "actionExport")->isEnabled());
         QCOMPARE(w.exportRunDir(), QDir(run).absolutePath());
     }
 
@@ -302,7 +303,7 @@ private slots:
         QVERIFY(done.wait(120000));
         QCOMPARE(done.first().at(0).toBool(), false);
         QVERIFY(board->statusText().startsWith("Cancelled"));
-        QVERIFY(!w.exportAction()->isEnabled()); // nothing finished to export
+        QVERIFY(!test::child<QAction>(&w, "actionExport")->isEnabled()); // nothing finished to export
         const auto series = train::readDistillSeries(m_tmp.filePath("run-cancel/train.h5").toStdString());
         QVERIFY(series.size() >= size_t(held));
         QVERIFY(!QFile::exists(m_tmp.filePath("run-cancel/latmix.json")));
@@ -384,7 +385,7 @@ private slots:
             runCalibration(first, "run-export", "latmix-lu", 3);
         }
         MainWindow w;
-        QVERIFY(!w.exportAction()->isEnabled());
+        QVERIFY(!test::child<QAction>(&w, "actionExport")->isEnabled());
         QVERIFY(w.openRun(run));
         TrainingDashboard* board = w.calibrationView()->dashboard();
         QCOMPARE(board->runCount(), 1);
@@ -392,8 +393,8 @@ private slots:
         QCOMPARE(board->plottedValues(0, "objective").size(), int(series.size()));
         QCOMPARE(board->plottedValues(0, "objective").last(), series.back().objective);
 
-        QVERIFY(w.exportAction()->isEnabled());
-        w.exportAction()->trigger();
+        QVERIFY(test::child<QAction>(&w, "actionExport")->isEnabled());
+        test::child<QAction>(&w, "actionExport")->trigger();
         auto* dialog = w.findChild<ExportDialog*>();
         QVERIFY(dialog);
         const QString out = m_tmp.filePath("export-" + format);
@@ -425,7 +426,7 @@ private slots:
             bias->setCurrentIndex(bias->findData(false));
             const QString noBias = runCalibration(second, "run-export-no-bias", "latmix-lu", 3);
             QVERIFY(second.openRun(noBias));
-            second.exportAction()->trigger();
+            test::child<QAction>(&second, "actionExport")->trigger();
             auto* d2 = second.findChild<ExportDialog*>();
             QVERIFY(d2);
             d2->setFormat(format);
@@ -494,7 +495,7 @@ private slots:
         QVERIFY2(text.startsWith("Calibration failed") &&
                      (text.contains("diverged") || text.contains("finite") || text.contains("NaN")),
                  qPrintable(text));
-        QVERIFY(!w.exportAction()->isEnabled());
+        QVERIFY(!test::child<QAction>(&w, "actionExport")->isEnabled());
         QVERIFY(v->start()); // the workbench is still usable: a new run starts
         QVERIFY(done.wait(120000));
     }
@@ -505,7 +506,7 @@ private slots:
         QVERIFY(!w.openRun(m_model));
         QVERIFY(w.isErrorBannerShown());
         QVERIFY(w.errorBannerText().contains("latmix.json"));
-        QVERIFY(!w.exportAction()->isEnabled());
+        QVERIFY(!test::child<QAction>(&w, "actionExport")->isEnabled());
     }
 
     // The memory line under the method is the estimate the run is checked against, as the CLI's

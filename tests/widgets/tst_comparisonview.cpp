@@ -13,6 +13,7 @@
 #include "MainWindow.h"
 #include "ModelSummaryView.h"
 #include "TestData.h"
+#include "WidgetLookup.h"
 
 #include <qcustomplot.h>
 
@@ -42,7 +43,7 @@ class TestComparisonView : public QObject {
 
     // The heat map's row labels: row -> layer number.
     static QMap<double, QString> layerLabels(const ComparisonView& v) {
-        const auto t = v.heatmapPlot()->yAxis->ticker().dynamicCast<QCPAxisTickerText>();
+        const auto t = test::child<QCustomPlot>(&v, "layerHeatmapPlot")->yAxis->ticker().dynamicCast<QCPAxisTickerText>();
         return t ? t->ticks() : QMap<double, QString>();
     }
 
@@ -105,11 +106,11 @@ private slots:
             QCOMPARE(cell(7), e.report.offBlockNorm);
         }
         // One per-block curve per transform, each core's per-block vector.
-        QCOMPARE(v->perBlockPlot()->graphCount(), 4);
+        QCOMPARE(test::child<QCustomPlot>(v, "perBlockPlot")->graphCount(), 4);
         for (const auto& e : want.entries) {
             QCPGraph* g = nullptr;
-            for (int i = 0; i < v->perBlockPlot()->graphCount(); ++i)
-                if (v->perBlockPlot()->graph(i)->name() == QString::fromStdString(e.kind)) g = v->perBlockPlot()->graph(i);
+            for (int i = 0; i < test::child<QCustomPlot>(v, "perBlockPlot")->graphCount(); ++i)
+                if (test::child<QCustomPlot>(v, "perBlockPlot")->graph(i)->name() == QString::fromStdString(e.kind)) g = test::child<QCustomPlot>(v, "perBlockPlot")->graph(i);
             QVERIFY2(g, e.kind.c_str());
             const auto pb = e.report.perBlock.to(at::kDouble).contiguous();
             QCOMPARE(g->data()->size(), int(pb.numel()));
@@ -133,7 +134,7 @@ private slots:
         QVERIFY(v->compareAcrossLayers("block-hadamard"));
         QVERIFY(done.wait(120000));
         QVERIFY(done.first().at(0).toBool());
-        QCOMPARE(w.modelSummary()->pointMetricName(), QString("E(T), block-hadamard"));
+        QCOMPARE(test::child<latmix::gui::ModelSummaryView>(&w)->pointMetricName(), QString("E(T), block-hadamard"));
         QCOMPARE(v->heatmapPoints(), (QStringList{"layers.0.mlp.down_proj.input", "layers.1.mlp.down_proj.input",
                                                    "layers.2.mlp.down_proj.input", "layers.3.mlp.down_proj.input"}));
         const auto ck = model::Checkpoint::load(m_model.toStdString());
@@ -148,7 +149,7 @@ private slots:
         QCOMPARE(rows.size(), 4);
         for (int l = 0; l < 4; ++l) {
             // The model dock's point tree shows each layer's E(T) with block-hadamard.
-            QCOMPARE(w.modelSummary()->pointMetricShown(QString("layers.%1.mlp.down_proj.input").arg(l)),
+            QCOMPARE(test::child<latmix::gui::ModelSummaryView>(&w)->pointMetricShown(QString("layers.%1.mlp.down_proj.input").arg(l)),
                      want.entries[size_t(l)].report.mse);
             const at::Tensor pb = want.entries[size_t(l)].report.perBlock;
             QCOMPARE(rows[l].size(), int(pb.numel())); // 384 / 32 = 12 blocks
@@ -184,8 +185,8 @@ private slots:
         QCOMPARE(v->heatmapRows().size(), 2);
         QCOMPARE(v->heatmapRows().first().size(), 2); // 64 wide: two MX blocks
         QCOMPARE(layerLabels(*v), (QMap<double, QString>{{0, "1"}, {1, "3"}}));
-        QCOMPARE(v->heatmapPlot()->xAxis->range(), QCPRange(-0.5, 1.5));
-        QCOMPARE(v->heatmapPlot()->yAxis->range(), QCPRange(-0.5, 1.5));
+        QCOMPARE(test::child<QCustomPlot>(v, "layerHeatmapPlot")->xAxis->range(), QCPRange(-0.5, 1.5));
+        QCOMPARE(test::child<QCustomPlot>(v, "layerHeatmapPlot")->yAxis->range(), QCPRange(-0.5, 1.5));
     }
 
     void noModelNoRun() {

@@ -1,11 +1,11 @@
 // The experts tab and the weights tab on a mixture-of-experts model (offscreen): the heat map
-// draws, cell by cell, core's expert load (run::measureModelExpertLoad, computed again here on the
+// draws, cell by cell, core's expert load (analysis::measureModelExpertLoad, computed again here on the
 // same windows) over the balanced share; every layer's counts add up to its tokens times k; a dense
 // model leaves the tab disabled, saying why. The weights tab reaches the router and any expert's
 // linear, and what it profiles is that expert's weight as the checkpoint stores it.
 #include "model/Checkpoint.h"
 #include "model/TensorNames.h"
-#include "run/ModelAnalysis.h"
+#include "analysis/ModelAnalysis.h"
 
 #include <ATen/ATen.h>
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
@@ -13,6 +13,7 @@
 #include "ExpertLoadView.h"
 #include "JobRunner.h"
 #include "TestData.h"
+#include "WidgetLookup.h"
 #include "WeightView.h"
 
 #include <qcustomplot.h>
@@ -68,19 +69,19 @@ private slots:
         QVERIFY(done.wait(60000));
         QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
 
-        run::ModelCapture request;
+        analysis::ModelCapture request;
         request.modelDir = m_moe.toStdString();
         request.calibrationText = gui::builtInCalibrationText().toStdString();
         request.samples = 3;
         request.seqLen = 40;
-        const auto want = run::measureModelExpertLoad(request);
+        const auto want = analysis::measureModelExpertLoad(request);
         const auto& got = v.lastLoad();
         QCOMPARE(got.tokens, want.tokens);
         QCOMPARE(got.tokensPerLayer, std::int64_t(3 * 40));
         for (const auto& row : got.tokens)
             QCOMPARE(std::accumulate(row.begin(), row.end(), std::int64_t(0)), got.tokensPerLayer * 2);
 
-        QCPColorMap* map = colourMap(v.heatmap());
+        QCPColorMap* map = colourMap(test::child<QCustomPlot>(&v, "expertLoadPlot"));
         QVERIFY(map);
         QCOMPARE(map->data()->keySize(), 8);
         QCOMPARE(map->data()->valueSize(), 3);
@@ -89,18 +90,18 @@ private slots:
             for (int e = 0; e < 8; ++e)
                 QCOMPARE(map->data()->cell(e, l),
                          std::max(double(got.tokens[size_t(l)][size_t(e)]) / balanced, ExpertLoadView::kShareFloor));
-        QVERIFY(v.summaryLabel()->text().contains("3 layers × 8 experts"));
+        QVERIFY(test::child<QLabel>(&v, "expertSummary")->text().contains("3 layers × 8 experts"));
 
         // Layers and experts are counted: on a 600 px axis over three layers, ticks at whole
         // numbers only (QCustomPlot's own steps there were 0.5: layer -0.5, 1.5).
         v.show(); // laid out: the plot gets its share of the 1000 × 600
         QVERIFY(QTest::qWaitForWindowExposed(&v));
-        v.heatmap()->replot();
-        for (QCPAxis* axis : {v.heatmap()->xAxis, v.heatmap()->yAxis}) {
+        test::child<QCustomPlot>(&v, "expertLoadPlot")->replot();
+        for (QCPAxis* axis : {test::child<QCustomPlot>(&v, "expertLoadPlot")->xAxis, test::child<QCustomPlot>(&v, "expertLoadPlot")->yAxis}) {
             QVector<double> shown;
             for (double t : axis->tickVector())
                 if (axis->range().contains(t)) shown << t;
-            QVERIFY2(shown.size() >= 2, qPrintable(axis->label() + QString(" %1 ticks, %2 px").arg(shown.size()).arg(v.heatmap()->height())));
+            QVERIFY2(shown.size() >= 2, qPrintable(axis->label() + QString(" %1 ticks, %2 px").arg(shown.size()).arg(test::child<QCustomPlot>(&v, "expertLoadPlot")->height())));
             for (double t : shown) QVERIFY2(t == std::round(t), qPrintable(axis->label() + ": " + QString::number(t)));
         }
     }

@@ -6,6 +6,7 @@
 #include "JobManager.h"
 #include "JobRunner.h"
 #include "JobsDock.h"
+#include "WidgetLookup.h"
 #include "util/Runtime.h"
 
 #include <QAbstractButton>
@@ -434,10 +435,10 @@ private slots:
         QCOMPARE(dock.table()->item(0, JobsDock::StateColumn)->text(), QString("finished"));
         QCOMPARE(dock.progressBar(jobs.id(0))->value(), 100);
         QVERIFY(!dock.cancelButton(jobs.id(0))); // an ended job has none
-        QVERIFY(dock.clearFinishedButton()->isEnabled());
-        dock.clearFinishedButton()->click();
+        QVERIFY(latmix::test::child<QPushButton>(&dock, "clearFinishedButton")->isEnabled());
+        latmix::test::child<QPushButton>(&dock, "clearFinishedButton")->click();
         QCOMPARE(dock.table()->rowCount(), 0);
-        QVERIFY(!dock.clearFinishedButton()->isEnabled());
+        QVERIFY(!latmix::test::child<QPushButton>(&dock, "clearFinishedButton")->isEnabled());
 
         jobs.add(manager, "Calibration LATMiX-LU", 2, 0.4);
         jobs.add(manager, "Export", 2, 0.25);
@@ -477,7 +478,7 @@ private slots:
         QCOMPARE(jobs.done[1]->first().at(1).toString(), QString("cancelled"));
         QCOMPARE(dock.table()->item(0, JobsDock::StateColumn)->text(), QString("cancelled"));
         QCOMPARE(dock.progressBar(running)->value(), 40); // where it stopped
-        QVERIFY(!dock.cancelAllButton()->isEnabled());
+        QVERIFY(!latmix::test::child<QPushButton>(&dock, "cancelAllButton")->isEnabled());
         QCOMPARE(dock.findChild<QLabel*>("jobsSummaryLabel")->text(), QString("Threads: 0 of 2 in use"));
     }
 
@@ -488,8 +489,8 @@ private slots:
         Jobs jobs;
         for (int i = 0; i < 3; ++i) jobs.add(manager, QString("job %1").arg(i), 1);
         QTRY_VERIFY(jobs.probe->started(0));
-        QVERIFY(dock.cancelAllButton()->isEnabled());
-        dock.cancelAllButton()->click();
+        QVERIFY(latmix::test::child<QPushButton>(&dock, "cancelAllButton")->isEnabled());
+        latmix::test::child<QPushButton>(&dock, "cancelAllButton")->click();
         QTRY_COMPARE(manager.activeCount(), 0);
         for (int i = 0; i < 3; ++i) QCOMPARE(dock.table()->item(i, JobsDock::StateColumn)->text(), QString("cancelled"));
         QCOMPARE(jobs.probe->startedCount(), 1);

@@ -24,6 +24,7 @@
 #include "RunsView.h"
 #include "WeightView.h"
 #include "ScriptedRun.h"
+#include "WidgetLookup.h"
 #include "util/Runtime.h"
 
 #include <qcustomplot.h>
@@ -199,7 +200,7 @@ void TestMainWindow::startsWithoutModel() {
     QCOMPARE(w.windowTitle(), QStringLiteral("LATMiX Workbench"));
     QVERIFY(w.currentModelDir().isEmpty());
     QVERIFY(!w.currentModel());
-    QVERIFY(w.modelSummary() && !w.modelSummary()->hasModel());
+    QVERIFY(latmix::test::child<latmix::gui::ModelSummaryView>(&w) && !latmix::test::child<latmix::gui::ModelSummaryView>(&w)->hasModel());
     QVERIFY(!w.isErrorBannerShown());
     // A failed open is not remembered (the missing folder would clutter Recent forever).
     QVERIFY(!w.openCheckpoint(QStringLiteral("/models/tiny-that-does-not-exist")));
@@ -211,7 +212,7 @@ void TestMainWindow::modelDockToggles() {
     MainWindow w;
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
-    QDockWidget* dock = w.modelDock();
+    QDockWidget* dock = latmix::test::child<QDockWidget>(&w, "modelDock");
     QVERIFY(dock && dock->objectName() == QLatin1String("modelDock"));
     QCOMPARE(dock->windowTitle(), QStringLiteral("Model"));
     QVERIFY(w.dockWidgetArea(dock) == Qt::LeftDockWidgetArea);
@@ -329,7 +330,7 @@ void TestMainWindow::diagramSelectsEverywhere() {
     // The other way: the tree's choice moves the diagram's marker (and layer).
     const int other = (layer + 1) % w.currentModel()->config().numLayers;
     const QString treePoint = QString::fromStdString(latmix::model::pointName(other, latmix::model::PointKind::DownProjInput));
-    QVERIFY(w.modelSummary()->selectPoint(treePoint));
+    QVERIFY(latmix::test::child<latmix::gui::ModelSummaryView>(&w)->selectPoint(treePoint));
     QCOMPARE(diagram->currentPoint(), treePoint);
     QCOMPARE(diagram->layer(), other);
     QVERIFY(!w.selectPoint(QStringLiteral("layers.99.mlp.down_proj.input")));
@@ -345,7 +346,7 @@ void TestMainWindow::reportAndRunsFromTheWindow() {
     QTemporaryDir tmp;
     MainWindow w;
     QVERIFY(w.openCheckpoint(demo, false));
-    QAction* report = w.exportReportAction();
+    QAction* report = latmix::test::child<QAction>(&w, "actionExportReport");
     QVERIFY(report && !report->isEnabled());
     const QString out = tmp.filePath(QStringLiteral("out/report.html"));
     QVERIFY(!w.exportReport(out, &why));
@@ -392,28 +393,28 @@ void TestMainWindow::jobsDockListsTheViewsJobs() {
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
     QVERIFY(w.openCheckpoint(demo, false));
-    QVERIFY(w.jobsDock()->isHidden());
-    QVERIFY(w.jobIndicator());
-    QTest::mouseClick(w.jobIndicator(), Qt::LeftButton);
-    QVERIFY(w.jobsDock()->isVisible());
-    QCOMPARE(w.jobsView()->manager(), latmix::gui::JobManager::instance());
+    QVERIFY(latmix::test::child<QDockWidget>(&w, "jobsDock")->isHidden());
+    QVERIFY(latmix::test::child<latmix::gui::JobStatusIndicator>(&w, "jobIndicator"));
+    QTest::mouseClick(latmix::test::child<latmix::gui::JobStatusIndicator>(&w, "jobIndicator"), Qt::LeftButton);
+    QVERIFY(latmix::test::child<QDockWidget>(&w, "jobsDock")->isVisible());
+    QCOMPARE(latmix::test::child<latmix::gui::JobsDock>(&w)->manager(), latmix::gui::JobManager::instance());
 
     auto* cal = w.calibrationView();
-    QTRY_VERIFY(!w.weightCheckRunner()->isRunning()); // the open's own job, listed too
-    QCOMPARE(w.jobsView()->rowOf(w.weightCheckRunner()->jobId()) >= 0, true);
+    QTRY_VERIFY(!latmix::test::child<latmix::gui::JobRunner>(&w, "weightCheckRunner")->isRunning()); // the open's own job, listed too
+    QCOMPARE(latmix::test::child<latmix::gui::JobsDock>(&w)->rowOf(latmix::test::child<latmix::gui::JobRunner>(&w, "weightCheckRunner")->jobId()) >= 0, true);
     // The application's manager keeps the last 20 ended jobs: earlier tests' jobs go first.
     latmix::gui::JobManager::instance()->clearFinished();
-    const int before = w.jobsView()->table()->rowCount();
+    const int before = latmix::test::child<latmix::gui::JobsDock>(&w)->table()->rowCount();
     QCOMPARE(before, 0);
     QVERIFY2(calibrate(w, tmp.filePath(QStringLiteral("run")), 2, 0, &why), qPrintable(why));
-    QCOMPARE(w.jobsView()->table()->rowCount(), before + 1);
+    QCOMPARE(latmix::test::child<latmix::gui::JobsDock>(&w)->table()->rowCount(), before + 1);
     const int id = cal->runner()->jobId();
-    const int row = w.jobsView()->rowOf(id);
+    const int row = latmix::test::child<latmix::gui::JobsDock>(&w)->rowOf(id);
     QVERIFY(row >= 0);
     QCOMPARE(latmix::gui::JobManager::instance()->job(id).state, latmix::gui::JobState::Finished);
-    QCOMPARE(w.jobsView()->table()->item(row, latmix::gui::JobsDock::StateColumn)->text(),
+    QCOMPARE(latmix::test::child<latmix::gui::JobsDock>(&w)->table()->item(row, latmix::gui::JobsDock::StateColumn)->text(),
              latmix::gui::jobStateText(latmix::gui::JobState::Finished));
-    QVERIFY(w.jobsView()->cancelButton(id) == nullptr); // nothing to cancel once ended
+    QVERIFY(latmix::test::child<latmix::gui::JobsDock>(&w)->cancelButton(id) == nullptr); // nothing to cancel once ended
 }
 
 // A checkpoint with one NaN weight opens (its header is fine), and the check that follows names
@@ -427,7 +428,7 @@ void TestMainWindow::damagedWeightsAreNamed() {
     QVERIFY(latmix::test::writePoisonedModel(demo, damaged, "model.layers.0.mlp.up_proj.weight", 7 * 128 + 2,
                                              std::numeric_limits<double>::infinity()));
     MainWindow w;
-    QSignalSpy checked(w.weightCheckRunner(), &latmix::gui::JobRunner::finished);
+    QSignalSpy checked(latmix::test::child<latmix::gui::JobRunner>(&w, "weightCheckRunner"), &latmix::gui::JobRunner::finished);
     QVERIFY(w.openCheckpoint(demo, false));
     QVERIFY(checked.wait(30000));
     QCOMPARE(checked.last().at(0).toBool(), true);

@@ -14,6 +14,7 @@
 #include "ModelSummaryView.h"
 
 #include "TestData.h"
+#include "WidgetLookup.h"
 
 #include <QApplication>
 #include <QDir>
@@ -88,9 +89,9 @@ void TestModelSummaryView::initTestCase() {
 
 void TestModelSummaryView::emptyViewSaysNoModel() {
     MainWindow w;
-    ModelSummaryView* s = w.modelSummary();
+    ModelSummaryView* s = latmix::test::child<latmix::gui::ModelSummaryView>(&w);
     QVERIFY(s);
-    QVERIFY(w.modelDock() && w.modelDock()->widget() == s);
+    QVERIFY(latmix::test::child<QDockWidget>(&w, "modelDock") && latmix::test::child<QDockWidget>(&w, "modelDock")->widget() == s);
     QVERIFY(!s->hasModel());
     QVERIFY(!w.currentModel());
     QVERIFY(w.currentModelDir().isEmpty());
@@ -125,7 +126,7 @@ void TestModelSummaryView::opensCheckpoint() {
 
     const Checkpoint ck = Checkpoint::load(dir.toStdString());
     const auto& c = ck.config();
-    ModelSummaryView* s = w.modelSummary();
+    ModelSummaryView* s = latmix::test::child<latmix::gui::ModelSummaryView>(&w);
     QVERIFY(s->hasModel());
     QCOMPARE(s->fieldText(QStringLiteral("architecture")), QString::fromStdString(c.architectureName));
     QCOMPARE(s->fieldText(QStringLiteral("layers")), QString::number(c.numLayers));
@@ -156,7 +157,7 @@ void TestModelSummaryView::opensCheckpoint() {
     // Four points per layer, named as core names them, with the widths of SPEC §4 written out
     // from the config (not through pointWidth, which is what is being checked).
     QCOMPARE(s->pointCount(), 4 * c.numLayers);
-    QCOMPARE(s->pointTree()->topLevelItemCount(), c.numLayers);
+    QCOMPARE(latmix::test::child<QTreeWidget>(s, "pointTree")->topLevelItemCount(), c.numLayers);
     const auto names = latmix::model::quantizationPointNames(c);
     QCOMPARE(int(names.size()), 4 * c.numLayers);
     const struct { PointKind kind; int width; } points[] = {
@@ -182,7 +183,7 @@ void TestModelSummaryView::opensCheckpoint() {
     QCOMPARE(opened.count(), 1);
     QCOMPARE(opened.at(0).at(0).toString(), clean);
     QVERIFY(!w.isErrorBannerShown());
-    QVERIFY(w.modelDock()->isVisibleTo(&w));
+    QVERIFY(latmix::test::child<QDockWidget>(&w, "modelDock")->isVisibleTo(&w));
 }
 
 void TestModelSummaryView::failedOpenKeepsPreviousModel_data() {
@@ -247,8 +248,8 @@ void TestModelSummaryView::failedOpenKeepsPreviousModel() {
     // The previous model stays: dir, summary, title, Recent; no modelOpened.
     QCOMPARE(w.currentModelDir(), demo);
     QVERIFY(w.currentModel());
-    QCOMPARE(w.modelSummary()->fieldText(QStringLiteral("layers")), QStringLiteral("4"));
-    QCOMPARE(w.modelSummary()->pointCount(), 16);
+    QCOMPARE(latmix::test::child<latmix::gui::ModelSummaryView>(&w)->fieldText(QStringLiteral("layers")), QStringLiteral("4"));
+    QCOMPARE(latmix::test::child<latmix::gui::ModelSummaryView>(&w)->pointCount(), 16);
     QCOMPARE(w.windowTitle(), title);
     QCOMPARE(w.recentCheckpoints(), recent);
     QCOMPARE(opened.count(), 0);
@@ -261,7 +262,7 @@ void TestModelSummaryView::bannerClosesAndNextOpenClearsIt() {
     const QString missing = m_tmp.filePath(QStringLiteral("missing-again"));
     QVERIFY(!w.openCheckpoint(missing));
     QVERIFY(w.isErrorBannerShown());
-    QVERIFY(!w.modelSummary()->hasModel()); // nothing was open before: nothing to keep
+    QVERIFY(!latmix::test::child<latmix::gui::ModelSummaryView>(&w)->hasModel()); // nothing was open before: nothing to keep
     QVERIFY(w.recentCheckpoints().isEmpty());
 
     auto* close = w.findChild<QToolButton*>(QStringLiteral("errorBannerClose"));
@@ -294,12 +295,12 @@ void TestModelSummaryView::longFolderPathIsElided() {
     QVERIFY(QTest::qWaitForWindowExposed(&w));
     QVERIFY(w.openCheckpoint(deep));
     QCoreApplication::processEvents();
-    auto* folder = w.modelSummary()->findChild<QLabel*>(QStringLiteral("folderValue"));
+    auto* folder = latmix::test::child<latmix::gui::ModelSummaryView>(&w)->findChild<QLabel*>(QStringLiteral("folderValue"));
     QVERIFY(folder);
     QCOMPARE(folder->toolTip(), QDir::toNativeSeparators(deep));
     QTRY_VERIFY(folder->text().contains(QChar(0x2026))); // "…"
     QVERIFY(folder->text().endsWith(QStringLiteral("demo-model")));
-    QVERIFY(w.modelDock()->width() < 500);
+    QVERIFY(latmix::test::child<QDockWidget>(&w, "modelDock")->width() < 500);
 }
 
 QTEST_MAIN(TestModelSummaryView)
@@ -318,7 +319,7 @@ void TestModelSummaryView::keepTogglesFeedTheCalibrationForm() {
     QFETCH(QStringList, check);
     MainWindow w;
     QVERIFY(w.openCheckpoint(m_demo, /*remember=*/false));
-    ModelSummaryView* s = w.modelSummary();
+    ModelSummaryView* s = latmix::test::child<latmix::gui::ModelSummaryView>(&w);
     QTreeWidget* tree = s->findChild<QTreeWidget*>(QStringLiteral("pointTree"));
     QVERIFY(tree);
     QSignalSpy spy(s, &ModelSummaryView::keptLinearsChanged);

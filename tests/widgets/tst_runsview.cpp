@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
 #include "RunsView.h"
+#include "WidgetLookup.h"
 
 #include <qcustomplot.h>
 
@@ -87,7 +88,7 @@ int rowOf(const RunsView& v, const QString& dirEnd) {
 }
 
 QString curvesTitle(const RunsView& v) {
-    auto* title = qobject_cast<QCPTextElement*>(v.curvesPlot()->plotLayout()->element(0, 0));
+    auto* title = qobject_cast<QCPTextElement*>(latmix::test::child<QCustomPlot>(&v, "runsCurvesPlot")->plotLayout()->element(0, 0));
     return title ? title->text() : QString();
 }
 
@@ -197,24 +198,24 @@ private slots:
         v.selectRuns(dirs);
         QCOMPARE(v.selectedRuns().size(), 2);
         // One training curve (the RTN run has no train.h5): loss = 2 / step as written.
-        QCOMPARE(v.curvesPlot()->graphCount(), 1);
-        const auto loss = graphValues(v.curvesPlot(), 0);
+        QCOMPARE(latmix::test::child<QCustomPlot>(&v, "runsCurvesPlot")->graphCount(), 1);
+        const auto loss = graphValues(latmix::test::child<QCustomPlot>(&v, "runsCurvesPlot"), 0);
         QCOMPARE(loss.size(), 20);
         for (int i = 0; i < 20; ++i) QCOMPARE(loss[i], 2.0 / (i + 1));
         // Two weight-error series, each the run's "linears" in order.
-        QCOMPARE(v.weightErrorPlot()->graphCount(), 2);
-        QList<QVector<double>> got{graphValues(v.weightErrorPlot(), 0), graphValues(v.weightErrorPlot(), 1)};
+        QCOMPARE(latmix::test::child<QCustomPlot>(&v, "runsWeightErrorPlot")->graphCount(), 2);
+        QList<QVector<double>> got{graphValues(latmix::test::child<QCustomPlot>(&v, "runsWeightErrorPlot"), 0), graphValues(latmix::test::child<QCustomPlot>(&v, "runsWeightErrorPlot"), 1)};
         std::sort(got.begin(), got.end(), [](const auto& x, const auto& y) { return x[0] < y[0]; });
         QCOMPARE(got[0], (QVector<double>{0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07}));
         QCOMPARE(got[1], (QVector<double>{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7}));
         QCOMPARE(curvesTitle(v), QString("Training loss of the selected runs"));
         // One run selected: its series only; the RTN run alone: the title says why no curve.
         v.selectRuns({dirs.first()});
-        QCOMPARE(v.weightErrorPlot()->graphCount(), 1);
+        QCOMPARE(latmix::test::child<QCustomPlot>(&v, "runsWeightErrorPlot")->graphCount(), 1);
         const QString rtn = dirs.filter("rtn-mxfp4-s0").value(0);
         QVERIFY(!rtn.isEmpty());
         v.selectRuns({rtn});
-        QCOMPARE(v.curvesPlot()->graphCount(), 0);
+        QCOMPARE(latmix::test::child<QCustomPlot>(&v, "runsCurvesPlot")->graphCount(), 0);
         QCOMPARE(curvesTitle(v), QString("Training loss: none of the selected runs trains"));
     }
 

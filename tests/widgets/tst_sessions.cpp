@@ -13,6 +13,7 @@
 #include "MainWindow.h"
 #include "ModelSummaryView.h"
 #include "ScriptedRun.h"
+#include "WidgetLookup.h"
 #include "util/Runtime.h"
 
 #include <qcustomplot.h>
@@ -133,7 +134,7 @@ void TestSessions::scriptedSession() {
     if (!activations.isEmpty()) { // drawn before the screenshot: the point and transform asked for
         QCOMPARE(w.activationView()->currentPoint(), activations);
         QVERIFY(QString::fromStdString(w.activationView()->lastProfile().transform).startsWith(QStringLiteral("hadamard")));
-        QVERIFY(w.activationView()->channelPlot()->graphCount() == 2);
+        QVERIFY(latmix::test::child<QCustomPlot>(w.activationView(), "activationChannelPlot")->graphCount() == 2);
     }
 }
 
@@ -190,7 +191,7 @@ void TestSessions::sessionRoundTrip() {
         w.show(); // as a user's: dock visibility is saved and restored for shown windows
         QVERIFY(w.openCheckpoint(demo, false));
         w.activationView()->findChild<QCheckBox*>(QStringLiteral("activationAutoCheck"))->setChecked(false);
-        QVERIFY(w.modelSummary()->selectPoint(QStringLiteral("layers.2.mlp.gate_up.input")));
+        QVERIFY(latmix::test::child<latmix::gui::ModelSummaryView>(&w)->selectPoint(QStringLiteral("layers.2.mlp.gate_up.input")));
         auto* cal = w.calibrationView();
         cal->setMethod(QStringLiteral("latmix-lu"));
         cal->setSteps(3);
@@ -202,7 +203,7 @@ void TestSessions::sessionRoundTrip() {
         QVERIFY(done.wait(120000));
         QVERIFY2(done.last().at(0).toBool(), qPrintable(done.last().at(2).toString()));
         QCOMPARE(w.openRuns(), QStringList{run});
-        w.modelDock()->hide();
+        latmix::test::child<QDockWidget>(&w, "modelDock")->hide();
         w.viewTabs()->setCurrentWidget(w.comparisonView());
         QVERIFY2(w.saveSessionFile(file, &why), qPrintable(why));
         w.close(); // remembered for the next start
@@ -217,7 +218,7 @@ void TestSessions::sessionRoundTrip() {
     QCOMPARE(later.openRuns(), QStringList{run});
     QCOMPARE(later.exportRunDir(), run);
     QCOMPARE(later.viewTabs()->currentWidget(), static_cast<QWidget*>(later.comparisonView()));
-    QVERIFY(later.modelDock()->isHidden());
+    QVERIFY(latmix::test::child<QDockWidget>(&later, "modelDock")->isHidden());
     QVERIFY(!later.isErrorBannerShown());
     QVERIFY(later.recentCheckpoints().isEmpty()); // a restore is not a new open
 }

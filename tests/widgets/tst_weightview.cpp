@@ -1,5 +1,5 @@
 // The weights tab on the demo model (offscreen): every drawn number is core's profileWeights of
-// the linear loaded independently here (run::loadLinearWeights): the per-input-channel norms, the
+// the linear loaded independently here (analysis::loadLinearWeights): the per-input-channel norms, the
 // per-group column means, every cell of both heat maps (one colour range over both), the named
 // channels; with a run's transforms.h5 the folded side appears, without one it stays empty; an
 // activation point selects the linear that reads it.
@@ -9,7 +9,7 @@
 #include "model/LlamaModel.h"
 #include "model/TensorNames.h"
 #include "mx/MxFormat.h"
-#include "run/ModelAnalysis.h"
+#include "analysis/ModelAnalysis.h"
 #include "fold/ModelTransforms.h"
 
 #include <ATen/ATen.h>
@@ -17,6 +17,7 @@
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
 #include "JobRunner.h"
 #include "WeightView.h"
+#include "WidgetLookup.h"
 
 #include <qcustomplot.h>
 
@@ -116,7 +117,7 @@ private slots:
         QVERIFY2(done.last().at(0).toBool(), qPrintable(done.last().at(1).toString()));
 
         // The same numbers, independently of the view: the same code on the same weights, so exact.
-        const auto w = run::loadLinearWeights(m_model.toStdString(), layer, linear.toStdString(),
+        const auto w = analysis::loadLinearWeights(m_model.toStdString(), layer, linear.toStdString(),
                                               withRun ? QDir(m_run).filePath("transforms.h5").toStdString() : std::string());
         metrics::WeightProfileOptions o;
         o.format = mx::makeConfig(mx::parseFormat(format.toStdString()));
@@ -126,11 +127,11 @@ private slots:
         QCOMPARE(got.name, "layers." + std::to_string(layer) + "." + linear.toStdString());
         QVERIFY(at::equal(got.before.groupError, want.before.groupError));
 
-        QCustomPlot* ch = v.channelPlot();
+        QCustomPlot* ch = test::child<QCustomPlot>(&v, "weightChannelPlot");
         QCOMPARE(ch->graphCount(), withRun ? 2 : 1);
         QCOMPARE(graphValues(ch, 0), values(want.before.inputChannelNorm));
         if (withRun) QCOMPARE(graphValues(ch, 1), values(want.after.inputChannelNorm));
-        QCustomPlot* gp = v.groupPlot();
+        QCustomPlot* gp = test::child<QCustomPlot>(&v, "weightGroupPlot");
         QCOMPARE(gp->graphCount(), withRun ? 2 : 1);
         QCOMPARE(graphValues(gp, 0), values(want.before.columnGroupError));
         if (withRun) QCOMPARE(graphValues(gp, 1), values(want.after.columnGroupError));
@@ -146,7 +147,7 @@ private slots:
 
         // Heat maps: cell (group, band) is the band's mean group error; one colour range.
         const metrics::WeightSide* sides[2] = {&want.before, withRun ? &want.after : nullptr};
-        QCustomPlot* maps[2] = {v.heatmapBefore(), v.heatmapAfter()};
+        QCustomPlot* maps[2] = {test::child<QCustomPlot>(&v, "weightHeatmapBefore"), test::child<QCustomPlot>(&v, "weightHeatmapAfter")};
         QCPRange range;
         for (int s = 0; s < 2; ++s) {
             QCPColorMap* m = colourMap(maps[s]);
@@ -175,7 +176,7 @@ private slots:
         }
         QCOMPARE(range.lower, lo);
         QCOMPARE(range.upper, hi);
-        QVERIFY(v.summaryLabel()->text().contains(QString::number(want.before.relativeError, 'g', 4)));
+        QVERIFY(test::child<QLabel>(&v, "weightSummary")->text().contains(QString::number(want.before.relativeError, 'g', 4)));
     }
 
     void pointSelectsItsLinear_data() {

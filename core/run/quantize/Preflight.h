@@ -5,7 +5,7 @@
 // checked against the model (export, Hadamard widths, tracked layer, --devices), the layer
 // placement planned and the memory estimated and compared with what the machine has.
 #include "model/Checkpoint.h"
-#include "run/MemoryEstimate.h"
+#include "run/quantize/MemoryEstimate.h"
 #include "run/quantize/Method.h"
 #include "util/Remedy.h"
 

@@ -79,7 +79,7 @@ struct RunConfig {
     // The training's arithmetic (train::Precision, `--precision`): auto (bf16 on CUDA, fp32 on the
     // CPU), bf16 (mixed precision), tf32 or fp32. The other stages keep theirs (`--tf32` above).
     std::string precision = "auto";
-    // Training with the decoder layers split over these devices (`--devices`, run/MemoryEstimate.h's
+    // Training with the decoder layers split over these devices (`--devices`, run/quantize/MemoryEstimate.h's
     // planLayerPlacement: balanced by bytes, embedding with the first, lm_head with the last);
     // empty: all on `device`. The stages after training run on the first device, a layer at a
     // time. Learned methods, one process per machine, without offload.
@@ -94,7 +94,7 @@ struct RunConfig {
     // (Qwen3 with a T1 bias: MLP biases), naming --t1-bias off; false runs it anyway (the run
     // model still loads and evaluates in this workbench, `latmix export` refuses it).
     bool exportCheck = true;
-    // Refuse, before any work, a CPU run whose estimated peak memory (run/MemoryEstimate.h)
+    // Refuse, before any work, a CPU run whose estimated peak memory (run/quantize/MemoryEstimate.h)
     // exceeds the memory available; false (--force) runs anyway.
     bool memoryCheck = true;
     int trackedLayer = 0;        // whose A2 the training reports (metrics, live heatmap)

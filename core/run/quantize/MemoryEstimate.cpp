@@ -1,6 +1,6 @@
 // Memory estimates (MemoryEstimate.h). Every term names the buffer of the code it stands for;
 // sizes in bytes, float32 = 4, float64 = 8, s = the stored element size.
-#include "run/MemoryEstimate.h"
+#include "run/quantize/MemoryEstimate.h"
 
 #include "run/quantize/OptionTable.h"
 

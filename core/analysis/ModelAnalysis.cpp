@@ -1,4 +1,4 @@
-#include "run/ModelAnalysis.h"
+#include "analysis/ModelAnalysis.h"
 
 #include "model/Checkpoint.h"
 #include "model/Capture.h"
@@ -12,7 +12,7 @@
 #include <memory>
 #include <stdexcept>
 
-namespace latmix::run {
+namespace latmix::analysis {
 
 train::PointActivations captureModelActivations(const ModelCapture& r, JobContext& job) {
     const auto ck = model::Checkpoint::load(r.modelDir);
@@ -131,4 +131,4 @@ LinearWeights loadLinearWeights(const std::string& modelDir, int layer, const st
     return r;
 }
 
-} // namespace latmix::run
+} // namespace latmix::analysis

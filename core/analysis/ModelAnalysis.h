@@ -12,7 +12,7 @@
 #include <map>
 #include <string>
 
-namespace latmix::run {
+namespace latmix::analysis {
 
 struct ModelCapture {
     std::string modelDir;
@@ -64,4 +64,4 @@ struct LinearWeights {
 LinearWeights loadLinearWeights(const std::string& modelDir, int layer, const std::string& linear,
                                 const std::string& transformsFile = {});
 
-} // namespace latmix::run
+} // namespace latmix::analysis

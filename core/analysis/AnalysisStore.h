@@ -23,7 +23,7 @@ namespace latmix::train {
 struct AnalysisResult;
 }
 
-namespace latmix::run {
+namespace latmix::analysis {
 
 using Attributes = std::map<std::string, std::string>;
 
@@ -34,4 +34,4 @@ std::string analysisJson(const train::AnalysisResult& result, const Attributes& 
 // The "<point>/<kind>" groups of an analysis file, for checks and viewers.
 std::vector<std::string> analysisFileEntries(const std::string& path);
 
-} // namespace latmix::run
+} // namespace latmix::analysis

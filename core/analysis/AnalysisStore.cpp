@@ -1,4 +1,4 @@
-#include "run/AnalysisStore.h"
+#include "analysis/AnalysisStore.h"
 
 #include "util/AtomicFile.h"
 
@@ -13,7 +13,7 @@
 #include <functional>
 #include <stdexcept>
 
-namespace latmix::run {
+namespace latmix::analysis {
 namespace {
 
 using nlohmann::json;
@@ -219,4 +219,4 @@ std::vector<std::string> analysisFileEntries(const std::string& path) {
     return out;
 }
 
-} // namespace latmix::run
+} // namespace latmix::analysis
