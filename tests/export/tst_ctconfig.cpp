@@ -26,6 +26,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <set>
 #include <tuple>
@@ -52,8 +53,10 @@ at::Tensor sylvester(std::int64_t n) {
     return h;
 }
 
-// compressed-tensors' MXFP4 weight: E2M1 codes, element 2i in the low nibble, E8M0 bytes.
-at::Tensor decodeMxfp4(const at::Tensor& packed, const at::Tensor& scales, std::int64_t cols) {
+// compressed-tensors' FP4 weight: E2M1 codes (sign in bit 3), element 2i in the low nibble, one
+// scale byte per `block` columns, its value given by scaleOf.
+at::Tensor decodeFp4(const at::Tensor& packed, const at::Tensor& scales, std::int64_t cols, std::int64_t block,
+                     const std::function<double(std::uint8_t)>& scaleOf) {
     static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
     const auto p = packed.contiguous(), s = scales.contiguous();
     const std::int64_t rows = p.size(0);
@@ -64,33 +67,25 @@ at::Tensor decodeMxfp4(const at::Tensor& packed, const at::Tensor& scales, std::
     for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t c = 0; c < cols; ++c) {
             const int q = (code[r * p.size(1) + c / 2] >> (c % 2 ? 4 : 0)) & 15;
-            out[r * cols + c] = (q & 8 ? -1 : 1) * mag[q & 7] * std::ldexp(1.0, int(scale[r * s.size(1) + c / 32]) - 127);
+            out[r * cols + c] = (q & 8 ? -1 : 1) * mag[q & 7] * scaleOf(scale[r * s.size(1) + c / block]);
         }
     return w;
 }
 
-// compressed-tensors' NVFP4 weight: E2M1 codes as above, E4M3 bytes per 16 (bias 7, subnormal
-// below exponent 1, 0x7F/0xFF NaN), divided by the stored global scale (448·6/amax).
+// MXFP4: E8M0 bytes per 32 (127 + the exponent).
+at::Tensor decodeMxfp4(const at::Tensor& packed, const at::Tensor& scales, std::int64_t cols) {
+    return decodeFp4(packed, scales, cols, 32, [](std::uint8_t b) { return std::ldexp(1.0, int(b) - 127); });
+}
+
+// NVFP4: E4M3 bytes per 16 (bias 7, subnormal below exponent 1, 0x7F/0xFF NaN), divided by the
+// stored global scale (448·6/amax).
 at::Tensor decodeNvfp4(const at::Tensor& packed, const at::Tensor& scales, float global, std::int64_t cols) {
-    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-    auto e4m3 = [](std::uint8_t b) {
+    return decodeFp4(packed, scales, cols, 16, [global](std::uint8_t b) {
         const int e = (b >> 3) & 15, m = b & 7;
         if ((b & 127) == 127) return std::nan("");
         const double v = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7);
-        return b & 128 ? -v : v;
-    };
-    const auto p = packed.contiguous(), s = scales.contiguous();
-    const std::int64_t rows = p.size(0);
-    at::Tensor w = at::empty({rows, cols}, at::kDouble);
-    auto* out = w.data_ptr<double>();
-    const auto* code = p.data_ptr<std::uint8_t>();
-    const auto* scale = s.data_ptr<std::uint8_t>();
-    for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c = 0; c < cols; ++c) {
-            const int q = (code[r * p.size(1) + c / 2] >> (c % 2 ? 4 : 0)) & 15;
-            out[r * cols + c] = (q & 8 ? -1 : 1) * mag[q & 7] * e4m3(scale[r * s.size(1) + c / 16]) / double(global);
-        }
-    return w;
+        return (b & 128 ? -v : v) / double(global);
+    });
 }
 
 } // namespace
