@@ -1,4 +1,3 @@
-#include "util/DataPath.h"
 #include "AtenHeaders.h"
 
 #include "CalibrationView.h"
@@ -13,7 +12,7 @@
 #include "model/ConfigJson.h"
 #include "model/ModelConfig.h"
 #include "run/quantize/MemoryEstimate.h"
-#include "run/UnfinishedRun.h"
+#include "run/PrepareRun.h"
 #include "run/quantize/OptionTable.h"
 #include "util/Runtime.h"
 #include "util/Text.h"
@@ -66,8 +65,6 @@ namespace {
 
 QVariant controlValue(const QWidget* w);
 nlohmann::ordered_json controlJson(const QWidget* w); // both below, beside the settings
-
-QString dataDir() { return QString::fromStdString(latmix::util::dataDir()); }
 
 using FormWidgets::dspin;
 using FormWidgets::spin;
@@ -375,13 +372,13 @@ void CalibrationView::updateMemoryEstimate() {
 // The run the form describes: each option control's value set through the option table, in the
 // table's order and with its checks (as the CLI's flags and a sweep's keys are). The workbench
 // evaluates on windows of 256 tokens; without windows there is no folded check either.
-latmix::run::QuantizeOptions CalibrationView::options() const {
+latmix::run::RunConfig CalibrationView::options() const {
     QHash<QString, const QWidget*> controls;
     for (const QWidget* w : findChildren<QWidget*>()) {
         const QString key = w->property("optionKey").toString();
         if (!key.isEmpty()) controls.insert(key, w);
     }
-    latmix::run::QuantizeOptions o;
+    latmix::run::RunConfig o;
     for (const auto& field : latmix::run::optionFields())
         if (const QWidget* w = controls.value(QString::fromLatin1(field.key)))
             latmix::run::setOption(o, field.key, controlJson(w), "Calibration form");
@@ -423,77 +420,56 @@ bool CalibrationView::start(QString* error) {
     };
     if (m_modelDir.isEmpty()) return fail(tr("Open a model before running a calibration"));
     if (m_runner->isRunning()) return fail(tr("A calibration is already running; cancel it first"));
-    latmix::run::QuantizeOptions o;
-    latmix::run::ResolvedRun resolved; // every check before the run starts (run/quantize/Preflight.h)
-    try {
-        o = options();
-        resolved = latmix::run::preflight(m_modelDir.toStdString(), o);
-    } catch (const latmix::run::RunRefused& e) { // the remedies in the names of this form's controls
-        return fail(tr("Cannot run: %1").arg(QString::fromStdString(e.message(latmix::run::Face::Workbench))));
-    } catch (const std::exception& e) {
-        return fail(tr("Invalid settings: %1").arg(QString::fromLocal8Bit(e.what())));
-    }
-    // The calibration text: the chosen file, else the built-in text (resources).
-    std::string text;
-    const QString textPath = m_calibText->text().trimmed();
-    if (textPath.isEmpty()) {
-        const QByteArray builtIn = builtInCalibrationText();
-        if (builtIn.isEmpty()) return fail(tr("The built-in calibration text is missing from this build"));
-        text = builtIn.toStdString();
-        o.calibSource = "built-in calibration text";
-    } else {
-        QFile f(textPath);
-        if (!f.open(QIODevice::ReadOnly))
-            return fail(tr("Cannot read the calibration text %1: %2").arg(textPath, f.errorString()));
-        text = f.readAll().toStdString();
-        o.calibSource = QFileInfo(textPath).absoluteFilePath().toStdString();
-    }
-    QString evalPath;
-    if (o.evalWindows > 0) {
-        evalPath = dataDir() + QStringLiteral("/wikitext-2/wiki.test.raw");
-        if (!QFile::exists(evalPath))
-            return fail(tr("Perplexity evaluation needs the WikiText-2 test text at %1; set LATMIX_DATA_DIR or set "
-                           "Eval windows to 0")
-                            .arg(evalPath));
-        o.evalSource = evalPath.toStdString();
-    }
     QString dir = m_runDirEdit->text().trimmed();
     if (dir.isEmpty()) dir = defaultRunDir();
-    if (!QDir().mkpath(dir)) return fail(tr("Cannot create the run folder %1").arg(dir));
-    if (QFile::exists(dir + QStringLiteral("/latmix.json")))
-        return fail(tr("%1 already holds a finished run; choose another run folder").arg(dir));
-    // A run folder left unfinished (cancelled, failed, or its process killed: run/UnfinishedRun.h)
-    // is continued when the method is the same, from the last checkpoint of its train.h5;
-    // runQuantize refuses any other run into it.
-    if (latmix::run::hasUnfinishedMarker(dir.toStdString())) {
-        try {
-            if (latmix::run::readUnfinishedRun(dir.toStdString()).method != o.method)
-                return fail(QString::fromStdString(latmix::run::describeUnfinishedRun(dir.toStdString())) +
-                            tr(": choose its method to continue it, or another run folder"));
-        } catch (const std::exception& e) {
-            return fail(QString::fromLocal8Bit(e.what()));
+    // The run as the CLI and a sweep's cells get theirs ready (run/PrepareRun.h): every check, then
+    // the folder's state: a run folder left unfinished (cancelled, failed, or its process killed:
+    // run/UnfinishedRun.h) continues when the method and model are the same, from the last
+    // checkpoint of its train.h5; a finished run or another run's folder is refused.
+    latmix::run::RunRequest request;
+    request.modelDir = m_modelDir.toStdString();
+    request.runDir = QDir(dir).absolutePath().toStdString();
+    request.resume = latmix::run::ResumeRule::IfUnfinished;
+    request.commandLine = "latmix-workbench calibration";
+    const QString textPath = m_calibText->text().trimmed();
+    latmix::run::PreparedRun prepared;
+    try {
+        request.config = options();
+        if (textPath.isEmpty()) { // the built-in text (resources)
+            request.calibText = builtInCalibrationText().toStdString();
+            if (request.calibText.empty()) return fail(tr("The built-in calibration text is missing from this build"));
+            request.config.calibSource = "built-in calibration text";
+        } else {
+            request.config.calibSource = QFileInfo(textPath).absoluteFilePath().toStdString();
         }
-        o.resume = true;
+        prepared = latmix::run::prepareRun(request);
+    } catch (const latmix::run::RunRefused& e) { // the remedies in the names of this form's controls
+        return fail(tr("Cannot run: %1").arg(QString::fromStdString(e.message(latmix::run::Face::Workbench))));
+    } catch (const std::invalid_argument& e) {
+        return fail(tr("Invalid settings: %1").arg(QString::fromLocal8Bit(e.what())));
+    } catch (const std::exception& e) {
+        return fail(QString::fromLocal8Bit(e.what()));
     }
+    if (!QDir().mkpath(dir)) return fail(tr("Cannot create the run folder %1").arg(dir));
     m_activeRunDir = QDir(dir).absolutePath();
-    o.commandLine = "latmix-workbench calibration";
     saveSettings();
 
-    m_dashboard->beginRun(QFileInfo(m_activeRunDir).fileName(), resolved.method.learned ? o.steps : 0, o.format.blockSize);
+    const latmix::run::QuantizeOptions& o = prepared.options;
+    m_dashboard->beginRun(QFileInfo(m_activeRunDir).fileName(), prepared.resolved.method.learned ? o.steps : 0,
+                          o.format.blockSize);
     m_dashboard->setTrackedLayer(o.trackedLayer);
     QPointer<TrainingDashboard> board = m_dashboard;
-    o.onMatrices = [board](int step, const at::Tensor& a1, const at::Tensor& a2) {
+    latmix::run::RunHooks hooks;
+    hooks.onMatrices = [board](int step, const at::Tensor& a1, const at::Tensor& a2) {
         QMetaObject::invokeMethod(
             board, [board, step, a1, a2] { if (board) board->setMatrices(step, a1, a2); }, Qt::QueuedConnection);
     };
-    const std::string modelDir = m_modelDir.toStdString(), runDir = m_activeRunDir.toStdString(),
-                      evalFile = evalPath.toStdString();
+    hooks.onStep = [board](const latmix::train::DistillStep& s) {
+        QMetaObject::invokeMethod(
+            board, [board, s] { if (board) board->addStep(s); }, Qt::QueuedConnection);
+    };
     const bool started = m_runner->start(tr("Calibration %1").arg(m_method->currentText()), [=](latmix::JobContext& job) {
-        const auto ids = latmix::run::tokenizeRunInputs(modelDir, text, evalFile, o.seqLen);
-        latmix::run::runQuantize(resolved, ids.calibIds, ids.evalIds, runDir, o, job, [board](const latmix::train::DistillStep& s) {
-            QMetaObject::invokeMethod(
-                board, [board, s] { if (board) board->addStep(s); }, Qt::QueuedConnection);
-        });
+        latmix::run::runQuantize(prepared, latmix::run::loadRunInputs(prepared), job, hooks);
     });
     if (!started) return fail(tr("A calibration is already running; cancel it first"));
     m_run->setEnabled(false);

@@ -46,7 +46,7 @@ public:
     QString modelDir() const { return m_modelDir; }
 
     // The options the form describes (format validated when the run starts).
-    latmix::run::QuantizeOptions options() const;
+    latmix::run::RunConfig options() const;
     // Form setters for scripted use and tests.
     void setMethod(const QString& method);
     // --keep's regex (empty: none); the Model dock's "keep in bf16" boxes set it.

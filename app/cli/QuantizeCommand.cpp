@@ -14,7 +14,7 @@
 #include "model/LlamaModel.h"
 #include "run/quantize/MemoryEstimate.h"
 #include "model/TensorNames.h"
-#include "run/QuantizeRun.h"
+#include "run/PrepareRun.h"
 #include "run/quantize/LayerQuantizer.h"
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
@@ -36,8 +36,8 @@ namespace {
 namespace fs = std::filesystem;
 
 struct QuantizeCli {
-    run::QuantizeOptions q;
     std::string model, out;
+    std::string commandLine;
     // --resume [RUN_DIR]: continue the unfinished run there with the options it recorded.
     std::string resumeDir;
     CLI::Option* resume = nullptr;
@@ -79,7 +79,8 @@ int launchRanks(const QuantizeCli& o) {
 // where there is one; no --offload, no --devices: their plan is printed before), the GPU's,
 // against --gpu-memory or the device's own memory. --model may be a config.json alone (a model not downloaded yet; its torch_dtype is the
 // stored dtype), e.g. resources/configs/llama-3.1-8b.json.
-int printDryRun(const QuantizeCli& o, const run::ResolvedRun& resolved) {
+int printDryRun(const QuantizeCli& o, const run::PreparedRun& prepared) {
+    const run::ResolvedRun& resolved = prepared.resolved;
     // The host estimate is a CPU run's (run/quantize/MemoryEstimate.h); a GPU run is checked against its
     // GPU's memory or not at all (RunMemory::checkedDevice).
     const run::RunMemory& m = resolved.memory;
@@ -91,7 +92,7 @@ int printDryRun(const QuantizeCli& o, const run::ResolvedRun& resolved) {
     std::printf("\nGPU memory (%s, %s)\n%s", m.checkedDevice.c_str(),
                 !o.gpuMemory.empty() ? "--gpu-memory" : total > 0 ? "this machine's" : "not on this machine: --gpu-memory GiB compares",
                 run::memoryTable(m.gpu, total).c_str());
-    const std::string problem = run::memoryProblem(m.gpu, total, o.q, m.checkedDevice);
+    const std::string problem = run::memoryProblem(m.gpu, total, prepared.options, m.checkedDevice);
     std::printf("%s\n", problem.empty() ? (total > 0 ? "fits" : "") : ("does not fit: " + problem).c_str());
     return 0;
 }
@@ -136,12 +137,12 @@ run::RunConfig resumedConfig(QuantizeCli& o) {
     return run::configFromJson(nlohmann::ordered_json::parse(options), cliDefaults(), what);
 }
 
-// The run's options: the defaults (or those a resumed run recorded), then every option typed on
-// the command line, in the table's order.
-void completeOptions(QuantizeCli& o, const dist::World& world) {
+// The run asked for: the defaults (or the options a resumed run recorded), then every option
+// typed on the command line, in the table's order.
+run::RunRequest requestOf(QuantizeCli& o, const dist::World& world) {
     run::RunConfig config = cliDefaults();
-    o.q.resume = o.resume->count() > 0;
-    if (o.q.resume) config = resumedConfig(o);
+    const bool resume = o.resume->count() > 0;
+    if (resume) config = resumedConfig(o);
     else if (!o.given.at("method")->count()) throw std::invalid_argument("--method is required (or --resume RUN_DIR)");
     if (o.model.empty()) throw std::invalid_argument("--model is required (or --resume RUN_DIR)");
     if (o.out.empty()) throw std::invalid_argument("--out is required");
@@ -160,14 +161,21 @@ void completeOptions(QuantizeCli& o, const dist::World& world) {
         throw run::RunRefused("an evaluation of " + std::to_string(config.evalWindows) +
                                   " windows was asked for without their length: no perplexity would be measured",
                               {{"eval_seqlen", "2048"}, {"eval_windows", "0"}});
-    static_cast<run::RunConfig&>(o.q) = config;
     // Several ranks on one machine: each on its own GPU (torchrun's convention, local rank r on
     // cuda:r) unless the devices name their indices.
-    if (world.size > 1) o.q.device = model::deviceOfLocalRank(o.q.device, world.localRank);
+    if (world.size > 1) config.device = model::deviceOfLocalRank(config.device, world.localRank);
+    run::RunRequest request;
+    request.modelDir = o.model;
+    request.runDir = o.out;
+    request.config = std::move(config);
+    request.resume = resume ? run::ResumeRule::Asked : run::ResumeRule::Never;
+    request.commandLine = o.commandLine;
+    request.purpose = o.dryRun ? run::PreflightFor::Estimate : run::PreflightFor::Run;
+    return request;
 }
 
 // The report of a finished run, on stdout.
-void printTraining(const QuantizeCli& o, const run::QuantizeResult& r) {
+void printTraining(const run::QuantizeOptions& o, const run::RunHooks& hooks, const run::QuantizeResult& r) {
     if (r.training.history.empty()) return;
     const auto& first = r.training.history.front();
     const auto& last = r.training.history.back();
@@ -178,16 +186,16 @@ void printTraining(const QuantizeCli& o, const run::QuantizeResult& r) {
     }
     const double n = static_cast<double>(r.training.history.size());
     std::printf("training     %zu steps, %s %.4f -> %.4f, %.1f s\n", r.training.history.size(),
-                o.q.loss == "kl" ? "KL" : o.q.loss.c_str(), first.objective, last.objective, r.trainSeconds);
+                o.loss == "kl" ? "KL" : o.loss.c_str(), first.objective, last.objective, r.trainSeconds);
     std::printf("step time    %.3f s: teacher %.3f, student %.3f, backward %.3f, metrics %.3f (means)\n", total / n,
                 teacher / n, student / n, backward / n, metrics / n);
-    if (o.q.group)
-        std::printf("ranks        %d (data parallel, batch %d each), %.2f MiB communicated per step\n",
-                    o.q.group->size(), o.q.batch,
-                    r.trainBytes / n / 1048576.0);
+    if (hooks.group)
+        std::printf("ranks        %d (data parallel, batch %d each), %.2f MiB communicated per step\n", hooks.group->size(),
+                    o.batch, r.trainBytes / n / 1048576.0);
 }
 
-void printWeights(const QuantizeCli& o, const run::ResolvedRun& resolved, const run::QuantizeResult& r) {
+void printWeights(const run::PreparedRun& p, const run::RunHooks& hooks, const run::QuantizeResult& r) {
+    const run::ResolvedRun& resolved = p.resolved;
     std::map<std::string, std::pair<double, int>> perLinear; // experts: mean over the experts of a kind
     std::set<int> layers;
     int rounded = 0;
@@ -204,25 +212,26 @@ void printWeights(const QuantizeCli& o, const run::ResolvedRun& resolved, const 
         std::printf("             %d expert linears rounded to nearest: their experts got under %.1f%% of the "
                     "calibration tokens (latmix.json lists every expert's tokens)\n",
                     rounded, 100 * run::kStarvedShare);
-    if (o.q.group) // only for several ranks
+    if (hooks.group) // only for several ranks
         std::printf("             %d ranks: Hessians summed over the ranks, each linear quantized by one; %.1f MiB "
                     "communicated\n",
-                    o.q.group->size(), r.quantizeBytes / 1048576.0);
-    if (run::weightQuantizationWindows(resolved.method, o.q) == 0)
+                    hooks.group->size(), r.quantizeBytes / 1048576.0);
+    if (run::weightQuantizationWindows(resolved.method, p.options) == 0)
         std::printf("             no calibration: relative errors of the weights (--rtn-error-windows N: of the "
                     "outputs on N windows)\n");
     for (const auto& [name, v] : perLinear)
         std::printf("  %-18s mean relative error %.5f\n", name.c_str(), v.first / v.second);
 }
 
-void printReport(const QuantizeCli& o, const run::ResolvedRun& resolved, const run::QuantizeResult& r) {
-    std::printf("run          %s (method %s, %s)\n", o.out.c_str(), o.q.method.c_str(), o.q.format.describe().c_str());
-    printTraining(o, r);
-    printWeights(o, resolved, r);
-    const std::string precision = mx::precisionLabel(o.q.format.format); // "W4A4", "W8A8", ...
+void printReport(const run::PreparedRun& p, const run::RunHooks& hooks, const run::QuantizeResult& r) {
+    const run::QuantizeOptions& o = p.options;
+    std::printf("run          %s (method %s, %s)\n", p.runDir.c_str(), o.method.c_str(), o.format.describe().c_str());
+    printTraining(o, hooks, r);
+    printWeights(p, hooks, r);
+    const std::string precision = mx::precisionLabel(o.format.format); // "W4A4", "W8A8", ...
     if (r.fpPerplexity > 0)
         std::printf("perplexity   FP %.3f   %s %.3f   weights only %.3f   (WikiText-2 test, seqlen %d)\n",
-                    r.fpPerplexity, precision.c_str(), r.quantizedPerplexity, r.weightOnlyPerplexity, o.q.evalSeqLen);
+                    r.fpPerplexity, precision.c_str(), r.quantizedPerplexity, r.weightOnlyPerplexity, o.evalSeqLen);
     if (r.kl.tokens > 0)
         std::printf("KL           %s vs FP: mean %.5f +- %.5f, 99th percentile %.5f, top-1 agreement %.4f, "
                     "delta ppl %+.3f +- %.3f (%lld tokens)\n",
@@ -253,10 +262,10 @@ void printReport(const QuantizeCli& o, const run::ResolvedRun& resolved, const r
 int runQuantize(QuantizeCli& o) {
     if (o.distTimeout <= 0) throw std::invalid_argument("--dist-timeout must be positive (seconds)");
     const dist::World world = dist::worldFromEnvironment();
-    completeOptions(o, world);
-    // Every check before any work, once: method, options, checkpoint, placement, memory.
-    const run::ResolvedRun resolved =
-        run::preflight(o.model, o.q, o.dryRun ? run::PreflightFor::Estimate : run::PreflightFor::Run);
+    // Every check before any work, once (run/PrepareRun.h): options, checkpoint, placement,
+    // memory, the run folder's state, the data files.
+    const run::PreparedRun prepared = run::prepareRun(requestOf(o, world));
+    const run::ResolvedRun& resolved = prepared.resolved;
     if (o.nproc > 1 && !o.dryRun) return launchRanks(o); // each rank checks again and rank 0 prints the plan
     if (!resolved.placement.empty() && world.rank == 0) {
         std::printf("training layers across %zu devices (balanced by the bytes of the weights each holds)%s:\n%s",
@@ -268,42 +277,38 @@ int runQuantize(QuantizeCli& o) {
     if (world.rank == 0)
         for (const auto& note : resolved.notes) std::printf("note: %s\n", run::messageFor(note, run::Face::Cli).c_str());
     std::fflush(stdout);
-    if (o.dryRun) return printDryRun(o, resolved); // the memory estimates and nothing else
+    if (o.dryRun) return printDryRun(o, prepared); // the memory estimates and nothing else
     // How the ranks talk, checked also for one process: a refusal comes before any work.
     const c10::Device rankDevice = model::parseDevice(resolved.device);
     const dist::Backend backend = dist::chooseBackend(o.distBackend, rankDevice.is_cuda());
-    // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
-    o.q.calibSource = util::calibrationTextFile(o.q.calibSource);
-    if (o.q.evalSeqLen > 0) o.q.evalSource = util::wikiText2TestFile();
-    if (!o.q.evalTaskNames.empty() && world.rank == 0) // read and checked now: a bad task file stops before any work
-        o.q.evalTasks = eval::loadZeroShotTasks(o.q.evalTaskNames, util::dataDir(), o.q.evalLimit);
-    const auto ids = run::tokenizeRunInputs(o.model, util::readTextFile(o.q.calibSource, "calibration text"), o.q.evalSource, o.q.seqLen);
+    const run::RunInputs inputs = run::loadRunInputs(prepared); // a bad task file stops here, before any work
+    run::RunHooks hooks;
     if (world.size > 1) {
         // One rank of a data-parallel run (torchrun or --nproc): the ranks meet, check that they
         // run the same thing, then train and run GPTQ together; rank 0 alone prints progress
         // and the report.
-        o.q.group = dist::Group::connect(world, run::runKey(resolved, o.q, ids.calibIds, ids.evalIds),
-                                         std::chrono::milliseconds(static_cast<long long>(o.distTimeout * 1000)), backend,
-                                         rankDevice.is_cuda() ? rankDevice.index() : 0);
+        hooks.group = dist::Group::connect(world, run::runKey(resolved, prepared.options, inputs.calibIds, inputs.evalIds),
+                                           std::chrono::milliseconds(static_cast<long long>(o.distTimeout * 1000)), backend,
+                                           rankDevice.is_cuda() ? rankDevice.index() : 0);
     }
     run::QuantizeResult r;
     try {
         if (world.rank == 0) {
-            CliProgress progress("quantize " + o.q.method);
-            r = run::runQuantize(resolved, ids.calibIds, ids.evalIds, o.out, o.q, progress);
+            CliProgress progress("quantize " + prepared.options.method);
+            r = run::runQuantize(prepared, inputs, progress, hooks);
         } else {
             CliProgress cancelOnly("", true);
-            r = run::runQuantize(resolved, ids.calibIds, ids.evalIds, o.out, o.q, cancelOnly);
+            r = run::runQuantize(prepared, inputs, cancelOnly, hooks);
             return 0;
         }
     } catch (const JobCancelled&) {
         throw; // every rank stopped at the same step
     } catch (const std::exception& e) {
-        if (o.q.group) o.q.group->reportFailure(e.what());
+        if (hooks.group) hooks.group->reportFailure(e.what());
         throw;
     }
 
-    printReport(o, resolved, r);
+    printReport(prepared, hooks, r);
     return 0;
 }
 
@@ -367,7 +372,7 @@ Runner addQuantizeCommand(CLI::App& app) {
         ->capture_default_str();
     cmd->add_flag("--dry-run", o->dryRun, "print the estimated peak memory of each stage and exit (nothing is run)");
     return [o] {
-        o->q.commandLine = typedCommandLine();
+        o->commandLine = typedCommandLine();
         return runQuantize(*o);
     };
 }

@@ -29,8 +29,8 @@ namespace fs = std::filesystem;
 
 namespace latmix::run {
 
-bool RunContext::root() const { return !options.group || options.group->isRoot(); }
-bool RunContext::parallel() const { return options.group && options.group->size() > 1; }
+bool RunContext::root() const { return !hooks.group || hooks.group->isRoot(); }
+bool RunContext::parallel() const { return hooks.group && hooks.group->size() > 1; }
 
 namespace {
 
@@ -242,13 +242,13 @@ std::string quantizeLayers(const RunContext& ctx, const ModelToQuantize& toQuant
 
 QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& calibIds, const std::vector<int>& evalIds,
                            const std::string& runDir, const QuantizeOptions& o, JobContext& job,
-                           std::function<void(const train::DistillStep&)> onStep) {
-    return runQuantize(preflight(modelDir, o), calibIds, evalIds, runDir, o, job, std::move(onStep));
+                           const RunHooks& hooks) {
+    return runQuantize(preflight(modelDir, o), calibIds, evalIds, runDir, o, job, hooks);
 }
 
 QuantizeResult runQuantize(const ResolvedRun& resolved, const std::vector<int>& calibIds, const std::vector<int>& evalIds,
                            const std::string& runDir, const QuantizeOptions& o, JobContext& job,
-                           std::function<void(const train::DistillStep&)> onStep) {
+                           const RunHooks& hooks) {
     const auto start = Clock::now();
     if (!resolved.checkpoint)
         throw std::invalid_argument(resolved.modelDir + " is a config alone: a run needs the model folder with its weights");
@@ -261,7 +261,7 @@ QuantizeResult runQuantize(const ResolvedRun& resolved, const std::vector<int>& 
     }
     // With offload the layers live on the CPU (memory-mapped float32) and visit the device one
     // at a time; the embeddings, final norm and lm_head stay on the device.
-    const RunContext ctx{o, resolved, runDir, device, o.offload ? c10::Device(c10::kCPU) : device,
+    const RunContext ctx{o, hooks, resolved, runDir, device, o.offload ? c10::Device(c10::kCPU) : device,
                          at::TensorOptions().dtype(at::kFloat).device(device),
                          std::min(o.seqLen, resolved.config.maxPositions)};
     QuantizeResult r;
@@ -279,18 +279,18 @@ QuantizeResult runQuantize(const ResolvedRun& resolved, const std::vector<int>& 
     const StageSeconds seconds = stageSeconds(resolved.config, o, resolved.method, device.is_cuda(), evalTokens);
     StageRunner stages(stagesOf(resolved.method, seconds, foldedCheck, perplexities || !o.evalTasks.empty(), ctx.parallel()), job,
                        [&](const std::string& stage) { folder.mark(stage); }, device, r);
-    const auto sentSoFar = [&] { return o.group ? o.group->bytesCommunicated() : std::uint64_t(0); };
+    const auto sentSoFar = [&] { return hooks.group ? hooks.group->bytesCommunicated() : std::uint64_t(0); };
 
     std::unique_ptr<fold::ModelTransforms> transforms;
     if (resolved.method.transformed)
         stages.run(transformStage(resolved.method),
-                   [&](JobContext& j) { transforms = trainTransforms(ctx, original, calib, evalIds, r, j, onStep); });
+                   [&](JobContext& j) { transforms = trainTransforms(ctx, original, calib, evalIds, r, j); });
     r.trainBytes = sentSoFar();
     // The folded model's spill folder: removed when the run ends, however it ends. A data-parallel
     // rank that cannot see rank 0's spill folds its own copy into a temporary folder.
     const std::string spillDir = (fs::path(runDir) / "folded.partial").string();
     const std::string ownSpill = (fs::temp_directory_path() / ("latmix-folded-" + std::to_string(::getpid()) + "-rank" +
-                                                               std::to_string(o.group ? o.group->rank() : 0)))
+                                                               std::to_string(hooks.group ? hooks.group->rank() : 0)))
                                      .string();
     struct Cleanup {
         std::string dir;

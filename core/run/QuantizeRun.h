@@ -68,13 +68,15 @@ std::string runKey(const ResolvedRun& resolved, const QuantizeOptions& options, 
 // The run `resolved` (preflight of these options) into runDir. calibIds: tokenized calibration
 // text (never the evaluation split); evalIds: tokenized WikiText-2 test (SPEC §7) or empty.
 // Progress: the stages in order, each its share of the bar; cancel stops at the next step/layer,
-// leaving a resumable train.h5, the unfinished-run marker and no RUN_DIR/model.
+// leaving a resumable train.h5, the unfinished-run marker and no RUN_DIR/model. The front ends
+// (CLI, workbench, sweep) call it through run/PrepareRun.h, which decides the options, the
+// resume and the inputs the same way for all three.
 QuantizeResult runQuantize(const ResolvedRun& resolved, const std::vector<int>& calibIds, const std::vector<int>& evalIds,
                            const std::string& runDir, const QuantizeOptions& options, JobContext& job = silentJob(),
-                           std::function<void(const train::DistillStep&)> onStep = nullptr);
+                           const RunHooks& hooks = {});
 // The same with preflight(modelDir, options) first.
 QuantizeResult runQuantize(const std::string& modelDir, const std::vector<int>& calibIds, const std::vector<int>& evalIds,
                            const std::string& runDir, const QuantizeOptions& options, JobContext& job = silentJob(),
-                           std::function<void(const train::DistillStep&)> onStep = nullptr);
+                           const RunHooks& hooks = {});
 
 } // namespace latmix::run

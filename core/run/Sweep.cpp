@@ -1,6 +1,7 @@
 #include "run/Sweep.h"
 
 #include "eval/ZeroShotTasks.h"
+#include "run/PrepareRun.h"
 #include "run/RunCatalog.h"
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -199,34 +201,41 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
                      const std::function<void(int, const SweepCell&, bool)>& onCell) {
     fs::create_directories(fs::path(outDir) / "cells");
     SweepResult result;
-    std::map<std::pair<std::string, int>, RunTokens> tokens;                     // by calibration file and seqlen
-    std::map<std::pair<std::string, int>, std::vector<eval::ZeroShotTask>> tasks; // by task list and limit
-    // The FP model's perplexity is the same in every cell that evaluates (always WikiText-2 test)
-    // in the same windows on the same device: measured by the first such cell (or read from a
-    // finished one). By eval seqlen, windows and device.
-    // The FP model's evaluation pass, recorded by the first cell that evaluates on these windows and
-    // device and reused by the others (QuantizeOptions::FpReference); its folder is removed with the map.
-    std::map<std::tuple<int, int, std::string>, std::shared_ptr<QuantizeOptions::FpReference>> fpReferences;
     const int n = static_cast<int>(grid.cells.size());
+    const auto runDirOf = [&](const SweepCell& cell) { return (fs::path(outDir) / "cells" / cell.name).string(); };
+    const auto recordOf = [&](const SweepCell& cell) { return (fs::path(runDirOf(cell)) / "latmix.json").string(); };
+    // Every cell still to run is prepared before the first one starts (run/PrepareRun.h: its
+    // checks, and an interrupted cell continued where its train.h5 stopped), the model opened once:
+    // a cell that cannot run stops the sweep before any work, named. A finished cell (latmix.json,
+    // written last and atomically) is read, not run.
+    std::vector<std::optional<PreparedRun>> prepared(grid.cells.size());
+    std::shared_ptr<const model::Checkpoint> checkpoint;
+    for (std::size_t i = 0; i < grid.cells.size(); ++i) {
+        const SweepCell& cell = grid.cells[i];
+        if (fs::exists(recordOf(cell))) continue;
+        if (!checkpoint) checkpoint = std::make_shared<const model::Checkpoint>(model::Checkpoint::load(grid.model));
+        RunRequest request;
+        request.runDir = runDirOf(cell);
+        request.config = cell.options;
+        request.config.calibSource = cell.calib;
+        request.resume = ResumeRule::IfUnfinished;
+        request.commandLine = "latmix sweep " + grid.source + " (cell " + cell.name + ")";
+        try {
+            prepared[i] = prepareRun(request, checkpoint);
+        } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument("sweep cell " + cell.name + ": " + e.what());
+        }
+    }
     // Progress (and so the ETA the listener derives from it) covers the cells this call runs:
     // the cells a resumed sweep skips take no time, and counting them as done work made the ETA
     // of a sweep resumed at cell 6 of 8 about a third of the real one.
-    const auto recordOf = [&](const SweepCell& cell) { return fs::path(outDir) / "cells" / cell.name / "latmix.json"; };
-    const int toRun = static_cast<int>(std::count_if(grid.cells.begin(), grid.cells.end(),
-                                                     [&](const SweepCell& c) { return !fs::exists(recordOf(c)); }));
-    // Every cell still to run is checked before the first one starts (run/quantize/Preflight.h),
-    // the model opened once: a cell that cannot run stops the sweep before any work, named.
-    std::vector<ResolvedRun> resolved(grid.cells.size());
-    std::shared_ptr<const model::Checkpoint> checkpoint;
-    for (std::size_t i = 0; i < grid.cells.size(); ++i) {
-        if (fs::exists(recordOf(grid.cells[i]))) continue;
-        if (!checkpoint) checkpoint = std::make_shared<const model::Checkpoint>(model::Checkpoint::load(grid.model));
-        try {
-            resolved[i] = preflight(checkpoint, grid.cells[i].options);
-        } catch (const std::invalid_argument& e) {
-            throw std::invalid_argument("sweep cell " + grid.cells[i].name + ": " + e.what());
-        }
-    }
+    const int toRun = static_cast<int>(std::count_if(prepared.begin(), prepared.end(), [](const auto& p) { return bool(p); }));
+    // The inputs of the cells with the same calibration text, window length, evaluation and tasks,
+    // read once.
+    std::map<std::string, RunInputs> inputs;
+    // The FP model's evaluation pass, recorded by the first cell that evaluates on these windows and
+    // device and reused by the others (RunHooks::FpReference); its folder is removed with the map.
+    std::map<std::tuple<int, int, std::string>, std::shared_ptr<RunHooks::FpReference>> fpReferences;
     int started = 0;
     auto writeTables = [&] {
         util::writeFileAtomically((fs::path(outDir) / "results.csv").string(), sweepCsv(result.records));
@@ -234,45 +243,32 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
     };
     for (int i = 0; i < n; ++i) {
         const SweepCell& cell = grid.cells[static_cast<std::size_t>(i)];
-        const std::string runDir = (fs::path(outDir) / "cells" / cell.name).string();
-        const std::string record = recordOf(cell).string();
-        const bool done = fs::exists(record); // written last, atomically: the cell finished
-        const auto fpKey = std::make_tuple(cell.options.evalSeqLen, cell.options.evalWindows, cell.options.device);
-        if (onCell) onCell(i, cell, done);
-        if (!done) {
+        const auto& run = prepared[static_cast<std::size_t>(i)];
+        if (onCell) onCell(i, cell, !run);
+        if (run) {
             job.checkCancelled();
-            QuantizeOptions o = cell.options;
-            o.calibSource = util::calibrationTextFile(cell.calib);
-            if (o.evalSeqLen > 0) o.evalSource = util::wikiText2TestFile();
+            const QuantizeOptions& o = run->options;
+            RunHooks hooks;
             if (o.evalSeqLen > 0) {
-                auto& ref = fpReferences[fpKey];
+                auto& ref = fpReferences[std::make_tuple(o.evalSeqLen, o.evalWindows, o.device)];
                 if (!ref) {
-                    ref = std::make_shared<QuantizeOptions::FpReference>();
+                    ref = std::make_shared<RunHooks::FpReference>();
                     ref->spillDir = (fs::path(outDir) / ("fp-reference-" + std::to_string(fpReferences.size()) + ".partial")).string();
                 }
-                o.fpReference = ref;
+                hooks.fpReference = ref;
             }
-            auto key = std::make_pair(o.calibSource + "\n" + o.evalSource, o.seqLen);
-            if (!tokens.count(key))
-                tokens[key] = tokenizeRunInputs(grid.model, util::readTextFile(o.calibSource, "calibration text"), o.evalSource, o.seqLen);
-            if (!o.evalTaskNames.empty()) {
-                auto tkey = std::make_pair(o.evalTaskNames, o.evalLimit);
-                if (!tasks.count(tkey)) tasks[tkey] = eval::loadZeroShotTasks(o.evalTaskNames, util::dataDir(), o.evalLimit);
-                o.evalTasks = tasks[tkey];
-            }
-            // An interrupted cell (run/UnfinishedRun.h) continues: a learned one where its train.h5
-            // stopped.
-            o.resume = fs::exists(fs::path(runDir) / "train.h5") || hasUnfinishedMarker(runDir);
-            o.commandLine = "latmix sweep " + grid.source + " (cell " + cell.name + ")";
+            const std::string key = o.calibSource + "\n" + o.evalSource + "\n" + std::to_string(o.seqLen) + "\n" +
+                                    o.evalTaskNames + "\n" + std::to_string(o.evalLimit);
+            if (!inputs.count(key)) inputs[key] = loadRunInputs(*run);
             const double begin = double(started) / std::max(toRun, 1), end = double(started + 1) / std::max(toRun, 1);
             SubJob sub(job, std::min(begin, 1.0), std::min(end, 1.0), cell.name + ": ");
-            runQuantize(resolved[static_cast<std::size_t>(i)], tokens[key].calibIds, tokens[key].evalIds, runDir, o, sub);
+            runQuantize(*run, inputs[key], sub, hooks);
             ++started;
             ++result.ran;
         } else {
             ++result.skipped;
         }
-        result.records.push_back(readSweepRecord(cell, record));
+        result.records.push_back(readSweepRecord(cell, recordOf(cell)));
         writeTables();
         job.progress(toRun > 0 ? std::min(double(started) / toRun, 1.0) : double(i + 1) / n, "cell " + std::to_string(i + 1) + "/" + std::to_string(n) + " " + cell.name);
     }

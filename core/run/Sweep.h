@@ -29,7 +29,7 @@ struct SweepCell {
     std::string name; // folder name under OUT/cells: method-format[-variant]-s<seed>
     std::string method, format, variant;
     std::uint64_t seed = 0;
-    QuantizeOptions options;
+    RunConfig options;
     std::string calib; // calibration text file (relative to the grid)
 };
 

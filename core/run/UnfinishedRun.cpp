@@ -71,6 +71,17 @@ std::string describeUnfinishedRun(const std::string& runDir) {
     return s;
 }
 
+std::string resumeConflict(const std::string& runDir, const std::string& method, const std::string& model) {
+    const UnfinishedRun old = readUnfinishedRun(runDir);
+    const auto same = [&](const std::string& a, const std::string& b) {
+        std::error_code e1, e2;
+        return a.empty() || b.empty() || fs::weakly_canonical(a, e1) == fs::weakly_canonical(b, e2);
+    };
+    if (old.method == method && same(old.model, model)) return {};
+    return describeUnfinishedRun(runDir) + "; it continues only with its own method (" + old.method + ") and model (" +
+           old.model + "), not " + method + " on " + model + ": choose its method to continue it, or another run folder";
+}
+
 void claimRunFolder(const std::string& runDir, const UnfinishedRun& run, bool resume) {
     std::error_code ec;
     const std::string latmixJson = (fs::path(runDir) / "latmix.json").string();
@@ -83,15 +94,8 @@ void claimRunFolder(const std::string& runDir, const UnfinishedRun& run, bool re
             throw std::invalid_argument(describeUnfinishedRun(runDir) +
                                         ": continue it with --resume (and its options), or remove the folder to "
                                         "start over, or choose another run folder");
-        const UnfinishedRun old = readUnfinishedRun(runDir);
-        const auto same = [&](const std::string& a, const std::string& b) {
-            std::error_code e1, e2;
-            return a.empty() || b.empty() || fs::weakly_canonical(a, e1) == fs::weakly_canonical(b, e2);
-        };
-        if (old.method != run.method || !same(old.model, run.model))
-            throw std::invalid_argument(describeUnfinishedRun(runDir) + "; --resume continues it with its own method (" +
-                                        old.method + ") and model (" + old.model + "), not " + run.method + " on " +
-                                        run.model + ": resume it with those, or choose another run folder");
+        const std::string conflict = resumeConflict(runDir, run.method, run.model);
+        if (!conflict.empty()) throw std::invalid_argument(conflict);
     } else if (resume && !trained) {
         // A finished learned run may be resumed with more steps (its train.h5 continues).
         throw std::invalid_argument("'" + runDir + "' " +

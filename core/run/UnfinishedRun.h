@@ -45,6 +45,11 @@ void removeUnfinishedMarker(const std::string& runDir);
 // checkpoint". The marker must exist; a damaged one is said, not thrown.
 std::string describeUnfinishedRun(const std::string& runDir);
 
+// Why a run of `method` on `model` cannot continue the unfinished run in runDir (its marker must
+// exist): the run named and its own method and model; empty when it can. Throws like
+// readUnfinishedRun.
+std::string resumeConflict(const std::string& runDir, const std::string& method, const std::string& model);
+
 // What a run about to write runDir does with what it finds there (the root rank, holding the
 // folder's lock): refuses, as std::invalid_argument naming the folder, the state and the way out,
 //   - a folder with the marker (and no latmix.json), unless resuming it with the same method and

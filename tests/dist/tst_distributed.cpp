@@ -311,10 +311,10 @@ private slots:
         const int port = dist::freeLoopbackPort();
         std::vector<run::QuantizeResult> ranks(2);
         const auto errors = onThreads(2, [&](int r) {
-            auto ro = o;
-            ro.group = dist::Group::connect(worldOf(r, 2, port), "same run", kTimeout);
+            run::RunHooks hooks;
+            hooks.group = dist::Group::connect(worldOf(r, 2, port), "same run", kTimeout);
             ranks[static_cast<size_t>(r)] = run::runQuantize(m_model.toStdString(), ids, {},
-                                                             r == 1 && !sharedFolder ? elsewhere : two, ro);
+                                                             r == 1 && !sharedFolder ? elsewhere : two, o, silentJob(), hooks);
         });
         QVERIFY2(errors[0].empty() && errors[1].empty(), (errors[0] + " | " + errors[1]).c_str());
         QVERIFY(!std::filesystem::exists(elsewhere)); // rank 1 wrote no run folder

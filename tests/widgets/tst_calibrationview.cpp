@@ -8,6 +8,7 @@
 #include "import/DemoModel.h"
 #include "train/Distillation.h"
 #include "metrics/TransformMetrics.h"
+#include "run/Sweep.h"
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
 #include "run/quantize/Preflight.h"
@@ -35,6 +36,7 @@
 #include <QLabel>
 #include <QDir>
 #include <QFile>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QPushButton>
@@ -45,6 +47,7 @@
 #include <qcustomplot.h>
 
 #include <cmath>
+#include <filesystem>
 
 using namespace latmix;
 using latmix::gui::CalibrationView;
@@ -60,6 +63,7 @@ class TestCalibrationView : public QObject {
     QString m_model;
     QString m_stories; // stories260K imported from LATMIX_DATA_DIR, empty when the data is absent
     QString m_cancelled; // a cancelled LATMiX-LU run (cancelledRun), made by initTestCase
+    QString m_resumable, m_otherModel; // the same with a calibration text file, and a copy of the demo model
 
     void configure(CalibrationView* v, const QString& runDir, const QString& method, int steps) {
         v->setMethod(method);
@@ -87,12 +91,13 @@ class TestCalibrationView : public QObject {
 
     // A LATMiX-LU run cancelled after its second step, as Cancel leaves it: train.h5 with the
     // finished steps, the unfinished-run marker, no latmix.json. Returns the run folder.
-    QString cancelledRun(const QString& name) {
+    QString cancelledRun(const QString& name, const QString& calibText = {}) {
         MainWindow w;
         if (!w.openCheckpoint(m_model, false)) qFatal("cannot open the demo model");
         CalibrationView* v = w.calibrationView();
         const QString runDir = m_tmp.filePath(name);
         configure(v, runDir, QStringLiteral("latmix-lu"), 500);
+        v->setCalibrationText(calibText);
         QSignalSpy done(v, &CalibrationView::runFinished);
         QString error;
         if (!v->start(&error)) qFatal("cannot start: %s", qPrintable(error));
@@ -529,6 +534,103 @@ private slots:
                                  QString::fromStdString(e.peakStage) + ")";
             QVERIFY2(label->text().startsWith(want), qPrintable(label->text() + " vs " + want));
         }
+    }
+
+    // Issue 63: one preparation (run/PrepareRun.h) for the three front ends that start a run, so
+    // the same folder gets the same answer from each: an unfinished LATMiX-LU run (Cancel after its
+    // second step, a calibration text file) is continued from its saved step by `latmix quantize
+    // --resume`, by Run in Calibration and by `latmix sweep` whose cell it is; and each refuses,
+    // before writing anything, to continue it on another model, naming the run.
+    void oneResumeRuleForEveryFrontEnd_data() {
+        QTest::addColumn<QString>("frontEnd");
+        QTest::addColumn<bool>("otherModel");
+        for (const char* face : {"latmix quantize --resume", "workbench", "latmix sweep"}) {
+            QTest::newRow((QString(face) + ", same model").toUtf8()) << QString(face) << false;
+            QTest::newRow((QString(face) + ", another model").toUtf8()) << QString(face) << true;
+        }
+    }
+    void oneResumeRuleForEveryFrontEnd() {
+        QFETCH(QString, frontEnd);
+        QFETCH(bool, otherModel);
+        if (m_resumable.isEmpty()) {
+            const QString calib = m_tmp.filePath("resume-calib.txt");
+            QVERIFY(test::writeCalibrationText(calib));
+            m_resumable = cancelledRun(QStringLiteral("run-resumable"), calib);
+            m_otherModel = m_tmp.filePath(QStringLiteral("demo-copy"));
+            std::filesystem::copy(m_model.toStdString(), m_otherModel.toStdString(), std::filesystem::copy_options::recursive);
+        }
+        const int saved = int(train::readDistillSeries((m_resumable + "/train.h5").toStdString()).size());
+        QVERIFY(saved >= 2);
+        const QString model = otherModel ? m_otherModel : m_model;
+        const QByteArray marker = [&] {
+            QFile f(m_resumable + "/unfinished.json");
+            return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+        }();
+        QVERIFY(!marker.isEmpty());
+        QJsonObject options = QJsonDocument::fromJson(marker).object()["options"].toObject(); // what it recorded
+        QCOMPARE(options["method"].toString(), QString("latmix-lu"));
+        const int seed = options["seed"].toInt();
+        // The folder the front end continues: a copy of the unfinished run (a sweep's cell folder
+        // under OUT/cells, named method-format-s<seed>).
+        const QString tag = QString::number(qHash(QString(QTest::currentDataTag())));
+        const QString sweepOut = m_tmp.filePath("sweep-" + tag);
+        const QString runDir = frontEnd == "latmix sweep" ? sweepOut + "/cells/latmix-lu-mxfp4-s" + QString::number(seed)
+                                                          : m_tmp.filePath("resume-" + tag);
+        std::filesystem::create_directories(std::filesystem::path(runDir.toStdString()).parent_path());
+        std::filesystem::copy(m_resumable.toStdString(), runDir.toStdString(), std::filesystem::copy_options::recursive);
+
+        QString error;
+        if (frontEnd == "latmix quantize --resume") {
+            const auto r = test::runLatmixInProcess({"quantize", "--resume", runDir, "--model", model, "--steps",
+                                                     QString::number(saved + 2)});
+            if (r.exitCode != 0) error = r.err;
+        } else if (frontEnd == "workbench") {
+            MainWindow w;
+            QVERIFY(w.openCheckpoint(model, false));
+            CalibrationView* v = w.calibrationView();
+            configure(v, runDir, "latmix-lu", saved + 2);
+            v->setCalibrationText(m_tmp.filePath("resume-calib.txt"));
+            QSignalSpy done(v, &CalibrationView::runFinished);
+            if (v->start(&error)) {
+                QVERIFY(done.wait(300000));
+                if (!done.first().at(0).toBool()) error = done.first().at(2).toString();
+            }
+        } else {
+            // The grid: the options the run recorded, its method, format and seed as the grid's axes.
+            for (const char* axis : {"method", "format", "seed"}) options.remove(axis);
+            options["steps"] = saved + 2;
+            const QJsonObject grid{{"model", model}, {"methods", QJsonArray{"latmix-lu"}}, {"formats", QJsonArray{"mxfp4"}},
+                                   {"seeds", QJsonArray{seed}}, {"options", options}};
+            const QString gridFile = m_tmp.filePath("grid-" + tag + ".json");
+            QFile f(gridFile);
+            QVERIFY(f.open(QIODevice::WriteOnly) && f.write(QJsonDocument(grid).toJson()) > 0);
+            f.close();
+            try {
+                run::runSweep(run::readSweepGrid(gridFile.toStdString()), sweepOut.toStdString());
+            } catch (const std::exception& e) {
+                error = QString::fromLocal8Bit(e.what());
+            }
+        }
+        if (otherModel) {
+            // Refused before any work, naming the run and its own method and model; the folder as it was.
+            QVERIFY2(error.contains("is an unfinished run of latmix-lu") &&
+                         error.contains("continues only with its own method (latmix-lu) and model"),
+                     qPrintable(frontEnd + ": " + error));
+            QFile f(runDir + "/unfinished.json");
+            QVERIFY(f.open(QIODevice::ReadOnly));
+            QCOMPARE(f.readAll(), marker);
+            QCOMPARE(int(train::readDistillSeries((runDir + "/train.h5").toStdString()).size()), saved);
+            QVERIFY(!QFile::exists(runDir + "/latmix.json"));
+            return;
+        }
+        QVERIFY2(error.isEmpty(), qPrintable(frontEnd + ": " + error));
+        QVERIFY(!run::hasUnfinishedMarker(runDir.toStdString()));
+        QFile f(runDir + "/latmix.json");
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QJsonObject record = QJsonDocument::fromJson(f.readAll()).object();
+        QCOMPARE(record["training"].toObject()["resumed_from_step"].toInt(), saved);
+        QCOMPARE(record["training"].toObject()["steps"].toInt(), saved + 2);
+        QCOMPARE(int(train::readDistillSeries((runDir + "/train.h5").toStdString()).size()), saved + 2);
     }
 
     // Without a model the Run button refuses with a message instead of failing later.

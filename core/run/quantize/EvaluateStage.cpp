@@ -32,15 +32,16 @@ void evaluateRun(const RunContext& ctx, const std::string& modelOut, const std::
     if (o.evalSeqLen > 0 && !evalIds.empty()) {
         // The FP model's pass: its perplexity and the states the KL compares with (SPEC §7), or a
         // sweep's earlier cell's. A folder left by an interrupted evaluation of this (locked) run goes first.
-        std::shared_ptr<const eval::ReferenceStates> reference = o.fpReference ? o.fpReference->states : nullptr;
+        const auto& shared = ctx.hooks.fpReference;
+        std::shared_ptr<const eval::ReferenceStates> reference = shared ? shared->states : nullptr;
         if (!reference) {
-            const std::string spill = o.fpReference ? o.fpReference->spillDir
-                                                    : (std::filesystem::path(ctx.runDir) / "fp-reference.partial").string();
+            const std::string spill =
+                shared ? shared->spillDir : (std::filesystem::path(ctx.runDir) / "fp-reference.partial").string();
             util::removeTreeQuietly(spill);
             SubJob fp(job, 0, step, "perplexity FP: ");
             reference = std::make_shared<const eval::ReferenceStates>(eval::ReferenceStates::record(
                 model::LlamaModel(ctx.checkpoint(), at::kFloat, ctx.device, true, offload), evalIds, p, spill, fp));
-            if (o.fpReference) o.fpReference->states = reference;
+            if (shared) shared->states = reference;
         }
         result.fpPerplexity = reference->perplexity().perplexity;
         // The FP model's float32 layers were freed between other blocks of glibc's heaps: given

@@ -204,7 +204,7 @@ ModelToQuantize foldModel(const RunContext& ctx, const model::LlamaWeights& orig
         writeFoldedSpill(ctx, original, *transforms, runSpill, job);
         return readFoldedSpill(ctx, *transforms, runSpill);
     }
-    dist::Group& group = *ctx.options.group;
+    dist::Group& group = *ctx.hooks.group;
     const std::string tokenFile = (fs::path(runSpill) / "rank0.token").string();
     at::Tensor token = at::zeros({1}, at::kDouble);
     if (group.isRoot()) {

@@ -54,7 +54,7 @@ LayerQuantizer::LayerQuantizer(const RunContext& ctx, const ModelToQuantize& sou
     options.activationQuant = ctx.options.format;
     options.keptLinears = std::set<std::string>(ctx.resolved.keptLinears.begin(), ctx.resolved.keptLinears.end());
     if (ctx.method().wush) options.inputTransforms.resize(static_cast<std::size_t>(ctx.config().numLayers));
-    group = ctx.parallel() ? ctx.options.group.get() : nullptr;
+    group = ctx.parallel() ? ctx.hooks.group.get() : nullptr;
     // The linears' cost model by device kind, the same on every rank (owners are computed apart).
     costOnGpu = ctx.device.is_cuda();
     if (group) {

@@ -13,7 +13,7 @@
 // handful of rows fits those rows, not the expert; the tokens of every expert and the fallbacks
 // are reported (LinearReport, latmix.json).
 //
-// Data parallel (QuantizeOptions::group of several ranks): each rank runs its share of the
+// Data parallel (RunHooks::group of several ranks): each rank runs its share of the
 // calibration windows through the layer, the Hessians' sums x xᵀ and row counts are summed over
 // the ranks (an all-reduce: the Hessian of all windows, as one process computes it up to the
 // order of float64 additions), and each linear is quantized once, by the rank it is assigned to

@@ -80,7 +80,7 @@ I lossBytes(const Shape& s, I T) { return 3 * T * std::min<I>(s.v, 16384) * 4; }
 // probabilities kept for backward.
 // Hidden-state copies kept per layer through a step: its checkpointed input, and with
 // --loss block-mse also the teacher's output of that block.
-I keptPerLayer(const QuantizeOptions& o) { return o.loss == "block-mse" ? 2 : 1; }
+I keptPerLayer(const RunConfig& o) { return o.loss == "block-mse" ? 2 : 1; }
 I trainTopBytes(const Shape& s, I B, I T) { return 4 * B * T * s.h * 4 + 6 * B * T * std::min<I>(s.v, 16384) * 4; }
 I trainLayerGraphBytes(const Shape& s, int stored, I B, I T) {
     const I P = s.layerParams();
@@ -130,7 +130,7 @@ void finish(MemoryEstimate& e) {
 // With transforms the layer is read from the folded model's float32 spill (mapped: no copy).
 // On a device the layer, the Hessians, GPTQ's work and the chunk are there; the packed codes and
 // the embedding's conversion are host memory.
-MemoryStage quantizeStage(const Shape& s, I T, int stored, const QuantizeOptions& o, const MethodSpec& m, bool onDevice) {
+MemoryStage quantizeStage(const Shape& s, I T, int stored, const RunConfig& o, const MethodSpec& m, bool onDevice) {
     const auto bits = mx::elementSpec(o.format.element()).bits;
     const I P = s.layerParams(), B = o.format.blockSize;
     const I packed = (s.linearParams() * bits / 8 + s.linearParams() / B) / s.layers;
@@ -140,7 +140,7 @@ MemoryStage quantizeStage(const Shape& s, I T, int stored, const QuantizeOptions
     const I oneResult = s.largestIn * s.largestOut * 4 + s.largestIn * s.largestOut / B * 4;
     // At down_proj: the three smaller Hessians, down_proj's own (taken, no copy) and GPTQ's
     // two [in, in] matrices alive at a time plus W and its working copy in float64.
-    // RTN runs windows through the layers only for --rtn-error-windows (QuantizeOptions).
+    // RTN runs windows through the layers only for --rtn-error-windows (RunConfig).
     const I windows = weightQuantizationWindows(m, o);
     const I hess = windows > 0 ? s.hessianElements() * 8 : 0;
     const I gptq = m.gptq ? 2 * s.largestIn * s.largestIn * 8 + 2 * s.largestIn * s.largestOut * 8 : 0;
@@ -190,7 +190,7 @@ MemoryEstimate estimateEvalMemory(const model::ModelConfig& c, int storedBytes, 
     return e;
 }
 
-MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o,
+MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, const RunConfig& o,
                                       const MethodSpec& m) {
     const Shape s = shapeOf(c);
     const I P = s.layerParams(), T = std::min(o.seqLen, c.maxPositions), N = o.calibSamples;
@@ -240,7 +240,7 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& c, int stored, c
     return e;
 }
 
-MemoryEstimate estimateDeviceMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o,
+MemoryEstimate estimateDeviceMemory(const model::ModelConfig& c, int stored, const RunConfig& o,
                                     const MethodSpec& m) {
     const Shape s = shapeOf(c);
     // Everything on one device: the placement plan's weights as stored (layers, embedding and
@@ -275,7 +275,7 @@ MemoryEstimate estimateDeviceMemory(const model::ModelConfig& c, int stored, con
     return e;
 }
 
-RunMemory estimateRunMemory(const model::ModelConfig& c, int stored, const QuantizeOptions& o, const MethodSpec& m) {
+RunMemory estimateRunMemory(const model::ModelConfig& c, int stored, const RunConfig& o, const MethodSpec& m) {
     RunMemory r;
     r.host = estimateQuantizeMemory(c, stored, o, m);
     const c10::Device on = model::deviceFromName(o.device);
@@ -325,7 +325,7 @@ std::string memoryTable(const MemoryEstimate& e, std::int64_t available) {
     return t;
 }
 
-void refuseOverMemory(const MemoryEstimate& e, std::int64_t available, const QuantizeOptions& o, const std::string& gpu) {
+void refuseOverMemory(const MemoryEstimate& e, std::int64_t available, const RunConfig& o, const std::string& gpu) {
     const I need = e.peakBytes + (gpu.empty() ? 0 : kCudaContextBytes);
     if (available <= 0 || need <= available) return;
     const auto now = [](int v) { return "(now " + std::to_string(v) + ")"; };
@@ -349,19 +349,19 @@ void refuseOverMemory(const MemoryEstimate& e, std::int64_t available, const Qua
     throw RunRefused(cause, ways, "the estimate is what `latmix quantize --dry-run` prints");
 }
 
-void refuseOverMemory(const RunMemory& m, const QuantizeOptions& o) {
+void refuseOverMemory(const RunMemory& m, const RunConfig& o) {
     if (const MemoryEstimate* e = m.checked())
         refuseOverMemory(*e, checkedDeviceMemory(m), o, m.checkedDevice == "cpu" ? std::string() : m.checkedDevice);
 }
 
-std::string memoryProblem(const RunMemory& m, const QuantizeOptions& o) { return memoryProblem(m, checkedDeviceMemory(m), o); }
+std::string memoryProblem(const RunMemory& m, const RunConfig& o) { return memoryProblem(m, checkedDeviceMemory(m), o); }
 
-std::string memoryProblem(const RunMemory& m, std::int64_t available, const QuantizeOptions& o) {
+std::string memoryProblem(const RunMemory& m, std::int64_t available, const RunConfig& o) {
     const MemoryEstimate* e = m.checked();
     return e ? memoryProblem(*e, available, o, m.checkedDevice == "cpu" ? std::string() : m.checkedDevice) : std::string();
 }
 
-std::string memoryProblem(const MemoryEstimate& e, std::int64_t available, const QuantizeOptions& o,
+std::string memoryProblem(const MemoryEstimate& e, std::int64_t available, const RunConfig& o,
                           const std::string& gpu) {
     try {
         refuseOverMemory(e, available, o, gpu);
@@ -415,7 +415,7 @@ std::vector<std::string> devicesOfLocalRank(const std::string& list, int localRa
 }
 
 std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& c, int stored, const std::vector<std::string>& devices,
-                                            const QuantizeOptions& o) {
+                                            const RunConfig& o) {
     const Shape s = shapeOf(c);
     const I L = s.layers, D = static_cast<I>(devices.size());
     if (D < 1) throw std::invalid_argument("no device to place the layers on");

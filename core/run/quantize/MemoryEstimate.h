@@ -34,7 +34,7 @@ MemoryEstimate estimateEvalMemory(const model::ModelConfig& config, int storedBy
 // `latmix quantize` with these options (format, calibration windows, eval window) and the method
 // they resolve to (runMethod(options), resolved once by the caller: preflight's ResolvedRun::method)
 // on the CPU. Training (learned methods) is included as read from the code; it is not yet streamed.
-MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options,
+MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& config, int storedBytes, const RunConfig& options,
                                       const MethodSpec& method);
 
 // `latmix quantize --device cuda[:N]` without --offload: the peak of PyTorch's allocator on that
@@ -43,7 +43,7 @@ MemoryEstimate estimateQuantizeMemory(const model::ModelConfig& config, int stor
 // planLayerPlacement with one device; the quantize stage holds the host estimate's buffers there
 // (GPTQ runs where the model is). Not included: the CUDA context (kCudaContextBytes, outside the
 // allocator), which memoryProblem adds.
-MemoryEstimate estimateDeviceMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options,
+MemoryEstimate estimateDeviceMemory(const model::ModelConfig& config, int storedBytes, const RunConfig& options,
                                     const MethodSpec& method);
 // What a CUDA context takes on a GPU outside PyTorch's allocator (CUDA 12-13 on Hopper: 0.5 GiB).
 constexpr std::int64_t kCudaContextBytes = std::int64_t(512) << 20;
@@ -60,7 +60,7 @@ struct RunMemory {
 };
 // options.device is read from its name (model::deviceFromName: "auto" as this machine has it, a
 // named GPU need not be here); throws std::invalid_argument for a name that is no device.
-RunMemory estimateRunMemory(const model::ModelConfig& config, int storedBytes, const QuantizeOptions& options,
+RunMemory estimateRunMemory(const model::ModelConfig& config, int storedBytes, const RunConfig& options,
                             const MethodSpec& method);
 // What the checked device has: the host's available memory, or the GPU's total (0 when this
 // machine has no such GPU, or nothing is checked).
@@ -74,17 +74,17 @@ std::string memoryTable(const MemoryEstimate& estimate, std::int64_t available);
 // both numbers and the options that lower the peak, naming --force.
 // gpu: the device's name when `available` is a GPU's memory (estimateDeviceMemory; the CUDA
 // context is added and the way out is --offload or --devices).
-std::string memoryProblem(const MemoryEstimate& estimate, std::int64_t available, const QuantizeOptions& options,
+std::string memoryProblem(const MemoryEstimate& estimate, std::int64_t available, const RunConfig& options,
                           const std::string& gpu = {});
 // The same as a refusal: throws run::RunRefused (run/quantize/OptionTable.h) with the remedies as
 // options, so that the workbench names its controls.
-void refuseOverMemory(const MemoryEstimate& estimate, std::int64_t available, const QuantizeOptions& options,
+void refuseOverMemory(const MemoryEstimate& estimate, std::int64_t available, const RunConfig& options,
                       const std::string& gpu = {});
 // The same for the checked estimate of a run against what its device has (checkedDeviceMemory),
 // or against `available` when the caller has read it already.
-std::string memoryProblem(const RunMemory& memory, const QuantizeOptions& options);
-std::string memoryProblem(const RunMemory& memory, std::int64_t available, const QuantizeOptions& options);
-void refuseOverMemory(const RunMemory& memory, const QuantizeOptions& options);
+std::string memoryProblem(const RunMemory& memory, const RunConfig& options);
+std::string memoryProblem(const RunMemory& memory, std::int64_t available, const RunConfig& options);
+void refuseOverMemory(const RunMemory& memory, const RunConfig& options);
 
 // The element size the checkpoint's weights are stored with (file bytes / parameters, rounded).
 int storedElementBytes(std::int64_t fileBytes, std::int64_t parameters);
@@ -128,7 +128,7 @@ std::vector<std::string> devicesOfLocalRank(const std::string& list, int localRa
 // Throws std::invalid_argument when there are more devices than decoder layers. The split
 // minimises the largest device's weight bytes (ties: the earlier split point).
 std::vector<DeviceShare> planLayerPlacement(const model::ModelConfig& config, int storedBytes,
-                                            const std::vector<std::string>& devices, const QuantizeOptions& options);
+                                            const std::vector<std::string>& devices, const RunConfig& options);
 std::string placementTable(const std::vector<DeviceShare>& plan);
 
 } // namespace latmix::run

@@ -36,7 +36,7 @@ const std::vector<MethodSpec>& methods() {
     return m;
 }
 
-MethodSpec runMethod(const QuantizeOptions& o) {
+MethodSpec runMethod(const RunConfig& o) {
     MethodSpec m = methodSpec(o.method);
     m.t1Bias = o.t1Bias.value_or(true); // auto until preflight knows the model's family
     train::objectiveOf(o.loss); // throws naming the valid losses
@@ -103,12 +103,12 @@ const MethodSpec& methodSpec(const std::string& name) {
     throw std::invalid_argument("unknown method '" + name + "'; use one of " + methodNameList());
 }
 
-int weightQuantizationWindows(const MethodSpec& m, const QuantizeOptions& o) {
+int weightQuantizationWindows(const MethodSpec& m, const RunConfig& o) {
     // WUSH's transforms come from the calibration activations, RTN or not.
     return m.gptq || m.wush ? o.calibSamples : std::min(o.calibSamples, std::max(0, o.rtnErrorWindows));
 }
 
-fold::TransformSpec transformSpecOf(const MethodSpec& m, const QuantizeOptions& o) {
+fold::TransformSpec transformSpecOf(const MethodSpec& m, const RunConfig& o) {
     fold::TransformSpec spec;
     spec.t1Kind = m.t1Kind;
     spec.t2Kind = m.t2Kind;

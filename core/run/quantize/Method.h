@@ -28,18 +28,18 @@ struct MethodSpec {
 const std::vector<MethodSpec>& methods();
 const MethodSpec& methodSpec(const std::string& name); // throws std::invalid_argument listing the names
 // The method a run uses: methodSpec(options.method) with the ablation options applied
-// (QuantizeOptions::t1Kind ...; the paper's Tables 7 and 14). learned: a learned kind at T1 or
+// (RunConfig::t1Kind ...; the paper's Tables 7 and 14). learned: a learned kind at T1 or
 // T2; transformed: any of T1, T2, T3. Throws std::invalid_argument naming an unknown kind or
 // initialisation (listing the valid ones) or an unknown loss.
-MethodSpec runMethod(const QuantizeOptions& options);
+MethodSpec runMethod(const RunConfig& options);
 // The calibration windows the weight quantization runs through the layers: all of them for GPTQ
 // (its Hessians), for RTN the first --rtn-error-windows (0: none; its error is then in weight
 // space). What LayerQuantizer runs, latmix.json's weight_quantization.relative_error names and
 // the memory estimate counts.
-int weightQuantizationWindows(const MethodSpec& m, const QuantizeOptions& options);
+int weightQuantizationWindows(const MethodSpec& m, const RunConfig& options);
 // The transforms of a run of method m with these options (fold::ModelTransforms' spec): kinds,
 // initialisation, MX block, T3 and the seeds. What `latmix quantize` and `latmix bench train` build.
-fold::TransformSpec transformSpecOf(const MethodSpec& m, const QuantizeOptions& options);
+fold::TransformSpec transformSpecOf(const MethodSpec& m, const RunConfig& options);
 std::string methodNameList();
 
 } // namespace latmix::run

@@ -20,7 +20,7 @@ namespace latmix::run {
 namespace {
 
 // The options that need nothing of the model.
-void checkOptions(const MethodSpec& method, const QuantizeOptions& o) {
+void checkOptions(const MethodSpec& method, const RunConfig& o) {
     o.format.validate();
     if (o.calibSamples < 1 || o.seqLen < 2) throw std::invalid_argument("need at least one calibration window of 2+ tokens");
     if (method.learned && o.steps < 1) throw std::invalid_argument("--steps must be at least 1");
@@ -42,7 +42,7 @@ void checkOptions(const MethodSpec& method, const QuantizeOptions& o) {
 }
 
 // --devices: the layers over the devices, each device named before any work when absent.
-void planPlacement(ResolvedRun& r, const QuantizeOptions& o) {
+void planPlacement(ResolvedRun& r, const RunConfig& o) {
     if (o.devices.empty()) {
         r.device = o.device;
         return;
@@ -53,7 +53,7 @@ void planPlacement(ResolvedRun& r, const QuantizeOptions& o) {
 
 // The estimates, and the refusal of a run that does not fit (options.memoryCheck; --force skips):
 // for a run (its devices checked before), not for the estimates alone.
-void checkMemory(ResolvedRun& r, const QuantizeOptions& o, PreflightFor purpose) {
+void checkMemory(ResolvedRun& r, const RunConfig& o, PreflightFor purpose) {
     r.memory = estimateRunMemory(r.config, r.storedBytes, o, r.method);
     if (o.memoryCheck && purpose == PreflightFor::Run) refuseOverMemory(r.memory, o);
 }
@@ -62,7 +62,7 @@ void checkMemory(ResolvedRun& r, const QuantizeOptions& o, PreflightFor purpose)
 // exports load the biases it folds into (model::hfBiasProblem), off where they do not (Qwen3: no
 // MLP biases), so that a first run on any family exports; `on` keeps the paper's recipe. Said in
 // one line (ResolvedRun::notes), with what llama.cpp's GGUF loads.
-void resolveT1Bias(ResolvedRun& r, const QuantizeOptions& o) {
+void resolveT1Bias(ResolvedRun& r, const RunConfig& o) {
     if (o.t1Bias || !r.method.transformed || !transforms::kindHasBias(r.method.t1Kind)) return;
     const std::string problem = model::hfBiasProblem(r.config, true);
     r.method.t1Bias = problem.empty();
@@ -81,7 +81,7 @@ void resolveT1Bias(ResolvedRun& r, const QuantizeOptions& o) {
 }
 
 // WUSH's refusals (SPEC §2): no mixture of experts, no T1/T2/T3 ablation on top.
-void checkWush(const model::ModelConfig& c, const MethodSpec& m, const QuantizeOptions& o) {
+void checkWush(const model::ModelConfig& c, const MethodSpec& m, const RunConfig& o) {
     if (!m.wush) return;
     if (c.moe)
         throw RunRefused("method " + o.method + " computes one WUSH transform per input from the weights that read it, and "
@@ -94,7 +94,7 @@ void checkWush(const model::ModelConfig& c, const MethodSpec& m, const QuantizeO
                          {{"t1", "", "no", ""}, {"t2", "", "no", ""}, {"t3", "", "no", ""}});
 }
 
-ResolvedRun preflightShape(ResolvedRun r, const QuantizeOptions& o, PreflightFor purpose) {
+ResolvedRun preflightShape(ResolvedRun r, const RunConfig& o, PreflightFor purpose) {
     const model::ModelConfig& c = r.config;
     resolveT1Bias(r, o);
     checkWush(c, r.method, o);
@@ -127,7 +127,7 @@ ResolvedRun preflightShape(ResolvedRun r, const QuantizeOptions& o, PreflightFor
 }
 
 ResolvedRun preflightCheckpoint(MethodSpec method, std::shared_ptr<const model::Checkpoint> checkpoint,
-                                const QuantizeOptions& o, PreflightFor purpose) {
+                                const RunConfig& o, PreflightFor purpose) {
     ResolvedRun r;
     r.method = std::move(method);
     r.modelDir = checkpoint->dir();
@@ -139,13 +139,13 @@ ResolvedRun preflightCheckpoint(MethodSpec method, std::shared_ptr<const model::
 
 } // namespace
 
-ResolvedRun preflight(std::shared_ptr<const model::Checkpoint> checkpoint, const QuantizeOptions& o, PreflightFor purpose) {
+ResolvedRun preflight(std::shared_ptr<const model::Checkpoint> checkpoint, const RunConfig& o, PreflightFor purpose) {
     MethodSpec method = runMethod(o);
     checkOptions(method, o);
     return preflightCheckpoint(std::move(method), std::move(checkpoint), o, purpose);
 }
 
-ResolvedRun preflight(const std::string& modelPath, const QuantizeOptions& o, PreflightFor purpose) {
+ResolvedRun preflight(const std::string& modelPath, const RunConfig& o, PreflightFor purpose) {
     MethodSpec method = runMethod(o); // an unknown method is named before the model is read
     checkOptions(method, o);
     if (fs::is_regular_file(modelPath) && fs::path(modelPath).extension() == ".json") {
@@ -189,7 +189,7 @@ std::vector<std::string> resolveKeptLinears(const model::ModelConfig& c, const s
     return kept;
 }
 
-void checkExportable(const model::ModelConfig& c, const MethodSpec& m, const QuantizeOptions& o) {
+void checkExportable(const model::ModelConfig& c, const MethodSpec& m, const RunConfig& o) {
     if (!o.exportCheck) return;
     if (!m.transformed) return; // nothing folded: the model keeps the biases it came with
     // SPEC §4: T1 acts on the residual stream, read by q/k/v, gate/up and lm_head, so its bias
@@ -210,7 +210,7 @@ void checkExportable(const model::ModelConfig& c, const MethodSpec& m, const Qua
                       {"skip_export_check", "", "", "to run anyway (the run model still loads and evaluates here)"}});
 }
 
-void checkMethodFits(const model::ModelConfig& c, const MethodSpec& m, const QuantizeOptions& o) {
+void checkMethodFits(const model::ModelConfig& c, const MethodSpec& m, const RunConfig& o) {
     const bool fullT1 = m.t1Kind == "hadamard" || (m.learned && m.init == "hadamard");
     const bool fullT2 = m.t2Kind == "hadamard" || (m.learned && m.init == "hadamard");
     const std::pair<bool, std::pair<std::int64_t, const char*>> widths[] = {

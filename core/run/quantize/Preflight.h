@@ -51,20 +51,20 @@ enum class PreflightFor { Run, Estimate };
 // stored weights) for the estimates alone. A run's devices must exist here, and its memory is
 // compared with the host's (CPU runs) or the GPU's (one device, no offload) when
 // options.memoryCheck is set.
-ResolvedRun preflight(const std::string& modelPath, const QuantizeOptions& options, PreflightFor purpose = PreflightFor::Run);
+ResolvedRun preflight(const std::string& modelPath, const RunConfig& options, PreflightFor purpose = PreflightFor::Run);
 // The same for a checkpoint already open (a sweep opens its model once for all cells).
-ResolvedRun preflight(std::shared_ptr<const model::Checkpoint> checkpoint, const QuantizeOptions& options,
+ResolvedRun preflight(std::shared_ptr<const model::Checkpoint> checkpoint, const RunConfig& options,
                       PreflightFor purpose = PreflightFor::Run);
 
 // Throws std::invalid_argument when options.exportCheck is set and the run's folded biases could
 // not be exported for Hugging Face / vLLM runtimes (Qwen3 with a learned T1 bias: MLP biases),
 // naming --t1-bias off and --skip-export-check. Part of preflight.
-void checkExportable(const model::ModelConfig& config, const MethodSpec& method, const QuantizeOptions& options);
+void checkExportable(const model::ModelConfig& config, const MethodSpec& method, const RunConfig& options);
 
 // Throws std::invalid_argument when the method needs a full Hadamard matrix (QuaRot's T1/T2,
 // SpinQuant's Hadamard start) of a width no construction here covers (e.g. 92 * 2^k), naming the
 // width and the methods that work (block transforms). Part of preflight.
-void checkMethodFits(const model::ModelConfig& config, const MethodSpec& method, const QuantizeOptions& options);
+void checkMethodFits(const model::ModelConfig& config, const MethodSpec& method, const RunConfig& options);
 
 // The token ids a run reads, tokenized with the model folder's tokenizer (the one sequence the
 // CLI, the GUI and the sweep use): calibration ids from calibText (SPEC §5: a training-side

@@ -2,7 +2,8 @@
 // The options of one `latmix quantize` run (SPEC §6). RunConfig is what the run is asked to do,
 // every field of it in the option table (run/quantize/OptionTable.h) from which the CLI's flags,
 // a sweep's keys, the workbench's settings, latmix.json's "options" and the run key come;
-// QuantizeOptions adds what only the running process has (hooks, loaded data, the process group).
+// QuantizeOptions adds the resume decision and the loaded data, RunHooks what only the running
+// process has (callbacks, the process group).
 #include "eval/ZeroShot.h"
 #include "mx/MxFormat.h"
 #include "quant/WeightQuantizer.h"
@@ -19,6 +20,9 @@ class ReferenceStates;
 } // namespace latmix::eval
 namespace latmix::dist {
 class Group;
+}
+namespace latmix::train {
+struct DistillStep;
 }
 
 namespace latmix::run {
@@ -113,11 +117,26 @@ struct RunConfig {
     int evalLimit = 0;
 };
 
+// What the run is given besides its options: the decision to continue its folder and the data
+// loaded for it (run/PrepareRun.h's prepareRun fills both). Plain data: copied freely, recorded.
 struct QuantizeOptions : RunConfig {
     // Continue the unfinished run in the run folder (its train.h5, run/UnfinishedRun.h).
     bool resume = false;
+    // The zero-shot tasks of evalTaskNames (eval/ZeroShot), loaded before any work so that a bad
+    // task file stops the run first; scored on the reloaded quantized model (W4A4) after the
+    // perplexities.
+    std::vector<eval::ZeroShotTask> evalTasks;
+    std::string commandLine;     // recorded in latmix.json
+};
+
+// What only the running process has, passed to runQuantize beside the options and never part of
+// them (so that copying or recording the options loses nothing): callbacks, state shared with
+// other runs of the process and the process group.
+struct RunHooks {
     // Live matrices during training (see train::DistillOptions::onMatrices).
     std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
+    // Each training step's record, as it ends (the workbench's live dashboard).
+    std::function<void(const train::DistillStep&)> onStep;
     // The FP model's pass over the evaluation windows (its perplexity and what the KL to it needs,
     // eval::ReferenceStates), shared by a sweep's cells on the same model, evaluation text, windows
     // and device: the first cell's evaluation records it into spillDir, the later ones reuse it.
@@ -127,17 +146,12 @@ struct QuantizeOptions : RunConfig {
         std::shared_ptr<const eval::ReferenceStates> states;
     };
     std::shared_ptr<FpReference> fpReference;
-    // The zero-shot tasks of evalTaskNames (eval/ZeroShot), loaded by the caller so that a bad
-    // task file stops the run before any work; scored on the reloaded quantized model (W4A4)
-    // after the perplexities.
-    std::vector<eval::ZeroShotTask> evalTasks;
     // Data-parallel calibration (null: one process). Training: train::DistillOptions::group.
     // GPTQ/RTN: each rank runs its share of the calibration windows, the layers' Hessians are
     // summed over the ranks and each linear is quantized once, by one rank, and broadcast. Rank 0
     // alone writes the run folder (train.h5, transforms.h5, the run model, latmix.json with the
     // world size) and evaluates; the other ranks return once the last layer is quantized.
     std::shared_ptr<dist::Group> group;
-    std::string commandLine;     // recorded in latmix.json
 };
 
 } // namespace latmix::run

@@ -56,8 +56,8 @@ nlohmann::ordered_json runRecord(const RunContext& ctx, const QuantizeResult& r,
     j["tf32"] = o.tf32 && ctx.device.is_cuda();
     if (ctx.method().learned) // the training's arithmetic as resolved for the device (`--precision auto`)
         j["precision"] = train::precisionName(train::precisionOf(o.precision, ctx.device.is_cuda()));
-    j["world_size"] = o.group ? o.group->size() : 1; // data-parallel ranks (training and GPTQ)
-    if (o.group && o.group->size() > 1) // what rank 0 sent, in MiB
+    j["world_size"] = ctx.hooks.group ? ctx.hooks.group->size() : 1; // data-parallel ranks (training and GPTQ)
+    if (ctx.parallel()) // what rank 0 sent, in MiB
         j["communicated_mib"] = {{"train", r.trainBytes / 1048576.0}, {"quantize", r.quantizeBytes / 1048576.0}};
     j["offload"] = o.offload;
     if (!o.devices.empty()) j["devices"] = o.devices; // the training's layers split over these

@@ -46,10 +46,11 @@ double linearSeconds(std::int64_t out, std::int64_t in, const LinearCostModel& m
 // counts agree without talking).
 std::vector<int> linearOwners(const std::vector<std::array<std::int64_t, 2>>& shapes, int world, LinearCostModel model);
 
-// What every stage reads: the options, the resolved run (method, checkpoint, config) and where
+// What every stage reads: the options, the process's hooks, the resolved run (method, checkpoint, config) and where
 // things live.
 struct RunContext {
     const QuantizeOptions& options;
+    const RunHooks& hooks;
     const ResolvedRun& resolved;
     const std::string& runDir;
     c10::Device device;       // where the computation runs
@@ -82,8 +83,7 @@ eval::PerplexityOptions perplexityOptions(const QuantizeOptions& options);
 // from train.h5), saved to transforms.h5 by the root. Null for the methods without transforms.
 std::unique_ptr<fold::ModelTransforms> trainTransforms(const RunContext& ctx, const model::LlamaWeights& original,
                                                        const at::Tensor& calib, const std::vector<int>& evalIds,
-                                                       QuantizeResult& result, JobContext& job,
-                                                       const std::function<void(const train::DistillStep&)>& onStep);
+                                                       QuantizeResult& result, JobContext& job);
 
 // fold: the model the weights are quantized from. Without transforms, the original as it is;
 // else folded a layer at a time into runSpill (one process, rank 0) or, for a rank that cannot

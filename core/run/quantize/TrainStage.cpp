@@ -35,8 +35,8 @@ train::DistillOptions distillOptions(const RunContext& ctx) {
     d.runFile = (fs::path(ctx.runDir) / "train.h5").string();
     // An unfinished run stopped before its first checkpoint has no train.h5: it starts afresh.
     d.resume = o.resume && fs::exists(d.runFile);
-    d.group = o.group;
-    d.onMatrices = o.onMatrices;
+    d.group = ctx.hooks.group;
+    d.onMatrices = ctx.hooks.onMatrices;
     d.trackedLayer = o.trackedLayer;
     return d;
 }
@@ -52,15 +52,14 @@ eval::PerplexityOptions perplexityOptions(const QuantizeOptions& o) {
 
 std::unique_ptr<fold::ModelTransforms> trainTransforms(const RunContext& ctx, const model::LlamaWeights& original,
                                                        const at::Tensor& calib, const std::vector<int>& evalIds,
-                                                       QuantizeResult& result, JobContext& job,
-                                                       const std::function<void(const train::DistillStep&)>& onStep) {
+                                                       QuantizeResult& result, JobContext& job) {
     if (!ctx.method().transformed) return nullptr;
     auto transforms = std::make_unique<fold::ModelTransforms>(ctx.config(), transformSpecOf(ctx.method(), ctx.options));
     transforms->to(ctx.device);
     if (ctx.method().learned) {
         const auto t0 = std::chrono::steady_clock::now();
         train::DistillOptions d = distillOptions(ctx);
-        d.onStep = onStep;
+        d.onStep = ctx.hooks.onStep;
         if (ctx.options.foldedEvalEvery > 0) {
             d.foldedEvalEvery = ctx.options.foldedEvalEvery;
             // The whole model folded in float32 with the current transforms (γ, T3 on W_down, T1,

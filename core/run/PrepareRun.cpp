@@ -1,0 +1,68 @@
+#include "run/PrepareRun.h"
+
+#include "eval/ZeroShotTasks.h"
+#include "run/UnfinishedRun.h"
+#include "util/DataPath.h"
+#include "util/Text.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+namespace latmix::run {
+
+namespace fs = std::filesystem;
+
+bool resumeDecision(const std::string& runDir, const std::string& method, const std::string& modelDir, ResumeRule rule) {
+    if (rule == ResumeRule::Never) return false;
+    std::error_code ec;
+    const bool finished = fs::is_regular_file(fs::path(runDir) / "latmix.json", ec);
+    // An unfinished run continues with its own method and model only, whoever asks.
+    if (!finished && hasUnfinishedMarker(runDir)) {
+        const std::string conflict = resumeConflict(runDir, method, modelDir);
+        if (!conflict.empty()) throw std::invalid_argument(conflict);
+        return true;
+    }
+    if (rule == ResumeRule::Asked) return true;
+    if (finished)
+        throw std::invalid_argument("'" + runDir + "' already holds a finished run (latmix.json): choose another run folder");
+    // A train.h5 without the marker and latmix.json: a run whose marker was removed by hand, or a
+    // sweep cell of a version that wrote none; its checkpoints are kept.
+    return fs::is_regular_file(fs::path(runDir) / "train.h5", ec);
+}
+
+PreparedRun prepareRun(const RunRequest& request, std::shared_ptr<const model::Checkpoint> opened) {
+    PreparedRun p;
+    p.runDir = request.runDir;
+    static_cast<RunConfig&>(p.options) = request.config;
+    p.options.commandLine = request.commandLine;
+    p.resolved = opened ? preflight(std::move(opened), p.options, request.purpose)
+                        : preflight(request.modelDir, p.options, request.purpose);
+    if (request.purpose == PreflightFor::Estimate) return p;
+    if (request.runDir.empty()) throw std::invalid_argument("no run folder to write the run into");
+    p.options.resume = resumeDecision(request.runDir, p.options.method, p.resolved.modelDir, request.resume);
+    // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
+    p.calibText = request.calibText;
+    if (p.calibText.empty()) p.options.calibSource = util::calibrationTextFile(request.config.calibSource);
+    if (p.options.evalSeqLen > 0) p.options.evalSource = util::wikiText2TestFile();
+    if (!p.options.evalTaskNames.empty()) eval::parseTaskList(p.options.evalTaskNames); // unknown names, before any work
+    return p;
+}
+
+RunInputs loadRunInputs(const PreparedRun& run) {
+    const QuantizeOptions& o = run.options;
+    const std::string text = !run.calibText.empty() ? run.calibText : util::readTextFile(o.calibSource, "calibration text");
+    RunTokens ids = tokenizeRunInputs(run.resolved.modelDir, text, o.evalSource, o.seqLen);
+    RunInputs in;
+    in.calibIds = std::move(ids.calibIds);
+    in.evalIds = std::move(ids.evalIds);
+    if (!o.evalTaskNames.empty()) in.tasks = eval::loadZeroShotTasks(o.evalTaskNames, util::dataDir(), o.evalLimit);
+    return in;
+}
+
+QuantizeResult runQuantize(const PreparedRun& run, const RunInputs& inputs, JobContext& job, const RunHooks& hooks) {
+    QuantizeOptions o = run.options;
+    o.evalTasks = inputs.tasks;
+    return runQuantize(run.resolved, inputs.calibIds, inputs.evalIds, run.runDir, o, job, hooks);
+}
+
+} // namespace latmix::run
