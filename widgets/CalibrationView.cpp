@@ -438,7 +438,7 @@ bool CalibrationView::start(QString* error) {
         if (textPath.isEmpty()) { // the built-in text (resources)
             request.calibText = builtInCalibrationText().toStdString();
             if (request.calibText.empty()) return fail(tr("The built-in calibration text is missing from this build"));
-            request.config.calibSource = "built-in calibration text";
+            request.config.calibSource = latmix::run::kBuiltInCalibrationText;
         } else {
             request.config.calibSource = QFileInfo(textPath).absoluteFilePath().toStdString();
         }

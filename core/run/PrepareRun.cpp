@@ -42,6 +42,10 @@ PreparedRun prepareRun(const RunRequest& request, std::shared_ptr<const model::C
     p.options.resume = resumeDecision(request.runDir, p.options.method, p.resolved.modelDir, request.resume);
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
     p.calibText = request.calibText;
+    if (p.calibText.empty() && request.config.calibSource == kBuiltInCalibrationText)
+        throw std::invalid_argument("the run in '" + request.runDir + "' is calibrated on the workbench's " +
+                                    kBuiltInCalibrationText + ", which only the workbench holds: continue it there, or "
+                                    "give the same text as a file (--calib resources/text/calibration.txt of the sources)");
     if (p.calibText.empty()) p.options.calibSource = util::calibrationTextFile(request.config.calibSource);
     if (p.options.evalSeqLen > 0) p.options.evalSource = util::wikiText2TestFile();
     if (!p.options.evalTaskNames.empty()) eval::parseTaskList(p.options.evalTaskNames); // unknown names, before any work

@@ -39,6 +39,10 @@ enum class ResumeRule {
 // are claimRunFolder's, which the run calls holding the folder's lock (and which checks again).
 bool resumeDecision(const std::string& runDir, const std::string& method, const std::string& modelDir, ResumeRule rule);
 
+// The calibSource of a run calibrated on the workbench's built-in text (resources/text/calibration.txt,
+// compiled into the workbench), as latmix.json and the unfinished-run marker record it.
+inline constexpr const char* kBuiltInCalibrationText = "built-in calibration text";
+
 struct RunRequest {
     std::string modelDir;
     std::string runDir;

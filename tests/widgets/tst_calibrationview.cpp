@@ -633,6 +633,29 @@ private slots:
         QCOMPARE(int(train::readDistillSeries((runDir + "/train.h5").toStdString()).size()), saved + 2);
     }
 
+    // A run calibrated on the built-in text, continued by `latmix quantize --resume`: the CLI has
+    // no such text, says so and how to give it; with the same text as a file the run continues.
+    void cliResumeOfBuiltInTextRun() {
+        const int saved = int(train::readDistillSeries((m_cancelled + "/train.h5").toStdString()).size());
+        const QString runDir = m_tmp.filePath("resume-builtin");
+        std::filesystem::copy(m_cancelled.toStdString(), runDir.toStdString(), std::filesystem::copy_options::recursive);
+        const QStringList args{"quantize", "--resume", runDir, "--steps", QString::number(saved + 1)};
+        auto r = test::runLatmixInProcess(args);
+        QVERIFY(r.exitCode != 0);
+        QVERIFY2(r.err.contains("built-in calibration text, which only the workbench holds") && r.err.contains("--calib"),
+                 qPrintable(r.err));
+        QVERIFY(run::hasUnfinishedMarker(runDir.toStdString()));
+        const QString text = m_tmp.filePath("builtin.txt");
+        QFile f(text);
+        QVERIFY(f.open(QIODevice::WriteOnly) && f.write(gui::builtInCalibrationText()) > 0);
+        f.close();
+        r = test::runLatmixInProcess(QStringList(args) << "--calib" << text);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QFile record(runDir + "/latmix.json");
+        QVERIFY(record.open(QIODevice::ReadOnly));
+        QCOMPARE(QJsonDocument::fromJson(record.readAll()).object()["training"].toObject()["resumed_from_step"].toInt(), saved);
+    }
+
     // Without a model the Run button refuses with a message instead of failing later.
     void runNeedsAModel() {
         MainWindow w;
