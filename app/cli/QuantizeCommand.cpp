@@ -11,7 +11,7 @@
 #include "eval/ZeroShot.h"
 #include "mx/MxFormat.h"
 #include "model/Checkpoint.h"
-#include "model/LlamaModel.h"
+#include "model/Device.h"
 #include "run/quantize/MemoryEstimate.h"
 #include "model/TensorNames.h"
 #include "run/PrepareRun.h"

@@ -3,7 +3,7 @@
 #include "export/ExportPlan.h"
 
 #include "model/ConfigJson.h"
-#include "model/LlamaModel.h"
+#include "model/QuantizationPoints.h"
 #include "model/TensorNames.h"
 #include "mx/MxPack.h"
 #include "transforms/Hadamard.h"

@@ -2,7 +2,7 @@
 
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
-#include "model/LlamaModel.h"
+#include "model/Device.h"
 #include "model/TensorNames.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/AtomicFile.h"

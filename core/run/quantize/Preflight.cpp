@@ -4,7 +4,7 @@
 
 #include "eval/Perplexity.h"
 #include "model/ConfigJson.h"
-#include "model/LlamaModel.h"
+#include "model/Device.h"
 #include "model/TensorNames.h"
 #include "tokenizer/Tokenizer.h"
 #include "transforms/Hadamard.h"
