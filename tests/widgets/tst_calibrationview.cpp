@@ -636,9 +636,8 @@ private slots:
     // A run calibrated on the built-in text, continued by `latmix quantize --resume`: the CLI has
     // no such text, says so and how to give it; with the same text as a file the run continues.
     void cliResumeOfBuiltInTextRun() {
-        const int saved = int(train::readDistillSeries((m_cancelled + "/train.h5").toStdString()).size());
-        const QString runDir = m_tmp.filePath("resume-builtin");
-        std::filesystem::copy(m_cancelled.toStdString(), runDir.toStdString(), std::filesystem::copy_options::recursive);
+        const QString runDir = cancelledRun(QStringLiteral("resume-builtin")); // m_cancelled is continued above
+        const int saved = int(train::readDistillSeries((runDir + "/train.h5").toStdString()).size());
         const QStringList args{"quantize", "--resume", runDir, "--steps", QString::number(saved + 1)};
         auto r = test::runLatmixInProcess(args);
         QVERIFY(r.exitCode != 0);
