@@ -1,7 +1,9 @@
 #include "run/PrepareRun.h"
 
+#include "eval/Perplexity.h"
 #include "eval/ZeroShotTasks.h"
 #include "run/UnfinishedRun.h"
+#include "tokenizer/Tokenizer.h"
 #include "util/DataPath.h"
 #include "util/Text.h"
 
@@ -55,10 +57,15 @@ PreparedRun prepareRun(const RunRequest& request, std::shared_ptr<const model::C
 RunInputs loadRunInputs(const PreparedRun& run) {
     const QuantizeOptions& o = run.options;
     const std::string text = !run.calibText.empty() ? run.calibText : util::readTextFile(o.calibSource, "calibration text");
-    RunTokens ids = tokenizeRunInputs(run.resolved.modelDir, text, o.evalSource, o.seqLen);
+    const auto tok = tokenizer::Tokenizer::loadFromDir(run.resolved.modelDir);
     RunInputs in;
-    in.calibIds = std::move(ids.calibIds);
-    in.evalIds = std::move(ids.evalIds);
+    in.calibIds = tok->encode(text, false);
+    if (in.calibIds.size() < static_cast<std::size_t>(o.seqLen) + 1)
+        throw std::runtime_error("the calibration text has " + std::to_string(in.calibIds.size()) +
+                                 " tokens, fewer than one window of " + std::to_string(o.seqLen) +
+                                 "; choose a longer text or a shorter window length");
+    // SPEC §7's evaluation text, as `latmix eval` builds it.
+    if (!o.evalSource.empty()) in.evalIds = eval::tokenizeForEvaluation(*tok, eval::wikiText2TestText(o.evalSource));
     if (!o.evalTaskNames.empty()) in.tasks = eval::loadZeroShotTasks(o.evalTaskNames, util::dataDir(), o.evalLimit);
     return in;
 }

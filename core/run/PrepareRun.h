@@ -70,9 +70,11 @@ struct PreparedRun {
 // is missing; writes nothing. `opened`: the model's checkpoint already open (a sweep's cells).
 PreparedRun prepareRun(const RunRequest& request, std::shared_ptr<const model::Checkpoint> opened = nullptr);
 
-// The run's data: the calibration text and, with evaluation windows, the WikiText-2 test text
-// tokenized with the model's tokenizer (tokenizeRunInputs), and the zero-shot tasks loaded from
-// the data folder. Throws std::runtime_error naming the file that cannot be read.
+// The run's data: the calibration text (SPEC §5: a training-side split, never the text perplexity
+// is measured on) and, with evaluation windows, the WikiText-2 test text as SPEC §7 builds it,
+// tokenized with the model folder's tokenizer, and the zero-shot tasks loaded from the data
+// folder. Throws std::runtime_error naming the file that cannot be read, or when the calibration
+// text is shorter than one window.
 struct RunInputs {
     std::vector<int> calibIds, evalIds;
     std::vector<eval::ZeroShotTask> tasks;

@@ -3,11 +3,9 @@
 #include "eval/ZeroShotTasks.h"
 #include "run/PrepareRun.h"
 #include "run/RunCatalog.h"
-#include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
 #include "mx/MxFormat.h"
 #include "util/AtomicFile.h"
-#include "util/DataPath.h"
 #include "util/Stats.h"
 
 #include <nlohmann/json.hpp>

@@ -2,11 +2,9 @@
 
 #include "run/quantize/OptionTable.h"
 
-#include "eval/Perplexity.h"
 #include "model/ConfigJson.h"
 #include "model/Device.h"
 #include "model/TensorNames.h"
-#include "tokenizer/Tokenizer.h"
 #include "transforms/Hadamard.h"
 #include "transforms/LearnedTransforms.h"
 
@@ -222,19 +220,6 @@ void checkMethodFits(const model::ModelConfig& c, const MethodSpec& m, const Run
                                  std::to_string(w.first),
                              {{"method", "mr-gptq", "", "(block Hadamard of the MX block)"},
                               {"method", "latmix-lu", "", "or latmix-qr (block-Hadamard start)"}});
-}
-
-RunTokens tokenizeRunInputs(const std::string& modelDir, const std::string& calibText, const std::string& wikiTestPath,
-                            int seqLen) {
-    const auto tok = tokenizer::Tokenizer::loadFromDir(modelDir);
-    RunTokens t;
-    t.calibIds = tok->encode(calibText, false);
-    if (t.calibIds.size() < static_cast<std::size_t>(seqLen) + 1)
-        throw std::runtime_error("the calibration text has " + std::to_string(t.calibIds.size()) +
-                                 " tokens, fewer than one window of " + std::to_string(seqLen) +
-                                 "; choose a longer text or a shorter window length");
-    if (!wikiTestPath.empty()) t.evalIds = eval::tokenizeForEvaluation(*tok, eval::wikiText2TestText(wikiTestPath));
-    return t;
 }
 
 } // namespace latmix::run

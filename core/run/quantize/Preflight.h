@@ -66,15 +66,4 @@ void checkExportable(const model::ModelConfig& config, const MethodSpec& method,
 // width and the methods that work (block transforms). Part of preflight.
 void checkMethodFits(const model::ModelConfig& config, const MethodSpec& method, const RunConfig& options);
 
-// The token ids a run reads, tokenized with the model folder's tokenizer (the one sequence the
-// CLI, the GUI and the sweep use): calibration ids from calibText (SPEC §5: a training-side
-// split, never the text perplexity is measured on), evaluation ids from the WikiText-2 test file
-// at wikiTestPath as SPEC §7 builds it (empty path: none). Throws std::runtime_error when the
-// calibration text is shorter than one window of seqLen tokens.
-struct RunTokens {
-    std::vector<int> calibIds, evalIds;
-};
-RunTokens tokenizeRunInputs(const std::string& modelDir, const std::string& calibText, const std::string& wikiTestPath,
-                            int seqLen);
-
 } // namespace latmix::run
