@@ -1,6 +1,7 @@
 // The quantization pipeline (SPEC §4–§6) end to end on stories260K: every method writes a run
 // that reloads; the reloaded W4A4 RTN model equals an independently assembled one bit for bit;
 // GPTQ's layer errors are below RTN's; transformed methods record their transforms.
+#include "FoldedStudent.h"
 #include "TestSupport.h"
 
 #include "run/RunModel.h"
@@ -8,12 +9,9 @@
 #include "model/LlamaModel.h"
 #include "mx/MxQuantizer.h"
 #include "eval/Perplexity.h"
-#include "fold/Fold.h"
 #include "run/QuantizeRun.h"
-#include "fold/ModelTransforms.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 #include <QFile>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -89,50 +87,32 @@ private slots:
         QCOMPARE(int(run.packed.size()), 5 * 7);
         QVERIFY(r.fpPerplexity > 1 && std::isfinite(r.quantizedPerplexity) && r.quantizedPerplexity > 1);
 
-        // Paper Table 3's check on the folded, unquantized model.
+        // Paper Table 3's check on the folded, unquantized model, within FoldedStudent.h's bound
+        // 2e-4 L on |log(perplexity ratio)|, L the largest |logit| of the model it should equal.
+        const auto o = options(method, format);
+        const auto evalIds = randomIds(400, 512, 3);
+        const auto base = model::Checkpoint::load(modelDir().toStdString());
         if (!spec.transformed) {
             QCOMPARE(r.foldedPerplexity, 0.0); // nothing folded, nothing measured
         } else if (spec.t1Kind.find("affine") == std::string::npos) {
             // Orthogonal T1/T2 (and T3): the folded model computes the original function up to
-            // float32 rounding: every logit within 1e-4 of the largest |logit| L (tst_fold's
-            // exactFolds bound). A token's NLL moves by at most twice the largest logit change (its
-            // target's logit and the log-sum-exp each by at most that), so the mean does too:
-            // |log(folded / FP)| <= 2e-4 * L, L taken from the FP model on the same windows. A
-            // bad fold moves the logits by O(L).
-            const auto base = model::Checkpoint::load(modelDir().toStdString());
-            const model::LlamaModel fp(base);
-            const auto o = options(method, format);
-            const auto evalIds = randomIds(400, 512, 3);
-            double largest = 0;
-            for (int w = 0; w < o.evalWindows; ++w) {
-                const auto tokens = at::tensor(std::vector<int64_t>(evalIds.begin() + w * o.evalSeqLen,
-                                                                    evalIds.begin() + (w + 1) * o.evalSeqLen),
-                                               at::kLong)
-                                        .reshape({1, o.evalSeqLen});
-                largest = std::max(largest, fp.forward(tokens).abs().max().item<double>());
-            }
-            QVERIFY2(std::abs(std::log(r.foldedPerplexity / r.fpPerplexity)) <= 2e-4 * largest,
+            // float32 rounding, so it is compared with the FP model.
+            const double largest = test::largestLogit(model::LlamaModel(base), evalIds, o.evalSeqLen, o.evalWindows);
+            QVERIFY2(std::abs(std::log(r.foldedPerplexity / r.fpPerplexity)) <= test::foldedLogPerplexityBound(largest),
                      qPrintable(QString("folded %1 vs FP %2, largest logit %3").arg(r.foldedPerplexity).arg(r.fpPerplexity).arg(largest)));
         } else {
             // Affine T1: RMSNorm sees the transformed residual, so the folded model is the
             // trained student (SPEC §5) without activation quantization, not the original. Rebuild
-            // that student independently from transforms.h5 (float32 folding) and compare.
-            const auto base = model::Checkpoint::load(modelDir().toStdString());
-            const auto t = fold::ModelTransforms::load(base.config(), tmp.filePath("transforms.h5").toStdString());
-            at::NoGradGuard noGrad;
-            auto w = fold::applyT3(fold::foldNorms(base.config(), model::loadWeights(base, at::kFloat)), t.t3());
-            w = t.fold(base.config(), w);
-            const model::ModelConfig fc = fold::foldedConfig(base.config(), w);
-            model::ForwardOptions fo;
-            fo.t3 = t.t3().to(at::TensorOptions().dtype(at::kFloat));
+            // that student independently from transforms.h5 (float32 folding; the run's is float64)
+            // and compare.
+            const auto student = test::foldedStudent(base, tmp.filePath("transforms.h5").toStdString());
+            const double largest = test::largestLogit(student, evalIds, o.evalSeqLen, o.evalWindows);
             eval::PerplexityOptions p;
-            p.seqLen = options(method, format).evalSeqLen;
-            p.maxWindows = options(method, format).evalWindows;
-            const double student = eval::evaluatePerplexity(model::LlamaModel(fc, w, fo), randomIds(400, 512, 3), p).perplexity;
-            // float32 vs float64 folding: logits ~1e-6 of the largest apart (tst_fold), log-perplexity
-            // about as much; 1e-3 leaves a wide margin.
-            QVERIFY2(std::abs(r.foldedPerplexity / student - 1) < 1e-3,
-                     qPrintable(QString("folded %1 vs student %2").arg(r.foldedPerplexity).arg(student)));
+            p.seqLen = o.evalSeqLen;
+            p.maxWindows = o.evalWindows;
+            const double rebuilt = eval::evaluatePerplexity(student, evalIds, p).perplexity;
+            QVERIFY2(std::abs(std::log(r.foldedPerplexity / rebuilt)) <= test::foldedLogPerplexityBound(largest),
+                     qPrintable(QString("folded %1 vs student %2, largest logit %3").arg(r.foldedPerplexity).arg(rebuilt).arg(largest)));
         }
     }
 
