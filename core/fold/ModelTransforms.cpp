@@ -21,7 +21,7 @@ std::unique_ptr<transforms::AffineTransform> build(const std::string& kind, std:
     o.seed = seed;
     o.init = s.init;
     o.noiseStd = s.noiseStd;
-    o.dtype = at::kFloat;
+    o.dtype = s.float64 ? at::kDouble : at::kFloat;
     o.bias = bias;
     o.blockDiagonal = s.blockDiagonal && transforms::isLearnedKind(kind);
     return transforms::makeTransform(kind, dim, o);

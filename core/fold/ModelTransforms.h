@@ -32,6 +32,9 @@ struct TransformSpec {
     bool t1Bias = true, t2Bias = true;
     int t3Block = 32;                         // 0: no T3
     std::uint64_t t3Seed = 0;
+    // The T1/T2 leaves in float64 instead of float32: a reference path for tests (the float32
+    // step's own rounding measured against it); runs train in float32.
+    bool float64 = false;
 };
 
 class ModelTransforms {

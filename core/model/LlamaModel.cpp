@@ -57,7 +57,8 @@ at::Tensor ropeInverseFrequencies(const ModelConfig& c) { return scaledInverseFr
 // RMSNorm as Hugging Face computes it: statistics in float32, the result cast back to the
 // activation dtype before the weight multiplies it.
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-    auto x32 = x.to(at::kFloat);
+    // A float64 computation (a test's reference path) keeps its precision.
+    auto x32 = x.scalar_type() == at::kDouble ? x : x.to(at::kFloat);
     auto normed = x32 * at::rsqrt(x32.pow(2).mean(-1, true) + eps);
     return weight * normed.to(x.scalar_type());
 }

@@ -82,7 +82,8 @@ RopeTables ropeTables(const ModelConfig& config, std::int64_t T, at::ScalarType 
 // The pieces of a forward pass, for layer-by-layer work (GPTQ) and differentiable weights
 // (training): they work with whatever tensors w holds, autograd included.
 at::Tensor embedTokens(const ModelConfig& config, const LlamaWeights& w, const at::Tensor& tokens);
-// RMSNorm as Hugging Face computes it: statistics in float32, cast back, then the weight.
+// RMSNorm as Hugging Face computes it: statistics in float32 (float64 for float64 input), cast
+// back, then the weight.
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // Causal attention over T tokens takes its queries in blocks of this many (all of them up to 512):
 // the scores are [B, heads, block, keys], not [B, heads, T, T]. The memory estimates count one block.
