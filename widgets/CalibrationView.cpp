@@ -275,7 +275,6 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
                                          ? tr("Cancelled; the run file keeps the finished steps (%1)").arg(dir)
                                          : tr("Calibration failed: %1").arg(error);
         m_dashboard->finishRun(ok, message);
-        if (ok) m_lastRunDir = dir;
         m_run->setEnabled(!m_modelDir.isEmpty());
         if (!ok && error != QLatin1String("cancelled")) emit errorOccurred(message);
         emit runFinished(ok, dir, message);
@@ -398,7 +397,6 @@ void CalibrationView::setCalibration(int samples, int seqLen, int batch) {
     m_batch->setValue(batch);
 }
 void CalibrationView::setEvalWindows(int windows) { m_evalWindows->setValue(windows); }
-void CalibrationView::setFoldedEvalEvery(int steps) { m_foldedEvery->setValue(steps); }
 void CalibrationView::setTrackedLayer(int layer) { m_trackedLayer->setValue(layer); }
 void CalibrationView::setCalibrationText(const QString& path) { m_calibText->setText(path); }
 void CalibrationView::setRunDir(const QString& dir) { m_runDirEdit->setText(dir); }
@@ -473,7 +471,6 @@ bool CalibrationView::start(QString* error) {
     });
     if (!started) return fail(tr("A calibration is already running; cancel it first"));
     m_run->setEnabled(false);
-    emit runStarted(m_activeRunDir);
     return true;
 }
 

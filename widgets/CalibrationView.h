@@ -56,15 +56,11 @@ public:
     void setSteps(int steps);
     void setCalibration(int samples, int seqLen, int batch);
     void setEvalWindows(int windows); // 0: no perplexity evaluation
-    void setFoldedEvalEvery(int steps); // folded FP perplexity during training (with eval windows); 0: never
     void setTrackedLayer(int layer);  // whose A2 the dashboard shows
     void setCalibrationText(const QString& path); // empty: the built-in text
     void setRunDir(const QString& dir);           // empty: a new folder under the data location
     QString runDir() const;
     QString device() const;
-
-    // The folder of the last run that finished (empty before).
-    QString lastRunDir() const { return m_lastRunDir; }
 
     // Starts the run; false with *error (also emitted as errorOccurred) when it cannot start.
     bool start(QString* error = nullptr);
@@ -73,7 +69,6 @@ signals:
     void threadsChanged(int threads); // libtorch threads were set from the form
     void deviceChanged(const QString& device);
 
-    void runStarted(const QString& runDir);
     void runFinished(bool ok, const QString& runDir, const QString& message);
     void errorOccurred(const QString& message);
 
@@ -91,7 +86,7 @@ private:
     void loadSettings();
     QString defaultRunDir() const;
 
-    QString m_modelDir, m_lastRunDir, m_activeRunDir;
+    QString m_modelDir, m_activeRunDir;
     TrainingDashboard* m_dashboard = nullptr;
     JobRunner* m_runner = nullptr;
     QComboBox *m_method, *m_format, *m_device, *m_block, *m_scaleMode;

@@ -145,7 +145,6 @@ void ExportDialog::setFormat(const QString& format) {
     if (i >= 0) m_format->setCurrentIndex(i);
 }
 void ExportDialog::setDestination(const QString& dir) { m_dest->setText(dir); }
-void ExportDialog::setOverwrite(bool overwrite) { m_overwrite->setChecked(overwrite); }
 QString ExportDialog::destination() const { return m_dest->text(); }
 QString ExportDialog::resultText() const { return m_result->text(); }
 bool ExportDialog::isRunning() const { return m_runner->isRunning(); }

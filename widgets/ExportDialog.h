@@ -26,7 +26,6 @@ public:
 
     void setFormat(const QString& format); // "hf" | "compressed-tensors" | "gguf"
     void setDestination(const QString& dir);
-    void setOverwrite(bool overwrite);
     QString destination() const;
     QString resultText() const;
     // What loads the chosen target, what runs online, what was folded, its size; or why the run

@@ -49,7 +49,6 @@ void GgufWriter::key(const std::string& k, std::int32_t type) {
 }
 
 void GgufWriter::addUint32(const std::string& k, std::uint32_t v) { key(k, kUint32), put(m_kv, v); }
-void GgufWriter::addInt32(const std::string& k, std::int32_t v) { key(k, kInt32), put(m_kv, v); }
 void GgufWriter::addFloat32(const std::string& k, float v) { key(k, kFloat32), put(m_kv, v); }
 void GgufWriter::addBool(const std::string& k, bool v) { key(k, kBool), put<std::uint8_t>(m_kv, v ? 1 : 0); }
 void GgufWriter::addString(const std::string& k, const std::string& v) { key(k, kString), putString(m_kv, v); }

@@ -21,7 +21,6 @@ public:
     static constexpr std::uint32_t kAlignment = 32; // llama.cpp's default (general.alignment absent)
 
     void addUint32(const std::string& key, std::uint32_t value);
-    void addInt32(const std::string& key, std::int32_t value);
     void addFloat32(const std::string& key, float value);
     void addBool(const std::string& key, bool value);
     void addString(const std::string& key, const std::string& value);
