@@ -11,7 +11,6 @@
 // twice that, and so does the mean over the tokens: |log(perplexity a / perplexity b)| <= 2e-4 L.
 // A wrong fold moves the logits by O(L).
 #include "eval/Perplexity.h"
-#include "fold/Fold.h"
 #include "fold/ModelTransforms.h"
 #include "model/Checkpoint.h"
 #include "model/LlamaModel.h"
@@ -29,17 +28,11 @@ constexpr double kFoldedLogitBound = 1e-4; // tst_fold's exactFolds, relative to
 
 inline double foldedLogPerplexityBound(double largestLogit) { return 2 * kFoldedLogitBound * largestLogit; }
 
-// The student of a run: base's weights with the norms folded, T3 applied, then T1/T2 from the
-// run's transforms.h5 folded in float32; T3 online as the run applies it.
+// The student of a run: base's weights in float32 folded with the run's transforms.h5
+// (fold::foldedModel: γ, T3, T1/T2 folded in float32; T3 online), where the run folds in float64.
 inline model::LlamaModel foldedStudent(const model::Checkpoint& base, const std::string& transformsPath) {
     const auto t = fold::ModelTransforms::load(base.config(), transformsPath);
-    at::NoGradGuard noGrad;
-    auto w = fold::applyT3(fold::foldNorms(base.config(), model::loadWeights(base, at::kFloat)), t.t3());
-    w = t.fold(base.config(), w);
-    const model::ModelConfig folded = fold::foldedConfig(base.config(), w);
-    model::ForwardOptions fo;
-    fo.t3 = t.t3().to(at::TensorOptions().dtype(at::kFloat));
-    return model::LlamaModel(folded, w, fo);
+    return fold::foldedModel(base.config(), model::loadWeights(base, at::kFloat), t, at::TensorOptions().dtype(at::kFloat));
 }
 
 // The largest |logit| of m over the first `windows` non-overlapping windows of seqLen tokens of
