@@ -45,7 +45,10 @@ inline std::string fusedGroupOf(const std::string& linear) {
 
 struct RunVariant {
     mx::MxConfig weights;
-    bool extraBiases = false; // untied lm_head with a bias and one q_proj bias (what folding creates)
+    bool extraBiases = false; // untied lm_head and one q_proj bias (what folding creates)
+    // An lm_head bias: what runs of versions before issue 71 folded T1's bias into, which no
+    // runtime loads (every target refuses such a run).
+    bool headBias = false;
     bool t3 = true;           // W_down in the online-Hadamard basis (else as the source has it)
     // Block linears kept in full precision (--keep): weights rounded to bf16, no packed weight.
     std::vector<std::string> keep;
@@ -66,9 +69,9 @@ inline run::RunModel buildRun(const std::string& source, const std::string& runD
     run.quant.keptLinears = v.keep;
     for (const auto& n : ck.names()) run.tensors[n] = ck.weight(n).to(at::kFloat).clone();
     const auto& c = ck.config();
+    if (v.extraBiases || v.headBias) run.tensors["lm_head.weight"] = run.tensors.at("model.embed_tokens.weight").clone();
+    if (v.headBias) run.tensors["lm_head.bias"] = at::linspace(-0.5, 0.5, c.vocabSize, at::kFloat);
     if (v.extraBiases) {
-        run.tensors["lm_head.weight"] = run.tensors.at("model.embed_tokens.weight").clone();
-        run.tensors["lm_head.bias"] = at::linspace(-0.5, 0.5, c.vocabSize, at::kFloat);
         run.tensors["model.layers.1.self_attn.q_proj.bias"] =
             at::linspace(-0.1, 0.1, std::int64_t(c.numHeads) * c.headDim, at::kFloat);
     }

@@ -22,8 +22,9 @@ struct ReferenceLlama {
     explicit ReferenceLlama(const model::Checkpoint& k) : ck(k), c(k.config()) {}
 
     // Optional T1 of the "transformed student" (SPEC §4/§5): the residual stream is A h + v, so
-    // every RMSNorm sees A h + v with γ = 1 and the linear layers get γ ⊙ A⁻¹(norm − v). Set
-    // t1A (float64 [d, d]) and t1v ([d] or undefined) to use it; A⁻¹ is a plain inverse here.
+    // every RMSNorm sees A h + v with γ = 1 and the linear layers get γ ⊙ A⁻¹(norm − v), except
+    // lm_head, which gets γ ⊙ A⁻¹ norm (no bias: docs/spec.md §4). Set t1A (float64 [d, d]) and
+    // t1v ([d] or undefined) to use it; A⁻¹ is a plain inverse here.
     at::Tensor t1A, t1v;
 
     // Weights used instead of the checkpoint's (float64), by name.
@@ -49,12 +50,12 @@ struct ReferenceLlama {
         const double inv = 1.0 / std::sqrt(ss / n + eps);
         for (int i = 0; i < n; ++i) x[i] = x[i] * inv * g[i];
     }
-    at::Tensor rmsNorm(at::Tensor x, const at::Tensor& g) const { // rows of the last dim
+    at::Tensor rmsNorm(at::Tensor x, const at::Tensor& g, bool beforeHead = false) const { // rows of the last dim
         if (t1A.defined() && x.size(-1) == t1A.size(0) && g.size(0) == c.hiddenSize) {
             auto z = at::matmul(x, t1A.t());
             if (t1v.defined()) z = z + t1v;
             z = plainNorm(z, at::ones_like(g));
-            if (t1v.defined()) z = z - t1v;
+            if (t1v.defined() && !beforeHead) z = z - t1v;
             return at::matmul(z, at::linalg_inv(t1A).t()) * g;
         }
         return plainNorm(x, g);
@@ -200,7 +201,7 @@ struct ReferenceLlama {
             auto act = g / (1 + at::exp(-g)) * u; // SiLU(g) * u
             h = h + lin(act, p + "mlp.down_proj", c.mlpBias);
         }
-        h = rmsNorm(h, w("model.norm.weight"));
+        h = rmsNorm(h, w("model.norm.weight"), true);
         auto head = ck.has("lm_head.weight") ? w("lm_head.weight") : embed;
         return at::matmul(h, head.t());
     }

@@ -279,10 +279,7 @@ ExportReport exportRun(const std::string& runDir, ExportFormat format, const std
                        const ExportOptions& options) {
     const auto t0 = std::chrono::steady_clock::now();
     std::error_code ec;
-    if (runDir.empty() || !fs::is_directory(runDir, ec))
-        throw std::runtime_error("run folder '" + runDir +
-                                 "' does not exist; give the folder a `latmix quantize` run wrote (with model/ and "
-                                 "latmix.json)");
+    requireRunFolder(runDir);
     // One writer per target: a second export into the same folder stops here, naming the first.
     const util::FolderLock lock(outDir, "export folder", "latmix export " + runDir + " --out " + outDir);
     checkOutDir(runDir, outDir, options.overwrite);

@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -48,6 +49,23 @@ void refuseOnlineInputTransforms(const model::ModelConfig& c, const std::string&
                              "input, from calibration data), and " + target +
                              "'s runtimes apply only the Hadamard transforms they build themselves; export it as hf "
                              "(the transforms folded back into bf16 weights, activations unquantized)");
+}
+
+void requireRunFolder(const std::string& runDir) {
+    std::error_code ec;
+    if (runDir.empty() || !std::filesystem::is_directory(runDir, ec))
+        throw std::runtime_error("run folder '" + runDir +
+                                 "' does not exist; give the folder a `latmix quantize` run wrote (with model/ and "
+                                 "latmix.json)");
+}
+
+void refuseLmHeadBias(const model::ModelConfig& c, const std::string& runDir) {
+    if (!c.lmHeadBias) return;
+    throw std::runtime_error("cannot export " + runDir +
+                             ": its lm_head has a bias (T1's bias, folded there by versions before issue 71), which "
+                             "no runtime's Llama-family head loads (transformers, vLLM, llama.cpp), so no export would "
+                             "compute the run's function; quantize the model again with this version, which keeps "
+                             "T1's bias out of lm_head");
 }
 
 namespace {
@@ -277,10 +295,6 @@ void addFormatNotes(Plan& plan, const RunModel& run, bool ct) {
                                  " values rounded to bf16" +
                                  (q.t3Block > 0 ? " (down_proj after the T3 fold-back)" : ""));
     }
-    if (has(names::kLmHeadBias))
-        plan.notes.push_back("lm_head has a bias (folded T1 bias): model.safetensors has 'lm_head.bias', but Hugging "
-                             "Face LlamaForCausalLM ignores it (its lm_head is bias-free), so such runtimes compute "
-                             "slightly different logits");
 }
 
 bool isUpProj(const std::string& name) { return name.find("mlp.up_proj") != std::string::npos; }
@@ -296,7 +310,6 @@ void addPlanItems(Plan& plan, const RunModel& run, const std::string& runDir, bo
     const model::ModelConfig oc = model::ModelConfig::fromJsonText(j.dump(), "export config.json");
     std::map<std::string, std::vector<std::int64_t>> zeros(fix.begin(), fix.end());
     auto names = model::requiredTensors(oc);
-    if (has(names::kLmHeadBias)) names.push_back({names::kLmHeadBias, sizesOf(run.tensors.at(names::kLmHeadBias))});
     for (const auto& [name, shape] : names) {
         const std::string linear = model::names::blockLinearOfWeight(name);
         const bool signedUp = plan.t3Signs.defined() && isUpProj(name); // its weight or its bias
@@ -368,6 +381,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
         if (ct && t3.hadamardSigns().defined()) plan.t3Signs = t3.hadamardSigns().to(at::kFloat);
     }
 
+    refuseLmHeadBias(rc, runDir);
     if (ct) refuseOnlineInputTransforms(rc, "compressed-tensors", runDir);
     // WUSH (hf): each linear's weight W T⁻¹ goes back to W's basis with its point's T.
     for (int l = 0; l < static_cast<int>(run.inputTransforms.size()); ++l)

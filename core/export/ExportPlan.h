@@ -66,6 +66,14 @@ at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks
 // they build themselves, never a run's own per-block matrices. Throws std::runtime_error naming the
 // run, the target and the way out.
 void refuseOnlineInputTransforms(const model::ModelConfig& runConfig, const std::string& target, const std::string& runDir);
+// Throws std::runtime_error naming runDir when it is no folder (the first check of every export).
+void requireRunFolder(const std::string& runDir);
+// Runs of versions before issue 71 folded T1's bias into an lm_head bias, which no runtime's
+// Llama-family head loads (transformers' LlamaForCausalLM, vLLM, llama.cpp): no target computes
+// such a run's function. Throws std::runtime_error naming the run and the way out (quantize again:
+// runs now keep T1's bias out of lm_head, docs/spec.md §4). The same words for every target, so
+// the export dialog's refusal before Export is the export's own.
+void refuseLmHeadBias(const model::ModelConfig& runConfig, const std::string& runDir);
 // vLLM loads q/k/v, gate/up and each expert's gate/up as one fused weight, with one scheme and
 // (NVFP4) one global scale, the largest, warning and mis-scaling the others when they differ.
 // Throws std::runtime_error naming the group and the way out when --keep kept part of a group, or

@@ -151,6 +151,7 @@ const Target& target(const std::string& name) {
 
 // RUN_DIR/model/config.json, which must be a run's.
 model::ModelConfig runConfig(const std::string& runDir) {
+    requireRunFolder(runDir);
     const std::string path = (std::filesystem::path(runDir) / "model" / "config.json").string();
     model::ModelConfig c = model::ModelConfig::fromFile(path);
     if (!c.latmix) throw std::runtime_error(path + " is not a quantization run's config (no \"latmix\" object)");
@@ -172,7 +173,9 @@ const ExportTargetKind& exportTargetKind(const std::string& name) { return targe
 
 void checkExportTarget(const std::string& runDir, const std::string& format) {
     const Target& t = target(format); // an unknown name before the folder is read
-    t.check(runConfig(runDir), runDir);
+    const model::ModelConfig c = runConfig(runDir);
+    refuseLmHeadBias(c, runDir); // every target alike
+    t.check(c, runDir);
 }
 
 ExportTarget describeExportTarget(const std::string& runDir, const std::string& format) {
@@ -198,6 +201,8 @@ ExportTarget describeExportTarget(const std::string& runDir, const std::string& 
 
 ExportSummary exportTo(const std::string& runDir, const std::string& target, const std::string& out, JobContext& job,
                        bool overwrite) {
+    // What the export dialog refused before Export, refused here in the same words before any work.
+    checkExportTarget(runDir, target);
     ExportSummary s = exporting::target(target).write(runDir, out, job, overwrite);
     s.target = target;
     return s;

@@ -130,18 +130,18 @@ private:
 struct GgufArchitecture {
     std::string name;
     bool ropePairs;  // rope NORM (adjacent pairs): q/k rows reordered; qwen's NEOX needs none
-    bool oBias, mlpBias, lmHeadBias, qkNorm;
+    bool oBias, mlpBias, qkNorm;
 };
 
 GgufArchitecture ggufArchitecture(const model::ModelConfig& c, const std::string& what) {
     switch (c.architecture) {
     case model::Architecture::Llama:
-    case model::Architecture::Mistral: return {"llama", true, true, true, false, false};
-    case model::Architecture::Qwen2: return {"qwen2", false, false, false, true, false};
-    case model::Architecture::Qwen3: return {"qwen3", false, false, false, false, true};
+    case model::Architecture::Mistral: return {"llama", true, true, true, false};
+    case model::Architecture::Qwen2: return {"qwen2", false, false, false, false};
+    case model::Architecture::Qwen3: return {"qwen3", false, false, false, true};
     // Mixtral is llama.cpp's llama with experts (llama.<expert_count> > 0); Qwen3-MoE its qwen3moe.
-    case model::Architecture::Mixtral: return {"llama", true, false, false, false, false};
-    case model::Architecture::Qwen3Moe: return {"qwen3moe", false, false, false, false, true};
+    case model::Architecture::Mixtral: return {"llama", true, false, false, false};
+    case model::Architecture::Qwen3Moe: return {"qwen3moe", false, false, false, true};
     }
     throw std::runtime_error(what + "its architecture " + c.architectureName + " has no GGUF mapping here");
 }
@@ -153,15 +153,10 @@ void checkBiases(const run::RunModel& run, const GgufArchitecture& a, const std:
         const bool isBias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
         if (!isBias || !t.ne(0).any().item<bool>()) continue;
         const bool o = name.find(names::kOProj) != std::string::npos, mlp = name.find(".mlp.") != std::string::npos;
-        const bool head = name == names::kLmHeadBias;
         if ((o && !a.oBias) || (mlp && !a.mlpBias))
             throw util::RemediedError(what + name + " is not zero, and llama.cpp's " + a.name + " architecture loads no " +
                                           (o ? "attention output" : "MLP") + " bias (it holds the folded T2 bias)",
                                       {{"t2_bias", "off", "", "when quantizing it again"}});
-        if (head && !a.lmHeadBias) // the way out named by each face (--t1-bias off, or the control)
-            throw util::RemediedError(what + "its lm_head has a bias (the folded T1 bias), which llama.cpp's " + a.name +
-                                          " architecture does not load",
-                                      {{"t1_bias", "off", "", "when quantizing it again"}});
     }
 }
 
@@ -194,6 +189,7 @@ GgufArchitecture checkConfig(const model::ModelConfig& c, const std::optional<mx
     if (c.ropeScaling && !a.ropePairs)
         throw std::runtime_error(what + "its rope_scaling is written for the llama architecture only; export hf instead");
     refuseOnlineInputTransforms(c, "GGUF", runDir);
+    refuseLmHeadBias(c, runDir);
     return a;
 }
 
@@ -342,7 +338,6 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     }
     w.tensorF32("output_norm.weight", run.tensors.at(names::kFinalNorm));
     if (run.tensors.count(names::kLmHead)) w.tensorF32("output.weight", run.tensors.at(names::kLmHead));
-    w.biasIf("output.bias", names::kLmHeadBias, a.lmHeadBias);
     if (run.quant.t3Block > 0)
         r.notes.push_back(std::string("T3 folded back: ") + (c.moe ? "ffn_down_exps" : "ffn_down") +
                           " stored in float32 as W_down · H (llama.cpp applies no online Hadamard)");

@@ -128,7 +128,14 @@ void applyT1ToTopLevel(const model::ModelConfig& c, model::LlamaWeights& w, cons
     at::Tensor e = rowsTimesAT(w.embed, t);
     if (t.v.defined()) e = e + cast(t.v, w.embed);
     w.embed = e;
-    foldInput(w.lmHead, w.lmHeadBias, t);
+    // lm_head reads the transformed residual through W A⁻¹ and no bias −W A⁻¹ v: no runtime's
+    // Llama-family head loads a bias (transformers' LlamaForCausalLM, vLLM, llama.cpp), so a folded
+    // one would be dropped by every export; the paper folds v into the blocks' readers only. The
+    // training computes the head the same way (train/DistillationStep.cpp), so the run's function
+    // is what the exports compute (docs/spec.md §4, issue 71).
+    AffineMatrices headSide = t;
+    headSide.v = at::Tensor();
+    foldInput(w.lmHead, w.lmHeadBias, headSide);
 }
 
 model::LlamaWeights applyT1(const model::ModelConfig& c, const model::LlamaWeights& w, const AffineMatrices& t) {

@@ -427,9 +427,10 @@ DistillLoss Step::run(double volumeWeight) {
     rows = model::embedTokens(c, original, tokens).to(fopts).detach();
     const at::Tensor x = studentForward();
 
-    // The top: final norm (γ folded into lm_head), T1⁻¹ on the hidden states, lm_head W·diag(γ)
-    // a vocabulary chunk at a time, the loss and its gradient at the hidden states; then the
-    // backward pass from there. Block MSE has no top: its terms are formed in backwardLayers.
+    // The top: final norm (γ folded into lm_head), A1⁻¹ on the hidden states (T1's bias is not
+    // taken out here: lm_head gets no bias, fold/Fold.cpp), lm_head W·diag(γ) a vocabulary chunk at
+    // a time, the loss and its gradient at the hidden states; then the backward pass from there.
+    // Block MSE has no top: its terms are formed in backwardLayers.
     at::Tensor gradOut; // the gradient reaching the current layer's output
     Clock::time_point t2;
     const auto tLoss = Clock::now();
@@ -437,7 +438,7 @@ DistillLoss Step::run(double volumeWeight) {
         const auto xTop = x.detach().to(top, at::kFloat).requires_grad_(true); // the top in float32
         auto u = model::rmsNorm(xTop, at::ones({c.hiddenSize}, topts), c.rmsNormEps).reshape({N, c.hiddenSize});
         const fold::AffineMatrices& t1Top = leaf1On(top);
-        if (t1Top.defined()) u = at::matmul(t1Top.v.defined() ? u - t1Top.v : u, t1Top.aInv.t());
+        if (t1Top.defined()) u = at::matmul(u, t1Top.aInv.t());
         at::Tensor gradU = at::zeros({N, c.hiddenSize}, topts);
         r.objective = objective == Objective::CrossEntropy ? crossEntropyTop(u, gradU) : klTop(u, gradU);
         r.studentSeconds = since(t1);

@@ -23,7 +23,7 @@ class TestCliExport : public QObject {
     using Result = latmix::test::CliResult;
 
     QTemporaryDir m_tmp;
-    QString m_run;
+    QString m_run, m_headBiasRun;
 
     static Result run(const QStringList& args) { return latmix::test::runLatmixInProcess(args); }
 
@@ -37,13 +37,16 @@ private slots:
         v.weights = mx::makeConfig(mx::Format::NvFp4);
         v.extraBiases = true;
         test::buildRun(source.toStdString(), m_run.toStdString(), v, "");
+        // A run of a version that folded T1's bias into lm_head (issue 71).
+        m_headBiasRun = m_tmp.filePath("run-head-bias");
+        v.headBias = true;
+        test::buildRun(source.toStdString(), m_headBiasRun.toStdString(), v, "");
     }
 
     void exports_data() {
         QTest::addColumn<QString>("format");
         QTest::addColumn<QStringList>("phrases");
-        QTest::newRow("hf") << "hf" << QStringList{"(hf)", "verified against the run", "activations are unquantized",
-                                                   "lm_head has a bias"};
+        QTest::newRow("hf") << "hf" << QStringList{"(hf)", "verified against the run", "activations are unquantized"};
         QTest::newRow("compressed-tensors")
             << "compressed-tensors"
             << QStringList{"(compressed-tensors)", "35 block linears packed", "latmix_t3.safetensors", "1/g"};
@@ -74,8 +77,10 @@ private slots:
                                      << "no-such-run' does not exist";
         QTest::newRow("unknown format") << QStringList{"export", "@run", "--format", "onnx", "--out", "@/o2"}
                                         << "unknown export format 'onnx'; choose one of hf, compressed-tensors, gguf";
-        QTest::newRow("gguf of a run with an lm_head bias") << QStringList{"export", "@run", "--format", "gguf", "--out", "@/o2"}
-                                                           << "does not load; use --t1-bias off when quantizing it again";
+        for (const char* target : {"hf", "gguf"})
+            QTest::newRow((std::string(target) + " of a run with an lm_head bias").c_str())
+                << QStringList{"export", "@headbias", "--format", target, "--out", "@/o2"}
+                << "its lm_head has a bias (T1's bias, folded there by versions before issue 71), which no runtime's";
         QTest::newRow("gguf into a folder") << QStringList{"export", "@run", "--format", "gguf", "--out", "@run"}
                                             << "is a folder; a GGUF export is one file";
         QTest::newRow("no --out") << QStringList{"export", "@run", "--format", "hf"} << "--out is required";
@@ -85,6 +90,7 @@ private slots:
         QFETCH(QString, phrase);
         for (auto& a : args) {
             if (a == "@run") a = m_run;
+            else if (a == "@headbias") a = m_headBiasRun;
             else if (a.startsWith("@/")) a = m_tmp.filePath(a.mid(2));
         }
         const Result r = run(args);

@@ -1,5 +1,6 @@
 // llama.cpp runs what `latmix export --format gguf` writes (issue 36): real runs of real models
-// (brownpy-13M and stories260K; rtn, mr-gptq, and latmix-lu with T1/T2 folded, --t1-bias off)
+// (brownpy-13M and stories260K; rtn, mr-gptq, and latmix-lu with T1/T2 and their biases folded: T1's into
+// q/k/v and gate/up, issue 71)
 // exported, loaded by llama.cpp through node-llama-cpp 3.21.1 (llama.cpp's own CPU build,
 // installed by npm: tests/export/gguf/), and llama.cpp's next-token distributions on WikiText-2
 // compared with the float64 reference forward (tests/ReferenceLlama.h) of the run's own weights;
@@ -279,8 +280,7 @@ private:
                  const QString& format = "mxfp4", const QStringList& extra = {}) {
         const QString dir = m_tmp.path() + "/" + name, run = dir + "/run", gguf = dir + "/model.gguf";
         auto r = test::runLatmix(QStringList{"quantize", "--model", model, "--method", method, "--format", format, "--out", run,
-                                             "--calib-samples", "8", "--seqlen", "128", "--steps", "20", "--batch", "2",
-                                             "--t1-bias", "off"} +
+                                             "--calib-samples", "8", "--seqlen", "128", "--steps", "20", "--batch", "2"} +
                                      extra,
                                  300000);
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));

@@ -207,9 +207,9 @@ void addPlacementAndEvaluationOptions(std::vector<Option>& t) {
                         false},
                        &RunConfig::devices));
     t.push_back(member({"t1_bias", "--t1-bias", "Learned T1 bias", T::OnOffAuto,
-                        "learned T1 bias v1: auto (on where the family's hf and compressed-tensors exports load the "
-                        "biases it folds into, off for Qwen3; said when the run starts), on (the paper) or off (v1 = 0; "
-                        "GGUF exports need it)",
+                        "learned T1 bias v1: auto (on where the family's exports load the q/k/v and gate/up biases it "
+                        "folds into, as Llama's and Mistral's do; off for Qwen2, Qwen3 and mixtures of experts; said "
+                        "when the run starts), on (the paper) or off (v1 = 0)",
                         true},
                        &RunConfig::t1Bias));
     t.push_back(member({"t2_bias", "--t2-bias", "Learned T2 bias", T::OnOff, "learned T2 bias v2: on or off", true},

@@ -66,9 +66,9 @@ void resolveT1Bias(ResolvedRun& r, const RunConfig& o) {
     r.method.t1Bias = problem.empty();
     if (r.method.t1Bias)
         r.notes.emplace_back("learned T1 bias on (auto: " + r.config.architectureName +
-                                 " exports to hf and compressed-tensors load the biases it folds into; GGUF for llama.cpp "
-                                 "does not load lm_head's)",
-                             std::vector<util::Remedy>{{"t1_bias", "off", "", "for a GGUF export"}});
+                                 " exports to hf, compressed-tensors and GGUF load the q/k/v and gate/up biases it "
+                                 "folds into)",
+                             std::vector<util::Remedy>{{"t1_bias", "off", "", "for T1 without a bias"}});
     else if (r.config.moe) // no way to the bias: the router and experts cannot take it (preflightShape)
         r.notes.emplace_back("learned T1 bias off (auto: " + problem + ")", std::vector<util::Remedy>{});
     else
@@ -191,8 +191,8 @@ void checkExportable(const model::ModelConfig& c, const MethodSpec& m, const Run
     if (!o.exportCheck) return;
     if (!m.transformed) return; // nothing folded: the model keeps the biases it came with
     // SPEC §4: T1 acts on the residual stream, read by q/k/v, gate/up and lm_head, so its bias
-    // becomes gate/up biases; T2's (value head space) only reaches v and o_proj, which every
-    // family can hold.
+    // becomes q/k/v and gate/up biases (never lm_head's: no runtime loads one); T2's (value head
+    // space) only reaches v and o_proj, which every family can hold.
     if (c.architecture == model::Architecture::Mixtral && transforms::kindHasBias(m.t2Kind) && o.t2Bias)
         throw RunRefused("method " + o.method + " folds its learned T2 bias into v_proj/o_proj biases, but Hugging "
                              "Face and vLLM Mixtral models have no attention biases: the run could not be exported (hf)",
