@@ -113,19 +113,10 @@ run::RunConfig resumedConfig(QuantizeCli& o) {
         throw std::invalid_argument("--resume " + o.resumeDir + " and --out " + o.out + " name two run folders; give one");
     if (o.out.empty()) o.out = o.resumeDir;
     if (o.out.empty()) throw std::invalid_argument("--resume needs the run folder: --resume RUN_DIR");
-    std::string options, model, what;
-    if (run::hasUnfinishedMarker(o.out)) {
-        const auto marker = run::readUnfinishedRun(o.out);
-        options = marker.options;
-        model = marker.model;
-        what = run::unfinishedMarkerPath(o.out);
-    } else if (fs::exists(fs::path(o.out) / "latmix.json")) {
-        what = (fs::path(o.out) / "latmix.json").string();
-        const auto j = nlohmann::ordered_json::parse(util::readTextFile(what, "run record"));
-        if (j.contains("options")) options = j["options"].dump();
-        if (j.contains("model") && j["model"].is_string()) model = j["model"].get<std::string>();
-    }
-    if (o.model.empty()) o.model = model;
+    const run::RecordedRun recorded = run::recordedRun(o.out);
+    const std::string& options = recorded.options;
+    const std::string& what = recorded.file;
+    if (o.model.empty()) o.model = recorded.model;
     if (options.empty()) {
         if (!o.given.at("method")->count() || o.model.empty())
             throw std::invalid_argument(

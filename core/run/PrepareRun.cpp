@@ -3,6 +3,7 @@
 #include "eval/Perplexity.h"
 #include "eval/ZeroShotTasks.h"
 #include "run/UnfinishedRun.h"
+#include "run/quantize/OptionTable.h"
 #include "tokenizer/Tokenizer.h"
 #include "util/DataPath.h"
 #include "util/Text.h"
@@ -14,19 +15,17 @@ namespace latmix::run {
 
 namespace fs = std::filesystem;
 
-bool resumeDecision(const std::string& runDir, const std::string& method, const std::string& modelDir, ResumeRule rule) {
+bool resumeDecision(const std::string& runDir, const RunConfig& asked, const std::string& modelDir, ResumeRule rule) {
     if (rule == ResumeRule::Never) return false;
     std::error_code ec;
     const bool finished = fs::is_regular_file(fs::path(runDir) / "latmix.json", ec);
-    // An unfinished run continues with its own method and model only, whoever asks.
-    if (!finished && hasUnfinishedMarker(runDir)) {
-        const std::string conflict = resumeConflict(runDir, method, modelDir);
-        if (!conflict.empty()) throw std::invalid_argument(conflict);
-        return true;
-    }
-    if (rule == ResumeRule::Asked) return true;
-    if (finished)
+    const bool unfinished = !finished && hasUnfinishedMarker(runDir);
+    if (finished && rule == ResumeRule::IfUnfinished)
         throw std::invalid_argument("'" + runDir + "' already holds a finished run (latmix.json): choose another run folder");
+    // An unfinished run continues with its own method, model and options only, whoever asks; a
+    // finished one's training goes on (--resume) under the same rule.
+    if (unfinished || finished) checkResumable(runDir, asked.method, configJson(asked).dump(), modelDir);
+    if (unfinished || rule == ResumeRule::Asked) return true;
     // A train.h5 without the marker and latmix.json: a run whose marker was removed by hand, or a
     // sweep cell of a version that wrote none; its checkpoints are kept.
     return fs::is_regular_file(fs::path(runDir) / "train.h5", ec);
@@ -41,7 +40,7 @@ PreparedRun prepareRun(const RunRequest& request, std::shared_ptr<const model::C
                         : preflight(request.modelDir, p.options, request.purpose);
     if (request.purpose == PreflightFor::Estimate) return p;
     if (request.runDir.empty()) throw std::invalid_argument("no run folder to write the run into");
-    p.options.resume = resumeDecision(request.runDir, p.options.method, p.resolved.modelDir, request.resume);
+    p.options.resume = resumeDecision(request.runDir, p.options, p.resolved.modelDir, request.resume);
     // SPEC §5: calibrate on a training-side split, never on the test text perplexity uses.
     p.calibText = request.calibText;
     if (p.calibText.empty() && request.config.calibSource == kBuiltInCalibrationText)

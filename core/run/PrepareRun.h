@@ -32,12 +32,14 @@ enum class ResumeRule {
     IfUnfinished,
 };
 
-// Whether a run of `method` on `modelDir` continues what runDir holds, by `rule`. Throws
+// Whether a run of `asked` on `modelDir` continues what runDir holds, by `rule`. Throws
 // std::invalid_argument naming the folder, what it holds and the way out when Asked or
 // IfUnfinished finds an unfinished run of another method or model, or IfUnfinished a finished
-// run. Never's refusal of an unfinished folder and Asked's of a folder with nothing to continue
+// run; RunRefused naming each option that changes the result (run/quantize/OptionTable.h) when the
+// run it would continue recorded another value (run/UnfinishedRun.h, checkResumable): one rule for
+// the CLI's --resume, the workbench and a sweep's cells. Never's refusal of an unfinished folder and Asked's of a folder with nothing to continue
 // are claimRunFolder's, which the run calls holding the folder's lock (and which checks again).
-bool resumeDecision(const std::string& runDir, const std::string& method, const std::string& modelDir, ResumeRule rule);
+bool resumeDecision(const std::string& runDir, const RunConfig& asked, const std::string& modelDir, ResumeRule rule);
 
 // The calibSource of a run calibrated on the workbench's built-in text (resources/text/calibration.txt,
 // compiled into the workbench), as latmix.json and the unfinished-run marker record it.

@@ -1,5 +1,6 @@
 #include "run/UnfinishedRun.h"
 
+#include "run/quantize/OptionTable.h"
 #include "util/AtomicFile.h"
 
 #include <nlohmann/json.hpp>
@@ -71,15 +72,51 @@ std::string describeUnfinishedRun(const std::string& runDir) {
     return s;
 }
 
-std::string resumeConflict(const std::string& runDir, const std::string& method, const std::string& model) {
-    const UnfinishedRun old = readUnfinishedRun(runDir);
+RecordedRun recordedRun(const std::string& runDir) {
+    RecordedRun r;
+    std::error_code ec;
+    const fs::path record = fs::path(runDir) / "latmix.json";
+    // A marker beside latmix.json is a leftover of a kill between writing the one and removing the
+    // other: the run finished.
+    if (fs::is_regular_file(record, ec)) {
+        r.file = record.string();
+        r.finished = true;
+        try {
+            const json j = json::parse(util::readTextFile(r.file, "run record"));
+            auto str = [&](const char* key) { return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : ""; };
+            r.method = str("method");
+            r.model = str("model");
+            if (j.contains("options") && j["options"].is_object()) r.options = j["options"].dump();
+        } catch (const json::exception& e) {
+            throw std::runtime_error(r.file + ": not a run record (" + e.what() + ")");
+        }
+    } else if (hasUnfinishedMarker(runDir)) {
+        const UnfinishedRun u = readUnfinishedRun(runDir);
+        r.file = unfinishedMarkerPath(runDir);
+        r.method = u.method;
+        r.model = u.model;
+        r.options = u.options;
+    }
+    return r;
+}
+
+void checkResumable(const std::string& runDir, const std::string& method, const std::string& asked,
+                    const std::string& model) {
+    const RecordedRun old = recordedRun(runDir);
+    if (old.file.empty()) return;
+    const std::string what = old.finished ? "'" + runDir + "' holds a finished run of " + old.method +
+                                                (old.model.empty() ? "" : " on " + old.model)
+                                          : describeUnfinishedRun(runDir);
     const auto same = [&](const std::string& a, const std::string& b) {
         std::error_code e1, e2;
         return a.empty() || b.empty() || fs::weakly_canonical(a, e1) == fs::weakly_canonical(b, e2);
     };
-    if (old.method == method && same(old.model, model)) return {};
-    return describeUnfinishedRun(runDir) + "; it continues only with its own method (" + old.method + ") and model (" +
-           old.model + "), not " + method + " on " + model + ": choose its method to continue it, or another run folder";
+    if (old.method != method || !same(old.model, model))
+        throw std::invalid_argument(what + "; it continues only with its own method (" + old.method + ") and model (" +
+                                    old.model + "), not " + method + " on " + model +
+                                    ": choose its method to continue it, or another run folder");
+    if (!old.options.empty() && !asked.empty())
+        refuseChangedOptions(what, nlohmann::ordered_json::parse(old.options), nlohmann::ordered_json::parse(asked));
 }
 
 void claimRunFolder(const std::string& runDir, const UnfinishedRun& run, bool resume) {
@@ -94,8 +131,7 @@ void claimRunFolder(const std::string& runDir, const UnfinishedRun& run, bool re
             throw std::invalid_argument(describeUnfinishedRun(runDir) +
                                         ": continue it with --resume (and its options), or remove the folder to "
                                         "start over, or choose another run folder");
-        const std::string conflict = resumeConflict(runDir, run.method, run.model);
-        if (!conflict.empty()) throw std::invalid_argument(conflict);
+        checkResumable(runDir, run.method, run.options, run.model);
     } else if (resume && !trained) {
         // A finished learned run may be resumed with more steps (its train.h5 continues).
         throw std::invalid_argument("'" + runDir + "' " +

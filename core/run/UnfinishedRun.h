@@ -45,15 +45,30 @@ void removeUnfinishedMarker(const std::string& runDir);
 // checkpoint". The marker must exist; a damaged one is said, not thrown.
 std::string describeUnfinishedRun(const std::string& runDir);
 
-// Why a run of `method` on `model` cannot continue the unfinished run in runDir (its marker must
-// exist): the run named and its own method and model; empty when it can. Throws like
-// readUnfinishedRun.
-std::string resumeConflict(const std::string& runDir, const std::string& method, const std::string& model);
+// What a run folder recorded of its run, which a resumed run continues: the unfinished-run
+// marker's options and model, or latmix.json's for a finished run (whose training may go on).
+struct RecordedRun {
+    std::string file;    // the file read; empty when the folder has neither
+    bool finished = false; // latmix.json
+    std::string method, model;
+    std::string options; // JSON text; empty where the file predates recorded options (2026-11-27)
+};
+// Throws std::runtime_error naming the file when it cannot be read or parsed.
+RecordedRun recordedRun(const std::string& runDir);
+
+// Refuses continuing the run recorded in runDir (recordedRun) with a run of `method` and `asked`
+// (JSON text of latmix.json's "options" form, run::configJson; empty: method and model alone) on
+// `model`: std::invalid_argument naming the run and its own
+// method and model when either differs, then run::RunRefused naming every option that changes the
+// result and differs from the record, with both values (refuseChangedOptions). Nothing recorded:
+// nothing refused. Throws like recordedRun.
+void checkResumable(const std::string& runDir, const std::string& method, const std::string& asked,
+                    const std::string& model);
 
 // What a run about to write runDir does with what it finds there (the root rank, holding the
 // folder's lock): refuses, as std::invalid_argument naming the folder, the state and the way out,
-//   - a folder with the marker (and no latmix.json), unless resuming it with the same method and
-//     model;
+//   - a folder with the marker (and no latmix.json), unless resuming it (checkResumable: the same
+//     method, model and options that change the result);
 //   - resuming a folder without train.h5 that has no marker (a finished learned run may be
 //     resumed: its training goes on with more steps);
 // then removes a finished run's latmix.json that the new run replaces (the folder is unfinished

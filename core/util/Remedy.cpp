@@ -17,11 +17,12 @@ std::string flagWords(const Remedy& r) {
 } // namespace
 
 std::string remediedMessage(const std::string& cause, const std::vector<Remedy>& remedies, const std::string& after,
-                            const std::function<std::string(const Remedy&)>& say) {
+                            const std::function<std::string(const Remedy&)>& say, RemedyJoin join) {
+    const bool all = join == RemedyJoin::AllOf;
     std::string s = cause;
     for (std::size_t i = 0; i < remedies.size(); ++i)
-        s += (i == 0 ? "; use " : i + 1 == remedies.size() ? ", or " : ", ") + say(remedies[i]);
-    if (!after.empty()) s += "; " + after;
+        s += (i == 0 ? "; use " : i + 1 == remedies.size() ? (all ? " and " : ", or ") : ", ") + say(remedies[i]);
+    if (!after.empty()) s += (all && !remedies.empty() ? " " : "; ") + after;
     return s;
 }
 

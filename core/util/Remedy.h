@@ -18,9 +18,14 @@ struct Remedy {
     std::string after;  // said after it ("(now 64)", "to run anyway")
 };
 
-// "<cause>; use <remedy>, <remedy>, or <remedy>[; <after>]", each remedy as `say` words it.
+// Whether any one of the remedies is a way out, or only all of them together (the settings a
+// resumed run must keep).
+enum class RemedyJoin { AnyOf, AllOf };
+
+// "<cause>; use <remedy>, <remedy>, or <remedy>[; <after>]" (AllOf: "..., <remedy> and <remedy>[ <after>]"),
+// each remedy as `say` words it.
 std::string remediedMessage(const std::string& cause, const std::vector<Remedy>& remedies, const std::string& after,
-                            const std::function<std::string(const Remedy&)>& say);
+                            const std::function<std::string(const Remedy&)>& say, RemedyJoin join = RemedyJoin::AnyOf);
 
 // A failure whose ways out are remedies; what() says them with the flags' rule above.
 class RemediedError : public std::runtime_error {

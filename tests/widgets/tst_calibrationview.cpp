@@ -12,6 +12,7 @@
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
 #include "run/quantize/Preflight.h"
+#include "util/Text.h"
 #include "fold/ModelTransforms.h"
 #include "transforms/AffineTransform.h"
 
@@ -523,18 +524,23 @@ private slots:
     // the same folder gets the same answer from each: an unfinished LATMiX-LU run (Cancel after its
     // second step, a calibration text file) is continued from its saved step by `latmix quantize
     // --resume`, by Run in Calibration and by `latmix sweep` whose cell it is; and each refuses,
-    // before writing anything, to continue it on another model, naming the run.
+    // before writing anything, to continue it on another model, naming the run. Issue 71: and
+    // under an option that changes the result set otherwise (the format for the CLI and the form;
+    // the learning rate for a sweep, whose format is in the cell's folder name), naming the option
+    // in the front end's words with the recorded and the asked value.
     void oneResumeRuleForEveryFrontEnd_data() {
         QTest::addColumn<QString>("frontEnd");
-        QTest::addColumn<bool>("otherModel");
+        QTest::addColumn<QString>("change"); // "", "model", "option"
         for (const char* face : {"latmix quantize --resume", "workbench", "latmix sweep"}) {
-            QTest::newRow((QString(face) + ", same model").toUtf8()) << QString(face) << false;
-            QTest::newRow((QString(face) + ", another model").toUtf8()) << QString(face) << true;
+            QTest::newRow((QString(face) + ", same model").toUtf8()) << QString(face) << QString();
+            QTest::newRow((QString(face) + ", another model").toUtf8()) << QString(face) << QString("model");
+            QTest::newRow((QString(face) + ", another result option").toUtf8()) << QString(face) << QString("option");
         }
     }
     void oneResumeRuleForEveryFrontEnd() {
         QFETCH(QString, frontEnd);
-        QFETCH(bool, otherModel);
+        QFETCH(QString, change);
+        const bool otherModel = change == "model", otherOption = change == "option";
         if (m_resumable.isEmpty()) {
             const QString calib = m_tmp.filePath("resume-calib.txt");
             QVERIFY(test::writeCalibrationText(calib));
@@ -564,14 +570,16 @@ private slots:
 
         QString error;
         if (frontEnd == "latmix quantize --resume") {
-            const auto r = test::runLatmixInProcess({"quantize", "--resume", runDir, "--model", model, "--steps",
-                                                     QString::number(saved + 2)});
+            QStringList args{"quantize", "--resume", runDir, "--model", model, "--steps", QString::number(saved + 2)};
+            if (otherOption) args << "--format" << "nvfp4";
+            const auto r = test::runLatmixInProcess(args);
             if (r.exitCode != 0) error = r.err;
         } else if (frontEnd == "workbench") {
             MainWindow w;
             QVERIFY(w.openCheckpoint(model, false));
             CalibrationView* v = w.calibrationView();
             configure(v, runDir, "latmix-lu", saved + 2);
+            if (otherOption) v->setFormat(QStringLiteral("nvfp4"));
             v->setCalibrationText(m_tmp.filePath("resume-calib.txt"));
             QSignalSpy done(v, &CalibrationView::runFinished);
             if (v->start(&error)) {
@@ -582,6 +590,7 @@ private slots:
             // The grid: the options the run recorded, its method, format and seed as the grid's axes.
             for (const char* axis : {"method", "format", "seed"}) options.remove(axis);
             options["steps"] = saved + 2;
+            if (otherOption) options["lr"] = 2 * options["lr"].toDouble();
             const QJsonObject grid{{"model", model}, {"methods", QJsonArray{"latmix-lu"}}, {"formats", QJsonArray{"mxfp4"}},
                                    {"seeds", QJsonArray{seed}}, {"options", options}};
             const QString gridFile = m_tmp.filePath("grid-" + tag + ".json");
@@ -594,11 +603,21 @@ private slots:
                 error = QString::fromLocal8Bit(e.what());
             }
         }
-        if (otherModel) {
-            // Refused before any work, naming the run and its own method and model; the folder as it was.
-            QVERIFY2(error.contains("is an unfinished run of latmix-lu") &&
-                         error.contains("continues only with its own method (latmix-lu) and model"),
-                     qPrintable(frontEnd + ": " + error));
+        if (otherModel || otherOption) {
+            // Refused before any work, naming the run and its own method and model, or the option
+            // changed with both values in the front end's words; the folder as it was.
+            QVERIFY2(error.contains("is an unfinished run of latmix-lu"), qPrintable(frontEnd + ": " + error));
+            if (otherModel)
+                QVERIFY2(error.contains("continues only with its own method (latmix-lu) and model"),
+                         qPrintable(frontEnd + ": " + error));
+            const double lr = QJsonDocument::fromJson(marker).object()["options"].toObject()["lr"].toDouble(); // as recorded
+            const QString asked = frontEnd == "latmix quantize --resume" ? QStringLiteral("--format mxfp4 (asked: nvfp4)")
+                                  : frontEnd == "workbench"
+                                      ? QStringLiteral("Format: mxfp4 (asked: nvfp4)")
+                                      : QStringLiteral("--lr %1 (asked: %2)")
+                                            .arg(QString::fromStdString(util::exactNumber(lr)),
+                                                 QString::fromStdString(util::exactNumber(2 * lr)));
+            if (otherOption) QVERIFY2(error.contains(asked), qPrintable(frontEnd + ": " + error + "\nexpected: " + asked));
             QFile f(runDir + "/unfinished.json");
             QVERIFY(f.open(QIODevice::ReadOnly));
             QCOMPARE(f.readAll(), marker);

@@ -423,8 +423,10 @@ std::string optionName(const std::string& key, Face face) {
 
 std::string optionSetting(const std::string& key, const std::string& value, Face face) {
     const OptionField& f = optionField(key);
-    if (face == Face::Cli) return f.type == OptionType::Flag ? std::string(f.flag) : std::string(f.flag) + " " + value;
-    if (f.type == OptionType::Flag) return std::string(f.label) + ": on";
+    // A flag is set by naming it; "false" (a setting to keep off) is its absence.
+    const bool off = f.type == OptionType::Flag && value == "false";
+    if (face == Face::Cli) return off ? "without " + std::string(f.flag) : f.type == OptionType::Flag ? std::string(f.flag) : std::string(f.flag) + " " + value;
+    if (f.type == OptionType::Flag) return std::string(f.label) + (off ? ": off" : ": on");
     return std::string(f.label) + ": " + value;
 }
 
@@ -440,16 +442,42 @@ std::string remedyText(const Remedy& r, Face face) {
 
 namespace {
 std::string refusalText(const std::string& cause, const std::vector<Remedy>& remedies, const std::string& after,
-                        Face face) {
-    return util::remediedMessage(cause, remedies, after, [face](const Remedy& r) { return remedyText(r, face); });
+                        Face face, util::RemedyJoin join = util::RemedyJoin::AnyOf) {
+    return util::remediedMessage(
+        cause, remedies, after, [face](const Remedy& r) { return remedyText(r, face); }, join);
 }
 } // namespace
 
-RunRefused::RunRefused(std::string cause, std::vector<Remedy> remedies, std::string afterRemedies)
-    : std::invalid_argument(refusalText(cause, remedies, afterRemedies, Face::Cli)), m_cause(std::move(cause)),
-      m_after(std::move(afterRemedies)), m_remedies(std::move(remedies)) {}
+RunRefused::RunRefused(std::string cause, std::vector<Remedy> remedies, std::string afterRemedies, util::RemedyJoin join)
+    : std::invalid_argument(refusalText(cause, remedies, afterRemedies, Face::Cli, join)), m_cause(std::move(cause)),
+      m_after(std::move(afterRemedies)), m_remedies(std::move(remedies)), m_join(join) {}
 
-std::string RunRefused::message(Face face) const { return refusalText(m_cause, m_remedies, m_after, face); }
+std::string RunRefused::message(Face face) const { return refusalText(m_cause, m_remedies, m_after, face, m_join); }
+
+std::vector<OptionChange> changedResultOptions(const json& recorded, const json& asked) {
+    const RunConfig was = configFromJson(recorded, {}, "the recorded options");
+    const RunConfig now = configFromJson(asked, {}, "the options asked for");
+    std::vector<OptionChange> out;
+    for (const auto& o : table()) {
+        const std::string key = o.field.key;
+        if (!o.field.changesResult || key == "steps" || !recorded.contains(key)) continue;
+        const json a = o.get(was), b = o.get(now);
+        if (a != b) out.push_back({key, optionText(o.field, a), optionText(o.field, b)});
+    }
+    return out;
+}
+
+void refuseChangedOptions(const std::string& what, const json& recorded, const json& asked) {
+    const auto changes = changedResultOptions(recorded, asked);
+    if (changes.empty()) return;
+    std::vector<Remedy> remedies;
+    const auto said = [](const std::string& v) { return v.empty() ? std::string("\"\"") : v; }; // an empty text or list
+    for (const auto& c : changes) remedies.push_back({c.key, said(c.recorded), "", "(asked: " + said(c.asked) + ")"});
+    throw RunRefused(what + ", with other settings than this run's: continuing its saved work under these would mix "
+                         "both in one result",
+                     std::move(remedies), "to continue it as it was started, or choose another run folder",
+                     util::RemedyJoin::AllOf);
+}
 
 std::string messageFor(const std::exception& error, Face face) {
     if (const auto* r = dynamic_cast<const RunRefused*>(&error)) return r->message(face);

@@ -72,7 +72,8 @@ std::string messageFor(const std::exception& error, Face face);
 // them in its own words. what() is the CLI's message.
 class RunRefused : public std::invalid_argument {
 public:
-    RunRefused(std::string cause, std::vector<Remedy> remedies, std::string afterRemedies = {});
+    RunRefused(std::string cause, std::vector<Remedy> remedies, std::string afterRemedies = {},
+               util::RemedyJoin join = util::RemedyJoin::AnyOf);
     // "<cause>; <remedy>, or <remedy>[; <afterRemedies>]"
     std::string message(Face face) const;
     const std::string& cause() const { return m_cause; }
@@ -81,6 +82,25 @@ public:
 private:
     std::string m_cause, m_after;
     std::vector<Remedy> m_remedies;
+    util::RemedyJoin m_join;
 };
+
+// An option whose value a run asks for differs from the one a run folder recorded.
+struct OptionChange {
+    std::string key;
+    std::string recorded, asked; // as optionText says them ("mxfp4", "0.001")
+};
+// The options that change the result (OptionField::changesResult) whose value in `asked` differs
+// from `recorded` (the "options" a run recorded: latmix.json, the unfinished-run marker), in the
+// table's order. Both are read through configFromJson, so one value written two ways is one value;
+// a key the record lacks (a version that had no such option) is not compared. "steps" is not
+// compared: a resumed run trains on to the steps asked for (its schedule then that length's).
+std::vector<OptionChange> changedResultOptions(const nlohmann::ordered_json& recorded, const nlohmann::ordered_json& asked);
+// Throws a RunRefused naming each changed option with the recorded value as the way out (all of
+// them, AllOf) and `asked`'s value beside it, when changedResultOptions finds any: `what` is the
+// run the folder holds ("'RUN' is an unfinished run of latmix-lu ..."). A resumed run never
+// continues saved work under other options (its record would name only the new ones).
+void refuseChangedOptions(const std::string& what, const nlohmann::ordered_json& recorded,
+                          const nlohmann::ordered_json& asked);
 
 } // namespace latmix::run
