@@ -31,7 +31,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -97,6 +96,17 @@ int runZeroShot(const EvalOptions& o) {
     return 0;
 }
 
+// --tokens-out FILE: the evaluated windows, a line of token ids each, for an evaluator written
+// elsewhere (packaging/hf-reference.py); nothing when no file is named.
+void writeEvaluatedWindows(const std::string& file, const std::vector<int>& ids, int windows, int seqLen) {
+    if (file.empty()) return;
+    std::string lines;
+    for (int w = 0; w < windows; ++w)
+        for (int t = 0; t < seqLen; ++t)
+            lines += std::to_string(ids[static_cast<std::size_t>(w) * seqLen + t]) + (t + 1 < seqLen ? " " : "\n");
+    util::writeFileAtomically(file, lines);
+}
+
 // --reference: the model against a reference on the same windows, llama.cpp's KL mode (SPEC §7).
 // The reference runs first and leaves its normed final states in a temporary folder; the two
 // models are never in memory together.
@@ -145,6 +155,7 @@ int runEvalAgainstReference(const EvalOptions& o, const std::vector<int>& ids, c
                             {"latmix_version", latmixVersion()}, {"libtorch_version", libtorchVersion()}};
         util::writeFileAtomically(o.json, j.dump(2) + "\n");
     }
+    writeEvaluatedWindows(o.tokensOut, ids, p.windows, p.seqLen);
     return 0;
 }
 
@@ -194,15 +205,9 @@ int runEval(const EvalOptions& o) {
                             {"dtype", o.m.dtype}, {"device", device.str()}, {"threads", threadCount()},
                             {"peak_rss_mib", peakMiB}, {"peak_gpu_mib", gpuMiB}, {"weights_mib", weightsMiB},
                             {"latmix_version", latmixVersion()}, {"libtorch_version", libtorchVersion()}};
-        std::ofstream(o.json) << j.dump(2) << "\n";
+        util::writeFileAtomically(o.json, j.dump(2) + "\n");
     }
-    if (!o.tokensOut.empty()) { // the evaluated windows, for an evaluator written elsewhere (packaging/hf-reference.py)
-        std::string lines;
-        for (int w = 0; w < r.windows; ++w)
-            for (int t = 0; t < r.seqLen; ++t)
-                lines += std::to_string(ids[static_cast<std::size_t>(w) * r.seqLen + t]) + (t + 1 < r.seqLen ? " " : "\n");
-        util::writeFileAtomically(o.tokensOut, lines);
-    }
+    writeEvaluatedWindows(o.tokensOut, ids, r.windows, r.seqLen);
     return 0;
 }
 

@@ -118,8 +118,21 @@ private slots:
         QCOMPARE(kl["tokens"].toInt(), 2 * 31);
         QVERIFY2(kl["mean"].toDouble() > 0 && kl["p99"].toDouble() >= kl["mean"].toDouble(), qPrintable(r.out));
         const Result e = run({"eval", "--model", out, "--reference", m_model, "--seqlen", "32", "--max-windows", "2",
-                              "--device", "cpu", "--json", out + "/kl.json"});
+                              "--device", "cpu", "--json", out + "/kl.json", "--tokens-out", out + "/kl-tokens.txt"});
         QVERIFY2(e.exitCode == 0, qPrintable(e.err));
+        // --tokens-out writes the windows compared (issue 71: it was ignored with --reference): the
+        // windows the plain evaluation writes, two lines of 32 ids.
+        const Result plain = run({"eval", "--model", out, "--seqlen", "32", "--max-windows", "2", "--device", "cpu",
+                                  "--tokens-out", out + "/tokens.txt"});
+        QVERIFY2(plain.exitCode == 0, qPrintable(plain.err));
+        const auto linesOf = [](const QString& file) {
+            QFile f(file);
+            return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()).split('\n', Qt::SkipEmptyParts) : QStringList();
+        };
+        const QStringList windows = linesOf(out + "/kl-tokens.txt");
+        QCOMPARE(windows.size(), 2);
+        QCOMPARE(windows[0].split(' ').size(), 32);
+        QCOMPARE(windows, linesOf(out + "/tokens.txt"));
         const QJsonObject again = readJson(out + "/kl.json");
         QCOMPARE(again["perplexity"].toDouble(), p["w4a4"].toDouble());
         QCOMPARE(again["reference_perplexity"].toDouble(), p["fp"].toDouble());
