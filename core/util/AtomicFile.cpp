@@ -17,7 +17,25 @@ namespace fs = std::filesystem;
 
 namespace latmix::util {
 
-AtomicFile::AtomicFile(std::string path) : m_path(std::move(path)), m_temp(m_path + ".partial") {}
+namespace {
+
+// The folder a file or folder is written into, made when missing (every export target and run
+// file alike: a GGUF file into a new folder as well as an hf folder).
+void makeParentFolder(const fs::path& target) {
+    fs::path parent = target.parent_path();
+    if (parent.empty()) return;
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    if (ec)
+        throw std::runtime_error("cannot create folder '" + parent.string() + "': " + ec.message() +
+                                 "; check the path and permissions");
+}
+
+} // namespace
+
+AtomicFile::AtomicFile(std::string path) : m_path(std::move(path)), m_temp(m_path + ".partial") {
+    makeParentFolder(fs::path(m_path).lexically_normal());
+}
 
 AtomicFile::~AtomicFile() {
     if (!m_done) discard();
@@ -56,6 +74,7 @@ std::string readTextFile(const std::string& path, const std::string& what) {
 
 void writeTextFile(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno) + "; check the path and permissions");
     out << text;
     out.close();
     if (!out) throw std::runtime_error("cannot write '" + path + "'; check free disk space and permissions");
@@ -64,13 +83,9 @@ void writeTextFile(const std::string& path, const std::string& text) {
 std::string makeTempSibling(const std::string& finalDir) {
     fs::path target = fs::path(finalDir).lexically_normal();
     if (target.filename().empty()) target = target.parent_path(); // "dir/" → "dir"
+    makeParentFolder(target);
     fs::path parent = target.parent_path();
     if (parent.empty()) parent = ".";
-    std::error_code ec;
-    fs::create_directories(parent, ec);
-    if (ec)
-        throw std::runtime_error("cannot create folder '" + parent.string() + "': " + ec.message() +
-                                 "; check the path and permissions");
     std::string pattern = (parent / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
     if (!::mkdtemp(pattern.data()))
         throw std::runtime_error("cannot create a temporary folder next to '" + target.string() +

@@ -9,6 +9,7 @@ namespace latmix::util {
 // A file written under a temporary name in the final file's folder ("<path>.partial") and
 // renamed over `path` by commit(). Destroyed without commit() (an exception, a cancelled job),
 // it removes the temporary file, so `path` is either absent, the old file or the new complete one.
+// The constructor creates path's folder when it is missing (throws naming it when it cannot).
 class AtomicFile {
 public:
     explicit AtomicFile(std::string path);

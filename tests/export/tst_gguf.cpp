@@ -213,7 +213,10 @@ private slots:
         const QString source = test::modelFolder("brownpy-13M");
         if (!QFileInfo::exists(source + "/model.safetensors")) LATMIX_DATA_SKIP(qPrintable("no " + source));
         QTemporaryDir tmp;
-        const std::string runDir = (tmp.path() + "/run").toStdString(), file = (tmp.path() + "/m.gguf").toStdString();
+        // Into a folder that does not exist yet: made, as the folder targets make theirs (issue 71:
+        // "check free disk space and permissions" was the answer).
+        const std::string runDir = (tmp.path() + "/run").toStdString(),
+                          file = (tmp.path() + "/new/exports/m.gguf").toStdString();
         test::RunVariant v;
         v.weights = mx::MxConfig{mx::Format::MxFp4, 32};
         v.t3 = t3;
