@@ -371,6 +371,21 @@ private slots:
         for (size_t i = 0; i < rk.history.size(); ++i) QCOMPARE(rk.history[i].loss, rf.history[i].loss);
         const auto pk = kept.parameters(), pf = fresh.parameters();
         for (size_t i = 0; i < pk.size(); ++i) QVERIFY2(at::equal(pk[i], pf[i]), qPrintable(QString("parameter %1").arg(i)));
+        // The step computes with the states it is given (issue 71: a step that ignored them and ran
+        // the teacher again passed the comparisons above): a window's own states give the loss of
+        // the step that computes them, bit for bit; another window's states give another loss.
+        {
+            const auto tokens = f.calib.narrow(0, 0, 2), others = f.calib.narrow(0, 2, 2);
+            const auto lossWith = [&](const at::Tensor& states) {
+                return train::distillationStep(c, f.w, fresh, o.activation, tokens, o.temperature, o.volumeWeight,
+                                               train::Objective::Kl, std::nullopt, states)
+                    .loss;
+            };
+            const double computed = lossWith({});
+            QCOMPARE(lossWith(train::teacherNormedStates(c, f.w, tokens, c10::kCPU)), computed);
+            const double foreign = lossWith(train::teacherNormedStates(c, f.w, others, c10::kCPU));
+            QVERIFY2(std::isfinite(foreign) && foreign != computed, qPrintable(QString("%1 vs %2").arg(foreign).arg(computed)));
+        }
 
         QCOMPARE(train::teacherCacheBytes(c, 8, 32, 4, 2, train::Objective::Kl), std::int64_t(0)); // 8 draws of 8 windows
         QCOMPARE(train::teacherCacheBytes(c, 8, 32, 12, 2, train::Objective::CrossEntropy), std::int64_t(0));

@@ -21,6 +21,17 @@
 // drift of the parameters: AdamW moves a parameter by at most lr·(1 + a little) a step, so after
 // k steps the two runs' parameters differ by at most 2·lr·k each, and the loss by at most
 // ‖∇‖₁·2·lr·k to first order (∇ the first step's gradient), doubled likewise.
+//
+// The statistical band (issue 71: the bound above let a bf16 step that skipped the activation
+// quantization pass every row, its KL 0.0003 against 0.0645). With quantization, bfloat16 does
+// not change how an activation rounds to the MX grid, only which grid point some take: the
+// student's quantization noise is another draw of the same distribution. So the bf16 KL is the
+// float32 one moved by a per-token difference d_t = KL_t(bf16) − KL_t(fp32) whose mean over a
+// step's N tokens lies within |mean d| + 4·sd(d)/√N of zero, d measured on the plain forward in
+// both dtypes (the same models, the same windows). Measured on stories260K: the bf16 steps are
+// 0.04–0.25 of that band from the float32 ones; a bf16 student without its quantization is
+// 1.5–2.5 bands away. Without quantization the rounding bound stays (it is close there, and the
+// shift bfloat16 makes is systematic, not a draw).
 #include "StoriesFixture.h"
 #include "TestSupport.h"
 
@@ -84,6 +95,34 @@ at::Tensor klChangeBound(const test::StoriesFixture& f, const fold::ModelTransfo
     const auto d = ((a16 - a) - (b16 - b)) / tau;
     const auto second = 0.5 * ((p * d.square()).sum(-1) - (p * d).sum(-1).square());
     return 2 * (gradA * errA + gradB * errB + second).mean(-1);
+}
+
+// Each token's KL of tokens' windows through the plain forward in dtype (the teacher, and the
+// student folded as ModelTransforms::fold folds it with its MX fake quantization), float64 [B·T].
+at::Tensor tokenKl(const test::StoriesFixture& f, const fold::ModelTransforms& t, const std::optional<mx::MxConfig>& act,
+                   double tau, at::ScalarType dtype, const at::Tensor& tokens) {
+    at::NoGradGuard g;
+    const auto& c = f.ck->config();
+    const auto folded = t.fold(c, fold::applyT3(fold::foldNorms(c, f.w), t.t3()));
+    auto logits = [&](const model::LlamaWeights& w, bool student) {
+        model::ForwardOptions o;
+        o.dtype = dtype;
+        if (student) {
+            o.activationQuant = act;
+            o.t3 = t.t3().to(at::TensorOptions().dtype(dtype));
+        }
+        return model::lmHead(c, w, model::forwardHidden(c, w, o, tokens)).to(at::kDouble);
+    };
+    const auto logP = at::log_softmax(logits(f.w, false) / tau, -1), logQ = at::log_softmax(logits(folded, true) / tau, -1);
+    return (logP.exp() * (logP - logQ)).sum(-1).reshape({-1});
+}
+
+// The statistical band of the header for the mean KL of a step of stepTokens tokens: |mean d| +
+// 4·sd(d)/√stepTokens, d the per-token bf16 − fp32 KL difference over `tokens`' windows.
+double statisticalBand(const test::StoriesFixture& f, const fold::ModelTransforms& t,
+                       const std::optional<mx::MxConfig>& act, double tau, const at::Tensor& tokens, std::int64_t stepTokens) {
+    const auto d = tokenKl(f, t, act, tau, at::kBFloat16, tokens) - tokenKl(f, t, act, tau, at::kFloat, tokens);
+    return std::fabs(d.mean().item<double>()) + 4 * d.std().item<double>() / std::sqrt(double(stepTokens));
 }
 
 train::DistillOptions runOptions(int steps, at::ScalarType compute) {
@@ -172,9 +211,12 @@ private slots:
             QVERIFY(p.grad().defined() && p.grad().scalar_type() == at::kFloat);
             QVERIFY(at::isfinite(p.grad()).all().item<bool>());
         }
-        const double bound = klChangeBound(f, t, act, tau).narrow(0, 0, tokens.size(0)).mean().item<double>();
-        qInfo("KL fp32 %.6g, bf16 %.6g, |difference| %.3g, bound %.3g", fp32.objective, bf16.objective,
-              std::fabs(bf16.objective - fp32.objective), bound);
+        const double rounding = klChangeBound(f, t, act, tau).narrow(0, 0, tokens.size(0)).mean().item<double>();
+        // Without quantization the rounding bound is a close bound; with it, the band (header).
+        const double band = act ? statisticalBand(f, t, act, tau, tokens, tokens.numel()) : rounding;
+        const double bound = std::min(rounding, band);
+        qInfo("KL fp32 %.6g, bf16 %.6g, |difference| %.3g, rounding bound %.3g, statistical band %.3g", fp32.objective,
+              bf16.objective, std::fabs(bf16.objective - fp32.objective), rounding, band);
         QVERIFY2(bf16.objective != fp32.objective, "the bf16 step gave the float32 loss: it did not compute in bfloat16");
         QVERIFY2(std::fabs(bf16.objective - fp32.objective) <= bound,
                  qPrintable(QString("KL bf16 %1, fp32 %2, bound %3").arg(bf16.objective).arg(fp32.objective).arg(bound)));
@@ -215,8 +257,10 @@ private slots:
         train::distillationStep(c, f.w, t, act, f.calib.narrow(0, 0, 8), o.temperature, o.volumeWeight);
         double gradL1 = 0;
         for (const auto& p : t.parameters()) gradL1 += p.grad().abs().sum().item<double>();
-        // A step's windows are some 2 of the 8: its mean KL moves by at most the largest window's bound.
-        const double rounding = klChangeBound(f, t, act, o.temperature).max().item<double>();
+        // A step's windows are some 2 of the 8: its mean KL moves by at most the largest window's
+        // bound; the band's d is measured over all 8, for a mean over a step's 2.
+        double rounding = klChangeBound(f, t, act, o.temperature).max().item<double>();
+        if (act) rounding = std::min(rounding, statisticalBand(f, t, act, o.temperature, f.calib, o.batch * f.calib.size(1)));
         for (int k = 0; k < steps; ++k) {
             const double a = fp32[size_t(k)].objective, b = bf16[size_t(k)].objective;
             const double bound = rounding + 2 * gradL1 * 2 * o.lr * k;
