@@ -1,7 +1,12 @@
 // The repository's docs answer what its code cites: every "SPEC §N" in the sources names a
 // section "## N." of docs/spec.md, and the README links the page (issue 35: a clone stands on
 // its own, ../shared is not there for its readers).
+#include "export/ExportTargets.h"
+#include "model/ModelConfig.h"
+#include "mx/MxFormat.h"
+#include "run/quantize/Method.h"
 #include "run/quantize/OptionTable.h"
+#include "train/Distillation.h"
 
 #include "CliRunner.h"
 
@@ -243,6 +248,65 @@ private slots:
         }
         QVERIFY2(readAll(path) == page, "docs/options.md differs from the option table: LATMIX_WRITE_OPTIONS_DOC=1 "
                                         "build/bin/tst_docs optionsReferenceIsCurrent rewrites it");
+    }
+
+    // The README's "What it supports" from the code's tables (issue 71: it said MoE
+    // compressed-tensors was "not there yet" and named no WUSH method, four-over-six, KL or
+    // --keep): the architectures, formats, scale modes, methods, losses and export targets are
+    // the code's lists. LATMIX_WRITE_README=1 build/bin/tst_docs readmeSupportsIsCurrent rewrites
+    // the section.
+    void readmeSupportsIsCurrent() {
+        auto join = [](const auto& names, const QString& quote) {
+            QStringList out;
+            for (const auto& n : names) out << quote + QString::fromStdString(n) + quote;
+            return out.join(QStringLiteral(", "));
+        };
+        auto splitList = [](const std::string& list) { // "a, b, c"
+            std::vector<std::string> out;
+            for (const QString& n : QString::fromStdString(list).split(QStringLiteral(", "))) out.push_back(n.toStdString());
+            return out;
+        };
+        std::vector<std::string> losses;
+        for (auto o : {latmix::train::Objective::Kl, latmix::train::Objective::CrossEntropy, latmix::train::Objective::BlockMse})
+            losses.push_back(latmix::train::objectiveName(o));
+        QStringList targets;
+        for (const auto& k : latmix::exporting::exportTargetKinds())
+            targets << QStringLiteral("`%1`: %2").arg(QString::fromStdString(k.name), QString::fromStdString(k.choice));
+        const QString section =
+            QStringLiteral(
+                "## What it supports\n\n"
+                "<!-- Generated from the code's tables: tests/docs/tst_docs.cpp checks it, and\n"
+                "     LATMIX_WRITE_README=1 build/bin/tst_docs readmeSupportsIsCurrent rewrites it. -->\n"
+                "- **Models** (config.json's `architectures`): %1. Safetensors in bf16, fp16 or fp32, sharded or\n"
+                "  not; llama2.c checkpoints import. Mixtures of experts take every method but WUSH's, GPTQ per\n"
+                "  expert with the router kept in full precision ([spec](docs/spec.md), \"Mixture of experts\").\n"
+                "- **Formats** (`--format`, weights and activations): %2; scale modes (`--scale-mode`): %3.\n"
+                "- **Methods** (`--method`): %4; the paper's ablations (`--t1`, `--t2`, `--t3`, `--init`,\n"
+                "  `--granularity`), losses (`--loss`): %5, and block linears kept in bf16 (`--keep REGEX`).\n"
+                "- **Exports** (`latmix export --format`, File › Export quantized model…): %6.\n"
+                "- **Evaluation**: WikiText-2 perplexity, the KL of the quantized model to the FP one (with\n"
+                "  top-1 agreement and the perplexity difference), zero-shot tasks (`--eval-tasks`).\n"
+                "- **Devices**: the CPU (any x86-64), CUDA GPUs through a CUDA libtorch, several GPUs or\n"
+                "  processes (c10d: NCCL or Gloo).\n\n")
+                .arg(join(latmix::model::ModelConfig::supportedArchitectures(), QString()),
+                     join(splitList(latmix::mx::formatNameList()), QStringLiteral("`")),
+                     join(splitList(latmix::mx::scaleModeNameList()), QStringLiteral("`")),
+                     join(splitList(latmix::run::methodNameList()), QStringLiteral("`")),
+                     join(losses, QStringLiteral("`")), targets.join(QStringLiteral("; ")));
+        const QString path = sourceDir() + QStringLiteral("/README.md");
+        QString readme = readAll(path);
+        const qsizetype from = readme.indexOf(QStringLiteral("## What it supports\n"));
+        const qsizetype to = readme.indexOf(QStringLiteral("\n## "), from + 1) + 1;
+        QVERIFY2(from >= 0 && to > from, "README.md has no \"## What it supports\" section followed by another");
+        if (qEnvironmentVariableIsSet("LATMIX_WRITE_README")) {
+            readme.replace(from, to - from, section);
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+            f.write(readme.toUtf8());
+        }
+        QVERIFY2(readme.mid(from, to - from) == section,
+                 "README.md's \"What it supports\" differs from the code's tables: LATMIX_WRITE_README=1 "
+                 "build/bin/tst_docs readmeSupportsIsCurrent rewrites it");
     }
 
     void readmeLinksSpec() {
