@@ -86,15 +86,20 @@ int runMx(const BenchOptions& o) {
         std::printf("%-34s %10.2f %10.2f %9.2f\n", name.c_str(), s * 1e3, bytes / s / 1e9, copy / s);
     };
     row("copy (Tensor::copy_)", copy);
-    for (mx::Format f : {mx::Format::MxFp4, mx::Format::MxInt4}) {
-        const mx::MxConfig c = mx::makeConfig(f);
+    // NVFP4 with its standard scales and with four over six (two candidate scales a block, SPEC §1).
+    const std::vector<mx::MxConfig> configs = {mx::makeConfig(mx::Format::MxFp4), mx::makeConfig(mx::Format::MxInt4),
+                                               mx::makeConfig(mx::Format::NvFp4),
+                                               mx::makeConfig(mx::Format::NvFp4, mx::ScaleMode::FourOverSix)};
+    for (const mx::MxConfig& c : configs) {
+        const std::string name = mx::formatName(c.format) + (c.fourOverSix() ? " four-over-six" : "");
         mx::cpu::QuantizeOutputs out;
         out.dequantized = y.data_ptr<float>();
-        const double s = bestSeconds(o.repeat, [&] { mx::cpu::quantizeRows(x.data_ptr<float>(), rows, cols, c, 1.0f, out); });
-        row(mx::formatName(f) + " (cpu kernel)", s);
+        const float g = c.isNvfp4() ? mx::cpu::nvfp4GlobalScale(x.data_ptr<float>(), n) : 1.0f;
+        const double s = bestSeconds(o.repeat, [&] { mx::cpu::quantizeRows(x.data_ptr<float>(), rows, cols, c, g, out); });
+        row(name + " (cpu kernel)", s);
         if (o.tensorOps) {
             const double t = bestSeconds(o.repeat, [&] { mx::fakeQuantize(x, c, mx::Backend::TensorOps); });
-            row(mx::formatName(f) + " (tensor ops, allocating)", t);
+            row(name + " (tensor ops, allocating)", t);
         }
     }
     // T3 of a run (block Hadamard 32, SPEC §4) followed by the activation quantization: the

@@ -264,32 +264,38 @@ inline float nvfp4Effective(const KernelContext& k, std::uint32_t amaxBits, floa
     return e4m3 * k.nvfp4Global;
 }
 
-// Four over six: the block's sum of squared errors under eff, in float64 and index order as
-// ref::nvfp4PrefersFour sums it (same bits: -ffp-contract=off, no reassociation).
-inline double nvfp4BlockError(const KernelContext& k, const float* xb, std::int64_t n, float eff) {
-    double sum = 0.0;
-    for (std::int64_t i = 0; i < n; ++i) {
-        const double e = static_cast<double>(xb[i]) - static_cast<double>(k.grid.quantize(xb[i] / eff) * eff);
-        sum += e * e;
-    }
-    return sum;
-}
-
 // One block of NVFP4: FP32 throughout, as the format defines it; the scale is not a power of two.
+// Four over six: the block's sum of squared errors under each candidate scale, in float64 and
+// index order as ref::nvfp4PrefersFour sums it (same bits: -ffp-contract=off, no reassociation),
+// the strictly smaller wins. Both sums run in one pass (two independent chains) that keeps each
+// candidate's grid values, so the winner's are written without rounding the block a third time
+// (issue 71: four over six cost 7.7x the standard scales in `latmix bench mx`, now 2x).
+// A block whose two candidates round to the same scale (both clamped) keeps 6 at once: a tie.
 inline std::uint8_t nvfp4Block(const KernelContext& k, const float* xb, float* yb, float* q, std::int64_t n,
                                std::uint32_t amaxBits) {
     float sq = 0.0f;
     float eff = nvfp4Effective(k, amaxBits, 6.0f, sq);
-    if (k.fourOverSix) {
-        float sq4 = 0.0f;
-        const float eff4 = nvfp4Effective(k, amaxBits, 4.0f, sq4);
-        if (nvfp4BlockError(k, xb, n, eff4) < nvfp4BlockError(k, xb, n, eff)) eff = eff4, sq = sq4;
+    float sq4 = 0.0f;
+    const float eff4 = k.fourOverSix ? nvfp4Effective(k, amaxBits, 4.0f, sq4) : eff;
+    // The grid values first (loops the compiler vectorises), then the sums in order, then the stores.
+    float v6[16], v4[16]; // NVFP4's blocks are 16 (MxConfig::validate)
+    for (std::int64_t i = 0; i < n; ++i) v6[i] = k.grid.quantize(xb[i] / eff);
+    const float* v = v6;
+    if (eff4 != eff) {
+        for (std::int64_t i = 0; i < n; ++i) v4[i] = k.grid.quantize(xb[i] / eff4);
+        double e6 = 0.0, e4 = 0.0;
+        for (std::int64_t i = 0; i < n; ++i) {
+            const double d6 = static_cast<double>(xb[i]) - static_cast<double>(v6[i] * eff);
+            const double d4 = static_cast<double>(xb[i]) - static_cast<double>(v4[i] * eff4);
+            e6 += d6 * d6;
+            e4 += d4 * d4;
+        }
+        if (e4 < e6) v = v4, eff = eff4, sq = sq4;
     }
-    for (std::int64_t i = 0; i < n; ++i) {
-        const float v = k.grid.quantize(xb[i] / eff);
-        if (yb) yb[i] = v * eff;
-        if (q) q[i] = v;
-    }
+    if (yb)
+        for (std::int64_t i = 0; i < n; ++i) yb[i] = v[i] * eff;
+    if (q)
+        for (std::int64_t i = 0; i < n; ++i) q[i] = v[i];
     return k.out.scaleCodes ? encodeElement(sq, ElementFormat::E4M3) : 0;
 }
 
