@@ -1,6 +1,7 @@
 #include "export/GgufExport.h"
 
 #include "export/ExportPlan.h"
+#include "util/AtomicFile.h"
 #include "export/GgufWriter.h"
 #include "model/TensorNames.h"
 #include "run/RunModel.h"
@@ -314,6 +315,7 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     const run::RunModel run = run::readRunModel(modelDir);
     const model::ModelConfig c = run::runModelConfig(run);
     const GgufArchitecture a = checkExportable(run, c, runDir);
+    util::makeParentFolder(file); // as the folder targets make theirs
     Writer w(run);
     GgufVocabulary vocabulary;
     try {

@@ -17,12 +17,9 @@ namespace fs = std::filesystem;
 
 namespace latmix::util {
 
-namespace {
-
-// The folder a file or folder is written into, made when missing (every export target and run
-// file alike: a GGUF file into a new folder as well as an hf folder).
-void makeParentFolder(const fs::path& target) {
-    fs::path parent = target.parent_path();
+void makeParentFolder(const std::string& path) {
+    const fs::path target = fs::path(path).lexically_normal();
+    fs::path parent = target.filename().empty() ? target.parent_path().parent_path() : target.parent_path();
     if (parent.empty()) return;
     std::error_code ec;
     fs::create_directories(parent, ec);
@@ -31,11 +28,7 @@ void makeParentFolder(const fs::path& target) {
                                  "; check the path and permissions");
 }
 
-} // namespace
-
-AtomicFile::AtomicFile(std::string path) : m_path(std::move(path)), m_temp(m_path + ".partial") {
-    makeParentFolder(fs::path(m_path).lexically_normal());
-}
+AtomicFile::AtomicFile(std::string path) : m_path(std::move(path)), m_temp(m_path + ".partial") {}
 
 AtomicFile::~AtomicFile() {
     if (!m_done) discard();
@@ -83,7 +76,7 @@ void writeTextFile(const std::string& path, const std::string& text) {
 std::string makeTempSibling(const std::string& finalDir) {
     fs::path target = fs::path(finalDir).lexically_normal();
     if (target.filename().empty()) target = target.parent_path(); // "dir/" → "dir"
-    makeParentFolder(target);
+    makeParentFolder(target.string());
     fs::path parent = target.parent_path();
     if (parent.empty()) parent = ".";
     std::string pattern = (parent / ("." + target.filename().string() + ".tmp-XXXXXX")).string();

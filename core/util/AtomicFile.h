@@ -9,7 +9,6 @@ namespace latmix::util {
 // A file written under a temporary name in the final file's folder ("<path>.partial") and
 // renamed over `path` by commit(). Destroyed without commit() (an exception, a cancelled job),
 // it removes the temporary file, so `path` is either absent, the old file or the new complete one.
-// The constructor creates path's folder when it is missing (throws naming it when it cannot).
 class AtomicFile {
 public:
     explicit AtomicFile(std::string path);
@@ -28,6 +27,11 @@ private:
     std::string m_path, m_temp;
     bool m_done = false;
 };
+
+// Makes the folder a file or folder `path` goes into when it is missing, as an export does for
+// its output (makeTempSibling for a folder target, exportGguf for the GGUF file); throws naming
+// the folder when it cannot. Core's other writes expect their folder to exist.
+void makeParentFolder(const std::string& path);
 
 // Writes `bytes` to path through an AtomicFile. Throws naming the file (disk full, permissions).
 void writeFileAtomically(const std::string& path, const std::string& bytes);
