@@ -107,7 +107,6 @@ ActivationView::ActivationView(QWidget* parent) : AnalysisView(parent, tr("The a
     f->addRow(pointLabel);
     f->addRow(m_point.combo());
     f->addRow(tr("E&xpert:"), m_point.expert());
-    connect(m_point.combo(), &QComboBox::currentTextChanged, m_point.combo(), &QComboBox::setToolTip);
     m_transform = new QComboBox(box);
     m_transform->setObjectName(QStringLiteral("activationTransformCombo"));
     m_transform->addItems(transformKinds());

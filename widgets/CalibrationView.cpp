@@ -169,9 +169,25 @@ QGroupBox* CalibrationView::createDataBox(QWidget* parent) {
     m_seed = spin(dataBox, "seedSpin", 0, 1 << 30, 0, tr("Seed of the windows, the initial transforms and T3"));
     df->addRow(tr("S&eed:"), m_seed);
     m_evalWindows = spin(dataBox, "evalWindowsSpin", 0, 100000, 0,
-                         tr("WikiText-2 test windows for perplexity after quantization (0: none); needs "
-                            "LATMIX_DATA_DIR/wikitext-2/wiki.test.raw"));
+                         tr("WikiText-2 test windows for perplexity after quantization (0: none): the evaluation "
+                            "text below, or wikitext-2/wiki.test.raw in the data folder (File › Data folder…)"));
     df->addRow(tr("E&val windows:"), m_evalWindows);
+    auto* evalRow = new QHBoxLayout;
+    m_evalText = new QLineEdit(dataBox);
+    m_evalText->setObjectName(QStringLiteral("evaluationTextEdit"));
+    m_evalText->setPlaceholderText(tr("WikiText-2 test in the data folder"));
+    m_evalText->setToolTip(tr("The text perplexity is measured on: WikiText-2's raw test split (wiki.test.raw); empty: "
+                              "the one in the data folder (File › Data folder…, or LATMIX_DATA_DIR)"));
+    auto* browseEval = new QToolButton(dataBox);
+    browseEval->setObjectName(QStringLiteral("evaluationTextBrowse"));
+    browseEval->setText(QStringLiteral("…"));
+    connect(browseEval, &QToolButton::clicked, this, [this] {
+        const QString f = QFileDialog::getOpenFileName(this, tr("Evaluation text (WikiText-2 test, raw)"), m_evalText->text());
+        if (!f.isEmpty()) m_evalText->setText(f);
+    });
+    evalRow->addWidget(m_evalText);
+    evalRow->addWidget(browseEval);
+    df->addRow(tr("Eval text:"), evalRow);
     m_foldedEvery = spin(dataBox, "foldedEvalEverySpin", 0, 100000, 0,
                          tr("Perplexity of the folded, unquantized model on the eval windows before training, after "
                             "step 1 and every N steps: folding the transforms must leave the model as it was (paper "
@@ -245,12 +261,13 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     for (QSpinBox* sp : {m_batch, m_samples, m_seqLen, m_evalWindows})
         connect(sp, qOverload<int>(&QSpinBox::valueChanged), this, &CalibrationView::updateMemoryEstimate);
 
-    m_run = new QPushButton(tr("&Run calibration"), form);
+    column->addStretch(1);
+    // Below the form's scroll area, not in it: seen whatever the window's height (issue 71: at
+    // 1280x800 it was below the fold).
+    m_run = new QPushButton(tr("&Run calibration"), this);
     m_run->setObjectName(QStringLiteral("runButton"));
     m_run->setEnabled(false);
     m_run->setToolTip(tr("Open a model first"));
-    column->addWidget(m_run);
-    column->addStretch(1);
 
     m_formScroll = new QScrollArea(this);
     m_formScroll->setWidget(form);
@@ -260,8 +277,11 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     form->installEventFilter(this);
     fitFormWidth();
 
+    auto* left = new QVBoxLayout;
+    left->addWidget(m_formScroll, 1);
+    left->addWidget(m_run);
     auto* row = new QHBoxLayout(this);
-    row->addWidget(m_formScroll);
+    row->addLayout(left);
     row->addWidget(m_dashboard, 1);
 
     connect(m_run, &QPushButton::clicked, this, [this] { start(); });
@@ -272,7 +292,9 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
         const QString dir = m_activeRunDir;
         const QString message = ok ? tr("Finished: %1").arg(QDir::toNativeSeparators(dir))
                                    : error == QLatin1String("cancelled")
-                                         ? tr("Cancelled; the run file keeps the finished steps (%1)").arg(dir)
+                                         ? tr("Cancelled; the run file keeps the finished steps: Run with the same "
+                                              "run folder and settings continues it (%1)")
+                                               .arg(dir)
                                          : tr("Calibration failed: %1").arg(error);
         m_dashboard->finishRun(ok, message);
         m_run->setEnabled(!m_modelDir.isEmpty());
@@ -410,6 +432,8 @@ QString CalibrationView::defaultRunDir() const {
            QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"));
 }
 
+void CalibrationView::setEvaluationText(const QString& path) { m_evalText->setText(path); }
+
 bool CalibrationView::start(QString* error) {
     auto fail = [&](const QString& why) {
         if (error) *error = why;
@@ -440,6 +464,8 @@ bool CalibrationView::start(QString* error) {
         } else {
             request.config.calibSource = QFileInfo(textPath).absoluteFilePath().toStdString();
         }
+        const QString evalPath = m_evalText->text().trimmed();
+        if (!evalPath.isEmpty()) request.config.evalSource = QFileInfo(evalPath).absoluteFilePath().toStdString();
         prepared = latmix::run::prepareRun(request);
     } catch (const latmix::run::RunRefused& e) { // the remedies in the names of this form's controls
         return fail(tr("Cannot run: %1").arg(QString::fromStdString(e.message(latmix::run::Face::Workbench))));

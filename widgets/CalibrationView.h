@@ -58,6 +58,7 @@ public:
     void setEvalWindows(int windows); // 0: no perplexity evaluation
     void setTrackedLayer(int layer);  // whose A2 the dashboard shows
     void setCalibrationText(const QString& path); // empty: the built-in text
+    void setEvaluationText(const QString& path);  // empty: WikiText-2's test split in the data folder
     void setRunDir(const QString& dir);           // empty: a new folder under the data location
     QString runDir() const;
     QString device() const;
@@ -95,7 +96,7 @@ private:
     QSpinBox* m_trackedLayer;
     QSpinBox *m_steps, *m_batch, *m_samples, *m_seqLen, *m_seed, *m_evalWindows, *m_foldedEvery, *m_metricsEvery;
     QDoubleSpinBox *m_lr, *m_temperature, *m_volumeWeight;
-    QLineEdit *m_calibText, *m_runDirEdit, *m_keep = nullptr;
+    QLineEdit *m_calibText, *m_evalText, *m_runDirEdit, *m_keep = nullptr;
     QPushButton* m_run;
     QComboBox* m_t1Bias = nullptr;
     QCheckBox* m_skipExportCheck = nullptr;

@@ -43,7 +43,7 @@ namespace {
 // A table cell that sorts by its number, not its text.
 class NumberItem : public QTableWidgetItem {
 public:
-    explicit NumberItem(double v) : QTableWidgetItem(std::isfinite(v) ? QString::number(v, 'g', 4) : QStringLiteral("—")) {
+    explicit NumberItem(double v) : QTableWidgetItem(std::isfinite(v) ? QString::number(v, 'g', 3) : QStringLiteral("—")) {
         setToolTip(QString::number(v, 'g', 10));
         setData(Qt::UserRole, v);
         setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
@@ -53,9 +53,10 @@ public:
     }
 };
 
-// Short headers (their long names are the tooltips) and 4 significant digits: all nine columns
-// fit beside the form at 1280×800 without a horizontal scroll bar (tst_plotlayout).
-const char* const kColumns[] = {"Transform", "E(T)", "E_B mean", "E_B max", "bound", "κ(A)", "‖AᵀA − I‖σ", "off-block", "s"};
+// Short headers (their long names are the tooltips) and 3 significant digits (the tooltip has 10):
+// all nine columns, the names whole, fit beside the form at 1280×800 without a horizontal scroll
+// bar (tst_plotlayout); narrower, the table scrolls sideways rather than cutting a name.
+const char* const kColumns[] = {"Transform", "E(T)", "E_B mean", "E_B max", "bound", "κ(A)", "‖AᵀA−I‖σ", "off-block", "s"};
 const char* const kColumnTips[] = {"",
                                    "Transformation MSE E(T) (SPEC §3)",
                                    "Mean of the per-block errors E_B",
@@ -107,7 +108,11 @@ QWidget* ComparisonView::createForm() {
     auto* pointBox = new QGroupBox(tr("Quantization point"), form);
     auto* pf = new QFormLayout(pointBox);
     m_point = FormWidgets::PointPicker(pointBox, "pointCombo", "comparisonExpertSpin");
-    pf->addRow(tr("&Point:"), m_point.combo());
+    // On a row of its own, as in the activation view: a point's name needs the box's width.
+    auto* pointLabel = new QLabel(tr("&Point:"), pointBox);
+    pointLabel->setBuddy(m_point.combo());
+    pf->addRow(pointLabel);
+    pf->addRow(m_point.combo());
     pf->addRow(tr("E&xpert:"), m_point.expert());
     m_format = FormWidgets::formatCombo(pointBox, "comparisonFormatCombo");
     pf->addRow(tr("&Format:"), m_format);
@@ -129,6 +134,8 @@ QWidget* ComparisonView::createForm() {
         const bool on = k == "none" || k == "hadamard" || k == "block-hadamard" || k == "learned-affine-lu" || k == "wush";
         item->setCheckState(on ? Qt::Checked : Qt::Unchecked);
     }
+    // Three rows at least, the rest scrolls: the form fits a 700-px-high window (tst_plotlayout).
+    m_kinds->setMinimumHeight(3 * m_kinds->fontMetrics().height() + 8);
     kl->addWidget(m_kinds);
     column->addWidget(kindsBox, 1);
     m_compare = new QPushButton(tr("&Compare transforms"), form);
@@ -167,9 +174,11 @@ void ComparisonView::createTable() {
     m_table->setSortingEnabled(true);
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    // Every column as wide as its contents, the transform's name whole (issue 71: stretched, it
+    // read "le...d-a......" at 1024 px); the last column takes what is left, and a narrow window
+    // scrolls the table sideways instead of cutting names.
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    // The numbers keep their width; the names take what is left (elided in the middle).
-    m_table->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+    m_table->setHorizontalScrollBarPolicy(Qt::ScrollBarAsNeeded);
     m_table->setTextElideMode(Qt::ElideMiddle);
     m_table->verticalHeader()->setVisible(false);
 
@@ -356,7 +365,8 @@ void ComparisonView::showResult() {
         const int row = m_table->rowCount();
         m_table->insertRow(row);
         auto* name = new QTableWidgetItem(QString::fromStdString(e.kind));
-        name->setToolTip(e.error.empty() ? QString::fromStdString(e.report.transform) : QString::fromStdString(e.error));
+        name->setToolTip(QString::fromStdString(e.kind) + QStringLiteral(": ") +
+                         (e.error.empty() ? QString::fromStdString(e.report.transform) : QString::fromStdString(e.error)));
         m_table->setItem(row, 0, name);
         const auto& r = e.report;
         const double nan = std::nan("");

@@ -1,5 +1,7 @@
 #include "FormWidgets.h"
 
+#include "ElidedLabel.h"
+
 #include "model/QuantizationPoints.h"
 #include "model/ModelConfig.h"
 #include "mx/MxFormat.h"
@@ -80,7 +82,7 @@ QString withExpert(const QString& item, int expert) {
 }
 
 PointPicker::PointPicker(QWidget* parent, const char* comboName, const char* expertSpinName)
-    : m_combo(new QComboBox(parent)),
+    : m_combo(new ElidedComboBox(parent)),
       m_expert(spin(parent, expertSpinName, 0, 0, 0, QObject::tr("The expert whose own down_proj input is shown: the "
                                                                  "tokens the router sends it (mixture-of-experts models)"))) {
     m_combo->setObjectName(QLatin1String(comboName));

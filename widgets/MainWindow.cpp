@@ -126,6 +126,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     setObjectName(QStringLiteral("mainWindow"));
     setWindowTitle(tr("LATMiX Workbench"));
     setWindowIcon(applicationIcon());
+    applyStoredDataFolder(); // before any view reads the data folder
 
     m_explorer = new MxExplorerView(this);
     m_calibration = new CalibrationView(this);
@@ -156,7 +157,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         if (m_threadsLabel) refreshRuntimeInfo();
     });
     connect(m_calibration, &CalibrationView::runFinished, this, [this](bool ok, const QString& dir, const QString& message) {
-        statusBar()->showMessage(message);
+        say(message);
         if (ok) {
             setExportRun(dir);
             m_openRuns.removeAll(dir);
@@ -210,7 +211,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     restoreTheme();
     resize(1280, 800);
     // After resize(): the dock's share is set against the final window width.
-    resizeDocks({m_modelDock}, {310}, Qt::Horizontal);
+    resizeDocks({m_modelDock}, {280}, Qt::Horizontal);
 }
 
 QWidget* MainWindow::createCentralArea() {
@@ -264,6 +265,7 @@ QWidget* MainWindow::createCentralArea() {
         if (v.toolTip) m_tabs->setTabToolTip(i, tr(v.toolTip));
     }
     column->addWidget(m_tabs, 1);
+    connect(m_tabs, &QTabWidget::currentChanged, this, [this] { statusBar()->clearMessage(); });
     return area;
 }
 
@@ -283,10 +285,11 @@ void MainWindow::createJobsDock() {
     m_jobsDock->setObjectName(QStringLiteral("jobsDock"));
     m_jobs = new JobsDock(m_jobsDock);
     m_jobsDock->setWidget(m_jobs);
-    addDockWidget(Qt::RightDockWidgetArea, m_jobsDock);
-    // Shown on demand (the status bar's job summary, View › Jobs): the views show their own
-    // job's progress, the dock is where all of them are listed and cancelled.
-    m_jobsDock->hide();
+    // Shown from the start, under the views (issue 71: the README sends users there for progress
+    // and cancel, and it started hidden; on the right it held the window at 1515 px): every job
+    // of every view listed, with its progress, ETA and Cancel. View › Jobs hides it.
+    addDockWidget(Qt::BottomDockWidgetArea, m_jobsDock);
+    resizeDocks({m_jobsDock}, {120}, Qt::Vertical);
 }
 
 bool MainWindow::selectPoint(const QString& pointName) {
@@ -367,13 +370,15 @@ bool MainWindow::openCheckpoint(const QString& path, bool remember) {
     m_model = checkpoint;
     m_modelDir = dir;
     m_summary->setCheckpoint(checkpoint); // also reads the tokenizer: still busy
+    // The Experts tab is for mixtures of experts only (issue 71: it showed for dense models).
+    m_tabs->setTabVisible(m_tabs->indexOf(m_experts), checkpoint->config().moe.has_value());
 
     const QString name = QFileInfo(dir).fileName();
     setWindowTitle(tr("%1 — LATMiX Workbench").arg(name));
     if (remember) addRecentCheckpoint(dir);
     hideErrorBanner(); // an earlier failure no longer describes what is shown
     m_modelDock->show();
-    statusBar()->showMessage(tr("Opened %1: %2, %3 layers, %4 parameters")
+    say(tr("Opened %1: %2, %3 layers, %4 parameters")
                                  .arg(QDir::toNativeSeparators(dir),
                                       QString::fromStdString(checkpoint->config().architectureName))
                                  .arg(checkpoint->config().numLayers)
@@ -382,6 +387,8 @@ bool MainWindow::openCheckpoint(const QString& path, bool remember) {
     checkWeights();
     return true;
 }
+
+void MainWindow::say(const QString& message) { statusBar()->showMessage(message, 15000); }
 
 void MainWindow::checkWeights() {
     if (!m_model) return;
@@ -401,7 +408,7 @@ void MainWindow::checkWeights() {
 void MainWindow::showErrorBanner(const QString& message) {
     m_errorText->setText(message);
     m_errorBanner->show();
-    statusBar()->showMessage(message);
+    say(message);
 }
 
 void MainWindow::hideErrorBanner() { m_errorBanner->hide(); }
@@ -441,7 +448,7 @@ bool MainWindow::openRun(const QString& runDir) {
     m_openRuns.removeAll(dir);
     m_openRuns << dir;
     hideErrorBanner();
-    statusBar()->showMessage(tr("Opened run %1").arg(QDir::toNativeSeparators(dir)));
+    say(tr("Opened run %1").arg(QDir::toNativeSeparators(dir)));
     return true;
 }
 
@@ -473,7 +480,7 @@ bool MainWindow::exportReport(const QString& outHtml, QString* error) {
             // Reads latmix.json and train.h5 and writes a few hundred KiB: well under a second
             // even for long runs, so it runs here rather than as a job.
             latmix::report::writeRunReport(m_exportRunDir.toStdString(), outHtml.toStdString());
-            statusBar()->showMessage(tr("Wrote the report of %1 to %2")
+            say(tr("Wrote the report of %1 to %2")
                                          .arg(QDir::toNativeSeparators(m_exportRunDir), QDir::toNativeSeparators(outHtml)));
             return true;
         } catch (const std::exception& e) {
@@ -505,7 +512,7 @@ ExportDialog* MainWindow::showExportDialog() {
     auto* dialog = new ExportDialog(m_exportRunDir, this);
     dialog->setAttribute(Qt::WA_DeleteOnClose);
     connect(dialog, &ExportDialog::exportFinished, this, [this](bool ok, const QString& out, const QString& message) {
-        statusBar()->showMessage(ok ? tr("Exported to %1").arg(QDir::toNativeSeparators(out)) : message);
+        say(ok ? tr("Exported to %1").arg(QDir::toNativeSeparators(out)) : message);
     });
     dialog->show();
     return dialog;

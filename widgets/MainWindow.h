@@ -130,6 +130,11 @@ public slots:
     // dock's tree, the block diagram, the activation, comparison and weights views. False when
     // the open model has no such point.
     bool selectPoint(const QString& pointName);
+    // File › Data folder… (MainWindowData.cpp): the folder core reads WikiText-2 and the zero-shot
+    // tasks from (LATMIX_DATA_DIR), remembered in the settings and applied at once. False and
+    // *error when dir is no folder.
+    bool setDataFolder(const QString& dir, QString* error = nullptr);
+    static QString dataFolder(); // the one in effect
 
 signals:
     // A checkpoint was opened; dir is its cleaned absolute folder path.
@@ -149,11 +154,17 @@ private slots:
     void chooseSessionToSave();
     void chooseReportFile();
     void chooseRunsFolder();
+    void chooseDataFolder();
     void showAbout();
     void rebuildRecentMenu();
     void restoreTheme(); // the theme the settings remember (MainWindowTheme.cpp)
 
 private:
+    // A message in the status bar until 15 s have passed or another view is shown (issue 71: a
+    // message stayed after later actions, reading as if it described them).
+    void say(const QString& message);
+    // LATMIX_DATA_DIR from the settings when the environment has none (MainWindowData.cpp).
+    static void applyStoredDataFolder();
     void createMenus();
     void createFileMenu();
     QMenu* createViewMenu();

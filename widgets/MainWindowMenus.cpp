@@ -47,6 +47,11 @@ void MainWindow::createFileMenu() {
     addRuns->setObjectName(QStringLiteral("actionAddRunsFolder"));
     addRuns->setStatusTip(tr("List the runs under a folder (a sweep's output, a CLI's --out parent) in the Runs tab"));
 
+    QAction* dataFolder = file->addAction(tr("&Data folder…"), this, &MainWindow::chooseDataFolder);
+    dataFolder->setObjectName(QStringLiteral("actionDataFolder"));
+    dataFolder->setStatusTip(tr("Where WikiText-2 (wikitext-2/wiki.test.raw, wiki.valid.tokens) and the zero-shot "
+                                "tasks are: the data folder of LATMIX_DATA_DIR, remembered"));
+
     QAction* openSession = file->addAction(tr("Open &session…"), this, &MainWindow::chooseSessionToOpen);
     openSession->setObjectName(QStringLiteral("actionOpenSession"));
     openSession->setStatusTip(tr("Restore a saved session: model, point, runs, view and layout"));

@@ -121,7 +121,7 @@ void MainWindow::chooseSessionToSave() {
     if (!saveSessionFile(path, &error))
         showErrorBanner(error);
     else
-        statusBar()->showMessage(tr("Saved the session to %1").arg(QDir::toNativeSeparators(path)));
+        say(tr("Saved the session to %1").arg(QDir::toNativeSeparators(path)));
 }
 
 } // namespace latmix::gui

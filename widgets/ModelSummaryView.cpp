@@ -105,6 +105,7 @@ ModelSummaryView::ModelSummaryView(QWidget* parent) : QWidget(parent) {
     // Ignored: a long path must not widen the dock; it is elided to the width it gets instead.
     m_folderValue->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
     m_folderValue->setMinimumWidth(40);
+    m_folderValue->setWordWrap(false); // elided to one line (elideFolder), not wrapped
     m_folderValue->installEventFilter(this);
     addField(QStringLiteral("architecture"), tr("Architecture"), tr("config.json architectures[0]"));
     addField(QStringLiteral("layers"), tr("Layers"), tr("num_hidden_layers"));
@@ -132,9 +133,13 @@ ModelSummaryView::ModelSummaryView(QWidget* parent) : QWidget(parent) {
     m_tree->setHeaderLabels({tr("Point"), tr("Width")});
     m_tree->setUniformRowHeights(true);
     m_tree->setAlternatingRowColors(true);
+    // The numbers whole, the point names in what is left, elided in the middle when the E(T)
+    // column leaves too little ("self_a…proj.input": issue 71 saw them cut at the right); each
+    // row's tool tip has the full name.
     m_tree->header()->setStretchLastSection(false);
     m_tree->header()->setSectionResizeMode(0, QHeaderView::Stretch);
     m_tree->header()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+    m_tree->setTextElideMode(Qt::ElideMiddle);
     // A point (not a layer branch) made current, by click or keyboard, is announced.
     // A linear's row stands for the point it reads.
     connect(m_tree, &QTreeWidget::currentItemChanged, this, [this](QTreeWidgetItem* item) {
@@ -163,6 +168,7 @@ void ModelSummaryView::addField(const QString& key, const QString& label, const 
     // Numbers and paths are what people copy into notes and issues.
     value->setTextInteractionFlags(Qt::TextSelectableByMouse);
     value->setToolTip(tip);
+    value->setWordWrap(true); // a long value takes a second line in a narrow dock, never cut
     m_form->addRow(name, value);
 }
 
@@ -392,10 +398,22 @@ bool ModelSummaryView::eventFilter(QObject* watched, QEvent* event) {
     return QWidget::eventFilter(watched, event);
 }
 
+// The model's own folder name whole, what leads to it elided ("/tmp/tst_…/demo-model"), when it
+// fits; else the whole path elided in the middle.
 void ModelSummaryView::elideFolder() {
     const int width = m_folderValue->width();
-    m_folderValue->setText(width > 40 ? m_folderValue->fontMetrics().elidedText(m_folderPath, Qt::ElideMiddle, width)
-                                      : m_folderPath);
+    const QFontMetrics fm = m_folderValue->fontMetrics();
+    if (width <= 40 || fm.horizontalAdvance(m_folderPath) <= width) {
+        m_folderValue->setText(m_folderPath);
+        return;
+    }
+    const qsizetype cut = m_folderPath.lastIndexOf(QDir::separator());
+    const QString last = cut >= 0 ? m_folderPath.mid(cut) : QString(); // "/demo-model"
+    const int room = width - fm.horizontalAdvance(last);
+    if (cut > 0 && room > fm.horizontalAdvance(QStringLiteral("/t…")))
+        m_folderValue->setText(fm.elidedText(m_folderPath.left(cut), Qt::ElideRight, room) + last);
+    else
+        m_folderValue->setText(fm.elidedText(m_folderPath, Qt::ElideMiddle, width));
 }
 
 int ModelSummaryView::pointCount() const {

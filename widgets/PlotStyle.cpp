@@ -7,17 +7,50 @@
 #include <qcustomplot.h>
 
 #include <algorithm>
+#include <functional>
+#include <typeinfo>
 #include <cmath>
 #include <vector>
 
 namespace latmix::gui::PlotStyle {
 namespace {
 
+// Two ticks at least inside the range, at the nicest step that gives them: 1e-4 and 1.5e-4 over
+// 9.3e-5 .. 1.9e-4, 2 and 4 over 1.05 .. 6.9, where QCustomPlot's readable step on a short axis
+// leaves one (a scale needs two numbers to be read, tst_plotlayout). `apart` says whether a set
+// is far enough apart; the first found of 2..4 steps per range wins.
+QVector<double> twoTicksAtLeast(const QCPRange& range, const std::function<bool(const QVector<double>&)>& apart) {
+    for (int n = 2; n <= 4; ++n) {
+        const double raw = (range.upper - range.lower) / n;
+        if (!(raw > 0)) break;
+        const double unit = std::pow(10.0, std::floor(std::log10(raw)));
+        for (double nice : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+            if (nice * unit < raw) continue;
+            QVector<double> ticks;
+            for (double t = std::ceil(range.lower / (nice * unit)) * nice * unit; t <= range.upper; t += nice * unit) ticks << t;
+            if (ticks.size() >= 2 && apart(ticks)) return ticks;
+            break;
+        }
+    }
+    return {};
+}
+
+
 class LogTicker : public QCPAxisTickerLog {
 protected:
     QVector<double> createTickVector(double tickStep, const QCPRange& range) override {
         const double decades = range.lower > 0 ? std::log10(range.upper / range.lower) : 0;
-        if (logBase() != 10 || !(range.lower > 0) || decades >= 1.6) return QCPAxisTickerLog::createTickVector(tickStep, range);
+        if (logBase() != 10 || !(range.lower > 0)) return QCPAxisTickerLog::createTickVector(tickStep, range);
+        if (decades >= 1.6) {
+            // A short axis over decades (one tick's room): its first and last decade, so that the
+            // scale reads (1e-05 and 0.001 over 1e-6 .. 1e-2), rather than the one tick QCP leaves.
+            QVector<double> ticks;
+            for (double t : QCPAxisTickerLog::createTickVector(tickStep, range))
+                if (range.contains(t)) ticks << t;
+            const int first = int(std::ceil(std::log10(range.lower))), last = int(std::floor(std::log10(range.upper)));
+            if (ticks.size() < 2 && last > first) return {std::pow(10.0, first), std::pow(10.0, last)};
+            return QCPAxisTickerLog::createTickVector(tickStep, range);
+        }
         // Two to tickCount + 1 ticks, none nearer the next than half an even spread on the axis.
         const double halfEven = 0.5 * decades / (tickCount() + 1);
         auto spread = [&](const QVector<double>& ticks) {
@@ -38,7 +71,27 @@ protected:
             if (spread(ticks) && ticks.size() > best.size()) best = ticks;
         }
         if (spread(linear) && linear.size() > best.size()) best = linear;
+        // Under half a decade on a short axis (one tick's room): two ticks at a linear step.
+        if (best.size() < 2)
+            best = twoTicksAtLeast(range, [&](const QVector<double>& ticks) {
+                for (int i = 1; i < ticks.size(); ++i)
+                    if (std::log10(ticks[i] / ticks[i - 1]) < halfEven) return false;
+                return true;
+            });
         return best.isEmpty() ? QCPAxisTicker::createTickVector(tickStep, range) : best;
+    }
+};
+
+// The default linear ticker, with twoTicksAtLeast where it would leave fewer than two.
+class ReadableTicker : public QCPAxisTicker {
+protected:
+    QVector<double> createTickVector(double tickStep, const QCPRange& range) override {
+        QVector<double> ticks = QCPAxisTicker::createTickVector(tickStep, range);
+        int inside = 0;
+        for (double t : ticks) inside += range.contains(t);
+        if (inside >= 2) return ticks;
+        const QVector<double> two = twoTicksAtLeast(range, [](const QVector<double>&) { return true; });
+        return two.isEmpty() ? ticks : two;
     }
 };
 
@@ -184,6 +237,14 @@ void fitTicks(QCustomPlot* p) {
         for (QCPAxisRect* rect : p->axisRects()) {
             for (QCPAxis* axis : rect->axes()) {
                 if (!fitsTicks(axis)) continue;
+                // The plain linear ticker (no log, fixed, text or date one set on purpose) gets
+                // twoTicksAtLeast, keeping its settings.
+                if (typeid(*axis->ticker()) == typeid(QCPAxisTicker)) {
+                    QSharedPointer<QCPAxisTicker> readable(new ReadableTicker);
+                    readable->setTickCount(axis->ticker()->tickCount());
+                    readable->setTickOrigin(axis->ticker()->tickOrigin());
+                    axis->setTicker(readable);
+                }
                 const QSharedPointer<QCPAxisTicker> ticker = axis->ticker();
                 const int count = fittingTickCount(axis);
                 if (count < ticker->tickCount())
@@ -267,7 +328,7 @@ QVector<double> values(const at::Tensor& t) {
 QCustomPlot* newPlot(QWidget* parent, const char* objectName, const QString& title) {
     auto* p = new QCustomPlot(parent);
     p->setObjectName(QLatin1String(objectName));
-    p->setMinimumSize(240, 180);
+    p->setMinimumSize(220, 170); // two side by side beside a 260-px form fit a 1024-px window (tst_plotlayout)
     addTitleAndLegend(p, title, parent->font());
     PlotExport::enableContextMenu(p);
     return p;

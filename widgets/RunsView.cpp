@@ -3,6 +3,8 @@
 
 #include "RunsView.h"
 
+#include "ElidedLabel.h"
+
 #include "PlotStyle.h"
 #include "run/quantize/OptionTable.h"
 #include "util/AtomicFile.h"
@@ -20,6 +22,7 @@
 #include <QHeaderView>
 #include <QItemSelectionModel>
 #include <QLabel>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
@@ -159,8 +162,10 @@ void RunsView::createTable() {
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::ExtendedSelection);
     m_table->verticalHeader()->hide();
+    // Every column as wide as its contents, the run's name whole (issue 71: stretched, it was cut
+    // first); a narrow window scrolls the table sideways.
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    m_table->horizontalHeader()->setSectionResizeMode(Name, QHeaderView::Stretch);
+    m_table->horizontalHeader()->setStretchLastSection(true);
     m_table->setWordWrap(false);
     m_table->setTextElideMode(Qt::ElideLeft); // a cell's name is at the end of its path
 }
@@ -173,11 +178,23 @@ QLayout* RunsView::createButtonBar() {
     csv->setObjectName(QStringLiteral("runsExportCsvButton"));
     auto* rescan = new QPushButton(tr("&Rescan"), this);
     rescan->setObjectName(QStringLiteral("runsRescanButton"));
-    m_status = new QLabel(this);
+    m_status = new ElidedLabel(this); // "N runs in <folders>": long paths must not widen the window
     m_status->setObjectName(QStringLiteral("runsStatus"));
-    m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    // The folders a scan skipped, and why (unfinished runs, damaged records): one click away.
+    m_skipped = new QPushButton(this);
+    m_skipped->setObjectName(QStringLiteral("runsSkippedButton"));
+    m_skipped->setFlat(true);
+    m_skipped->hide();
+    connect(m_skipped, &QPushButton::clicked, this, [this] {
+        QMessageBox box(QMessageBox::Information, tr("Folders skipped"),
+                        tr("These folders hold no finished run the table can show:"), QMessageBox::Ok, this);
+        box.setObjectName(QStringLiteral("runsSkippedDialog"));
+        box.setInformativeText(m_problems.join(QStringLiteral("\n\n")));
+        box.exec();
+    });
     auto* bar = new QHBoxLayout;
     bar->addWidget(m_status, 1);
+    bar->addWidget(m_skipped);
     bar->addWidget(rescan);
     bar->addWidget(add);
     bar->addWidget(csv);
@@ -190,7 +207,7 @@ QLayout* RunsView::createButtonBar() {
         const QString path = QFileDialog::getSaveFileName(this, tr("Export the runs table"), QStringLiteral("runs.csv"),
                                                           tr("CSV (*.csv)"));
         QString error;
-        if (!path.isEmpty() && !exportCsv(path, &error)) m_status->setText(error);
+        if (!path.isEmpty() && !exportCsv(path, &error)) m_status->setFullText(error);
     });
     connect(rescan, &QPushButton::clicked, this, &RunsView::refresh);
     return bar;
@@ -319,11 +336,12 @@ void RunsView::fillTable() {
     // English plurals written out: the workbench ships no translation that would resolve "%n".
     const int runs = static_cast<int>(m_runs.size());
     const QString where = m_folders.isEmpty() ? tr("no folder") : m_folders.join(QStringLiteral(", "));
-    QString status = runs == 1 ? tr("1 run in %1").arg(where) : tr("%1 runs in %2").arg(runs).arg(where);
-    if (m_problems.size() == 1) status += tr(" · 1 folder skipped");
-    if (m_problems.size() > 1) status += tr(" · %1 folders skipped").arg(m_problems.size());
-    m_status->setText(status);
-    m_status->setToolTip(m_problems.join(QLatin1Char('\n')));
+    const QString status = runs == 1 ? tr("1 run in %1").arg(where) : tr("%1 runs in %2").arg(runs).arg(where);
+    m_status->setFullText(status);
+    m_skipped->setVisible(!m_problems.isEmpty());
+    m_skipped->setText(m_problems.size() == 1 ? tr("1 folder skipped: why?")
+                                              : tr("%1 folders skipped: why?").arg(m_problems.size()));
+    m_skipped->setToolTip(m_problems.join(QLatin1Char('\n')));
     showSelection();
 }
 
@@ -403,7 +421,7 @@ void RunsView::showSelection() {
         p->rescaleAxes();
         p->replot();
     }
-    if (!noSeries.isEmpty()) m_status->setText(tr("No training series for %1").arg(noSeries.join(QStringLiteral("; "))));
+    if (!noSeries.isEmpty()) m_status->setFullText(tr("No training series for %1").arg(noSeries.join(QStringLiteral("; "))));
 }
 
 bool RunsView::exportCsv(const QString& path, QString* error) const {

@@ -15,12 +15,15 @@
 class QCustomPlot;
 class QFileSystemWatcher;
 class QLabel;
+class QPushButton;
 class QSortFilterProxyModel;
 class QStandardItemModel;
 class QTableView;
 class QTimer;
 
 namespace latmix::gui {
+
+class ElidedLabel;
 
 class RunsView : public QWidget {
     Q_OBJECT
@@ -79,7 +82,8 @@ private:
     QStandardItemModel* m_model;
     QSortFilterProxyModel* m_proxy;
     QTableView* m_table;
-    QLabel* m_status;
+    ElidedLabel* m_status;
+    QPushButton* m_skipped; // "N folders skipped: why?", when a scan skipped some
     QCustomPlot* m_curves;
     QCustomPlot* m_weights;
     QFileSystemWatcher* m_watcher;

@@ -18,9 +18,12 @@
 #include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QResizeEvent>
+#include <QScrollArea>
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <map>
@@ -64,7 +67,9 @@ const QColor kRunColors[] = {QColor(0x1f, 0x77, 0xb4), QColor(0xd6, 0x27, 0x28),
 QCustomPlot* makePlot(QWidget* parent, const QString& objectName, const QString& title, const QString& yLabel) {
     auto* p = new QCustomPlot(parent);
     p->setObjectName(objectName);
-    p->setMinimumSize(160, 150);
+    // 190 px tall: room for two labels on the y axis below the title and the legend (less read as
+    // one number, tst_plotlayout); the dashboard scrolls down when the window is lower.
+    p->setMinimumSize(160, 190);
     p->plotLayout()->insertRow(0);
     p->plotLayout()->addElement(0, 0, new QCPTextElement(p, title, QFont(p->font().family(), 9, QFont::Bold)));
     p->xAxis->setLabel(QObject::tr("step"));
@@ -110,7 +115,7 @@ TrainingDashboard::TrainingDashboard(QWidget* parent) : QWidget(parent) {
     auto* root = new QVBoxLayout(this);
     root->addLayout(createHeader());
     root->addLayout(createOptionsRow());
-    root->addLayout(createPlots(), 1);
+    root->addWidget(createPlots(), 1);
 
     m_replotTimer = new QTimer(this);
     m_replotTimer->setSingleShot(true);
@@ -152,13 +157,23 @@ QLayout* TrainingDashboard::createHeader() {
     m_cancel = new QPushButton(tr("&Cancel"), this);
     m_cancel->setObjectName(QStringLiteral("cancelButton"));
     m_cancel->setEnabled(false);
-    m_cancel->setToolTip(tr("Stop the run; its run file keeps every finished step (resume from the command line)"));
+    m_cancel->setToolTip(tr("Stop the run after its current step; its run file keeps every finished step, and Run "
+                            "with the same run folder and settings continues it"));
     header->addWidget(m_cancel);
     connect(m_pause, &QPushButton::toggled, this, [this](bool paused) {
         m_pause->setText(paused ? tr("&Resume") : tr("&Pause"));
         emit pauseToggled(paused);
     });
-    connect(m_cancel, &QPushButton::clicked, this, &TrainingDashboard::cancelRequested);
+    // A step can take a minute on a large model: say that the run stops at the end of it.
+    connect(m_cancel, &QPushButton::clicked, this, [this] {
+        m_cancel->setEnabled(false);
+        m_pause->setEnabled(false);
+        const double step = lastStepSeconds();
+        m_status->setText(step > 0 ? tr("Cancelling: the run stops when its current step ends (a step took %1 s)")
+                                         .arg(step, 0, 'f', step < 10 ? 1 : 0)
+                                   : tr("Cancelling: the run stops at its next safe point"));
+        emit cancelRequested();
+    });
     return header;
 }
 
@@ -197,24 +212,33 @@ QLayout* TrainingDashboard::createOptionsRow() {
     return options;
 }
 
-// The curves (loss, volume, learning rate, A1 and A2 metrics) and A1's heat maps, in a grid.
-QLayout* TrainingDashboard::createPlots() {
-    m_lossPlot = makePlot(this, QStringLiteral("lossPlot"), tr("Loss, objective"), tr("loss"));
+// The curves (loss, volume, learning rate, A1 and A2 metrics) and A1's heat maps, in a grid that
+// reflows to the width and scrolls down: the window's minimum width does not grow with the plots
+// (issue 71: the Calibration tab held the window at 1187 px).
+QWidget* TrainingDashboard::createPlots() {
+    auto* scroll = new QScrollArea(this);
+    scroll->setObjectName(QStringLiteral("dashboardScroll"));
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setWidgetResizable(true);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAsNeeded);
+    m_plotArea = new QWidget(scroll);
+    m_plotArea->setObjectName(QStringLiteral("dashboardPlots"));
+    m_lossPlot = makePlot(m_plotArea, QStringLiteral("lossPlot"), tr("Loss, objective"), tr("loss"));
     m_lossPlot->yAxis->setScaleType(QCPAxis::stLogarithmic);
     m_lossPlot->yAxis->setTicker(PlotStyle::logTicker());
     m_lossPlot->yAxis2->setLabel(tr("folded FP perplexity"));
-    m_volPlot = makePlot(this, QStringLiteral("volumePlot"), tr("Volume term"), tr("vol"));
-    m_lrPlot = makePlot(this, QStringLiteral("lrPlot"), tr("Learning rate"), tr("lr"));
-    m_a1Plot = makePlot(this, QStringLiteral("a1MetricsPlot"), tr("A1 metrics"), tr("norm"));
-    m_a2Plot = makePlot(this, QStringLiteral("a2MetricsPlot"), tr("A2 metrics (layer 0)"), tr("norm"));
+    m_volPlot = makePlot(m_plotArea, QStringLiteral("volumePlot"), tr("Volume term"), tr("vol"));
+    m_lrPlot = makePlot(m_plotArea, QStringLiteral("lrPlot"), tr("Learning rate"), tr("lr"));
+    m_a1Plot = makePlot(m_plotArea, QStringLiteral("a1MetricsPlot"), tr("A1 metrics"), tr("norm"));
+    m_a2Plot = makePlot(m_plotArea, QStringLiteral("a2MetricsPlot"), tr("A2 metrics (layer 0)"), tr("norm"));
     for (QCustomPlot* p : {m_a1Plot, m_a2Plot}) {
         p->yAxis2->setVisible(true);
         p->yAxis2->setLabel(tr("condition number"));
     }
-    m_heatPlot = makePlot(this, QStringLiteral("a1HeatmapPlot"), tr("A1"), tr("row"));
-    m_offPlot = makePlot(this, QStringLiteral("a1OffBlockPlot"), tr("A1 off-block"), tr("row"));
+    m_heatPlot = makePlot(m_plotArea, QStringLiteral("a1HeatmapPlot"), tr("A1"), tr("row"));
+    m_offPlot = makePlot(m_plotArea, QStringLiteral("a1OffBlockPlot"), tr("A1 off-block"), tr("row"));
     for (QCustomPlot* p : {m_heatPlot, m_offPlot}) {
-        p->setMinimumWidth(130);
+        p->setMinimumWidth(110);
         PlotStyle::integerTicks(p->xAxis); // rows and columns of A1
         PlotStyle::integerTicks(p->yAxis);
         p->xAxis->ticker()->setTickCount(3);
@@ -223,18 +247,50 @@ QLayout* TrainingDashboard::createPlots() {
         p->legend->setVisible(false);
         p->yAxis->setRangeReversed(true); // row 0 at the top, as a matrix is read
     }
-    auto* grid = new QGridLayout;
-    grid->addWidget(m_lossPlot, 0, 0);
-    grid->addWidget(m_volPlot, 0, 1);
-    grid->addWidget(m_lrPlot, 0, 2);
-    grid->addWidget(m_a1Plot, 1, 0);
-    grid->addWidget(m_a2Plot, 1, 1);
-    auto* heat = new QHBoxLayout;
+    m_heatCell = new QWidget(m_plotArea);
+    auto* heat = new QHBoxLayout(m_heatCell);
+    heat->setContentsMargins(0, 0, 0, 0);
     heat->addWidget(m_heatPlot);
     heat->addWidget(m_offPlot);
-    grid->addLayout(heat, 1, 2);
-    for (int c = 0; c < 3; ++c) grid->setColumnStretch(c, 1);
-    return grid;
+    m_plotGrid = new QGridLayout(m_plotArea);
+    m_plotGrid->setContentsMargins(0, 0, 0, 0);
+    reflowPlots(3 * 10000); // three columns until the first resize says otherwise
+    scroll->setWidget(m_plotArea);
+    scroll->viewport()->installEventFilter(this);
+    return scroll;
+}
+
+void TrainingDashboard::reflowPlots(int width) {
+    const QList<QWidget*> cells{m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot, m_heatCell};
+    const int spacing = std::max(0, m_plotGrid->horizontalSpacing());
+    // The most columns whose widest row fits: each cell at the minimum width it was given (the
+    // heat maps' cell: both maps), not QCustomPlot's size hints, which grow with legends.
+    auto least = [&](QWidget* cell) {
+        return cell == m_heatCell ? m_heatPlot->minimumWidth() + m_offPlot->minimumWidth() + spacing : cell->minimumWidth();
+    };
+    auto needed = [&](int columns) {
+        int widest = 0;
+        for (int first = 0; first < int(cells.size()); first += columns) {
+            int row = 0;
+            for (int i = first; i < std::min<int>(first + columns, cells.size()); ++i)
+                row += least(cells[i]) + (i > first ? spacing : 0);
+            widest = std::max(widest, row);
+        }
+        return widest;
+    };
+    int columns = 3;
+    while (columns > 1 && needed(columns) > width) --columns;
+    if (columns == m_plotColumns) return;
+    m_plotColumns = columns;
+    for (QWidget* c : cells) m_plotGrid->removeWidget(c);
+    for (int i = 0; i < int(cells.size()); ++i) m_plotGrid->addWidget(cells[i], i / columns, i % columns);
+    for (int c = 0; c < 3; ++c) m_plotGrid->setColumnStretch(c, c < columns ? 1 : 0);
+}
+
+bool TrainingDashboard::eventFilter(QObject* watched, QEvent* event) {
+    if (event->type() == QEvent::Resize && m_plotArea && watched == m_plotArea->parentWidget())
+        reflowPlots(static_cast<QResizeEvent*>(event)->size().width());
+    return QWidget::eventFilter(watched, event);
 }
 
 void TrainingDashboard::beginRun(const QString& name, int totalSteps, int blockSize) {
@@ -288,9 +344,19 @@ void TrainingDashboard::setMatrices(int step, const at::Tensor& a1, const at::Te
     }
 }
 
+double TrainingDashboard::lastStepSeconds() const {
+    if (m_liveRun < 0) return 0;
+    const auto& steps = m_runs[static_cast<size_t>(m_liveRun)].steps;
+    return steps.empty() ? 0 : steps.back().seconds;
+}
+
 void TrainingDashboard::setProgress(double fraction, const QString& message, double etaSeconds) {
     m_progress->setValue(static_cast<int>(std::lround(std::clamp(fraction, 0.0, 1.0) * 1000)));
-    m_status->setText(message + QStringLiteral(" — ") + (isPaused() ? tr("paused") : etaText(etaSeconds)));
+    if (!m_cancel->isEnabled() && m_running) return; // "Cancelling: …" stays until the run has stopped
+    QString text = message + QStringLiteral(" — ") + (isPaused() ? tr("paused") : etaText(etaSeconds));
+    const double step = lastStepSeconds();
+    if (step > 0) text += QStringLiteral(" — ") + tr("%1 s a step").arg(step, 0, 'f', step < 10 ? 2 : 1);
+    m_status->setText(text);
 }
 
 void TrainingDashboard::finishRun(bool ok, const QString& message) {
@@ -399,6 +465,10 @@ void TrainingDashboard::rebuildGraphs() {
         if (m_totalSteps > 0 && m_running) p->xAxis->setRange(0, std::max<double>(m_totalSteps, xr.upper));
         (void)found;
     }
+    // The volume term, the learning rate and the matrices' norms are never negative: their axes
+    // start at 0, which a reader can then read the curve against (and a short axis keeps two labels).
+    for (QCustomPlot* p : {m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot})
+        if (p->yAxis->range().lower > 0) p->yAxis->setRangeLower(0);
     scheduleReplot();
 }
 

@@ -20,6 +20,7 @@
 
 class QCustomPlot;
 class QDoubleSpinBox;
+class QGridLayout;
 class QLabel;
 class QProgressBar;
 class QPushButton;
@@ -83,6 +84,7 @@ signals:
 
 protected:
     void changeEvent(QEvent* event) override;
+    bool eventFilter(QObject* watched, QEvent* event) override;
 
 private:
     struct Run {
@@ -93,7 +95,11 @@ private:
     };
     QLayout* createHeader();
     QLayout* createOptionsRow();
-    QLayout* createPlots();
+    QWidget* createPlots();
+    double lastStepSeconds() const; // the live run's last step, 0 before its first
+    // The plots in as many columns (3, 2 or 1) as the dashboard's width holds at their minimum
+    // width; more rows scroll.
+    void reflowPlots(int width);
     void rebuildGraphs();
     void scheduleReplot();
     void drawHeatmaps();
@@ -112,6 +118,10 @@ private:
     QElapsedTimer m_heatmapClock;
 
     QCustomPlot *m_lossPlot, *m_volPlot, *m_lrPlot, *m_a1Plot, *m_a2Plot, *m_heatPlot, *m_offPlot;
+    QWidget* m_heatCell = nullptr;   // A1 and its off-block part side by side: one cell of the grid
+    QWidget* m_plotArea = nullptr;   // the grid's widget, inside a vertical scroll area
+    QGridLayout* m_plotGrid = nullptr;
+    int m_plotColumns = 0;
     ElidedLabel* m_title;
     QLabel* m_status;
     QProgressBar* m_progress;

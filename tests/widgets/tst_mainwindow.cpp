@@ -82,6 +82,7 @@ private slots:
     void explorerIsCentralAndToggles();
     void themeChoicePersists();
     void settingsAndDemoStayInTestLocation();
+    void dataFolderIsRemembered();
     void diagramSelectsEverywhere_data();
     void diagramSelectsEverywhere();
     void reportAndRunsFromTheWindow();
@@ -286,6 +287,31 @@ void TestMainWindow::settingsAndDemoStayInTestLocation() {
     QVERIFY(QFileInfo::exists(demo + QStringLiteral("/model.safetensors")));
 }
 
+// File › Data folder… (issue 71: perplexity needed LATMIX_DATA_DIR, which only a shell could set):
+// the folder chosen is core's data folder at once, and a later start without the variable takes
+// it from the settings; one that is not a folder is refused and changes nothing.
+void TestMainWindow::dataFolderIsRemembered() {
+    const QByteArray before = qgetenv("LATMIX_DATA_DIR");
+    QTemporaryDir data;
+    {
+        MainWindow w;
+        QString error;
+        QVERIFY(!w.setDataFolder(data.filePath(QStringLiteral("no-such-folder")), &error));
+        QVERIFY2(error.contains(QStringLiteral("no-such-folder")), qPrintable(error));
+        QCOMPARE(qgetenv("LATMIX_DATA_DIR"), before);
+        QVERIFY2(w.setDataFolder(data.path(), &error), qPrintable(error));
+        QCOMPARE(MainWindow::dataFolder(), QDir::cleanPath(data.path()));
+        QVERIFY(latmix::test::child<QAction>(&w, "actionDataFolder"));
+    }
+    qunsetenv("LATMIX_DATA_DIR");
+    {
+        MainWindow again; // a new start: the setting, the environment having none
+        QCOMPARE(MainWindow::dataFolder(), QDir::cleanPath(data.path()));
+    }
+    qputenv("LATMIX_DATA_DIR", before); // the suite's own
+    QSettings(QStringLiteral("LATMiX"), QStringLiteral("Workbench")).clear();
+}
+
 // A marker clicked in the block diagram is the point of every view (tree, activations,
 // comparison, weights), and a point picked in the tree is the diagram's, on its layer.
 void TestMainWindow::diagramSelectsEverywhere_data() {
@@ -383,7 +409,8 @@ void TestMainWindow::reportAndRunsFromTheWindow() {
     QCOMPARE(listed->finalObjective, summary.finalObjective);
 }
 
-// The views' jobs are the Jobs dock's rows; the status bar's summary opens the dock.
+// The views' jobs are the Jobs dock's rows; the dock is shown from the start, under the views
+// (issue 71), and once hidden the status bar's summary opens it again.
 void TestMainWindow::jobsDockListsTheViewsJobs() {
     QString why;
     const QString demo = latmix::gui::prepareDemoModel(&why);
@@ -393,7 +420,11 @@ void TestMainWindow::jobsDockListsTheViewsJobs() {
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
     QVERIFY(w.openCheckpoint(demo, false));
-    QVERIFY(latmix::test::child<QDockWidget>(&w, "jobsDock")->isHidden());
+    auto* dock = latmix::test::child<QDockWidget>(&w, "jobsDock");
+    QVERIFY(dock->isVisible());
+    QCOMPARE(w.dockWidgetArea(dock), Qt::BottomDockWidgetArea);
+    dock->toggleViewAction()->trigger(); // View › Jobs
+    QVERIFY(dock->isHidden());
     QVERIFY(latmix::test::child<latmix::gui::JobStatusIndicator>(&w, "jobIndicator"));
     QTest::mouseClick(latmix::test::child<latmix::gui::JobStatusIndicator>(&w, "jobIndicator"), Qt::LeftButton);
     QVERIFY(latmix::test::child<QDockWidget>(&w, "jobsDock")->isVisible());

@@ -299,7 +299,7 @@ void TestModelSummaryView::longFolderPathIsElided() {
     QVERIFY(folder);
     QCOMPARE(folder->toolTip(), QDir::toNativeSeparators(deep));
     QTRY_VERIFY(folder->text().contains(QChar(0x2026))); // "…"
-    QVERIFY(folder->text().endsWith(QStringLiteral("demo-model")));
+    QVERIFY2(folder->text().endsWith(QStringLiteral("demo-model")), qPrintable(folder->text() + " " + QString::number(folder->width())));
     QVERIFY(latmix::test::child<QDockWidget>(&w, "modelDock")->width() < 500);
 }
 

@@ -34,6 +34,7 @@
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <QDockWidget>
 
 #include <algorithm>
 
@@ -156,6 +157,9 @@ private slots:
     void readable_data() {
         QTest::addColumn<QSize>("size");
         QTest::addColumn<int>("theme");
+        // Issue 71: the sizes people have, with the Model and Jobs docks open (the window's minimum
+        // was 1187 px wide, 1515 with the Jobs dock).
+        QTest::newRow("1024x700 light") << QSize(1024, 700) << int(MainWindow::Theme::Light);
         QTest::newRow("1280x800 light") << QSize(1280, 800) << int(MainWindow::Theme::Light);
         QTest::newRow("1280x800 dark") << QSize(1280, 800) << int(MainWindow::Theme::Dark);
         QTest::newRow("1920x1080 light") << QSize(1920, 1080) << int(MainWindow::Theme::Light);
@@ -167,6 +171,18 @@ private slots:
         m_window->setTheme(MainWindow::Theme(theme));
         m_window->resize(size);
         QStringList problems;
+        for (const char* dock : {"modelDock", "jobsDock"})
+            if (!m_window->findChild<QDockWidget*>(dock)->isVisible()) problems << QString("%1 is not shown").arg(dock);
+        for (int i = 0; i < m_window->viewTabs()->count(); ++i) { // every view's minimum, not only the current one's
+            m_window->viewTabs()->setCurrentIndex(i);
+            QCoreApplication::processEvents();
+            const QSize least = m_window->minimumSizeHint().expandedTo(m_window->minimumSize());
+            if (least.width() > size.width() || least.height() > size.height())
+                problems << QString("%1: the window cannot be smaller than %2x%3")
+                                .arg(m_window->viewTabs()->widget(i)->objectName())
+                                .arg(least.width())
+                                .arg(least.height());
+        }
         for (int tab = 0; tab < m_window->viewTabs()->count(); ++tab) {
             QWidget* view = m_window->viewTabs()->widget(tab);
             m_window->viewTabs()->setCurrentIndex(tab);
@@ -182,12 +198,23 @@ private slots:
                     (l->text() != l->fullText() && !l->text().contains(QChar(0x2026))))
                     problems << QString("%1/%2: '%3' does not fit or lost its tooltip").arg(view->objectName(), l->objectName(), l->text());
             }
-            if (size.width() <= 1280) // the tables show every column without scrolling sideways
+            if (size.width() >= 1280 && size.width() <= 1280) // the tables show every column without scrolling sideways
                 for (QTableView* t : view->findChildren<QTableView*>())
                     if (t->isVisible() && t->model() && t->model()->columnCount() > 0 && t->horizontalScrollBar()->maximum() > 0)
                         problems << QString("%1/%2: columns hidden behind a horizontal scroll bar (%3 px)")
                                         .arg(view->objectName(), t->objectName())
                                         .arg(t->horizontalScrollBar()->maximum());
+            // Narrower, a table may scroll sideways, but never cuts a name (issue 71): every cell
+            // of its first column is as wide as its text.
+            for (QTableView* t : view->findChildren<QTableView*>()) {
+                if (!t->isVisible() || !t->model() || t->model()->columnCount() == 0) continue;
+                const int column = t->horizontalHeader()->sectionSize(0);
+                for (int r = 0; r < t->model()->rowCount(); ++r) {
+                    const QString text = t->model()->index(r, 0).data().toString();
+                    if (t->fontMetrics().horizontalAdvance(text) + 2 * (t->style()->pixelMetric(QStyle::PM_FocusFrameHMargin, nullptr, t) + 1) > column)
+                        problems << QString("%1/%2: '%3' is cut in a column of %4 px").arg(view->objectName(), t->objectName(), text).arg(column);
+                }
+            }
             // Forms (the Calibration tab's) scroll down, never sideways: nothing cut at their right edge.
             for (QScrollArea* a : view->findChildren<QScrollArea*>())
                 if (a->isVisible() && a->widget() && a->widget()->width() > a->viewport()->width())

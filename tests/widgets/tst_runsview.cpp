@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
 #include "RunsView.h"
+#include "ElidedLabel.h"
 #include "WidgetLookup.h"
 
 #include <qcustomplot.h>
@@ -17,6 +18,7 @@
 #include <QDir>
 #include <QFile>
 #include <QLabel>
+#include <QPushButton>
 #include <QSignalSpy>
 #include <QSortFilterProxyModel>
 #include <QTableView>
@@ -144,7 +146,12 @@ private slots:
         QCOMPARE(cell(v, r, RunsView::FoldedFp), QString("–"));
         QCOMPARE(v.problems().size(), 1);
         QVERIFY2(v.problems().first().contains("broken/latmix.json"), qPrintable(v.problems().first()));
-        QCOMPARE(v.findChild<QLabel*>("runsStatus")->text(), "2 runs in " + m_root + " · 1 folder skipped");
+        QCOMPARE(v.findChild<latmix::gui::ElidedLabel*>("runsStatus")->fullText(), "2 runs in " + m_root);
+        // The skipped folder says why, one click away (issue 71: "1 folder skipped" alone).
+        auto* skipped = v.findChild<QPushButton*>("runsSkippedButton");
+        QVERIFY(skipped && !skipped->isHidden());
+        QCOMPARE(skipped->text(), QString("1 folder skipped: why?"));
+        QVERIFY2(skipped->toolTip().contains("broken/latmix.json"), qPrintable(skipped->toolTip()));
     }
 
     // The quantized perplexity's column is named by the runs' formats: the paper's W4A4 when
