@@ -5,7 +5,9 @@
 #include <QCheckBox>
 #include <QEvent>
 #include <QFormLayout>
+#include <QBoxLayout>
 #include <QLabel>
+#include <QPushButton>
 
 #include <utility>
 
@@ -17,6 +19,22 @@ AnalysisView::AnalysisView(QWidget* parent, const QString& busyRefusal)
 void AnalysisView::setStatusLine(QLabel* status) {
     m_status = status;
     m_runner->showProgressIn(status);
+    // The job's own Cancel, under its status line and shown while it runs (issue 71: the views had
+    // none; the Jobs dock lists them too). "comparisonStatus" -> "comparisonCancelButton".
+    m_cancel = new QPushButton(tr("Cancel"), status->parentWidget());
+    QString name = status->objectName();
+    name.replace(QStringLiteral("Status"), QString());
+    m_cancel->setObjectName(name + QStringLiteral("CancelButton"));
+    m_cancel->setToolTip(tr("Stop this job at its next safe point"));
+    m_cancel->hide();
+    if (auto* box = qobject_cast<QBoxLayout*>(status->parentWidget() ? status->parentWidget()->layout() : nullptr);
+        box && box->indexOf(status) >= 0)
+        box->insertWidget(box->indexOf(status) + 1, m_cancel);
+    connect(m_cancel, &QPushButton::clicked, this, [this] {
+        m_cancel->setEnabled(false);
+        m_cancel->setText(tr("Cancelling…"));
+        m_runner->cancel();
+    });
 }
 
 void AnalysisView::setPlots(const QList<QCustomPlot*>& plots) {
@@ -63,16 +81,24 @@ bool AnalysisView::startJob(Job job, std::function<void(bool, const QString&)> e
     if (!m_runner->start(job.title, std::move(job.work))) return refuse(m_busyRefusal, error);
     for (QWidget* c : job.controls) c->setEnabled(false);
     m_status->setText(job.busyText);
+    if (m_cancel) {
+        m_cancel->setText(tr("Cancel"));
+        m_cancel->setEnabled(true);
+        m_cancel->show();
+    }
     // One connection per job, gone once it has fired.
     connect(
         m_runner, &JobRunner::finished, this,
         [this, controls = job.controls, failure = job.failure, ended = std::move(ended)](bool ok, const QString& message) {
             for (QWidget* c : controls) c->setEnabled(true);
+            if (m_cancel) m_cancel->hide();
             if (ok) {
                 m_status->clear();
+            } else if (message == QLatin1String("cancelled")) {
+                m_status->setText(tr("Cancelled")); // asked for, not a failure
             } else {
                 m_status->setText(tr("%1: %2").arg(failure, message));
-                if (message != QLatin1String("cancelled")) emit errorOccurred(m_status->text());
+                emit errorOccurred(m_status->text());
             }
             ended(ok, m_status->text());
             if (std::exchange(m_changedWhileBusy, false) && ok) m_update();

@@ -17,6 +17,7 @@ class QCheckBox;
 class QCustomPlot;
 class QFormLayout;
 class QLabel;
+class QPushButton;
 
 namespace latmix::gui {
 
@@ -33,7 +34,8 @@ protected:
     // busyRefusal: why a request is refused while a job runs ("The weights are still being loaded").
     AnalysisView(QWidget* parent, const QString& busyRefusal);
 
-    // Once the form is built: the line that shows progress, refusals and failures.
+    // Once the form is built: the line that shows progress, refusals and failures, and the job's
+    // Cancel button right under it (its name: the status line's with "CancelButton" for "Status").
     void setStatusLine(QLabel* status);
     QLabel* statusLine() const { return m_status; }
     // Once the plots are built: drawn in the palette's colours now and after every change.
@@ -52,8 +54,8 @@ protected:
         QList<QWidget*> controls; // disabled while it runs
     };
     // Starts job, or refuses as refusedWhileBusy does. When it has ended, on this thread: its
-    // controls enabled, the status line cleared (ok) or the failure said (errorOccurred unless
-    // cancelled), then ended(ok, the status line's text).
+    // controls enabled, the status line cleared (ok), "Cancelled", or the failure said (and
+    // errorOccurred), then ended(ok, the status line's text).
     bool startJob(Job job, std::function<void(bool ok, const QString& status)> ended, QString* error);
 
     // "Update on every change" (checked) as the last row of form; update is what a change runs.
@@ -68,6 +70,7 @@ private:
     JobRunner* m_runner;
     QString m_busyRefusal;
     QLabel* m_status = nullptr;
+    QPushButton* m_cancel = nullptr;
     QList<QCustomPlot*> m_plots;
     QCheckBox* m_updateOnChange = nullptr;
     std::function<void()> m_update;

@@ -17,6 +17,7 @@
 #include <QLocale>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QToolButton>
 #include <QVBoxLayout>
 
@@ -78,7 +79,15 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
     m_result->setObjectName(QStringLiteral("exportResult"));
     m_result->setWordWrap(true);
     m_result->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    column->addWidget(m_result, 1);
+    m_result->setAlignment(Qt::AlignLeft | Qt::AlignTop);
+    // A long result (the notes of a GGUF export) scrolls instead of being cut at the dialog's edge.
+    auto* resultScroll = new QScrollArea(this);
+    resultScroll->setObjectName(QStringLiteral("exportResultScroll"));
+    resultScroll->setWidget(m_result);
+    resultScroll->setWidgetResizable(true);
+    resultScroll->setFrameShape(QFrame::NoFrame);
+    resultScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    column->addWidget(resultScroll, 1);
 
     auto* buttons = new QHBoxLayout;
     buttons->addStretch(1);
@@ -124,6 +133,11 @@ ExportDialog::ExportDialog(const QString& runDir, QWidget* parent) : QDialog(par
 void ExportDialog::showTarget() {
     const std::string runDir = m_runDir.toStdString(), format = m_format->currentData().toString().toStdString();
     m_refusal.clear();
+    if (!m_runner->isRunning()) { // the last export's result was of another target
+        m_result->clear();
+        m_status->clear();
+        m_progress->setValue(0);
+    }
     try {
         latmix::exporting::checkExportTarget(runDir, format);
         const auto t = latmix::exporting::describeExportTarget(runDir, format);
@@ -204,8 +218,12 @@ bool ExportDialog::startExport() {
                 message = *summary;
                 m_status->setText(tr("done"));
             } else {
+                // The export's way out in this dialog's words: the CLI's flag is the Replace box here.
+                QString why = error;
+                why.replace(QStringLiteral("pass --overwrite"), tr("tick \u201c%1\u201d").arg(m_overwrite->text()));
                 message = error == QLatin1String("cancelled") ? tr("Export cancelled; nothing was written to %1").arg(out)
-                                                              : tr("Export failed: %1").arg(error);
+                                                              : tr("Export failed: %1").arg(why);
+                m_progress->setValue(0); // not a full bar beside "failed"
                 m_status->setText(error == QLatin1String("cancelled") ? tr("cancelled") : tr("failed"));
             }
             m_result->setText(message);

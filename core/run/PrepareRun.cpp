@@ -48,7 +48,10 @@ PreparedRun prepareRun(const RunRequest& request, std::shared_ptr<const model::C
                                     kBuiltInCalibrationText + ", which only the workbench holds: continue it there, or "
                                     "give the same text as a file (--calib resources/text/calibration.txt of the sources)");
     if (p.calibText.empty()) p.options.calibSource = util::calibrationTextFile(request.config.calibSource);
-    if (p.options.evalSeqLen > 0) p.options.evalSource = util::wikiText2TestFile();
+    // The evaluation text given (the workbench's chooser), else WikiText-2's test split in the data folder.
+    if (p.options.evalSeqLen > 0 && p.options.evalSource.empty()) p.options.evalSource = util::wikiText2TestFile();
+    if (p.options.evalSeqLen > 0 && !fs::is_regular_file(p.options.evalSource))
+        throw std::runtime_error("evaluation text '" + p.options.evalSource + "' is missing or not a file");
     if (!p.options.evalTaskNames.empty()) eval::parseTaskList(p.options.evalTaskNames); // unknown names, before any work
     return p;
 }

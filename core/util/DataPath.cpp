@@ -18,7 +18,8 @@ std::string requireDataFile(const std::string& relative, const std::string& what
     std::error_code ec;
     if (!std::filesystem::exists(path, ec))
         throw std::runtime_error(what + " not found at '" + path +
-                                 "'; set LATMIX_DATA_DIR to the data folder or pass a file");
+                                 "'; set the data folder (LATMIX_DATA_DIR, or File › Data folder… in the workbench) or give the "
+                                 "file itself (the command's file option, or the Calibration form's text fields)");
     return path;
 }
 

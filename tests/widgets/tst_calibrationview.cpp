@@ -40,6 +40,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
@@ -444,12 +445,20 @@ private slots:
             const auto ck = model::Checkpoint::load(out.toStdString());
             QCOMPARE(ck.config().numLayers, 4);
         }
-        // A second export to the same folder without "replace" fails and leaves it intact.
+        // A second export to the same folder without "replace" fails and leaves it intact; the
+        // dialog names its own Replace box (not the CLI's --overwrite) and shows no full bar
+        // beside "failed" (issue 71); another target clears the old result.
         QSignalSpy again(dialog, &ExportDialog::exportFinished);
         QVERIFY(dialog->startExport());
         QVERIFY(again.wait(120000));
         QCOMPARE(again.first().at(0).toBool(), false);
         QVERIFY(QFile::exists(out + "/config.json"));
+        QVERIFY2(dialog->resultText().contains("Replace an existing folder or file") &&
+                     !dialog->resultText().contains("--overwrite"),
+                 qPrintable(dialog->resultText()));
+        QCOMPARE(dialog->findChild<QProgressBar*>("exportProgress")->value(), 0);
+        dialog->setFormat(format == "hf" ? "compressed-tensors" : "hf");
+        QVERIFY(dialog->resultText().isEmpty());
     }
 
     // A model whose weights hold NaNs: the run stops with a message in the window's banner that
@@ -655,6 +664,38 @@ private slots:
         QFile record(runDir + "/latmix.json");
         QVERIFY(record.open(QIODevice::ReadOnly));
         QCOMPARE(QJsonDocument::fromJson(record.readAll()).object()["training"].toObject()["resumed_from_step"].toInt(), saved);
+    }
+
+    // Issue 71: perplexity on an evaluation text chosen in the form, where the data folder has
+    // none (it needed LATMIX_DATA_DIR/wikitext-2): the run evaluates that file and records it.
+    void evaluationTextChosenInTheForm() {
+        const QString wiki = test::dataDir() + "/wikitext-2/wiki.test.raw";
+        if (!QFile::exists(wiki)) LATMIX_DATA_SKIP("WikiText-2 test split not found (LATMIX_DATA_DIR)");
+        const QString chosen = m_tmp.filePath("my-eval.raw");
+        QFile::remove(chosen);
+        QVERIFY(QFile::copy(wiki, chosen));
+        const QByteArray before = qgetenv("LATMIX_DATA_DIR");
+        QTemporaryDir empty;
+        qputenv("LATMIX_DATA_DIR", empty.path().toLocal8Bit()); // no wikitext-2/ there
+        MainWindow w;
+        QVERIFY(w.openCheckpoint(m_model, false));
+        CalibrationView* v = w.calibrationView();
+        configure(v, m_tmp.filePath("run-eval-text"), "rtn", 1);
+        v->setEvalWindows(2);
+        v->setEvaluationText(chosen);
+        QSignalSpy done(v, &CalibrationView::runFinished);
+        QString error;
+        const bool started = v->start(&error);
+        qputenv("LATMIX_DATA_DIR", before);
+        QVERIFY2(started, qPrintable(error));
+        QVERIFY(done.wait(300000));
+        QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(2).toString()));
+        QFile f(m_tmp.filePath("run-eval-text/latmix.json"));
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QJsonObject p = QJsonDocument::fromJson(f.readAll()).object()["perplexity"].toObject();
+        QCOMPARE(p["source"].toString(), chosen);
+        QCOMPARE(p["windows"].toInt(), 2);
+        QVERIFY(p["w4a4"].toDouble() > 1);
     }
 
     // Without a model the Run button refuses with a message instead of failing later.
