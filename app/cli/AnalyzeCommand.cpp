@@ -34,7 +34,7 @@ struct AnalyzeOptions {
     int samples = 8, seqLen = 256;
     std::uint64_t seed = 0;
     std::string format = "mxfp4", scaleMode = "floor", transforms = "none,block-hadamard,learned-affine-lu";
-    std::string sweepBlocks = "8,16,32,64,128,256", init = "default";
+    std::string sweepBlocks = "8,16,32,64,128,256", init = "default", learnedSize = "method";
     int block = 0; // 0: the format's default
     int steps = 200, batchRows = 512, trackEvery = 10;
     double lr = 1e-3, noiseStd = 1e-3, volumeWeight = 0.1;
@@ -167,6 +167,8 @@ int runAnalyze(const AnalyzeOptions& o) {
     a.training.seed = o.seed;
     a.training.matrixMetricsEvery = o.trackEvery;
     a.device = model::parseDevice(o.device);
+    a.learnedAsMethod = o.learnedSize == "method";
+    if (!o.model.empty()) a.headDim = model::ModelConfig::fromFile(o.model + "/config.json").headDim;
     train::validateAnalysisOptions(a); // before the capture: bad arguments cost nothing
     const auto start = std::chrono::steady_clock::now();
 
@@ -181,6 +183,7 @@ int runAnalyze(const AnalyzeOptions& o) {
                          {"batch_rows", std::to_string(o.batchRows)},
                          {"volume_weight", number(o.volumeWeight)},
                          {"init", o.init},
+                         {"learned_size", o.learnedSize},
                          {"noise_std", number(o.noiseStd)},
                          {"bias_from_mean", o.biasFromMean ? "true" : "false"},
                          {"seed", std::to_string(o.seed)},
@@ -245,6 +248,11 @@ Runner addAnalyzeCommand(CLI::App& app) {
     cmd->add_option("--volume-weight", o->volumeWeight, "lambda of the volume term (sum log|s|)^2")
         ->capture_default_str();
     cmd->add_option("--init", o->init, "initialisation of learned kinds (default: the paper's)")->capture_default_str();
+    cmd->add_option("--learned-size", o->learnedSize,
+                    "learned kinds as large as the method's transform at the point (method: T1 full at qkv/gate_up, "
+                    "T2's head_dim blocks at o_proj, T3's blocks of 32 at down_proj) or full d x d everywhere")
+        ->check(CLI::IsMember({"method", "full"}))
+        ->capture_default_str();
     cmd->add_option("--noise-std", o->noiseStd, "off-block noise of '+noise' initialisations")->capture_default_str();
     cmd->add_flag("--bias-from-mean", o->biasFromMean, "start learned biases at -A mean(x)");
     cmd->add_option("--track-every", o->trackEvery, "kappa/orthogonality/off-block every K steps (0: never)")

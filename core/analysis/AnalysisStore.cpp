@@ -94,7 +94,10 @@ void writeEntry(H5::Group& pointGroup, const train::AnalysisEntry& e) {
     if (!e.learned) return;
     setNumber(g, "initial_mse", e.training.initialMse);
     setNumber(g, "training_seconds", e.training.seconds);
-    writeTensor(g, "A", e.matrix);
+    if (e.matrix.defined()) writeTensor(g, "A", e.matrix);
+    if (e.matrixBlocks.defined()) writeTensor(g, "A_blocks", e.matrixBlocks); // [nb, b, b]: A block-diagonal
+    if (e.matrixTail.defined()) writeTensor(g, "A_tail", e.matrixTail);
+    if (e.learnedBlock > 0) setNumber(g, "learned_block", static_cast<double>(e.learnedBlock));
     if (e.bias.defined()) writeTensor(g, "v", e.bias);
     if (e.logAbsScales.defined()) writeTensor(g, "log_abs_s", e.logAbsScales);
     writeHistory(g, e.training.history);

@@ -37,6 +37,7 @@ public:
 
 private:
     friend void checkWeightsFinite(const Checkpoint& checkpoint, JobContext& job);
+    friend std::string checkedKey(const Checkpoint& checkpoint);
     std::string m_dir;
     ModelConfig m_config;
     std::map<std::string, std::shared_ptr<io::SafeTensorsFile>> m_fileOf; // tensor name -> file
@@ -47,7 +48,8 @@ private:
 // std::runtime_error naming the folder, the tensor, its file, the first NaN/Inf's index and value
 // and what to do. Commands that compute with a model call it after Checkpoint::load, before they
 // write anything: a single NaN weight otherwise turns into "perplexity nan" or a training that
-// looks diverged.
+// looks diverged. A checkpoint whose files are unchanged (names, sizes, times) since a check
+// passed in this process is not read again.
 void checkWeightsFinite(const Checkpoint& checkpoint, JobContext& job = silentJob());
 
 // requiredTensors (the tensors a config calls for, with their shapes): model/TensorNames.h.

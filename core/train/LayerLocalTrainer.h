@@ -58,6 +58,10 @@ struct LayerLocalOptions {
 struct LayerLocalResult {
     std::vector<TrainingStep> history; // one entry per step
     double initialMse = 0, finalMse = 0; // E(T) on all rows before and after training (float64)
+    // The parameters kept: the best on all rows of the start and of every tenth of the steps and
+    // the last (the objective: E(T) relative as trained, + λ vol). 0: the start was best, and the
+    // transform ends as it began; never worse than its start (issue 71).
+    int bestStep = 0;
     double seconds = 0;
 };
 
@@ -71,8 +75,9 @@ public:
     const LayerLocalOptions& options() const { return m_o; }
 
     // Trains t's parameters() in place on the rows x [n, d] (on x's device; t must live there
-    // too). Progress every step (loss, E(T), vol); a cancel request throws JobCancelled at the
-    // next step, leaving t at its last update. Throws std::invalid_argument naming the point
+    // too), keeping the best of the objective on all rows among the start, every tenth of the
+    // steps and the last (LayerLocalResult::bestStep). Progress every step (loss, E(T), vol); a
+    // cancel request throws JobCancelled at the next step, leaving t at its last update. Throws std::invalid_argument naming the point
     // for a transform without parameters, a width mismatch or non-finite activations, and
     // std::runtime_error when the loss stops being finite.
     LayerLocalResult train(transforms::AffineTransform& t, const at::Tensor& x, JobContext& job = silentJob(),

@@ -3,6 +3,7 @@
 #include "io/ActivationStore.h"
 #include "model/Capture.h"
 #include "model/LlamaModel.h"
+#include "transforms/Blockwise.h"
 #include "transforms/Wush.h"
 #include "util/Text.h"
 
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <stdexcept>
 
@@ -76,6 +78,9 @@ std::vector<metrics::SweepPoint> sweep(const std::string& point, const at::Tenso
     return out;
 }
 
+// T3's block (SPEC §4): the online block Hadamard on the down_proj input.
+constexpr std::int64_t kT3Block = 32;
+
 AnalysisEntry analyzeOne(const std::string& point, const at::Tensor& x, const std::string& kind,
                          const AnalysisOptions& o, JobContext& job) {
     AnalysisEntry e;
@@ -89,7 +94,14 @@ AnalysisEntry analyzeOne(const std::string& point, const at::Tensor& x, const st
         // Fixed matrices in float64 so that the metrics see them exactly (an orthogonal matrix
         // rounded to float32 is 1e-7 off orthogonal); learned ones train in the requested dtype.
         if (!e.learned) to.dtype = at::kDouble;
-        auto t = buildKind(point, x, kind, to, o);
+        e.learnedBlock = e.learned ? learnedBlockAt(point, x.size(1), o) : 0;
+        std::unique_ptr<transforms::AffineTransform> t;
+        if (e.learnedBlock > 0) {
+            t = std::make_unique<transforms::BlockwiseTransform>(kind, x.size(1), e.learnedBlock, to);
+            if (!x.device().is_cpu()) t->to(x.device());
+        } else {
+            t = buildKind(point, x, kind, to, o);
+        }
         if (e.learned) {
             LayerLocalOptions lo = o.training;
             lo.mx = o.mx;
@@ -99,7 +111,12 @@ AnalysisEntry analyzeOne(const std::string& point, const at::Tensor& x, const st
         e.report = metrics::analyzeTransform(point, x, *t, o.mx, {});
         e.report.sweep = sweep(point, x, *t, kind, o);
         if (e.learned) {
-            e.matrix = cpuDouble(t->matrix());
+            if (const auto* blocks = e.learnedBlock > 0 ? t->blockStructure() : nullptr) {
+                e.matrixBlocks = cpuDouble(blocks->blocks());
+                e.matrixTail = cpuDouble(blocks->tail());
+            } else {
+                e.matrix = cpuDouble(t->matrix());
+            }
             e.bias = cpuDouble(t->bias());
             e.logAbsScales = cpuDouble(t->logAbsScales());
         }
@@ -114,6 +131,18 @@ AnalysisEntry analyzeOne(const std::string& point, const at::Tensor& x, const st
 }
 
 } // namespace
+
+std::int64_t learnedBlockAt(const std::string& point, std::int64_t dim, const AnalysisOptions& o) {
+    if (!o.learnedAsMethod) return 0;
+    auto endsWith = [&](const char* tail) {
+        const std::string t(tail);
+        return point.size() >= t.size() && point.compare(point.size() - t.size(), t.size(), t) == 0;
+    };
+    std::int64_t block = 0;
+    if (endsWith("down_proj.input")) block = kT3Block;                        // T3, an expert's too
+    else if (endsWith("self_attn.o_proj.input") && o.headDim > 0) block = o.headDim; // T2, per head
+    return block > 0 && block < dim ? block : 0;                                // T1: full
+}
 
 PointActivations captureActivationsInMemory(const model::LlamaModel& model, const std::vector<int>& calibrationIds,
                                             const std::string& pointsRegex, int samples, int seqLen,
@@ -184,13 +213,27 @@ AnalysisResult analyzeTransforms(const PointActivations& activations, const Anal
     validateAnalysisOptions(o);
     for (const auto& [point, x] : activations) metrics::requireFiniteActivations(x, point);
 
-    // Progress weights: a training step costs about as much as one full evaluation of the metrics.
-    auto weight = [&](const std::string& kind) {
-        return transforms::isLearnedKind(kind) ? double(o.training.steps) + 10.0 : 10.0;
+    // Progress weights in multiply-adds, so that the ETA holds across kinds and widths (issue 71:
+    // it said 14 s for 8 minutes when each transform had an equal share): a product with A costs
+    // rows·d·w, w the width A mixes (1 for none, log2 d for the fast Hadamard, the block for the
+    // block kinds and blockwise learned ones, d for a dense A); the metrics take ~2 products a
+    // sweep size, a training step ~6 on a minibatch, the best-iterate checks 2 on all rows each.
+    auto weight = [&](const std::string& point, const at::Tensor& x, const std::string& kind) {
+        const double rows = double(x.size(0)), d = double(x.size(1));
+        const bool learned = transforms::isLearnedKind(kind);
+        double w = d;
+        if (kind == "none") w = 1;
+        else if (kind == "hadamard") w = std::log2(std::max(2.0, d));
+        else if (isBlockKind(kind)) w = double(std::min<std::int64_t>(x.size(1), o.mx.blockSize));
+        else if (learned && learnedBlockAt(point, x.size(1), o) > 0) w = double(learnedBlockAt(point, x.size(1), o));
+        const double eval = 2.0 * (double(o.sweepBlocks.size()) + 2.0) * rows * d * w;
+        if (!learned) return eval;
+        const double batch = std::min(rows, double(o.training.batchRows));
+        return eval + double(o.training.steps) * 6.0 * batch * d * w + 11.0 * 2.0 * rows * d * w;
     };
     double total = 0;
-    for (const auto& k : o.kinds) total += weight(k);
-    total *= static_cast<double>(activations.size());
+    for (const auto& [point, x] : activations)
+        for (const auto& k : o.kinds) total += weight(point, x, k);
 
     const auto start = std::chrono::steady_clock::now();
     AnalysisResult r;
@@ -200,7 +243,7 @@ AnalysisResult analyzeTransforms(const PointActivations& activations, const Anal
         r.points.push_back({point, {x.size(0), x.size(1)}});
         for (const auto& kind : o.kinds) {
             job.checkCancelled();
-            const double w = weight(kind);
+            const double w = weight(point, xCpu, kind);
             SubJob sub(job, done / total, (done + w) / total, point + " " + kind + " ");
             sub.progress(0.0, "started");
             r.entries.push_back(analyzeOne(point, x, kind, o, sub));

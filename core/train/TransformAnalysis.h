@@ -47,6 +47,12 @@ struct AnalysisOptions {
     transforms::TransformOptions transform;                  // blockSize is taken from mx.blockSize
     LayerLocalOptions training;                              // its mx is taken from mx
     c10::Device device = c10::kCPU;                          // where transforms train and run
+    // The learned kinds as large as the method's transform at each point (true, the default:
+    // T1 full at the residual's points, T2's blocks of headDim at o_proj's input, T3's blocks of
+    // 32 at down_proj's; transforms/Blockwise.h), or full d×d everywhere (false: --learned-size
+    // full). A point of another name, or o_proj's without headDim, gets full ones.
+    bool learnedAsMethod = true;
+    std::int64_t headDim = 0;
     // The "wush" kind needs the weights reading each point besides its activations: the stacked
     // [out, d] of model::pointWeights by point name. A point without one gets an error entry.
     std::map<std::string, at::Tensor> pointWeights;
@@ -58,6 +64,9 @@ struct AnalysisOptions {
 std::vector<std::string> analysisKinds();
 inline constexpr const char* kWushKind = "wush";
 
+// The block of a learned kind at point under o (0: full d×d): AnalysisOptions::learnedAsMethod.
+std::int64_t learnedBlockAt(const std::string& point, std::int64_t dim, const AnalysisOptions& o);
+
 // One point × one transform.
 struct AnalysisEntry {
     std::string point, kind;
@@ -68,7 +77,12 @@ struct AnalysisEntry {
     // block transform follows the MX block, as in paper Fig. 2a); every other kind, learned ones
     // included, is held fixed while the MX block size varies.
     LayerLocalResult training;   // learned kinds
-    at::Tensor matrix, bias;     // learned kinds: A [d, d] and v [d] (undefined without bias), float64 CPU
+    // Learned kinds: A [d, d] and v [d] (undefined without bias), float64 CPU; a blockwise one
+    // (AnalysisOptions::learnedAsMethod) keeps A as its blocks instead: matrixBlocks [nb, b, b]
+    // and matrixTail [r, r] (undefined when b divides d), matrix undefined.
+    at::Tensor matrix, bias;
+    at::Tensor matrixBlocks, matrixTail;
+    std::int64_t learnedBlock = 0; // the blocks' size; 0: full
     at::Tensor logAbsScales;     // learned kinds with scales
     double seconds = 0;
 };

@@ -9,6 +9,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <chrono>
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -241,6 +244,31 @@ private slots:
                                      QString("download or export it again")})
                 QVERIFY2(msg.contains(p), qPrintable(msg + "\n  lacks: " + p));
         }
+    }
+
+    // Issue 71: a checkpoint checked once in this process is not read again (the workbench checks
+    // at open, its calibration checked again: 54 s on a 1B model); one whose file changed since is.
+    void checkedOnceUnlessItChanged() {
+        QTemporaryDir tmp;
+        const QString dir = tmp.filePath("model");
+        QVERIFY(latmix::test::writePoisonedModel(latmix::test::demoModelDir(), dir, "model.norm.weight", 0, 1.0)); // finite
+        struct Messages : latmix::JobContext {
+            std::vector<std::string> seen;
+            void progress(double, const std::string& m) override { seen.push_back(m); }
+        };
+        Messages first, second;
+        checkWeightsFinite(Checkpoint::load(dir.toStdString()), first);
+        checkWeightsFinite(Checkpoint::load(dir.toStdString()), second);
+        QVERIFY(first.seen.size() > 2); // tensor by tensor
+        QCOMPARE(second.seen, (std::vector<std::string>{"the weights were checked already: no NaN/Inf"}));
+        // The file rewritten with a NaN (the same size; its time set a second later, whatever the
+        // file system's resolution): read again, and refused.
+        const std::string file = (dir + "/model.safetensors").toStdString();
+        const auto before = std::filesystem::last_write_time(file);
+        QVERIFY(latmix::test::writePoisonedModel(latmix::test::demoModelDir(), dir, "model.norm.weight", 0,
+                                                 std::numeric_limits<double>::quiet_NaN()));
+        std::filesystem::last_write_time(file, before + std::chrono::seconds(1));
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, checkWeightsFinite(Checkpoint::load(dir.toStdString())));
     }
 
     void unknownWeightNamesTensorAndFolder() {

@@ -4,6 +4,7 @@
 
 #include "analysis/AnalysisStore.h"
 #include "train/TransformAnalysis.h"
+#include "transforms/Blockwise.h"
 #include "transforms/FixedTransforms.h"
 
 #include <ATen/ATen.h>
@@ -56,16 +57,76 @@ private slots:
             QVERIFY(e.report.mse > 0);
             QCOMPARE(e.learned, i % 3 == 2);
         }
+        // Learned kinds as large as the method's transform (issue 71): full at qkv's input (T1),
+        // blocks of 32 at down_proj's (T3's size), kept as the blocks.
+        const auto& full = r.entries[2];
+        QCOMPARE(full.learnedBlock, int64_t(0));
+        QCOMPARE(full.matrix.size(0), int64_t(64));
+        QCOMPARE(full.matrix.scalar_type(), at::kDouble);
         const auto& learned = r.entries[5];
         QCOMPARE(int(learned.training.history.size()), 4);
-        QCOMPARE(learned.matrix.size(0), int64_t(128));
+        QCOMPARE(learned.learnedBlock, int64_t(32));
+        QVERIFY(!learned.matrix.defined() && !learned.matrixTail.defined());
+        QCOMPARE(learned.matrixBlocks.sizes().vec(), (std::vector<int64_t>{4, 32, 32}));
         QVERIFY(learned.bias.defined());
-        QCOMPARE(learned.matrix.scalar_type(), at::kDouble);
+        QCOMPARE(learned.report.transform, std::string("learned-affine-lu, blocks of 32"));
         // Sweep: 8..128 for d = 128 (256 skipped); at B = 32 it is E(T) itself.
         QCOMPARE(int(r.entries[4].report.sweep.size()), 5);
         for (const auto& e : {r.entries[3], r.entries[5]})
             for (const auto& s : e.report.sweep)
                 if (s.blockSize == 32) QVERIFY(std::fabs(s.mse - e.report.mse) <= 1e-12 * e.report.mse); // same float64 sums
+    }
+
+    // Where a learned kind is built block by block: T3's 32 at any down_proj input (an expert's
+    // too), T2's head_dim at o_proj's, full at the residual's points, at unknown names, when the
+    // point is no wider than the block, and with learnedAsMethod off.
+    void learnedBlockFollowsTheMethod_data() {
+        QTest::addColumn<QString>("point");
+        QTest::addColumn<int>("dim");
+        QTest::addColumn<bool>("asMethod");
+        QTest::addColumn<int>("block");
+        QTest::newRow("down_proj") << "layers.7.mlp.down_proj.input" << 8192 << true << 32;
+        QTest::newRow("an expert's down_proj") << "layers.1.mlp.experts.5.down_proj.input" << 768 << true << 32;
+        QTest::newRow("o_proj, head_dim 64") << "layers.0.self_attn.o_proj.input" << 2048 << true << 64;
+        QTest::newRow("qkv") << "layers.0.self_attn.qkv.input" << 2048 << true << 0;
+        QTest::newRow("gate_up") << "layers.0.mlp.gate_up.input" << 2048 << true << 0;
+        QTest::newRow("unknown name") << "p" << 2048 << true << 0;
+        QTest::newRow("as wide as the block") << "layers.0.mlp.down_proj.input" << 32 << true << 0;
+        QTest::newRow("full asked") << "layers.7.mlp.down_proj.input" << 8192 << false << 0;
+    }
+    void learnedBlockFollowsTheMethod() {
+        QFETCH(QString, point);
+        QFETCH(int, dim);
+        QFETCH(bool, asMethod);
+        QFETCH(int, block);
+        train::AnalysisOptions o;
+        o.learnedAsMethod = asMethod;
+        o.headDim = 64;
+        QCOMPARE(train::learnedBlockAt(point.toStdString(), dim, o), std::int64_t(block));
+    }
+
+    // A blockwise learned transform is the block-diagonal matrix of its blocks: its dense A is
+    // their block_diag, its forward x Aᵀ + v of that A (float64 of float32 parameters: within
+    // float32 rounding), its inverse undoes it, its volume the blocks' log|s| together.
+    void blockwiseIsItsBlockDiagonal() {
+        transforms::TransformOptions to;
+        to.seed = 5;
+        to.noiseStd = 0.05;
+        transforms::BlockwiseTransform t("learned-affine-lu", 80, 32, to); // 32, 32 and a tail of 16
+        QCOMPARE(t.name(), std::string("learned-affine-lu, blocks of 32"));
+        const auto* blocks = t.blockStructure();
+        QVERIFY(blocks && blocks->blocks().size(0) == 2 && blocks->tail().size(0) == 16);
+        const auto a = t.matrix().to(at::kDouble);
+        QVERIFY(at::equal(a, at::block_diag({blocks->blocks()[0], blocks->blocks()[1], blocks->tail()}).to(at::kDouble)));
+        QVERIFY(at::equal(a.narrow(0, 0, 32).narrow(1, 32, 48), at::zeros({32, 48}, at::kDouble))); // off the blocks: 0
+        const auto x = rows(16, 80, 3).to(at::kDouble);
+        t.initBiasFromMean(x.mean(0));
+        const auto want = at::matmul(x, a.t()) + t.bias().to(at::kDouble);
+        const auto got = t.forward(x).to(at::kDouble);
+        QVERIFY2((got - want).abs().max().item<double>() <= 1e-5 * want.abs().max().item<double>(), "forward");
+        QVERIFY2((t.inverse(got) - x).abs().max().item<double>() <= 1e-4 * x.abs().max().item<double>(), "inverse");
+        QCOMPARE(t.logAbsScales().numel(), int64_t(80));
+        QCOMPARE(int(t.parameters().size()), 3 * 4); // L, U, log|s|, v of each block
     }
 
     void blockTransformsFollowTheSweepBlock() {
