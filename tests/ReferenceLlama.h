@@ -202,8 +202,8 @@ struct ReferenceLlama {
             h = h + lin(act, p + "mlp.down_proj", c.mlpBias);
         }
         h = rmsNorm(h, w("model.norm.weight"), true);
-        auto head = ck.has("lm_head.weight") ? w("lm_head.weight") : embed;
-        return at::matmul(h, head.t());
+        auto head = ck.has("lm_head.weight") || replaced.count("lm_head.weight") ? w("lm_head.weight") : embed;
+        return at::matmul(in(h, "lm_head.weight"), head.t());
     }
 };
 

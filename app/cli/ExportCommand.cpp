@@ -51,7 +51,8 @@ Runner addExportCommand(CLI::App& app) {
     auto* cmd = app.add_subcommand("export", "export a quantization run as a Hugging Face (bf16, dequantized) or "
                                              "compressed-tensors (packed MX) folder, or a GGUF file for llama.cpp");
     cmd->add_option("RUN_DIR", o->runDir, "run folder written by `latmix quantize` (model/, latmix.json)")->required();
-    cmd->add_option("--format", o->format, "hf, compressed-tensors, or gguf (MXFP4 and NVFP4 runs of Llama, Mistral, Qwen2, Qwen3, for llama.cpp)")
+    cmd->add_option("--format", o->format, "hf, compressed-tensors, gguf (MXFP4 and NVFP4 runs of Llama, Mistral, Qwen2, Qwen3, for llama.cpp; "
+                    "embeddings, output and a folded-back down_proj in BF16) or gguf-f32 (those in F32: exact, larger)")
         ->required();
     cmd->add_option("--out", o->out, "output folder, new or empty unless --overwrite (gguf: the file, FILE.gguf)")->required();
     cmd->add_flag("--overwrite", o->overwrite, "replace an existing output folder or file once the export has succeeded");

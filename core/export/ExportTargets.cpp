@@ -21,8 +21,9 @@ std::uint64_t values(std::int64_t out, std::int64_t in) { return std::uint64_t(o
 // Bytes of one block linear's weight [out, in] in each target (docs/developer/gguf.md,
 // compressed-tensors.md): hf bf16; compressed-tensors the packed codes and a scale byte per block
 // (NVFP4: its global scale too); GGUF 17/32 (MXFP4) or 36/64 (NVFP4) bytes per value, F32 where
-// rows end in a partial block or T3 was folded back into down_proj. Kept linears (--keep) are
-// bf16 everywhere but a GGUF down_proj with T3 folded back (F32 like every such down_proj).
+// rows end in a partial block, and BF16 (gguf) or F32 (gguf-f32) where T3 was folded back into
+// down_proj. Kept linears (--keep) are bf16 everywhere but a GGUF down_proj with T3 folded back
+// (as every such down_proj).
 std::uint64_t hfLinearBytes(const Quantization&, std::int64_t out, std::int64_t in, bool, bool) {
     return 2 * values(out, in);
 }
@@ -33,14 +34,25 @@ std::uint64_t ctLinearBytes(const Quantization& q, std::int64_t out, std::int64_
     return std::uint64_t(out) * std::uint64_t((in + 1) / 2 + (in + block - 1) / block) + (q.weightFormat->isNvfp4() ? 4 : 0);
 }
 
-std::uint64_t ggufLinearBytes(const Quantization& q, std::int64_t out, std::int64_t in, bool down, bool kept) {
+// GGUF: a folded-back W_down · H in BF16 (gguf) or F32 (gguf-f32).
+std::uint64_t ggufLinearBytesAt(const Quantization& q, std::int64_t out, std::int64_t in, bool down, bool kept,
+                                std::uint64_t foldedBytes) {
     const std::uint64_t n = values(out, in);
-    if (kept && down && q.t3Block > 0) return 4 * n;
+    if (kept && down && q.t3Block > 0) return foldedBytes * n;
     if (!q.weightFormat || kept) return 2 * n;
     const bool nv = q.weightFormat->isNvfp4();
     const std::int64_t ggmlBlock = nv ? 64 : 32;
-    if ((down && q.t3Block > 0) || in % ggmlBlock != 0) return 4 * n;
+    if (down && q.t3Block > 0) return foldedBytes * n;
+    if (in % ggmlBlock != 0) return 4 * n;
     return n / std::uint64_t(ggmlBlock) * (nv ? 36 : 17) + (nv ? 4 : 0);
+}
+
+std::uint64_t ggufLinearBytes(const Quantization& q, std::int64_t out, std::int64_t in, bool down, bool kept) {
+    return ggufLinearBytesAt(q, out, in, down, kept, 2);
+}
+
+std::uint64_t ggufF32LinearBytes(const Quantization& q, std::int64_t out, std::int64_t in, bool down, bool kept) {
+    return ggufLinearBytesAt(q, out, in, down, kept, 4);
 }
 
 void checkNothing(const model::ModelConfig&, const std::string&) {} // hf takes every run
@@ -71,14 +83,18 @@ void describeCompressedTensors(const Quantization& q, const std::string& weights
                "; codes and scales as the run stored them (" + weights + ")";
 }
 
-void describeGguf(const Quantization& q, const std::string& weights, ExportTarget& t) {
+void describeGgufAs(const Quantization& q, const std::string& weights, ExportTarget& t, bool exact) {
     t.runtimes = "llama.cpp (MXFP4 and NVFP4 since 2025; checked with llama.cpp v0.4.0 through node-llama-cpp "
                  "3.21.1) and what is built on it: ollama, LM Studio";
     t.online = "nothing of LATMiX's: llama.cpp rounds activations to Q8_0 inside its CPU products";
+    const std::string floats = exact ? "F32 (exact, 4 bytes a weight)" : "BF16 (2 bytes a weight)";
     t.folded = std::string("T1, T2 and the biases llama.cpp loads") +
-               (q.t3Block > 0 ? "; T3 folded back into down_proj, stored in F32 (exact, 4 bytes a weight)" : "") +
-               "; codes and scales as the run stored them (" + weights + ")";
+               (q.t3Block > 0 ? "; T3 folded back into down_proj, stored in " + floats : std::string()) +
+               "; the embedding and lm_head in " + floats + "; codes and scales as the run stored them (" + weights + ")";
 }
+
+void describeGguf(const Quantization& q, const std::string& weights, ExportTarget& t) { describeGgufAs(q, weights, t, false); }
+void describeGgufF32(const Quantization& q, const std::string& weights, ExportTarget& t) { describeGgufAs(q, weights, t, true); }
 
 ExportSummary writeFolder(const std::string& runDir, ExportFormat format, const std::string& out, JobContext& job,
                           bool overwrite) {
@@ -104,9 +120,9 @@ ExportSummary writeCompressedTensors(const std::string& runDir, const std::strin
     return writeFolder(runDir, ExportFormat::CompressedTensors, out, job, overwrite);
 }
 
-ExportSummary writeGguf(const std::string& runDir, const std::string& out, JobContext& job, bool overwrite) {
+ExportSummary writeGgufAs(const std::string& runDir, const std::string& out, JobContext& job, bool overwrite, bool exact) {
     const auto t0 = std::chrono::steady_clock::now();
-    const GgufReport r = exportGguf(runDir, out, job, overwrite);
+    const GgufReport r = exportGguf(runDir, out, job, overwrite, exact);
     ExportSummary s;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     s.out = r.file;
@@ -118,8 +134,17 @@ ExportSummary writeGguf(const std::string& runDir, const std::string& out, JobCo
     return s;
 }
 
+ExportSummary writeGguf(const std::string& runDir, const std::string& out, JobContext& job, bool overwrite) {
+    return writeGgufAs(runDir, out, job, overwrite, false);
+}
+
+ExportSummary writeGgufF32(const std::string& runDir, const std::string& out, JobContext& job, bool overwrite) {
+    return writeGgufAs(runDir, out, job, overwrite, true);
+}
+
 // One row per target: its name, the bytes of a value of the tensors besides the block linears
-// (GGUF F32, the others bf16), and its functions.
+// (gguf-f32 F32, the others bf16; the norms are F32 in GGUF, a rounding error here), and its
+// functions.
 struct Target {
     ExportTargetKind kind;
     std::uint64_t otherValueBytes;
@@ -135,7 +160,9 @@ const std::vector<Target>& targets() {
         {{"compressed-tensors", "compressed-tensors (packed MX codes + scales)", ""},
          2, ctLinearBytes, checkCompressedTensors, describeCompressedTensors, writeCompressedTensors},
         {{"gguf", "GGUF for llama.cpp (one file; MXFP4 and NVFP4 runs)", ".gguf"},
-         4, ggufLinearBytes, checkGguf, describeGguf, writeGguf},
+         2, ggufLinearBytes, checkGguf, describeGguf, writeGguf},
+        {{"gguf-f32", "GGUF for llama.cpp, exact (F32 where not 4-bit)", ".gguf"},
+         4, ggufF32LinearBytes, checkGguf, describeGgufF32, writeGgufF32},
     };
     return table;
 }

@@ -40,7 +40,11 @@ at::Tensor pairRows(std::int64_t heads, std::int64_t hd) {
 
 class Writer {
 public:
-    explicit Writer(const run::RunModel& run) : m_run(run) {}
+    // exact: the matrices that are no 4-bit linear (token_embd, output, W_down · H where T3 is
+    // folded back) in F32, as the run holds them; else in BF16, as llama.cpp's own converter
+    // writes a model's float tensors (issue 71: the F32 file of brownpy-13M was 69.5 MiB against
+    // the 49.3 MiB of the FP32 checkpoint it came from).
+    Writer(const run::RunModel& run, bool exact) : m_run(run), m_exact(exact) {}
 
     void tensorF32(const std::string& ggufName, const at::Tensor& t) {
         const auto f = t.to(at::kFloat).contiguous();
@@ -55,6 +59,12 @@ public:
         m_w.addTensor(ggufName, ne, GgmlType::BF16,
                       std::string(static_cast<const char*>(b.data_ptr()), static_cast<std::size_t>(b.numel()) * 2));
     }
+    // A matrix that is no 4-bit linear (the embedding, lm_head, a folded-back W_down · H).
+    void matrix(const std::string& ggufName, const at::Tensor& t) {
+        if (m_exact) tensorF32(ggufName, t);
+        else tensorBf16(ggufName, t);
+    }
+    bool exact() const { return m_exact; }
     int kept() const { return m_kept; }
     // A block linear's packed MXFP4 or NVFP4 weight, rows reordered when `rows` is given. GGUF's
     // rows are whole blocks (32 values for MXFP4, 64 for NVFP4): a linear whose rows end in a
@@ -122,6 +132,7 @@ public:
 
 private:
     const run::RunModel& m_run;
+    bool m_exact;
     GgufWriter m_w;
     int m_fp4 = 0, m_partialBlocks = 0, m_kept = 0;
 };
@@ -262,7 +273,7 @@ void writeExperts(Writer& w, const run::RunModel& run, const model::ModelConfig&
     if (run.quant.t3Block == 0) return w.stackedLinear(b + "ffn_down_exps.weight", prefixes(E::Down));
     std::vector<at::Tensor> downs;
     for (const auto& d : prefixes(E::Down)) downs.push_back(foldBackT3(run.tensors.at(d + ".weight"), t3Blocks));
-    w.tensorF32(b + "ffn_down_exps.weight", at::stack(downs));
+    w.matrix(b + "ffn_down_exps.weight", at::stack(downs));
 }
 
 void writeLayer(Writer& w, const run::RunModel& run, const model::ModelConfig& c, const GgufArchitecture& a, int l,
@@ -288,8 +299,8 @@ void writeLayer(Writer& w, const run::RunModel& run, const model::ModelConfig& c
     }
     w.linear(b + "ffn_gate.weight", p + names::kGateProj);
     w.linear(b + "ffn_up.weight", p + names::kUpProj);
-    if (run.quant.t3Block > 0) // W_down · H: float32, so only its rounding separates it from the run's
-        w.tensorF32(b + "ffn_down.weight", foldBackT3(run.tensors.at(p + names::kDownProj + ".weight"), t3Blocks));
+    if (run.quant.t3Block > 0) // W_down · H: BF16, or F32 for the exact file (only its rounding then separates it)
+        w.matrix(b + "ffn_down.weight", foldBackT3(run.tensors.at(p + names::kDownProj + ".weight"), t3Blocks));
     else
         w.linear(b + "ffn_down.weight", p + names::kDownProj);
     w.biasIf(b + "ffn_gate.bias", p + names::kGateProj + ".bias", a.mlpBias);
@@ -303,7 +314,7 @@ void checkGgufConfig(const model::ModelConfig& runConfig, const std::string& run
     checkConfig(runConfig, runConfig.latmix ? runConfig.latmix->weightFormat : std::nullopt, runDir);
 }
 
-GgufReport exportGguf(const std::string& runDir, const std::string& file, JobContext& job, bool overwrite) {
+GgufReport exportGguf(const std::string& runDir, const std::string& file, JobContext& job, bool overwrite, bool exact) {
     if (file.empty()) throw std::runtime_error("no output file given; pass --out FILE.gguf");
     std::error_code ec;
     if (fs::is_directory(file, ec))
@@ -316,7 +327,7 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     const model::ModelConfig c = run::runModelConfig(run);
     const GgufArchitecture a = checkExportable(run, c, runDir);
     util::makeParentFolder(file); // as the folder targets make theirs
-    Writer w(run);
+    Writer w(run, exact);
     GgufVocabulary vocabulary;
     try {
         vocabulary = readGgufVocabulary(modelDir, c.vocabSize);
@@ -327,7 +338,7 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
 
     GgufReport r;
     r.file = file;
-    w.tensorF32("token_embd.weight", run.tensors.at(names::kEmbed));
+    w.matrix("token_embd.weight", run.tensors.at(names::kEmbed));
     if (c.ropeScaling) w.tensorF32("rope_freqs.weight", ropeFactors(c));
     const at::Tensor qRows = a.ropePairs ? pairRows(c.numHeads, c.headDim) : at::Tensor(),
                      kRows = a.ropePairs ? pairRows(c.numKvHeads, c.headDim) : at::Tensor();
@@ -339,10 +350,13 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
         job.progress(double(l + 1) / c.numLayers, "layer " + std::to_string(l + 1) + "/" + std::to_string(c.numLayers));
     }
     w.tensorF32("output_norm.weight", run.tensors.at(names::kFinalNorm));
-    if (run.tensors.count(names::kLmHead)) w.tensorF32("output.weight", run.tensors.at(names::kLmHead));
+    if (run.tensors.count(names::kLmHead)) w.matrix("output.weight", run.tensors.at(names::kLmHead));
     if (run.quant.t3Block > 0)
-        r.notes.push_back(std::string("T3 folded back: ") + (c.moe ? "ffn_down_exps" : "ffn_down") +
-                          " stored in float32 as W_down · H (llama.cpp applies no online Hadamard)");
+        r.notes.push_back(std::string("T3 folded back: ") + (c.moe ? "ffn_down_exps" : "ffn_down") + " stored in " +
+                          (exact ? "F32" : "BF16") + " as W_down · H (llama.cpp applies no online Hadamard)");
+    r.notes.push_back(exact ? "token_embd and output stored in F32, as the run holds them (the exact file)"
+                            : "token_embd and output stored in BF16, as llama.cpp's converter writes them (the "
+                              "gguf-f32 target keeps them F32)");
     if (w.kept() > 0)
         r.notes.push_back(std::to_string(w.kept()) + " linear(s) kept in full precision (--keep) stored as BF16" +
                           (run.quant.t3Block > 0 ? " (a kept down_proj in F32 with T3 folded back, as every down_proj)" : ""));

@@ -24,7 +24,10 @@ struct GgufReport {
 // weights not MXFP4, a non-zero bias the architecture does not load (util::RemediedError with
 // t1_bias / t2_bias off), a tokenizer llama.cpp would read differently, an existing file
 // without `overwrite`.
-GgufReport exportGguf(const std::string& runDir, const std::string& file, JobContext& job, bool overwrite = false);
+// exact: the matrices that are no 4-bit linear in F32 as the run holds them; else BF16 (the
+// default target, as llama.cpp's converter writes a model's float tensors).
+GgufReport exportGguf(const std::string& runDir, const std::string& file, JobContext& job, bool overwrite = false,
+                      bool exact = false);
 
 // The refusals of exportGguf that a run's config.json decides (runConfig: ModelConfig of
 // RUN_DIR/model/config.json): the architecture, weights not MXFP4 / NVFP4 (a util::RemediedError

@@ -96,7 +96,7 @@ struct GgufFile {
         return reinterpret_cast<const unsigned char*>(bytes.data()) + dataStart + tensors.at(name).offset;
     }
 
-    // The tensor's values in ggml's order (row after row of ne[0] values), F32 or MXFP4.
+    // The tensor's values in ggml's order (row after row of ne[0] values), F32, BF16, MXFP4 or NVFP4.
     std::vector<float> values(const std::string& name) const {
         const Tensor& t = tensors.at(name);
         const std::int64_t n = elements(name);
@@ -104,6 +104,11 @@ struct GgufFile {
         const unsigned char* p = data(name);
         if (t.type == 0) {
             std::memcpy(out.data(), p, out.size() * sizeof(float));
+        } else if (t.type == 30) { // BF16: the upper half of the float32 bits
+            for (std::int64_t i = 0; i < n; ++i) {
+                const std::uint32_t bits = std::uint32_t(p[2 * i]) << 16 | std::uint32_t(p[2 * i + 1]) << 24;
+                std::memcpy(&out[std::size_t(i)], &bits, sizeof(float));
+            }
         } else if (t.type == 39) {
             static const int kvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
             for (std::int64_t b = 0; b < n / 32; ++b) {

@@ -122,10 +122,17 @@ private slots:
         compare(model, "brownpy-13M-rtn-nvfp4", "rtn", kPositions, "nvfp4");
     }
 
+    // The exact file (gguf-f32): the embedding, lm_head and W_down · H in F32, as the run holds
+    // them; the default file's BF16 for them moves llama.cpp's perplexity by what this row and
+    // "brownpy-13M latmix-lu" print (docs/developer/gguf.md).
+    void llamaCppRunsTheExactFile() {
+        compare(test::modelFolder("brownpy-13M"), "brownpy-13M-latmix-lu-f32", "latmix-lu", kPositions, "mxfp4", {},
+                "gguf-f32");
+    }
+
     // --keep: layer 0 and every down_proj stay in full precision, written as BF16 tensors (a kept
-    // down_proj with T3 folded back in F32, as every down_proj); the other linears MXFP4. ggml
-    // meets BF16 weights with BF16 activations, not the Q8_0 the reference rounds to, so
-    // llama.cpp‖rounded is larger here than in the other rows, and still inside the bound.
+    // down_proj with T3 folded back as every down_proj); the other linears MXFP4. ggml meets BF16
+    // weights with BF16 activations, which the reference rounds as it rounds Q8_0's.
     void llamaCppRunsKeptLinears() {
         compare(test::modelFolder("brownpy-13M"), "brownpy-13M-mr-gptq-keep", "mr-gptq", kPositions, "mxfp4",
                 {"--keep", "layers\\.0\\.|down_proj"});
@@ -277,14 +284,14 @@ private:
     // Quantizes `model` with `method`, exports the run as GGUF, and holds llama.cpp's
     // distributions to the reference's (the file's comment has the tolerance).
     void compare(const QString& model, const QString& name, const QString& method, int positions,
-                 const QString& format = "mxfp4", const QStringList& extra = {}) {
+                 const QString& format = "mxfp4", const QStringList& extra = {}, const QString& target = "gguf") {
         const QString dir = m_tmp.path() + "/" + name, run = dir + "/run", gguf = dir + "/model.gguf";
         auto r = test::runLatmix(QStringList{"quantize", "--model", model, "--method", method, "--format", format, "--out", run,
                                              "--calib-samples", "8", "--seqlen", "128", "--steps", "20", "--batch", "2"} +
                                      extra,
                                  300000);
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-        r = test::runLatmix({"export", run, "--format", "gguf", "--out", gguf}, 120000);
+        r = test::runLatmix({"export", run, "--format", target, "--out", gguf}, 120000);
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
 
         // The same ids for both: the run's tokenizer on WikiText-2's test text.
@@ -357,8 +364,44 @@ private:
                 mxfp4.insert(p + hfName.at(kind) + ".weight");
         }
         QVERIFY2(!mxfp4.empty(), "the file has no MXFP4 or NVFP4 tensor");
+        // The matrices the file holds in BF16 (token_embd, output, a folded-back W_down · H: issue
+        // 71): the reference takes the file's values, and llama.cpp's CPU rounds the activations
+        // that meet a BF16 weight to BF16 (ggml's vec_dot_type of BF16), as it rounds those meeting
+        // MXFP4 to Q8_0; a lookup (token_embd) rounds nothing.
+        // Kept linears (--keep) are BF16 values in the run already: only their inputs round.
+        std::set<std::string> bf16;
+        for (const auto& [name, t] : file.tensors) {
+            if (t.type != 30) continue;
+            const bool layer = name.compare(0, 4, "blk.") == 0;
+            const std::string kind = layer ? name.substr(name.find('.', 4) + 1, name.rfind('.') - name.find('.', 4) - 1) : "";
+            if (layer && expertKind.count(kind)) { // stacked experts, ne = {in, out, experts}: one matrix each
+                const std::string p = "model.layers." + name.substr(4, name.find('.', 4) - 4) + ".";
+                const at::Tensor all = at::tensor(file.values(name), at::kFloat).reshape({t.ne[2], t.ne[1], t.ne[0]}).to(at::kDouble);
+                for (int e = 0; e < c.moe->numExperts; ++e) {
+                    const std::string hf = p + model::names::expertModule(c, e, expertKind.at(kind)) + ".weight";
+                    ref.replaced[hf] = all[e].clone();
+                    bf16.insert(hf);
+                }
+                continue;
+            }
+            const std::string hf = name == "token_embd.weight" ? "model.embed_tokens.weight"
+                                   : name == "output.weight"   ? "lm_head.weight"
+                                   : layer && hfName.count(kind)
+                                       ? "model.layers." + name.substr(4, name.find('.', 4) - 4) + "." + hfName.at(kind) + ".weight"
+                                       : "";
+            QVERIFY2(!hf.empty(), qPrintable(QString("a BF16 tensor this test does not map: ") + name.c_str()));
+            if (!layer || kind == "ffn_down") { // the file's values (ffn_down's rows are in Hugging Face's order)
+                const std::vector<float> v = file.values(name);
+                ref.replaced[hf] = at::tensor(v, at::kFloat).reshape({t.ne[1], t.ne[0]}).to(at::kDouble);
+            }
+            if (name != "token_embd.weight") bf16.insert(hf);
+        }
+        // Tied embeddings: llama.cpp's output product is with token_embd, BF16 too.
+        if (!file.tensors.count("output.weight") && file.tensors.at("token_embd.weight").type == 30) bf16.insert("lm_head.weight");
         const at::Tensor exact = at::log_softmax(ref.logits(ids), 1);
-        ref.linearInput = [&](const at::Tensor& x, const std::string& w) { return mxfp4.count(w) ? q8_0(x) : x; };
+        ref.linearInput = [&](const at::Tensor& x, const std::string& w) {
+            return mxfp4.count(w) ? q8_0(x) : bf16.count(w) ? x.to(at::kBFloat16).to(at::kDouble) : x;
+        };
         const at::Tensor rounded = at::log_softmax(ref.logits(ids), 1);
 
         const double dQ8 = meanKl(rounded.exp(), exact), dLlama = meanKl(pLlama, exact), dLeft = meanKl(pLlama, rounded);
