@@ -162,9 +162,15 @@ for d in $DEVICES; do
 done
 run bench-mx "$L" bench mx --repeat 3 $([ "$REHEARSE" = yes ] && echo --elements 1048576)
 
-# The numbers, from the JSON files the runs wrote.
-python3 - "$R" "$OUT/runs.json" "$STEPS" "$SEQ" "$EVAL_SEQ" "$EVAL_WINDOWS" "$STEPS_1B" << 'EOF'
+# The numbers, from the JSON files the runs wrote; the comparisons with a bound are checks (issue
+# 71): a failed one is printed as "CHECK FAILED" and counts as a failed run.
+python3 - "$R" "$OUT/runs.json" "$STEPS" "$SEQ" "$EVAL_SEQ" "$EVAL_WINDOWS" "$STEPS_1B" << 'EOF' || fails=$((fails + 1))
 import json, os, sys
+failed = []
+def check(name, value, bound):
+    """value <= bound, or a failure named with both; a value not measured is not checked."""
+    if value is not None and not value <= bound:
+        failed.append("%s: %.3g > %.3g" % (name, value, bound))
 R, out, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 seq, eseq, ewin = sys.argv[4:7]
 steps1b = int(sys.argv[7])
@@ -201,6 +207,8 @@ print("|---|---|---|---|")
 print("| eval ppl, seqlen %s x %s | %s | %s | rel. diff %s (tst_perplexity: < 1e-4) |" % (eseq, ewin,
     fmt(g(e, "cuda", "perplexity"), "%.6f"), fmt(g(e, "cpu", "perplexity"), "%.6f"),
     fmt(rel(g(e, "cuda", "perplexity"), g(e, "cpu", "perplexity")), "%.1e")))
+# float32 on both: tst_perplexity's bound for the same forward on another device.
+check("eval perplexity, cuda vs cpu (float32)", rel(g(e, "cuda", "perplexity"), g(e, "cpu", "perplexity")), 1e-4)
 print("| eval tokens/s | %s | %s | x%s |" % (fmt(g(e, "cuda", "tokens_per_second"), "%.0f"), fmt(g(e, "cpu", "tokens_per_second"), "%.0f"),
     fmt(None if not g(e, "cpu", "tokens_per_second") or g(e, "cuda", "tokens_per_second") is None else g(e, "cuda", "tokens_per_second") / g(e, "cpu", "tokens_per_second"), "%.1f")))
 for m in ("latmix-lu", "mr-gptq"):
@@ -260,6 +268,11 @@ if any(load("hf-%s.json" % n) for n, _ in pairs):
         a, h = load(ev + ".json"), load("hf-%s.json" % n)
         print("| %s | %s (%s) | %s (%s) | %s |" % (n, fmt(g(a, "perplexity"), "%.5f"), fmt(g(a, "tokens_per_second"), "%.0f"),
               fmt(g(h, "perplexity"), "%.5f"), fmt(g(h, "tokens_per_second"), "%.0f"), fmt(rel(g(a, "perplexity"), g(h, "perplexity")), "%.1e")))
+        # Both bf16 on the same windows: log-perplexity is a mean of NLLs, each moving by at most
+        # its largest logit's change; the two stores round each logit's inputs by bf16's unit
+        # roundoff 2^-8 and their sums in other orders, so 4 x 2^-8 of relative perplexity bounds
+        # two implementations of one function, and a wrong weight, bias or rope is far beyond it.
+        check("transformers vs latmix eval, %s (bf16)" % n, rel(g(a, "perplexity"), g(h, "perplexity")), 4 * 2 ** -8)
 # Our training step beside the PyTorch-eager peer's, 1B shape, 4 x 2048, same card.
 def step_of(name):
     try:
@@ -277,6 +290,8 @@ if peer("bf16") or peer("tf32"):
         e, o = peer(p), step_of(ours)
         print("| %s | %s | %s (%s) | %s |" % (p, fmt(o, "%.3f"), fmt(g(e, "step_s_median"), "%.3f"), g(e, "step_s"),
               fmt(None if o is None or not g(e, "step_s_median") else o / g(e, "step_s_median"), "%.2f")))
+for f in failed: print("CHECK FAILED: " + f)
+sys.exit(1 if failed else 0)
 EOF
 cat "$R/bisect.txt" 2> /dev/null | sed 's/^/| /; s/$/ | | | |/'
 grep -H -e '^peak' -e '^fits' -e '^does not fit' "$R"/dry-*.txt 2>/dev/null | sed "s|^$R/||; s/^/| /; s/\$/ | | | |/"
