@@ -439,7 +439,6 @@ void ActivationView::drawTokenBlocks() {
     plot->xAxis2->setRange(plot->xAxis->range());
     connect(plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), plot->xAxis2, qOverload<const QCPRange&>(&QCPAxis::setRange),
             Qt::UniqueConnection);
-    plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     plot->axisRect()->setRangeDrag(Qt::Horizontal);
     plot->axisRect()->setRangeZoom(Qt::Horizontal);
     m_blocksShown = QPair<int, int>(first, first + shown - 1);

@@ -6,7 +6,7 @@
 #include "AnalysisPlots.h"
 #include "CalibrationView.h"
 #include "JobRunner.h"
-#include "PlotExport.h"
+#include "PlotInteraction.h"
 #include "PlotStyle.h"
 
 #include "model/Checkpoint.h"
@@ -18,6 +18,7 @@
 
 #include <algorithm>
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QFormLayout>
@@ -88,7 +89,7 @@ ComparisonView::ComparisonView(QWidget* parent) : AnalysisView(parent, tr("A com
     createTable();
     QWidget* plots = createPlots();
     auto* layout = new QHBoxLayout(this);
-    layout->addWidget(form);
+    layout->addWidget(FormWidgets::scrollingForm(form));
     layout->addWidget(plots, 1);
 
     connect(m_compare, &QPushButton::clicked, this, [this] { compare(); });
@@ -102,6 +103,7 @@ ComparisonView::ComparisonView(QWidget* parent) : AnalysisView(parent, tr("A com
 // across layers, the status line.
 QWidget* ComparisonView::createForm() {
     auto* form = new QWidget(this);
+    form->setObjectName(QStringLiteral("comparisonForm"));
     form->setFixedWidth(260);
     auto* column = new QVBoxLayout(form);
     column->setContentsMargins(0, 0, 0, 0);
@@ -153,6 +155,12 @@ QWidget* ComparisonView::createForm() {
     m_acrossLayers->setObjectName(QStringLiteral("acrossLayersButton"));
     m_acrossLayers->setToolTip(tr("The current point's kind in every layer, with the transform above"));
     lf->addRow(m_acrossLayers);
+    m_holdScale = new QCheckBox(tr("&Hold the colour scale"), layersBox);
+    m_holdScale->setObjectName(QStringLiteral("heatmapHoldScaleCheck"));
+    m_holdScale->setToolTip(tr("The next maps keep the colours of the map shown now (values beyond its range take the end "
+                               "colours), so that two transforms' maps compare by colour"));
+    connect(m_holdScale, &QCheckBox::toggled, this, [this](bool hold) { m_scaleHeld = hold && m_heatmapScale.first < m_heatmapScale.second; });
+    lf->addRow(m_holdScale);
     column->addWidget(layersBox);
     auto* status = new QLabel(form);
     status->setObjectName(QStringLiteral("comparisonStatus"));
@@ -190,7 +198,7 @@ QWidget* ComparisonView::createPlots() {
         auto* p = new QCustomPlot(this);
         p->setObjectName(QLatin1String(name));
         p->setMinimumSize(220, 180);
-        PlotExport::enableContextMenu(p);
+        PlotInteraction::enable(p);
         return p;
     };
     m_perBlockPlot = plot("perBlockPlot");
@@ -201,6 +209,13 @@ QWidget* ComparisonView::createPlots() {
     m_heatmapPlot->xAxis->setLabel(tr("MX block index"));
     m_heatmapPlot->yAxis->setLabel(tr("layer"));
     PlotStyle::integerTicks(m_heatmapPlot->xAxis); // block indices: a 128-wide point has 4
+    // Empty until asked for (issue 71: in a real X window an empty frame read as a failure).
+    auto* hint = new QCPItemText(m_heatmapPlot);
+    hint->setObjectName(QStringLiteral("heatmapHint"));
+    hint->position->setType(QCPItemPosition::ptAxisRectRatio);
+    hint->position->setCoords(0.5, 0.5);
+    hint->setText(tr("Empty until Across layers ›\n“Per-block error of every layer”"));
+    hint->setColor(palette().color(QPalette::PlaceholderText));
 
     auto* plots = new QSplitter(Qt::Vertical, this);
     plots->addWidget(m_table);
@@ -285,6 +300,9 @@ latmix::train::AnalysisOptions ComparisonView::analysisOptions() const {
     o.transform.blockSize = o.mx.blockSize;
     o.training.mx = o.mx;
     o.training.steps = m_steps->value();
+    // Learned kinds as large as the method's transform at the point (T2's head_dim blocks).
+    if (!m_modelDir.isEmpty())
+        o.headDim = latmix::model::ModelConfig::fromFile(QDir(m_modelDir).filePath(QStringLiteral("config.json")).toStdString()).headDim;
     return o;
 }
 
@@ -351,9 +369,17 @@ bool ComparisonView::compare(QString* error) {
                            if (chosen)
                                emit pointMetricsKnown(tr("E(T), %1").arg(QString::fromStdString(chosen->kind)),
                                                       {{QString::fromStdString(chosen->point), chosen->report.mse}});
-                           statusLine()->setText(tr("Compared %1 transforms in %2 s")
-                                                 .arg(m_result.entries.size())
-                                                 .arg(m_result.seconds, 0, 'f', 1));
+                           QString text = tr("Compared %1 transforms in %2 s")
+                                              .arg(m_result.entries.size())
+                                              .arg(m_result.seconds, 0, 'f', 1);
+                           // Learned kinds at the size the method's transform has here (Blockwise.h).
+                           for (const auto& e : m_result.entries)
+                               if (e.learnedBlock > 0) {
+                                   text += tr("; learned kinds in blocks of %1, the size of the method's transform here")
+                                               .arg(e.learnedBlock);
+                                   break;
+                               }
+                           statusLine()->setText(text);
                        });
 }
 
@@ -437,6 +463,8 @@ void ComparisonView::showHeatmap(const QStringList& points, const QVector<QVecto
     m_heatmapPoints = points;
     QCustomPlot* p = m_heatmapPlot;
     PlotStyle::clearHeatmap(p);
+    for (int i = 0; i < p->itemCount(); ++i)
+        if (p->item(i)->objectName() == QLatin1String("heatmapHint")) p->item(i)->setVisible(rows.isEmpty());
     if (rows.isEmpty()) {
         p->replot();
         return;
@@ -449,6 +477,10 @@ void ComparisonView::showHeatmap(const QStringList& points, const QVector<QVecto
         for (int b = 0; b < blocks && b < rows[l].size(); ++b)
             map->data()->setCell(b, l, std::log10(std::max(rows[l][b], 1e-30)));
     map->rescaleDataRange(true);
+    // Held: the scale of the map shown when the box was ticked (or of this one, the first since).
+    if (m_holdScale->isChecked() && m_scaleHeld) map->setDataRange(QCPRange(m_heatmapScale.first, m_heatmapScale.second));
+    m_heatmapScale = {map->dataRange().lower, map->dataRange().upper};
+    m_scaleHeld = m_holdScale->isChecked();
     PlotStyle::setTitle(p, tr("Per-block error across layers: %1, %2").arg(pointKind(points.first()), kind));
     // Whole cells: each is centred on its block and row.
     p->xAxis->setRange(-0.5, blocks - 0.5);
@@ -464,5 +496,7 @@ void ComparisonView::showHeatmap(const QStringList& points, const QVector<QVecto
 }
 
 QVector<QVector<double>> ComparisonView::heatmapRows() const { return m_heatmapRows; }
+
+void ComparisonView::setHoldColourScale(bool hold) { m_holdScale->setChecked(hold); }
 
 } // namespace latmix::gui

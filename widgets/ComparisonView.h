@@ -12,6 +12,7 @@
 #include "train/TransformAnalysis.h"
 
 #include <QMap>
+#include <QPair>
 #include <QString>
 #include <QStringList>
 #include <QVector>
@@ -20,6 +21,7 @@
 #include <memory>
 #include <string>
 
+class QCheckBox;
 class QComboBox;
 class QCustomPlot;
 class QLabel;
@@ -61,6 +63,11 @@ public:
     // Heatmap rows (layers) of per-block errors as drawn, and the points they came from.
     QVector<QVector<double>> heatmapRows() const;
     QStringList heatmapPoints() const { return m_heatmapPoints; }
+    // "Hold the colour scale": the next maps use the scale of the map drawn when it was ticked
+    // (values beyond it take the end colours), so that two transforms' maps compare by colour.
+    void setHoldColourScale(bool hold);
+    // The log10 range of the map's colours as drawn last (empty before any map).
+    QPair<double, double> heatmapColourRange() const { return m_heatmapScale; }
 
     // Calibration ids of the built-in text (or LATMIX calibration file) for the model; public
     // so tests can reproduce exactly what the view measured.
@@ -92,6 +99,8 @@ private:
     latmix::train::AnalysisResult m_result;
     QStringList m_heatmapPoints;
     QVector<QVector<double>> m_heatmapRows;
+    QPair<double, double> m_heatmapScale{0, 0}; // as drawn last
+    bool m_scaleHeld = false;                   // m_heatmapScale applies to the next maps
     FormWidgets::PointPicker m_point;
     QComboBox* m_format;
     QComboBox* m_heatmapKind;
@@ -101,6 +110,7 @@ private:
     QSpinBox* m_steps;
     QPushButton* m_compare;
     QPushButton* m_acrossLayers;
+    QCheckBox* m_holdScale;
     QTableWidget* m_table;
     QCustomPlot* m_perBlockPlot;
     QCustomPlot* m_sweepPlot;

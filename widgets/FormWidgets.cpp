@@ -10,6 +10,8 @@
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QLabel>
+#include <QScrollBar>
+#include <QScrollArea>
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QSignalBlocker>
@@ -47,6 +49,17 @@ QComboBox* formatCombo(QWidget* parent, const char* objectName, const QString& c
     for (const auto& f : latmix::mx::allFormats()) c->addItem(QString::fromLatin1(f.name));
     c->setCurrentText(current);
     return c;
+}
+
+QScrollArea* scrollingForm(QWidget* form) {
+    auto* scroll = new QScrollArea(form->parentWidget());
+    scroll->setObjectName(form->objectName().isEmpty() ? QStringLiteral("formScroll") : form->objectName() + QStringLiteral("Scroll"));
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    scroll->setWidgetResizable(true);
+    scroll->setWidget(form);
+    scroll->setFixedWidth(form->width() + scroll->verticalScrollBar()->sizeHint().width());
+    return scroll;
 }
 
 FormFooter addFormFooter(QWidget* form, QVBoxLayout* column, const QString& prefix, const QString& buttonText) {

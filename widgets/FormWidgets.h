@@ -11,6 +11,7 @@ class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QPushButton;
+class QScrollArea;
 class QSpinBox;
 class QVBoxLayout;
 class QWidget;
@@ -27,6 +28,10 @@ QComboBox* formatCombo(QWidget* parent, const char* objectName, const QString& c
 // (prefix + "AnalyzeButton"), a selectable word-wrapped summary of the last result
 // (prefix + "Summary"), a word-wrapped status line for progress and errors (prefix + "Status"),
 // then a stretch that keeps them at the top.
+// A view's side form in a scroll area that scrolls it down, never sideways, as wide as the form
+// and a scroll bar: a tall form then does not hold the window above 700 px (gui_x_check).
+QScrollArea* scrollingForm(QWidget* form);
+
 struct FormFooter {
     QPushButton* button;
     QLabel* summary;

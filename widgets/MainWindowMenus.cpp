@@ -68,7 +68,9 @@ void MainWindow::createFileMenu() {
     file->addSeparator();
     m_exportAction = file->addAction(tr("&Export quantized model…"), this, [this] { showExportDialog(); });
     m_exportAction->setObjectName(QStringLiteral("actionExport"));
-    m_exportAction->setShortcut(QKeySequence(tr("Ctrl+E")));
+    // Not Ctrl+E: on X11 every line edit takes Ctrl+E as "end of line" first, so the export would
+    // not open while a text or number field has the focus (seen in a real X window).
+    m_exportAction->setShortcut(QKeySequence(tr("Ctrl+Shift+E")));
     m_exportAction->setEnabled(false);
     m_exportAction->setToolTip(tr("Nothing to export yet: run a calibration (Calibration tab) or open a finished run"));
     m_exportAction->setStatusTip(m_exportAction->toolTip());

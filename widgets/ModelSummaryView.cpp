@@ -133,13 +133,16 @@ ModelSummaryView::ModelSummaryView(QWidget* parent) : QWidget(parent) {
     m_tree->setHeaderLabels({tr("Point"), tr("Width")});
     m_tree->setUniformRowHeights(true);
     m_tree->setAlternatingRowColors(true);
-    // The numbers whole, the point names in what is left, elided in the middle when the E(T)
-    // column leaves too little ("self_a…proj.input": issue 71 saw them cut at the right); each
-    // row's tool tip has the full name.
+    // A few rows at least, the rest scrolls: the dock fits a 700-px-high window (gui_x_check).
+    m_tree->setMinimumHeight(5 * m_tree->fontMetrics().height());
+    // The numbers whole, the point names in what is left, elided at the left when the E(T)
+    // column leaves too little: a name's end tells the points apart ("…qkv.input", "…o_proj.input";
+    // in the middle, a real X window showed four rows of "self_…input"). Each row's tool tip has
+    // the full name.
     m_tree->header()->setStretchLastSection(false);
     m_tree->header()->setSectionResizeMode(0, QHeaderView::Stretch);
     m_tree->header()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
-    m_tree->setTextElideMode(Qt::ElideMiddle);
+    m_tree->setTextElideMode(Qt::ElideLeft);
     // A point (not a layer branch) made current, by click or keyboard, is announced.
     // A linear's row stands for the point it reads.
     connect(m_tree, &QTreeWidget::currentItemChanged, this, [this](QTreeWidgetItem* item) {
@@ -328,8 +331,13 @@ void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {
             }
             const QString name = QString::fromStdString(latmix::model::pointName(layer, kind));
             const int width = latmix::model::pointWidth(config, kind);
-            // The layer is the parent; repeating "layers.N." in every row only costs dock width.
-            const QString shortName = name.startsWith(prefix) ? name.mid(prefix.size()) : name;
+            // The layer is the parent; repeating "layers.N." in every row only costs dock width, and
+            // so do the block ("self_attn.", "mlp.") and ".input" every point ends in: the row says
+            // which linear reads it ("qkv", "down_proj"; issue 71: in a real X window the long names
+            // elided to four rows of "…_proj.input"). The tool tip has the whole name.
+            QString shortName = name.startsWith(prefix) ? name.mid(prefix.size()) : name;
+            if (shortName.count(QLatin1Char('.')) >= 2) shortName = shortName.section(QLatin1Char('.'), 1);
+            if (shortName.endsWith(QLatin1String(".input"))) shortName.chop(6);
             auto* item = new QTreeWidgetItem(layerItem, {shortName, QString::number(width)});
             item->setData(0, Qt::UserRole, name);
             item->setData(1, Qt::UserRole, width);

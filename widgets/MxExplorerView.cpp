@@ -1,7 +1,7 @@
 #include "MxExplorerView.h"
 #include "FormWidgets.h"
 
-#include "PlotExport.h"
+#include "PlotInteraction.h"
 #include "PlotStyle.h"
 
 #include "metrics/BlockError.h"
@@ -64,8 +64,8 @@ MxExplorerView::MxExplorerView(QWidget* parent) : QWidget(parent) {
     m_errorPlot->setObjectName(QStringLiteral("errorPlot"));
     setupSignalPlot();
     setupErrorPlot();
-    PlotExport::enableContextMenu(m_signalPlot);
-    PlotExport::enableContextMenu(m_errorPlot);
+    PlotInteraction::enable(m_signalPlot);
+    PlotInteraction::enable(m_errorPlot);
 
     auto* plots = new QSplitter(Qt::Vertical, this);
     plots->setObjectName(QStringLiteral("plotSplitter"));
@@ -196,7 +196,6 @@ void MxExplorerView::setupSignalPlot() {
     m_dequantizedGraph->setPen(QPen(kDequantColor));
 
     PlotStyle::addTitleAndLegend(p, tr("Original vs dequantized values"), font());
-    p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
 }
 
 void MxExplorerView::setupErrorPlot() {
@@ -218,7 +217,6 @@ void MxExplorerView::setupErrorPlot() {
     m_mseLine->setPen(QPen(kMseColor, 1.5, Qt::DashLine));
 
     PlotStyle::addTitleAndLegend(p, tr("Per-block squared error"), font());
-    p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
 }
 
 latmix::mx::MxConfig MxExplorerView::config() const {

@@ -5,10 +5,7 @@
 #include <qcustomplot.h>
 
 #include <QFile>
-#include <QFileDialog>
 #include <QFileInfo>
-#include <QMenu>
-#include <QMessageBox>
 #include <QPainter>
 #include <QSaveFile>
 #include <QSvgGenerator>
@@ -114,29 +111,6 @@ QString save(QCustomPlot* plot, const QString& path, int width, int height) {
         });
     }
     return QStringLiteral("Cannot export to %1: unknown file type '.%2'; use .png, .svg, .pdf or .csv").arg(path, suffix);
-}
-
-void enableContextMenu(QCustomPlot* plot) {
-    plot->setContextMenuPolicy(Qt::CustomContextMenu);
-    QObject::connect(plot, &QWidget::customContextMenuRequested, plot, [plot](const QPoint& pos) {
-        QMenu menu(plot);
-        auto ask = [plot](const QString& filter) {
-            QString selected = filter;
-            const QString path = QFileDialog::getSaveFileName(plot, QObject::tr("Export plot"), plot->objectName(),
-                                                              fileFilters().join(QStringLiteral(";;")), &selected);
-            if (path.isEmpty()) return;
-            QString file = path;
-            if (QFileInfo(file).suffix().isEmpty()) {
-                const int a = selected.indexOf(QLatin1String("*.")), b = selected.indexOf(')', a);
-                if (a >= 0 && b > a) file += selected.mid(a + 1, b - a - 1);
-            }
-            const QString error = save(plot, file);
-            if (!error.isEmpty()) QMessageBox::warning(plot, QObject::tr("Export plot"), error);
-        };
-        menu.addAction(QObject::tr("Export image…"), plot, [=] { ask(fileFilters().at(0)); });
-        menu.addAction(QObject::tr("Export data as CSV…"), plot, [=] { ask(fileFilters().at(3)); });
-        menu.exec(plot->mapToGlobal(pos));
-    });
 }
 
 } // namespace latmix::gui::PlotExport

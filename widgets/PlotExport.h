@@ -21,7 +21,4 @@ QString dataCsv(QCustomPlot* plot);
 // empty string on success, else a message naming the file and the cause.
 QString save(QCustomPlot* plot, const QString& path, int width = 0, int height = 0);
 
-// Gives the plot a context menu with "Export image…" and "Export data as CSV…" (file dialogs).
-void enableContextMenu(QCustomPlot* plot);
-
 } // namespace latmix::gui::PlotExport

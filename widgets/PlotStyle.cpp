@@ -2,7 +2,7 @@
 
 #include "PlotStyle.h"
 
-#include "PlotExport.h"
+#include "PlotInteraction.h"
 
 #include <qcustomplot.h>
 
@@ -82,23 +82,43 @@ protected:
     }
 };
 
+// ticks when two of them at least fall inside range, else the ticks more() makes (when it makes
+// two or more): one rule for the tickers below.
+template <typename More>
+QVector<double> twoInsideOr(const QVector<double>& ticks, const QCPRange& range, More&& more) {
+    int inside = 0;
+    for (double t : ticks) inside += range.contains(t);
+    if (inside >= 2) return ticks;
+    const QVector<double> other = more();
+    return other.size() >= 2 ? other : ticks;
+}
+
 // The default linear ticker, with twoTicksAtLeast where it would leave fewer than two.
 class ReadableTicker : public QCPAxisTicker {
 protected:
     QVector<double> createTickVector(double tickStep, const QCPRange& range) override {
-        QVector<double> ticks = QCPAxisTicker::createTickVector(tickStep, range);
-        int inside = 0;
-        for (double t : ticks) inside += range.contains(t);
-        if (inside >= 2) return ticks;
-        const QVector<double> two = twoTicksAtLeast(range, [](const QVector<double>&) { return true; });
-        return two.isEmpty() ? ticks : two;
+        return twoInsideOr(QCPAxisTicker::createTickVector(tickStep, range), range,
+                           [&] { return twoTicksAtLeast(range, [](const QVector<double>&) { return true; }); });
+    }
+};
+
+// Whole numbers only; where a multiple-of-two step leaves one inside (steps 1 .. 3 of a short
+// run), every whole number instead (issue 71: "2" alone under a run of three steps).
+class IntegerTicker : public QCPAxisTickerFixed {
+protected:
+    QVector<double> createTickVector(double tickStep, const QCPRange& range) override {
+        return twoInsideOr(QCPAxisTickerFixed::createTickVector(tickStep, range), range, [&] {
+            QVector<double> whole;
+            for (double t = std::ceil(range.lower); t <= std::floor(range.upper); t += 1.0) whole << t;
+            return whole;
+        });
     }
 };
 
 } // namespace
 
 void integerTicks(QCPAxis* axis) {
-    QSharedPointer<QCPAxisTickerFixed> t(new QCPAxisTickerFixed);
+    QSharedPointer<QCPAxisTickerFixed> t(new IntegerTicker);
     t->setTickStep(1.0);
     t->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
     t->setTickCount(axis->ticker()->tickCount());
@@ -330,7 +350,7 @@ QCustomPlot* newPlot(QWidget* parent, const char* objectName, const QString& tit
     p->setObjectName(QLatin1String(objectName));
     p->setMinimumSize(220, 170); // two side by side beside a 260-px form fit a 1024-px window (tst_plotlayout)
     addTitleAndLegend(p, title, parent->font());
-    PlotExport::enableContextMenu(p);
+    PlotInteraction::enable(p);
     return p;
 }
 

@@ -13,6 +13,7 @@
 
 #include <QDateTime>
 #include <QDir>
+#include <QRegularExpression>
 #include <QDirIterator>
 #include <QEvent>
 #include <QFileDialog>
@@ -84,6 +85,15 @@ QString runName(const QString& dir) {
     const QString parent = f.dir().dirName();
     if (parent == QLatin1String("cells")) return QFileInfo(f.dir().absolutePath()).dir().dirName() + QLatin1Char('/') + f.fileName();
     return f.fileName();
+}
+
+// The table's name: the folder without the workbench's "-YYYYMMDD-HHMMSS" stamp, which the Date
+// column shows (with it a 1B model's run name alone filled half a 1280 px window; issue 71).
+QString tableName(const QString& dir) {
+    static const QRegularExpression stamp(QStringLiteral("-\\d{8}-\\d{6}$"));
+    QString name = runName(dir);
+    name.remove(stamp);
+    return name;
 }
 
 } // namespace
@@ -302,6 +312,17 @@ void RunsView::watch() {
     if (!dirs.isEmpty()) m_watcher->addPaths(dirs);
 }
 
+// A column no run has a value for (zero-shot before any run evaluated tasks, KL before any run
+// measured it) says nothing and takes room the others need: hidden until a run fills it.
+void RunsView::hideEmptyColumns() {
+    for (int c = Name + 1; c < ColumnCount; ++c) {
+        bool empty = m_model->rowCount() > 0;
+        for (int r = 0; r < m_model->rowCount() && empty; ++r)
+            empty = m_model->item(r, c)->data(kSortRole).toDouble() == -std::numeric_limits<double>::infinity();
+        m_table->setColumnHidden(c, empty);
+    }
+}
+
 void RunsView::fillTable() {
     const bool sorting = m_table->isSortingEnabled();
     m_table->setSortingEnabled(false);
@@ -312,7 +333,7 @@ void RunsView::fillTable() {
     for (const auto& r : m_runs) {
         const QString dir = QString::fromStdString(r.dir);
         QList<QStandardItem*> row;
-        auto* name = textItem(runName(dir), QDir::toNativeSeparators(dir) + QStringLiteral("\n") +
+        auto* name = textItem(tableName(dir), QDir::toNativeSeparators(dir) + QStringLiteral("\n") +
                                                 QString::fromStdString(r.command) + settingsLine(r));
         name->setData(dir, kDirRole);
         row << name << textItem(QString::fromStdString(r.method), QString::fromStdString(r.methodDescription))
@@ -332,6 +353,7 @@ void RunsView::fillTable() {
         row << date;
         m_model->appendRow(row);
     }
+    hideEmptyColumns();
     m_table->setSortingEnabled(sorting);
     // English plurals written out: the workbench ships no translation that would resolve "%n".
     const int runs = static_cast<int>(m_runs.size());

@@ -68,6 +68,7 @@ private:
     QLayout* createButtonBar();
     QWidget* createPlots();
     void fillTable();
+    void hideEmptyColumns();
     void showSelection();
     void watch();
     void restyle();

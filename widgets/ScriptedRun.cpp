@@ -14,6 +14,7 @@
 #include "RunsView.h"
 #include "WeightView.h"
 #include "JobRunner.h"
+#include "LayoutCheck.h"
 #include "MxExplorerView.h"
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <QSpinBox>
 #include <QFileInfo>
 #include <QRegularExpression>
+#include <QSaveFile>
 #include <QTableView>
 #include <QPixmap>
 #include <QStandardPaths>
@@ -255,8 +257,9 @@ bool runCalibration(MainWindow& window, const ScriptedSession& s, QString* error
     calibration->setMethod(s.calibrateMethod);
     calibration->setSteps(s.steps);
     window.viewTabs()->setCurrentWidget(calibration);
-    // With a screenshot to take, wait for the run (the event loop keeps the dashboard live).
-    const bool wait = !s.screenshot.isEmpty();
+    // With a screenshot to take or a layout to report, wait for the run (the event loop keeps the
+    // dashboard live).
+    const bool wait = !s.screenshot.isEmpty() || !s.layoutReport.isEmpty();
     QEventLoop loop;
     bool finished = false;
     if (wait) {
@@ -286,6 +289,31 @@ bool takeScreenshot(MainWindow& window, const ScriptedSession& s, QString* error
     return true;
 }
 
+// --layout-report FILE: what the window shows wrong at its size (LayoutCheck.h), one problem a
+// line (an empty file: none), written under a temporary name; the window stays up.
+bool writeLayoutReport(MainWindow& window, const ScriptedSession& s, QString* error) {
+    showAt(window, s.size);
+    settle();
+    QStringList problems = layoutProblems(window);
+    // The window manager enlarges a window below its minimum: the size asked for did not fit.
+    if (window.width() > s.size.width() || window.height() > s.size.height())
+        problems.prepend(QStringLiteral("the window is %1x%2, not the %3x%4 asked for: its minimum is larger")
+                             .arg(window.width())
+                             .arg(window.height())
+                             .arg(s.size.width())
+                             .arg(s.size.height()));
+    QSaveFile f(s.layoutReport);
+    if (!f.open(QIODevice::WriteOnly) || f.write((problems.join(QLatin1Char('\n')) + (problems.isEmpty() ? "" : "\n")).toUtf8()) < 0 ||
+        !f.commit()) {
+        *error = QStringLiteral("cannot write the layout report to '%1'").arg(s.layoutReport);
+        return false;
+    }
+    std::printf("latmix-workbench: wrote %s (%lld problem(s) at %dx%d)\n", qPrintable(s.layoutReport),
+                static_cast<long long>(problems.size()), window.width(), window.height());
+    std::fflush(stdout);
+    return true;
+}
+
 } // namespace
 
 bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* error) {
@@ -302,7 +330,8 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
            (s.runsFolder.isEmpty() || showRuns(window, s, error)) &&
            (s.comparePoint.isEmpty() || runComparison(window, s, error)) &&
            (s.calibrateMethod.isEmpty() || runCalibration(window, s, error)) &&
-           (s.screenshot.isEmpty() || takeScreenshot(window, s, error));
+           (s.screenshot.isEmpty() || takeScreenshot(window, s, error)) &&
+           (s.layoutReport.isEmpty() || writeLayoutReport(window, s, error));
 }
 
 } // namespace latmix::gui

@@ -40,7 +40,8 @@ struct ScriptedSession {
     QString calibrateMethod; // start a calibration with this method
     int steps = 40;          // its training steps
     QString screenshot;      // PNG written at the end, after the comparison / calibration finished
-    QSize size{1280, 800};   // the window's size for the screenshot and the waits
+    QString layoutReport;    // LayoutCheck.h's problems written here at the very end (the window stays up)
+    QSize size{1280, 800};   // the window's size for the screenshot, the report and the waits
 };
 
 // Runs the session on window, waiting (in a local event loop) for the activations, the

@@ -3,7 +3,7 @@
 #include "metrics/TransformMetrics.h"
 #include "TrainingDashboard.h"
 
-#include "PlotExport.h"
+#include "PlotInteraction.h"
 #include "ElidedLabel.h"
 #include "PlotStyle.h"
 
@@ -41,12 +41,13 @@ struct Quantity {
     bool smoothed;   // loss, KL and vol follow the smoothing; lr and the matrix metrics do not
     bool rightAxis;  // condition numbers: right axis (another scale)
     Qt::PenStyle style;
+    const char* shortLabel = nullptr; // after a run's name in the legend of several runs
 };
 
 const std::vector<Quantity>& quantityTable() {
     static const std::vector<Quantity> q = {
         {"loss", "loss", &DistillStep::loss, true, false, Qt::SolidLine},
-        {"objective", "objective (KL, CE or MSE)", &DistillStep::objective, true, false, Qt::DashLine},
+        {"objective", "objective (KL, CE or MSE)", &DistillStep::objective, true, false, Qt::DashLine, "objective"},
         {"vol", "volume term", &DistillStep::vol, true, false, Qt::SolidLine},
         {"lr", "learning rate", &DistillStep::lr, false, false, Qt::SolidLine},
         {"a1_orth", "‖AᵀA − I‖", &DistillStep::a1Orthogonality, false, false, Qt::SolidLine},
@@ -56,7 +57,7 @@ const std::vector<Quantity>& quantityTable() {
         {"a2_offblock", "off-block", &DistillStep::a2OffBlock, false, false, Qt::DashLine},
         {"a2_cond", "κ (right)", &DistillStep::a2Condition, false, true, Qt::DotLine},
         // Paper Table 2: the folded FP model's perplexity every k steps (DistillOptions::foldedEval).
-        {"folded_ppl", "folded FP ppl (right)", &DistillStep::foldedPerplexity, false, true, Qt::DashDotLine},
+        {"folded_ppl", "folded FP ppl (right)", &DistillStep::foldedPerplexity, false, true, Qt::DashDotLine, "folded ppl"},
     };
     return q;
 }
@@ -78,8 +79,7 @@ QCustomPlot* makePlot(QWidget* parent, const QString& objectName, const QString&
     p->legend->setVisible(true);
     p->legend->setFont(QFont(p->font().family(), 7));
     PlotStyle::placeLegendAbove(p);
-    p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
-    PlotExport::enableContextMenu(p);
+    PlotInteraction::enable(p);
     return p;
 }
 
@@ -386,7 +386,17 @@ bool TrainingDashboard::addOverlay(const QString& runFile, QString* error) {
         return false;
     }
     const QFileInfo fi(runFile);
-    r.name = fi.dir().dirName() + QLatin1Char('/') + fi.fileName();
+    r.file = fi.absoluteFilePath();
+    // A run is named by its folder (every run's series is train.h5).
+    r.name = fi.fileName() == QLatin1String("train.h5") ? fi.dir().dirName() : fi.dir().dirName() + QLatin1Char('/') + fi.fileName();
+    if (m_liveRun < 0) m_title->setFullText(tr("Calibration — opened %1").arg(r.name));
+    // The same file again (a run opened twice) replaces its curves rather than doubling them.
+    for (Run& old : m_runs)
+        if (!old.live && old.file == r.file) {
+            old.steps = std::move(r.steps);
+            rebuildGraphs();
+            return true;
+        }
     r.color = kRunColors[m_runs.size() % (sizeof kRunColors / sizeof kRunColors[0])];
     m_runs.push_back(std::move(r));
     rebuildGraphs();
@@ -399,6 +409,7 @@ void TrainingDashboard::clearOverlays() {
         if (r.live) keep.push_back(std::move(r));
     m_runs = std::move(keep);
     m_liveRun = m_runs.empty() ? -1 : 0;
+    if (m_runs.empty()) m_title->setFullText(tr("Calibration — no run yet"));
     rebuildGraphs();
 }
 
@@ -426,10 +437,12 @@ void TrainingDashboard::rebuildGraphs() {
             QCustomPlot* p = plotOf(this, qn);
             QCPGraph* g = p->addGraph(p->xAxis, q.rightAxis ? p->yAxis2 : p->yAxis);
             // One run: the legend names the quantities (the run is in the title); several: run too.
+            // A run's name ends in what tells runs apart (its time stamp); the legend keeps that end
+            // and the quantity's short label, so an entry fits a plot of the narrowest column.
             QString runLabel = run.name;
-            if (runLabel.size() > 22) runLabel = QStringLiteral("…") + runLabel.right(21);
+            if (runLabel.size() > 16) runLabel = QStringLiteral("…") + runLabel.right(15);
             g->setName(m_runs.size() == 1 ? QString::fromUtf8(q.label)
-                                          : runLabel + QStringLiteral(": ") + QString::fromUtf8(q.label));
+                                          : runLabel + QStringLiteral(": ") + QString::fromUtf8(q.shortLabel ? q.shortLabel : q.label));
             g->setProperty("run", static_cast<int>(ri));
             g->setProperty("quantity", qn);
             QPen pen(run.color, run.live ? 1.6 : 1.0, q.style);

@@ -89,6 +89,7 @@ protected:
 private:
     struct Run {
         QString name;
+        QString file; // an overlay's train.h5; empty for the live run
         QColor color;
         bool live = false;
         std::vector<latmix::train::DistillStep> steps;

@@ -51,7 +51,7 @@ struct Options {
     QCommandLineOption version{{QStringLiteral("v"), QStringLiteral("version")}, QStringLiteral("Displays version information.")};
     QCommandLineOption threads =
         option("threads", "libtorch threads (default: LATMIX_THREADS, else the number of cores).", "N", "0");
-    QCommandLineOption screenshot = option("screenshot", "Render the main window (1280x800) to the PNG file FILE and exit.", "FILE");
+    QCommandLineOption screenshot = option("screenshot", "Render the main window (at --size) to the PNG file FILE and exit.", "FILE");
     QCommandLineOption format = option("format", "MX format shown first in the explorer, e.g. mxfp4 or nvfp4.", "NAME");
     QCommandLineOption plotAnalysis =
         option("plot-analysis", "Render the plots of a `latmix analyze --json` file as PNGs into --out-dir and exit.", "JSON");
@@ -100,11 +100,19 @@ struct Options {
                                           "--screenshot, the screenshot is taken when it has finished.",
                                           "METHOD");
     QCommandLineOption steps = option("steps", "Training steps for --calibrate.", "N", "40");
+    QCommandLineOption size = option("size", "The window's size for --screenshot and --layout-report, e.g. 1024x700.", "WxH",
+                                     "1280x800");
+    QCommandLineOption layoutReport =
+        option("layout-report",
+               "When the session's jobs are done, write what the window shows wrong at --size (a dock closed, the "
+               "window's minimum too large, a name cut, an axis with one label, ...), one problem a line, to FILE; "
+               "an empty file: none. The window stays open (packaging/gui-x-check.sh).",
+               "FILE");
 
     void addTo(QCommandLineParser& parser) const {
         for (const QCommandLineOption* o : {&version, &threads, &screenshot, &format, &plotAnalysis, &outDir, &point,
                                             &activations, &transform, &weights, &experts, &runsFolder, &compare, &compareTransforms,
-                                            &acrossLayers, &view, &openRun, &calibrate, &steps})
+                                            &acrossLayers, &view, &openRun, &calibrate, &steps, &size, &layoutReport})
             parser.addOption(*o);
     }
 };
@@ -163,6 +171,10 @@ latmix::gui::ScriptedSession scriptedSession(const QCommandLineParser& parser, c
     session.steps = parser.value(o.steps).toInt(&ok);
     if (!ok) session.steps = 0; // refused by runScriptedSession when --calibrate is given
     session.screenshot = parser.value(o.screenshot);
+    session.layoutReport = parser.value(o.layoutReport);
+    const QStringList wh = parser.value(o.size).split(QLatin1Char('x'));
+    const int w = wh.size() == 2 ? wh[0].toInt() : 0, h = wh.size() == 2 ? wh[1].toInt() : 0;
+    session.size = w > 0 && h > 0 ? QSize(w, h) : QSize(); // an empty size: refused by main
     return session;
 }
 
@@ -218,6 +230,8 @@ int main(int argc, char** argv) {
                         .arg(parser.value(o.format), QString::fromStdString(latmix::mx::formatNameList())));
     openFirstModel(window, positional);
     const latmix::gui::ScriptedSession session = scriptedSession(parser, o);
+    if (session.size.isEmpty())
+        return fail(QStringLiteral("--size expects WIDTHxHEIGHT, e.g. 1024x700, got '%1'").arg(parser.value(o.size)));
     QString error;
     if (!latmix::gui::runScriptedSession(window, session, &error)) return fail(error);
     if (!session.screenshot.isEmpty()) return 0;

@@ -104,6 +104,36 @@ private slots:
         QCOMPARE(logTicks(plain, lower, upper).smallestGap < 0.5 * evenGap, qcustomplotBunches);
     }
 
+    // Training steps: whole numbers, two of them at least inside the axis (issue 71: a three-step
+    // run opened again showed "2" alone under every curve).
+    void integerTicksTwoAtLeast_data() {
+        QTest::addColumn<double>("lower");
+        QTest::addColumn<double>("upper");
+        QTest::addColumn<int>("tickCount");
+        QTest::addColumn<int>("atLeast");
+        // A narrow plot's label fitting (PlotStyle) asks for one or two ticks.
+        QTest::newRow("steps 1 .. 3, 1 wanted") << 1.0 << 3.0 << 1 << 2;
+        QTest::newRow("steps 1 .. 3, 2 wanted") << 1.0 << 3.0 << 2 << 2;
+        QTest::newRow("steps 1 .. 3, 5 wanted") << 1.0 << 3.0 << 5 << 2;
+        QTest::newRow("steps 0 .. 100") << 0.0 << 100.0 << 5 << 4;
+    }
+    void integerTicksTwoAtLeast() {
+        QFETCH(double, lower);
+        QFETCH(double, upper);
+        QFETCH(int, tickCount);
+        QFETCH(int, atLeast);
+        QCustomPlot plot;
+        plot.xAxis->ticker()->setTickCount(tickCount);
+        PlotStyle::integerTicks(plot.xAxis);
+        QVector<double> all;
+        plot.xAxis->ticker()->generate(QCPRange(lower, upper), QLocale::c(), 'g', 6, all, nullptr, nullptr);
+        QVector<double> inside;
+        for (double t : all)
+            if (t >= lower && t <= upper) inside << t;
+        QVERIFY2(inside.size() >= atLeast, qPrintable(QString::number(inside.size())));
+        for (double t : inside) QCOMPARE(t, std::round(t));
+    }
+
     void writesPngs_data() {
         QTest::addColumn<int>("width");
         QTest::addColumn<int>("height");

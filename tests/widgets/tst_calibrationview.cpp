@@ -23,6 +23,7 @@
 #include "WidgetLookup.h"
 
 #include "CalibrationView.h"
+#include "ElidedLabel.h"
 #include "ExportDialog.h"
 #include "export/GgufFile.h"
 #include "JobRunner.h"
@@ -53,6 +54,7 @@
 
 using namespace latmix;
 using latmix::gui::CalibrationView;
+using latmix::gui::ElidedLabel;
 using latmix::gui::ExportDialog;
 using latmix::gui::JobRunner;
 using latmix::gui::MainWindow;
@@ -399,6 +401,13 @@ private slots:
         const auto series = train::readDistillSeries((run + "/train.h5").toStdString());
         QCOMPARE(board->plottedValues(0, "objective").size(), int(series.size()));
         QCOMPARE(board->plottedValues(0, "objective").last(), series.back().objective);
+        // Opened again (a recent run, then the same run from the command line): its curves once,
+        // the header names it (issue 71: in a real X window the legends held it twice, the header
+        // said "no run yet").
+        QVERIFY(w.openRun(run));
+        QCOMPARE(board->runCount(), 1);
+        QVERIFY2(test::child<ElidedLabel>(board, "dashboardTitle")->fullText().contains("run-export"),
+                 qPrintable(test::child<ElidedLabel>(board, "dashboardTitle")->fullText()));
 
         QVERIFY(test::child<QAction>(&w, "actionExport")->isEnabled());
         test::child<QAction>(&w, "actionExport")->trigger();

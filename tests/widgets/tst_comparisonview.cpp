@@ -130,10 +130,19 @@ private slots:
         ComparisonView* v = w.comparisonView();
         QVERIFY(v->selectPoint("layers.2.mlp.down_proj.input"));
         v->setCalibration(4, 32, 10);
+        // Empty, the map says how to fill it; filled, it does not.
+        auto hintShown = [v] {
+            QCustomPlot* p = test::child<QCustomPlot>(v, "layerHeatmapPlot");
+            for (int i = 0; i < p->itemCount(); ++i)
+                if (p->item(i)->objectName() == QLatin1String("heatmapHint")) return p->item(i)->visible();
+            return false;
+        };
+        QVERIFY(hintShown());
         QSignalSpy done(v, &ComparisonView::comparisonFinished);
         QVERIFY(v->compareAcrossLayers("block-hadamard"));
         QVERIFY(done.wait(120000));
         QVERIFY(done.first().at(0).toBool());
+        QVERIFY(!hintShown());
         QCOMPARE(test::child<latmix::gui::ModelSummaryView>(&w)->pointMetricName(), QString("E(T), block-hadamard"));
         QCOMPARE(v->heatmapPoints(), (QStringList{"layers.0.mlp.down_proj.input", "layers.1.mlp.down_proj.input",
                                                    "layers.2.mlp.down_proj.input", "layers.3.mlp.down_proj.input"}));
@@ -156,6 +165,20 @@ private slots:
             for (int b = 0; b < rows[l].size(); ++b) QCOMPARE(rows[l][b], pb[b].item<double>());
         }
         QCOMPARE(layerLabels(*v), (QMap<double, QString>{{0, "0"}, {1, "1"}, {2, "2"}, {3, "3"}}));
+
+        // Issue 71: "Hold the colour scale" keeps the block-Hadamard map's colours for the next
+        // map (no transform: other errors, another range of its own), so the two compare by colour;
+        // released, a map takes its own range again.
+        const auto held = v->heatmapColourRange();
+        QVERIFY(held.first < held.second);
+        v->setHoldColourScale(true);
+        QVERIFY(v->compareAcrossLayers("none"));
+        QVERIFY(done.wait(120000));
+        QCOMPARE(v->heatmapColourRange(), held);
+        v->setHoldColourScale(false);
+        QVERIFY(v->compareAcrossLayers("none"));
+        QVERIFY(done.wait(120000));
+        QVERIFY2(v->heatmapColourRange() != held, "the map without a transform has the block-Hadamard range of its own");
     }
 
     // One expert's own point across layers: a row for each sparse layer only (decoder_sparse_step

@@ -1,6 +1,9 @@
 // Plot export (PNG, SVG, PDF, CSV) of a plot with known data: the CSV holds exactly the data,
 // the images are real files of the asked size, errors name the file and leave nothing behind.
+// And what every plot does under the mouse (PlotInteraction, issue 71): pan and zoom, a readout
+// of the point under the cursor, export names made from the view and the title.
 #include "PlotExport.h"
+#include "PlotInteraction.h"
 
 #include <qcustomplot.h>
 
@@ -73,6 +76,47 @@ private slots:
             const QImage img(file);
             QCOMPARE(img.size(), QSize(800, 600)); // written at 2× for sharp figures
         }
+    }
+
+    // The readout names the series and the point under the cursor (a graph's nearest point, a
+    // colour map's cell with its value), and nothing away from the data; pan and zoom are on.
+    void readoutUnderTheCursor() {
+        QCustomPlot p;
+        p.resize(400, 300);
+        fill(p);
+        auto* m = new QCPColorMap(p.xAxis2, p.yAxis2);
+        m->setName("A1");
+        m->data()->setSize(2, 2);
+        m->data()->setRange(QCPRange(0, 1), QCPRange(0, 1));
+        m->data()->setCell(1, 0, -2.0);
+        p.xAxis2->setRange(-0.5, 1.5);
+        p.yAxis2->setRange(-0.5, 1.5);
+        m->setVisible(false); // the graphs first
+        PlotInteraction::enable(&p);
+        QVERIFY(p.interactions().testFlag(QCP::iRangeDrag) && p.interactions().testFlag(QCP::iRangeZoom));
+        p.replot();
+        const QPointF atPoint(p.xAxis->coordToPixel(2), p.yAxis->coordToPixel(0.25));
+        QCOMPARE(PlotInteraction::readoutAt(&p, atPoint), QString("run a: x=2, y=0.25"));
+        QCOMPARE(PlotInteraction::readoutAt(&p, QPointF(1, 1)), QString()); // a corner, far from any point
+        for (int g = 0; g < p.graphCount(); ++g) p.graph(g)->setVisible(false);
+        m->setVisible(true);
+        p.replot();
+        const QPointF atCell(p.xAxis2->coordToPixel(1), p.yAxis2->coordToPixel(0));
+        QCOMPARE(PlotInteraction::readoutAt(&p, atCell), QString("A1: x=1, y=0: -2"));
+    }
+
+    // Export names: the view and the title ("calibration-loss-objective"), else the plot's name.
+    void exportNamesAfterTheView() {
+        QWidget view;
+        view.setObjectName("calibrationView");
+        auto* p = new QCustomPlot(&view);
+        p->setObjectName("lossPlot");
+        QCOMPARE(PlotInteraction::suggestedFileName(p), QString("calibration-lossplot"));
+        p->plotLayout()->insertRow(0);
+        p->plotLayout()->addElement(0, 0, new QCPTextElement(p, "Loss, objective"));
+        QCOMPARE(PlotInteraction::suggestedFileName(p), QString("calibration-loss-objective"));
+        QCustomPlot alone;
+        QCOMPARE(PlotInteraction::suggestedFileName(&alone), QString("plot"));
     }
 
     void errorsNameTheFile() {

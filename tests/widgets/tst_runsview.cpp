@@ -154,6 +154,25 @@ private slots:
         QVERIFY2(skipped->toolTip().contains("broken/latmix.json"), qPrintable(skipped->toolTip()));
     }
 
+    // A column no run fills is hidden (a 1280 px window then holds the rest without scrolling
+    // sideways, issue 71); one run that fills it brings it back.
+    void emptyColumnsHidden_data() {
+        QTest::addColumn<QString>("folder");
+        QTest::addColumn<bool>("hidden");
+        QTest::newRow("only the rtn cell: no zero-shot, no KL") << "/grid" << true;
+        QTest::newRow("with the latmix run that has them") << "" << false;
+    }
+    void emptyColumnsHidden() {
+        QFETCH(QString, folder);
+        QFETCH(bool, hidden);
+        RunsView v;
+        v.setFolders({m_root + folder});
+        for (int c : {RunsView::ZeroShot, RunsView::Kl, RunsView::Top1})
+            QVERIFY2(v.table()->isColumnHidden(c) == hidden, qPrintable(QString("column %1").arg(c)));
+        for (int c : {RunsView::Name, RunsView::Method, RunsView::Quantized, RunsView::Date})
+            QVERIFY2(!v.table()->isColumnHidden(c), qPrintable(QString("column %1").arg(c)));
+    }
+
     // The quantized perplexity's column is named by the runs' formats: the paper's W4A4 when
     // every run is 4-bit, W8A8 when every run is 8-bit, "Quantized" when they mix.
     void quantizedColumnNamedByFormats_data() {
