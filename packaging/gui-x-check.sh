@@ -13,7 +13,7 @@
 # Screenshots of each round land in OUT (with ImageMagick's `import`; skipped without it).
 #     sh packaging/gui-x-check.sh BIN_DIR OUT_DIR
 # BIN_DIR holds latmix-workbench. Exit status 0 when everything held; what failed is printed.
-# CTest runs it as gui_x_check where Xvfb, xdotool and openbox are installed (install-deps does).
+# CTest runs it as gui_x_check where Xvfb, xdotool, openbox and xprop are installed (install-deps does).
 set -eu
 BIN=$(cd "${1:?usage: gui-x-check.sh BIN_DIR OUT_DIR}" && pwd)
 OUT=${2:?usage: gui-x-check.sh BIN_DIR OUT_DIR}

@@ -40,7 +40,7 @@ fi
 PACKAGES="g++ lld cmake ninja-build ccache pkg-config \
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libgl-dev \
   $TORCH libgloo-dev libopenblas0-openmp libhdf5-dev zlib1g-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev libpcre2-dev \
-  xvfb xauth xdotool openbox dpkg-dev file"
+  xvfb xauth xdotool openbox x11-utils dpkg-dev file"
 # clang and libFuzzer for the fuzz smoke runs (ctest -L fuzz, tests/fuzz). CI runs them once, on
 # Debian 12; on Debian 13 add them by hand (same names) to run them there too.
 if [ "$VERSION_CODENAME" = bookworm ]; then PACKAGES="$PACKAGES clang libclang-rt-dev"; fi
