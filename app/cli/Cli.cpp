@@ -96,6 +96,8 @@ int run(int argc, char** argv, bool mayReexec) {
     add(latmix::cli::addSweepCommand);
     add(latmix::cli::addReportCommand);
     add(latmix::cli::addRunsCommand);
+    add(latmix::cli::addSensitivityCommand);
+    add(latmix::cli::addPlanCommand);
 
     try {
         app.parse(argc, argv);

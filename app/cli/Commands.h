@@ -32,5 +32,7 @@ Runner addExportCommand(CLI::App& app);
 Runner addSweepCommand(CLI::App& app);
 Runner addReportCommand(CLI::App& app);
 Runner addRunsCommand(CLI::App& app);
+Runner addSensitivityCommand(CLI::App& app);
+Runner addPlanCommand(CLI::App& app);
 
 } // namespace latmix::cli

@@ -141,16 +141,19 @@ at::Tensor atPoint(const ForwardOptions& o, const at::Tensor& x, int layer, Poin
     at::Tensor y = x;
     if (const auto* t = expert < 0 ? inputTransform(o, layer, kind) : nullptr) y = t->apply(y);
     const bool t3 = kind == PointKind::DownProjInput && o.t3.defined();
-    if (t3 && o.activationQuant && o.t3.hadamardSigns().defined() &&
-        mx::fusedHadamardApplies(y, *o.activationQuant, o.t3.blockSize())) {
+    const bool named = hook || !o.pointQuant.empty();
+    const std::string name = !named ? std::string() : expert >= 0 ? expertPointName(layer, expert, kind) : pointName(layer, kind);
+    const auto own = o.pointQuant.empty() ? o.pointQuant.end() : o.pointQuant.find(name);
+    const std::optional<mx::MxConfig>& quant = own != o.pointQuant.end() ? own->second : o.activationQuant;
+    if (t3 && quant && o.t3.hadamardSigns().defined() && mx::fusedHadamardApplies(y, *quant, o.t3.blockSize())) {
         // One pass instead of a batched matmul and a quantization (CPU float32, no gradient):
         // the same rotation with float32 butterflies in place of 32-term dot products.
-        y = mx::fakeQuantizeAfterHadamard(y, o.t3.hadamardSigns(), *o.activationQuant);
+        y = mx::fakeQuantizeAfterHadamard(y, o.t3.hadamardSigns(), *quant);
     } else {
         if (t3) y = o.t3.apply(y);
-        if (o.activationQuant) y = mx::fakeQuantize(y, *o.activationQuant);
+        if (quant) y = mx::fakeQuantize(y, *quant);
     }
-    if (hook) y = hook(expert >= 0 ? expertPointName(layer, expert, kind) : pointName(layer, kind), y);
+    if (hook) y = hook(name, y);
     return y;
 }
 

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <functional>
+#include <map>
 #include <set>
 #include <optional>
 #include <string>
@@ -43,6 +44,10 @@ struct ForwardOptions {
     // (T3 stays: its inverse is in W_down).
     std::set<std::string> keptLinears;
     std::optional<mx::MxConfig> activationQuant;
+    // The activation format of single points by name (pointName, expertPointName), in place of
+    // activationQuant there: a mixed-precision scheme's groups (docs/spec.md, "Mixed precision"),
+    // a sensitivity measurement's one quantized group. A nullopt entry leaves the point unquantized.
+    std::map<std::string, std::optional<mx::MxConfig>> pointQuant;
     // The dtype activations are computed in; unset: the embedding table's. Weights stored in
     // another dtype are converted one layer at a time as the pass reaches them.
     std::optional<at::ScalarType> dtype;

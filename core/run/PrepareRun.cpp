@@ -5,8 +5,11 @@
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
 #include "tokenizer/Tokenizer.h"
+#include "util/AtomicFile.h"
 #include "util/DataPath.h"
 #include "util/Text.h"
+
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <stdexcept>

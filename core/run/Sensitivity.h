@@ -1,0 +1,56 @@
+#pragma once
+// Which fusion groups deserve the bits (docs/spec.md, "Mixed precision"): for each group and
+// candidate format, the KL to the full-precision model with that group alone quantized (weights
+// round-to-nearest with static scales, its input points' activations fake-quantized), measured on
+// calibration windows (never the test text); and the bit-budget problem those scores pose.
+#include "quant/BitBudget.h"
+#include "run/FormatScheme.h"
+#include "util/Job.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace latmix::run {
+
+struct SensitivityRequest {
+    std::string modelDir;
+    std::vector<int> calibrationIds; // the calibration text, tokenized with the model's tokenizer
+    std::string calibrationSource;   // its file, recorded
+    int seqLen = 512;
+    int windows = 8;
+    // Candidate formats by scheme name (parseSchemeFormat); bf16 (kept) is always a candidate:
+    // the group as the reference has it, KL 0.
+    std::vector<std::string> formats = {"mxfp4", "mxfp8"};
+    std::string dtype = "float32";
+    std::string device = "cpu";
+};
+
+struct SensitivityTable {
+    std::string model, calibration;
+    int seqLen = 0, windows = 0;
+    std::int64_t tokens = 0;           // predicted tokens per measurement
+    std::vector<std::string> formats;  // the candidates, bf16 last
+    std::vector<model::FusionGroup> groups;
+    // [group][format]: mean KL(FP ‖ group quantized) in nats per token and its standard error
+    std::vector<std::vector<double>> kl, klStdErr;
+    double seconds = 0;
+};
+
+// Groups × formats passes over the windows, one more for the reference. Progress per pass with
+// the group and format; honours cancel between windows. Throws naming the format or file.
+SensitivityTable measureSensitivity(const SensitivityRequest& request, JobContext& job = silentJob());
+
+// The table as JSON text and back (throws naming the file and what is missing).
+std::string sensitivityJson(const SensitivityTable& t);
+SensitivityTable readSensitivity(const std::string& path);
+
+// The budget problem of a table: every group's candidates, except the groups a user's rule fixed
+// (resolved.rule >= 0: that format alone; one the table did not measure is refused naming it).
+// resolved: resolveScheme of the same model (groups in the same order).
+quant::BudgetProblem budgetProblem(const SensitivityTable& table, const std::vector<GroupFormat>& resolved, double budget);
+// The groups' formats a solution picks (fixed groups keep theirs), for rulesNamingEachGroup.
+std::vector<GroupFormat> chosenScheme(const SensitivityTable& table, const std::vector<GroupFormat>& resolved,
+                                      const quant::BudgetSolution& solution);
+
+} // namespace latmix::run

@@ -1,0 +1,242 @@
+// Mixed-precision schemes (run/FormatScheme.h, model/FusionGroups.h, run/Sensitivity.h; docs/spec.md
+// "Mixed precision"): fusion groups and their weights counted by hand on real shapes, the average
+// bits of a scheme by hand, the rules' refusals naming the rule and the group, and the measured
+// sensitivity against an independent computation: the group's weights rewritten on disk with
+// mx::fakeQuantize, its points' activations quantized by a hook, full logits and a float64 KL.
+#include "model/Checkpoint.h"
+#include "model/FusionGroups.h"
+#include "model/LlamaModel.h"
+#include "model/TensorNames.h"
+#include "mx/MxQuantizer.h"
+#include "run/FormatScheme.h"
+#include "run/Sensitivity.h"
+
+#include <ATen/ATen.h>
+
+#include "MoeModels.h"
+#include "TestSupport.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <set>
+#include <string>
+
+using namespace latmix;
+using latmix::test::errorOf;
+
+namespace {
+
+model::ModelConfig configNamed(const QString& name) {
+    if (name == QLatin1String("qwen3-moe-small")) return model::ModelConfig::fromJsonText(test::moeRunConfigText("qwen3"), "qwen3-moe-small");
+    if (name == QLatin1String("llama-small"))
+        return model::ModelConfig::fromJsonText(
+            R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
+                "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
+                "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": false})",
+            "llama-small");
+    return test::realConfig(name);
+}
+
+const run::GroupFormat& groupNamed(const std::vector<run::GroupFormat>& groups, const std::string& name) {
+    for (const auto& g : groups)
+        if (g.group.name == name) return g;
+    throw std::runtime_error("no group " + name);
+}
+
+// KL(FP ‖ group quantized) per predicted token, float64, from whole logits: the group's weights
+// rewritten with mx::fakeQuantize (RTN with static scales, SPEC §6), its points quantized by a hook.
+double independentKl(const QString& modelDir, const QString& scratch, const model::FusionGroup& g, const mx::MxConfig& f,
+                     const std::vector<int>& ids, int seqLen, int windows) {
+    const std::set<std::string> linears(g.linears.begin(), g.linears.end()), points(g.points.begin(), g.points.end());
+    test::rewriteModel(modelDir, scratch, [&](const std::string& name, const at::Tensor& t) {
+        return linears.count(model::names::blockLinearOfWeight(name)) ? mx::fakeQuantize(t, f) : t;
+    });
+    const auto fpCk = model::Checkpoint::load(modelDir.toStdString()), qCk = model::Checkpoint::load(scratch.toStdString());
+    const model::LlamaModel fp(fpCk), quantized(qCk);
+    const auto tokens = at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + seqLen * windows), at::kLong).view({windows, seqLen});
+    const auto hook = [&](const std::string& point, const at::Tensor& x) { return points.count(point) ? mx::fakeQuantize(x, f) : x; };
+    const auto p = at::log_softmax(fp.forward(tokens).to(at::kDouble), -1).narrow(1, 0, seqLen - 1);
+    const auto q = at::log_softmax(quantized.forward(tokens, hook).to(at::kDouble), -1).narrow(1, 0, seqLen - 1);
+    return (p.exp() * (p - q)).sum(-1).mean().item<double>();
+}
+
+} // namespace
+
+class TestScheme : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_tmp;
+
+private slots:
+    // Weights per group from the published shapes, worked by hand:
+    // Llama-3.2-1B: hidden 2048, 32 heads and 8 KV heads of 64, MLP 8192, 16 layers;
+    // Qwen3-30B-A3B: hidden 2048, 32 heads and 4 KV heads of 128, 128 experts of 768, 48 layers.
+    void groupsByHand_data() {
+        QTest::addColumn<QString>("config");
+        QTest::addColumn<int>("groups");
+        QTest::addColumn<QString>("group");
+        QTest::addColumn<qlonglong>("weights");
+        QTest::addColumn<int>("points");
+        QTest::newRow("1b qkv") << "llama-3.2-1b" << 64 << "layers.3.self_attn.qkv" << qlonglong((2048 + 2 * 512) * 2048LL) << 1;
+        QTest::newRow("1b o_proj") << "llama-3.2-1b" << 64 << "layers.15.self_attn.o_proj" << qlonglong(2048LL * 2048) << 1;
+        QTest::newRow("1b gate_up") << "llama-3.2-1b" << 64 << "layers.0.mlp.gate_up" << qlonglong(2 * 8192LL * 2048) << 1;
+        QTest::newRow("1b down") << "llama-3.2-1b" << 64 << "layers.0.mlp.down_proj" << qlonglong(8192LL * 2048) << 1;
+        QTest::newRow("30b-a3b qkv") << "qwen3-30b-a3b" << 144 << "layers.47.self_attn.qkv" << qlonglong((4096 + 2 * 512) * 2048LL) << 1;
+        QTest::newRow("30b-a3b experts") << "qwen3-30b-a3b" << 144 << "layers.47.mlp.experts" << qlonglong(128LL * 3 * 768 * 2048)
+                                         << 129;
+    }
+    void groupsByHand() {
+        QFETCH(QString, config);
+        QFETCH(int, groups);
+        QFETCH(QString, group);
+        QFETCH(qlonglong, weights);
+        QFETCH(int, points);
+        const auto c = configNamed(config);
+        const auto all = model::fusionGroups(c);
+        QCOMPARE(int(all.size()), groups);
+        const auto resolved = run::resolveScheme(c, {}, mx::makeConfig(mx::Format::MxFp4));
+        const auto& g = groupNamed(resolved, group.toStdString()).group;
+        QCOMPARE(qlonglong(g.weights), weights);
+        QCOMPARE(int(g.points.size()), points);
+        // Every block linear in exactly one group.
+        std::multiset<std::string> seen;
+        for (const auto& x : all) seen.insert(x.linears.begin(), x.linears.end());
+        const auto linears = model::names::blockLinearPrefixes(c);
+        QCOMPARE(seen.size(), linears.size());
+        for (const auto& l : linears) QCOMPARE(int(seen.count(l)), 1);
+    }
+
+    // Average bits per weight by hand on Llama-3.2-1B (per layer: attention 10,485,760 weights,
+    // MLP 50,331,648): uniform MXFP4 4.25; attention MXFP8 + MLP MXFP4
+    // (10485760·8.25 + 50331648·4.25) / 60817408 = 4.939655...; layer 0 kept in bf16 and NVFP4
+    // elsewhere (60817408·16 + 15·60817408·4.5) / (16·60817408) = 5.21875.
+    void averageBitsByHand_data() {
+        QTest::addColumn<QString>("rules");
+        QTest::addColumn<double>("bits");
+        QTest::newRow("uniform") << "" << 4.25;
+        QTest::newRow("attention mxfp8") << "self_attn = mxfp8" << (10485760 * 8.25 + 50331648 * 4.25) / 60817408;
+        QTest::newRow("layer 0 bf16, nvfp4") << "layers\\.0\\. = bf16; . = nvfp4" << 5.21875;
+        QTest::newRow("first rule wins") << "layers\\.0\\. = bf16\nlayers\\.0\\. = mxfp8  # never reached\n. = nvfp4" << 5.21875;
+    }
+    void averageBitsByHand() {
+        QFETCH(QString, rules);
+        QFETCH(double, bits);
+        const auto r = run::resolveScheme(test::realConfig("llama-3.2-1b"), run::parseSchemeRules(rules.toStdString()),
+                                          mx::makeConfig(mx::Format::MxFp4));
+        QVERIFY(std::abs(run::averageBits(r) - bits) <= 1e-12 * bits);
+    }
+
+    // What a rule cannot do is refused naming the rule (and the group it would split).
+    void refusals_data() {
+        QTest::addColumn<QString>("config");
+        QTest::addColumn<QString>("rules");
+        QTest::addColumn<QString>("says");
+        QTest::newRow("split qkv") << "llama-small" << "q_proj = mxfp8" << "splits the fusion group layers.0.self_attn.qkv";
+        QTest::newRow("split gate_up") << "llama-small" << "layers\\.1\\.mlp\\.up_proj = bf16" << "splits the fusion group layers.1.mlp.gate_up";
+        QTest::newRow("split experts") << "qwen3-moe-small" << "experts\\.0\\. = mxfp8" << "splits the fusion group layers.0.mlp.experts";
+        QTest::newRow("matches nothing") << "llama-small" << "layers\\.7\\. = mxfp8" << "'layers\\.7\\. = mxfp8' matches none of the 8";
+        QTest::newRow("unknown format") << "llama-small" << "self_attn = mxfp9" << "unknown format 'mxfp9'";
+        QTest::newRow("no equals") << "llama-small" << "self_attn mxfp8" << "has no '='";
+        QTest::newRow("bad regex") << "llama-small" << "layers\\.( = mxfp8" << "is not a regular expression";
+    }
+    void refusals() {
+        QFETCH(QString, config);
+        QFETCH(QString, rules);
+        QFETCH(QString, says);
+        const QString e = errorOf([&] {
+            run::resolveScheme(configNamed(config), run::parseSchemeRules(rules.toStdString()), mx::makeConfig(mx::Format::MxFp4));
+        });
+        QVERIFY2(e.contains(says), qPrintable(e));
+    }
+
+    // A group named whole takes the format; experts and their points move together; a plan's rules
+    // (one per group) read back to the same formats.
+    void groupsTakeOneFormat() {
+        const auto c = configNamed("qwen3-moe-small");
+        const auto r = run::resolveScheme(c, run::parseSchemeRules("mlp\\.experts = mxfp8; layers\\.1\\.self_attn\\.qkv = bf16"),
+                                          mx::makeConfig(mx::Format::MxFp4));
+        QCOMPARE(run::schemeFormatName(groupNamed(r, "layers.0.mlp.experts").format), std::string("mxfp8"));
+        QCOMPARE(run::schemeFormatName(groupNamed(r, "layers.1.self_attn.qkv").format), std::string("bf16"));
+        QCOMPARE(run::schemeFormatName(groupNamed(r, "layers.1.self_attn.o_proj").format), std::string("mxfp4"));
+        QCOMPARE(groupNamed(r, "layers.1.self_attn.o_proj").rule, -1);
+        const auto again = run::resolveScheme(c, run::parseSchemeRules(run::schemeRulesText(run::rulesNamingEachGroup(r))),
+                                              std::nullopt);
+        for (std::size_t g = 0; g < r.size(); ++g)
+            QCOMPARE(run::schemeFormatName(again[g].format), run::schemeFormatName(r[g].format));
+    }
+
+    // The measured sensitivity equals the independent computation. Both quantize the same
+    // weights bit for bit (quantizeWithScales equals fakeQuantize, WeightQuantizer.h) and the same
+    // activations, so the hidden states agree; the paths differ in forming the logits (vocabulary
+    // chunks against one product) and in summing the per-token KL (float32 over V = 300 terms
+    // against float64): a relative V·ε32 ≈ 2e-5, bounded here by 1e-4, plus 1e-7 for the logits.
+    void measuredMatchesIndependent_data() {
+        QTest::addColumn<QString>("config");
+        QTest::addColumn<QString>("group");
+        QTest::addColumn<QString>("format");
+        QTest::newRow("dense qkv mxfp4") << "llama-small" << "layers.0.self_attn.qkv" << "mxfp4";
+        QTest::newRow("dense down mxint8") << "llama-small" << "layers.1.mlp.down_proj" << "mxint8";
+        QTest::newRow("dense gate_up mxfp8") << "llama-small" << "layers.1.mlp.gate_up" << "mxfp8";
+        QTest::newRow("moe experts mxfp4") << "qwen3-moe-small" << "layers.1.mlp.experts" << "mxfp4";
+        QTest::newRow("moe o_proj mxfp4") << "qwen3-moe-small" << "layers.0.self_attn.o_proj" << "mxfp4";
+    }
+    void measuredMatchesIndependent() {
+        QFETCH(QString, config);
+        QFETCH(QString, group);
+        QFETCH(QString, format);
+        const QString dir = m_tmp.filePath("models/" + config);
+        const auto c = configNamed(config);
+        test::moeModel(dir, c.toJsonText(), config.toStdString());
+        run::SensitivityRequest r;
+        r.modelDir = dir.toStdString();
+        r.calibrationIds = test::randomIds(4 * 24, c.vocabSize, 3);
+        r.seqLen = 24, r.windows = 4;
+        r.formats = {format.toStdString()};
+        const auto t = run::measureSensitivity(r);
+        QCOMPARE(t.formats.back(), std::string("bf16"));
+        std::size_t g = 0;
+        while (t.groups[g].name != group.toStdString()) ++g;
+        const double measured = t.kl[g][0];
+        const double expected = independentKl(dir, m_tmp.filePath("scratch-" + QString::number(qHash(QTest::currentDataTag()))),
+                                              t.groups[g], *run::parseSchemeFormat(format.toStdString()), r.calibrationIds,
+                                              r.seqLen, r.windows);
+        qInfo("measured %.10g, independent %.10g", measured, expected);
+        QVERIFY2(expected > 1e-9, qPrintable(QString::number(expected))); // an effect to compare
+        QVERIFY2(std::abs(measured - expected) <= 1e-4 * expected + 1e-10,
+                 qPrintable(QStringLiteral("measured %1, independent %2").arg(measured, 0, 'g', 10).arg(expected, 0, 'g', 10)));
+    }
+
+    // A plan: the table written and read back, a budget problem whose fixed group keeps its rule's
+    // format, refused where the table lacks that format.
+    void planFromTable() {
+        const QString dir = m_tmp.filePath("models/llama-small");
+        const auto c = configNamed("llama-small");
+        test::moeModel(dir, c.toJsonText(), "llama-small");
+        run::SensitivityRequest r;
+        r.modelDir = dir.toStdString();
+        r.calibrationIds = test::randomIds(2 * 16, c.vocabSize, 4);
+        r.seqLen = 16, r.windows = 2;
+        r.formats = {"mxfp4", "mxfp8"};
+        const QString file = m_tmp.filePath("sens.json");
+        QFile out(file);
+        QVERIFY(out.open(QIODevice::WriteOnly));
+        out.write(QByteArray::fromStdString(run::sensitivityJson(run::measureSensitivity(r))));
+        out.close();
+        const auto t = run::readSensitivity(file.toStdString());
+        QCOMPARE(t.formats, (std::vector<std::string>{"mxfp4", "mxfp8", "bf16"}));
+        const auto fixed = run::resolveScheme(c, run::parseSchemeRules("layers\\.0\\.self_attn\\.qkv = bf16"), std::nullopt);
+        const auto p = run::budgetProblem(t, fixed, 8.0);
+        QCOMPARE(int(p.candidates[0].size()), 1);
+        QCOMPARE(p.candidates[0][0].bits, 16.0);
+        QCOMPARE(int(p.candidates[1].size()), 3);
+        const auto chosen = run::chosenScheme(t, fixed, quant::solveBudget(p));
+        QCOMPARE(run::schemeFormatName(chosen[0].format), std::string("bf16"));
+        const auto nv = run::resolveScheme(c, run::parseSchemeRules("layers\\.0\\.self_attn\\.qkv = nvfp4"), std::nullopt);
+        QVERIFY(errorOf([&] { run::budgetProblem(t, nv, 5.0); }).contains("did not measure"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestScheme)
+#include "tst_scheme.moc"
