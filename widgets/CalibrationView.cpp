@@ -106,6 +106,13 @@ QGroupBox* CalibrationView::createMethodBox(QWidget* parent) {
     m_keep->setToolTip(tr("Block linears whose module name this regex finds keep their weights and inputs in bf16 "
                           "(--keep). The Model dock's \"keep in bf16\" boxes write it."));
     mf->addRow(tr("&Keep in bf16:"), m_keep);
+    m_scheme = new QLineEdit(methodBox);
+    m_scheme->setObjectName(QStringLiteral("schemeEdit"));
+    m_scheme->setPlaceholderText(tr("none: every linear in the format above"));
+    m_scheme->setToolTip(tr("Mixed precision (--scheme): rules 'REGEX = FORMAT' separated by ';', or a scheme file "
+                            "from latmix plan; each fusion group a rule takes gets its format (mxfp4, nvfp4, mxint4, "
+                            "mxfp8, mxint8, bf16), the rest the format above. RTN and GPTQ read it so far."));
+    mf->addRow(tr("Mi&xed precision:"), m_scheme);
     m_t1Bias = new QComboBox(methodBox);
     m_t1Bias->setObjectName(QStringLiteral("t1BiasCombo"));
     m_t1Bias->addItem(tr("Auto"), QStringLiteral("auto")); // its text says what auto chose (updateT1BiasAuto)
@@ -241,7 +248,7 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     const std::pair<QWidget*, const char*> optionControls[] = {
         {m_method, "method"},          {m_format, "format"},
         {m_block, "block"},            {m_scaleMode, "scale_mode"},
-        {m_keep, "keep"},
+        {m_keep, "keep"},              {m_scheme, "scheme"},
         {m_t1Bias, "t1_bias"},         {m_skipExportCheck, "skip_export_check"},
         {m_steps, "steps"},            {m_batch, "batch"},
         {m_lr, "lr"},                  {m_temperature, "temperature"},
@@ -321,7 +328,10 @@ bool CalibrationView::eventFilter(QObject* watched, QEvent* event) {
 }
 
 void CalibrationView::setModelDir(const QString& dir) {
-    if (dir != m_modelDir) m_keep->clear(); // it names the previous model's linears
+    if (dir != m_modelDir) { // they name the previous model's linears
+        m_keep->clear();
+        m_scheme->clear();
+    }
     m_modelDir = dir;
     int layers = 1;
     try {
@@ -509,9 +519,9 @@ QList<QWidget*> rememberedControls(const QWidget* form) {
     QList<QWidget*> out;
     for (QWidget* w : form->findChildren<QWidget*>()) {
         const QString key = w->property("optionKey").toString();
-        // keep names one model's linears: the Model dock sets it for the model open.
+        // keep and scheme name one model's linears: the Model dock sets keep for the model open.
         if (!key.isEmpty() && key != QLatin1String("tracked_layer") && key != QLatin1String("skip_export_check") &&
-            key != QLatin1String("keep"))
+            key != QLatin1String("keep") && key != QLatin1String("scheme"))
             out << w;
     }
     return out;

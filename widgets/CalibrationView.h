@@ -96,7 +96,7 @@ private:
     QSpinBox* m_trackedLayer;
     QSpinBox *m_steps, *m_batch, *m_samples, *m_seqLen, *m_seed, *m_evalWindows, *m_foldedEvery, *m_metricsEvery;
     QDoubleSpinBox *m_lr, *m_temperature, *m_volumeWeight;
-    QLineEdit *m_calibText, *m_evalText, *m_runDirEdit, *m_keep = nullptr;
+    QLineEdit *m_calibText, *m_evalText, *m_runDirEdit, *m_keep = nullptr, *m_scheme = nullptr;
     QPushButton* m_run;
     QComboBox* m_t1Bias = nullptr;
     QCheckBox* m_skipExportCheck = nullptr;

@@ -217,9 +217,13 @@ void printWeights(const run::PreparedRun& p, const run::RunHooks& hooks, const r
 void printReport(const run::PreparedRun& p, const run::RunHooks& hooks, const run::QuantizeResult& r) {
     const run::QuantizeOptions& o = p.options;
     std::printf("run          %s (method %s, %s)\n", p.runDir.c_str(), o.method.c_str(), o.format.describe().c_str());
+    if (!o.scheme.empty())
+        std::printf("scheme       %s: %.4f bits per weight, %zu fusion group(s) in other MX formats, %zu linear(s) kept in bf16\n",
+                    o.scheme.c_str(), p.resolved.schemeBits, p.resolved.groupFormats.size(), p.resolved.keptLinears.size());
     printTraining(o, hooks, r);
     printWeights(p, hooks, r);
-    const std::string precision = mx::precisionLabel(o.format.format); // "W4A4", "W8A8", ...
+    // "W4A4", "W8A8", ...; a scheme's several formats: "mixed"
+    const std::string precision = o.scheme.empty() ? mx::precisionLabel(o.format.format) : std::string("mixed");
     if (r.fpPerplexity > 0)
         std::printf("perplexity   FP %.3f   %s %.3f   weights only %.3f   (WikiText-2 test, seqlen %d)\n",
                     r.fpPerplexity, precision.c_str(), r.quantizedPerplexity, r.weightOnlyPerplexity, o.evalSeqLen);

@@ -51,6 +51,16 @@ void refuseOnlineInputTransforms(const model::ModelConfig& c, const std::string&
                              "(the transforms folded back into bf16 weights, activations unquantized)");
 }
 
+void refuseMixedFormats(const model::ModelConfig& c, const std::string& target, const std::string& runDir) {
+    if (!c.latmix || c.latmix->groupFormats.empty()) return;
+    const auto& [name, format] = *c.latmix->groupFormats.begin();
+    throw std::runtime_error("cannot export " + runDir + " as " + target + " yet: its scheme gives " +
+                             std::to_string(c.latmix->groupFormats.size()) + " fusion group(s) another format than " +
+                             (c.latmix->weightFormat ? c.latmix->weightFormat->describe() : std::string("the run's")) +
+                             " (" + name + ": " + format.describe() + "), and this version writes " + target +
+                             " in one format; export it as hf (every weight dequantized to bf16)");
+}
+
 void requireRunFolder(const std::string& runDir) {
     std::error_code ec;
     if (runDir.empty() || !std::filesystem::is_directory(runDir, ec))
@@ -292,6 +302,9 @@ void addFormatNotes(Plan& plan, const RunModel& run, bool ct) {
                                  "function without it, up to bf16 rounding");
         if (q.weightFormat)
             plan.notes.push_back("weights are the dequantized " + q.weightFormat->describe() +
+                                 (q.groupFormats.empty() ? std::string()
+                                                         : " (and, for " + std::to_string(q.groupFormats.size()) +
+                                                               " fusion group(s) of the scheme, their own formats')") +
                                  " values rounded to bf16" +
                                  (q.t3Block > 0 ? " (down_proj after the T3 fold-back)" : ""));
     }
@@ -383,6 +396,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
 
     refuseLmHeadBias(rc, runDir);
     if (ct) refuseOnlineInputTransforms(rc, "compressed-tensors", runDir);
+    if (ct) refuseMixedFormats(rc, "compressed-tensors", runDir);
     // WUSH (hf): each linear's weight W T⁻¹ goes back to W's basis with its point's T.
     for (int l = 0; l < static_cast<int>(run.inputTransforms.size()); ++l)
         for (int k = 0; k < 4; ++k) {

@@ -66,6 +66,9 @@ at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks
 // they build themselves, never a run's own per-block matrices. Throws std::runtime_error naming the
 // run, the target and the way out.
 void refuseOnlineInputTransforms(const model::ModelConfig& runConfig, const std::string& target, const std::string& runDir);
+// A run whose scheme puts groups in several MX formats (docs/spec.md, "Mixed precision") exports
+// to hf only so far. Throws std::runtime_error naming the run, the target, a group and the way out.
+void refuseMixedFormats(const model::ModelConfig& runConfig, const std::string& target, const std::string& runDir);
 // Throws std::runtime_error naming runDir when it is no folder (the first check of every export).
 void requireRunFolder(const std::string& runDir);
 // Runs of versions before issue 71 folded T1's bias into an lm_head bias, which no runtime's

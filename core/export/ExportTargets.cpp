@@ -60,6 +60,7 @@ void checkNothing(const model::ModelConfig&, const std::string&) {} // hf takes 
 void checkCompressedTensors(const model::ModelConfig& c, const std::string& runDir) {
     compressionFormat(c.latmix->weightFormat, runDir);
     refuseOnlineInputTransforms(c, "compressed-tensors", runDir);
+    refuseMixedFormats(c, "compressed-tensors", runDir);
 }
 
 void checkGguf(const model::ModelConfig& c, const std::string& runDir) { checkGgufConfig(c, runDir); }

@@ -201,6 +201,7 @@ GgufArchitecture checkConfig(const model::ModelConfig& c, const std::optional<mx
     if (c.ropeScaling && !a.ropePairs)
         throw std::runtime_error(what + "its rope_scaling is written for the llama architecture only; export hf instead");
     refuseOnlineInputTransforms(c, "GGUF", runDir);
+    refuseMixedFormats(c, "GGUF", runDir);
     refuseLmHeadBias(c, runDir);
     return a;
 }

@@ -4,6 +4,7 @@
 #include "model/TensorNames.h"
 
 #include <map>
+#include <stdexcept>
 
 namespace latmix::model {
 
@@ -45,6 +46,46 @@ std::vector<FusionGroup> fusionGroups(const ModelConfig& c) {
         }
         add("mlp.experts", std::move(linears), std::move(points));
     }
+    return r;
+}
+
+namespace {
+
+// Each group of the run's groupFormats with its format, checked against the model's groups.
+std::vector<std::pair<FusionGroup, mx::MxConfig>> formattedGroups(const ModelConfig& c, const GroupFormats& formats) {
+    std::vector<std::pair<FusionGroup, mx::MxConfig>> r;
+    if (formats.empty()) return r;
+    std::size_t found = 0;
+    for (auto& g : fusionGroups(c)) {
+        const auto it = formats.find(g.name);
+        if (it == formats.end()) continue;
+        ++found;
+        r.emplace_back(std::move(g), it->second);
+    }
+    if (found != formats.size())
+        for (const auto& [name, f] : formats) {
+            bool known = false;
+            for (const auto& [g, gf] : r) known = known || g.name == name;
+            if (!known)
+                throw std::runtime_error("latmix.group_formats names " + name + ", which is not a fusion group of this " +
+                                         c.architectureName + " model (names like layers.0.self_attn.qkv)");
+        }
+    return r;
+}
+
+} // namespace
+
+std::map<std::string, mx::MxConfig> groupLinearFormats(const ModelConfig& c, const GroupFormats& formats) {
+    std::map<std::string, mx::MxConfig> r;
+    for (const auto& [g, f] : formattedGroups(c, formats))
+        for (const auto& m : g.linears) r.emplace(m, f);
+    return r;
+}
+
+std::map<std::string, std::optional<mx::MxConfig>> groupPointFormats(const ModelConfig& c, const GroupFormats& formats) {
+    std::map<std::string, std::optional<mx::MxConfig>> r;
+    for (const auto& [g, f] : formattedGroups(c, formats))
+        for (const auto& p : g.points) r.emplace(p, f);
     return r;
 }
 

@@ -8,6 +8,8 @@
 #include "model/ModelConfig.h"
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,5 +30,12 @@ struct FusionGroup {
 // Every fusion group of the model, layer by layer in the order above. Together their linears are
 // names::blockLinearPrefixes(config), each once.
 std::vector<FusionGroup> fusionGroups(const ModelConfig& config);
+
+// The groups a run gives another format (LatmixQuantization::groupFormats: group name → format)
+// by their linears' module names, and by their activation points (ForwardOptions::pointQuant).
+// Throws std::runtime_error naming a group the model does not have.
+using GroupFormats = std::map<std::string, mx::MxConfig>;
+std::map<std::string, mx::MxConfig> groupLinearFormats(const ModelConfig& config, const GroupFormats& groupFormats);
+std::map<std::string, std::optional<mx::MxConfig>> groupPointFormats(const ModelConfig& config, const GroupFormats& groupFormats);
 
 } // namespace latmix::model

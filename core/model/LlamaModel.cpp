@@ -4,6 +4,7 @@
 #include "model/TensorNames.h"
 
 #include "model/Checkpoint.h"
+#include "model/FusionGroups.h"
 #include "model/MixtureOfExperts.h"
 #include "mx/MxQuantizer.h"
 #include "transforms/FixedTransforms.h"
@@ -72,7 +73,10 @@ ForwardOptions forwardOptionsFor(const ModelConfig& c, at::ScalarType dtype, c10
                                                          c.latmix->t3Seed)
                                    .to(at::TensorOptions().dtype(dtype).device(device));
     }
-    if (quantizeActivations) o.activationQuant = c.latmix->activationFormat;
+    if (quantizeActivations) {
+        o.activationQuant = c.latmix->activationFormat;
+        o.pointQuant = groupPointFormats(c, c.latmix->groupFormats); // a mixed-precision scheme's groups in their formats
+    }
     o.keptLinears = std::set<std::string>(c.latmix->keptLinears.begin(), c.latmix->keptLinears.end());
     return o;
 }

@@ -225,11 +225,9 @@ void readLatmix(const json& l, ModelConfig& c, const std::string& source) {
     if (!l.is_object()) fail(source, "\"latmix\" must be an object");
     LatmixQuantization q;
     if (present(l, "method") && l["method"].is_string()) q.method = l["method"].get<std::string>();
-    auto format = [&](const char* key) -> std::optional<mx::MxConfig> {
-        if (!present(l, key)) return std::nullopt;
-        const auto& f = l[key];
+    auto formatOf = [&](const json& f, const std::string& key) -> std::optional<mx::MxConfig> {
         if (!f.is_object() || !present(f, "format") || !f["format"].is_string())
-            fail(source, std::string("latmix.") + key + " needs a \"format\" string");
+            fail(source, "latmix." + key + " needs a \"format\" string");
         try {
             mx::MxConfig m = mx::makeConfig(mx::parseFormat(f["format"].get<std::string>()));
             if (present(f, "block")) m.blockSize = getInt(f, "block", source);
@@ -237,9 +235,12 @@ void readLatmix(const json& l, ModelConfig& c, const std::string& source) {
             m.validate();
             return m;
         } catch (const std::invalid_argument& e) {
-            fail(source, std::string("latmix.") + key + ": " + e.what());
+            fail(source, "latmix." + key + ": " + e.what());
         }
         return std::nullopt;
+    };
+    auto format = [&](const char* key) -> std::optional<mx::MxConfig> {
+        return present(l, key) ? formatOf(l[key], key) : std::nullopt;
     };
     q.weightFormat = format("weight_format");
     q.activationFormat = format("activation_format");
@@ -262,6 +263,12 @@ void readLatmix(const json& l, ModelConfig& c, const std::string& source) {
             if (!n.is_string()) fail(source, "latmix.kept_linears must be a list of module names");
             q.keptLinears.push_back(n.get<std::string>());
         }
+    }
+    if (present(l, "group_formats")) {
+        const auto& g = l["group_formats"];
+        if (!g.is_object()) fail(source, "latmix.group_formats must be an object {fusion group name: format}");
+        for (const auto& [name, f] : g.items())
+            if (const auto m = formatOf(f, "group_formats." + name)) q.groupFormats[name] = *m;
     }
     c.lmHeadBias = getBool(l, "lm_head_bias", false, source);
     // The run model states its bias groups exactly (ConfigJson.h latmixJson): they override
@@ -462,6 +469,11 @@ nlohmann::ordered_json latmixJson(const LatmixQuantization& q, const ModelConfig
         l["input_transforms"] = {{"kind", q.inputTransforms}, {"file", "input_transforms.safetensors"},
                                  {"points", "every block linear's input, online before its quantization"}};
     if (!q.keptLinears.empty()) l["kept_linears"] = q.keptLinears;
+    if (!q.groupFormats.empty()) {
+        nlohmann::ordered_json g;
+        for (const auto& [name, f] : q.groupFormats) g[name] = mxConfigJson(f);
+        l["group_formats"] = g;
+    }
     l["biases"] = {{"q_k_v", c.qkvBias}, {"o_proj", c.oProjBias}, {"mlp", c.mlpBias}};
     l["lm_head_bias"] = c.lmHeadBias;
     return l;

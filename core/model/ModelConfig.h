@@ -4,6 +4,7 @@
 #include "mx/MxFormat.h"
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,11 @@ struct LatmixQuantization {
     // The linears kept in full precision (--keep, SPEC §4 "Kept linears"): module names
     // ("model.layers.0.self_attn.q_proj"); neither their weights nor their inputs are quantized.
     std::vector<std::string> keptLinears;
+    // A mixed-precision scheme's groups in another MX format than weightFormat (docs/spec.md,
+    // "Mixed precision"): fusion group name ("layers.0.self_attn.qkv", model/FusionGroups.h) →
+    // the format of its weights and of its input points' activations. Groups in bf16 are kept
+    // linears instead; the rest take weightFormat / activationFormat.
+    std::map<std::string, mx::MxConfig> groupFormats;
 };
 
 // The sparse MLP of a mixture-of-experts model: a router (hidden -> numExperts, no bias) picks

@@ -207,6 +207,7 @@ model::LatmixQuantization runQuantization(const RunContext& ctx, const fold::Mod
     }
     if (ctx.method().wush) q.inputTransforms = "wush";
     q.keptLinears = ctx.resolved.keptLinears;
+    q.groupFormats = ctx.resolved.groupFormats;
     return q;
 }
 

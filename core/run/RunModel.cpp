@@ -9,6 +9,7 @@
 #include "model/ConfigJson.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
+#include "model/FusionGroups.h"
 #include "model/LlamaModel.h"
 #include "transforms/FixedTransforms.h"
 
@@ -50,7 +51,7 @@ void checkPacked(const std::string& prefix, const mx::PackedTensor& p, const at:
     const std::int64_t out = w.size(0), in = w.size(1);
     if (!sameConfig(p.config, want))
         throw std::runtime_error(where + ": packed weight '" + prefix + "' is " + p.config.describe() +
-                                 ", but latmix.weight_format is " + want.describe() + "; " + fix);
+                                 ", but the run model's config says " + want.describe() + "; " + fix);
     if (!p.codes.defined() || p.codes.scalar_type() != at::kByte || p.codes.sizes().vec() != codesShape(want, out, in))
         throw std::runtime_error(where + ": '" + prefix + ".weight_packed' must be uint8 " +
                                  shapeText(codesShape(want, out, in)) + " for weight " + shapeText({out, in}) +
@@ -121,11 +122,16 @@ struct RunModelWriter::State {
     std::set<std::string> names;
     std::vector<io::TensorSpec> specs; // the decoder layers first, in order, then the top level
     std::set<std::string> linearWeights;
+    std::map<std::string, mx::MxConfig> linearFormats; // a scheme's groups in another format than quant.weightFormat
     std::unique_ptr<io::SafeTensorsWriter> weights, packed;
     std::vector<std::pair<std::string, at::Tensor>> inputTransforms;
     bool committed = false;
 
     bool has(const std::string& n) const { return names.count(n) != 0; }
+    const mx::MxConfig& formatOf(const std::string& linear) const {
+        const auto it = linearFormats.find(linear);
+        return it != linearFormats.end() ? it->second : *quant.weightFormat;
+    }
     void writeNext(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, mx::PackedTensor>& packedOf);
 };
 
@@ -180,6 +186,11 @@ RunModelWriter::RunModelWriter(const std::string& dir, const std::string& config
     const std::string configText = runConfigText(configJson, q, tensorNames, where, zeros);
     m->config = model::ModelConfig::fromJsonText(configText, where + " (config.json)");
     const model::ModelConfig& c = m->config;
+    try {
+        m->linearFormats = model::groupLinearFormats(c, q.groupFormats);
+    } catch (const std::runtime_error& e) {
+        throw std::runtime_error(where + ": " + e.what());
+    }
 
     // Every name checked before anything is written; the file lists the decoder layers first
     // (in order: they come a layer at a time), then the other tensors.
@@ -214,9 +225,10 @@ RunModelWriter::RunModelWriter(const std::string& dir, const std::string& config
         if (m->linearWeights.count(s.name)) {
             const std::string p = names::blockLinearOfWeight(s.name);
             const std::int64_t out = s.shape[0], in = s.shape[1];
-            packedSpecs.push_back({p + ".weight_packed", "U8", codesShape(*q.weightFormat, out, in)});
-            packedSpecs.push_back({p + ".weight_scale", "U8", scalesShape(*q.weightFormat, out, in)});
-            if (q.weightFormat->isNvfp4()) packedSpecs.push_back({p + ".weight_global_scale", "F32", {1}});
+            const mx::MxConfig& f = m->formatOf(p);
+            packedSpecs.push_back({p + ".weight_packed", "U8", codesShape(f, out, in)});
+            packedSpecs.push_back({p + ".weight_scale", "U8", scalesShape(f, out, in)});
+            if (f.isNvfp4()) packedSpecs.push_back({p + ".weight_global_scale", "F32", {1}});
         }
     m->tmp = util::makeTempSibling(dir);
     try {
@@ -261,10 +273,10 @@ void RunModelWriter::State::writeNext(const std::map<std::string, at::Tensor>& t
         if (pk == packedOf.end())
             throw std::runtime_error(where + ": no packed weight for '" + p +
                                      "'; every block linear is quantized when latmix.weight_format is set");
-        checkPacked(p, pk->second, t, *quant.weightFormat, where, "this is a bug in the code that built the run model");
+        checkPacked(p, pk->second, t, formatOf(p), where, "this is a bug in the code that built the run model");
         packed->write(pk->second.codes);
         packed->write(pk->second.scales);
-        if (quant.weightFormat->isNvfp4()) packed->write(at::full({1}, pk->second.globalScale, at::kFloat));
+        if (formatOf(p).isNvfp4()) packed->write(at::full({1}, pk->second.globalScale, at::kFloat));
     }
     weights->write(t);
 }
@@ -370,22 +382,25 @@ RunModel readRunModel(const std::string& dir) {
         return pf->tensor(name);
     };
     const std::set<std::string> kept(run.quant.keptLinears.begin(), run.quant.keptLinears.end());
+    const auto linearFormats = model::groupLinearFormats(c, run.quant.groupFormats);
     for (const auto& p : model::names::blockLinearPrefixes(c)) {
         if (kept.count(p)) continue; // kept in full precision: no packed weight
         const at::Tensor& w = run.tensors.at(p + ".weight");
+        const auto own = linearFormats.find(p);
+        const mx::MxConfig f = own != linearFormats.end() ? own->second : wf;
         mx::PackedTensor pk;
-        pk.config = wf;
+        pk.config = f;
         pk.lastDim = w.size(1);
         pk.codes = get(p + ".weight_packed", "U8");
         pk.scales = get(p + ".weight_scale", "U8");
-        if (wf.isNvfp4()) {
+        if (f.isNvfp4()) {
             const at::Tensor g = get(p + ".weight_global_scale", "F32");
             if (g.numel() != 1)
                 throw std::runtime_error(packedPath + ": tensor '" + p + ".weight_global_scale' must hold one value; " +
                                          again);
             pk.globalScale = g.reshape({-1})[0].item<float>();
         }
-        checkPacked(p, pk, w, wf, packedPath, again);
+        checkPacked(p, pk, w, f, packedPath, again);
         run.packed[p] = std::move(pk);
     }
     for (const auto& e : pf->entries())

@@ -31,7 +31,7 @@ json otherValue(const run::OptionField& f, const json& current) {
         {"method", "mr-gptq"},     {"format", "nvfp4"},   {"scale_mode", "even"}, {"t1", "hadamard"},
         {"t2", "none"},            {"t3", "none"},        {"init", "identity"},   {"granularity", "block"},
         {"loss", "ce"},            {"calib", "/c.txt"},   {"device", "cuda:1"},   {"eval_tasks", "piqa"},
-        {"precision", "bf16"},     {"keep", "down_proj"}};
+        {"precision", "bf16"},     {"keep", "down_proj"}, {"scheme", "self_attn = mxfp8"}};
     switch (f.type) {
     case run::OptionType::Text: return text.at(f.key);
     case run::OptionType::Integer: return std::string(f.key) == "block" ? json(16) : json(current.get<long long>() + 3);

@@ -9,17 +9,23 @@
 #include "model/TensorNames.h"
 #include "mx/MxQuantizer.h"
 #include "run/FormatScheme.h"
+#include "run/QuantizeRun.h"
+#include "run/RunModel.h"
 #include "run/Sensitivity.h"
 
 #include <ATen/ATen.h>
 
 #include "MoeModels.h"
+#include "SmallRuns.h"
 #include "TestSupport.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
 
 #include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -206,6 +212,58 @@ private slots:
         QVERIFY2(expected > 1e-9, qPrintable(QString::number(expected))); // an effect to compare
         QVERIFY2(std::abs(measured - expected) <= 1e-4 * expected + 1e-10,
                  qPrintable(QStringLiteral("measured %1, independent %2").arg(measured, 0, 'g', 10).arg(expected, 0, 'g', 10)));
+    }
+
+    // A run under a scheme computes what the scheme says: its model's logits equal those of the
+    // model rebuilt independently — every weight rewritten with mx::fakeQuantize in its group's
+    // format (bf16 groups rounded to bf16), every point's activations quantized by a hook in its
+    // group's format (bf16 groups: none). The same float operations in the same order, so the
+    // logits agree to a few float32 roundings of the largest one. GPTQ under the same scheme packs
+    // each linear in its group's format (readRunModel checks every packed weight against it).
+    void runHonoursScheme_data() {
+        QTest::addColumn<QString>("method");
+        QTest::newRow("rtn") << "rtn";
+        QTest::newRow("gptq") << "gptq";
+    }
+    void runHonoursScheme() {
+        QFETCH(QString, method);
+        const QString dir = m_tmp.filePath("models/llama-small");
+        const auto c = configNamed("llama-small");
+        test::moeModel(dir, c.toJsonText(), "llama-small");
+        auto o = test::smallRunOptions(method);
+        o.scheme = "layers\\.0\\.self_attn\\.qkv = mxfp8; layers\\.1\\.mlp\\.gate_up = bf16; layers\\.1\\.mlp\\.down_proj = nvfp4";
+        const QString runDir = m_tmp.filePath("run-" + method);
+        const auto calib = test::randomIds(2000, c.vocabSize, 1), evalIds = test::randomIds(400, c.vocabSize, 2);
+        run::runQuantize(dir.toStdString(), calib, evalIds, runDir.toStdString(), o);
+        const auto rm = run::readRunModel((runDir + "/model").toStdString());
+        QCOMPARE(rm.packed.at("model.layers.0.self_attn.k_proj").config.format, mx::Format::MxFp8E4M3);
+        QCOMPARE(rm.packed.at("model.layers.1.mlp.down_proj").config.format, mx::Format::NvFp4);
+        QCOMPARE(rm.packed.at("model.layers.0.mlp.up_proj").config.format, mx::Format::MxFp4);
+        QVERIFY(!rm.packed.count("model.layers.1.mlp.gate_proj")); // kept: bf16, nothing packed
+        if (method != QLatin1String("rtn")) return;
+        const auto groups = run::resolveScheme(c, run::parseSchemeRules(o.scheme), o.format);
+        std::map<std::string, std::optional<mx::MxConfig>> formatOfLinear, formatOfPoint;
+        for (const auto& g : groups) {
+            for (const auto& l : g.group.linears) formatOfLinear[l] = g.format;
+            for (const auto& p : g.group.points) formatOfPoint[p] = g.format;
+        }
+        const QString rebuilt = m_tmp.filePath("rebuilt");
+        test::rewriteModel(dir, rebuilt, [&](const std::string& name, const at::Tensor& t) {
+            const auto it = formatOfLinear.find(model::names::blockLinearOfWeight(name));
+            if (it == formatOfLinear.end()) return t;
+            return it->second ? mx::fakeQuantize(t, *it->second) : t.to(at::kBFloat16).to(at::kFloat);
+        });
+        const auto hook = [&](const std::string& point, const at::Tensor& x) {
+            const auto it = formatOfPoint.find(point);
+            return it != formatOfPoint.end() && it->second ? mx::fakeQuantize(x, *it->second) : x;
+        };
+        const auto tokens = at::tensor(std::vector<int64_t>(evalIds.begin(), evalIds.begin() + 64), at::kLong).view({2, 32});
+        const auto runCk = model::Checkpoint::load((runDir + "/model").toStdString());
+        const auto rebuiltCk = model::Checkpoint::load(rebuilt.toStdString());
+        const auto got = model::LlamaModel(runCk).forward(tokens), expected = model::LlamaModel(rebuiltCk).forward(tokens, hook);
+        const double largest = expected.abs().max().item<double>(), diff = (got - expected).abs().max().item<double>();
+        QVERIFY2(diff <= 8 * std::numeric_limits<float>::epsilon() * largest,
+                 qPrintable(QStringLiteral("largest logit difference %1 of %2").arg(diff).arg(largest)));
     }
 
     // A plan: the table written and read back, a budget problem whose fixed group keeps its rule's

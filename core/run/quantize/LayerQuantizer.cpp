@@ -33,6 +33,7 @@ struct LayerQuantizer::Linear {
     int width;         // that point's width
     int expert = -1;   // the expert it belongs to in a sparse layer
     bool kept = false; // --keep: left in full precision
+    mx::MxConfig format; // its weights' format: --format, or its fusion group's under --scheme
 };
 
 namespace {
@@ -53,6 +54,9 @@ LayerQuantizer::LayerQuantizer(const RunContext& ctx, const ModelToQuantize& sou
     options = source.options;
     options.activationQuant = ctx.options.format;
     options.keptLinears = std::set<std::string>(ctx.resolved.keptLinears.begin(), ctx.resolved.keptLinears.end());
+    // --scheme: the groups in another format, their weights here and their inputs in the forward.
+    linearFormats = model::groupLinearFormats(ctx.config(), ctx.resolved.groupFormats);
+    options.pointQuant = model::groupPointFormats(ctx.config(), ctx.resolved.groupFormats);
     if (ctx.method().wush) options.inputTransforms.resize(static_cast<std::size_t>(ctx.config().numLayers));
     group = ctx.parallel() ? ctx.hooks.group.get() : nullptr;
     // The linears' cost model by device kind, the same on every rank (owners are computed apart).
@@ -145,7 +149,7 @@ std::vector<LayerQuantizer::Linear> LayerQuantizer::layerLinears(int l, model::L
         r.push_back({names::kGateProj, &y.wGate, point(K::GateUpInput), hidden});
         r.push_back({names::kUpProj, &y.wUp, point(K::GateUpInput), hidden});
         r.push_back({names::kDownProj, &y.wDown, point(K::DownProjInput), c.intermediateSize});
-        for (Linear& lin : r) lin.kept = options.keptLinears.count(names::layerPrefix(l) + lin.name) != 0;
+        markLinears(l, r);
         return r;
     }
     using E = names::ExpertLinear;
@@ -156,8 +160,18 @@ std::vector<LayerQuantizer::Linear> LayerQuantizer::layerLinears(int l, model::L
         r.push_back({names::expertModule(c, e, E::Up), &x.wUp, in, hidden, e});
         r.push_back({names::expertModule(c, e, E::Down), &x.wDown, down, c.moe->expertWidth, e});
     }
-    for (Linear& lin : r) lin.kept = options.keptLinears.count(names::layerPrefix(l) + lin.name) != 0;
+    markLinears(l, r);
     return r;
+}
+
+// Which of layer l's linears are kept (--keep, a scheme's bf16 groups) and each one's format.
+void LayerQuantizer::markLinears(int l, std::vector<Linear>& linears) const {
+    for (Linear& lin : linears) {
+        const std::string module = names::layerPrefix(l) + lin.name;
+        lin.kept = options.keptLinears.count(module) != 0;
+        const auto own = linearFormats.find(module);
+        lin.format = own != linearFormats.end() ? own->second : ctx.options.format;
+    }
 }
 
 // GPTQ or RTN of this rank's linears of layer l; the others' are left empty.
@@ -210,8 +224,8 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const
                                                          : lastAtPoint ? acc[lin.point]->take()
                                                                        : acc[lin.point]->hessian();
                                        return gptq && !starved(lin)
-                                                  ? quant::quantizeGptq(*lin.w, hess, o.format, o.gptq, globals[li])
-                                                  : quant::quantizeRtn(*lin.w, o.format, hess, globals[li]);
+                                                  ? quant::quantizeGptq(*lin.w, hess, lin.format, o.gptq, globals[li])
+                                                  : quant::quantizeRtn(*lin.w, lin.format, hess, globals[li]);
                                    });
         } catch (const OutOfMemory&) {
             throw;
@@ -225,7 +239,7 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const
         if (++quantizedHere % kTrimEvery == 0) trimHeaps();
     }
     if (group)
-        for (std::size_t li = 0; li < linears.size(); ++li) shareLinear(done[li], seconds[li], owner[li], *linears[li].w);
+        for (std::size_t li = 0; li < linears.size(); ++li) shareLinear(done[li], seconds[li], owner[li], *linears[li].w, linears[li].format);
     return done;
 }
 
@@ -236,10 +250,9 @@ std::vector<quant::QuantizedWeight> LayerQuantizer::quantizeLinears(int l, const
 // update_fused_layer_weight_global_scales makes it (SPEC §6). Read before any is quantized.
 std::vector<float> LayerQuantizer::fusedGlobalScales(const std::vector<Linear>& linears) const {
     std::vector<float> g(linears.size(), 0.0f);
-    if (!ctx.options.format.isNvfp4()) return g;
-    std::map<std::string, std::vector<std::size_t>> byPoint;
+    std::map<std::string, std::vector<std::size_t>> byPoint; // a point's linears share one format (a fusion group)
     for (std::size_t li = 0; li < linears.size(); ++li)
-        if (!linears[li].kept) byPoint[linears[li].point].push_back(li);
+        if (!linears[li].kept && linears[li].format.isNvfp4()) byPoint[linears[li].point].push_back(li);
     for (const auto& [point, members] : byPoint) {
         if (members.size() < 2) continue;
         std::vector<at::Tensor> weights;
@@ -349,7 +362,8 @@ QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
 
 // Data parallel: the owner's quantized linear to every rank (its packed codes, from which the
 // others unpack the quantized weight, its error and time).
-void LayerQuantizer::shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w) {
+void LayerQuantizer::shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w,
+                                 const mx::MxConfig& format) {
     const bool mine = group->rank() == owner;
     const at::Tensor head = at::zeros({7}, at::TensorOptions().dtype(at::kDouble));
     if (mine) {
@@ -363,7 +377,7 @@ void LayerQuantizer::shareLinear(quant::QuantizedWeight& q, double& seconds, int
     const auto size = [&](int i) { return static_cast<int64_t>(head[i].item<double>()); };
     if (!mine) {
         const auto u8 = at::TensorOptions().dtype(at::kByte);
-        q.packed.config = ctx.options.format;
+        q.packed.config = format;
         q.packed.codes = at::empty({size(0), size(1)}, u8);
         q.packed.scales = at::empty({size(2), size(3)}, u8);
         q.packed.globalScale = static_cast<float>(head[4].item<double>());

@@ -63,9 +63,10 @@ private:
     std::vector<quant::QuantizedWeight> quantizeLinears(int layer, const std::vector<Linear>& linears, Hessians& hessians,
                                                         std::vector<double>& seconds, JobContext& job);
     std::vector<float> fusedGlobalScales(const std::vector<Linear>& linears) const;
-    void shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w);
+    void shareLinear(quant::QuantizedWeight& q, double& seconds, int owner, const at::Tensor& w, const mx::MxConfig& format);
     void adoptResult(const Linear& linear, quant::QuantizedWeight& q) const;
     std::vector<Linear> layerLinears(int layer, model::LayerWeights& y) const;
+    void markLinears(int layer, std::vector<Linear>& linears) const;
     bool starved(const Linear& linear) const;
     void agreeOnCancel(JobContext& job);
 
@@ -74,6 +75,7 @@ private:
     QuantizeResult& result;
     model::RopeTables rope;
     model::ForwardOptions options;
+    std::map<std::string, mx::MxConfig> linearFormats; // --scheme: the linears in another format than --format
     dist::Group* group = nullptr; // several ranks, else null
     at::Tensor h;                 // this rank's windows at the input of the next layer
     bool calibrated = false;      // windows pass through the layers (GPTQ's Hessians, or RTN's output-space error)

@@ -1,6 +1,7 @@
 #include "run/quantize/Preflight.h"
 
 #include "run/quantize/OptionTable.h"
+#include "run/FormatScheme.h"
 
 #include "model/ConfigJson.h"
 #include "model/Device.h"
@@ -10,6 +11,7 @@
 
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <stdexcept>
 
 namespace fs = std::filesystem;
@@ -92,11 +94,49 @@ void checkWush(const model::ModelConfig& c, const MethodSpec& m, const RunConfig
                          {{"t1", "", "no", ""}, {"t2", "", "no", ""}, {"t3", "", "no", ""}});
 }
 
+// --scheme: each fusion group's format; bf16 groups join the kept linears.
+void resolveRunScheme(ResolvedRun& r, const RunConfig& o) {
+    const model::ModelConfig& c = r.config;
+    if (r.method.transformed || r.method.wush || r.method.learned)
+        throw RunRefused("method " + o.method + " does not read a mixed-precision scheme yet (its transforms and training "
+                             "take one format); rtn and gptq do",
+                         {{"method", "gptq"}, {"method", "rtn"}, {"scheme", "", "no", ""}});
+    std::vector<GroupFormat> groups;
+    try {
+        groups = resolveScheme(c, readSchemeRules(o.scheme), o.format);
+    } catch (const std::exception& e) {
+        throw RunRefused(e.what(), {{"scheme", "self_attn = mxfp8; layers\\.0\\. = bf16", "e.g.", ""}});
+    }
+    std::set<std::string> kept(r.keptLinears.begin(), r.keptLinears.end());
+    bool anyQuantized = false;
+    for (const auto& g : groups) {
+        if (g.format && kept.count(g.group.linears.front()) == 0) anyQuantized = true;
+        if (!g.format) {
+            if (c.isSparseLayer(g.group.layer) && g.group.name.find(".experts") != std::string::npos)
+                throw RunRefused("scheme rule " + std::to_string(g.rule + 1) + " keeps " + g.group.name +
+                                     " in bf16: a sparse layer's experts are quantized in every run so far",
+                                 {{"scheme", "self_attn = bf16", "e.g.", ""}});
+            kept.insert(g.group.linears.begin(), g.group.linears.end());
+        } else if (g.rule >= 0 && schemeFormatName(g.format) != schemeFormatName(o.format)) {
+            r.groupFormats[g.group.name] = *g.format;
+        }
+    }
+    if (!anyQuantized)
+        throw RunRefused("the scheme keeps every block linear in bf16: nothing would be quantized", {{"scheme", "", "a narrower", ""}});
+    r.keptLinears.clear();
+    for (const auto& p : model::names::blockLinearPrefixes(c)) // the model's order
+        if (kept.count(p)) r.keptLinears.push_back(p);
+    for (auto& g : groups)
+        if (kept.count(g.group.linears.front())) g.format.reset();
+    r.schemeBits = averageBits(groups);
+}
+
 ResolvedRun preflightShape(ResolvedRun r, const RunConfig& o, PreflightFor purpose) {
     const model::ModelConfig& c = r.config;
     resolveT1Bias(r, o);
     checkWush(c, r.method, o);
     if (!o.keep.empty()) r.keptLinears = resolveKeptLinears(c, o.keep);
+    if (!o.scheme.empty()) resolveRunScheme(r, o);
     if (c.moe && r.method.transformed && transforms::kindHasBias(r.method.t1Kind) && r.method.t1Bias)
         throw RunRefused("method " + o.method + " with a learned T1 bias folds it into biases of the router and the "
                              "experts, which " + c.architectureName + " does not have (docs/spec.md, \"Mixture of experts\")",

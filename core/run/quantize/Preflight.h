@@ -10,6 +10,7 @@
 #include "util/Remedy.h"
 
 #include <memory>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct ResolvedRun {
     // The block linears --keep leaves in full precision, by module name, in the model's order
     // (resolveKeptLinears); empty without --keep.
     std::vector<std::string> keptLinears;
+    // --scheme: the fusion groups in an MX format other than --format (its bf16 groups are in
+    // keptLinears), and the scheme's average bits per weight (0 without a scheme).
+    std::map<std::string, mx::MxConfig> groupFormats;
+    double schemeBits = 0;
     // What preflight chose for the user, each with its way back (--t1-bias auto's choice): the
     // CLI and the workbench say them through run::messageFor.
     std::vector<util::RemediedError> notes;

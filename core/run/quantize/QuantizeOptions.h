@@ -45,6 +45,10 @@ struct RunConfig {
     // match) keeps its weights and input in bf16 through every method, the fold and the exports.
     // Empty: none. A regex matching no linear, or every one, is refused naming it.
     std::string keep;
+    // A mixed-precision scheme (`--scheme`, docs/spec.md "Mixed precision"): rules "REGEX = FORMAT"
+    // inline (';'-separated) or a file of them; fusion groups a rule takes get its format (bf16:
+    // kept), the rest `format`. Empty: none. Honoured by rtn and gptq so far.
+    std::string scheme;
     int steps = 1000;            // training steps (learned methods)
     int batch = 4;
     double lr = 1e-3;

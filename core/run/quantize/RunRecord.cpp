@@ -105,6 +105,13 @@ nlohmann::ordered_json runRecord(const RunContext& ctx, const QuantizeResult& r,
     if (!ctx.resolved.keptLinears.empty())
         j["weight_quantization"]["kept"] = {{"regex", o.keep}, {"linears", ctx.resolved.keptLinears},
                                             {"precision", "bf16 weights, unquantized inputs"}};
+    if (!o.scheme.empty()) {
+        nlohmann::ordered_json groups = nlohmann::ordered_json::object();
+        for (const auto& [name, f] : ctx.resolved.groupFormats) groups[name] = f.describe();
+        j["weight_quantization"]["scheme"] = {{"rules", o.scheme}, {"bits_per_weight", ctx.resolved.schemeBits},
+                                              {"groups_in_other_formats", groups},
+                                              {"bits", "block linears, element bits + 8 per block scale, bf16 16 (docs/spec.md)"}};
+    }
     if (ctx.method().wush)
         j["weight_quantization"]["input_transforms"] = {
             {"kind", "wush"}, {"block", o.format.blockSize}, {"file", "model/input_transforms.safetensors"},
