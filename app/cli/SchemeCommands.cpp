@@ -56,6 +56,20 @@ int runSensitivity(SensitivityCliOptions o) {
         for (double kl : t.kl[g]) std::printf(" %12.6f", kl);
         std::printf("\n");
     }
+    if (!t.estimate.empty()) {
+        std::printf("estimate, sum |gradient of the calibration cross-entropy x quantization error| (%.1f s, one forward "
+                    "and backward pass)\n%-28s", t.estimateSeconds, "group");
+        for (std::size_t k = 0; k + 1 < t.formats.size(); ++k) std::printf(" %12s", t.formats[k].c_str());
+        std::printf("\n");
+        for (std::size_t g = 0; g < t.groups.size(); ++g) {
+            std::printf("%-28s", t.groups[g].name.c_str());
+            for (std::size_t k = 0; k + 1 < t.formats.size(); ++k) std::printf(" %12.6g", t.estimate[g][k]);
+            std::printf("\n");
+        }
+        for (std::size_t k = 0; k < t.rankCorrelation.size(); ++k)
+            std::printf("rank correlation of the estimate with the measured KL over the groups, %s: %.3f\n", t.formats[k].c_str(),
+                        t.rankCorrelation[k]);
+    }
     util::writeFileAtomically(o.out, run::sensitivityJson(t));
     std::printf("wrote %s\n", o.out.c_str());
     return 0;
@@ -121,6 +135,8 @@ Runner addSensitivityCommand(CLI::App& app) {
     cmd->add_option("--calib", o->calib, "calibration text (default LATMIX_DATA_DIR/wikitext-2/wiki.valid.tokens)");
     cmd->add_option("--dtype", o->r.dtype, "float32 or bfloat16")->capture_default_str();
     cmd->add_option("--device", o->r.device, "cpu, cuda, cuda:N")->capture_default_str();
+    cmd->add_flag("!--no-estimate", o->r.estimate, "measure only: no first-order estimate (its one forward and backward "
+                                                   "pass) beside the measured KL");
     cmd->add_option("--out", o->out, "the table, JSON (latmix plan reads it)")->required();
     return [o] { return runSensitivity(*o); };
 }

@@ -1,16 +1,21 @@
 #include "run/Sensitivity.h"
 
 #include "eval/KlDivergence.h"
+#include "eval/Perplexity.h"
 #include "model/Checkpoint.h"
 #include "model/Device.h"
 #include "model/LlamaModel.h"
+#include "mx/MxQuantizer.h"
 #include "quant/WeightQuantizer.h"
 #include "util/AtomicFile.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <map>
 #include <filesystem>
 #include <stdexcept>
 #include <unistd.h>
@@ -37,24 +42,118 @@ void quantizeTogether(const std::vector<at::Tensor*>& weights, const mx::MxConfi
     }
 }
 
+// The group's weights in w, as sets a runtime fuses (each set shares NVFP4's tensor scale): q/k/v,
+// o_proj, gate/up, down_proj; in a sparse layer each expert's gate/up (vLLM's w13) and its down.
+std::vector<std::vector<at::Tensor*>> fusedSets(model::LlamaWeights& w, const model::FusionGroup& g) {
+    auto& y = w.layers[static_cast<std::size_t>(g.layer)];
+    if (endsWith(g.name, ".qkv")) return {{&y.wq, &y.wk, &y.wv}};
+    if (endsWith(g.name, ".o_proj")) return {{&y.wo}};
+    if (endsWith(g.name, ".gate_up")) return {{&y.wGate, &y.wUp}};
+    if (endsWith(g.name, ".down_proj")) return {{&y.wDown}};
+    if (!endsWith(g.name, ".experts")) throw std::logic_error("sensitivity: no weights for fusion group " + g.name);
+    std::vector<std::vector<at::Tensor*>> r;
+    for (auto& e : y.experts) {
+        r.push_back({&e.wGate, &e.wUp});
+        r.push_back({&e.wDown});
+    }
+    return r;
+}
+
 // The group's weights quantized in a copy of w that shares every other tensor.
 model::LlamaWeights withGroupQuantized(const model::LlamaWeights& w, const model::FusionGroup& g, const mx::MxConfig& f) {
     model::LlamaWeights q = w;
-    auto& y = q.layers[static_cast<std::size_t>(g.layer)];
-    if (endsWith(g.name, ".qkv")) quantizeTogether({&y.wq, &y.wk, &y.wv}, f);
-    else if (endsWith(g.name, ".o_proj")) quantizeTogether({&y.wo}, f);
-    else if (endsWith(g.name, ".gate_up")) quantizeTogether({&y.wGate, &y.wUp}, f);
-    else if (endsWith(g.name, ".down_proj")) quantizeTogether({&y.wDown}, f);
-    else if (endsWith(g.name, ".experts"))
-        for (auto& e : y.experts) {
-            quantizeTogether({&e.wGate, &e.wUp}, f); // vLLM fuses an expert's gate and up (w13)
-            quantizeTogether({&e.wDown}, f);
-        }
-    else throw std::logic_error("sensitivity: no weights for fusion group " + g.name);
+    for (const auto& set : fusedSets(q, g)) quantizeTogether(set, f);
     return q;
 }
 
+// The first-order estimate (SensitivityTable::estimate) of every group in every quantized format:
+// one forward and backward pass of the cross-entropy per window, the weights as float32 leaves.
+std::vector<std::vector<double>> estimateScores(const model::ModelConfig& c, const model::LlamaWeights& weights,
+                                                const std::vector<model::FusionGroup>& groups,
+                                                const std::vector<mx::MxConfig>& formats, const std::vector<int>& ids,
+                                                int seqLen, int windows, JobContext& job) {
+    at::AutoGradMode grad(true);
+    model::LlamaWeights w = weights;
+    std::vector<std::vector<std::vector<at::Tensor*>>> sets;
+    for (const auto& g : groups) {
+        sets.push_back(fusedSets(w, g));
+        for (auto& set : sets.back())
+            for (at::Tensor* t : set) *t = t->detach().to(at::kFloat).clone().requires_grad_(true);
+    }
+    std::map<std::string, std::size_t> groupOfPoint;
+    for (std::size_t g = 0; g < groups.size(); ++g)
+        for (const auto& p : groups[g].points) groupOfPoint[p] = g;
+    std::vector<std::vector<double>> score(groups.size(), std::vector<double>(formats.size() + 1, 0.0));
+    const auto win = eval::evaluationWindows(c.maxPositions, ids.size(), {seqLen, windows});
+    for (int i = 0; i < win.count; ++i) {
+        job.checkCancelled();
+        job.progress(double(i) / win.count, "estimate: window " + std::to_string(i + 1) + "/" + std::to_string(win.count));
+        const auto begin = ids.begin() + static_cast<std::ptrdiff_t>(i) * win.seqLen;
+        const auto tokens = at::tensor(std::vector<std::int64_t>(begin, begin + win.seqLen), at::kLong).view({1, win.seqLen});
+        std::map<std::string, at::Tensor> inputs;
+        const model::ActivationHook keep = [&](const std::string& point, const at::Tensor& x) {
+            if (!groupOfPoint.count(point)) return x;
+            // The first layer's input depends on no weight: a leaf of its own, for its gradient.
+            at::Tensor y = x.requires_grad() ? x : x.detach().requires_grad_(true);
+            if (x.requires_grad()) y.retain_grad();
+            inputs[point] = y;
+            return y;
+        };
+        const auto logits = model::forwardWith(c, w, {}, tokens, keep).squeeze(0);
+        const auto loss = at::nll_loss(at::log_softmax(logits.narrow(0, 0, win.seqLen - 1), -1), tokens[0].narrow(0, 1, win.seqLen - 1));
+        loss.backward();
+        at::NoGradGuard noGrad;
+        for (const auto& [point, x] : inputs) {
+            if (!x.grad().defined()) continue;
+            for (std::size_t k = 0; k < formats.size(); ++k)
+                score[groupOfPoint.at(point)][k] +=
+                    (x.grad() * (mx::fakeQuantize(x.detach(), formats[k]) - x.detach())).abs().sum().item<double>();
+        }
+    }
+    at::NoGradGuard noGrad;
+    for (std::size_t g = 0; g < groups.size(); ++g)
+        for (std::size_t k = 0; k < formats.size(); ++k)
+            for (const auto& set : sets[g]) {
+                std::vector<at::Tensor> q;
+                for (at::Tensor* t : set) q.push_back(t->detach().clone());
+                std::vector<at::Tensor*> ptrs;
+                for (auto& t : q) ptrs.push_back(&t);
+                quantizeTogether(ptrs, formats[k]);
+                for (std::size_t m = 0; m < set.size(); ++m)
+                    if (set[m]->grad().defined())
+                        score[g][k] += (set[m]->grad() * (q[m] - set[m]->detach())).abs().sum().item<double>();
+            }
+    return score;
+}
+
+std::vector<double> ranks(const std::vector<double>& v) {
+    std::vector<std::size_t> order(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return v[a] < v[b]; });
+    std::vector<double> r(v.size());
+    for (std::size_t i = 0; i < order.size();) {
+        std::size_t j = i;
+        while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) ++j;
+        for (std::size_t m = i; m <= j; ++m) r[order[m]] = 0.5 * double(i + j); // ties: their mean rank
+        i = j + 1;
+    }
+    return r;
+}
+
 } // namespace
+
+double rankCorrelation(const std::vector<double>& a, const std::vector<double>& b) {
+    if (a.size() != b.size() || a.size() < 2) return std::nan("");
+    const auto ra = ranks(a), rb = ranks(b);
+    const double n = double(a.size()), mean = (n - 1) / 2;
+    double sab = 0, saa = 0, sbb = 0;
+    for (std::size_t i = 0; i < ra.size(); ++i) {
+        sab += (ra[i] - mean) * (rb[i] - mean);
+        saa += (ra[i] - mean) * (ra[i] - mean);
+        sbb += (rb[i] - mean) * (rb[i] - mean);
+    }
+    return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : std::nan("");
+}
 
 SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job) {
     const auto started = std::chrono::steady_clock::now();
@@ -77,7 +176,9 @@ SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job
     const auto dtype = model::parseDtype(r.dtype);
     const auto device = model::parseDevice(r.device);
     const auto weights = model::loadWeights(ck, dtype, device);
-    const double passes = 1.0 + static_cast<double>(t.groups.size() * formats.size());
+    // Progress: the reference, each group and format, and the estimate's pass (about one forward
+    // and backward: counted as three forward passes).
+    const double passes = 1.0 + static_cast<double>(t.groups.size() * formats.size()) + (r.estimate ? 3.0 : 0.0);
     const fs::path spill = fs::temp_directory_path() / ("latmix-sensitivity-" + std::to_string(::getpid()));
     SubJob refJob(job, 0, 1 / passes, "reference: ");
     const auto reference = eval::ReferenceStates::record(model::LlamaModel(c, weights), r.calibrationIds,
@@ -102,17 +203,39 @@ SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job
         t.klStdErr.push_back(se);
     }
     t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (r.estimate) {
+        const auto estimateStarted = std::chrono::steady_clock::now();
+        std::vector<mx::MxConfig> quantized;
+        for (const auto& f : formats) quantized.push_back(*f);
+        SubJob sub(job, 1 - 3 / passes, 1, "");
+        t.estimate = estimateScores(c, weights, t.groups, quantized, r.calibrationIds, r.seqLen, r.windows, sub);
+        t.estimateSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - estimateStarted).count();
+        for (std::size_t k = 0; k < quantized.size(); ++k) {
+            std::vector<double> measured, estimated;
+            for (std::size_t g = 0; g < t.groups.size(); ++g) measured.push_back(t.kl[g][k]), estimated.push_back(t.estimate[g][k]);
+            t.rankCorrelation.push_back(rankCorrelation(measured, estimated));
+        }
+    }
     return t;
 }
 
 std::string sensitivityJson(const SensitivityTable& t) {
     nlohmann::ordered_json groups = nlohmann::ordered_json::array();
-    for (std::size_t g = 0; g < t.groups.size(); ++g)
+    for (std::size_t g = 0; g < t.groups.size(); ++g) {
         groups.push_back({{"name", t.groups[g].name}, {"weights", t.groups[g].weights}, {"kl", t.kl[g]}, {"kl_stderr", t.klStdErr[g]}});
+        if (!t.estimate.empty()) groups.back()["estimate"] = t.estimate[g];
+    }
     nlohmann::ordered_json j = {{"model", t.model},       {"calibration", t.calibration}, {"seqlen", t.seqLen},
                                 {"windows", t.windows},   {"tokens", t.tokens},           {"formats", t.formats},
                                 {"seconds", t.seconds},   {"measure", "kl to the full-precision model, one group quantized"},
                                 {"groups", groups}};
+    if (!t.estimate.empty()) {
+        nlohmann::ordered_json rho = nlohmann::ordered_json::object();
+        for (std::size_t k = 0; k < t.rankCorrelation.size(); ++k)
+            rho[t.formats[k]] = std::isnan(t.rankCorrelation[k]) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(t.rankCorrelation[k]);
+        j["estimate"] = {{"measure", "sum |gradient of the calibration cross-entropy x quantization error|, weights and inputs"},
+                         {"seconds", t.estimateSeconds}, {"rank_correlation", rho}};
+    }
     return j.dump(2) + "\n";
 }
 
@@ -137,6 +260,7 @@ SensitivityTable readSensitivity(const std::string& path) {
                                             ", the model's " + groups[g].name);
             t.kl.push_back(stored[g].at("kl").get<std::vector<double>>());
             t.klStdErr.push_back(stored[g].at("kl_stderr").get<std::vector<double>>());
+            if (stored[g].contains("estimate")) t.estimate.push_back(stored[g].at("estimate").get<std::vector<double>>());
             if (t.kl.back().size() != t.formats.size() || t.klStdErr.back().size() != t.formats.size())
                 throw std::invalid_argument(groups[g].name + " has not one value per format");
         }

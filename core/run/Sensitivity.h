@@ -24,6 +24,7 @@ struct SensitivityRequest {
     std::vector<std::string> formats = {"mxfp4", "mxfp8"};
     std::string dtype = "float32";
     std::string device = "cpu";
+    bool estimate = true; // the first-order estimate beside the measured KL
 };
 
 struct SensitivityTable {
@@ -34,12 +35,25 @@ struct SensitivityTable {
     std::vector<model::FusionGroup> groups;
     // [group][format]: mean KL(FP ‖ group quantized) in nats per token and its standard error
     std::vector<std::vector<double>> kl, klStdErr;
-    double seconds = 0;
+    // [group][format]: the first-order estimate (AutoScheme-style, docs/spec.md): with G the
+    // gradient of the calibration cross-entropy, Σ |G ⊙ (Q(W) − W)| over the group's weights plus,
+    // window by window, Σ |∂L/∂x ⊙ (Q(x) − x)| over its input points; one forward and backward pass
+    // over the windows. Empty when it was not computed.
+    std::vector<std::vector<double>> estimate;
+    // Per quantized format (formats without bf16): Spearman's rank correlation of the estimate and
+    // the measured KL over the groups.
+    std::vector<double> rankCorrelation;
+    double seconds = 0, estimateSeconds = 0;
 };
 
-// Groups × formats passes over the windows, one more for the reference. Progress per pass with
+// Groups × formats passes over the windows, one more for the reference, and one forward and
+// backward pass for the estimate (request.estimate). Progress per pass with
 // the group and format; honours cancel between windows. Throws naming the format or file.
 SensitivityTable measureSensitivity(const SensitivityRequest& request, JobContext& job = silentJob());
+
+// Spearman's rank correlation of two equally long lists (ties take their mean rank); NaN when
+// either is constant or shorter than 2.
+double rankCorrelation(const std::vector<double>& a, const std::vector<double>& b);
 
 // The table as JSON text and back (throws naming the file and what is missing).
 std::string sensitivityJson(const SensitivityTable& t);

@@ -20,8 +20,10 @@
 #include "TestSupport.h"
 
 #include <QTemporaryDir>
+#include <QVector>
 #include <QtTest>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -265,6 +267,101 @@ private slots:
         QVERIFY2(diff <= 8 * std::numeric_limits<float>::epsilon() * largest,
                  qPrintable(QStringLiteral("largest logit difference %1 of %2").arg(diff).arg(largest)));
     }
+
+    // Spearman's rank correlation worked by hand, ties at their mean rank:
+    // ranks (0.5, 0.5, 2) and (0, 1, 2): covariance 1.5, variances 1.5 and 2, ρ = 1.5 / √3.
+    void rankCorrelationByHand_data() {
+        QTest::addColumn<QVector<double>>("a");
+        QTest::addColumn<QVector<double>>("b");
+        QTest::addColumn<double>("rho");
+        QTest::newRow("same order") << QVector<double>{1, 2, 3, 4} << QVector<double>{10, 20, 30, 45} << 1.0;
+        QTest::newRow("reversed") << QVector<double>{1, 2, 3, 4} << QVector<double>{4, 3, 2, 1} << -1.0;
+        QTest::newRow("one swap") << QVector<double>{1, 2, 3} << QVector<double>{1, 3, 2} << 0.5;
+        QTest::newRow("a tie") << QVector<double>{1, 1, 2} << QVector<double>{1, 2, 3} << 1.5 / std::sqrt(3.0);
+    }
+    void rankCorrelationByHand() {
+        QFETCH(QVector<double>, a);
+        QFETCH(QVector<double>, b);
+        QFETCH(double, rho);
+        const double got = run::rankCorrelation(std::vector<double>(a.begin(), a.end()), std::vector<double>(b.begin(), b.end()));
+        QVERIFY2(std::abs(got - rho) <= 1e-15, qPrintable(QString::number(got, 'g', 17)));
+        QVERIFY(std::isnan(run::rankCorrelation({1, 1, 1}, {1, 2, 3})));
+    }
+
+    // The first-order estimate against the same definition computed here in float64: the weights
+    // as float64 leaves, the cross-entropy of each window through log_softmax in float64, each
+    // group's Σ |∂L/∂W ⊙ (Q(W) − W)| with the gradient summed over the windows, and per window
+    // Σ |∂L/∂x ⊙ (Q(x) − x)| at its points (Q in float32, as the run quantizes). The estimate's
+    // gradients are float32: a relative 1e-3 covers their rounding (a few ε32 per product, times
+    // the depth of the network's backward) with a wide margin; bf16 is 0.
+    void estimateMatchesFloat64() {
+        try {
+            estimateMatchesFloat64Body();
+        } catch (const std::exception& e) {
+            QFAIL(e.what());
+        }
+    }
+
+private:
+    void estimateMatchesFloat64Body() {
+        const QString dir = m_tmp.filePath("models/llama-small");
+        const auto c = configNamed("llama-small");
+        test::moeModel(dir, c.toJsonText(), "llama-small");
+        run::SensitivityRequest r;
+        r.modelDir = dir.toStdString();
+        r.calibrationIds = test::randomIds(2 * 16, c.vocabSize, 6);
+        r.seqLen = 16, r.windows = 2;
+        r.formats = {"mxfp4", "mxfp8"};
+        const auto t = run::measureSensitivity(r);
+        QCOMPARE(t.estimate.size(), t.groups.size());
+        QCOMPARE(t.rankCorrelation.size(), std::size_t(2));
+
+        const auto ck = model::Checkpoint::load(r.modelDir);
+        auto w = model::loadWeights(ck, at::kDouble);
+        std::map<std::string, at::Tensor*> linear;
+        for (int l = 0; l < c.numLayers; ++l) {
+            auto& y = w.layers[static_cast<std::size_t>(l)];
+            const std::string p = model::names::layerPrefix(l);
+            for (auto [m, t] : {std::pair{model::names::kQProj, &y.wq}, {model::names::kKProj, &y.wk}, {model::names::kVProj, &y.wv},
+                                {model::names::kOProj, &y.wo}, {model::names::kGateProj, &y.wGate},
+                                {model::names::kUpProj, &y.wUp}, {model::names::kDownProj, &y.wDown}}) {
+                *t = t->detach().clone().requires_grad_(true);
+                linear[p + m] = t;
+            }
+        }
+        const mx::MxConfig formats[] = {*run::parseSchemeFormat("mxfp4"), *run::parseSchemeFormat("mxfp8")};
+        const auto q = [&](const at::Tensor& x, int k) { return mx::fakeQuantize(x.detach().to(at::kFloat), formats[k]).to(at::kDouble); };
+        std::vector<std::array<double, 2>> expected(t.groups.size(), {0.0, 0.0});
+        for (int i = 0; i < r.windows; ++i) {
+            std::map<std::string, at::Tensor> inputs;
+            const model::ActivationHook hook = [&](const std::string& point, const at::Tensor& x) {
+                at::Tensor y = x.detach().requires_grad_(true); // every point's gradient, its own leaf
+                inputs[point] = y;
+                return x + (y - y.detach()); // x's value, gradients to both
+            };
+            const auto tokens = at::tensor(std::vector<int64_t>(r.calibrationIds.begin() + i * 16, r.calibrationIds.begin() + (i + 1) * 16),
+                                           at::kLong).view({1, 16});
+            const auto logits = model::forwardWith(c, w, {}, tokens, hook).squeeze(0).to(at::kDouble);
+            at::nll_loss(at::log_softmax(logits.narrow(0, 0, 15), -1), tokens[0].narrow(0, 1, 15)).backward();
+            for (std::size_t g = 0; g < t.groups.size(); ++g)
+                for (const auto& p : t.groups[g].points)
+                    for (int k = 0; k < 2; ++k)
+                        expected[g][k] += (inputs.at(p).grad() * (q(inputs.at(p), k) - inputs.at(p).detach())).abs().sum().item<double>();
+        }
+        for (std::size_t g = 0; g < t.groups.size(); ++g)
+            for (const auto& m : t.groups[g].linears)
+                for (int k = 0; k < 2; ++k)
+                    expected[g][k] += (linear.at(m)->grad() * (q(*linear.at(m), k) - linear.at(m)->detach())).abs().sum().item<double>();
+        for (std::size_t g = 0; g < t.groups.size(); ++g) {
+            for (int k = 0; k < 2; ++k)
+                QVERIFY2(std::abs(t.estimate[g][static_cast<std::size_t>(k)] / expected[g][k] - 1) <= 1e-3,
+                         qPrintable(QStringLiteral("%1 %2: %3, float64 %4").arg(QString::fromStdString(t.groups[g].name)).arg(k)
+                                        .arg(t.estimate[g][static_cast<std::size_t>(k)], 0, 'g', 10).arg(expected[g][k], 0, 'g', 10)));
+            QCOMPARE(t.estimate[g][2], 0.0);
+        }
+    }
+
+private slots:
 
     // A plan: the table written and read back, a budget problem whose fixed group keeps its rule's
     // format, refused where the table lacks that format.
