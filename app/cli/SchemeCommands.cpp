@@ -48,13 +48,15 @@ int runSensitivity(SensitivityCliOptions o) {
     std::printf("model        %s: %zu fusion groups, %d windows of %d tokens of %s (%lld tokens a measurement), %.1f s\n",
                 t.model.c_str(), t.groups.size(), t.windows, t.seqLen, t.calibration.c_str(), static_cast<long long>(t.tokens),
                 t.seconds);
-    std::printf("KL to the full-precision model with one group quantized, nats per token\n%-28s %12s", "group", "weights");
-    for (const auto& f : t.formats) std::printf(" %12s", f.c_str());
-    std::printf("\n");
-    for (std::size_t g = 0; g < t.groups.size(); ++g) {
-        std::printf("%-28s %12lld", t.groups[g].name.c_str(), static_cast<long long>(t.groups[g].weights));
-        for (double kl : t.kl[g]) std::printf(" %12.6f", kl);
+    if (!t.kl.empty()) {
+        std::printf("KL to the full-precision model with one group quantized, nats per token\n%-28s %12s", "group", "weights");
+        for (const auto& f : t.formats) std::printf(" %12s", f.c_str());
         std::printf("\n");
+        for (std::size_t g = 0; g < t.groups.size(); ++g) {
+            std::printf("%-28s %12lld", t.groups[g].name.c_str(), static_cast<long long>(t.groups[g].weights));
+            for (double kl : t.kl[g]) std::printf(" %12.6f", kl);
+            std::printf("\n");
+        }
     }
     if (!t.estimate.empty()) {
         std::printf("estimate, sum |gradient of the calibration cross-entropy x quantization error| (%.1f s, one forward "
@@ -76,7 +78,7 @@ int runSensitivity(SensitivityCliOptions o) {
 }
 
 struct PlanCliOptions {
-    std::string sensitivity, scheme, out;
+    std::string sensitivity, scheme, out, by = "measured";
     double budget = 0;
 };
 
@@ -86,7 +88,9 @@ int runPlan(const PlanCliOptions& o) {
     const auto rules = o.scheme.empty() ? std::vector<run::SchemeRule>{} : run::readSchemeRules(o.scheme);
     // The groups no rule names are the solver's; the runs' format there does not matter.
     const auto resolved = run::resolveScheme(ck.config(), rules, std::nullopt);
-    const auto problem = run::budgetProblem(table, resolved, o.budget);
+    const bool byEstimate = o.by == "estimate";
+    const auto problem = run::budgetProblem(table, resolved, o.budget, byEstimate);
+    const char* unit = byEstimate ? "score (estimate)" : "KL";
     const auto solution = quant::solveBudget(problem);
     const auto chosen = run::chosenScheme(table, resolved, solution);
     std::printf("model        %s, sensitivity %s (%d windows of %d tokens)\n", table.model.c_str(), o.sensitivity.c_str(),
@@ -95,25 +99,26 @@ int runPlan(const PlanCliOptions& o) {
     std::printf("budget       %.4g bits per weight (reachable %.4g to %.4g); %zu groups, %zu fixed by the scheme's rules\n",
                 o.budget, range.least, range.most, chosen.size(),
                 static_cast<std::size_t>(std::count_if(resolved.begin(), resolved.end(), [](const auto& g) { return g.rule >= 0; })));
-    std::printf("%-28s %12s %8s %12s\n", "group", "weights", "format", "KL");
+    std::printf("%-28s %12s %8s %12s\n", "group", "weights", "format", byEstimate ? "estimate" : "KL");
     for (std::size_t g = 0; g < chosen.size(); ++g)
         std::printf("%-28s %12lld %8s %12.6f%s\n", chosen[g].group.name.c_str(), static_cast<long long>(chosen[g].group.weights),
                     run::schemeFormatName(chosen[g].format).c_str(),
                     problem.candidates[g][static_cast<std::size_t>(solution.choice[g])].predictedKl,
                     chosen[g].rule >= 0 ? "  (rule)" : "");
-    std::printf("scheme       %.4f bits per weight, predicted KL %.6f (the groups' KL summed)\n", solution.bits,
+    std::printf("scheme       %.4f bits per weight, predicted %s %.6g (the groups' values summed)\n", solution.bits, unit,
                 solution.predictedKl);
     // The uniform schemes beside it, from the same table.
     for (std::size_t k = 0; k < table.formats.size(); ++k) {
         double kl = 0;
-        for (std::size_t g = 0; g < table.groups.size(); ++g) kl += table.kl[g][k];
-        std::printf("uniform      %-8s %.4f bits per weight, predicted KL %.6f\n", table.formats[k].c_str(),
-                    quant::bitsPerWeight(run::parseSchemeFormat(table.formats[k])), kl);
+        for (std::size_t g = 0; g < table.groups.size(); ++g) kl += (byEstimate ? table.estimate : table.kl)[g][k];
+        std::printf("uniform      %-8s %.4f bits per weight, predicted %s %.6g\n", table.formats[k].c_str(),
+                    quant::bitsPerWeight(run::parseSchemeFormat(table.formats[k])), unit, kl);
     }
     if (!o.out.empty()) {
         std::ostringstream head;
-        head << "# latmix plan --sensitivity " << o.sensitivity << " --budget " << o.budget << "\n# " << solution.bits
-             << " bits per weight, predicted KL " << solution.predictedKl << " (model " << table.model << ")\n";
+        head << "# latmix plan --sensitivity " << o.sensitivity << " --budget " << o.budget << " --by " << o.by << "\n# "
+             << solution.bits << " bits per weight, predicted " << unit << " " << solution.predictedKl << " (model "
+             << table.model << ")\n";
         util::writeFileAtomically(o.out, head.str() + run::schemeRulesText(run::rulesNamingEachGroup(chosen)));
         std::printf("wrote %s\n", o.out.c_str());
     }
@@ -137,6 +142,8 @@ Runner addSensitivityCommand(CLI::App& app) {
     cmd->add_option("--device", o->r.device, "cpu, cuda, cuda:N")->capture_default_str();
     cmd->add_flag("!--no-estimate", o->r.estimate, "measure only: no first-order estimate (its one forward and backward "
                                                    "pass) beside the measured KL");
+    cmd->add_flag("!--estimate-only", o->r.measure, "the first-order estimate alone (one forward and backward pass; for "
+                                                    "models where groups x formats passes take too long): plan --by estimate");
     cmd->add_option("--out", o->out, "the table, JSON (latmix plan reads it)")->required();
     return [o] { return runSensitivity(*o); };
 }
@@ -150,6 +157,9 @@ Runner addPlanCommand(CLI::App& app) {
         ->required();
     cmd->add_option("--scheme", o->scheme, "rules the plan keeps (file or 'REGEX = FORMAT; ...'): the groups they name are "
                                            "not the solver's");
+    cmd->add_option("--by", o->by, "what predicts a group's cost: the measured KL, or the first-order estimate")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"measured", "estimate"}));
     cmd->add_option("--out", o->out, "write the scheme (one rule a group) to this file");
     return [o] { return runPlan(*o); };
 }

@@ -155,6 +155,37 @@ double rankCorrelation(const std::vector<double>& a, const std::vector<double>& 
     return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : std::nan("");
 }
 
+namespace {
+
+// The measured KL of every group in every format (SensitivityTable::kl), passes 1.. of `passes`.
+void measureGroups(const model::ModelConfig& c, const model::LlamaWeights& weights,
+                   const std::vector<std::optional<mx::MxConfig>>& formats, const SensitivityRequest& r, double passes,
+                   SensitivityTable& t, JobContext& job) {
+    const fs::path spill = fs::temp_directory_path() / ("latmix-sensitivity-" + std::to_string(::getpid()));
+    SubJob refJob(job, 0, 1 / passes, "reference: ");
+    const auto reference = eval::ReferenceStates::record(model::LlamaModel(c, weights), r.calibrationIds,
+                                                         {r.seqLen, r.windows}, spill.string(), refJob);
+    int pass = 1;
+    for (const auto& g : t.groups) {
+        std::vector<double> kl, se;
+        for (std::size_t k = 0; k < formats.size(); ++k, ++pass) {
+            SubJob sub(job, pass / passes, (pass + 1) / passes, g.name + " in " + t.formats[k] + ": ");
+            model::ForwardOptions o;
+            for (const auto& p : g.points) o.pointQuant[p] = formats[k];
+            const auto m = model::LlamaModel(c, withGroupQuantized(weights, g, *formats[k]), o);
+            const auto res = eval::evaluateAgainstReference(m, r.calibrationIds, reference, sub);
+            kl.push_back(res.meanKl);
+            se.push_back(res.klStdErr);
+        }
+        kl.push_back(0); // bf16: the group as the reference has it
+        se.push_back(0);
+        t.kl.push_back(kl);
+        t.klStdErr.push_back(se);
+    }
+}
+
+} // namespace
+
 SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job) {
     const auto started = std::chrono::steady_clock::now();
     std::vector<std::optional<mx::MxConfig>> formats;
@@ -176,32 +207,14 @@ SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job
     const auto dtype = model::parseDtype(r.dtype);
     const auto device = model::parseDevice(r.device);
     const auto weights = model::loadWeights(ck, dtype, device);
+    if (!r.measure && !r.estimate) throw std::invalid_argument("sensitivity: neither measured nor estimated: ask for one");
     // Progress: the reference, each group and format, and the estimate's pass (about one forward
     // and backward: counted as three forward passes).
-    const double passes = 1.0 + static_cast<double>(t.groups.size() * formats.size()) + (r.estimate ? 3.0 : 0.0);
-    const fs::path spill = fs::temp_directory_path() / ("latmix-sensitivity-" + std::to_string(::getpid()));
-    SubJob refJob(job, 0, 1 / passes, "reference: ");
-    const auto reference = eval::ReferenceStates::record(model::LlamaModel(c, weights), r.calibrationIds,
-                                                         {r.seqLen, r.windows}, spill.string(), refJob);
-    t.windows = reference.windows();
-    int pass = 1;
-    for (const auto& g : t.groups) {
-        std::vector<double> kl, se;
-        for (std::size_t k = 0; k < formats.size(); ++k, ++pass) {
-            SubJob sub(job, pass / passes, (pass + 1) / passes, g.name + " in " + t.formats[k] + ": ");
-            model::ForwardOptions o;
-            for (const auto& p : g.points) o.pointQuant[p] = formats[k];
-            const auto m = model::LlamaModel(c, withGroupQuantized(weights, g, *formats[k]), o);
-            const auto res = eval::evaluateAgainstReference(m, r.calibrationIds, reference, sub);
-            kl.push_back(res.meanKl);
-            se.push_back(res.klStdErr);
-            t.tokens = res.tokens;
-        }
-        kl.push_back(0); // bf16: the group as the reference has it
-        se.push_back(0);
-        t.kl.push_back(kl);
-        t.klStdErr.push_back(se);
-    }
+    const double passes = (r.measure ? 1.0 + static_cast<double>(t.groups.size() * formats.size()) : 0.0) + (r.estimate ? 3.0 : 0.0);
+    const auto windows = eval::evaluationWindows(c.maxPositions, r.calibrationIds.size(), {r.seqLen, r.windows});
+    t.windows = windows.count, t.seqLen = windows.seqLen;
+    t.tokens = static_cast<std::int64_t>(windows.count) * (windows.seqLen - 1);
+    if (r.measure) measureGroups(c, weights, formats, r, passes, t, job);
     t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (r.estimate) {
         const auto estimateStarted = std::chrono::steady_clock::now();
@@ -210,7 +223,7 @@ SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job
         SubJob sub(job, 1 - 3 / passes, 1, "");
         t.estimate = estimateScores(c, weights, t.groups, quantized, r.calibrationIds, r.seqLen, r.windows, sub);
         t.estimateSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - estimateStarted).count();
-        for (std::size_t k = 0; k < quantized.size(); ++k) {
+        for (std::size_t k = 0; k < quantized.size() && r.measure; ++k) {
             std::vector<double> measured, estimated;
             for (std::size_t g = 0; g < t.groups.size(); ++g) measured.push_back(t.kl[g][k]), estimated.push_back(t.estimate[g][k]);
             t.rankCorrelation.push_back(rankCorrelation(measured, estimated));
@@ -222,7 +235,8 @@ SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job
 std::string sensitivityJson(const SensitivityTable& t) {
     nlohmann::ordered_json groups = nlohmann::ordered_json::array();
     for (std::size_t g = 0; g < t.groups.size(); ++g) {
-        groups.push_back({{"name", t.groups[g].name}, {"weights", t.groups[g].weights}, {"kl", t.kl[g]}, {"kl_stderr", t.klStdErr[g]}});
+        groups.push_back({{"name", t.groups[g].name}, {"weights", t.groups[g].weights}});
+        if (!t.kl.empty()) groups.back()["kl"] = t.kl[g], groups.back()["kl_stderr"] = t.klStdErr[g];
         if (!t.estimate.empty()) groups.back()["estimate"] = t.estimate[g];
     }
     nlohmann::ordered_json j = {{"model", t.model},       {"calibration", t.calibration}, {"seqlen", t.seqLen},
@@ -258,12 +272,21 @@ SensitivityTable readSensitivity(const std::string& path) {
             if (stored[g].at("name").get<std::string>() != groups[g].name)
                 throw std::invalid_argument("group " + std::to_string(g) + " is " + stored[g].at("name").get<std::string>() +
                                             ", the model's " + groups[g].name);
-            t.kl.push_back(stored[g].at("kl").get<std::vector<double>>());
-            t.klStdErr.push_back(stored[g].at("kl_stderr").get<std::vector<double>>());
-            if (stored[g].contains("estimate")) t.estimate.push_back(stored[g].at("estimate").get<std::vector<double>>());
-            if (t.kl.back().size() != t.formats.size() || t.klStdErr.back().size() != t.formats.size())
-                throw std::invalid_argument(groups[g].name + " has not one value per format");
+            if (stored[g].contains("kl")) {
+                t.kl.push_back(stored[g].at("kl").get<std::vector<double>>());
+                t.klStdErr.push_back(stored[g].at("kl_stderr").get<std::vector<double>>());
+                if (t.kl.back().size() != t.formats.size() || t.klStdErr.back().size() != t.formats.size())
+                    throw std::invalid_argument(groups[g].name + " has not one measured KL per format");
+            }
+            if (stored[g].contains("estimate")) {
+                t.estimate.push_back(stored[g].at("estimate").get<std::vector<double>>());
+                if (t.estimate.back().size() != t.formats.size())
+                    throw std::invalid_argument(groups[g].name + " has not one estimate per format");
+            }
         }
+        const auto whole = [&](std::size_t n) { return n == 0 || n == groups.size(); };
+        if (!whole(t.kl.size()) || !whole(t.estimate.size()) || (t.kl.empty() && t.estimate.empty()))
+            throw std::invalid_argument("every group needs the same values: a measured KL, an estimate or both");
         t.groups = groups;
     } catch (const nlohmann::json::exception& e) {
         throw std::runtime_error(path + ": not a sensitivity table of `latmix sensitivity` (" + e.what() + ")");
@@ -273,8 +296,15 @@ SensitivityTable readSensitivity(const std::string& path) {
     return t;
 }
 
-quant::BudgetProblem budgetProblem(const SensitivityTable& t, const std::vector<GroupFormat>& resolved, double budget) {
+quant::BudgetProblem budgetProblem(const SensitivityTable& t, const std::vector<GroupFormat>& resolved, double budget,
+                                   bool byEstimate) {
     if (resolved.size() != t.groups.size()) throw std::logic_error("budgetProblem: the scheme is of another model");
+    const auto& score = byEstimate ? t.estimate : t.kl;
+    if (score.size() != t.groups.size())
+        throw std::invalid_argument(byEstimate ? "the sensitivity table has no estimate (it was made with --no-estimate); plan by "
+                                                 "the measured KL, or run latmix sensitivity again"
+                                               : "the sensitivity table has no measured KL (it was made with --estimate-only); plan "
+                                                 "--by estimate, or run latmix sensitivity without --estimate-only");
     quant::BudgetProblem p;
     p.budget = budget;
     for (std::size_t g = 0; g < t.groups.size(); ++g) {
@@ -283,7 +313,7 @@ quant::BudgetProblem budgetProblem(const SensitivityTable& t, const std::vector<
         for (std::size_t k = 0; k < t.formats.size(); ++k) {
             const auto f = parseSchemeFormat(t.formats[k]);
             if (resolved[g].rule >= 0 && schemeFormatName(f) != schemeFormatName(resolved[g].format)) continue;
-            c.push_back({quant::bitsPerWeight(f), t.kl[g][k]});
+            c.push_back({quant::bitsPerWeight(f), score[g][k]});
         }
         if (c.empty())
             throw std::invalid_argument("the scheme's rule " + std::to_string(resolved[g].rule + 1) + " gives " + t.groups[g].name +

@@ -25,6 +25,7 @@ struct SensitivityRequest {
     std::string dtype = "float32";
     std::string device = "cpu";
     bool estimate = true; // the first-order estimate beside the measured KL
+    bool measure = true;  // the measured KL (groups × formats passes); false: the estimate alone
 };
 
 struct SensitivityTable {
@@ -33,7 +34,8 @@ struct SensitivityTable {
     std::int64_t tokens = 0;           // predicted tokens per measurement
     std::vector<std::string> formats;  // the candidates, bf16 last
     std::vector<model::FusionGroup> groups;
-    // [group][format]: mean KL(FP ‖ group quantized) in nats per token and its standard error
+    // [group][format]: mean KL(FP ‖ group quantized) in nats per token and its standard error;
+    // empty when only the estimate was asked for
     std::vector<std::vector<double>> kl, klStdErr;
     // [group][format]: the first-order estimate (AutoScheme-style, docs/spec.md): with G the
     // gradient of the calibration cross-entropy, Σ |G ⊙ (Q(W) − W)| over the group's weights plus,
@@ -62,7 +64,10 @@ SensitivityTable readSensitivity(const std::string& path);
 // The budget problem of a table: every group's candidates, except the groups a user's rule fixed
 // (resolved.rule >= 0: that format alone; one the table did not measure is refused naming it).
 // resolved: resolveScheme of the same model (groups in the same order).
-quant::BudgetProblem budgetProblem(const SensitivityTable& table, const std::vector<GroupFormat>& resolved, double budget);
+// byEstimate: the candidates' scores are the estimates instead of the measured KL (a table made
+// with the estimate alone; the plan's "predicted KL" is then in the estimate's units).
+quant::BudgetProblem budgetProblem(const SensitivityTable& table, const std::vector<GroupFormat>& resolved, double budget,
+                                   bool byEstimate = false);
 // The groups' formats a solution picks (fixed groups keep theirs), for rulesNamingEachGroup.
 std::vector<GroupFormat> chosenScheme(const SensitivityTable& table, const std::vector<GroupFormat>& resolved,
                                       const quant::BudgetSolution& solution);

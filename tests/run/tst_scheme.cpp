@@ -390,6 +390,12 @@ private slots:
         QCOMPARE(run::schemeFormatName(chosen[0].format), std::string("bf16"));
         const auto nv = run::resolveScheme(c, run::parseSchemeRules("layers\\.0\\.self_attn\\.qkv = nvfp4"), std::nullopt);
         QVERIFY(errorOf([&] { run::budgetProblem(t, nv, 5.0); }).contains("did not measure"));
+        // The estimate alone: planned by it, refused by the measured KL it lacks.
+        r.measure = false;
+        const auto e = run::measureSensitivity(r);
+        QVERIFY(e.kl.empty() && e.estimate.size() == e.groups.size() && e.rankCorrelation.empty());
+        QVERIFY(errorOf([&] { run::budgetProblem(e, fixed, 8.0); }).contains("--estimate-only"));
+        QCOMPARE(run::budgetProblem(e, fixed, 8.0, true).candidates[1][0].predictedKl, e.estimate[1][0]);
     }
 };
 
