@@ -3,6 +3,7 @@
 #include "export/Export.h"
 #include "export/ExportPlan.h"
 #include "export/GgufExport.h"
+#include "model/FusionGroups.h"
 #include "model/ModelConfig.h"
 #include "model/TensorNames.h"
 
@@ -41,6 +42,8 @@ std::uint64_t ggufLinearBytesAt(const Quantization& q, std::int64_t out, std::in
     if (kept && down && q.t3Block > 0) return foldedBytes * n;
     if (!q.weightFormat || kept) return 2 * n;
     const bool nv = q.weightFormat->isNvfp4();
+    // GGUF's 4-bit types; a scheme's other formats go as BF16 (GgufExport.cpp, Writer::linear).
+    if (!(nv || (q.weightFormat->format == mx::Format::MxFp4 && q.weightFormat->blockSize == 32))) return 2 * n;
     const std::int64_t ggmlBlock = nv ? 64 : 32;
     if (down && q.t3Block > 0) return foldedBytes * n;
     if (in % ggmlBlock != 0) return 4 * n;
@@ -213,13 +216,19 @@ ExportTarget describeExportTarget(const std::string& runDir, const std::string& 
     // Tensor data: every tensor the config calls for, block linears in the target's type, the
     // rest as the target stores them.
     std::uint64_t bytes = 0;
+    const auto schemeFormats = model::groupLinearFormats(c, q.groupFormats); // a scheme's groups in other formats
     for (const auto& [name, shape] : model::requiredTensors(c)) {
         const std::string linear = model::names::blockLinearOfWeight(name);
         std::uint64_t n = 1;
         for (auto d : shape) n *= std::uint64_t(d);
-        bytes += linear.empty() ? n * tg.otherValueBytes
-                                : tg.linearBytes(q, shape[0], shape[1], model::names::isDownProj(linear),
-                                                 std::find(q.keptLinears.begin(), q.keptLinears.end(), linear) != q.keptLinears.end());
+        if (linear.empty()) {
+            bytes += n * tg.otherValueBytes;
+            continue;
+        }
+        Quantization own = q;
+        if (const auto it = schemeFormats.find(linear); it != schemeFormats.end()) own.weightFormat = it->second;
+        bytes += tg.linearBytes(own, shape[0], shape[1], model::names::isDownProj(linear),
+                                std::find(q.keptLinears.begin(), q.keptLinears.end(), linear) != q.keptLinears.end());
     }
     ExportTarget t;
     t.bytes = bytes;

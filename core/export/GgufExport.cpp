@@ -38,6 +38,14 @@ at::Tensor pairRows(std::int64_t heads, std::int64_t hd) {
     return at::tensor(order, at::kLong);
 }
 
+// GGUF's 4-bit types for a block linear: MXFP4 (blocks of 32) and NVFP4 (blocks of 16 in the run,
+// 64-value blocks in ggml). A scheme's other formats are written as BF16: GGUF has no MXFP8 type
+// (llama.cpp's 8-bit is Q8_0, an int8 with an FP16 scale per 32, which would round MXFP8's
+// E4M3 × 2^k values again), and BF16 holds them — and MXINT8's, MXINT4's — exactly.
+bool isGgufFp4(const mx::MxConfig& f) {
+    return (f.format == mx::Format::MxFp4 && f.blockSize == 32) || (f.isNvfp4() && f.blockSize == 16);
+}
+
 class Writer {
 public:
     // exact: the matrices that are no 4-bit linear (token_embd, output, W_down · H where T3 is
@@ -81,6 +89,12 @@ public:
         }
         const mx::PackedTensor& p = m_run.packed.at(prefix);
         const bool nv = p.config.isNvfp4();
+        if (!isGgufFp4(p.config)) { // a scheme's 8-bit (or MXINT) group: its values exactly, as BF16
+            const at::Tensor& w = m_run.tensors.at(prefix + ".weight");
+            tensorBf16(ggufName, rows.defined() ? w.index_select(0, rows) : w);
+            ++m_otherFormats;
+            return;
+        }
         if (p.lastDim % (nv ? 64 : 32) != 0) {
             const at::Tensor& w = m_run.tensors.at(prefix + ".weight");
             tensorF32(ggufName, rows.defined() ? w.index_select(0, rows) : w);
@@ -104,6 +118,13 @@ public:
     void stackedLinear(const std::string& ggufName, const std::vector<std::string>& prefixes) {
         const mx::PackedTensor& first = m_run.packed.at(prefixes.front());
         const std::int64_t in = first.lastDim, out = first.codes.size(0), experts = std::int64_t(prefixes.size());
+        if (!isGgufFp4(first.config)) { // a scheme's experts in another format: their values as BF16
+            std::vector<at::Tensor> ws;
+            for (const auto& p : prefixes) ws.push_back(m_run.tensors.at(p + ".weight"));
+            tensorBf16(ggufName, at::stack(ws));
+            ++m_otherFormats;
+            return;
+        }
         if (in % 32 != 0) {
             std::vector<at::Tensor> ws;
             for (const auto& p : prefixes) ws.push_back(m_run.tensors.at(p + ".weight"));
@@ -129,12 +150,13 @@ public:
     GgufWriter& gguf() { return m_w; }
     int fp4() const { return m_fp4; }
     int partialBlocks() const { return m_partialBlocks; }
+    int otherFormats() const { return m_otherFormats; }
 
 private:
     const run::RunModel& m_run;
     bool m_exact;
     GgufWriter m_w;
-    int m_fp4 = 0, m_partialBlocks = 0, m_kept = 0;
+    int m_fp4 = 0, m_partialBlocks = 0, m_kept = 0, m_otherFormats = 0;
 };
 
 // What llama.cpp v0.4.0's architectures load (src/models/{llama,qwen2,qwen3}.cpp): a tensor it
@@ -201,7 +223,12 @@ GgufArchitecture checkConfig(const model::ModelConfig& c, const std::optional<mx
     if (c.ropeScaling && !a.ropePairs)
         throw std::runtime_error(what + "its rope_scaling is written for the llama architecture only; export hf instead");
     refuseOnlineInputTransforms(c, "GGUF", runDir);
-    refuseMixedFormats(c, "GGUF", runDir);
+    if (c.latmix)
+        for (const auto& [group, f] : c.latmix->groupFormats)
+            if (f.isNvfp4() && group.find(".experts") != std::string::npos)
+                throw std::runtime_error(what + "its scheme puts " + group + " in NVFP4, and llama.cpp's stacked expert "
+                                                "tensors carry no per-expert global scale here; give the experts mxfp4 or "
+                                                "mxfp8 in the scheme");
     refuseLmHeadBias(c, runDir);
     return a;
 }
@@ -361,6 +388,10 @@ GgufReport exportGguf(const std::string& runDir, const std::string& file, JobCon
     if (w.kept() > 0)
         r.notes.push_back(std::to_string(w.kept()) + " linear(s) kept in full precision (--keep) stored as BF16" +
                           (run.quant.t3Block > 0 ? " (a kept down_proj in F32 with T3 folded back, as every down_proj)" : ""));
+    if (w.otherFormats() > 0)
+        r.notes.push_back(std::to_string(w.otherFormats()) + " tensor(s) of the scheme's groups in formats GGUF has no type "
+                          "for (8-bit MX: llama.cpp's Q8_0 would round the values again) stored as BF16, which holds "
+                          "their values exactly");
     if (w.partialBlocks() > 0)
         r.notes.push_back(std::to_string(w.partialBlocks()) + " linear(s) whose rows end in a block shorter than " +
                           (run.quant.weightFormat->isNvfp4() ? "64" : "32") +

@@ -4,6 +4,7 @@
 #include "export/ExportTargets.h"
 #include "model/ModelConfig.h"
 #include "mx/MxFormat.h"
+#include "run/FormatScheme.h"
 #include "run/quantize/Method.h"
 #include "run/quantize/OptionTable.h"
 #include "train/Distillation.h"
@@ -283,6 +284,9 @@ private slots:
                 "- **Formats** (`--format`, weights and activations): %2; scale modes (`--scale-mode`): %3.\n"
                 "- **Methods** (`--method`): %4; the paper's ablations (`--t1`, `--t2`, `--t3`, `--init`,\n"
                 "  `--granularity`), losses (`--loss`): %5, and block linears kept in bf16 (`--keep REGEX`).\n"
+                "- **Mixed precision**: formats per fusion group (`--scheme 'REGEX = FORMAT; ...'`, RTN and GPTQ so\n"
+                "  far; scheme formats %7), the KL each group costs (`latmix sensitivity`) and the scheme of least\n"
+                "  predicted KL under a bit budget (`latmix plan --budget BITS`) ([spec](docs/spec.md), \"Mixed precision\").\n"
                 "- **Exports** (`latmix export --format`, File › Export quantized model…): %6.\n"
                 "- **Evaluation**: WikiText-2 perplexity, the KL of the quantized model to the FP one (with\n"
                 "  top-1 agreement and the perplexity difference), zero-shot tasks (`--eval-tasks`).\n"
@@ -292,7 +296,8 @@ private slots:
                      join(splitList(latmix::mx::formatNameList()), QStringLiteral("`")),
                      join(splitList(latmix::mx::scaleModeNameList()), QStringLiteral("`")),
                      join(splitList(latmix::run::methodNameList()), QStringLiteral("`")),
-                     join(losses, QStringLiteral("`")), targets.join(QStringLiteral("; ")));
+                     join(losses, QStringLiteral("`")), targets.join(QStringLiteral("; ")),
+                     join(splitList(latmix::run::schemeFormatNames()), QStringLiteral("`")));
         const QString path = sourceDir() + QStringLiteral("/README.md");
         QString readme = readAll(path);
         const qsizetype from = readme.indexOf(QStringLiteral("## What it supports\n"));

@@ -23,6 +23,7 @@
 #include "CliRunner.h"
 #include "GgufFile.h"
 #include "ReferenceLlama.h"
+#include "TestSupport.h"
 #include "TestData.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
@@ -136,6 +137,28 @@ private slots:
     void llamaCppRunsKeptLinears() {
         compare(test::modelFolder("brownpy-13M"), "brownpy-13M-mr-gptq-keep", "mr-gptq", kPositions, "mxfp4",
                 {"--keep", "layers\\.0\\.|down_proj"});
+    }
+
+    // A mixed-precision scheme (--scheme): layer 0 in MXFP8, written as BF16 (GGUF has no MXFP8
+    // type; BF16 holds its values exactly: checked value by value against the run), layer 1's MLP in
+    // NVFP4 (type 40 with its tensor scale) beside the run's MXFP4, and layer 5's q/k/v kept.
+    void llamaCppRunsAScheme() {
+        const QString name = "brownpy-13M-rtn-scheme";
+        compare(test::modelFolder("brownpy-13M"), name, "rtn", kPositions, "mxfp4",
+                {"--scheme", "layers\\.0\\. = mxfp8; layers\\.1\\.mlp = nvfp4; layers\\.5\\.self_attn\\.qkv = bf16"});
+        const QString dir = m_tmp.path() + "/" + name;
+        const auto file = test::GgufFile::read((dir + "/model.gguf").toStdString());
+        const run::RunModel rm = run::readRunModel((dir + "/run/model").toStdString());
+        QCOMPARE(file.tensors.at("blk.0.attn_output.weight").type, 30); // BF16
+        QCOMPARE(file.tensors.at("blk.1.ffn_gate.weight").type, 40);    // NVFP4
+        QCOMPARE(file.tensors.at("blk.2.ffn_gate.weight").type, 39);    // MXFP4
+        QCOMPARE(file.tensors.at("blk.5.attn_v.weight").type, 30);      // kept
+        for (const auto& [gguf, hf] : {std::pair{"blk.0.attn_output.weight", "model.layers.0.self_attn.o_proj.weight"},
+                                       {"blk.0.ffn_down.weight", "model.layers.0.mlp.down_proj.weight"},
+                                       {"blk.0.attn_v.weight", "model.layers.0.self_attn.v_proj.weight"}}) {
+            const auto values = file.values(gguf);
+            QVERIFY2(test::firstMismatch(values, test::toVector(rm.tensors.at(hf).contiguous())) < 0, gguf);
+        }
     }
 
     // The other architectures and tokenizers. brownpy-13M's trained weights under Qwen2's config
