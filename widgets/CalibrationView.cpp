@@ -111,7 +111,7 @@ QGroupBox* CalibrationView::createMethodBox(QWidget* parent) {
     m_scheme->setPlaceholderText(tr("none: every linear in the format above"));
     m_scheme->setToolTip(tr("Mixed precision (--scheme): rules 'REGEX = FORMAT' separated by ';', or a scheme file "
                             "from latmix plan; each fusion group a rule takes gets its format (mxfp4, nvfp4, mxint4, "
-                            "mxfp8, mxint8, bf16), the rest the format above. RTN and GPTQ read it so far."));
+                            "mxfp8, mxint8, bf16), the rest the format above. Every method but WUSH's reads it."));
     mf->addRow(tr("Mi&xed precision:"), m_scheme);
     m_t1Bias = new QComboBox(methodBox);
     m_t1Bias->setObjectName(QStringLiteral("t1BiasCombo"));

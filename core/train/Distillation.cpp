@@ -341,6 +341,9 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
     const auto device = original.embed.device();
 
     AdamW opt(params, o.weightDecay);
+    StudentQuantization student(o.activation);
+    student.pointQuant = o.pointQuant;
+    student.keptLinears = o.keptLinears;
     DistillResult r;
     const int rank = o.group ? o.group->rank() : 0;
     const bool root = rank == 0;
@@ -392,7 +395,7 @@ DistillResult distill(const model::ModelConfig& c, const model::LlamaWeights& or
                 const auto tTeacher = Clock::now();
                 const at::Tensor kept = teacher.statesOf(mine, tokens);
                 const double keptSeconds = since(tTeacher);
-                DistillLoss l = distillationStep(c, original, transforms, o.activation, tokens, o.temperature,
+                DistillLoss l = distillationStep(c, original, transforms, student, tokens, o.temperature,
                                                  o.volumeWeight, o.objective, std::nullopt, kept, o.compute);
                 l.teacherSeconds += keptSeconds; // a window's first draw runs the teacher here
                 if (world > 1 && (cancelled = averageOverRanks(*o.group, params, l, job.cancelRequested()))) return;

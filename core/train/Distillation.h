@@ -18,8 +18,10 @@
 
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,8 +81,23 @@ at::ScalarType computeDtype(Precision precision);
 // Whether float32 products run in TF32 on a CUDA device: Tf32's products, and Bf16's folds.
 bool usesTf32(Precision precision, bool cuda);
 
+// How the student quantizes the activations it feeds its linears: one format at every point, and
+// a mixed-precision scheme's groups in theirs (their points by name, model::ForwardOptions::
+// pointQuant) with its kept linears reading their inputs unquantized (docs/spec.md, "Mixed
+// precision"). Converts from one format, the common case.
+struct StudentQuantization {
+    std::optional<mx::MxConfig> activation;
+    std::map<std::string, std::optional<mx::MxConfig>> pointQuant;
+    std::set<std::string> keptLinears;
+    StudentQuantization(std::optional<mx::MxConfig> a = std::nullopt) : activation(std::move(a)) {}
+    StudentQuantization(const mx::MxConfig& a) : activation(a) {}
+};
+
 struct DistillOptions {
     std::optional<mx::MxConfig> activation = mx::MxConfig{}; // the student's activation quantization (none: off)
+    // A scheme's points in other formats and its kept linears (StudentQuantization); empty: none.
+    std::map<std::string, std::optional<mx::MxConfig>> pointQuant;
+    std::set<std::string> keptLinears;
     int steps = 1000;
     int batch = 4;                 // sequences per step (SPEC: ≤ 8)
     double lr = 1e-3;
@@ -167,7 +184,7 @@ struct DistillLoss {
 // compute: DistillOptions::compute. In bfloat16 the loss and gradient are those of the same
 // models computed in bfloat16 (each layer folded in float32, then rounded), not the float32 ones.
 DistillLoss distillationStep(const model::ModelConfig& config, const model::LlamaWeights& original,
-                             const fold::ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
+                             const fold::ModelTransforms& transforms, const StudentQuantization& student,
                              const at::Tensor& tokens, double temperature, double volumeWeight,
                              Objective objective = Objective::Kl, std::optional<bool> keepLayerGraphs = std::nullopt,
                              const at::Tensor& teacherNormed = {}, at::ScalarType compute = at::kFloat);

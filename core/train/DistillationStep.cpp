@@ -31,7 +31,7 @@ struct KlSums {
 class Step {
 public:
     Step(const model::ModelConfig& c, const model::LlamaWeights& original, const fold::ModelTransforms& transforms,
-         const std::optional<mx::MxConfig>& activation, const at::Tensor& tokens, double tau, Objective objective,
+         const StudentQuantization& activation, const at::Tensor& tokens, double tau, Objective objective,
          bool keepGraphs, const at::Tensor& givenTeacher, at::ScalarType compute)
         : c(c), original(original), transforms(transforms), activation(activation), tokens(tokens), tau(tau),
           objective(objective), keepGraphs(keepGraphs), givenTeacher(givenTeacher), device(tokens.device()),
@@ -75,7 +75,7 @@ private:
     const model::ModelConfig& c;
     const model::LlamaWeights& original;
     const fold::ModelTransforms& transforms;
-    const std::optional<mx::MxConfig>& activation;
+    const StudentQuantization& activation;
     const at::Tensor& tokens;
     const double tau;
     const Objective objective;
@@ -103,7 +103,9 @@ Step::PerDevice& Step::on(c10::Device d) {
     auto it = perDevice.find(d.str());
     if (it != perDevice.end()) return it->second;
     PerDevice p;
-    p.student.activationQuant = activation;
+    p.student.activationQuant = activation.activation;
+    p.student.pointQuant = activation.pointQuant;   // a scheme's groups in their formats
+    p.student.keptLinears = activation.keptLinears; // kept linears read their inputs unquantized
     if (transforms.t3().defined()) p.student.t3 = transforms.t3().to(copts.device(d));
     p.rope = model::ropeTables(c, T, copts.dtype().toScalarType(), d);
     return perDevice.emplace(d.str(), std::move(p)).first->second;
@@ -466,7 +468,7 @@ DistillLoss Step::run(double volumeWeight) {
 } // namespace
 
 DistillLoss distillationStep(const model::ModelConfig& c, const model::LlamaWeights& original,
-                             const fold::ModelTransforms& transforms, const std::optional<mx::MxConfig>& activation,
+                             const fold::ModelTransforms& transforms, const StudentQuantization& activation,
                              const at::Tensor& tokens, double tau, double volumeWeight, Objective objective,
                              std::optional<bool> keepLayerGraphs, const at::Tensor& teacherNormed,
                              at::ScalarType compute) {

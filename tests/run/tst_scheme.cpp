@@ -3,15 +3,18 @@
 // bits of a scheme by hand, the rules' refusals naming the rule and the group, and the measured
 // sensitivity against an independent computation: the group's weights rewritten on disk with
 // mx::fakeQuantize, its points' activations quantized by a hook, full logits and a float64 KL.
+#include "fold/ModelTransforms.h"
 #include "model/Checkpoint.h"
 #include "model/FusionGroups.h"
 #include "model/LlamaModel.h"
+#include "model/QuantizationPoints.h"
 #include "model/TensorNames.h"
 #include "mx/MxQuantizer.h"
 #include "run/FormatScheme.h"
 #include "run/QuantizeRun.h"
 #include "run/RunModel.h"
 #include "run/Sensitivity.h"
+#include "train/Distillation.h"
 
 #include <ATen/ATen.h>
 
@@ -226,6 +229,7 @@ private slots:
         QTest::addColumn<QString>("method");
         QTest::newRow("rtn") << "rtn";
         QTest::newRow("gptq") << "gptq";
+        QTest::newRow("latmix-lu") << "latmix-lu"; // trained under the scheme, folded, GPTQ per group format
     }
     void runHonoursScheme() {
         QFETCH(QString, method);
@@ -362,6 +366,33 @@ private:
     }
 
 private slots:
+
+    // The training's student honours the scheme: every point given "unquantized" by name gives the
+    // bits of a student without activation quantization, every point given the run's format the
+    // bits of one with it, and one group in another format a loss between them and neither.
+    void studentFollowsScheme() {
+        const QString dir = m_tmp.filePath("models/llama-small");
+        const auto c = configNamed("llama-small");
+        test::moeModel(dir, c.toJsonText(), "llama-small");
+        const auto ck = model::Checkpoint::load(dir.toStdString());
+        const auto w = model::loadWeights(ck);
+        fold::TransformSpec spec;
+        spec.t1Kind = spec.t2Kind = "learned-affine-lu";
+        spec.t3Block = 32;
+        const fold::ModelTransforms t(c, spec);
+        const auto ids = test::randomIds(2 * 24, c.vocabSize, 9);
+        const auto tokens = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong).view({2, 24});
+        const auto loss = [&](const train::StudentQuantization& s) { return train::distillationStep(c, w, t, s, tokens, 1.5, 0.0).objective; };
+        const mx::MxConfig fp4 = mx::makeConfig(mx::Format::MxFp4);
+        train::StudentQuantization none(std::nullopt), all(fp4), offByName(fp4), fp4ByName(std::nullopt), mixed(fp4);
+        for (const auto& p : model::quantizationPointNames(c)) offByName.pointQuant[p] = std::nullopt, fp4ByName.pointQuant[p] = fp4;
+        const auto groups = model::fusionGroups(c);
+        for (const auto& p : groups[0].points) mixed.pointQuant[p] = mx::makeConfig(mx::Format::MxFp8E4M3);
+        QCOMPARE(loss(offByName), loss(none));
+        QCOMPARE(loss(fp4ByName), loss(all));
+        const double m = loss(mixed), a = loss(all), n = loss(none);
+        QVERIFY2(m != a && m != n, qPrintable(QStringLiteral("%1 %2 %3").arg(m).arg(a).arg(n)));
+    }
 
     // A plan: the table written and read back, a budget problem whose fixed group keeps its rule's
     // format, refused where the table lacks that format.

@@ -85,7 +85,7 @@ void addMethodOptions(std::vector<Option>& t) {
     t.push_back(member({"scheme", "--scheme", "Mixed precision", T::Text,
                         "mixed precision: rules 'REGEX = FORMAT' (';'-separated, or a file of them, e.g. from "
                         "latmix plan) over fusion groups (q/k/v, o_proj, gate/up, down_proj, experts); formats mxfp4, "
-                        "nvfp4, mxint4, mxfp8, mxint8, bf16; the rest take --format (rtn and gptq so far)",
+                        "nvfp4, mxint4, mxfp8, mxint8, bf16; the rest take --format (every method but wush-*)",
                         true},
                        &RunConfig::scheme));
     t.push_back(member({"t1", "--t1", "T1 (ablation)", T::Text,

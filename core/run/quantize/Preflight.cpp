@@ -97,10 +97,11 @@ void checkWush(const model::ModelConfig& c, const MethodSpec& m, const RunConfig
 // --scheme: each fusion group's format; bf16 groups join the kept linears.
 void resolveRunScheme(ResolvedRun& r, const RunConfig& o) {
     const model::ModelConfig& c = r.config;
-    if (r.method.transformed || r.method.wush || r.method.learned)
-        throw RunRefused("method " + o.method + " does not read a mixed-precision scheme yet (its transforms and training "
-                             "take one format); rtn and gptq do",
-                         {{"method", "gptq"}, {"method", "rtn"}, {"scheme", "", "no", ""}});
+    // WUSH builds each point's transform for the format's block; a scheme's points may have others.
+    if (r.method.wush)
+        throw RunRefused("method " + o.method + " does not read a mixed-precision scheme (its transforms are built for one "
+                             "format's blocks)",
+                         {{"method", "mr-gptq"}, {"method", "gptq"}, {"scheme", "", "no", ""}});
     std::vector<GroupFormat> groups;
     try {
         groups = resolveScheme(c, readSchemeRules(o.scheme), o.format);

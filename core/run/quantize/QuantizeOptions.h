@@ -47,7 +47,8 @@ struct RunConfig {
     std::string keep;
     // A mixed-precision scheme (`--scheme`, docs/spec.md "Mixed precision"): rules "REGEX = FORMAT"
     // inline (';'-separated) or a file of them; fusion groups a rule takes get its format (bf16:
-    // kept), the rest `format`. Empty: none. Honoured by rtn and gptq so far.
+    // kept), the rest `format`. Empty: none. Every method but WUSH's honours it (the training's
+    // student quantizes each group's points in its format).
     std::string scheme;
     int steps = 1000;            // training steps (learned methods)
     int batch = 4;

@@ -2,6 +2,7 @@
 #include "dist/ProcessGroup.h"
 #include "eval/Perplexity.h"
 #include "io/SafeTensors.h"
+#include "model/FusionGroups.h"
 #include "run/quantize/Stages.h"
 #include "util/TorchCompat.h"
 
@@ -20,6 +21,9 @@ train::DistillOptions distillOptions(const RunContext& ctx) {
     const QuantizeOptions& o = ctx.options;
     train::DistillOptions d;
     d.activation = o.format;
+    // --scheme and --keep: the student quantizes each group's points in its format, kept linears not at all.
+    d.pointQuant = model::groupPointFormats(ctx.config(), ctx.resolved.groupFormats);
+    d.keptLinears = std::set<std::string>(ctx.resolved.keptLinears.begin(), ctx.resolved.keptLinears.end());
     d.steps = o.steps;
     d.batch = o.batch;
     d.lr = o.lr;
