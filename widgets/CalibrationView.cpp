@@ -421,6 +421,8 @@ latmix::run::RunConfig CalibrationView::options() const {
 void CalibrationView::setMethod(const QString& method) { m_method->setCurrentText(method); }
 void CalibrationView::setKeep(const QString& regex) { m_keep->setText(regex); }
 QString CalibrationView::keep() const { return m_keep->text().trimmed(); }
+void CalibrationView::setScheme(const QString& rules) { m_scheme->setText(rules); }
+QString CalibrationView::scheme() const { return m_scheme->text().trimmed(); }
 void CalibrationView::setFormat(const QString& format) { m_format->setCurrentText(format); }
 void CalibrationView::setSteps(int steps) { m_steps->setValue(steps); }
 void CalibrationView::setCalibration(int samples, int seqLen, int batch) {

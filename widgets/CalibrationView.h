@@ -52,6 +52,9 @@ public:
     // --keep's regex (empty: none); the Model dock's "keep in bf16" boxes set it.
     void setKeep(const QString& regex);
     QString keep() const;
+    // The Mixed precision field (--scheme): rules or a scheme file's path.
+    void setScheme(const QString& rules);
+    QString scheme() const;
     void setFormat(const QString& format);
     void setSteps(int steps);
     void setCalibration(int samples, int seqLen, int batch);

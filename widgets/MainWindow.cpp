@@ -19,6 +19,7 @@
 #include "TrainingDashboard.h"
 #include "WeightView.h"
 #include "ExpertLoadView.h"
+#include "SensitivityView.h"
 #include "WorkbenchSettings.h"
 
 #include <QAction>
@@ -71,7 +72,9 @@ struct ViewRow {
 };
 
 const ViewRow kViews[] = {
-    {"explorer", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "MX format explorer"), nullptr,
+    // Titles short enough that every tab shows at 1024 px with the Model dock open.
+    {"explorer", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "MX explorer"),
+     QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "MX format explorer: what one MX format does to a vector with outliers"),
      [](const MainWindow& w) -> QWidget* { return w.explorerView(); }},
     {"activations", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Activations"), nullptr,
      [](const MainWindow& w) -> QWidget* { return w.activationView(); }},
@@ -83,8 +86,12 @@ const ViewRow kViews[] = {
     {"diagram", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Block diagram"),
      QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Where T1, T2, T3 and the four quantization points sit in a decoder layer (SPEC §4)"),
      [](const MainWindow& w) -> QWidget* { return w.blockDiagramView(); }},
-    {"comparison", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Transform comparison"), nullptr,
+    {"comparison", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Transforms"),
+     QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Transform comparison: Hadamard, block-Hadamard, orthogonal and learned transforms at one point"),
      [](const MainWindow& w) -> QWidget* { return w.comparisonView(); }},
+    {"sensitivity", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Sensitivity"),
+     QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Mixed precision: the KL each layer's groups cost, and the scheme a bit budget buys"),
+     [](const MainWindow& w) -> QWidget* { return w.sensitivityView(); }},
     {"calibration", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Calibration"), nullptr,
      [](const MainWindow& w) -> QWidget* { return w.calibrationView(); }},
     {"runs", QT_TRANSLATE_NOOP("latmix::gui::MainWindow", "Runs"), nullptr,
@@ -134,6 +141,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     m_activations = new ActivationView(this);
     m_weights = new WeightView(this);
     m_experts = new ExpertLoadView(this);
+    m_sensitivity = new SensitivityView(this);
     m_runs = new RunsView(this);
     m_diagram = new BlockDiagramView(this);
     setCentralWidget(createCentralArea());
@@ -141,6 +149,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     connect(m_weights, &WeightView::errorOccurred, this, &MainWindow::showErrorBanner);
     connect(this, &MainWindow::modelOpened, m_experts, &ExpertLoadView::setModelDir);
     connect(m_experts, &ExpertLoadView::errorOccurred, this, &MainWindow::showErrorBanner);
+    connect(this, &MainWindow::modelOpened, m_sensitivity, &SensitivityView::setModelDir);
+    connect(m_sensitivity, &SensitivityView::errorOccurred, this, &MainWindow::showErrorBanner);
+    connect(m_sensitivity, &SensitivityView::schemeChosen, this, [this](const QString& rules) {
+        m_calibration->setScheme(rules);
+        m_tabs->setCurrentWidget(m_calibration);
+        say(tr("The scheme (%1 bits per weight) is in the Calibration form's Mixed precision field")
+                .arg(m_sensitivity->plan().bits, 0, 'f', 3));
+    });
     // The runs table lists the workbench's own runs folder; File › Add runs folder… adds more.
     m_runs->setFolders({RunsView::defaultFolder()});
     connect(m_runs, &RunsView::runActivated, this, &MainWindow::openRun);

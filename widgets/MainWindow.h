@@ -38,6 +38,7 @@ class MxExplorerView;
 class RunsView;
 class WeightView;
 class ExpertLoadView;
+class SensitivityView;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -56,6 +57,7 @@ public:
     ActivationView* activationView() const { return m_activations; }
     WeightView* weightView() const { return m_weights; }
     ExpertLoadView* expertLoadView() const { return m_experts; }
+    SensitivityView* sensitivityView() const { return m_sensitivity; }
     RunsView* runsView() const { return m_runs; }
     BlockDiagramView* blockDiagramView() const { return m_diagram; }
     QTabWidget* viewTabs() const { return m_tabs; }
@@ -183,6 +185,7 @@ private:
     ActivationView* m_activations = nullptr;
     WeightView* m_weights = nullptr;
     ExpertLoadView* m_experts = nullptr;
+    SensitivityView* m_sensitivity = nullptr;
     RunsView* m_runs = nullptr;
     BlockDiagramView* m_diagram = nullptr;
     JobsDock* m_jobs = nullptr;

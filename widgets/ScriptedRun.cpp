@@ -12,6 +12,7 @@
 #include "ComparisonView.h"
 #include "MainWindow.h"
 #include "RunsView.h"
+#include "SensitivityView.h"
 #include "WeightView.h"
 #include "JobRunner.h"
 #include "LayoutCheck.h"
@@ -184,6 +185,14 @@ bool showExperts(MainWindow& window, const ScriptedSession& s, QString* error) {
     return ok;
 }
 
+// --sensitivity FILE: the table shown, its heat map and the budget's scheme drawn.
+bool showSensitivity(MainWindow& window, const ScriptedSession& s, QString* error) {
+    auto* view = window.sensitivityView();
+    window.viewTabs()->setCurrentWidget(view);
+    showAt(window, s.size);
+    return view->loadTable(s.sensitivityTable, error);
+}
+
 // --runs-folder DIR: listed, the best four selected.
 bool showRuns(MainWindow& window, const ScriptedSession& s, QString* error) {
     auto* view = window.runsView();
@@ -327,6 +336,7 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
            (s.activationPoint.isEmpty() || showActivations(window, s, error)) &&
            (s.weightsLinear.isEmpty() || showWeights(window, s, error)) &&
            (s.expertWindows == 0 || showExperts(window, s, error)) &&
+           (s.sensitivityTable.isEmpty() || showSensitivity(window, s, error)) &&
            (s.runsFolder.isEmpty() || showRuns(window, s, error)) &&
            (s.comparePoint.isEmpty() || runComparison(window, s, error)) &&
            (s.calibrateMethod.isEmpty() || runCalibration(window, s, error)) &&

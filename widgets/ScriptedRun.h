@@ -36,6 +36,7 @@ struct ScriptedSession {
     QString weightsLinear;   // show the weights of this linear ("layers.1.mlp.down_proj"; the weights view,
                              // folded with openRun's transforms when it has them)
     int expertWindows = 0;   // measure the expert load on this many windows (the experts view); 0: no, -1: a bad value
+    QString sensitivityTable; // a table latmix sensitivity wrote, shown in the sensitivity view
     QString runsFolder;      // list the runs of this folder in the runs view, the best four selected
     QString calibrateMethod; // start a calibration with this method
     int steps = 40;          // its training steps

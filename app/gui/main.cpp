@@ -77,6 +77,10 @@ struct Options {
                                         "Measure the expert load of a mixture-of-experts model on N windows of the built-in "
                                         "calibration text (the experts view); with --screenshot, taken when it is drawn.",
                                         "N");
+    QCommandLineOption sensitivity = option("sensitivity",
+                                            "Show the sensitivity table FILE (latmix sensitivity --out FILE) in the sensitivity "
+                                            "view; with --screenshot, taken when it is drawn.",
+                                            "FILE");
     QCommandLineOption runsFolder = option("runs-folder", "List the runs under DIR in the runs view, the best four selected.", "DIR");
     QCommandLineOption compare = option("compare",
                                         "Compare the transforms at POINT (e.g. layers.1.mlp.down_proj.input) and draw the "
@@ -111,7 +115,7 @@ struct Options {
 
     void addTo(QCommandLineParser& parser) const {
         for (const QCommandLineOption* o : {&version, &threads, &screenshot, &format, &plotAnalysis, &outDir, &point,
-                                            &activations, &transform, &weights, &experts, &runsFolder, &compare, &compareTransforms,
+                                            &activations, &transform, &weights, &experts, &sensitivity, &runsFolder, &compare, &compareTransforms,
                                             &acrossLayers, &view, &openRun, &calibrate, &steps, &size, &layoutReport})
             parser.addOption(*o);
     }
@@ -158,6 +162,7 @@ latmix::gui::ScriptedSession scriptedSession(const QCommandLineParser& parser, c
     session.activationTransform = parser.value(o.transform);
     session.weightsLinear = parser.value(o.weights);
     session.runsFolder = parser.value(o.runsFolder);
+    session.sensitivityTable = parser.value(o.sensitivity);
     if (parser.isSet(o.experts)) {
         session.expertWindows = parser.value(o.experts).toInt(&ok);
         if (!ok || session.expertWindows < 1) session.expertWindows = -1; // refused by runScriptedSession

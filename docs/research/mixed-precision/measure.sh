@@ -6,7 +6,8 @@
 #     sh docs/research/mixed-precision/measure.sh MODEL OUT
 # Environment: LATMIX (the latmix binary, default build/bin/latmix), CALIB_SAMPLES (32), SEQLEN
 # (128), EVAL_WINDOWS (40), EVAL_SEQLEN (256), SENS_SAMPLES (16), SENS_SEQLEN (256), METHODS
-# ("rtn gptq"), BUDGETS ("4.5 5 5.25 5.5834 6 7").
+# ("rtn gptq"), BUDGETS ("4.5 5 5.25 5.5834 6 7"), ONLY (the scheme names to run, default all),
+# EXTRA (more quantize flags, e.g. "--steps 100" for the learned methods).
 set -eu
 LATMIX=${LATMIX:-build/bin/latmix}
 MODEL=${1:?usage: measure.sh MODEL OUT}
@@ -29,9 +30,10 @@ for b in ${BUDGETS:-4.5 5 5.25 5.5834 6 7}; do
 plan-$b|mxfp4|$OUT/plan-$b.txt"
 done
 
-echo "model,method,scheme,bits,predicted_kl,kl,kl_stderr,delta_ppl,delta_ppl_stderr,ppl,fp_ppl" > "$OUT/results.csv"
+[ -f "$OUT/results.csv" ] || echo "model,method,scheme,bits,predicted_kl,kl,kl_stderr,delta_ppl,delta_ppl_stderr,ppl,fp_ppl" > "$OUT/results.csv"
 for method in ${METHODS:-rtn gptq}; do
   printf '%s\n' "$recipes" | while IFS='|' read -r name format scheme; do
+    case " ${ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
     run="$OUT/runs/$method-$name"
     if [ ! -f "$run/latmix.json" ]; then
       rm -rf "$run"
@@ -39,6 +41,8 @@ for method in ${METHODS:-rtn gptq}; do
         --calib-samples "${CALIB_SAMPLES:-32}" --seqlen "${SEQLEN:-128}" \
         --eval-windows "${EVAL_WINDOWS:-40}" --eval-seqlen "${EVAL_SEQLEN:-256}"
       [ -z "$scheme" ] || set -- "$@" --scheme "$scheme"
+      # shellcheck disable=SC2086 # EXTRA: flags, split on purpose
+      set -- "$@" ${EXTRA:-}
       "$LATMIX" quantize "$@" > "$run.log" 2>&1 || { tail -n 3 "$run.log"; exit 1; }
     fi
     python3 - "$run/latmix.json" "$OUT/sensitivity.json" "$MODEL" "$method" "$name" "$format" "$scheme" >> "$OUT/results.csv" <<'PY'
