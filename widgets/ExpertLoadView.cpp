@@ -32,13 +32,9 @@ ExpertLoadView::ExpertLoadView(QWidget* parent) : AnalysisView(parent, tr("The e
     form->setFixedWidth(260);
     auto* column = new QVBoxLayout(form);
     column->setContentsMargins(0, 0, 0, 0);
-    auto* box = new QGroupBox(tr("Calibration windows"), form);
-    auto* f = new QFormLayout(box);
-    m_windows = FormWidgets::spin(box, "expertWindowsSpin", 1, 4096, 16, tr("Windows of the built-in calibration text"));
-    f->addRow(tr("&Windows:"), m_windows);
-    m_seqLen = FormWidgets::spin(box, "expertSeqLenSpin", 2, 8192, 256, tr("Tokens per window"));
-    f->addRow(tr("&Tokens each:"), m_seqLen);
-    column->addWidget(box);
+    const auto windows = FormWidgets::addWindowsBox(form, column, QStringLiteral("expert"), tr("Calibration windows"), 16, 256);
+    m_windows = windows.windows;
+    m_seqLen = windows.seqLen;
     const auto footer = FormWidgets::addFormFooter(form, column, QStringLiteral("expert"), tr("&Measure expert load"));
     m_measure = footer.button;
     m_summary = footer.summary;

@@ -16,6 +16,8 @@
 #include <QRegularExpression>
 #include <QSignalBlocker>
 #include <QSpinBox>
+#include <QFormLayout>
+#include <QGroupBox>
 #include <QVBoxLayout>
 
 #include <cmath>
@@ -29,6 +31,19 @@ QSpinBox* spin(QWidget* parent, const char* objectName, int lo, int hi, int valu
     s->setValue(value);
     if (!tip.isEmpty()) s->setToolTip(tip);
     return s;
+}
+
+WindowsBox addWindowsBox(QWidget* parent, QVBoxLayout* column, const QString& prefix, const QString& title, int windows,
+                         int seqLen) {
+    auto* box = new QGroupBox(title, parent);
+    auto* form = new QFormLayout(box);
+    const QByteArray w = (prefix + QStringLiteral("WindowsSpin")).toLatin1(), t = (prefix + QStringLiteral("SeqLenSpin")).toLatin1();
+    auto* windowsSpin = spin(box, w.constData(), 1, 4096, windows, QObject::tr("Windows of the built-in calibration text"));
+    form->addRow(QObject::tr("&Windows:"), windowsSpin);
+    auto* seqLenSpin = spin(box, t.constData(), 2, 8192, seqLen, QObject::tr("Tokens per window"));
+    form->addRow(QObject::tr("&Tokens each:"), seqLenSpin);
+    column->addWidget(box);
+    return {form, windowsSpin, seqLenSpin};
 }
 
 QDoubleSpinBox* dspin(QWidget* parent, const char* objectName, double lo, double hi, double value, int decimals,

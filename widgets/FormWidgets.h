@@ -9,6 +9,7 @@
 
 class QComboBox;
 class QDoubleSpinBox;
+class QFormLayout;
 class QLabel;
 class QPushButton;
 class QScrollArea;
@@ -38,6 +39,17 @@ struct FormFooter {
     QLabel* status;
 };
 FormFooter addFormFooter(QWidget* form, QVBoxLayout* column, const QString& prefix, const QString& buttonText);
+
+// The box of a view that measures on windows of the built-in calibration text, added to column:
+// its Windows and Tokens each spins (prefix + "WindowsSpin", prefix + "SeqLenSpin") in a form
+// layout the view may add rows to.
+struct WindowsBox {
+    QFormLayout* form;
+    QSpinBox* windows;
+    QSpinBox* seqLen;
+};
+WindowsBox addWindowsBox(QWidget* parent, QVBoxLayout* column, const QString& prefix, const QString& title, int windows,
+                         int seqLen);
 
 // An expert's name ("layers.1.mlp.experts.5.down_proj.input", "mlp.experts.5.up_proj",
 // "block_sparse_moe.experts.5.w1") as the one item a list shows for every expert

@@ -57,17 +57,14 @@ SensitivityView::SensitivityView(QWidget* parent) : AnalysisView(parent, tr("The
     form->setFixedWidth(280);
     auto* column = new QVBoxLayout(form);
     column->setContentsMargins(0, 0, 0, 0);
-    auto* box = new QGroupBox(tr("Measure on calibration windows"), form);
-    auto* f = new QFormLayout(box);
-    m_windows = FormWidgets::spin(box, "sensitivityWindowsSpin", 1, 4096, 8, tr("Windows of the built-in calibration text"));
-    f->addRow(tr("&Windows:"), m_windows);
-    m_seqLen = FormWidgets::spin(box, "sensitivitySeqLenSpin", 2, 8192, 256, tr("Tokens per window"));
-    f->addRow(tr("&Tokens each:"), m_seqLen);
-    m_formats = new QLineEdit(QStringLiteral("mxfp4,mxfp8"), box);
+    const auto windows =
+        FormWidgets::addWindowsBox(form, column, QStringLiteral("sensitivity"), tr("Measure on calibration windows"), 8, 256);
+    m_windows = windows.windows;
+    m_seqLen = windows.seqLen;
+    m_formats = new QLineEdit(QStringLiteral("mxfp4,mxfp8"), form);
     m_formats->setObjectName(QStringLiteral("sensitivityFormatsEdit"));
     m_formats->setToolTip(tr("Candidate formats, comma-separated: mxfp4, nvfp4, mxint4, mxfp8, mxint8 (bf16 is always one)"));
-    f->addRow(tr("&Formats:"), m_formats);
-    column->addWidget(box);
+    windows.form->addRow(tr("&Formats:"), m_formats);
 
     auto* planBox = new QGroupBox(tr("Scheme under a bit budget"), form);
     auto* p = new QFormLayout(planBox);

@@ -30,6 +30,18 @@ def table(rows):
               f"{r['kl']:.4f} ± {r['kl_stderr']:.4f} | {r['delta_ppl']:+.2f} ± {r['delta_ppl_stderr']:.2f} |")
 
 
+def marker(shape, x, y, colour):
+    """An SVG marker: a filled circle (plans), or an open square, triangle or diamond (recipes)."""
+    if shape == "circle":
+        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{colour}"/>'
+    stroke = f'fill="none" stroke="{colour}" stroke-width="1.5"'
+    if shape == "square":
+        return f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" {stroke}/>'
+    if shape == "triangle":
+        return f'<polygon points="{x:.1f},{y - 5:.1f} {x - 5:.1f},{y + 4:.1f} {x + 5:.1f},{y + 4:.1f}" {stroke}/>'
+    return f'<polygon points="{x:.1f},{y - 5:.1f} {x + 5:.1f},{y:.1f} {x:.1f},{y + 5:.1f} {x - 5:.1f},{y:.1f}" {stroke}/>'
+
+
 def svg(rows, path):
     bits = [r["bits"] for r in rows]
     kls = [r["kl"] for r in rows if r["kl"] > 0]
@@ -66,18 +78,10 @@ def svg(rows, path):
         if len(plan) >= 2:
             out.append(f'<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="1.5"/>')
         for r in plan:
-            out.append(f'<circle cx="{px(r["bits"]):.1f}" cy="{py(r["kl"]):.1f}" r="3.5" fill="{c}"/>')
+            out.append(marker("circle", px(r["bits"]), py(r["kl"]), c))
         for r in mine:
-            shape = shapes.get(r["scheme"])
-            if not shape:
-                continue
-            x, y = px(r["bits"]), py(r["kl"])
-            if shape == "square":
-                out.append(f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="none" stroke="{c}" stroke-width="1.5"/>')
-            elif shape == "triangle":
-                out.append(f'<polygon points="{x:.1f},{y - 5:.1f} {x - 5:.1f},{y + 4:.1f} {x + 5:.1f},{y + 4:.1f}" fill="none" stroke="{c}" stroke-width="1.5"/>')
-            else:
-                out.append(f'<polygon points="{x:.1f},{y - 5:.1f} {x + 5:.1f},{y:.1f} {x:.1f},{y + 5:.1f} {x - 5:.1f},{y:.1f}" fill="none" stroke="{c}" stroke-width="1.5"/>')
+            if r["scheme"] in shapes:
+                out.append(marker(shapes[r["scheme"]], px(r["bits"]), py(r["kl"]), c))
         out.append(f'<line x1="{W - R + 15}" y1="{legend_y + 6}" x2="{W - R + 35}" y2="{legend_y + 6}" stroke="{c}" stroke-width="2"/>')
         out.append(f'<text x="{W - R + 40}" y="{legend_y + 10}">{model} {method}</text>')
         legend_y += 18
@@ -85,14 +89,7 @@ def svg(rows, path):
     for label, shape in (("plan (latmix plan)", "circle"), ("uniform MXFP4 / MXFP8", "square"),
                          ("attention MXFP8", "triangle"), ("first+last MXFP8", "diamond")):
         x, y = W - R + 25, legend_y + 5
-        if shape == "circle":
-            out.append(f'<circle cx="{x}" cy="{y}" r="3.5" fill="gray"/>')
-        elif shape == "square":
-            out.append(f'<rect x="{x - 4}" y="{y - 4}" width="8" height="8" fill="none" stroke="gray" stroke-width="1.5"/>')
-        elif shape == "triangle":
-            out.append(f'<polygon points="{x},{y - 5} {x - 5},{y + 4} {x + 5},{y + 4}" fill="none" stroke="gray" stroke-width="1.5"/>')
-        else:
-            out.append(f'<polygon points="{x},{y - 5} {x + 5},{y} {x},{y + 5} {x - 5},{y}" fill="none" stroke="gray" stroke-width="1.5"/>')
+        out.append(marker(shape, x, y, "gray"))
         out.append(f'<text x="{x + 15}" y="{y + 4}">{label}</text>')
         legend_y += 18
     out.append("</svg>")
