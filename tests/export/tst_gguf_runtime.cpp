@@ -25,6 +25,7 @@
 #include "ReferenceLlama.h"
 #include "TestSupport.h"
 #include "TestData.h"
+#include "export/ExportTargets.h"
 #include "io/SafeTensors.h"
 #include "model/Checkpoint.h"
 #include "model/TensorNames.h"
@@ -153,6 +154,10 @@ private slots:
         QCOMPARE(file.tensors.at("blk.1.ffn_gate.weight").type, 40);    // NVFP4
         QCOMPARE(file.tensors.at("blk.2.ffn_gate.weight").type, 39);    // MXFP4
         QCOMPARE(file.tensors.at("blk.5.attn_v.weight").type, 30);      // kept
+        // The export dialog's size from the config alone: each group's tensors in its own type.
+        const double data = double(file.bytes.size() - file.dataStart),
+                     announced = double(exporting::describeExportTarget((dir + "/run").toStdString(), "gguf").bytes);
+        QVERIFY2(std::abs(announced - data) <= 0.01 * data, qPrintable(QString("%1 vs %2").arg(announced).arg(data)));
         for (const auto& [gguf, hf] : {std::pair{"blk.0.attn_output.weight", "model.layers.0.self_attn.o_proj.weight"},
                                        {"blk.0.ffn_down.weight", "model.layers.0.mlp.down_proj.weight"},
                                        {"blk.0.attn_v.weight", "model.layers.0.self_attn.v_proj.weight"}}) {
