@@ -87,7 +87,8 @@ std::vector<std::vector<double>> estimateScores(const model::ModelConfig& c, con
     const auto win = eval::evaluationWindows(c.maxPositions, ids.size(), {seqLen, windows});
     for (int i = 0; i < win.count; ++i) {
         job.checkCancelled();
-        job.progress(double(i) / win.count, "estimate: window " + std::to_string(i + 1) + "/" + std::to_string(win.count));
+        // The windows' passes take most of the estimate's time; the weights' part the rest.
+        job.progress(0.7 * i / win.count, "estimate: window " + std::to_string(i + 1) + "/" + std::to_string(win.count));
         const auto begin = ids.begin() + static_cast<std::ptrdiff_t>(i) * win.seqLen;
         const auto tokens = at::tensor(std::vector<std::int64_t>(begin, begin + win.seqLen), at::kLong).view({1, win.seqLen});
         std::map<std::string, at::Tensor> inputs;
@@ -111,7 +112,9 @@ std::vector<std::vector<double>> estimateScores(const model::ModelConfig& c, con
         }
     }
     at::NoGradGuard noGrad;
-    for (std::size_t g = 0; g < groups.size(); ++g)
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+        job.checkCancelled();
+        job.progress(0.7 + 0.3 * double(g) / double(groups.size()), "estimate: weights of " + groups[g].name);
         for (std::size_t k = 0; k < formats.size(); ++k)
             for (const auto& set : sets[g]) {
                 std::vector<at::Tensor> q;
@@ -123,6 +126,7 @@ std::vector<std::vector<double>> estimateScores(const model::ModelConfig& c, con
                     if (set[m]->grad().defined())
                         score[g][k] += (set[m]->grad() * (q[m] - set[m]->detach())).abs().sum().item<double>();
             }
+    }
     return score;
 }
 

@@ -53,14 +53,19 @@ p, s = j["perplexity"], json.load(open(sens_path))
 bits = {"mxfp4": 4.25, "mxfp8_e4m3": 8.25}[fmt]
 scheme_record = j["weight_quantization"].get("scheme")
 if scheme_record: bits = scheme_record["bits_per_weight"]
-# The predicted KL: each group's measured sensitivity in the format the run gave it.
+# The predicted KL: a plan's own (its file's second line), else each group's measured
+# sensitivity in the format the recipe gives it (the recipes keep nothing in bf16).
 other = (scheme_record or {}).get("groups_in_other_formats", {})
 col = {f: i for i, f in enumerate(s["formats"])}
 pred = 0.0
-for g in s["groups"]:
-    f = other.get(g["name"], fmt).split(",")[0]
-    f = "mxfp8" if f.startswith("mxfp8") else f
-    pred += g["kl"][col[f]]
+plan = re.search(r"predicted KL ([0-9.e+-]+)", open(scheme).read()) if scheme.endswith(".txt") else None
+if plan:
+    pred = float(plan.group(1))
+else:
+    for g in s["groups"]:
+        f = other.get(g["name"], fmt).split(",")[0]
+        f = "mxfp8" if f.startswith("mxfp8") else f
+        pred += g["kl"][col[f]]
 kl = p["kl"]
 print(",".join(str(x) for x in [model.rstrip("/").split("/")[-1], method, name, round(bits, 4), round(pred, 6), kl["mean"],
                                  kl["stderr"], kl["delta_ppl"], kl["delta_ppl_stderr"], p["w4a4"], p["fp"]]))
