@@ -26,7 +26,7 @@ bool plotAnalysisJson(const QString& json, const QString& outDir, QStringList* w
 
 struct ScriptedSession {
     QString openRun;        // a finished run folder to open (its curves, its export)
-    QString view;           // explorer, activations, weights, experts, diagram, comparison, calibration or runs; empty: unchanged
+    QString view;           // explorer, activations, weights, experts, diagram, comparison, sensitivity, calibration or runs; empty: unchanged
     QString point;          // select this quantization point in every view (before view is shown)
     QString comparePoint;   // compare the transforms at this point, then across layers
     QStringList compareTransforms; // the transforms ticked for it (empty: the view's defaults)

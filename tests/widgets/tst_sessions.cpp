@@ -68,7 +68,7 @@ void TestSessions::scriptedSession_data() {
                                             << "activationView" << "";
     QTest::newRow("unknown view") << "plots" << "" << "" << "" << 40
                                   << "unknown view 'plots'; choose explorer, activations, weights, experts, diagram, comparison, "
-                                     "calibration or runs"
+                                     "sensitivity, calibration or runs"
                                   << "" << "";
     QTest::newRow("block diagram") << "diagram" << "" << "" << "" << 40 << "" << "blockDiagramView" << "";
     QTest::newRow("block diagram, a point") << "diagram" << "" << "" << "" << 40 << "" << "blockDiagramView"
