@@ -116,7 +116,7 @@ SensitivityView::SensitivityView(QWidget* parent) : AnalysisView(parent, tr("The
         const QString path = QFileDialog::getOpenFileName(this, tr("Open a sensitivity table"), QString(), tr("JSON (*.json)"));
         if (!path.isEmpty()) loadTable(path);
     });
-    connect(m_shown, &QComboBox::currentIndexChanged, this, [this] { showTable(); });
+    connect(m_shown, &QComboBox::currentIndexChanged, this, [this] { showMap(); });
     connect(m_budget, &QSlider::valueChanged, this, [this] { showPlan(); });
     connect(m_use, &QPushButton::clicked, this, [this] { emit schemeChosen(schemeText()); });
     setPlots({m_map, m_front});
@@ -180,16 +180,26 @@ bool SensitivityView::loadTable(const QString& path, QString* error) {
     return true;
 }
 
+// A new table: its formats in the map's combo, the map, and the budget problem, front and slider
+// (once per table: choosing another format to map keeps the budget).
 void SensitivityView::showTable() {
     const auto& t = m_table;
     if (t.groups.empty()) return;
-    const bool measured = !t.kl.empty();
-    const auto& score = measured ? t.kl : t.estimate;
-    if (m_shown->count() != int(t.formats.size()) - 1) {
+    {
         const QSignalBlocker block(m_shown);
         m_shown->clear();
         for (std::size_t k = 0; k + 1 < t.formats.size(); ++k) m_shown->addItem(QString::fromStdString(t.formats[k]));
     }
+    showMap();
+    showFront();
+}
+
+// The heat map of the format the combo names.
+void SensitivityView::showMap() {
+    const auto& t = m_table;
+    if (t.groups.empty()) return;
+    const bool measured = !t.kl.empty();
+    const auto& score = measured ? t.kl : t.estimate;
     const int k = std::max(0, m_shown->currentIndex());
     // The heat map: a column per group kind the model has, a row per layer.
     std::vector<int> columnOf(std::size(kKinds), -1);
@@ -220,8 +230,12 @@ void SensitivityView::showTable() {
     m_map->xAxis->setRange(-0.5, columns - 0.5);
     m_map->yAxis->setRange(-0.5, layers - 0.5);
     m_map->replot();
+}
 
-    // The budget problem of the table: every group free.
+// The budget problem of the table (every group free), its Pareto front and the budget slider.
+void SensitivityView::showFront() {
+    const auto& t = m_table;
+    const bool measured = !t.kl.empty();
     try {
         m_groups = latmix::run::resolveScheme(latmix::model::Checkpoint::load(t.model).config(), {}, std::nullopt);
         m_problem = latmix::run::budgetProblem(t, m_groups, 0, !measured);

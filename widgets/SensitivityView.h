@@ -49,6 +49,8 @@ signals:
 
 private:
     void showTable();
+    void showMap();
+    void showFront();
     void showPlan();
 
     QString m_modelDir;

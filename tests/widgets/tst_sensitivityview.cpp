@@ -128,6 +128,12 @@ private slots:
             QVERIFY(std::abs(kl - v.plan().predictedKl) <= 1e-12 * std::max(1.0, kl));
             QVERIFY(v.findChild<QLabel*>("sensitivityBudgetLabel")->text().contains(QString::number(v.plan().bits, 'f', 3)));
         }
+        // Mapping another format keeps the budget and its scheme.
+        const auto plan = v.plan();
+        auto* shown = v.findChild<QComboBox*>("sensitivityShownCombo");
+        shown->setCurrentIndex(1 - shown->currentIndex());
+        QCOMPARE(v.budget(), 8.0);
+        QCOMPARE(v.plan().bits, plan.bits);
     }
 
     void refusesWhatIsNoTable() {
