@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <stdexcept>
 
 namespace latmix::exporting {
@@ -24,38 +25,40 @@ std::uint64_t values(std::int64_t out, std::int64_t in) { return std::uint64_t(o
 // (NVFP4: its global scale too); GGUF 17/32 (MXFP4) or 36/64 (NVFP4) bytes per value, F32 where
 // rows end in a partial block, and BF16 (gguf) or F32 (gguf-f32) where T3 was folded back into
 // down_proj. Kept linears (--keep) are bf16 everywhere but a GGUF down_proj with T3 folded back
-// (as every such down_proj).
-std::uint64_t hfLinearBytes(const Quantization&, std::int64_t out, std::int64_t in, bool, bool) {
+// (as every such down_proj). format: the linear's own (a scheme's group may have another than the
+// run's); t3Block: the run's T3.
+using WeightFormat = std::optional<mx::MxConfig>;
+std::uint64_t hfLinearBytes(const WeightFormat&, int, std::int64_t out, std::int64_t in, bool, bool) {
     return 2 * values(out, in);
 }
 
-std::uint64_t ctLinearBytes(const Quantization& q, std::int64_t out, std::int64_t in, bool, bool kept) {
-    if (!q.weightFormat || kept) return 2 * values(out, in);
-    const std::int64_t block = q.weightFormat->blockSize;
-    return std::uint64_t(out) * std::uint64_t((in + 1) / 2 + (in + block - 1) / block) + (q.weightFormat->isNvfp4() ? 4 : 0);
+std::uint64_t ctLinearBytes(const WeightFormat& format, int, std::int64_t out, std::int64_t in, bool, bool kept) {
+    if (!format || kept) return 2 * values(out, in);
+    const std::int64_t block = format->blockSize;
+    return std::uint64_t(out) * std::uint64_t((in + 1) / 2 + (in + block - 1) / block) + (format->isNvfp4() ? 4 : 0);
 }
 
 // GGUF: a folded-back W_down · H in BF16 (gguf) or F32 (gguf-f32).
-std::uint64_t ggufLinearBytesAt(const Quantization& q, std::int64_t out, std::int64_t in, bool down, bool kept,
+std::uint64_t ggufLinearBytesAt(const WeightFormat& format, int t3Block, std::int64_t out, std::int64_t in, bool down, bool kept,
                                 std::uint64_t foldedBytes) {
     const std::uint64_t n = values(out, in);
-    if (kept && down && q.t3Block > 0) return foldedBytes * n;
-    if (!q.weightFormat || kept) return 2 * n;
-    const bool nv = q.weightFormat->isNvfp4();
+    if (kept && down && t3Block > 0) return foldedBytes * n;
+    if (!format || kept) return 2 * n;
+    const bool nv = format->isNvfp4();
     // GGUF's 4-bit types; a scheme's other formats go as BF16 (GgufExport.cpp, Writer::linear).
-    if (!(nv || (q.weightFormat->format == mx::Format::MxFp4 && q.weightFormat->blockSize == 32))) return 2 * n;
+    if (!(nv || (format->format == mx::Format::MxFp4 && format->blockSize == 32))) return 2 * n;
     const std::int64_t ggmlBlock = nv ? 64 : 32;
-    if (down && q.t3Block > 0) return foldedBytes * n;
+    if (down && t3Block > 0) return foldedBytes * n;
     if (in % ggmlBlock != 0) return 4 * n;
     return n / std::uint64_t(ggmlBlock) * (nv ? 36 : 17) + (nv ? 4 : 0);
 }
 
-std::uint64_t ggufLinearBytes(const Quantization& q, std::int64_t out, std::int64_t in, bool down, bool kept) {
-    return ggufLinearBytesAt(q, out, in, down, kept, 2);
+std::uint64_t ggufLinearBytes(const WeightFormat& format, int t3Block, std::int64_t out, std::int64_t in, bool down, bool kept) {
+    return ggufLinearBytesAt(format, t3Block, out, in, down, kept, 2);
 }
 
-std::uint64_t ggufF32LinearBytes(const Quantization& q, std::int64_t out, std::int64_t in, bool down, bool kept) {
-    return ggufLinearBytesAt(q, out, in, down, kept, 4);
+std::uint64_t ggufF32LinearBytes(const WeightFormat& format, int t3Block, std::int64_t out, std::int64_t in, bool down, bool kept) {
+    return ggufLinearBytesAt(format, t3Block, out, in, down, kept, 4);
 }
 
 void checkNothing(const model::ModelConfig&, const std::string&) {} // hf takes every run
@@ -152,7 +155,7 @@ ExportSummary writeGgufF32(const std::string& runDir, const std::string& out, Jo
 struct Target {
     ExportTargetKind kind;
     std::uint64_t otherValueBytes;
-    std::uint64_t (*linearBytes)(const Quantization&, std::int64_t out, std::int64_t in, bool down, bool kept);
+    std::uint64_t (*linearBytes)(const WeightFormat& format, int t3Block, std::int64_t out, std::int64_t in, bool down, bool kept);
     void (*check)(const model::ModelConfig&, const std::string& runDir);
     void (*describe)(const Quantization&, const std::string& weights, ExportTarget&);
     ExportSummary (*write)(const std::string& runDir, const std::string& out, JobContext&, bool overwrite);
@@ -217,6 +220,7 @@ ExportTarget describeExportTarget(const std::string& runDir, const std::string& 
     // rest as the target stores them.
     std::uint64_t bytes = 0;
     const auto schemeFormats = model::groupLinearFormats(c, q.groupFormats); // a scheme's groups in other formats
+    const std::set<std::string> kept(q.keptLinears.begin(), q.keptLinears.end());
     for (const auto& [name, shape] : model::requiredTensors(c)) {
         const std::string linear = model::names::blockLinearOfWeight(name);
         std::uint64_t n = 1;
@@ -225,10 +229,9 @@ ExportTarget describeExportTarget(const std::string& runDir, const std::string& 
             bytes += n * tg.otherValueBytes;
             continue;
         }
-        Quantization own = q;
-        if (const auto it = schemeFormats.find(linear); it != schemeFormats.end()) own.weightFormat = it->second;
-        bytes += tg.linearBytes(own, shape[0], shape[1], model::names::isDownProj(linear),
-                                std::find(q.keptLinears.begin(), q.keptLinears.end(), linear) != q.keptLinears.end());
+        const auto own = schemeFormats.find(linear);
+        bytes += tg.linearBytes(own != schemeFormats.end() ? WeightFormat(own->second) : q.weightFormat, q.t3Block, shape[0],
+                                shape[1], model::names::isDownProj(linear), kept.count(linear) != 0);
     }
     ExportTarget t;
     t.bytes = bytes;

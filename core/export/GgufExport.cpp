@@ -81,23 +81,25 @@ public:
     // its input to Q8_0). NVFP4's per-tensor scale goes beside it as "<name>.scale" [1], which
     // llama.cpp multiplies into the product.
     void linear(const std::string& ggufName, const std::string& prefix, const at::Tensor& rows = {}) {
-        if (!m_run.packed.count(prefix)) { // kept in full precision (--keep): BF16, as the run holds it
+        // The run's (dequantized) weight, rows reordered when asked.
+        const auto runWeight = [&] {
             const at::Tensor& w = m_run.tensors.at(prefix + ".weight");
-            tensorBf16(ggufName, rows.defined() ? w.index_select(0, rows) : w);
+            return rows.defined() ? w.index_select(0, rows) : w;
+        };
+        if (!m_run.packed.count(prefix)) { // kept in full precision (--keep): BF16, as the run holds it
+            tensorBf16(ggufName, runWeight());
             ++m_kept;
             return;
         }
         const mx::PackedTensor& p = m_run.packed.at(prefix);
         const bool nv = p.config.isNvfp4();
         if (!isGgufFp4(p.config)) { // a scheme's 8-bit (or MXINT) group: its values exactly, as BF16
-            const at::Tensor& w = m_run.tensors.at(prefix + ".weight");
-            tensorBf16(ggufName, rows.defined() ? w.index_select(0, rows) : w);
+            tensorBf16(ggufName, runWeight());
             ++m_otherFormats;
             return;
         }
         if (p.lastDim % (nv ? 64 : 32) != 0) {
-            const at::Tensor& w = m_run.tensors.at(prefix + ".weight");
-            tensorF32(ggufName, rows.defined() ? w.index_select(0, rows) : w);
+            tensorF32(ggufName, runWeight());
             ++m_partialBlocks;
             return;
         }
@@ -118,17 +120,18 @@ public:
     void stackedLinear(const std::string& ggufName, const std::vector<std::string>& prefixes) {
         const mx::PackedTensor& first = m_run.packed.at(prefixes.front());
         const std::int64_t in = first.lastDim, out = first.codes.size(0), experts = std::int64_t(prefixes.size());
-        if (!isGgufFp4(first.config)) { // a scheme's experts in another format: their values as BF16
+        const auto runWeights = [&] { // the run's (dequantized) weights, stacked the same way
             std::vector<at::Tensor> ws;
             for (const auto& p : prefixes) ws.push_back(m_run.tensors.at(p + ".weight"));
-            tensorBf16(ggufName, at::stack(ws));
+            return at::stack(ws);
+        };
+        if (!isGgufFp4(first.config)) { // a scheme's experts in another format: their values as BF16
+            tensorBf16(ggufName, runWeights());
             ++m_otherFormats;
             return;
         }
         if (in % 32 != 0) {
-            std::vector<at::Tensor> ws;
-            for (const auto& p : prefixes) ws.push_back(m_run.tensors.at(p + ".weight"));
-            tensorF32(ggufName, at::stack(ws));
+            tensorF32(ggufName, runWeights());
             ++m_partialBlocks;
             return;
         }

@@ -202,6 +202,7 @@ SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job
     }
     if (formats.empty()) throw std::invalid_argument("sensitivity: name at least one quantized format (" + schemeFormatNames() + ")");
     t.formats.push_back(schemeFormatName(std::nullopt));
+    if (!r.measure && !r.estimate) throw std::invalid_argument("sensitivity: neither measured nor estimated: ask for one");
     const auto ck = model::Checkpoint::load(r.modelDir);
     const auto& c = ck.config();
     if (c.latmix)
@@ -211,7 +212,6 @@ SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job
     const auto dtype = model::parseDtype(r.dtype);
     const auto device = model::parseDevice(r.device);
     const auto weights = model::loadWeights(ck, dtype, device);
-    if (!r.measure && !r.estimate) throw std::invalid_argument("sensitivity: neither measured nor estimated: ask for one");
     // Progress: the reference, each group and format, and the estimate's pass (about one forward
     // and backward: counted as three forward passes).
     const double passes = (r.measure ? 1.0 + static_cast<double>(t.groups.size() * formats.size()) : 0.0) + (r.estimate ? 3.0 : 0.0);
