@@ -145,7 +145,6 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
     for (const auto& it : plan.items) planned.insert(it.spec.name);
     for (const auto& e : st->entries())
         if (!planned.count(e.name)) fail(st->path() + " has an unexpected tensor '" + e.name + "'");
-    const mx::MxConfig* wf = run.quant.weightFormat ? &*run.quant.weightFormat : nullptr;
     std::map<std::string, at::Tensor> codes; // linear → codes read back, waiting for the scales
     std::set<std::string> signedLinears;     // linears written with T3's signs in their rows
     for (std::size_t i = 0; i < plan.items.size(); ++i) {
@@ -169,7 +168,7 @@ void verifyAgainst(const std::string& dir, const std::string& runModelDir, const
         if (it.source == Source::Scales) {
             // The statement that matters: unpacking the export gives the run's weights bit for bit.
             mx::PackedTensor pk;
-            pk.config = *wf;
+            pk.config = run.packed.at(it.from).config; // a scheme's group may have another than the run's
             pk.codes = codes.at(it.from);
             pk.scales = got;
             pk.globalScale = run.packed.at(it.from).globalScale;

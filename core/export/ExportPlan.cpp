@@ -51,16 +51,6 @@ void refuseOnlineInputTransforms(const model::ModelConfig& c, const std::string&
                              "(the transforms folded back into bf16 weights, activations unquantized)");
 }
 
-void refuseMixedFormats(const model::ModelConfig& c, const std::string& target, const std::string& runDir) {
-    if (!c.latmix || c.latmix->groupFormats.empty()) return;
-    const auto& [name, format] = *c.latmix->groupFormats.begin();
-    throw std::runtime_error("cannot export " + runDir + " as " + target + " yet: its scheme gives " +
-                             std::to_string(c.latmix->groupFormats.size()) + " fusion group(s) another format than " +
-                             (c.latmix->weightFormat ? c.latmix->weightFormat->describe() : std::string("the run's")) +
-                             " (" + name + ": " + format.describe() + "), and this version writes " + target +
-                             " in one format; export it as hf (every weight dequantized to bf16)");
-}
-
 void requireRunFolder(const std::string& runDir) {
     std::error_code ec;
     if (runDir.empty() || !std::filesystem::is_directory(runDir, ec))
@@ -97,12 +87,6 @@ std::vector<std::vector<std::string>> vllmFusedLinears(const model::ModelConfig&
     return groups;
 }
 
-std::string joined(const std::vector<std::string>& v) {
-    std::string r;
-    for (const auto& s : v) r += (r.empty() ? "" : ", ") + s;
-    return r;
-}
-
 } // namespace
 
 void refuseSplitFusedLinears(const RunModel& run, const std::string& runDir) {
@@ -111,16 +95,16 @@ void refuseSplitFusedLinears(const RunModel& run, const std::string& runDir) {
         std::vector<std::string> kept, packed;
         for (const auto& linear : group) (run.packed.count(linear) ? packed : kept).push_back(linear);
         if (!kept.empty() && !packed.empty())
-            throw std::runtime_error(what + joined(group) + " as one fused layer with one scheme, and --keep kept " +
-                                     joined(kept) + " in bf16 but quantized " + joined(packed) +
+            throw std::runtime_error(what + util::joinList(group) + " as one fused layer with one scheme, and --keep kept " +
+                                     util::joinList(kept) + " in bf16 but quantized " + util::joinList(packed) +
                                      ": keep all of them or none (e.g. --keep 'layers\\.0\\.self_attn\\.[qkv]_proj'), "
                                      "or export this run as hf or gguf");
-        if (packed.size() < 2 || !run.quant.weightFormat || !run.quant.weightFormat->isNvfp4()) continue;
+        if (packed.size() < 2 || !run.packed.at(packed.front()).config.isNvfp4()) continue;
         const auto& first = run.packed.at(packed.front());
         for (const auto& linear : packed) {
             const auto& p = run.packed.at(linear);
             if (p.globalScale == first.globalScale) continue;
-            throw std::runtime_error(what + joined(group) + " as one fused weight with one NVFP4 global scale, and this "
+            throw std::runtime_error(what + util::joinList(group) + " as one fused weight with one NVFP4 global scale, and this "
                                      "run's " + packed.front() + " and " + linear + " have their own (" +
                                      util::exactNumber(first.globalScale) + " and " + util::exactNumber(p.globalScale) +
                                      "): vLLM would scale one by the other's. The run comes from a latmix that gave "
@@ -130,101 +114,7 @@ void refuseSplitFusedLinears(const RunModel& run, const std::string& runDir) {
     }
 }
 
-std::string compressionFormat(const std::optional<mx::MxConfig>& weights, const std::string& runDir) {
-    // Worded for both faces: the export's target is not an option of the run (util/Remedy.h).
-    const std::string what = "cannot export " + runDir + " as compressed-tensors: ";
-    if (!weights)
-        throw std::runtime_error(what + "it has unquantized weights (latmix.weight_format null), and compressed-tensors "
-                                        "holds quantized weights; export it as hf instead");
-    const mx::MxConfig& f = *weights;
-    switch (f.format) {
-    case mx::Format::MxFp4: return "mxfp4-pack-quantized";
-    case mx::Format::NvFp4: return "nvfp4-pack-quantized";
-    // compressed-tensors has no MX integer format. The tensors have the same structure as
-    // mxfp4-pack-quantized (nibbles, E8M0 bytes) but the codes are sign-magnitude INT4
-    // (step 0.25, SPEC §1): a name of its own keeps every loader from reading them as E2M1.
-    case mx::Format::MxInt4: return "mxint4-pack-quantized";
-    default:
-        throw std::runtime_error(what + "its weights are " + f.describe() +
-                                 ", and compressed-tensors holds 4-bit weights only (mxfp4, nvfp4, mxint4); export it "
-                                 "as hf instead");
-    }
-}
-
 namespace {
-
-// QuantizationArgs of compressed-tensors for an MX format (values of its MXFP4 / NVFP4 presets).
-json quantArgs(const mx::MxConfig& f, bool activation) {
-    const auto& e = mx::elementSpec(f.element());
-    json o;
-    o["num_bits"] = e.bits;
-    o["type"] = e.isInteger ? "int" : "float";
-    o["symmetric"] = true;
-    o["group_size"] = f.blockSize;
-    o["strategy"] = f.isNvfp4() ? "tensor_group" : "group";
-    o["block_structure"] = nullptr;
-    // Activations: scales computed on the fly per block (and NVFP4's per-tensor scale per
-    // tensor), as this workbench's fake quantization does; weights: static.
-    o["dynamic"] = activation;
-    o["actorder"] = nullptr;
-    o["scale_dtype"] = f.isNvfp4() ? "torch.float8_e4m3fn" : "torch.uint8";
-    o["zp_dtype"] = nullptr;
-    o["observer"] = activation ? json(nullptr) : json("minmax");
-    o["observer_kwargs"] = json::object();
-    return o;
-}
-
-// compressed-tensors' quantization_config (weights, activations, T3 as a transform) for a run.
-json compressedTensorsConfig(const model::ModelConfig& c, const model::LatmixQuantization& q, const std::string& fmtName,
-                             bool plainT3) {
-    std::vector<std::string> keptDown; // T3 folded back into these: no online transform (addPlanItems)
-    for (const auto& k : q.keptLinears)
-        if (model::names::isDownProj(k)) keptDown.push_back(k);
-    const mx::MxConfig& wf = *q.weightFormat;
-    json groups;
-    json g0;
-    g0["targets"] = json::array({"Linear"});
-    g0["weights"] = quantArgs(wf, false);
-    g0["input_activations"] = q.activationFormat ? quantArgs(*q.activationFormat, true) : json(nullptr);
-    g0["output_activations"] = nullptr;
-    g0["format"] = fmtName;
-    groups["group_0"] = g0;
-    json qc;
-    qc["quant_method"] = "compressed-tensors";
-    qc["format"] = fmtName;
-    qc["quantization_status"] = "compressed";
-    qc["config_groups"] = groups;
-    qc["ignore"] = json::array({"lm_head"});
-    for (const auto& k : q.keptLinears) qc["ignore"].push_back(k); // --keep: bf16 weights, unquantized input
-    // The router stays in full precision (llm-compressor's MoE examples ignore it the same way).
-    if (c.moe)
-        qc["ignore"].push_back(c.architecture == model::Architecture::Mixtral ? "re:.*block_sparse_moe\\.gate$"
-                                                                             : "re:.*mlp\\.gate$");
-    qc["kv_cache_scheme"] = nullptr;
-    qc["global_compression_ratio"] = nullptr;
-    qc["sparsity_config"] = json::object();
-    json tc = json::object();
-    if (q.t3Block > 0) {
-        json args;
-        args["targets"] = json::array({"re:.*mlp\\.down_proj$"});
-        args["location"] = "input";
-        args["inverse"] = false;
-        args["ignore"] = keptDown;
-        json scheme;
-        // "hadamard": compressed-tensors' and vLLM's Sylvester matrix, the run's T3 once its signs
-        // are in up_proj (Plan::t3Signs). "random-hadamard" draws signs compressed-tensors does
-        // not record: declared only where no sign fold applies, with a note.
-        scheme["type"] = plainT3 ? "hadamard" : "random-hadamard";
-        scheme["apply"] = json::array({args});
-        scheme["randomize"] = false; // one T3 shared by every layer
-        scheme["requires_grad"] = false;
-        scheme["head_dim"] = q.t3Block;
-        scheme["precision"] = "torch.float32";
-        tc["config_groups"] = {{"latmix_t3", scheme}};
-    }
-    qc["transform_config"] = tc;
-    return qc;
-}
 
 // What the user should know about the files of this format: what runtimes do with them.
 void addFormatNotes(Plan& plan, const RunModel& run, bool ct) {
@@ -326,10 +216,14 @@ void addPlanItems(Plan& plan, const RunModel& run, const std::string& runDir, bo
     for (const auto& [name, shape] : names) {
         const std::string linear = model::names::blockLinearOfWeight(name);
         const bool signedUp = plan.t3Signs.defined() && isUpProj(name); // its weight or its bias
-        const bool kept = !linear.empty() && !run.packed.count(linear); // --keep: bf16 in every format
+        // --keep: bf16 in every format; in compressed-tensors also a scheme's format it has no name for
+        const bool kept = !linear.empty() && (!run.packed.count(linear) || (ct && plan.bf16Linears.count(linear)));
         if (ct && !linear.empty() && !kept) {
             const auto& pk = run.packed.at(linear);
-            plan.items.push_back({{linear + ".weight_packed", "U8", sizesOf(pk.codes)},
+            // 4-bit formats: nibbles as weight_packed; MXFP8: the E4M3 bytes as the float8 weight
+            // (compressed-tensors' mxfp8-quantized, its naive compressor's names).
+            const bool fp8 = mx::elementSpec(pk.config.element()).bits == 8;
+            plan.items.push_back({{linear + (fp8 ? ".weight" : ".weight_packed"), fp8 ? "F8_E4M3" : "U8", sizesOf(pk.codes)},
                                   signedUp ? Source::CodesSigned : Source::Codes, linear});
             plan.items.push_back({{linear + ".weight_scale", pk.config.isNvfp4() ? "F8_E4M3" : "U8", sizesOf(pk.scales)},
                                   Source::Scales, linear});
@@ -368,7 +262,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
     const model::ModelConfig rc = runModelConfig(run);
     const auto& q = run.quant;
     const bool ct = format == ExportFormat::CompressedTensors;
-    const std::string fmtName = ct ? compressionFormat(q.weightFormat, runDir) : "";
+    if (ct) compressionFormat(q.weightFormat, runDir); // refuses a run compressed-tensors cannot hold
 
     // config.json: the run's, without "latmix", bias flags for Hugging Face runtimes, bf16.
     json j = json::parse(run.configJson);
@@ -396,7 +290,7 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
 
     refuseLmHeadBias(rc, runDir);
     if (ct) refuseOnlineInputTransforms(rc, "compressed-tensors", runDir);
-    if (ct) refuseMixedFormats(rc, "compressed-tensors", runDir);
+    if (ct) plan.bf16Linears = ctBf16Linears(run);
     // WUSH (hf): each linear's weight W T⁻¹ goes back to W's basis with its point's T.
     for (int l = 0; l < static_cast<int>(run.inputTransforms.size()); ++l)
         for (int k = 0; k < 4; ++k) {
@@ -420,7 +314,12 @@ Plan buildPlan(const RunModel& run, ExportFormat format, const std::string& runD
     if (!q.keptLinears.empty())
         plan.notes.push_back(std::to_string(q.keptLinears.size()) + " linear(s) kept in full precision (--keep) stored as bf16" +
                              std::string(ct ? " and listed in quantization_config.ignore" : ""));
-    if (ct) j["quantization_config"] = compressedTensorsConfig(rc, q, fmtName, plan.t3Signs.defined());
+    if (ct && plan.bf16Linears.size() > q.keptLinears.size())
+        plan.notes.push_back(std::to_string(plan.bf16Linears.size() - q.keptLinears.size()) +
+                             " linear(s) of the scheme in a format compressed-tensors has no name for (MXINT8) stored as "
+                             "their exact values in bf16 and listed in quantization_config.ignore: runtimes compute "
+                             "them unquantized");
+    if (ct) j["quantization_config"] = compressedTensorsConfig(rc, run, plan.bf16Linears, plan.t3Signs.defined());
     addFormatNotes(plan, run, ct);
     plan.config = j;
     addPlanItems(plan, run, runDir, ct, fix.zeroBiases);
@@ -446,15 +345,19 @@ at::Tensor produce(const Item& it, const RunModel& run, const Plan& plan) {
     case Source::Codes: return run.packed.at(it.from).codes;
     case Source::Scales: return run.packed.at(it.from).scales;
     case Source::GlobalScale: return at::full({1}, 1.0f / run.packed.at(it.from).globalScale, at::kFloat);
-    case Source::CodesSigned: return negateRows(run.packed.at(it.from).codes, plan.t3Signs);
+    case Source::CodesSigned: {
+        const auto& p = run.packed.at(it.from);
+        return negateRows(p.codes, plan.t3Signs, mx::elementSpec(p.config.element()).bits);
+    }
     case Source::Bf16Signed: return (run.tensors.at(it.from) * plan.t3Signs).to(at::kBFloat16);
     case Source::T3Matrix: return transforms::hadamardMatrix(plan.t3Block).to(at::kFloat); // ±1, Sylvester for 2^k
     }
     return {};
 }
 
-at::Tensor negateRows(const at::Tensor& packedCodes, const at::Tensor& signs) {
-    const at::Tensor flip = (signs < 0).to(at::kByte).mul(0x88).unsqueeze(1); // the sign bit of both nibbles
+at::Tensor negateRows(const at::Tensor& packedCodes, const at::Tensor& signs, int bits) {
+    // the sign bit of both nibbles, or of the byte
+    const at::Tensor flip = (signs < 0).to(at::kByte).mul(bits == 4 ? 0x88 : 0x80).unsqueeze(1);
     return at::bitwise_xor(packedCodes, flip.expand_as(packedCodes)).contiguous();
 }
 

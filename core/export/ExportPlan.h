@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,11 +53,24 @@ struct Plan {
     std::map<std::string, transforms::BlockDiagonal> inputTransforms;
     std::vector<std::string> notes;
     int packedLinears = 0;
+    // compressed-tensors: the block linears written as bf16 in `ignore` (ctBf16Linears).
+    std::set<std::string> bf16Linears;
 };
 
-// compressed-tensors' name of the weights' format ("mxfp4-pack-quantized", ...). Throws
-// std::runtime_error naming the run and the way out for unquantized or non-4-bit weights.
+// compressed-tensors' name of a weight format ("mxfp4-pack-quantized", "mxfp8-quantized", ...), or
+// nullopt where it has none (MXINT8, other blocks of MXFP8): such a scheme group is written as
+// bf16 weights in `ignore`, as --keep's linears (CompressedTensorsConfig.cpp).
+std::optional<std::string> ctFormatName(const mx::MxConfig& format);
+// The run's own format's name. Throws std::runtime_error naming the run and the way out for
+// unquantized weights or a format ctFormatName has no name for.
 std::string compressionFormat(const std::optional<mx::MxConfig>& weights, const std::string& runDir);
+// The block linears a compressed-tensors export writes as bf16 `.weight` in `ignore`: --keep's and
+// those of a scheme's format compressed-tensors has no name for.
+std::set<std::string> ctBf16Linears(const run::RunModel& run);
+// compressed-tensors' quantization_config (config groups per weight format, ignore, T3 as a
+// transform) for a run whose format compressionFormat accepted; plainT3: T3's signs are in up_proj.
+nlohmann::ordered_json compressedTensorsConfig(const model::ModelConfig& runConfig, const run::RunModel& run,
+                                               const std::set<std::string>& bf16Linears, bool plainT3);
 // Throws std::runtime_error naming the run and the way out (compressionFormat's refusals, a
 // tensor the export needs and the run lacks).
 Plan buildPlan(const run::RunModel& run, ExportFormat format, const std::string& runDir);
@@ -66,9 +81,6 @@ at::Tensor foldBackT3(const at::Tensor& w, const std::vector<at::Tensor>& blocks
 // they build themselves, never a run's own per-block matrices. Throws std::runtime_error naming the
 // run, the target and the way out.
 void refuseOnlineInputTransforms(const model::ModelConfig& runConfig, const std::string& target, const std::string& runDir);
-// A run whose scheme puts groups in several MX formats (docs/spec.md, "Mixed precision") exports
-// to hf only so far. Throws std::runtime_error naming the run, the target, a group and the way out.
-void refuseMixedFormats(const model::ModelConfig& runConfig, const std::string& target, const std::string& runDir);
 // Throws std::runtime_error naming runDir when it is no folder (the first check of every export).
 void requireRunFolder(const std::string& runDir);
 // Runs of versions before issue 71 folded T1's bias into an lm_head bias, which no runtime's
@@ -85,9 +97,9 @@ void refuseSplitFusedLinears(const run::RunModel& run, const std::string& runDir
 
 // The bytes of one item, as the plan says.
 at::Tensor produce(const Item& item, const run::RunModel& run, const Plan& plan);
-// 4-bit codes (two per byte, sign in bit 3 of each nibble: E2M1, MX sign-magnitude INT4) with
-// the rows where signs < 0 negated.
-at::Tensor negateRows(const at::Tensor& packedCodes, const at::Tensor& signs);
+// Codes of a sign-magnitude format with the rows where signs < 0 negated: 4-bit (two per byte,
+// sign in bit 3 of each nibble: E2M1, MX INT4) or 8-bit (sign in bit 7: E4M3).
+at::Tensor negateRows(const at::Tensor& packedCodes, const at::Tensor& signs, int bits);
 // The name compressed-tensors (and vLLM) give T3's matrix on a down_proj: "<prefix>.latmix_t3_input.weight".
 std::string t3MatrixName(const std::string& downProjPrefix);
 

@@ -32,10 +32,15 @@ std::uint64_t hfLinearBytes(const WeightFormat&, int, std::int64_t out, std::int
     return 2 * values(out, in);
 }
 
-std::uint64_t ctLinearBytes(const WeightFormat& format, int, std::int64_t out, std::int64_t in, bool, bool kept) {
-    if (!format || kept) return 2 * values(out, in);
+std::uint64_t ctLinearBytes(const WeightFormat& format, int t3Block, std::int64_t out, std::int64_t in, bool down, bool kept) {
+    if (!format || kept || !ctFormatName(*format)) return 2 * values(out, in); // bf16, in ignore
     const std::int64_t block = format->blockSize;
-    return std::uint64_t(out) * std::uint64_t((in + 1) / 2 + (in + block - 1) / block) + (format->isNvfp4() ? 4 : 0);
+    const std::int64_t codes = mx::elementSpec(format->element()).bits == 8 ? in : (in + 1) / 2;
+    // A down_proj whose T3 is declared "hadamard" (Sylvester blocks: a power of two dividing its
+    // input) carries the ±1 matrix in F32 (ExportPlan's T3Matrix).
+    const bool t3Matrix = down && t3Block > 0 && (t3Block & (t3Block - 1)) == 0 && in % t3Block == 0;
+    return std::uint64_t(out) * std::uint64_t(codes + (in + block - 1) / block) + (format->isNvfp4() ? 4 : 0) +
+           (t3Matrix ? 4 * values(t3Block, t3Block) : 0);
 }
 
 // GGUF: a folded-back W_down · H in BF16 (gguf) or F32 (gguf-f32).
@@ -66,7 +71,6 @@ void checkNothing(const model::ModelConfig&, const std::string&) {} // hf takes 
 void checkCompressedTensors(const model::ModelConfig& c, const std::string& runDir) {
     compressionFormat(c.latmix->weightFormat, runDir);
     refuseOnlineInputTransforms(c, "compressed-tensors", runDir);
-    refuseMixedFormats(c, "compressed-tensors", runDir);
 }
 
 void checkGguf(const model::ModelConfig& c, const std::string& runDir) { checkGgufConfig(c, runDir); }

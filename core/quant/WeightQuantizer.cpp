@@ -112,6 +112,9 @@ QuantizedWeight finish(const at::Tensor& w, const at::Tensor& q, const GroupScal
                        const at::Tensor& hessian) {
     QuantizedWeight r;
     r.dequantized = q.to(at::kCPU, at::kFloat).contiguous();
+    // OCP MXINT8 is two's complement, without a −0 code: a weight rounded to −0 is +0 in the
+    // packed codes, and the run's float32 weight must unpack from them bit for bit.
+    if (c.element() == mx::ElementFormat::Int8) r.dequantized.masked_fill_(r.dequantized == 0, 0.0f);
     r.scales = gs.scales.to(at::kCPU, at::kFloat).contiguous();
     r.packed = packWithScales(r.dequantized, r.scales, c, gs.globalScale);
     r.relativeError = relativeError(w, r.dequantized, hessian);

@@ -26,6 +26,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <algorithm>
 #include <functional>
 #include <regex>
 #include <set>
@@ -88,6 +89,33 @@ at::Tensor decodeNvfp4(const at::Tensor& packed, const at::Tensor& scales, float
     });
 }
 
+// MXFP8 (compressed-tensors' mxfp8-quantized): float8_e4m3fn bytes as the weight (sign bit 7,
+// exponent bias 7, subnormal below exponent 1), times 2^(scale byte − 127) per 32 columns.
+at::Tensor decodeMxfp8(const at::Tensor& bytes, const at::Tensor& scales) {
+    const auto b = bytes.contiguous(), s = scales.contiguous();
+    const std::int64_t rows = b.size(0), cols = b.size(1);
+    at::Tensor w = at::empty({rows, cols}, at::kDouble);
+    auto* out = w.data_ptr<double>();
+    const auto* code = b.data_ptr<std::uint8_t>();
+    const auto* scale = s.data_ptr<std::uint8_t>();
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) {
+            const std::uint8_t q = code[r * cols + c];
+            const int e = (q >> 3) & 15, m = q & 7;
+            const double v = (q & 127) == 127 ? std::nan("") : e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7);
+            out[r * cols + c] = (q & 128 ? -v : v) * std::ldexp(1.0, int(scale[r * s.size(1) + c / 32]) - 127);
+        }
+    return w;
+}
+
+// A target as vLLM and compressed-tensors compare a name with it: "re:" by Python's re.match (a
+// match that starts at the name's start), anything else by equality.
+bool nameMatches(const std::string& name, const std::string& target) {
+    if (target.rfind("re:", 0) == 0)
+        return std::regex_search(name, std::regex(target.substr(3)), std::regex_constants::match_continuous);
+    return name == target;
+}
+
 } // namespace
 
 class TestCtConfig : public QObject {
@@ -99,13 +127,21 @@ class TestCtConfig : public QObject {
         QTest::newRow("qwen3-moe") << "qwen3moe";
         QTest::newRow("mixtral") << "mixtral";
     }
-    // A run of a small random model of the family (its folder: the run's + "-model").
-    std::string moeRun(const QString& family, const std::string& method, mx::Format format, const std::string& keep) {
+    // A run of a small random model of the family (its folder: the run's + "-model"); "llama": a
+    // dense Llama of 2 layers.
+    std::string moeRun(const QString& family, const std::string& method, mx::Format format, const std::string& keep,
+                       const std::string& scheme = "") {
         const std::string runDir = (m_tmp.path() + "/moe-" + family + "-" + QString::fromStdString(method) + "-" +
-                                    QString::fromStdString(mx::formatName(format)))
+                                    QString::fromStdString(mx::formatName(format)) + (scheme.empty() ? "" : "-scheme"))
                                        .toStdString();
-        const QString model = test::moeModel(QString::fromStdString(runDir + "-model"), test::moeRunConfigText(family),
-                                             family.toStdString());
+        const std::string config =
+            family == QLatin1String("llama")
+                ? R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
+                     "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
+                     "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": false})"
+                : test::moeRunConfigText(family);
+        const QString model = test::moeModel(QString::fromStdString(runDir + "-model"), config, family.toStdString());
         run::QuantizeOptions o;
         o.method = method;
         o.format = mx::makeConfig(format);
@@ -113,6 +149,7 @@ class TestCtConfig : public QObject {
         o.seqLen = 32;
         o.device = "cpu";
         o.keep = keep;
+        o.scheme = scheme;
         run::runQuantize(model.toStdString(), test::randomIds(2000, 300, 4), {}, runDir, o);
         return runDir;
     }
@@ -415,6 +452,184 @@ private slots:
                 QVERIFY2(worst <= 1.0, qPrintable(QString("layer %1 token %2: %3 of the bound").arg(l).arg(t).arg(worst)));
             }
         }
+    }
+
+    // A mixed-precision scheme (docs/spec.md, "Mixed precision") as vLLM and compressed-tensors read
+    // it (docs/developer/compressed-tensors.md, "Mixed precision"): each layer's scheme looked up by
+    // their matching rules, implemented here (vLLM: ignore, then names and regexes in config order,
+    // then fused shards, then the class; compressed-tensors: exact names, regexes sorted, class),
+    // is a config group whose weights are the run's format of that linear, and the tensors decoded
+    // by that group's format alone are the run's weights: MXFP4 and MXFP8 exactly, NVFP4 within
+    // float32's rounding of its scales (2⁻²² relative, nvfp4ExpertsAsVllmReadsThem), MXINT8 groups
+    // (no compressed-tensors name) and bf16 groups exactly as bf16 weights in ignore. The quarot
+    // row has T3 with its signs in up_proj: an MXFP8 up_proj's bytes carry them in bit 7.
+    void mixedSchemeAsVllmReadsIt_data() {
+        QTest::addColumn<QString>("family");
+        QTest::addColumn<QString>("method");
+        QTest::addColumn<QString>("scheme");
+        QTest::newRow("llama") << "llama" << "rtn"
+                               << "layers\\.0\\.mlp\\.gate_up = mxfp8; layers\\.0\\.self_attn\\.qkv = nvfp4; "
+                                  "layers\\.1\\.mlp\\.down_proj = mxint8; layers\\.1\\.self_attn\\.o_proj = bf16";
+        QTest::newRow("llama quarot") << "llama" << "quarot" << "layers\\.0\\.mlp\\.gate_up = mxfp8; layers\\.1\\.mlp\\.down_proj = nvfp4";
+        QTest::newRow("qwen3-moe") << "qwen3moe" << "rtn"
+                                   << "layers\\.0\\.mlp\\.experts = mxfp8; layers\\.1\\.self_attn\\.qkv = nvfp4; "
+                                      "layers\\.0\\.self_attn\\.o_proj = mxint8";
+        QTest::newRow("mixtral") << "mixtral" << "rtn" << "layers\\.1\\.mlp\\.experts = nvfp4; layers\\.0\\.self_attn\\.qkv = mxfp8";
+    }
+    void mixedSchemeAsVllmReadsIt() {
+        QFETCH(QString, family);
+        QFETCH(QString, method);
+        QFETCH(QString, scheme);
+        const std::string runDir = moeRun(family, method.toStdString(), mx::Format::MxFp4, "", scheme.toStdString()),
+                          out = runDir + "-ct";
+        JobContext job;
+        exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job);
+        // The size the export dialog announces, against the tensors' bytes (the header, a few kB of
+        // names, weighs in a model this small).
+        std::uint64_t header = 0;
+        std::ifstream(out + "/model.safetensors", std::ios::binary).read(reinterpret_cast<char*>(&header), 8);
+        const double data = double(QFileInfo(QString::fromStdString(out + "/model.safetensors")).size()) - 8 - double(header),
+                     announced = double(exporting::describeExportTarget(runDir, "compressed-tensors").bytes);
+        QVERIFY2(std::abs(announced - data) <= 0.01 * data, qPrintable(QString("%1 vs %2").arg(announced).arg(data)));
+        std::ifstream in(out + "/config.json");
+        const auto qc = nlohmann::ordered_json::parse(in).at("quantization_config"); // the file's order
+        QCOMPARE(qc.at("format").get<std::string>(), std::string("mixed-precision"));
+        std::vector<std::pair<json, std::vector<std::string>>> groups; // (group, targets) in config order
+        for (const auto& [name, g] : qc.at("config_groups").items()) {
+            onlyKeys(json::parse(g.dump()), {"targets", "weights", "input_activations", "output_activations", "format"}, name);
+            groups.push_back({json::parse(g.dump()), g.at("targets").get<std::vector<std::string>>()});
+        }
+        const auto ignore = qc.at("ignore").get<std::vector<std::string>>();
+        auto ignored = [&](const std::string& n) {
+            return std::any_of(ignore.begin(), ignore.end(), [&](const std::string& e) { return nameMatches(n, e); });
+        };
+        const int kIgnored = -1;
+        // vLLM (compressed_tensors/utils.py find_matched_target, should_ignore_layer); before July
+        // 2026 (vLLM PR #49483) it tried the class before the fused shards.
+        auto vllmGroupBy = [&](const std::string& layer, const std::vector<std::string>& shards, bool classFirst) {
+            if (ignored(layer)) return kIgnored;
+            const auto n = std::count_if(shards.begin(), shards.end(), ignored);
+            if (n > 0 && std::size_t(n) == shards.size()) return kIgnored;
+            if (n > 0) return -2; // vLLM: "Found different quantization schemes for the shards"
+            for (std::size_t g = 0; g < groups.size(); ++g)
+                for (const auto& t : groups[g].second)
+                    if (nameMatches(layer, t)) return int(g);
+            auto firstMatch = [&](const std::string& shard) {
+                for (std::size_t g = 0; g < groups.size(); ++g)
+                    for (const auto& t : groups[g].second)
+                        if (nameMatches(shard, t)) return int(g);
+                return -3;
+            };
+            auto byClass = [&] {
+                for (std::size_t g = 0; g < groups.size(); ++g)
+                    for (const auto& t : groups[g].second)
+                        if (t == "Linear") return int(g); // a class name: every vLLM linear's class ends in Linear
+                return -3;
+            };
+            if (classFirst && byClass() >= 0) return byClass();
+            if (!shards.empty() && std::all_of(shards.begin(), shards.end(), [&](const auto& sh) { return firstMatch(sh) >= 0; }))
+                return firstMatch(shards.front());
+            return byClass();
+        };
+        // compressed-tensors (utils/match.py match_targets): exact names, then regexes sorted, then classes.
+        auto ctGroup = [&](const std::string& module) {
+            if (ignored(module)) return kIgnored;
+            std::vector<std::pair<std::string, int>> regexes;
+            for (std::size_t g = 0; g < groups.size(); ++g)
+                for (const auto& t : groups[g].second) {
+                    if (t == module) return int(g);
+                    if (t.rfind("re:", 0) == 0) regexes.push_back({t, int(g)});
+                }
+            std::sort(regexes.begin(), regexes.end());
+            for (const auto& [t, g] : regexes)
+                if (nameMatches(module, t)) return g;
+            for (std::size_t g = 0; g < groups.size(); ++g)
+                for (const auto& t : groups[g].second)
+                    if (t == "Linear") return int(g);
+            return -3;
+        };
+        const run::RunModel runModel = run::readRunModel(runDir + "/model");
+        const model::ModelConfig c = run::runModelConfig(runModel);
+        // What the run did with a linear: its packed format, or none (kept, or MXINT8: bf16 in the file).
+        auto runFormat = [&](const std::string& linear) -> std::optional<mx::MxConfig> {
+            const auto p = runModel.packed.find(linear);
+            if (p == runModel.packed.end() || p->second.config.format == mx::Format::MxInt8) return std::nullopt;
+            return p->second.config;
+        };
+        auto groupIs = [&](int g, const std::optional<mx::MxConfig>& f, const std::string& where) {
+            if (!f) {
+                QVERIFY2(g == kIgnored, qPrintable(QString::fromStdString(where + ": not ignored, group ") + QString::number(g)));
+                return;
+            }
+            QVERIFY2(g >= 0, qPrintable(QString::fromStdString(where + ": no scheme, ") + QString::number(g)));
+            const json& w = groups[std::size_t(g)].first.at("weights");
+            const std::string what = where + " (" + f->describe() + ") in " + w.dump();
+            QVERIFY2(w.at("num_bits").get<int>() == mx::elementSpec(f->element()).bits &&
+                         w.at("group_size").get<int>() == f->blockSize &&
+                         w.at("strategy").get<std::string>() == (f->isNvfp4() ? "tensor_group" : "group") &&
+                         w.at("type").get<std::string>() == "float",
+                     what.c_str());
+            const json& a = groups[std::size_t(g)].first.at("input_activations"); // the linear's format too
+            QVERIFY2(a.at("num_bits") == w.at("num_bits") && a.at("group_size") == w.at("group_size"), what.c_str());
+        };
+        // vLLM's layers: fused q/k/v and gate/up, a sparse layer's experts by expert 0's names.
+        using E = model::names::ExpertLinear;
+        namespace n = model::names;
+        for (const bool older : {false, true}) {
+            auto vllmGroup = [&](const std::string& layer, const std::vector<std::string>& shards) {
+                return vllmGroupBy(layer, shards, older);
+            };
+            for (int l = 0; l < c.numLayers; ++l) {
+                const std::string p = n::layerPrefix(l);
+                groupIs(vllmGroup(p + "self_attn.qkv_proj", {p + n::kQProj, p + n::kKProj, p + n::kVProj}),
+                        runFormat(p + n::kQProj), p + "self_attn.qkv_proj");
+                groupIs(vllmGroup(p + n::kOProj, {}), runFormat(p + n::kOProj), p + n::kOProj);
+                if (!c.isSparseLayer(l)) {
+                    groupIs(vllmGroup(p + "mlp.gate_up_proj", {p + n::kGateProj, p + n::kUpProj}), runFormat(p + n::kGateProj),
+                            p + "mlp.gate_up_proj");
+                    groupIs(vllmGroup(p + n::kDownProj, {}), runFormat(p + n::kDownProj), p + n::kDownProj);
+                    continue;
+                }
+                const std::string experts = p + (family == "mixtral" ? "block_sparse_moe.experts" : "mlp.experts");
+                for (const char* m : {".0.gate_proj", ".0.up_proj", ".0.down_proj"})
+                    groupIs(vllmGroup(experts + m, {}), runFormat(p + n::expertModule(c, 0, E::Gate)), experts + m);
+            }
+        }
+        // compressed-tensors' modules, each decoded by its group's format.
+        const auto st = io::SafeTensorsFile::open(out + "/model.safetensors");
+        at::Tensor signs; // T3's signs, in up_proj's rows where the transform is declared "hadamard"
+        if (runModel.quant.t3Block > 0 && st->contains(model::names::layerPrefix(0) + n::kDownProj + ".latmix_t3_input.weight"))
+            signs = run::t3Transform(runModel.quant, c.intermediateSize).hadamardSigns().to(at::kDouble).unsqueeze(1);
+        std::set<std::string> formatsSeen;
+        for (const auto& linear : n::blockLinearPrefixes(c)) {
+            const int g = ctGroup(linear);
+            const auto f = runFormat(linear);
+            groupIs(g, f, linear);
+            at::Tensor want = runModel.tensors.at(linear + ".weight").to(at::kDouble);
+            if (signs.defined() && linear.find("mlp.up_proj") != std::string::npos) want = want * signs;
+            if (g == kIgnored) {
+                QVERIFY2(st->entry(linear + ".weight").dtype == "BF16", linear.c_str());
+                // kept linears hold bf16 values, MXINT8's have 7 significant bits: exact either way
+                QVERIFY2(at::equal(st->tensor(linear + ".weight").to(at::kDouble), want), linear.c_str());
+                continue;
+            }
+            const std::string format = groups[std::size_t(g)].first.at("format").get<std::string>();
+            formatsSeen.insert(format);
+            at::Tensor got;
+            if (format == "mxfp8-quantized") {
+                QCOMPARE(st->entry(linear + ".weight").dtype, std::string("F8_E4M3"));
+                got = decodeMxfp8(st->tensor(linear + ".weight"), st->tensor(linear + ".weight_scale"));
+            } else if (format == "mxfp4-pack-quantized") {
+                got = decodeMxfp4(st->tensor(linear + ".weight_packed"), st->tensor(linear + ".weight_scale"), want.size(1));
+            } else {
+                QCOMPARE(format, std::string("nvfp4-pack-quantized"));
+                got = decodeNvfp4(st->tensor(linear + ".weight_packed"), st->tensor(linear + ".weight_scale"),
+                                  st->tensor(linear + ".weight_global_scale").item<float>(), want.size(1));
+            }
+            const double tolerance = format == "nvfp4-pack-quantized" ? std::ldexp(1.0, -22) : 0.0;
+            QVERIFY2(((got - want).abs() <= tolerance * want.abs()).all().item<bool>(), linear.c_str());
+        }
+        QVERIFY(formatsSeen.size() >= 2); // mixed, as the top-level format says
     }
 
     // vLLM loads q/k/v (and gate/up) as one layer with one scheme: --keep that keeps part of such a

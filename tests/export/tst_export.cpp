@@ -490,14 +490,16 @@ private slots:
         QVERIFY(tempSiblings(out).isEmpty());
     }
 
-    // Only the 4-bit formats have a compressed-tensors form and only MXFP4 and NVFP4 a GGUF
-    // type; hf takes every format. checkExportTarget says so from config.json alone, with the
+    // The 4-bit formats and MXFP8 have a compressed-tensors form (not MXINT8) and only MXFP4 and
+    // NVFP4 a GGUF type; hf takes every format. checkExportTarget says so from config.json alone, with the
     // export's own words (nothing written); the GGUF remedy names the workbench's Format control.
     void targetsRefuseWhatTheyCannotHold_data() {
         QTest::addColumn<QString>("variant");
         QTest::addColumn<QString>("target");
         QTest::addColumn<QString>("refusal"); // "": exported
-        QTest::newRow("mxfp8 compressed-tensors") << "mxfp8_e4m3" << "compressed-tensors" << "4-bit weights only";
+        QTest::newRow("mxint8 compressed-tensors") << "mxint8" << "compressed-tensors"
+                                                   << "compressed-tensors holds mxfp4, nvfp4, mxint4 and mxfp8";
+        QTest::newRow("mxfp8 compressed-tensors") << "mxfp8_e4m3" << "compressed-tensors" << "";
         QTest::newRow("mxfp8 gguf") << "mxfp8_e4m3" << "gguf" << "use --format mxfp4 or nvfp4 when quantizing it again";
         QTest::newRow("mxint4 gguf") << "mxint4" << "gguf" << "MXINT4 has none";
         QTest::newRow("mxfp8 hf") << "mxfp8_e4m3" << "hf" << "";
