@@ -356,13 +356,15 @@ void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
 }
 } // namespace
 
-void Group::allreduce(const std::vector<at::Tensor>& ts, bool mean) {
+void Group::allreduce(const std::vector<at::Tensor>& ts, Reduce op) {
     if (!m->formed() || ts.empty()) return;
     std::vector<at::Tensor> v{flatten(ts, m->bufferDevice())};
     m->bytes += static_cast<std::uint64_t>(v[0].numel()) * 8;
+    c10d::AllreduceOptions o;
+    if (op == Reduce::Max) o.reduceOp = c10d::ReduceOp::MAX;
     m->run("all-reduce of " + std::to_string(v[0].numel()) + " values",
-           [&] { return m->start([&](auto& g) { return g.allreduce(v, c10d::AllreduceOptions{}); }); });
-    if (mean) v[0].div_(size());
+           [&] { return m->start([&](auto& g) { return g.allreduce(v, o); }); });
+    if (op == Reduce::Mean) v[0].div_(size());
     unflatten(v[0], ts);
 }
 
@@ -415,7 +417,7 @@ std::shared_ptr<Group> Group::connect(const World& world, const std::string&, st
     throw std::runtime_error("this build of latmix has no multi-process support: its libtorch lacks c10d's Gloo "
                              "headers (Debian: install libgloo-dev and rebuild); run with one process");
 }
-void Group::allreduce(const std::vector<at::Tensor>&, bool) {}
+void Group::allreduce(const std::vector<at::Tensor>&, Reduce) {}
 void Group::broadcast(const std::vector<at::Tensor>&, int) {}
 void Group::barrier() {}
 void Group::reportFailure(const std::string&) noexcept {}
@@ -423,8 +425,9 @@ void Group::reportFailure(const std::string&) noexcept {}
 #endif
 
 Group::Group(std::unique_ptr<Impl> impl) : m(std::move(impl)) {}
-void Group::allreduceSum(const std::vector<at::Tensor>& ts) { allreduce(ts, false); }
-void Group::allreduceMean(const std::vector<at::Tensor>& ts) { allreduce(ts, true); }
+void Group::allreduceSum(const std::vector<at::Tensor>& ts) { allreduce(ts, Reduce::Sum); }
+void Group::allreduceMean(const std::vector<at::Tensor>& ts) { allreduce(ts, Reduce::Mean); }
+void Group::allreduceMax(const std::vector<at::Tensor>& ts) { allreduce(ts, Reduce::Max); }
 Group::~Group() = default;
 int Group::rank() const { return m->world.rank; }
 int Group::size() const { return m->world.size; }

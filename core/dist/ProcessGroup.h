@@ -74,6 +74,8 @@ public:
     void allreduceMean(const std::vector<at::Tensor>& tensors);
     // In place on every rank: the element-wise sum over ranks (float64 buffer as above).
     void allreduceSum(const std::vector<at::Tensor>& tensors);
+    // In place on every rank: the element-wise maximum over ranks (exact).
+    void allreduceMax(const std::vector<at::Tensor>& tensors);
     // In place: every rank gets root's values.
     void broadcast(const std::vector<at::Tensor>& tensors, int root = 0);
     void barrier();
@@ -86,7 +88,8 @@ public:
 private:
     struct Impl;
     explicit Group(std::unique_ptr<Impl> impl);
-    void allreduce(const std::vector<at::Tensor>& tensors, bool mean);
+    enum class Reduce { Sum, Mean, Max };
+    void allreduce(const std::vector<at::Tensor>& tensors, Reduce op);
     std::unique_ptr<Impl> m;
 };
 

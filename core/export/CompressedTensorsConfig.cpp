@@ -28,8 +28,10 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // QuantizationArgs of compressed-tensors for an MX format (values of its MXFP4 / NVFP4 / MXFP8
-// presets).
-json quantArgs(const mx::MxConfig& f, bool activation) {
+// presets). staticGlobal: NVFP4 activations with a calibrated input_global_scale per linear
+// (compressed-tensors' NVFP4 preset: dynamic "local", block scales on the fly, the per-tensor
+// scale static from its static_minmax observer).
+json quantArgs(const mx::MxConfig& f, bool activation, bool staticGlobal = false) {
     const auto& e = mx::elementSpec(f.element());
     json o;
     o["num_bits"] = e.bits;
@@ -40,11 +42,11 @@ json quantArgs(const mx::MxConfig& f, bool activation) {
     o["block_structure"] = nullptr;
     // Activations: scales computed on the fly per block (and NVFP4's per-tensor scale per
     // tensor), as this workbench's fake quantization does; weights: static.
-    o["dynamic"] = activation;
+    o["dynamic"] = activation && staticGlobal ? json("local") : json(activation);
     o["actorder"] = nullptr;
     o["scale_dtype"] = f.isNvfp4() ? "torch.float8_e4m3fn" : "torch.uint8";
     o["zp_dtype"] = nullptr;
-    o["observer"] = activation ? json(nullptr) : json("minmax");
+    o["observer"] = !activation ? json("minmax") : staticGlobal ? json("static_minmax") : json(nullptr);
     o["observer_kwargs"] = json::object();
     return o;
 }
@@ -82,11 +84,11 @@ std::string groupTarget(const model::FusionGroup& g) {
 }
 
 json schemeGroup(const mx::MxConfig& weights, const std::optional<mx::MxConfig>& activations, const std::string& format,
-                 json targets) {
+                 json targets, bool staticGlobal) {
     json g;
     g["targets"] = std::move(targets);
     g["weights"] = quantArgs(weights, false);
-    g["input_activations"] = activations ? quantArgs(*activations, true) : json(nullptr);
+    g["input_activations"] = activations ? quantArgs(*activations, true, staticGlobal && activations->isNvfp4()) : json(nullptr);
     g["output_activations"] = nullptr;
     g["format"] = format;
     return g;
@@ -120,6 +122,12 @@ std::string compressionFormat(const std::optional<mx::MxConfig>& weights, const 
                              "export it as hf instead");
 }
 
+bool nvfp4InputsCalibrated(const RunModel& run, const std::set<std::string>& bf16Linears) {
+    for (const auto& [linear, p] : run.packed)
+        if (p.config.isNvfp4() && !bf16Linears.count(linear) && !run.inputAmax.count(linear)) return false;
+    return true;
+}
+
 std::set<std::string> ctBf16Linears(const RunModel& run) {
     std::set<std::string> out(run.quant.keptLinears.begin(), run.quant.keptLinears.end());
     for (const auto& [linear, p] : run.packed)
@@ -148,10 +156,11 @@ json compressedTensorsConfig(const model::ModelConfig& c, const RunModel& run, c
     }
     // Activations take the format of their linear (docs/spec.md, "Mixed precision").
     auto activations = [&](const mx::MxConfig& f) { return q.activationFormat ? std::optional<mx::MxConfig>(f) : std::nullopt; };
+    const bool calibrated = nvfp4InputsCalibrated(run, bf16Linears);
     json groups;
-    groups["group_0"] = schemeGroup(wf, q.activationFormat, defaultName, json::array({"Linear"}));
+    groups["group_0"] = schemeGroup(wf, q.activationFormat, defaultName, json::array({"Linear"}), calibrated);
     for (const auto& [name, ft] : others)
-        groups["group_" + std::to_string(groups.size())] = schemeGroup(ft.first, activations(ft.first), name, ft.second);
+        groups["group_" + std::to_string(groups.size())] = schemeGroup(ft.first, activations(ft.first), name, ft.second, calibrated);
 
     std::vector<std::string> keptDown; // T3 folded back into these: no online transform (addPlanItems)
     for (const auto& k : bf16Linears)

@@ -116,6 +116,34 @@ void refuseSplitFusedLinears(const RunModel& run, const std::string& runDir) {
 
 namespace {
 
+// How compressed-tensors runtimes quantize the inputs, per kind of format the run's linears have:
+// MX formats' power-of-two scales by a rule no field names; NVFP4's E4M3 block scales under a
+// per-tensor scale, static from the calibration windows where the run measured them.
+void addActivationNotes(Plan& plan, const RunModel& run) {
+    bool mx = false, nvfp4 = false;
+    for (const auto& [linear, p] : run.packed)
+        if (!plan.bf16Linears.count(linear)) (p.config.isNvfp4() ? nvfp4 : mx) = true;
+    const mx::MxConfig& af = *run.quant.activationFormat;
+    if (mx)
+        plan.notes.push_back("MX activations are declared as dynamic quantization of the input of every block linear in "
+                             "its format; compressed-tensors names no scale rule: the run used '" +
+                             mx::scaleModeName(af.isNvfp4() ? mx::ScaleMode::Floor : af.scaleMode) +
+                             "', compressed-tensors' own rounds amax up to a power of two from a mantissa of 1.75 "
+                             "(torchao's 'even'), and vLLM on GPUs before SM100 runs MXFP4 weights-only (Marlin)");
+    if (!nvfp4) return;
+    if (nvfp4InputsCalibrated(run, plan.bf16Linears))
+        plan.notes.push_back("NVFP4 activations: each block of 16 gets its E4M3 scale on the fly (amax/6 over the "
+                             "per-tensor scale, rounded to nearest, as the run did); the per-tensor scale is static: "
+                             "input_global_scale = 448·6/amax, amax the largest input of the linear over the calibration "
+                             "windows (as llm-compressor calibrates it; q/k/v and gate/up read one input and share it), "
+                             "where the run took it from each batch, so inputs beyond the calibration's largest are "
+                             "clipped by the runtime");
+    else
+        plan.notes.push_back("NVFP4 activations are declared dynamic without input_global_scale: this run predates the "
+                             "calibrated input scale (issue 72), and vLLM's W4A4 NVFP4 path needs one; quantize the model "
+                             "again to get it, or serve the weights only (W4A16)");
+}
+
 // What the user should know about the files of this format: what runtimes do with them.
 void addFormatNotes(Plan& plan, const RunModel& run, bool ct) {
     const auto& q = run.quant;
@@ -172,13 +200,7 @@ void addFormatNotes(Plan& plan, const RunModel& run, bool ct) {
                                  ") ends in a smaller block or is not a Sylvester matrix, which compressed-tensors "
                                  "cannot declare: no compressed-tensors runtime computes this model; its exact blocks "
                                  "are in " + kT3File + " for LATMiX");
-        if (q.activationFormat)
-            plan.notes.push_back("activations are declared as dynamic " + q.activationFormat->describe() +
-                                 " quantization of the input of every block linear; compressed-tensors names no "
-                                 "scale rule: the run used '" + mx::scaleModeName(q.activationFormat->scaleMode) +
-                                 "', compressed-tensors' own rounds amax up to a power of two from a mantissa of "
-                                 "1.75 (torchao's 'even'), and vLLM on GPUs before SM100 runs MXFP4 weights-only "
-                                 "(Marlin)");
+        if (q.activationFormat) addActivationNotes(plan, run);
     } else {
         if (q.activationFormat)
             plan.notes.push_back("activations are unquantized in this format (the run quantizes them as " +
@@ -229,6 +251,8 @@ void addPlanItems(Plan& plan, const RunModel& run, const std::string& runDir, bo
                                   Source::Scales, linear});
             if (pk.config.isNvfp4())
                 plan.items.push_back({{linear + ".weight_global_scale", "F32", {1}}, Source::GlobalScale, linear});
+            if (pk.config.isNvfp4() && nvfp4InputsCalibrated(run, plan.bf16Linears))
+                plan.items.push_back({{linear + ".input_global_scale", "F32", {1}}, Source::InputGlobalScale, linear});
             if (plan.t3Signs.defined() && model::names::isDownProj(linear))
                 plan.items.push_back({{t3MatrixName(linear), "F32", {plan.t3Block, plan.t3Block}}, Source::T3Matrix, linear});
             ++plan.packedLinears;
@@ -350,10 +374,13 @@ at::Tensor produce(const Item& it, const RunModel& run, const Plan& plan) {
         return negateRows(p.codes, plan.t3Signs, mx::elementSpec(p.config.element()).bits);
     }
     case Source::Bf16Signed: return (run.tensors.at(it.from) * plan.t3Signs).to(at::kBFloat16);
+    case Source::InputGlobalScale: return at::full({1}, inputGlobalScale(run.inputAmax.at(it.from)), at::kFloat);
     case Source::T3Matrix: return transforms::hadamardMatrix(plan.t3Block).to(at::kFloat); // ±1, Sylvester for 2^k
     }
     return {};
 }
+
+float inputGlobalScale(float amax) { return amax > 0.0f ? mx::kNvfp4GlobalDivisor / amax : 1.0f; }
 
 at::Tensor negateRows(const at::Tensor& packedCodes, const at::Tensor& signs, int bits) {
     // the sign bit of both nibbles, or of the byte

@@ -26,10 +26,11 @@ inline constexpr const char* kT3File = "latmix_t3.safetensors";
 // Hadamard T3); T3Matrix: compressed-tensors' ±1 Sylvester matrix of the online transform.
 // Bf16FoldT3Plain: W_down · blockdiag(S/√b), T3 without its signs (a kept down_proj beside the
 // signed up_proj of compressed-tensors); Bf16SignedRows: a kept up_proj's rows times T3's signs;
-// Bf16FoldInput: W · T, WUSH's input transform of the linear's point folded back (hf).
+// Bf16FoldInput: W · T, WUSH's input transform of the linear's point folded back (hf);
+// InputGlobalScale: compressed-tensors' static NVFP4 input scale 448·6 / RunModel::inputAmax.
 enum class Source {
     Bf16, Bf16FoldT3, Bf16FoldT3Plain, ZeroBf16, Codes, Scales, GlobalScale, CodesSigned, Bf16Signed, Bf16SignedRows,
-    Bf16FoldInput, T3Matrix
+    Bf16FoldInput, T3Matrix, InputGlobalScale
 };
 
 struct Item {
@@ -57,6 +58,10 @@ struct Plan {
     std::set<std::string> bf16Linears;
 };
 
+// compressed-tensors' input_global_scale of an NVFP4 linear whose input's largest magnitude over
+// the calibration windows is amax: 448·6/amax in float32, 1 where amax is 0 (an expert no
+// calibration token reached; compressed-tensors' generate_gparam turns that inf into 1).
+float inputGlobalScale(float amax);
 // compressed-tensors' name of a weight format ("mxfp4-pack-quantized", "mxfp8-quantized", ...), or
 // nullopt where it has none (MXINT8, other blocks of MXFP8): such a scheme group is written as
 // bf16 weights in `ignore`, as --keep's linears (CompressedTensorsConfig.cpp).
@@ -67,6 +72,10 @@ std::string compressionFormat(const std::optional<mx::MxConfig>& weights, const 
 // The block linears a compressed-tensors export writes as bf16 `.weight` in `ignore`: --keep's and
 // those of a scheme's format compressed-tensors has no name for.
 std::set<std::string> ctBf16Linears(const run::RunModel& run);
+// Whether every NVFP4 linear written packed has its input maximum (RunModel::inputAmax; runs
+// since issue 72): the export then declares NVFP4 inputs with a static input_global_scale each,
+// else dynamic, as older runs computed them.
+bool nvfp4InputsCalibrated(const run::RunModel& run, const std::set<std::string>& bf16Linears);
 // compressed-tensors' quantization_config (config groups per weight format, ignore, T3 as a
 // transform) for a run whose format compressionFormat accepted; plainT3: T3's signs are in up_proj.
 nlohmann::ordered_json compressedTensorsConfig(const model::ModelConfig& runConfig, const run::RunModel& run,

@@ -228,6 +228,7 @@ std::string quantizeLayers(const RunContext& ctx, const ModelToQuantize& toQuant
         {
             const QuantizedLayer q = quantizer.quantizeLayer(l, layerJob);
             if (out) out->writeLayer(l, q.tensors, q.packed);
+            if (out) out->addInputAmax(q.inputAmax);
             if (out && !q.inputTransforms.empty()) out->addInputTransforms(q.inputTransforms);
         }
         releaseFreeHostMemory(); // the written layer's small tensors (an MoE's experts) leave the heaps

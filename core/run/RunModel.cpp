@@ -108,6 +108,7 @@ void writeRunModel(const std::string& dir, const RunModel& run, const std::strin
     for (const auto& [name, t] : run.tensors) names.insert(name);
     RunModelWriter out(dir, run.configJson, run.quant, names, tokenizerSourceDir);
     for (int l = 0; l < out.layers(); ++l) out.writeLayer(l, run.tensors, run.packed);
+    out.addInputAmax(run.inputAmax);
     out.writeTopLevel(run.tensors);
     out.commit();
 }
@@ -125,6 +126,7 @@ struct RunModelWriter::State {
     std::map<std::string, mx::MxConfig> linearFormats; // a scheme's groups in another format than quant.weightFormat
     std::unique_ptr<io::SafeTensorsWriter> weights, packed;
     std::vector<std::pair<std::string, at::Tensor>> inputTransforms;
+    std::map<std::string, float> inputAmax;
     bool committed = false;
 
     bool has(const std::string& n) const { return names.count(n) != 0; }
@@ -298,6 +300,14 @@ void RunModelWriter::writeTopLevel(const std::map<std::string, at::Tensor>& tens
     }
 }
 
+void RunModelWriter::addInputAmax(const std::map<std::string, float>& byLinear) {
+    for (const auto& [linear, amax] : byLinear) {
+        if (!m->linearWeights.count(linear + ".weight"))
+            throw std::logic_error(m->where + ": an input maximum for '" + linear + "', which is no packed block linear");
+        m->inputAmax[linear] = amax;
+    }
+}
+
 void RunModelWriter::addInputTransforms(const std::map<std::string, transforms::BlockDiagonal>& byPoint) {
     for (const auto& [point, t] : byPoint) {
         if (t.blocks().defined()) m->inputTransforms.emplace_back(point + ".transform", t.blocks().to(at::kCPU, at::kFloat).contiguous());
@@ -314,6 +324,11 @@ void RunModelWriter::commit() {
     if (!m->inputTransforms.empty())
         io::writeSafeTensors(join(m->tmp, model::kInputTransformsFile), m->inputTransforms,
                              std::map<std::string, std::string>{{"format", "latmix-input-transforms"}});
+    if (!m->inputAmax.empty()) {
+        std::vector<std::pair<std::string, at::Tensor>> t;
+        for (const auto& [linear, amax] : m->inputAmax) t.emplace_back(linear + ".input_amax", at::full({1}, amax, at::kFloat));
+        io::writeSafeTensors(join(m->tmp, kRunInputAmaxFile), t, std::map<std::string, std::string>{{"format", "latmix-input-amax"}});
+    }
     tokenizer::copyTokenizerFiles(m->tokenizerSourceDir, m->tmp);
     util::replaceDirectory(m->tmp, m->dir);
     m->committed = true;
@@ -407,6 +422,17 @@ RunModel readRunModel(const std::string& dir) {
         if (!packedNames.count(e.name))
             throw std::runtime_error(packedPath + ": tensor '" + e.name + "' is not a packed block-linear weight of "
                                      "this model; " + again);
+    if (const std::string amaxPath = join(root, kRunInputAmaxFile); fs::exists(amaxPath, ec)) {
+        const auto f = io::SafeTensorsFile::open(amaxPath);
+        for (const auto& e : f->entries()) {
+            const std::string suffix = ".input_amax", linear = e.name.substr(0, e.name.size() - std::min(e.name.size(), suffix.size()));
+            if (e.name.size() <= suffix.size() || e.name.compare(linear.size(), suffix.size(), suffix) != 0 ||
+                !run.packed.count(linear) || e.dtype != "F32" || e.shape != std::vector<std::int64_t>{1})
+                throw std::runtime_error(amaxPath + ": tensor '" + e.name + "' is not a packed linear's input maximum "
+                                         "(\"<linear>.input_amax\", F32 [1]); " + again);
+            run.inputAmax[linear] = f->tensor(e.name).item<float>();
+        }
+    }
     if (!run.quant.inputTransforms.empty()) {
         try {
             run.inputTransforms = model::loadInputTransforms(dir, c, at::TensorOptions().dtype(at::kFloat));

@@ -22,6 +22,10 @@
 //                         "P.weight_global_scale" float32 [1] (this workbench's g = amax/(448·6),
 //                         SPEC §1). mx::unpack of these equals P.weight of model.safetensors bit
 //                         for bit.
+//   input_amax.safetensors  for every NVFP4 linear P of a run since issue 72: "P.input_amax"
+//                         float32 [1], the largest |x| at its input over the calibration windows
+//                         (compressed-tensors' static input_global_scale = 448·6 / it). Absent
+//                         in older runs and runs without NVFP4.
 //   tokenizer files       copied from the source model folder (tokenizerFileNames()).
 #include "model/ModelConfig.h"
 #include "mx/MxPack.h"
@@ -43,6 +47,7 @@ namespace latmix::run {
 inline constexpr const char* kRunConfigFile = "config.json";
 inline constexpr const char* kRunWeightsFile = "model.safetensors";
 inline constexpr const char* kRunPackedFile = "quantized.safetensors";
+inline constexpr const char* kRunInputAmaxFile = "input_amax.safetensors";
 
 struct RunModel {
     // config.json text. writeRunModel takes any Hugging Face config of the model (the source
@@ -62,6 +67,9 @@ struct RunModel {
     // WUSH's online input transforms (quant.inputTransforms "wush"), [layer][PointKind] as
     // model::ForwardOptions holds them, float32; empty otherwise (model/input_transforms.safetensors).
     std::vector<std::array<transforms::BlockDiagonal, 4>> inputTransforms;
+    // NVFP4 linears' largest input magnitude over the calibration windows, by linear prefix
+    // (input_amax.safetensors); empty for runs before issue 72.
+    std::map<std::string, float> inputAmax;
 };
 
 // Writes dir (normally RUN_DIR/model) atomically: everything goes into a temporary sibling
@@ -99,6 +107,8 @@ public:
     // One layer's online input transforms by point name (WUSH), written with commit into
     // input_transforms.safetensors (model::loadInputTransforms reads it).
     void addInputTransforms(const std::map<std::string, transforms::BlockDiagonal>& byPoint);
+    // Linears' input maxima (RunModel::inputAmax), written with commit into input_amax.safetensors.
+    void addInputAmax(const std::map<std::string, float>& byLinear);
     void commit();
 
 private:

@@ -93,6 +93,33 @@ private slots:
         }
     }
 
+    // The three reductions on two ranks (Gloo), against values worked by hand: rank r holds
+    // (1 + r, 5 − 3r, −2 − r); sum (3, 7, −5), mean half of it, maximum (2, 5, −2).
+    void reductionsByHand_data() {
+        QTest::addColumn<QString>("op");
+        QTest::addColumn<QVector<double>>("want");
+        QTest::newRow("sum") << "sum" << QVector<double>{3, 7, -5};
+        QTest::newRow("mean") << "mean" << QVector<double>{1.5, 3.5, -2.5};
+        QTest::newRow("max") << "max" << QVector<double>{2, 5, -2};
+    }
+    void reductionsByHand() {
+        QFETCH(QString, op);
+        QFETCH(QVector<double>, want);
+        const int port = dist::freeLoopbackPort();
+        std::vector<at::Tensor> got(2);
+        const auto errors = onThreads(2, [&](int r) {
+            auto g = dist::Group::connect(worldOf(r, 2, port), "run", std::chrono::milliseconds(5000));
+            at::Tensor x = at::tensor(std::vector<float>{1.0f + r, 5.0f - 3 * r, -2.0f - r});
+            if (op == "sum") g->allreduceSum({x});
+            if (op == "mean") g->allreduceMean({x});
+            if (op == "max") g->allreduceMax({x});
+            got[std::size_t(r)] = x;
+        });
+        QVERIFY2(errors[0].empty() && errors[1].empty(), (errors[0] + " | " + errors[1]).c_str());
+        for (const auto& x : got)
+            for (int i = 0; i < 3; ++i) QCOMPARE(x[i].item<double>(), want[i]);
+    }
+
     // A rank that fails leaves its cause; the other's next collective fails naming it. Rank 0
     // starts that collective only after rank 1 has reported and left (reportFailure returns once
     // the store holds the report).

@@ -19,6 +19,8 @@
 #include "export/Export.h"
 #include "export/ExportTargets.h"
 #include "io/SafeTensors.h"
+#include "model/Capture.h"
+#include "model/Checkpoint.h"
 #include "model/TensorNames.h"
 
 #include <ATen/ATen.h>
@@ -28,6 +30,7 @@
 #include <fstream>
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <regex>
 #include <set>
 #include <tuple>
@@ -452,6 +455,85 @@ private slots:
                 QVERIFY2(worst <= 1.0, qPrintable(QString("layer %1 token %2: %3 of the bound").arg(l).arg(t).arg(worst)));
             }
         }
+    }
+
+    // NVFP4 inputs as compressed-tensors' NVFP4 preset and llm-compressor write them: dynamic
+    // "local" block scales under a static input_global_scale = 448·6/amax per linear, amax its
+    // input's largest magnitude over the calibration windows (generate_gparam). The run measures
+    // amax (RTN too: the windows then pass its layers) for its NVFP4 linears only; q/k/v and
+    // gate/up read one input and share it. Layer 0's q/k/v input is the RMSNorm of the windows'
+    // embeddings, worked out here in float64 from the source checkpoint: the run's float32 amax is
+    // within a few float32 roundings of it (RMSNorm's sum of d squares: d·ε32 relative, ×4
+    // margin). A run without input_amax.safetensors (before issue 72) exports dynamic scales and
+    // says why vLLM's W4A4 path wants more.
+    void nvfp4InputScaleFromCalibration() {
+        const QString model = test::moeModel(m_tmp.filePath("nvfp4-input-model"), test::moeRunConfigText("qwen3moe"), "qwen3moe");
+        const std::string runDir = m_tmp.filePath("nvfp4-input").toStdString(), out = runDir + "-ct";
+        run::QuantizeOptions o;
+        o.method = "rtn";
+        o.format = mx::makeConfig(mx::Format::NvFp4);
+        o.calibSamples = 20; // three chunks of windows through each layer (8, 8, 4)
+        o.seqLen = 32;
+        o.device = "cpu";
+        o.scheme = "layers\\.1\\.self_attn\\.o_proj = mxfp4";
+        const std::vector<int> ids = test::randomIds(2000, 300, 4);
+        run::runQuantize(model.toStdString(), ids, {}, runDir, o);
+        const run::RunModel rm = run::readRunModel(runDir + "/model");
+        const model::ModelConfig c = run::runModelConfig(rm);
+        namespace n = model::names;
+        for (const auto& linear : n::blockLinearPrefixes(c)) {
+            const bool nv = rm.packed.at(linear).config.isNvfp4();
+            QVERIFY2(rm.inputAmax.count(linear) == (nv ? 1u : 0u), linear.c_str());
+            if (nv) QVERIFY2(std::isfinite(rm.inputAmax.at(linear)) && rm.inputAmax.at(linear) > 0, linear.c_str());
+        }
+        for (int l = 0; l < c.numLayers; ++l) {
+            const std::string p = n::layerPrefix(l);
+            QCOMPARE(rm.inputAmax.at(p + n::kKProj), rm.inputAmax.at(p + n::kQProj));
+            QCOMPARE(rm.inputAmax.at(p + n::kVProj), rm.inputAmax.at(p + n::kQProj));
+        }
+        // Layer 0's q/k/v input in float64.
+        const auto source = model::Checkpoint::load(model.toStdString());
+        const auto windows = model::sampleCalibrationWindows(ids, o.calibSamples, o.seqLen, o.seed);
+        std::vector<std::int64_t> flat;
+        for (const auto& w : windows) flat.insert(flat.end(), w.begin(), w.end());
+        const at::Tensor x = source.weight("model.embed_tokens.weight").to(at::kDouble).index_select(0, at::tensor(flat, at::kLong));
+        const at::Tensor norm = x * at::rsqrt(x.pow(2).mean(1, true) + c.rmsNormEps) *
+                                source.weight(n::layerPrefix(0) + n::kInputNorm + ".weight").to(at::kDouble);
+        const double want = norm.abs().max().item<double>(), got = rm.inputAmax.at(n::layerPrefix(0) + n::kQProj);
+        const double bound = 4.0 * c.hiddenSize * std::numeric_limits<float>::epsilon() * want;
+        QVERIFY2(std::abs(got - want) <= bound, qPrintable(QString("layer 0 q/k/v input amax %1, float64 %2").arg(got).arg(want)));
+
+        JobContext job;
+        exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out, job);
+        auto configOf = [](const std::string& dir) {
+            std::ifstream in(dir + "/config.json");
+            return json::parse(in).at("quantization_config");
+        };
+        auto nvfp4Group = [](const json& qc) {
+            for (const auto& [name, g] : qc.at("config_groups").items())
+                if (g.at("format") == "nvfp4-pack-quantized") return g;
+            return json();
+        };
+        const json g = nvfp4Group(configOf(out));
+        QCOMPARE(g.at("input_activations").at("dynamic"), json("local"));
+        QCOMPARE(g.at("input_activations").at("observer"), json("static_minmax"));
+        const auto st = io::SafeTensorsFile::open(out + "/model.safetensors");
+        for (const auto& [linear, amax] : rm.inputAmax) {
+            const float stored = st->tensor(linear + ".input_global_scale").item<float>();
+            QCOMPARE(test::bitsOf(stored), test::bitsOf(448.0f * 6.0f / amax)); // FP8 max · FP4 max / amax
+        }
+        QVERIFY(!st->contains(n::layerPrefix(1) + n::kOProj + ".input_global_scale")); // MXFP4 there
+
+        // The same run as versions before issue 72 wrote it.
+        QVERIFY(QFile::remove(QString::fromStdString(runDir + "/model/" + run::kRunInputAmaxFile)));
+        const exporting::ExportReport old =
+            exporting::exportRun(runDir, exporting::ExportFormat::CompressedTensors, out + "-old", job);
+        QCOMPARE(nvfp4Group(configOf(out + "-old")).at("input_activations").at("dynamic"), json(true));
+        const auto oldSt = io::SafeTensorsFile::open(out + "-old/model.safetensors");
+        for (const auto& e : oldSt->entries()) QVERIFY2(e.name.find("input_global_scale") == std::string::npos, e.name.c_str());
+        QVERIFY(std::any_of(old.notes.begin(), old.notes.end(), [](const std::string& note) {
+            return note.find("predates the calibrated input scale") != std::string::npos;
+        }));
     }
 
     // A mixed-precision scheme (docs/spec.md, "Mixed precision") as vLLM and compressed-tensors read

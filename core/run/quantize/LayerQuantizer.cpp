@@ -11,6 +11,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <numeric>
 
@@ -67,10 +68,17 @@ LayerQuantizer::LayerQuantizer(const RunContext& ctx, const ModelToQuantize& sou
         costOnGpu = gpus.item<double>() == group->size();
     }
     // GPTQ needs every window's Hessians; RTN none (its error then in weight space) unless
-    // --rtn-error-windows asks for the output-space error over the first windows.
-    const int64_t n = std::min<int64_t>(calib.size(0), weightQuantizationWindows(ctx.method(), ctx.options));
+    // --rtn-error-windows asks for the output-space error over the first windows. NVFP4 inputs
+    // need their largest value over the calibration windows (the static input_global_scale
+    // compressed-tensors runtimes read, as llm-compressor calibrates it): then the windows pass
+    // the layers for RTN too (all of them; the first --rtn-error-windows where it asks for those).
+    int64_t n = std::min<int64_t>(calib.size(0), weightQuantizationWindows(ctx.method(), ctx.options));
     calibrated = n > 0;
-    if (!calibrated) return;
+    bool nvfp4 = ctx.options.format.isNvfp4();
+    for (const auto& [group, format] : ctx.resolved.groupFormats) nvfp4 = nvfp4 || format.isNvfp4();
+    if (!calibrated && nvfp4) n = calib.size(0);
+    flowing = n > 0;
+    if (!flowing) return;
     layerTokens = n * calib.size(1); // every window's tokens pass every layer (all ranks)
     // This rank's windows: a contiguous share of the calibration windows (all of them alone).
     const int64_t world = group ? group->size() : 1, rank = group ? group->rank() : 0;
@@ -97,32 +105,53 @@ void LayerQuantizer::agreeOnCancel(JobContext& job) {
 LayerQuantizer::Hessians LayerQuantizer::collectHessians(int l, const model::LayerWeights& y,
                                                          const std::vector<Linear>& linears) {
     Hessians acc;
-    if (!calibrated) return acc;
-    for (const Linear& lin : linears)
-        if (!lin.kept && !acc.count(lin.point)) acc[lin.point] = std::make_unique<quant::HessianAccumulator>(lin.width);
+    pointAmax.clear();
+    if (!flowing) return acc;
+    for (const Linear& lin : linears) {
+        if (lin.kept) continue;
+        if (calibrated && !acc.count(lin.point)) acc[lin.point] = std::make_unique<quant::HessianAccumulator>(lin.width);
+        if (lin.format.isNvfp4()) pointAmax[lin.point] = 0.0f;
+    }
     guardMemory("the calibration forward of layer " + std::to_string(l) + " (GPTQ Hessians)", kLayerRemedies, "", [&] {
         at::NoGradGuard g;
         for (int64_t b = 0; b < h.size(0); b += kWindowChunk) {
             const auto hb = h.narrow(0, b, std::min<int64_t>(kWindowChunk, h.size(0) - b));
             model::decoderLayer(source.config, y, options, hb, rope, l, [&](const std::string& point, const at::Tensor& a) {
+                // The weights were checked at load: NaN/Inf here comes from the activations (an
+                // overflow, a broken transform), named by point.
+                auto overflow = [&](const std::string& what) {
+                    return std::runtime_error("calibration windows " + std::to_string(b) + ".." +
+                                              std::to_string(b + hb.size(0) - 1) + " at " + point + ": " + what +
+                                              "; the folded model overflows there: try --device cpu (float32), or a "
+                                              "method without learned transforms to see whether the transforms cause it");
+                };
+                if (const auto m = pointAmax.find(point); m != pointAmax.end() && a.numel() > 0) {
+                    const float amax = a.abs().max().item<float>();
+                    if (!std::isfinite(amax)) throw overflow("the activations are not finite");
+                    m->second = std::max(m->second, amax);
+                }
                 const auto it = acc.find(point);
                 if (it == acc.end()) return a;
                 try {
                     it->second->add(a); // refuses NaN/Inf, naming the first one
                 } catch (const std::invalid_argument& e) {
-                    // The weights were checked at load: NaN/Inf here comes from the activations
-                    // (an overflow, a broken transform), named by point.
-                    throw std::runtime_error("calibration windows " + std::to_string(b) + ".." +
-                                             std::to_string(b + hb.size(0) - 1) + " at " + point + ": " + e.what() +
-                                             "; the folded model overflows there: try --device cpu (float32), or a "
-                                             "method without learned transforms to see whether the transforms cause it");
+                    throw overflow(e.what());
                 }
                 return a;
             });
         }
     });
-    if (group)
+    if (group) {
         for (auto& [point, a] : acc) a->reduce([&](const at::Tensor& t) { group->allreduceSum({t}); });
+        if (!pointAmax.empty()) { // every rank holds the same points (the layer's linears)
+            at::Tensor m = at::empty({static_cast<int64_t>(pointAmax.size())}, at::kDouble);
+            int64_t i = 0;
+            for (const auto& [point, v] : pointAmax) m[i++].fill_(double(v));
+            group->allreduceMax({m});
+            i = 0;
+            for (auto& [point, v] : pointAmax) v = static_cast<float>(m[i++].item<double>());
+        }
+    }
     pointRows.clear();
     for (const auto& [point, a] : acc) pointRows[point] = a->rows();
     return acc;
@@ -338,6 +367,7 @@ QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
         const std::string prefix = names::layerPrefix(l) + lin.name;
         if (done[li].dequantized.defined()) adoptResult(lin, done[li]); // another rank's (shareLinear)
         if (!lin.kept) out.packed[prefix] = std::move(done[li].packed);
+        if (const auto m = pointAmax.find(lin.point); !lin.kept && m != pointAmax.end()) out.inputAmax[prefix] = m->second;
         LinearReport report{l, lin.name, done[li].relativeError, seconds[li]};
         report.kept = lin.kept;
         if (lin.expert >= 0 && calibrated) {
@@ -347,7 +377,7 @@ QuantizedLayer LayerQuantizer::quantizeLayer(int l, JobContext& job) {
         result.linears.push_back(report);
         done[li] = {};
     }
-    if (calibrated) guardMemory("the quantized forward of layer " + std::to_string(l), kLayerRemedies, "", [&] {
+    if (flowing) guardMemory("the quantized forward of layer " + std::to_string(l), kLayerRemedies, "", [&] {
         at::NoGradGuard g;
         std::vector<at::Tensor> next;
         for (int64_t b = 0; b < h.size(0); b += kWindowChunk)

@@ -33,6 +33,9 @@ struct QuantizedLayer {
     std::map<std::string, at::Tensor> tensors;
     std::map<std::string, mx::PackedTensor> packed; // none for the linears kept in full precision
     std::map<std::string, transforms::BlockDiagonal> inputTransforms; // WUSH's, by point name
+    // Each NVFP4 linear's largest |x| at its input over the calibration windows, by module name
+    // (RunModel::inputAmax: compressed-tensors' static input_global_scale, docs/spec.md §6).
+    std::map<std::string, float> inputAmax;
 };
 
 // The share of a layer's calibration tokens below which an expert falls back to RTN.
@@ -78,7 +81,9 @@ private:
     std::map<std::string, mx::MxConfig> linearFormats; // --scheme: the linears in another format than --format
     dist::Group* group = nullptr; // several ranks, else null
     at::Tensor h;                 // this rank's windows at the input of the next layer
-    bool calibrated = false;      // windows pass through the layers (GPTQ's Hessians, or RTN's output-space error)
+    bool flowing = false;         // windows pass through the layers (h holds them)
+    bool calibrated = false;      // and feed Hessians (GPTQ's, or RTN's output-space error)
+    std::map<std::string, float> pointAmax; // this layer's NVFP4 input points: largest |x| (all ranks)
     bool costOnGpu = false;       // every rank on a GPU: the linears' cost model (linearSeconds)
     std::map<std::string, std::int64_t> pointRows; // this layer's calibration rows per point (all ranks)
     std::int64_t layerTokens = 0;                  // the calibration tokens through each layer (all ranks)
