@@ -4,7 +4,7 @@
 # sizes and focus). Two rounds, each a fresh start of latmix-workbench on its built-in demo model
 # with its own settings and data folders:
 #   1024x700  compare transforms at a point, run a short LATMiX-LU calibration, then
-#             --layout-report (widgets/LayoutCheck.h: the window's minimum, both docks open, no
+#             --layout-report (widgets/shell/LayoutCheck.h: the window's minimum, both docks open, no
 #             name cut, every axis readable) must be empty and the window manager's minimum size
 #             must fit; then File > Export quantized model... (Ctrl+Shift+E) exports the run to each
 #             target through the dialog's fields (Alt+F the format, Alt+D the destination, Alt+E

@@ -15,7 +15,7 @@ namespace latmix::report {
 using util::exactNumber;
 namespace {
 
-// The series colours of the GUI's plots (widgets/TrainingDashboard), then two more.
+// The series colours of the GUI's plots (widgets/views/TrainingDashboard), then two more.
 const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"};
 
 std::string px(double v) {

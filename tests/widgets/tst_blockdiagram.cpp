@@ -1,4 +1,4 @@
-// The "Block diagram" view (widgets/BlockDiagramView): one decoder layer with T1/T2/T3 where SPEC §4
+// The "Block diagram" view (widgets/views/BlockDiagramView): one decoder layer with T1/T2/T3 where SPEC §4
 // puts them and the four activation quantization points as clickable markers named by core. The
 // expectations are written here from SPEC §4 (which module feeds which point, which transform sits
 // on which edge), not read back from the view's own tables.

@@ -349,13 +349,13 @@ private slots:
         QCOMPARE(training["steps"].toInt(), saved + 2);
     }
 
-    // A run whose weights a target has no type for (8-bit: no compressed-tensors form, no GGUF
+    // A run whose weights a target has no type for (MXINT8: no compressed-tensors form, no GGUF
     // type): before anything runs, the dialog says so in the workbench's words (the Format
     // control, not the flag) and keeps Export off; hf stays open.
     void exportDialogSaysWhatATargetCannotHold() {
         const QString calib = m_tmp.filePath("calib-8bit.txt"), run = m_tmp.filePath("run-8bit");
         QVERIFY(test::writeCalibrationText(calib));
-        const auto r = test::runLatmixInProcess({"quantize", "--model", m_model, "--method", "rtn", "--format", "mxfp8_e4m3",
+        const auto r = test::runLatmixInProcess({"quantize", "--model", m_model, "--method", "rtn", "--format", "mxint8",
                                                  "--calib", calib, "--calib-samples", "2", "--seqlen", "32", "--device",
                                                  "cpu", "--out", run});
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));

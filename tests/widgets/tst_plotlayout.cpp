@@ -2,7 +2,7 @@
 // transform comparison, a short calibration, the weights of a linear before and after the
 // calibration's folding, the runs table with that run selected), at 1024×700, 1280×800 and
 // 1920×1080 in the light and the dark theme, with the Model and Jobs docks open: nothing that
-// widgets/LayoutCheck.h's layoutProblems finds (the window's minimum within its size, no name
+// widgets/shell/LayoutCheck.h's layoutProblems finds (the window's minimum within its size, no name
 // cut, no column hidden at 1280 px and up, no form scrolling sideways, every axis with two
 // readable labels, no legend cut or covering points, the theme's colours). Offscreen here; the
 // same check from a real X window is packaging/gui-x-check.sh (test gui_x_check).
@@ -116,7 +116,7 @@ private slots:
         QFETCH(int, theme);
         m_window->setTheme(MainWindow::Theme(theme));
         m_window->resize(size);
-        // Everything the window's views would show wrong at this size (widgets/LayoutCheck.h).
+        // Everything the window's views would show wrong at this size (widgets/shell/LayoutCheck.h).
         const QStringList problems = gui::layoutProblems(*m_window);
         QVERIFY2(problems.isEmpty(), qPrintable(problems.join("\n")));
     }
