@@ -4,6 +4,7 @@
 
 #include "report/Report.h"
 #include "run/RunCatalog.h"
+#include "run/RunColumns.h"
 #include "util/AtomicFile.h"
 
 #include <algorithm>
@@ -17,30 +18,29 @@
 namespace latmix::cli {
 namespace {
 
-std::string num(double v, bool present, const char* f) {
-    if (!present) return "-";
-    char b[64];
-    std::snprintf(b, sizeof b, f, v);
-    return b;
-}
-
-// The table `latmix runs` prints: columns padded to their widest cell, numbers right-aligned.
+// The table `latmix runs` prints (run/RunColumns.h's displayed columns, the folder last: paths are
+// long): columns padded to their widest cell, numbers right-aligned, "-" where a run has no value.
 std::string runsTable(const std::vector<run::RunSummary>& runs) {
-    using RS = run::RunSummary;
-    const std::vector<std::string> head = {"method", "format", "block", "steps", "FP ppl", run::precisionLabel(runs) + " ppl",
-                                           "folded FP", "recovery %", "0-shot avg", "train s", "date", "dir"};
-    const std::vector<bool> right = {false, false, true, true, true, true, true, true, true, true, false, false};
+    std::vector<const run::RunColumn*> columns = run::displayedRunColumns();
+    std::stable_partition(columns.begin(), columns.end(), [](const run::RunColumn* c) { return c->key != "dir"; });
+    std::vector<std::string> head;
+    std::vector<bool> right;
+    for (const auto* c : columns) {
+        head.push_back(c->key == "w4a4_ppl" ? run::precisionLabel(runs) + " ppl" : c->label);
+        right.push_back(c->number != nullptr);
+    }
     std::vector<std::vector<std::string>> rows = {head};
     for (const auto& r : runs) {
-        std::string date = r.created.substr(0, std::min<std::size_t>(r.created.size(), 16));
-        std::replace(date.begin(), date.end(), 'T', ' ');
-        rows.push_back({r.method, r.format, r.block > 0 ? std::to_string(r.block) : "-", std::to_string(r.steps),
-                        num(r.fpPerplexity, RS::hasValue(r.fpPerplexity), "%.3f"),
-                        num(r.w4a4Perplexity, RS::hasValue(r.w4a4Perplexity), "%.3f"),
-                        num(r.foldedFpPerplexity, RS::hasValue(r.foldedFpPerplexity), "%.3f"),
-                        num(100 * r.recovery, RS::hasValue(r.recovery), "%.2f"),
-                        num(r.zeroShotAverage, RS::hasValue(r.zeroShotAverage, true), "%.4f"),
-                        num(r.trainSeconds, true, "%.1f"), date.empty() ? "-" : date, r.dir});
+        std::vector<std::string> row;
+        for (const auto* c : columns) {
+            std::string cell = run::cellText(*c, r);
+            if (c->key == "created") { // "2026-11-25 01:12"
+                cell = cell.substr(0, std::min<std::size_t>(cell.size(), 16));
+                std::replace(cell.begin(), cell.end(), 'T', ' ');
+            }
+            row.push_back(cell.empty() ? "-" : cell);
+        }
+        rows.push_back(row);
     }
     std::vector<std::size_t> width(head.size(), 0);
     for (const auto& row : rows)
@@ -86,8 +86,8 @@ Runner addRunsCommand(CLI::App& app) {
         std::string root, csv;
     };
     auto o = std::make_shared<RunsCli>();
-    auto* cmd = app.add_subcommand("runs", "list the run folders under a folder (method, format, perplexities, "
-                                           "recovery, zero-shot average, time) and optionally write them as CSV");
+    auto* cmd = app.add_subcommand("runs", "list the run folders under a folder (method, format, bits per weight, "
+                                           "perplexities, recovery, KL, zero-shot average, time) and optionally write them as CSV");
     cmd->add_option("ROOT", o->root, "folder searched for run folders (those holding latmix.json), e.g. runs/")
         ->required();
     cmd->add_option("--csv", o->csv, "also write the runs as CSV to this file");

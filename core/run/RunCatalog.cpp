@@ -1,6 +1,7 @@
 #include "run/RunCatalog.h"
 
 #include "mx/MxFormat.h"
+#include "quant/BitBudget.h"
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
 #include "util/AtomicFile.h"
@@ -78,13 +79,6 @@ private:
 // A perplexity as the summary holds it: 0 when absent, not finite or not positive (latmix.json
 // writes folded_fp 0 for methods without transforms).
 double perplexityOf(double v) { return std::isfinite(v) && v > 0 ? v : 0.0; }
-
-std::string csvField(const std::string& s) {
-    if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-    std::string q = "\"";
-    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return q + "\"";
-}
 
 bool hidden(const std::string& name) {
     return name.empty() || name[0] == '.' ||
@@ -213,6 +207,20 @@ RunSummary readRunSummary(const std::string& runDir) {
         s.block = f.count(fmt, "block", "format.");
         s.scaleMode = f.text(*fmt, "scale_mode", "format.");
     }
+    if (const json* wq = f.object(j, "weight_quantization"))
+        if (const json* scheme = f.object(*wq, "scheme")) {
+            s.scheme = f.text(*scheme, "rules", "weight_quantization.scheme.");
+            s.bitsPerWeight = f.number(scheme, "bits_per_weight", 0.0, "weight_quantization.scheme.");
+        }
+    if (s.bitsPerWeight == 0 && !s.format.empty()) {
+        try {
+            mx::MxConfig c = mx::makeConfig(mx::parseFormat(s.format));
+            if (s.block > 0) c.blockSize = s.block;
+            s.bitsPerWeight = quant::bitsPerWeight(c);
+        } catch (const std::exception&) {
+            // a format this version does not know: no bits, the rest of the record still reads
+        }
+    }
     if (const json* t = f.object(j, "training")) {
         s.steps = f.count(t, "steps", "training.");
         // "first_kl" / "final_kl" in runs recorded before the objective got its own name.
@@ -273,55 +281,6 @@ std::string precisionLabel(const std::vector<RunSummary>& runs) {
     std::vector<std::string> formats;
     for (const auto& r : runs) formats.push_back(r.format);
     return mx::precisionLabel(formats);
-}
-
-const std::vector<std::string>& runsCsvColumns() {
-    static const std::vector<std::string> c = {
-        "dir",          "method",      "format",          "block",           "scale_mode",   "steps",
-        "seed",         "created",     "fp_ppl",          "w4a4_ppl",        "folded_fp_ppl", "weights_only_ppl",
-        "kl_mean",      "kl_p99",      "top1_agreement",  "delta_ppl",       "delta_ppl_stderr",
-        "recovery",     "zeroshot_average", "final_objective", "train_seconds",   "total_seconds", "train_series",
-        "command",      "model"};
-    return c;
-}
-
-std::string runsCsv(const std::vector<RunSummary>& runs) {
-    std::ostringstream s;
-    const auto& cols = runsCsvColumns();
-    for (std::size_t i = 0; i < cols.size(); ++i) s << (i ? "," : "") << cols[i];
-    s << "\n";
-    auto opt = [](double v, bool present) { return present ? util::exactNumber(v) : std::string(); };
-    for (const auto& r : runs) {
-        const std::vector<std::string> row = {
-            csvField(r.dir),
-            csvField(r.method),
-            csvField(r.format),
-            r.block > 0 ? std::to_string(r.block) : std::string(),
-            csvField(r.scaleMode),
-            std::to_string(r.steps),
-            std::to_string(r.seed),
-            csvField(r.created),
-            opt(r.fpPerplexity, RunSummary::hasValue(r.fpPerplexity)),
-            opt(r.w4a4Perplexity, RunSummary::hasValue(r.w4a4Perplexity)),
-            opt(r.foldedFpPerplexity, RunSummary::hasValue(r.foldedFpPerplexity)),
-            opt(r.weightsOnlyPerplexity, RunSummary::hasValue(r.weightsOnlyPerplexity)),
-            opt(r.kl.mean, r.kl.present()),
-            opt(r.kl.p99, r.kl.present()),
-            opt(r.kl.top1, r.kl.present()),
-            opt(r.kl.deltaPpl, r.kl.present()),
-            opt(r.kl.deltaPplStdErr, r.kl.present()),
-            opt(r.recovery, RunSummary::hasValue(r.recovery)),
-            opt(r.zeroShotAverage, RunSummary::hasValue(r.zeroShotAverage, true)),
-            opt(r.finalObjective, RunSummary::hasValue(r.finalObjective, true)),
-            util::exactNumber(r.trainSeconds),
-            util::exactNumber(r.totalSeconds),
-            r.hasTrainSeries ? "yes" : "no",
-            csvField(r.command),
-            csvField(r.model)};
-        for (std::size_t i = 0; i < row.size(); ++i) s << (i ? "," : "") << row[i];
-        s << "\n";
-    }
-    return s.str();
 }
 
 } // namespace latmix::run

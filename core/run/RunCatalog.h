@@ -38,7 +38,11 @@ struct ZeroShotScore {
 struct RunSummary {
     std::string dir;                    // the run folder as given / found
     std::string method, methodDescription;
-    std::string format;                 // "mxfp4", "mxint4", "nvfp4", ...
+    std::string format;                 // "mxfp4", "mxint4", "nvfp4", ... (a scheme's: what no rule names)
+    // Average bits per weight of the quantized linears, scales counted (quant/BitBudget.h): the
+    // scheme's (latmix.json weight_quantization.scheme.bits_per_weight) or the format's; 0: unknown.
+    double bitsPerWeight = 0;
+    std::string scheme;                 // the scheme's rules ("" without one)
     int block = 0;                      // MX block size
     std::string scaleMode;              // "floor", "ceil", "even"
     int steps = 0;                      // training.steps; 0: the method learns nothing
@@ -103,12 +107,5 @@ std::vector<RunSummary> scanRuns(const std::string& root, std::vector<std::strin
 // The label these runs' formats share for a column over them (mx::precisionLabel): "W4A4" when
 // every run is 4-bit, "quantized" when they differ or there is none.
 std::string precisionLabel(const std::vector<RunSummary>& runs);
-
-// The runs as CSV (RFC 4180): a header line, one row a run; fields holding a comma, a quote or a
-// line break are quoted (quotes doubled); absent numbers are empty fields; numbers are written
-// with as many digits as they need to read back exactly.
-std::string runsCsv(const std::vector<RunSummary>& runs);
-// The CSV's columns, in order (the header line's names).
-const std::vector<std::string>& runsCsvColumns();
 
 } // namespace latmix::run

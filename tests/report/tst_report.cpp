@@ -458,16 +458,16 @@ private slots:
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
         const QStringList lines = r.out.split('\n', Qt::SkipEmptyParts);
         QVERIFY2(lines.size() >= 3, qPrintable(r.out));
-        QVERIFY(lines[0].startsWith("method") && lines[0].contains("recovery %") && lines[0].contains("dir"));
+        QVERIFY(lines[0].startsWith("Method") && lines[0].contains("Recov. %") && lines[0].endsWith("Run"));
         QVERIFY(lines[1].startsWith("latmix-lu") && lines[1].endsWith(root + "/a"));
         QVERIFY(lines[2].startsWith("rtn") && lines[2].endsWith(root + "/b"));
-        QVERIFY2(lines[2].contains(" 80.00 ") && lines[2].contains(" 20.000 ") && lines[2].contains(" 25.000 "),
+        QVERIFY2(lines[2].contains(" 80.00 ") && lines[2].contains(" 20.00 ") && lines[2].contains(" 25.00 "),
                  qPrintable(lines[2]));
         QVERIFY2(r.err.contains(root + "/c/latmix.json") && r.err.contains("not JSON"), qPrintable(r.err));
         QVERIFY(r.out.contains("2 runs under"));
         const QStringList rows = readAll(csv).split('\n', Qt::SkipEmptyParts);
         QCOMPARE(rows.size(), 3);
-        QVERIFY(rows[1].startsWith(root + "/a,latmix-lu,mxfp4,32,floor,6,"));
+        QVERIFY2(rows[1].startsWith(root + "/a,latmix-lu,mxfp4,32,floor,4.25,6,"), qPrintable(rows[1])); // MXFP4: 4 + 8/32 bits
     }
 
     // The quantized model is named by the run's format (the paper's W4A4 for 4-bit formats) in
@@ -487,7 +487,7 @@ private slots:
             QVERIFY(writeText(root.filePath(f + "/latmix.json"), QByteArray(kRtnRun).replace("\"mxfp4\"", "\"" + f.toUtf8() + "\"")));
         const Result r = run({"runs", root.path()});
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-        QVERIFY2(r.out.startsWith("method") && r.out.section('\n', 0, 0).contains(" " + label + " ppl "), qPrintable(r.out));
+        QVERIFY2(r.out.startsWith("Method") && r.out.section('\n', 0, 0).contains(" " + label + " ppl "), qPrintable(r.out));
         QVERIFY2(r.out.contains(formats.size() == 1 ? "\n1 run under" : "\n2 runs under"), qPrintable(r.out));
         if (formats.size() > 1) return;
         const QString html = QString::fromStdString(report::runReportHtml(root.filePath(formats[0]).toStdString()));

@@ -4,6 +4,7 @@
 // broken record reported and skipped) and the CSV parsed back with an RFC 4180 reader (a comma and
 // quotes in a path).
 #include "run/RunCatalog.h"
+#include "run/RunColumns.h"
 #include "run/Sweep.h"
 #include "run/quantize/OptionTable.h"
 
@@ -288,6 +289,36 @@ private slots:
         // A root that is not a folder.
         const QString e = latmix::test::errorOf([&] { run::scanRuns((root + "/a/latmix.json").toStdString()); });
         QVERIFY2(e.contains(root + "/a/latmix.json") && e.contains("not a folder"), qPrintable(e));
+    }
+
+    // Bits per weight by hand (elements' bits + 8 bits of scale per block; NVFP4's E4M3 scale is
+    // 8 bits per 16): a uniform run's from its format, a scheme's as its record says.
+    void bitsPerWeightByHand_data() {
+        QTest::addColumn<QByteArray>("format");
+        QTest::addColumn<QByteArray>("scheme");
+        QTest::addColumn<double>("bits");
+        QTest::newRow("mxfp4/32") << QByteArray(R"({"format": "mxfp4", "block": 32, "scale_mode": "floor"})") << QByteArray()
+                                  << 4.25;
+        QTest::newRow("mxfp4/16") << QByteArray(R"({"format": "mxfp4", "block": 16, "scale_mode": "floor"})") << QByteArray()
+                                  << 4.5;
+        QTest::newRow("nvfp4") << QByteArray(R"({"format": "nvfp4", "block": 16, "scale_mode": "floor"})") << QByteArray()
+                               << 4.5;
+        QTest::newRow("mxfp8/32") << QByteArray(R"({"format": "mxfp8_e4m3", "block": 32, "scale_mode": "floor"})")
+                                  << QByteArray() << 8.25;
+        QTest::newRow("scheme") << QByteArray(R"({"format": "mxfp4", "block": 32, "scale_mode": "floor"})")
+                                << QByteArray(R"({"rules": "self_attn = mxfp8", "bits_per_weight": 5.25})") << 5.25;
+    }
+    void bitsPerWeightByHand() {
+        QFETCH(QByteArray, format);
+        QFETCH(QByteArray, scheme);
+        QFETCH(double, bits);
+        const QString dir = m_tmp.filePath("bits-" + QString(QTest::currentDataTag()).replace('/', '-'));
+        QByteArray record = QByteArray(kRtnRun).replace(R"({"format": "mxfp4", "block": 32, "scale_mode": "floor"})", format);
+        if (!scheme.isEmpty()) record.replace(R"("linears": [])", R"("linears": [], "weight_quantization": {"scheme": )" + scheme + "}");
+        QVERIFY(writeText(dir + "/latmix.json", record));
+        const run::RunSummary r = run::readRunSummary(dir.toStdString());
+        QCOMPARE(r.bitsPerWeight, bits);
+        QCOMPARE(QString::fromStdString(run::cellText(run::runColumn("bits_per_weight"), r)), QString::number(bits, 'f', 2));
     }
 
     // The CSV parsed back: header, a row a run, quoted fields (a comma and quotes in a path and

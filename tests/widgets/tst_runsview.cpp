@@ -5,6 +5,7 @@
 // errors; the CSV is core's table; a run that appears on disk shows up without a rescan.
 #include "io/TensorFile.h"
 #include "run/RunCatalog.h"
+#include "run/RunColumns.h"
 
 #include <ATen/ATen.h>
 // Qt after ATen: Qt's `slots` macro breaks ATen headers.
@@ -127,23 +128,23 @@ private slots:
         QCOMPARE(v.table()->model()->rowCount(), 2);
         const int a = rowOf(v, "/lu-a"), r = rowOf(v, "/rtn-mxfp4-s0");
         QVERIFY(a >= 0 && r >= 0);
-        QCOMPARE(cell(v, a, RunsView::Method), QString("latmix-lu"));
-        QCOMPARE(cell(v, a, RunsView::Format), QString("mxfp4"));
-        QCOMPARE(cell(v, a, RunsView::Block), QString("32"));
-        QCOMPARE(cell(v, a, RunsView::Steps), QString("20"));
-        QCOMPARE(cell(v, a, RunsView::Quantized), QString("12.50"));
-        QCOMPARE(cell(v, a, RunsView::Fp), QString("11.00"));
-        QCOMPARE(cell(v, a, RunsView::Recovery), QString("88.00")); // 11 / 12.5
-        QCOMPARE(cell(v, a, RunsView::ZeroShot), QString("0.410"));
-        QCOMPARE(cell(v, a, RunsView::Kl), QString("0.1235"));
-        QCOMPARE(cell(v, a, RunsView::Top1), QString("87.5"));
-        QCOMPARE(cell(v, r, RunsView::Kl), QString("–"));
-        QCOMPARE(cell(v, a, RunsView::TrainSeconds), QString("30"));
-        QCOMPARE(cell(v, a, RunsView::Date), QString("26-11-20 10:00"));
+        QCOMPARE(cell(v, a, RunsView::column("method")), QString("latmix-lu"));
+        QCOMPARE(cell(v, a, RunsView::column("format")), QString("mxfp4"));
+        QCOMPARE(cell(v, a, RunsView::column("block")), QString("32"));
+        QCOMPARE(cell(v, a, RunsView::column("steps")), QString("20"));
+        QCOMPARE(cell(v, a, RunsView::column("w4a4_ppl")), QString("12.50"));
+        QCOMPARE(cell(v, a, RunsView::column("fp_ppl")), QString("11.00"));
+        QCOMPARE(cell(v, a, RunsView::column("recovery")), QString("88.00")); // 11 / 12.5
+        QCOMPARE(cell(v, a, RunsView::column("zeroshot_average")), QString("0.410"));
+        QCOMPARE(cell(v, a, RunsView::column("kl_mean")), QString("0.1235"));
+        QCOMPARE(cell(v, a, RunsView::column("top1_agreement")), QString("87.5"));
+        QCOMPARE(cell(v, r, RunsView::column("kl_mean")), QString("–"));
+        QCOMPARE(cell(v, a, RunsView::column("train_seconds")), QString("30"));
+        QCOMPARE(cell(v, a, RunsView::column("created")), QString("26-11-20 10:00"));
         QCOMPARE(cell(v, r, RunsView::Name), QString("grid/rtn-mxfp4-s0"));
-        QCOMPARE(cell(v, r, RunsView::Recovery), QString("55.00")); // 11 / 20
-        QCOMPARE(cell(v, r, RunsView::ZeroShot), QString("–"));
-        QCOMPARE(cell(v, r, RunsView::FoldedFp), QString("–"));
+        QCOMPARE(cell(v, r, RunsView::column("recovery")), QString("55.00")); // 11 / 20
+        QCOMPARE(cell(v, r, RunsView::column("zeroshot_average")), QString("–"));
+        QCOMPARE(cell(v, r, RunsView::column("folded_fp_ppl")), QString("–"));
         QCOMPARE(v.problems().size(), 1);
         QVERIFY2(v.problems().first().contains("broken/latmix.json"), qPrintable(v.problems().first()));
         QCOMPARE(v.findChild<latmix::gui::ElidedLabel*>("runsStatus")->fullText(), "2 runs in " + m_root);
@@ -167,9 +168,9 @@ private slots:
         QFETCH(bool, hidden);
         RunsView v;
         v.setFolders({m_root + folder});
-        for (int c : {RunsView::ZeroShot, RunsView::Kl, RunsView::Top1})
+        for (int c : {RunsView::column("zeroshot_average"), RunsView::column("kl_mean"), RunsView::column("top1_agreement")})
             QVERIFY2(v.table()->isColumnHidden(c) == hidden, qPrintable(QString("column %1").arg(c)));
-        for (int c : {RunsView::Name, RunsView::Method, RunsView::Quantized, RunsView::Date})
+        for (int c : {RunsView::Name, RunsView::column("method"), RunsView::column("w4a4_ppl"), RunsView::column("created")})
             QVERIFY2(!v.table()->isColumnHidden(c), qPrintable(QString("column %1").arg(c)));
     }
 
@@ -192,18 +193,18 @@ private slots:
         RunsView v;
         v.setFolders({root});
         QCOMPARE(v.table()->model()->rowCount(), formats.size());
-        QCOMPARE(v.table()->model()->headerData(RunsView::Quantized, Qt::Horizontal).toString(), header);
+        QCOMPARE(v.table()->model()->headerData(RunsView::column("w4a4_ppl"), Qt::Horizontal).toString(), header);
     }
 
     void sortsByValue_data() {
         QTest::addColumn<int>("column");
         QTest::addColumn<int>("order");
         QTest::addColumn<QString>("first");
-        QTest::newRow("W4A4 ascending") << int(RunsView::Quantized) << int(Qt::AscendingOrder) << "/lu-a";
-        QTest::newRow("W4A4 descending") << int(RunsView::Quantized) << int(Qt::DescendingOrder) << "/rtn-mxfp4-s0";
-        QTest::newRow("0-shot descending: absent last") << int(RunsView::ZeroShot) << int(Qt::DescendingOrder) << "/lu-a";
-        QTest::newRow("0-shot ascending: absent first") << int(RunsView::ZeroShot) << int(Qt::AscendingOrder) << "/rtn-mxfp4-s0";
-        QTest::newRow("date descending") << int(RunsView::Date) << int(Qt::DescendingOrder) << "/rtn-mxfp4-s0";
+        QTest::newRow("W4A4 ascending") << int(RunsView::column("w4a4_ppl")) << int(Qt::AscendingOrder) << "/lu-a";
+        QTest::newRow("W4A4 descending") << int(RunsView::column("w4a4_ppl")) << int(Qt::DescendingOrder) << "/rtn-mxfp4-s0";
+        QTest::newRow("0-shot descending: absent last") << int(RunsView::column("zeroshot_average")) << int(Qt::DescendingOrder) << "/lu-a";
+        QTest::newRow("0-shot ascending: absent first") << int(RunsView::column("zeroshot_average")) << int(Qt::AscendingOrder) << "/rtn-mxfp4-s0";
+        QTest::newRow("date descending") << int(RunsView::column("created")) << int(Qt::DescendingOrder) << "/rtn-mxfp4-s0";
     }
     void sortsByValue() {
         QFETCH(int, column);
@@ -283,7 +284,7 @@ private slots:
         v.setFolders({m_root});
         QSignalSpy opened(&v, &RunsView::runActivated);
         const int row = rowOf(v, "/lu-a");
-        const QModelIndex cell = v.table()->model()->index(row, RunsView::Method);
+        const QModelIndex cell = v.table()->model()->index(row, RunsView::column("method"));
         // The table lays out its rows in the event loop: wait until the cell lies in the viewport.
         QTRY_VERIFY(v.table()->viewport()->rect().contains(v.table()->visualRect(cell).center()));
         const QRect rect = v.table()->visualRect(cell);

@@ -3,6 +3,8 @@
 
 #include "RunsView.h"
 
+#include "run/RunColumns.h"
+
 #include "ElidedLabel.h"
 
 #include "PlotStyle.h"
@@ -140,27 +142,13 @@ RunsView::RunsView(QWidget* parent) : QWidget(parent) {
 
 // The runs, one row each, sortable by every column (the quantized perplexity first).
 void RunsView::createTable() {
-    m_model = new QStandardItemModel(0, ColumnCount, this);
-    m_model->setHorizontalHeaderLabels({tr("Run"), tr("Method"), tr("Format"), tr("Block"), tr("Steps"), tr("Quantized"), tr("FP"),
-                                        tr("Folded"), tr("Recov. %"), tr("KL"), tr("Top-1"), tr("0-shot"), tr("Train s"),
-                                        tr("Date")});
-    const QStringList tips = {tr("The run's folder (sweep/cell for a sweep's cells)"),
-                              tr("Quantization method"),
-                              tr("MX format of weights and activations"),
-                              tr("MX block size"),
-                              tr("Training steps (0: the method learns nothing)"),
-                              tr("WikiText-2 test perplexity of the quantized model (weights and activations in the "
-                                 "run's format: W4A4 for 4-bit formats, W8A8 for 8-bit ones)"),
-                              tr("Perplexity of the original model in the same windows"),
-                              tr("Perplexity of the folded, unquantized model (transform-based methods)"),
-                              tr("FP perplexity / quantized perplexity × 100: 100 = nothing lost"),
-                              tr("Mean KL(FP ‖ quantized) per token, nats, on the perplexity windows (llama.cpp's KL "
-                                 "mode); the run's report has its 99th percentile and standard error"),
-                              tr("Tokens whose most likely next token is the FP model's, × 100"),
-                              tr("Zero-shot accuracy, average over the tasks evaluated"),
-                              tr("Seconds of transform training"),
-                              tr("When the run was made (UTC)")};
-    for (int c = 0; c < ColumnCount; ++c) m_model->horizontalHeaderItem(c)->setToolTip(tips[c]);
+    m_model = new QStandardItemModel(0, columnCount(), this);
+    const auto columns = latmix::run::displayedRunColumns();
+    for (int c = 0; c < columnCount(); ++c) {
+        auto* header = new QStandardItem(tr(columns[std::size_t(c)]->label.c_str()));
+        header->setToolTip(tr(columns[std::size_t(c)]->description.c_str()));
+        m_model->setHorizontalHeaderItem(c, header);
+    }
     m_proxy = new QSortFilterProxyModel(this);
     m_proxy->setSourceModel(m_model);
     m_proxy->setSortRole(kSortRole);
@@ -168,7 +156,7 @@ void RunsView::createTable() {
     m_table->setObjectName(QStringLiteral("runsTable"));
     m_table->setModel(m_proxy);
     m_table->setSortingEnabled(true);
-    m_table->sortByColumn(Quantized, Qt::AscendingOrder);
+    m_table->sortByColumn(column("w4a4_ppl"), Qt::AscendingOrder);
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::ExtendedSelection);
     m_table->verticalHeader()->hide();
@@ -314,8 +302,17 @@ void RunsView::watch() {
 
 // A column no run has a value for (zero-shot before any run evaluated tasks, KL before any run
 // measured it) says nothing and takes room the others need: hidden until a run fills it.
+int RunsView::column(const std::string& key) {
+    const auto columns = latmix::run::displayedRunColumns();
+    for (std::size_t c = 0; c < columns.size(); ++c)
+        if (columns[c]->key == key) return static_cast<int>(c);
+    throw std::logic_error("the Runs view shows no column '" + key + "'");
+}
+
+int RunsView::columnCount() { return static_cast<int>(latmix::run::displayedRunColumns().size()); }
+
 void RunsView::hideEmptyColumns() {
-    for (int c = Name + 1; c < ColumnCount; ++c) {
+    for (int c = Name + 1; c < columnCount(); ++c) {
         bool empty = m_model->rowCount() > 0;
         for (int r = 0; r < m_model->rowCount() && empty; ++r)
             empty = m_model->item(r, c)->data(kSortRole).toDouble() == -std::numeric_limits<double>::infinity();
@@ -329,28 +326,34 @@ void RunsView::fillTable() {
     m_model->removeRows(0, m_model->rowCount());
     using latmix::run::RunSummary;
     const std::string precision = latmix::run::precisionLabel(m_runs); // W4A4 when every run is 4-bit
-    m_model->horizontalHeaderItem(Quantized)->setText(precision == "quantized" ? tr("Quantized") : QString::fromStdString(precision));
+    m_model->horizontalHeaderItem(column("w4a4_ppl"))
+        ->setText(precision == "quantized" ? tr("Quantized") : QString::fromStdString(precision));
     for (const auto& r : m_runs) {
         const QString dir = QString::fromStdString(r.dir);
         QList<QStandardItem*> row;
-        auto* name = textItem(tableName(dir), QDir::toNativeSeparators(dir) + QStringLiteral("\n") +
-                                                QString::fromStdString(r.command) + settingsLine(r));
-        name->setData(dir, kDirRole);
-        row << name << textItem(QString::fromStdString(r.method), QString::fromStdString(r.methodDescription))
-            << textItem(QString::fromStdString(r.format)) << numberItem(r.block, r.block > 0, 0)
-            << numberItem(r.steps, true, 0) << numberItem(r.w4a4Perplexity, RunSummary::hasValue(r.w4a4Perplexity), 2)
-            << numberItem(r.fpPerplexity, RunSummary::hasValue(r.fpPerplexity), 2)
-            << numberItem(r.foldedFpPerplexity, RunSummary::hasValue(r.foldedFpPerplexity), 2)
-            << numberItem(r.recovery, RunSummary::hasValue(r.recovery), 2, 100.0)
-            << numberItem(r.kl.mean, r.kl.present(), 4) << numberItem(r.kl.top1, r.kl.present(), 1, 100.0)
-            << numberItem(r.zeroShotAverage, RunSummary::hasValue(r.zeroShotAverage, true), 3)
-            << numberItem(r.trainSeconds, r.trainSeconds > 0, 0);
-        const QDateTime created = QDateTime::fromString(QString::fromStdString(r.created), Qt::ISODate);
-        // Two-digit years keep the row inside a 1280-pixel window; it sorts by the full ISO time.
-        auto* date = textItem(created.isValid() ? created.toString(QStringLiteral("yy-MM-dd HH:mm")) : QString::fromStdString(r.created),
-                              QString::fromStdString(r.created));
-        date->setData(QString::fromStdString(r.created), kSortRole);
-        row << date;
+        for (const latmix::run::RunColumn* c : latmix::run::displayedRunColumns()) {
+            if (c->key == "dir") {
+                auto* name = textItem(tableName(dir), QDir::toNativeSeparators(dir) + QStringLiteral("\n") +
+                                                        QString::fromStdString(r.command) + settingsLine(r));
+                name->setData(dir, kDirRole);
+                row << name;
+            } else if (c->key == "method") {
+                row << textItem(QString::fromStdString(r.method), QString::fromStdString(r.methodDescription));
+            } else if (c->key == "created") {
+                const QDateTime created = QDateTime::fromString(QString::fromStdString(r.created), Qt::ISODate);
+                // Two-digit years keep the row inside a 1280-pixel window; it sorts by the full ISO time.
+                auto* date = textItem(created.isValid() ? created.toString(QStringLiteral("yy-MM-dd HH:mm"))
+                                                        : QString::fromStdString(r.created),
+                                      QString::fromStdString(r.created));
+                date->setData(QString::fromStdString(r.created), kSortRole);
+                row << date;
+            } else if (c->text) {
+                row << textItem(QString::fromStdString(c->text(r)));
+            } else {
+                const auto v = c->number(r);
+                row << numberItem(v.value_or(0), v.has_value(), c->digits, c->scale);
+            }
+        }
         m_model->appendRow(row);
     }
     hideEmptyColumns();
@@ -372,7 +375,7 @@ void RunsView::selectRuns(const QStringList& dirs) {
     for (int row = 0; row < m_proxy->rowCount(); ++row) {
         const QModelIndex index = m_proxy->index(row, Name);
         if (dirs.contains(m_proxy->data(index, kDirRole).toString()))
-            selection.select(index, m_proxy->index(row, ColumnCount - 1));
+            selection.select(index, m_proxy->index(row, columnCount() - 1));
     }
     m_table->selectionModel()->select(selection, QItemSelectionModel::ClearAndSelect);
 }

@@ -47,8 +47,11 @@ public:
     QStringList problems() const { return m_problems; }
 
     QTableView* table() const { return m_table; }
-    // Table columns (the header's names, in order).
-    enum Column { Name, Method, Format, Block, Steps, Quantized, Fp, FoldedFp, Recovery, Kl, Top1, ZeroShot, TrainSeconds, Date, ColumnCount };
+    // Table columns: core's displayed run columns (run/RunColumns.h), in their order; the run's
+    // name ("dir") first.
+    static int column(const std::string& key);
+    static int columnCount();
+    static constexpr int Name = 0;
     // Sort role: the number behind a cell (absent numbers sort below every present one).
     static constexpr int kSortRole = Qt::UserRole + 1;
     static constexpr int kDirRole = Qt::UserRole + 2;

@@ -2,6 +2,7 @@
 
 #include "dist/ProcessGroup.h"
 #include "io/SafeTensors.h" // releaseMappedPages
+#include "model/FusionGroups.h"
 #include "model/Capture.h"
 #include "model/TensorNames.h"
 #include "transforms/Wush.h"
