@@ -227,6 +227,12 @@ std::string quantizeLayers(const RunContext& ctx, const ModelToQuantize& toQuant
         SubJob layerJob(job, double(l) / layers, double(l + 1) / layers, name + ": ");
         {
             const QuantizedLayer q = quantizer.quantizeLayer(l, layerJob);
+            if (ctx.hooks.onLayerQuantized) {
+                std::vector<std::pair<std::string, double>> errors;
+                for (const LinearReport& r : result.linears)
+                    if (r.layer == l) errors.emplace_back(r.linear, r.relativeError);
+                ctx.hooks.onLayerQuantized(l, errors);
+            }
             if (out) out->writeLayer(l, q.tensors, q.packed);
             if (out) out->addInputAmax(q.inputAmax);
             if (out && !q.inputTransforms.empty()) out->addInputTransforms(q.inputTransforms);

@@ -8,6 +8,7 @@
 #include "import/DemoModel.h"
 #include "train/Distillation.h"
 #include "metrics/TransformMetrics.h"
+#include "run/RunCatalog.h"
 #include "run/Sweep.h"
 #include "run/UnfinishedRun.h"
 #include "run/quantize/OptionTable.h"
@@ -29,6 +30,7 @@
 #include "JobRunner.h"
 #include "MainWindow.h"
 #include "TrainingDashboard.h"
+#include "LayerErrorPlot.h"
 
 #include <QAction>
 #include <QComboBox>
@@ -58,6 +60,7 @@ using latmix::gui::ElidedLabel;
 using latmix::gui::ExportDialog;
 using latmix::gui::JobRunner;
 using latmix::gui::MainWindow;
+using latmix::gui::LayerErrorPlot;
 using latmix::gui::TrainingDashboard;
 
 class TestCalibrationView : public QObject {
@@ -235,9 +238,44 @@ private slots:
         QCOMPARE(off[0], 0.0);
         QCOMPARE(off[n - 1], n > 32 ? cells[n - 1] : 0.0); // row 0, last column: outside the first block
 
+        // The layers' quantization errors, drawn as the run went: for every layer and kind of
+        // linear the mean of what latmix.json records for that layer's linears of the kind.
+        const run::RunSummary summary = run::readRunSummary(run.toStdString());
+        std::map<std::pair<QString, int>, std::pair<double, int>> recorded;
+        for (const auto& e : summary.linears) {
+            auto& m = recorded[{LayerErrorPlot::kindOf(QString::fromStdString(e.linear)), e.layer}];
+            m.first += e.relativeError;
+            ++m.second;
+        }
+        QVERIFY(!recorded.empty());
+        for (const auto& [key, m] : recorded) {
+            const auto points = board->layerErrorPlot()->points(key.first);
+            const auto it = std::find_if(points.begin(), points.end(), [&](const auto& p) { return p.first == key.second; });
+            QVERIFY2(it != points.end(), qPrintable(QString("layer %1 %2 not drawn").arg(key.second).arg(key.first)));
+            QCOMPARE(it->second, m.first / m.second);
+        }
+
         // The finished run is what File › Export exports.
         QVERIFY(test::child<QAction>(&w, "actionExport")->isEnabled());
         QCOMPARE(w.exportRunDir(), QDir(run).absolutePath());
+    }
+
+    // A method that learns nothing (GPTQ, RTN) has no training curves: the dashboard hides their
+    // empty plots and gives the layers' errors the width; a learned run, or an overlay of one,
+    // brings them back.
+    void trainingPlotsOnlyWhenSomethingLearns() {
+        TrainingDashboard board;
+        board.resize(1000, 700);
+        board.show();
+        board.beginRun("gptq", 0, 32);
+        QVERIFY(board.lossPlot()->isHidden() && board.a1Plot()->isHidden());
+        QVERIFY(!board.layerErrorPlot()->plot()->isHidden());
+        board.addLayerErrors(0, {{"self_attn.q_proj", 0.5}, {"mlp.experts.0.up_proj", 0.25}, {"mlp.experts.1.up_proj", 0.75}});
+        QCOMPARE(board.layerErrorPlot()->points("q_proj"), (QVector<QPair<int, double>>{{0, 0.5}}));
+        QCOMPARE(board.layerErrorPlot()->points("experts.up_proj"), (QVector<QPair<int, double>>{{0, 0.5}})); // their mean
+        board.beginRun("latmix-lu", 10, 32);
+        QVERIFY(!board.lossPlot()->isHidden() && !board.a1Plot()->isHidden());
+        QVERIFY(board.layerErrorPlot()->points("q_proj").isEmpty()); // a new run starts empty
     }
 
     // The folded FP perplexity (paper Table 2) is drawn on the loss plot's right axis at the

@@ -125,6 +125,12 @@ void integerTicks(QCPAxis* axis) {
     axis->setTicker(t);
 }
 
+QColor seriesColour(int i) {
+    static const QColor c[] = {QColor(31, 119, 180), QColor(214, 39, 40), QColor(44, 160, 44), QColor(148, 103, 189),
+                               QColor(255, 127, 14), QColor(23, 190, 207), QColor(140, 86, 75), QColor(227, 119, 194)};
+    return c[i % 8];
+}
+
 QSharedPointer<QCPAxisTickerLog> logTicker(int tickCount) {
     QSharedPointer<QCPAxisTickerLog> t(new LogTicker);
     t->setTickCount(tickCount);

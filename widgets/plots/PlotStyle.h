@@ -86,4 +86,7 @@ QCPColorMap* addHeatmap(QCustomPlot* plot, int keys, int values, const QString& 
 // A tensor's values as a plot series, in float64 (empty for an undefined tensor).
 QVector<double> values(const at::Tensor& t);
 
+// The i-th series' colour (eight of them, then again): the runs' curves, the layers' error curves.
+QColor seriesColour(int i);
+
 } // namespace latmix::gui::PlotStyle

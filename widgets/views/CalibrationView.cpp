@@ -504,6 +504,10 @@ bool CalibrationView::start(QString* error) {
         QMetaObject::invokeMethod(
             board, [board, s] { if (board) board->addStep(s); }, Qt::QueuedConnection);
     };
+    hooks.onLayerQuantized = [board](int layer, const std::vector<std::pair<std::string, double>>& errors) {
+        QMetaObject::invokeMethod(
+            board, [board, layer, errors] { if (board) board->addLayerErrors(layer, errors); }, Qt::QueuedConnection);
+    };
     const bool started = m_runner->start(tr("Calibration %1").arg(m_method->currentText()), [=](latmix::JobContext& job) {
         latmix::run::runQuantize(prepared, latmix::run::loadRunInputs(prepared), job, hooks);
     });

@@ -57,12 +57,6 @@ QString settingsLine(const latmix::run::RunSummary& r) {
 // (OUT/cells/NAME); deeper trees are rescanned when a watched folder above them changes.
 constexpr int kWatchDepth = 3;
 
-QColor seriesColour(int i) {
-    static const QColor c[] = {QColor(31, 119, 180), QColor(214, 39, 40), QColor(44, 160, 44), QColor(148, 103, 189),
-                               QColor(255, 127, 14), QColor(23, 190, 207), QColor(140, 86, 75), QColor(227, 119, 194)};
-    return c[i % 8];
-}
-
 QStandardItem* textItem(const QString& text, const QString& tip = QString()) {
     auto* item = new QStandardItem(text);
     item->setData(text, RunsView::kSortRole);
@@ -396,7 +390,7 @@ void RunsView::showSelection() {
     for (const QString& dir : selectedRuns()) {
         const auto it = std::find_if(m_runs.begin(), m_runs.end(), [&](const auto& r) { return QString::fromStdString(r.dir) == dir; });
         if (it == m_runs.end()) continue;
-        const QColor c = seriesColour(colour++);
+        const QColor c = PlotStyle::seriesColour(colour++);
         const QString name = runName(dir);
         if (it->hasTrainSeries) {
             try {

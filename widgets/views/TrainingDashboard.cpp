@@ -3,6 +3,8 @@
 #include "metrics/TransformMetrics.h"
 #include "TrainingDashboard.h"
 
+#include "LayerErrorPlot.h"
+
 #include "PlotInteraction.h"
 #include "ElidedLabel.h"
 #include "PlotStyle.h"
@@ -235,6 +237,11 @@ QWidget* TrainingDashboard::createPlots() {
         p->yAxis2->setVisible(true);
         p->yAxis2->setLabel(tr("condition number"));
     }
+    m_layerErrors = new LayerErrorPlot(
+        makePlot(m_plotArea, QStringLiteral("layerErrorPlot"), tr("Quantization error per layer"), tr("relative error")), this);
+    m_layerErrors->plot()->setToolTip(tr("Each layer's linears as the run quantizes them: their error against the FP "
+                                         "weights, in output space over the calibration windows (GPTQ), in weight "
+                                         "space for RTN; a layer's experts averaged per kind"));
     m_heatPlot = makePlot(m_plotArea, QStringLiteral("a1HeatmapPlot"), tr("A1"), tr("row"));
     m_offPlot = makePlot(m_plotArea, QStringLiteral("a1OffBlockPlot"), tr("A1 off-block"), tr("row"));
     for (QCustomPlot* p : {m_heatPlot, m_offPlot}) {
@@ -261,7 +268,13 @@ QWidget* TrainingDashboard::createPlots() {
 }
 
 void TrainingDashboard::reflowPlots(int width) {
-    const QList<QWidget*> cells{m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot, m_heatCell};
+    // The training's cells are hidden for a method that learns nothing (GPTQ, RTN, QuaRot): then
+    // the layers' errors are all there is to watch, at the whole width.
+    QList<QWidget*> cells;
+    for (QWidget* c : {static_cast<QWidget*>(m_layerErrors->plot()), static_cast<QWidget*>(m_lossPlot),
+                       static_cast<QWidget*>(m_volPlot), static_cast<QWidget*>(m_lrPlot), static_cast<QWidget*>(m_a1Plot),
+                       static_cast<QWidget*>(m_a2Plot), m_heatCell})
+        if (!c->isHidden()) cells << c;
     const int spacing = std::max(0, m_plotGrid->horizontalSpacing());
     // The most columns whose widest row fits: each cell at the minimum width it was given (the
     // heat maps' cell: both maps), not QCustomPlot's size hints, which grow with legends.
@@ -278,11 +291,12 @@ void TrainingDashboard::reflowPlots(int width) {
         }
         return widest;
     };
-    int columns = 3;
+    int columns = std::min<int>(3, std::max<int>(1, cells.size()));
     while (columns > 1 && needed(columns) > width) --columns;
-    if (columns == m_plotColumns) return;
+    if (columns == m_plotColumns && cells.size() == m_plotCells) return;
     m_plotColumns = columns;
-    for (QWidget* c : cells) m_plotGrid->removeWidget(c);
+    m_plotCells = static_cast<int>(cells.size());
+    for (QLayoutItem* item; (item = m_plotGrid->takeAt(0)) != nullptr;) delete item;
     for (int i = 0; i < int(cells.size()); ++i) m_plotGrid->addWidget(cells[i], i / columns, i % columns);
     for (int c = 0; c < 3; ++c) m_plotGrid->setColumnStretch(c, c < columns ? 1 : 0);
 }
@@ -316,7 +330,12 @@ void TrainingDashboard::beginRun(const QString& name, int totalSteps, int blockS
         p->clearPlottables();
         p->replot();
     }
+    m_layerErrors->clear();
     rebuildGraphs();
+}
+
+void TrainingDashboard::addLayerErrors(int layer, const std::vector<std::pair<std::string, double>>& errors) {
+    m_layerErrors->addLayer(layer, errors);
 }
 
 void TrainingDashboard::setTrackedLayer(int layer) {
@@ -429,6 +448,14 @@ static QCustomPlot* plotOf(const TrainingDashboard* d, const QString& q) {
 }
 
 void TrainingDashboard::rebuildGraphs() {
+    bool training = m_totalSteps > 0;
+    for (const Run& run : m_runs) training = training || !run.steps.empty();
+    if (training == m_lossPlot->isHidden()) {
+        for (QWidget* c : {static_cast<QWidget*>(m_lossPlot), static_cast<QWidget*>(m_volPlot), static_cast<QWidget*>(m_lrPlot),
+                           static_cast<QWidget*>(m_a1Plot), static_cast<QWidget*>(m_a2Plot), m_heatCell})
+            c->setHidden(!training);
+        reflowPlots(m_plotArea->parentWidget() ? m_plotArea->parentWidget()->width() : 3 * 10000);
+    }
     for (QCustomPlot* p : {m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot}) p->clearGraphs();
     for (size_t ri = 0; ri < m_runs.size(); ++ri) {
         const Run& run = m_runs[ri];
@@ -571,7 +598,7 @@ void TrainingDashboard::changeEvent(QEvent* event) {
 }
 
 void TrainingDashboard::applyTheme() {
-    PlotStyle::restyle({m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot, m_heatPlot, m_offPlot}, palette(),
+    PlotStyle::restyle({m_layerErrors->plot(), m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot, m_heatPlot, m_offPlot}, palette(),
                        true);
 }
 

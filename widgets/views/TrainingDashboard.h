@@ -16,6 +16,8 @@
 #include <QVector>
 #include <QWidget>
 
+#include <string>
+#include <utility>
 #include <vector>
 
 class QCustomPlot;
@@ -29,6 +31,7 @@ class QTimer;
 namespace latmix::gui {
 
 class ElidedLabel;
+class LayerErrorPlot;
 
 class TrainingDashboard : public QWidget {
     Q_OBJECT
@@ -47,6 +50,9 @@ public:
     // Latest A1 / A2 (float32 CPU); the heatmaps redraw at most every heatmapIntervalMs.
     void setMatrices(int step, const at::Tensor& a1, const at::Tensor& a2);
     void setProgress(double fraction, const QString& message, double etaSeconds);
+    // A layer's linears as the run quantized them (run::RunHooks::onLayerQuantized).
+    void addLayerErrors(int layer, const std::vector<std::pair<std::string, double>>& errors);
+    const LayerErrorPlot* layerErrorPlot() const { return m_layerErrors; }
     void finishRun(bool ok, const QString& message);
     bool isRunning() const { return m_running; }
 
@@ -118,11 +124,12 @@ private:
     int m_heatmapIntervalMs = 500;
     QElapsedTimer m_heatmapClock;
 
+    LayerErrorPlot* m_layerErrors = nullptr; // the layers' quantization error as the run goes
     QCustomPlot *m_lossPlot, *m_volPlot, *m_lrPlot, *m_a1Plot, *m_a2Plot, *m_heatPlot, *m_offPlot;
     QWidget* m_heatCell = nullptr;   // A1 and its off-block part side by side: one cell of the grid
     QWidget* m_plotArea = nullptr;   // the grid's widget, inside a vertical scroll area
     QGridLayout* m_plotGrid = nullptr;
-    int m_plotColumns = 0;
+    int m_plotColumns = 0, m_plotCells = 0;
     ElidedLabel* m_title;
     QLabel* m_status;
     QProgressBar* m_progress;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <memory>
 #include <optional>
 #include <string>
@@ -142,6 +143,11 @@ struct RunHooks {
     std::function<void(int step, const at::Tensor& a1, const at::Tensor& a2)> onMatrices;
     // Each training step's record, as it ends (the workbench's live dashboard).
     std::function<void(const train::DistillStep&)> onStep;
+    // Each layer's linears as their quantization ends, in the layers' order: the module after the
+    // layer prefix ("self_attn.q_proj", "mlp.experts.3.up_proj") and its relative error against
+    // the FP weights (LinearReport::relativeError: in output space over the calibration windows,
+    // or in weight space for RTN without them). The workbench draws them while the run goes on.
+    std::function<void(int layer, const std::vector<std::pair<std::string, double>>& errors)> onLayerQuantized;
     // The FP model's pass over the evaluation windows (its perplexity and what the KL to it needs,
     // eval::ReferenceStates), shared by a sweep's cells on the same model, evaluation text, windows
     // and device: the first cell's evaluation records it into spillDir, the later ones reuse it.
