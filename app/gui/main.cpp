@@ -104,6 +104,10 @@ struct Options {
                                           "--screenshot, the screenshot is taken when it has finished.",
                                           "METHOD");
     QCommandLineOption steps = option("steps", "Training steps for --calibrate.", "N", "40");
+    QCommandLineOption scheme = option("scheme",
+                                       "Mixed precision rules ('REGEX = FORMAT; ...') or a scheme file for the Calibration "
+                                       "form (and --calibrate); the Model dock shows each point's format.",
+                                       "RULES");
     QCommandLineOption size = option("size", "The window's size for --screenshot and --layout-report, e.g. 1024x700.", "WxH",
                                      "1280x800");
     QCommandLineOption layoutReport =
@@ -116,7 +120,7 @@ struct Options {
     void addTo(QCommandLineParser& parser) const {
         for (const QCommandLineOption* o : {&version, &threads, &screenshot, &format, &plotAnalysis, &outDir, &point,
                                             &activations, &transform, &weights, &experts, &sensitivity, &runsFolder, &compare, &compareTransforms,
-                                            &acrossLayers, &view, &openRun, &calibrate, &steps, &size, &layoutReport})
+                                            &acrossLayers, &view, &openRun, &calibrate, &steps, &scheme, &size, &layoutReport})
             parser.addOption(*o);
     }
 };
@@ -172,6 +176,7 @@ latmix::gui::ScriptedSession scriptedSession(const QCommandLineParser& parser, c
     if (parser.isSet(o.compareTransforms))
         session.compareTransforms = parser.value(o.compareTransforms).split(QLatin1Char(','), Qt::SkipEmptyParts);
     session.acrossLayers = parser.value(o.acrossLayers);
+    session.scheme = parser.value(o.scheme);
     session.calibrateMethod = parser.value(o.calibrate);
     session.steps = parser.value(o.steps).toInt(&ok);
     if (!ok) session.steps = 0; // refused by runScriptedSession when --calibrate is given

@@ -150,4 +150,20 @@ std::vector<SchemeRule> rulesNamingEachGroup(const std::vector<GroupFormat>& gro
     return r;
 }
 
+SchemePreview previewScheme(const model::ModelConfig& config, const std::string& schemeFileOrText,
+                            const std::optional<mx::MxConfig>& runFormat) {
+    SchemePreview p;
+    try {
+        const auto rules = schemeFileOrText.empty() ? std::vector<SchemeRule>{} : readSchemeRules(schemeFileOrText);
+        const auto groups = resolveScheme(config, rules, runFormat);
+        for (const auto& g : groups)
+            for (const auto& point : g.group.points) p.pointFormats[point] = schemeFormatName(g.format);
+        p.bits = averageBits(groups);
+    } catch (const std::exception& e) {
+        p = SchemePreview{};
+        p.error = e.what();
+    }
+    return p;
+}
+
 } // namespace latmix::run

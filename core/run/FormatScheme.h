@@ -8,6 +8,7 @@
 #include "model/FusionGroups.h"
 #include "mx/MxFormat.h"
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,5 +55,16 @@ double averageBits(const std::vector<GroupFormat>& groups);
 // One rule per group naming it exactly ("^layers\.3\.self_attn\.qkv$ = mxfp8"), in group order: the
 // scheme a plan writes.
 std::vector<SchemeRule> rulesNamingEachGroup(const std::vector<GroupFormat>& groups);
+
+// What a scheme gives a model before any run (the workbench's Model dock and form): each
+// quantization point's format name (schemeFormatName, by model::pointName / expertPointName) and
+// the average bits; error says why the rules do not resolve ("" when they do; then no formats).
+struct SchemePreview {
+    std::map<std::string, std::string> pointFormats;
+    double bits = 0;
+    std::string error;
+};
+SchemePreview previewScheme(const model::ModelConfig& config, const std::string& schemeFileOrText,
+                            const std::optional<mx::MxConfig>& runFormat);
 
 } // namespace latmix::run

@@ -81,6 +81,23 @@ class TestScheme : public QObject {
     QTemporaryDir m_tmp;
 
 private slots:
+    // The preview the workbench shows before a run, on Llama-3.2-1B's shape: layer 0's q/k/v in
+    // MXFP8, the rest MXFP4. Per layer (3072 + 2048 + 2·8192 + 8192)·2048 weights, q/k/v 3072·2048
+    // of them: 4.25 + 4 · 3072 / (16 · 29696) = 4.25 + 3/116 bits. A rule that takes nothing: no
+    // formats, the rule named.
+    void previewByHand() {
+        const auto c = configNamed("llama-3.2-1b");
+        const auto p = run::previewScheme(c, "layers\\.0\\.self_attn\\.qkv = mxfp8", mx::makeConfig(mx::Format::MxFp4));
+        QVERIFY2(p.error.empty(), p.error.c_str());
+        QCOMPARE(p.pointFormats.at(model::pointName(0, model::PointKind::QkvInput)), std::string("mxfp8"));
+        QCOMPARE(p.pointFormats.at(model::pointName(1, model::PointKind::QkvInput)), std::string("mxfp4"));
+        QCOMPARE(p.pointFormats.at(model::pointName(0, model::PointKind::DownProjInput)), std::string("mxfp4"));
+        QCOMPARE(int(p.pointFormats.size()), 4 * c.numLayers);
+        QVERIFY(std::abs(p.bits - (4.25 + 3.0 / 116)) <= 1e-12);
+        const auto bad = run::previewScheme(c, "layers\\.99\\. = mxfp8", mx::makeConfig(mx::Format::MxFp4));
+        QVERIFY2(bad.pointFormats.empty() && bad.error.find("layers\\.99\\.") != std::string::npos, bad.error.c_str());
+    }
+
     // Weights per group from the published shapes, worked by hand:
     // Llama-3.2-1B: hidden 2048, 32 heads and 8 KV heads of 64, MLP 8192, 16 layers;
     // Qwen3-30B-A3B: hidden 2048, 32 heads and 4 KV heads of 128, 128 experts of 768, 48 layers.

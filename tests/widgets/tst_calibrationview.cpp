@@ -5,6 +5,7 @@
 // File › Export quantized model… with the export reloading.
 #include "export/Export.h"
 #include "model/Checkpoint.h"
+#include "model/QuantizationPoints.h"
 #include "import/DemoModel.h"
 #include "train/Distillation.h"
 #include "metrics/TransformMetrics.h"
@@ -29,6 +30,7 @@
 #include "export/GgufFile.h"
 #include "JobRunner.h"
 #include "MainWindow.h"
+#include "ModelSummaryView.h"
 #include "TrainingDashboard.h"
 #include "LayerErrorPlot.h"
 
@@ -258,6 +260,30 @@ private slots:
         // The finished run is what File › Export exports.
         QVERIFY(test::child<QAction>(&w, "actionExport")->isEnabled());
         QCOMPARE(w.exportRunDir(), QDir(run).absolutePath());
+    }
+
+    // The Model dock's Format column follows the form: the Format for every point, a Mixed
+    // precision rule's format for the groups it takes; a rule that takes nothing empties the column
+    // and says why under the field, naming the rule.
+    void modelDockShowsEachPointsFormat() {
+        MainWindow w;
+        QVERIFY(w.openCheckpoint(m_model, false));
+        auto* dock = w.findChild<latmix::gui::ModelSummaryView*>();
+        QVERIFY(dock);
+        CalibrationView* v = w.calibrationView();
+        const QString qkv0 = QString::fromStdString(model::pointName(0, model::PointKind::QkvInput)),
+                      qkv1 = QString::fromStdString(model::pointName(1, model::PointKind::QkvInput));
+        QCOMPARE(dock->pointFormatShown(qkv0), QString("mxfp4"));
+        v->setScheme("layers\\.0\\.self_attn\\.qkv = mxfp8");
+        QCOMPARE(dock->pointFormatShown(qkv0), QString("mxfp8"));
+        QCOMPARE(dock->pointFormatShown(qkv1), QString("mxfp4"));
+        auto* info = test::child<QLabel>(v, "schemeInfo");
+        QVERIFY2(info->text().contains("bits per weight"), qPrintable(info->text()));
+        v->setScheme("layers\\.99\\. = mxfp8");
+        QCOMPARE(dock->pointFormatShown(qkv0), QString());
+        QVERIFY2(info->text().contains("layers\\.99\\."), qPrintable(info->text()));
+        v->setScheme(QString());
+        QCOMPARE(dock->pointFormatShown(qkv0), QString("mxfp4"));
     }
 
     // A method that learns nothing (GPTQ, RTN) has no training curves: the dashboard hides their

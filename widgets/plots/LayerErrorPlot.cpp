@@ -12,6 +12,13 @@ namespace latmix::gui {
 LayerErrorPlot::LayerErrorPlot(QCustomPlot* plot, QObject* parent) : QObject(parent), m_plot(plot) {
     m_plot->xAxis->setLabel(tr("layer"));
     PlotStyle::integerTicks(m_plot->xAxis);
+    // Empty until a run quantizes (issue 71: in a real X window an empty frame read as a failure).
+    m_hint = new QCPItemText(m_plot);
+    m_hint->setObjectName(QStringLiteral("layerErrorHint"));
+    m_hint->position->setType(QCPItemPosition::ptAxisRectRatio);
+    m_hint->position->setCoords(0.5, 0.5);
+    m_hint->setText(tr("Each layer's error appears here\nas Run calibration quantizes it"));
+    m_hint->setColor(m_plot->palette().color(QPalette::PlaceholderText));
 }
 
 void LayerErrorPlot::clear() {
@@ -39,6 +46,7 @@ QVector<QPair<int, double>> LayerErrorPlot::points(const QString& kind) const { 
 
 void LayerErrorPlot::redraw() {
     m_plot->clearGraphs();
+    m_hint->setVisible(m_points.isEmpty());
     int i = 0;
     for (auto it = m_points.cbegin(); it != m_points.cend(); ++it, ++i) {
         QCPGraph* g = m_plot->addGraph();

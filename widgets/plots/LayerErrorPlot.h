@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+class QCPItemText;
 class QCustomPlot;
 class QWidget;
 
@@ -34,6 +35,7 @@ public:
 private:
     void redraw();
     QCustomPlot* m_plot;
+    QCPItemText* m_hint = nullptr; // said while no layer is drawn
     QMap<QString, QVector<QPair<int, double>>> m_points; // by kind
 };
 

@@ -332,6 +332,7 @@ bool runScriptedSession(MainWindow& window, const ScriptedSession& s, QString* e
         *error = QStringLiteral("the model has no quantization point '%1'").arg(s.point);
         return false;
     }
+    if (!s.scheme.isEmpty()) window.calibrationView()->setScheme(s.scheme);
     return (s.view.isEmpty() || showView(window, s, error)) &&
            (s.activationPoint.isEmpty() || showActivations(window, s, error)) &&
            (s.weightsLinear.isEmpty() || showWeights(window, s, error)) &&

@@ -38,6 +38,7 @@ struct ScriptedSession {
     int expertWindows = 0;   // measure the expert load on this many windows (the experts view); 0: no, -1: a bad value
     QString sensitivityTable; // a table latmix sensitivity wrote, shown in the sensitivity view
     QString runsFolder;      // list the runs of this folder in the runs view, the best four selected
+    QString scheme;          // the Calibration form's Mixed precision rules (before calibrateMethod starts)
     QString calibrateMethod; // start a calibration with this method
     int steps = 40;          // its training steps
     QString screenshot;      // PNG written at the end, after the comparison / calibration finished

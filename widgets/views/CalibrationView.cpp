@@ -12,6 +12,7 @@
 #include "model/ConfigJson.h"
 #include "model/ModelConfig.h"
 #include "run/quantize/MemoryEstimate.h"
+#include "run/FormatScheme.h"
 #include "run/PrepareRun.h"
 #include "run/quantize/OptionTable.h"
 #include "util/Runtime.h"
@@ -113,6 +114,11 @@ QGroupBox* CalibrationView::createMethodBox(QWidget* parent) {
                             "from latmix plan; each fusion group a rule takes gets its format (mxfp4, nvfp4, mxint4, "
                             "mxfp8, mxint8, bf16), the rest the format above. Every method but WUSH's reads it."));
     mf->addRow(tr("Mi&xed precision:"), m_scheme);
+    m_schemeInfo = new QLabel(methodBox);
+    m_schemeInfo->setObjectName(QStringLiteral("schemeInfo"));
+    m_schemeInfo->setWordWrap(true);
+    mf->addRow(QString(), m_schemeInfo);
+    connect(m_scheme, &QLineEdit::textChanged, this, &CalibrationView::updateSchemePreview);
     m_t1Bias = new QComboBox(methodBox);
     m_t1Bias->setObjectName(QStringLiteral("t1BiasCombo"));
     m_t1Bias->addItem(tr("Auto"), QStringLiteral("auto")); // its text says what auto chose (updateT1BiasAuto)
@@ -265,6 +271,8 @@ CalibrationView::CalibrationView(QWidget* parent) : QWidget(parent) {
     column->insertWidget(1, m_memory); // under the method, where it is seen before Run
     for (QComboBox* c : {m_method, m_format, m_block, m_device})
         connect(c, &QComboBox::currentTextChanged, this, &CalibrationView::updateMemoryEstimate);
+    for (QComboBox* c : {m_format, m_block})
+        connect(c, &QComboBox::currentTextChanged, this, &CalibrationView::updateSchemePreview);
     for (QSpinBox* sp : {m_batch, m_samples, m_seqLen, m_evalWindows})
         connect(sp, qOverload<int>(&QSpinBox::valueChanged), this, &CalibrationView::updateMemoryEstimate);
 
@@ -356,6 +364,30 @@ void CalibrationView::setModelDir(const QString& dir) {
     }
     updateT1BiasAuto();
     updateMemoryEstimate();
+    updateSchemePreview();
+}
+
+// The scheme on the open model, before Run: its bits per weight under the field (or why it does
+// not resolve, the rule named), each point's format to the Model dock.
+void CalibrationView::updateSchemePreview() {
+    if (!m_schemeInfo) return;
+    QMap<QString, QString> formats;
+    if (m_storedBytes > 0) {
+        latmix::run::SchemePreview p;
+        try {
+            const auto o = options();
+            p = latmix::run::previewScheme(m_config, o.scheme, o.format);
+        } catch (const std::exception& e) { // a form value the option table refuses
+            p.error = e.what();
+        }
+        for (const auto& [point, format] : p.pointFormats) formats.insert(QString::fromStdString(point), QString::fromStdString(format));
+        m_schemeInfo->setText(!p.error.empty() ? QString::fromStdString(p.error)
+                              : scheme().isEmpty() ? QString()
+                                                   : tr("%1 bits per weight on average").arg(p.bits, 0, 'f', 2));
+        m_schemeInfo->setStyleSheet(p.error.empty() ? QString() : QStringLiteral("color: #c0392b;"));
+    }
+    m_schemeInfo->setVisible(!m_schemeInfo->text().isEmpty());
+    emit pointFormatsChanged(formats);
 }
 
 // What --t1-bias auto resolves to for the open model (run/quantize/Preflight.cpp's rule), shown

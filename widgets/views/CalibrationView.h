@@ -9,6 +9,7 @@
 #include "run/QuantizeRun.h"
 
 #include <QByteArray>
+#include <QMap>
 #include <QString>
 #include <QWidget>
 
@@ -74,6 +75,10 @@ signals:
     void deviceChanged(const QString& device);
 
     void runFinished(bool ok, const QString& runDir, const QString& message);
+    // The format of each quantization point in the run the form describes (its Format and Mixed
+    // precision on the open model; run::previewScheme), by full point name; empty when the scheme
+    // does not resolve or no model is open. The Model dock's Format column.
+    void pointFormatsChanged(const QMap<QString, QString>& formats);
     void errorOccurred(const QString& message);
 
 protected:
@@ -81,6 +86,7 @@ protected:
 
 private:
     void fitFormWidth();
+    void updateSchemePreview();
     QGroupBox* createMethodBox(QWidget* parent);
     QGroupBox* createTrainingBox(QWidget* parent);
     QGroupBox* createDataBox(QWidget* parent);
@@ -100,6 +106,7 @@ private:
     QSpinBox *m_steps, *m_batch, *m_samples, *m_seqLen, *m_seed, *m_evalWindows, *m_foldedEvery, *m_metricsEvery;
     QDoubleSpinBox *m_lr, *m_temperature, *m_volumeWeight;
     QLineEdit *m_calibText, *m_evalText, *m_runDirEdit, *m_keep = nullptr, *m_scheme = nullptr;
+    QLabel* m_schemeInfo = nullptr; // the scheme's bits per weight, or why it does not resolve
     QPushButton* m_run;
     QComboBox* m_t1Bias = nullptr;
     QCheckBox* m_skipExportCheck = nullptr;

@@ -129,8 +129,7 @@ ModelSummaryView::ModelSummaryView(QWidget* parent) : QWidget(parent) {
     column->addWidget(pointsTitle);
     m_tree = new QTreeWidget(page);
     m_tree->setObjectName(QStringLiteral("pointTree"));
-    m_tree->setColumnCount(2);
-    m_tree->setHeaderLabels({tr("Point"), tr("Width")});
+    setHeader();
     m_tree->setUniformRowHeights(true);
     m_tree->setAlternatingRowColors(true);
     // A few rows at least, the rest scrolls: the dock fits a 700-px-high window (gui_x_check).
@@ -142,6 +141,7 @@ ModelSummaryView::ModelSummaryView(QWidget* parent) : QWidget(parent) {
     m_tree->header()->setStretchLastSection(false);
     m_tree->header()->setSectionResizeMode(0, QHeaderView::Stretch);
     m_tree->header()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+    m_tree->header()->setSectionResizeMode(2, QHeaderView::ResizeToContents);
     m_tree->setTextElideMode(Qt::ElideLeft);
     // A point (not a layer branch) made current, by click or keyboard, is announced.
     // A linear's row stands for the point it reads.
@@ -305,7 +305,7 @@ void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {
     m_tree->setUpdatesEnabled(false);
     m_metricName.clear();
     m_metric.clear();
-    m_tree->setColumnCount(2);
+    setHeader();
     for (int layer = 0; layer < config.numLayers; ++layer) {
         auto* layerItem = new QTreeWidgetItem(m_tree, {tr("Layer %1").arg(layer)});
         const QString prefix = QStringLiteral("layers.%1.").arg(layer);
@@ -338,7 +338,7 @@ void ModelSummaryView::fillTree(const latmix::model::ModelConfig& config) {
             QString shortName = name.startsWith(prefix) ? name.mid(prefix.size()) : name;
             if (shortName.count(QLatin1Char('.')) >= 2) shortName = shortName.section(QLatin1Char('.'), 1);
             if (shortName.endsWith(QLatin1String(".input"))) shortName.chop(6);
-            auto* item = new QTreeWidgetItem(layerItem, {shortName, QString::number(width)});
+            auto* item = new QTreeWidgetItem(layerItem, {shortName, QString::number(width), m_formats.value(name)});
             item->setData(0, Qt::UserRole, name);
             item->setData(1, Qt::UserRole, width);
             item->setTextAlignment(1, Qt::AlignRight | Qt::AlignVCenter);
@@ -476,26 +476,25 @@ void ModelSummaryView::setPointMetric(const QString& metric, const QMap<QString,
         lo = std::min(lo, std::log10(v));
         hi = std::max(hi, std::log10(v));
     }
-    m_tree->setColumnCount(3);
-    m_tree->setHeaderLabels({tr("Point"), tr("Width"), metric});
-    m_tree->header()->setSectionResizeMode(2, QHeaderView::ResizeToContents);
+    setHeader();
+    m_tree->header()->setSectionResizeMode(3, QHeaderView::ResizeToContents);
     for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
         QTreeWidgetItem* layer = m_tree->topLevelItem(i);
         for (int j = 0; j < layer->childCount(); ++j) {
             QTreeWidgetItem* item = layer->child(j);
             const auto it = m_metric.find(item->data(0, Qt::UserRole).toString());
             if (it == m_metric.end()) {
-                item->setText(2, QString());
-                for (int c = 0; c < 3; ++c) item->setBackground(c, QBrush());
+                item->setText(3, QString());
+                for (int c = 0; c < 4; ++c) item->setBackground(c, QBrush());
                 continue;
             }
             const double t = hi > lo ? (std::log10(it.value()) - lo) / (hi - lo) : 0.0;
             // Green (low) → red (high), pale enough for dark text on both themes.
             const QColor colour = QColor::fromHsvF((1.0 - t) / 3.0, 0.45, 0.95);
-            item->setText(2, QString::number(it.value(), 'g', 3));
-            item->setData(2, Qt::UserRole, it.value());
-            item->setTextAlignment(2, Qt::AlignRight | Qt::AlignVCenter);
-            for (int c = 0; c < 3; ++c) {
+            item->setText(3, QString::number(it.value(), 'g', 3));
+            item->setData(3, Qt::UserRole, it.value());
+            item->setTextAlignment(3, Qt::AlignRight | Qt::AlignVCenter);
+            for (int c = 0; c < 4; ++c) {
                 item->setBackground(c, colour);
                 item->setForeground(c, QColor(Qt::black));
             }
@@ -507,10 +506,40 @@ double ModelSummaryView::pointMetricShown(const QString& pointName) const {
     for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
         const QTreeWidgetItem* layer = m_tree->topLevelItem(i);
         for (int j = 0; j < layer->childCount(); ++j)
-            if (layer->child(j)->data(0, Qt::UserRole).toString() == pointName && !layer->child(j)->text(2).isEmpty())
-                return layer->child(j)->data(2, Qt::UserRole).toDouble();
+            if (layer->child(j)->data(0, Qt::UserRole).toString() == pointName && !layer->child(j)->text(3).isEmpty())
+                return layer->child(j)->data(3, Qt::UserRole).toDouble();
     }
     return std::numeric_limits<double>::quiet_NaN();
+}
+
+// Point, Width, Format, and the metric once one is shown.
+void ModelSummaryView::setHeader() {
+    QStringList labels{tr("Point"), tr("Width"), tr("Format")};
+    if (!m_metricName.isEmpty()) labels << m_metricName;
+    m_tree->setColumnCount(int(labels.size()));
+    m_tree->setHeaderLabels(labels);
+    m_tree->headerItem()->setToolTip(2, tr("The format of the linears reading the point in the run the Calibration tab "
+                                          "describes: its Format, or a Mixed precision rule's; bf16: kept"));
+}
+
+void ModelSummaryView::setPointFormats(const QMap<QString, QString>& formats) {
+    m_formats = formats;
+    for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
+        QTreeWidgetItem* layer = m_tree->topLevelItem(i);
+        for (int j = 0; j < layer->childCount(); ++j) {
+            QTreeWidgetItem* item = layer->child(j);
+            item->setText(2, formats.value(item->data(0, Qt::UserRole).toString()));
+        }
+    }
+}
+
+QString ModelSummaryView::pointFormatShown(const QString& pointName) const {
+    for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
+        const QTreeWidgetItem* layer = m_tree->topLevelItem(i);
+        for (int j = 0; j < layer->childCount(); ++j)
+            if (layer->child(j)->data(0, Qt::UserRole).toString() == pointName) return layer->child(j)->text(2);
+    }
+    return {};
 }
 
 } // namespace latmix::gui

@@ -44,10 +44,15 @@ public:
     int pointWidthShown(const QString& pointName) const;
 
     // Colours the points by a metric once it is known (the transform comparison's E(T)): a
-    // third column with the value and a background from green (lowest) to red (highest) on a
+    // fourth column with the value and a background from green (lowest) to red (highest) on a
     // log scale over the points that have a value. Values for the same metric name accumulate;
     // another name starts afresh. Cleared when another checkpoint is shown.
     void setPointMetric(const QString& metric, const QMap<QString, double>& values);
+    // The format each point's linears get in the run the Calibration form describes ("mxfp4",
+    // "mxfp8", "bf16"; run/FormatScheme's names), by full point name: the Format column. An empty
+    // map empties it (no model, or a scheme that does not resolve).
+    void setPointFormats(const QMap<QString, QString>& formats);
+    QString pointFormatShown(const QString& pointName) const; // "" when none
     QString pointMetricName() const { return m_metricName; }
     double pointMetricShown(const QString& pointName) const; // NaN when the point has none
 
@@ -97,6 +102,8 @@ private:
     QString m_device;
     QString m_metricName;
     QMap<QString, double> m_metric;
+    QMap<QString, QString> m_formats; // setPointFormats
+    void setHeader();
 };
 
 } // namespace latmix::gui
