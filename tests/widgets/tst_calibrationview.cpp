@@ -29,6 +29,7 @@
 #include "ExportDialog.h"
 #include "export/GgufFile.h"
 #include "JobRunner.h"
+#include "BlockDiagramView.h"
 #include "MainWindow.h"
 #include "ModelSummaryView.h"
 #include "TrainingDashboard.h"
@@ -277,6 +278,14 @@ private slots:
         v->setScheme("layers\\.0\\.self_attn\\.qkv = mxfp8");
         QCOMPARE(dock->pointFormatShown(qkv0), QString("mxfp8"));
         QCOMPARE(dock->pointFormatShown(qkv1), QString("mxfp4"));
+        // The block diagram's weight tags, layer 0 then layer 1.
+        auto* diagram = w.blockDiagramView();
+        diagram->resize(900, 600);
+        diagram->setLayer(0);
+        QCOMPARE(diagram->weightTagShown("q_proj"), QString("W: MXFP8"));
+        QCOMPARE(diagram->weightTagShown("o_proj"), QString("W: MXFP4"));
+        diagram->setLayer(1);
+        QCOMPARE(diagram->weightTagShown("v_proj"), QString("W: MXFP4"));
         auto* info = test::child<QLabel>(v, "schemeInfo");
         QVERIFY2(info->text().contains("bits per weight"), qPrintable(info->text()));
         v->setScheme("layers\\.99\\. = mxfp8");

@@ -207,6 +207,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     });
     connect(m_calibration, &CalibrationView::deviceChanged, m_summary, &ModelSummaryView::setDevice);
     connect(m_calibration, &CalibrationView::pointFormatsChanged, m_summary, &ModelSummaryView::setPointFormats);
+    connect(m_calibration, &CalibrationView::pointFormatsChanged, m_diagram, &BlockDiagramView::setPointFormats);
     // The Model dock's "keep in bf16" boxes are the Calibration form's --keep, for the model open.
     connect(m_summary, &ModelSummaryView::keptLinearsChanged, m_calibration,
             [this](const QStringList& modules) { m_calibration->setKeep(ModelSummaryView::keepRegex(modules)); });

@@ -70,7 +70,9 @@ QString pointRole(PointKind kind) {
 
 const QString kWeightTip = QStringLiteral("<p><b>W: MX</b>: the weights of every linear of the block are quantized "
                                           "(MX groups along the input dimension, RTN or GPTQ), with the folded "
-                                          "transforms already in them.</p>");
+                                          "transforms already in them. With a model open the tag names the format "
+                                          "the Calibration form gives the linear (its Mixed precision rule's, or the "
+                                          "Format; W: BF16 kept).</p>");
 
 // Lays the diagram out for one title point size and gap scale; `fits` says whether it fits the canvas.
 class Layouter {
@@ -87,7 +89,10 @@ public:
         m_padY = 0.25 * u;
         m_bw = adv(Role::Badge, QStringLiteral("T2")) + 0.7 * u;
         m_bh = h(Role::Badge) + 0.2 * u;
+        // One tag width for every box: the widest of the formats shown.
         m_tagW = adv(Role::Tag, weightTag()) + 0.5 * u;
+        for (const QString& f : m_info.formats)
+            if (!f.isEmpty()) m_tagW = std::max(m_tagW, adv(Role::Tag, QStringLiteral("W: ") + f.toUpper()) + 0.5 * u);
         m_tagH = h(Role::Tag) + 0.1 * u;
         m_m = 0.9 * u;
     }
@@ -101,6 +106,17 @@ private:
         QString tip;
     };
     static QString weightTag() { return QStringLiteral("W: MX"); }
+    // A linear's tag: its format when the form's scheme is known ("W: MXFP8", "W: BF16").
+    QString weightTag(const QString& module) const {
+        const QString f = m_info.formats[int(kindOf(module))];
+        return f.isEmpty() ? weightTag() : QStringLiteral("W: ") + f.toUpper();
+    }
+    static PointKind kindOf(const QString& module) {
+        if (module == QLatin1String("o_proj")) return PointKind::OProjInput;
+        if (module == QLatin1String("gate_proj") || module == QLatin1String("up_proj")) return PointKind::GateUpInput;
+        if (module == QLatin1String("down_proj")) return PointKind::DownProjInput;
+        return PointKind::QkvInput;
+    }
     double adv(Role r, const QString& t) const { return std::ceil(m_fm[int(r)].horizontalAdvance(t)) + 1; }
     double h(Role r) const { return m_fm[int(r)].height(); }
     Spec spec(const QString& module) const;
@@ -228,7 +244,7 @@ QRectF Layouter::place(const Spec& s, double cx, double top, double w, double hg
     if (linear) {
         const QRectF tag(title.right() + 0.4 * u, title.center().y() - m_tagH / 2, m_tagW, m_tagH);
         m_s.chips.push_back({tag, 3});
-        text(weightTag(), Role::Tag, tag.center().x(), tag.center().y(), true);
+        text(weightTag(s.module), Role::Tag, tag.center().x(), tag.center().y(), true);
         m_s.tips.push_back({tag, kWeightTip});
     }
     y += h(Role::Title);

@@ -27,6 +27,9 @@ struct BlockDiagramInfo {
     int experts = 0, expertsPerToken = 0; // a sparse (mixture-of-experts) layer: the MLP boxes are its experts
     std::array<QString, 4> points;
     std::array<int, 4> widths{}; // 0: unknown (no model)
+    // The format of the linears reading each point in the run the Calibration form describes
+    // ("mxfp4", "mxfp8", "bf16"; empty: unknown, tagged "MX"), in PointKind order.
+    std::array<QString, 4> formats;
 };
 
 struct BlockDiagramScene {

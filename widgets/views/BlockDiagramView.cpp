@@ -159,6 +159,20 @@ QString BlockDiagramView::currentPoint() const {
 
 void BlockDiagramView::invalidate() { m_scene.reset(); }
 
+void BlockDiagramView::setPointFormats(const QMap<QString, QString>& formats) {
+    m_formats = formats;
+    invalidate();
+    update();
+}
+
+QString BlockDiagramView::weightTagShown(const QString& module) const {
+    for (const auto& box : scene().boxes)
+        if (box.module == module)
+            for (const auto& t : scene().texts)
+                if (t.role == BlockDiagramScene::Role::Tag && box.rect.contains(t.rect.center())) return t.text;
+    return {};
+}
+
 // The largest title size (up to 1.5× the widget font) at which everything fits, then the largest
 // gap scale (up to 2×) at that size, the drawing centred vertically in what is left.
 const BlockDiagramScene& BlockDiagramView::scene() const {
@@ -185,6 +199,8 @@ const BlockDiagramScene& BlockDiagramView::scene() const {
                                                  .replace(QStringLiteral(".experts.0."), QStringLiteral(".experts.*."))
                                            : QString::fromStdString(model::pointName(info.layer, kind));
         if (m_config) info.widths[int(kind)] = model::pointWidth(*m_config, kind);
+        info.formats[int(kind)] = m_formats.value(perExpert ? QString::fromStdString(model::expertPointName(info.layer, 0, kind))
+                                                            : info.points[int(kind)]);
     }
     const QMargins mg = layout()->contentsMargins();
     QRectF canvas = QRectF(rect()).adjusted(mg.left(), mg.top() + m_header->sizeHint().height() + 6, -mg.right(),

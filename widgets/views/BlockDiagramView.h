@@ -11,6 +11,7 @@
 #include "model/ModelConfig.h"
 
 #include <QList>
+#include <QMap>
 #include <QPointF>
 #include <QRectF>
 #include <QString>
@@ -58,6 +59,10 @@ public:
     // demand, the same layout the next paint uses). Empty rects for what is not drawn.
     QRectF markerRect(latmix::model::PointKind kind) const;
     QRectF transformRect(int t) const; // t = 1, 2, 3: the T1 / T2 / T3 badge
+    // Each point's format in the run the Calibration form describes (CalibrationView::
+    // pointFormatsChanged): the linears' weight tags say it ("W: MXFP8"); empty: "W: MX".
+    void setPointFormats(const QMap<QString, QString>& formats);
+    QString weightTagShown(const QString& module) const; // the tag drawn on a linear's box ("q_proj")
     // Boxes by their Hugging Face module names: embed_tokens, input_layernorm, q_proj, k_proj,
     // v_proj, q_norm, k_norm (Qwen3 only), attention, o_proj, post_attention_layernorm,
     // gate_proj, up_proj, act_fn, down_proj, lm_head.
@@ -94,6 +99,7 @@ private:
     void updateHeader();
 
     std::optional<latmix::model::ModelConfig> m_config;
+    QMap<QString, QString> m_formats; // setPointFormats
     std::optional<latmix::model::PointKind> m_kind; // the selected point's kind
     QWidget* m_header = nullptr;
     QSpinBox* m_layerSpin = nullptr;
