@@ -5,6 +5,7 @@
 
 #include "report/SvgPlot.h"
 #include "run/RunCatalog.h"
+#include "run/RunColumns.h"
 #include "train/Distillation.h"
 #include "util/AtomicFile.h"
 #include "util/Runtime.h"
@@ -234,6 +235,9 @@ void writeResults(std::ostringstream& h, const run::RunSummary& s, const std::st
         h << "<tr data-key=\"" << esc(key) << "\"><th>" << esc(label) << "</th>" << numCell(v, present, f) << "</tr>\n";
     };
     using RS = run::RunSummary;
+    // The run's bits per weight: the runs table's column (run/RunColumns.h), its words and digits.
+    const run::RunColumn& bits = run::runColumn("bits_per_weight");
+    if (const auto v = bits.number(s)) row(bits.key, "bits per weight (the block scales counted)", *v, true, "%.2f");
     row("fp", "FP perplexity (original model)", s.fpPerplexity, RS::hasValue(s.fpPerplexity), "%.3f");
     if (RS::hasValue(s.foldedFpPerplexity))
         row("folded_fp", "folded FP perplexity (transforms folded, nothing quantized)", s.foldedFpPerplexity, true, "%.3f");

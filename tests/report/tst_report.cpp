@@ -246,6 +246,7 @@ private slots:
         QCOMPARE(resultCell(html, "recovery").first.toDouble(), recovery);
         QCOMPARE(resultCell(html, "recovery").second, QString::number(100 * recovery, 'f', 2) + " %");
         if (which == "rtn") {
+            QCOMPARE(resultCell(html, "bits_per_weight").second, QString("4.25")); // MXFP4: 4 + 8/32
             QCOMPARE(resultCell(html, "recovery").second, QString("80.00 %")); // 20 / 25
             const QJsonObject tasks = j["zeroshot"].toObject()["tasks"].toObject();
             QCOMPARE(tasks.size(), 2);
