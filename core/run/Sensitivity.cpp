@@ -1,5 +1,8 @@
 #include "run/Sensitivity.h"
 
+#include "run/quantize/MemoryEstimate.h"
+#include "util/OutOfMemory.h"
+
 #include "eval/KlDivergence.h"
 #include "eval/Perplexity.h"
 #include "model/Checkpoint.h"
@@ -190,6 +193,23 @@ void measureGroups(const model::ModelConfig& c, const model::LlamaWeights& weigh
 
 } // namespace
 
+std::int64_t sensitivityPeakBytes(const model::ModelConfig& c, std::int64_t storedParameters, const SensitivityRequest& r) {
+    const std::int64_t dtypeBytes = r.dtype == "float32" ? 4 : 2;
+    const std::int64_t T = r.seqLen, linear = c.layerLinearWeights() * c.numLayers;
+    const std::int64_t logits = 3 * T * c.vocabSize * 4; // logits, log-probabilities, their gradient
+    std::int64_t peak = storedParameters * dtypeBytes + logits;
+    if (r.estimate) {
+        // Per layer, what autograd keeps for the backward pass: the stream and its norms, q/k/v and
+        // the attention output, the MLP's three intermediates, the attention probabilities.
+        const std::int64_t heads = c.numHeads, q = heads * c.headDim, kv = c.numKvHeads * c.headDim;
+        const std::int64_t width = c.moe ? std::max<std::int64_t>(c.intermediateSize, c.moe->expertsPerToken * c.moe->expertWidth)
+                                         : c.intermediateSize;
+        const std::int64_t perLayer = T * (4 * c.hiddenSize + 2 * q + 2 * kv + 3 * width) + heads * T * T;
+        peak += 8 * linear + 4 * perLayer * c.numLayers;
+    }
+    return peak;
+}
+
 SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job) {
     const auto started = std::chrono::steady_clock::now();
     std::vector<std::optional<mx::MxConfig>> formats;
@@ -211,6 +231,16 @@ SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job
     t.model = r.modelDir, t.calibration = r.calibrationSource, t.seqLen = r.seqLen, t.groups = model::fusionGroups(c);
     const auto dtype = model::parseDtype(r.dtype);
     const auto device = model::parseDevice(r.device);
+    const std::string remedies = std::string(r.estimate ? "--no-estimate (the estimate keeps float32 copies of the linears "
+                                                          "and their gradients, 8 bytes a weight), " : "") +
+                                 (r.dtype == "float32" ? "--dtype bfloat16, " : "") + "a shorter --seqlen, or a GPU (--device cuda)";
+    if (device.is_cpu()) {
+        const std::int64_t available = r.availableBytes > 0 ? r.availableBytes : availableHostMemory();
+        const std::int64_t peak = sensitivityPeakBytes(c, ck.parameterCount(), r);
+        if (available > 0 && peak > available)
+            throw std::runtime_error("the sensitivity of " + r.modelDir + " needs about " + gibText(peak) + " at peak and " +
+                                     gibText(available) + " is available; try " + remedies);
+    }
     const auto weights = model::loadWeights(ck, dtype, device);
     // Progress: the reference, each group and format, and the estimate's pass (about one forward
     // and backward: counted as three forward passes).
@@ -218,14 +248,17 @@ SensitivityTable measureSensitivity(const SensitivityRequest& r, JobContext& job
     const auto windows = eval::evaluationWindows(c.maxPositions, r.calibrationIds.size(), {r.seqLen, r.windows});
     t.windows = windows.count, t.seqLen = windows.seqLen;
     t.tokens = static_cast<std::int64_t>(windows.count) * (windows.seqLen - 1);
-    if (r.measure) measureGroups(c, weights, formats, r, passes, t, job);
+    if (r.measure)
+        guardMemory("the measured KL of each group", "try " + remedies, [&] { measureGroups(c, weights, formats, r, passes, t, job); });
     t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (r.estimate) {
         const auto estimateStarted = std::chrono::steady_clock::now();
         std::vector<mx::MxConfig> quantized;
         for (const auto& f : formats) quantized.push_back(*f);
         SubJob sub(job, 1 - 3 / passes, 1, "");
-        t.estimate = estimateScores(c, weights, t.groups, quantized, r.calibrationIds, r.seqLen, r.windows, sub);
+        t.estimate = guardMemory("the sensitivity estimate (one backward pass a window)", "try " + remedies, [&] {
+            return estimateScores(c, weights, t.groups, quantized, r.calibrationIds, r.seqLen, r.windows, sub);
+        });
         t.estimateSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - estimateStarted).count();
         for (std::size_t k = 0; k < quantized.size() && r.measure; ++k) {
             std::vector<double> measured, estimated;

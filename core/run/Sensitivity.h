@@ -26,7 +26,16 @@ struct SensitivityRequest {
     std::string device = "cpu";
     bool estimate = true; // the first-order estimate beside the measured KL
     bool measure = true;  // the measured KL (groups × formats passes); false: the estimate alone
+    // The memory a CPU run may use; 0: what the host has available now (tests set less).
+    std::int64_t availableBytes = 0;
 };
+
+// The peak memory of measureSensitivity, roughly (the largest terms): the weights in the request's
+// dtype; the measured KL adds one window's logits and log-probabilities; the estimate adds the
+// block linears as float32 leaves and their gradients (8 bytes a weight) and the activations one
+// window's backward pass keeps. storedParameters: the checkpoint's parameter count.
+std::int64_t sensitivityPeakBytes(const model::ModelConfig& config, std::int64_t storedParameters,
+                                  const SensitivityRequest& request);
 
 struct SensitivityTable {
     std::string model, calibration;
@@ -50,7 +59,9 @@ struct SensitivityTable {
 
 // Groups × formats passes over the windows, one more for the reference, and one forward and
 // backward pass for the estimate (request.estimate). Progress per pass with
-// the group and format; honours cancel between windows. Throws naming the format or file.
+// the group and format; honours cancel between windows. Throws naming the format or file, and on
+// the CPU before loading anything when sensitivityPeakBytes exceeds the memory available (naming
+// both and the ways out); an allocation that fails later is reported with the same ways out.
 SensitivityTable measureSensitivity(const SensitivityRequest& request, JobContext& job = silentJob());
 
 // Spearman's rank correlation of two equally long lists (ties take their mean rank); NaN when

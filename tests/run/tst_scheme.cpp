@@ -98,6 +98,34 @@ private slots:
         QVERIFY2(bad.pointFormats.empty() && bad.error.find("layers\\.99\\.") != std::string::npos, bad.error.c_str());
     }
 
+    // latmix sensitivity checks its memory before loading anything. On Llama-3.2-1B's shape the
+    // estimate costs at least 8 bytes a block-linear weight beyond the measured KL's peak (its
+    // float32 copies and their gradients): 8 · 16 · 2048 · 29696 bytes. Over the memory available
+    // a run is refused naming both amounts and the ways out (--no-estimate only when it estimates).
+    void sensitivityMemoryIsChecked() {
+        const auto big = configNamed("llama-3.2-1b");
+        run::SensitivityRequest r;
+        r.seqLen = 512;
+        const std::int64_t withEstimate = run::sensitivityPeakBytes(big, 1235814400, r);
+        r.estimate = false;
+        const std::int64_t measuredOnly = run::sensitivityPeakBytes(big, 1235814400, r);
+        QVERIFY2(withEstimate - measuredOnly >= 8LL * 16 * 2048 * 29696,
+                 qPrintable(QString("%1 vs %2").arg(withEstimate).arg(measuredOnly)));
+        const QString dir = m_tmp.filePath("models/llama-small");
+        const auto c = configNamed("llama-small");
+        test::moeModel(dir, c.toJsonText(), "llama-small");
+        r = run::SensitivityRequest{};
+        r.modelDir = dir.toStdString();
+        r.calibrationIds = test::randomIds(4 * 24, c.vocabSize, 3);
+        r.seqLen = 24, r.windows = 2;
+        r.availableBytes = 4096;
+        QString e = test::errorOf([&] { run::measureSensitivity(r); });
+        QVERIFY2(e.contains("needs about") && e.contains("is available") && e.contains("--no-estimate"), qPrintable(e));
+        r.estimate = false;
+        e = test::errorOf([&] { run::measureSensitivity(r); });
+        QVERIFY2(e.contains("needs about") && !e.contains("--no-estimate") && e.contains("--dtype bfloat16"), qPrintable(e));
+    }
+
     // Weights per group from the published shapes, worked by hand:
     // Llama-3.2-1B: hidden 2048, 32 heads and 8 KV heads of 64, MLP 8192, 16 layers;
     // Qwen3-30B-A3B: hidden 2048, 32 heads and 4 KV heads of 128, 128 experts of 768, 48 layers.
