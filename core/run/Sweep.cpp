@@ -1,5 +1,7 @@
 #include "run/Sweep.h"
 
+#include "run/RunColumns.h"
+
 #include "eval/ZeroShotTasks.h"
 #include "run/PrepareRun.h"
 #include "run/RunCatalog.h"
@@ -183,15 +185,7 @@ SweepRecord readSweepRecord(const SweepCell& cell, const std::string& latmixJson
     r.format = cell.format;
     r.variant = cell.variant;
     r.seed = cell.seed;
-    r.fpPerplexity = s.fpPerplexity;
-    r.w4a4Perplexity = s.w4a4Perplexity;
-    r.weightsOnlyPerplexity = s.weightsOnlyPerplexity;
-    r.foldedPerplexity = s.foldedFpPerplexity;
-    if (s.kl.present()) r.meanKl = s.kl.mean, r.klP99 = s.kl.p99, r.top1 = s.kl.top1;
-    r.finalObjective = s.finalObjective;
-    r.zeroShotAverage = s.zeroShotAverage;
-    r.trainSeconds = s.trainSeconds;
-    r.totalSeconds = s.totalSeconds;
+    r.run = std::move(s);
     return r;
 }
 
@@ -274,27 +268,42 @@ SweepResult runSweep(const SweepGrid& grid, const std::string& outDir, JobContex
     return result;
 }
 
+namespace {
+
+// The results a sweep's tables give per cell, as the runs table names them (run/RunColumns.h).
+const std::vector<std::string>& sweepColumns() {
+    static const std::vector<std::string> keys = {"w4a4_ppl",      "kl_mean",          "kl_p99",          "top1_agreement",
+                                                  "weights_only_ppl", "fp_ppl",        "folded_fp_ppl",   "final_objective",
+                                                  "zeroshot_average", "bits_per_weight", "train_seconds", "total_seconds"};
+    return keys;
+}
+
+} // namespace
+
 std::string sweepCsv(const std::vector<SweepRecord>& records) {
     std::ostringstream s;
-    s << "cell,method,format,variant,seed,fp_ppl,w4a4_ppl,weights_only_ppl,folded_fp_ppl,kl_mean,kl_p99,top1_agreement,"
-         "final_objective,zeroshot_average,train_seconds,total_seconds\n";
-    auto opt = [](double v, bool present) { return present ? fixed(v, 6) : std::string(); };
-    for (const auto& r : records)
-        s << r.name << "," << r.method << "," << r.format << ",\"" << r.variant << "\"," << r.seed << ","
-          << opt(r.fpPerplexity, r.fpPerplexity > 0) << "," << opt(r.w4a4Perplexity, r.w4a4Perplexity > 0) << ","
-          << opt(r.weightsOnlyPerplexity, r.weightsOnlyPerplexity > 0) << ","
-          << opt(r.foldedPerplexity, r.foldedPerplexity > 0) << "," << opt(r.meanKl, r.meanKl >= 0) << ","
-          << opt(r.klP99, r.klP99 >= 0) << "," << opt(r.top1, r.top1 >= 0) << "," << opt(r.finalObjective, r.finalObjective >= 0) << ","
-          << opt(r.zeroShotAverage, r.zeroShotAverage >= 0) << "," << fixed(r.trainSeconds, 1) << ","
-          << fixed(r.totalSeconds, 1) << "\n";
+    s << "cell,method,format,variant,seed";
+    for (const auto& key : sweepColumns()) s << "," << key;
+    s << "\n";
+    for (const auto& r : records) {
+        s << r.name << "," << r.method << "," << r.format << ",\"" << r.variant << "\"," << r.seed;
+        for (const auto& key : sweepColumns()) {
+            const auto v = runColumn(key).number(r.run);
+            s << "," << (v ? util::exactNumber(*v) : std::string());
+        }
+        s << "\n";
+    }
     return s.str();
 }
 
 std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGrid) {
-    // Rows: method x format x variant in the order first seen; the seeds aggregated.
+    // Rows: method x format x variant in the order first seen; each column's values over the seeds
+    // (absent ones left out), shown as the runs table shows them (scale, digits).
+    const auto& keys = sweepColumns();
     struct Row {
         std::string method, format, variant;
-        std::vector<double> fp, w4a4, kl, top1, weightsOnly, folded, objective, zeroShot, train, total;
+        int seeds = 0;
+        std::vector<std::vector<double>> values; // per sweep column
     };
     std::vector<Row> rows;
     for (const auto& r : records) {
@@ -302,51 +311,54 @@ std::string sweepMarkdown(const std::vector<SweepRecord>& records, int cellsInGr
             return x.method == r.method && x.format == r.format && x.variant == r.variant;
         });
         if (it == rows.end()) {
-            rows.push_back({r.method, r.format, r.variant, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}});
+            rows.push_back({r.method, r.format, r.variant, 0, std::vector<std::vector<double>>(keys.size())});
             it = rows.end() - 1;
         }
-        if (r.fpPerplexity > 0) it->fp.push_back(r.fpPerplexity);
-        if (r.w4a4Perplexity > 0) it->w4a4.push_back(r.w4a4Perplexity);
-        if (r.meanKl >= 0) it->kl.push_back(r.meanKl);
-        if (r.top1 >= 0) it->top1.push_back(r.top1);
-        if (r.weightsOnlyPerplexity > 0) it->weightsOnly.push_back(r.weightsOnlyPerplexity);
-        if (r.foldedPerplexity > 0) it->folded.push_back(r.foldedPerplexity);
-        if (r.finalObjective >= 0) it->objective.push_back(r.finalObjective);
-        if (r.zeroShotAverage >= 0) it->zeroShot.push_back(r.zeroShotAverage);
-        it->train.push_back(r.trainSeconds);
-        it->total.push_back(r.totalSeconds);
+        ++it->seeds;
+        for (std::size_t k = 0; k < keys.size(); ++k) {
+            const RunColumn& c = runColumn(keys[k]);
+            if (const auto v = c.number(r.run)) it->values[k].push_back(*v * c.scale);
+        }
     }
+    const std::size_t quantized = std::size_t(std::find(keys.begin(), keys.end(), "w4a4_ppl") - keys.begin());
     bool variants = false;
     for (const auto& r : rows) variants = variants || !r.variant.empty();
     std::vector<std::string> formats;
     for (const auto& r : rows) formats.push_back(r.format);
     std::ostringstream s;
-    s << "| method | format |" << (variants ? " variant |" : "") << " seeds | " << mx::precisionLabel(formats)
-      << " ppl | vs best | KL | top-1 | weights-only ppl | "
-      << "FP ppl | folded FP ppl | final objective | zero-shot avg | train s | total s |\n";
-    s << "|---|---|" << (variants ? "---|" : "") << "---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    s << "| method | format |" << (variants ? " variant |" : "") << " seeds |";
+    std::string rule = "|---|---|" + std::string(variants ? "---|" : "") + "---:|";
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+        const RunColumn& c = runColumn(keys[k]);
+        s << " " << (k == quantized ? mx::precisionLabel(formats) + " ppl" : c.label) << " |" << (k == quantized ? " vs best |" : "");
+        rule += k == quantized ? "---:|---|" : "---:|";
+    }
+    s << "\n" << rule << "\n";
     for (const auto& r : rows) {
         // The best quantized perplexity among the rows of this format (and variant set), and whether
         // this row is it or within noise of it.
+        const auto& mine = r.values[quantized];
         const Row* best = nullptr;
         for (const auto& x : rows)
-            if (x.format == r.format && !x.w4a4.empty() && (!best || util::mean(x.w4a4) < util::mean(best->w4a4))) best = &x;
+            if (x.format == r.format && !x.values[quantized].empty() &&
+                (!best || util::mean(x.values[quantized]) < util::mean(best->values[quantized])))
+                best = &x;
         std::string vs;
-        if (best && !r.w4a4.empty()) {
+        if (best && !mine.empty()) {
+            const auto& theirs = best->values[quantized];
             if (best == &r) vs = "best";
-            else if (std::abs(util::mean(r.w4a4) - util::mean(best->w4a4)) <= stdOf(r.w4a4) + stdOf(best->w4a4)) vs = "within noise";
+            else if (std::abs(util::mean(mine) - util::mean(theirs)) <= stdOf(mine) + stdOf(theirs)) vs = "within noise";
         }
-        s << "| " << r.method << " | " << r.format << " |" << (variants ? " " + r.variant + " |" : "") << " "
-          << r.total.size() << " | " << meanStd(r.w4a4, 3) << " | " << vs << " | " << meanStd(r.kl, 4) << " | "
-          << meanStd(r.top1, 3) << " | " << meanStd(r.weightsOnly, 3) << " | " << meanStd(r.fp, 3) << " | " << meanStd(r.folded, 3) << " | "
-          << meanStd(r.objective, 4) << " | " << meanStd(r.zeroShot, 4) << " | "
-          << fixed(util::mean(r.train), 1) << " | " << fixed(util::mean(r.total), 1) << " |\n";
+        s << "| " << r.method << " | " << r.format << " |" << (variants ? " " + r.variant + " |" : "") << " " << r.seeds << " |";
+        for (std::size_t k = 0; k < keys.size(); ++k)
+            s << " " << meanStd(r.values[k], runColumn(keys[k]).digits) << " |" << (k == quantized ? " " + vs + " |" : "");
+        s << "\n";
     }
     s << "\n" << records.size() << " of " << cellsInGrid << " cells finished";
     s << (static_cast<int>(records.size()) < cellsInGrid ? " (the sweep was interrupted or is running: run it again to go on)" : "")
       << ". Mean ± sample standard deviation over seeds; \"within noise\": |difference to the best| <= the sum of "
-         "their standard deviations. KL: mean KL(FP ‖ quantized) per token on the perplexity windows (nats); top-1: the "
-         "share of those tokens whose most likely next token is the FP model's.\n";
+         "their standard deviations. KL: mean KL(FP ‖ quantized) per token on the perplexity windows (nats); Top-1: the "
+         "percentage of those tokens whose most likely next token is the FP model's; Bits: per weight, scales counted.\n";
     return s.str();
 }
 

@@ -16,6 +16,7 @@
 // init, init_noise, granularity, t1_bias, t2_bias, eval_tasks, eval_limit, device, checkpoint_every, calib.
 // A path in the grid (model, calib) is relative to the grid file's folder.
 #include "run/QuantizeRun.h"
+#include "run/RunCatalog.h"
 #include "util/Job.h"
 
 #include <cstdint>
@@ -46,14 +47,9 @@ SweepGrid readSweepGrid(const std::string& gridPath, const std::string& modelOve
 // What the table shows of a finished cell, read back from its latmix.json (run::readRunSummary,
 // run/RunCatalog.h); errors name the file.
 struct SweepRecord {
-    std::string name, method, format, variant;
+    std::string name, method, format, variant; // the cell
     std::uint64_t seed = 0;
-    double fpPerplexity = 0, w4a4Perplexity = 0, weightsOnlyPerplexity = 0; // 0: not evaluated
-    double foldedPerplexity = 0;                                            // transformed methods: folded, unquantized
-    double meanKl = -1, klP99 = -1, top1 = -1; // KL(FP ‖ W4A4) per token, its 99th percentile, top-1 agreement; < 0: none
-    double finalObjective = -1;                                                    // learned methods: the last step's objective term
-    double zeroShotAverage = -1;                                            // < 0: no zero-shot tasks
-    double trainSeconds = 0, totalSeconds = 0;
+    RunSummary run; // its results: the tables take their columns from run/RunColumns.h
 };
 SweepRecord readSweepRecord(const SweepCell& cell, const std::string& latmixJson);
 

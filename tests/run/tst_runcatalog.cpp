@@ -166,14 +166,14 @@ private slots:
         cell.name = "cell";
         cell.method = "latmix-qr";
         const run::SweepRecord r = run::readSweepRecord(cell, s.latmixJson());
-        QCOMPARE(r.fpPerplexity, 20.0);
-        QCOMPARE(r.w4a4Perplexity, 25.0);
-        QCOMPARE(r.foldedPerplexity, 20.5);
-        QCOMPARE(r.weightsOnlyPerplexity, 21.25);
-        QCOMPARE(r.finalObjective, 0.125);
-        QCOMPARE(r.zeroShotAverage, 0.375);
-        QCOMPARE(r.trainSeconds, 12.5);
-        QCOMPARE(r.totalSeconds, 15.75);
+        QCOMPARE(r.run.fpPerplexity, 20.0);
+        QCOMPARE(r.run.w4a4Perplexity, 25.0);
+        QCOMPARE(r.run.foldedFpPerplexity, 20.5);
+        QCOMPARE(r.run.weightsOnlyPerplexity, 21.25);
+        QCOMPARE(r.run.finalObjective, 0.125);
+        QCOMPARE(r.run.zeroShotAverage, 0.375);
+        QCOMPARE(r.run.trainSeconds, 12.5);
+        QCOMPARE(r.run.totalSeconds, 15.75);
     }
 
     // What a method without training or evaluation leaves: absent numbers under the header's

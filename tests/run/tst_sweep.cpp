@@ -177,25 +177,26 @@ private slots:
         QCOMPARE(int(r.records.size()), 3);
         QVERIFY(readAll(out + "/results.md").contains("3 of 3 cells finished."));
         for (const auto& rec : r.records) {
-            QVERIFY(rec.w4a4Perplexity > 1);
+            QVERIFY(rec.run.w4a4Perplexity > 1);
             const auto again = run::readSweepRecord(g.cells[0], (out + "/cells/" + QString::fromStdString(rec.name) + "/latmix.json").toStdString());
-            QCOMPARE(again.w4a4Perplexity, rec.w4a4Perplexity);
+            QCOMPARE(again.run.w4a4Perplexity, rec.run.w4a4Perplexity);
         }
         // The two cells run now share one FP pass (same text, windows, device): its two windows
         // once, not twice; the number is the one the first process measured, bit for bit.
         QCOMPARE(fpStage.count, 2);
-        QVERIFY(r.records[0].fpPerplexity > 1);
-        QCOMPARE(r.records[1].fpPerplexity, r.records[0].fpPerplexity);
-        QCOMPARE(r.records[2].fpPerplexity, r.records[0].fpPerplexity);
+        QVERIFY(r.records[0].run.fpPerplexity > 1);
+        QCOMPARE(r.records[1].run.fpPerplexity, r.records[0].run.fpPerplexity);
+        QCOMPARE(r.records[2].run.fpPerplexity, r.records[0].run.fpPerplexity);
         // The progress covers the two cells run now, not the skipped one: ETAs derive from it.
         QCOMPARE(fpStage.cellEnds, (std::vector<double>{0.0, 0.5, 1.0}));
         QVERIFY(fpStage.monotone);
         // RTN reads no calibration: both seeds give the same model.
-        QCOMPARE(r.records[0].w4a4Perplexity, r.records[1].w4a4Perplexity);
+        QCOMPARE(r.records[0].run.w4a4Perplexity, r.records[1].run.w4a4Perplexity);
     }
 
-    // The Markdown table by hand: seeds 10 and 12 -> 11.000 ± 1.414 (sample std); a row at 11.5
-    // (one seed, std 0) is within noise of it (0.5 <= 1.414), one at 20 is not.
+    // The Markdown table by hand: seeds 10 and 12 -> 11.00 ± 1.41 (sample std); a row at 11.5
+    // (one seed, std 0) is within noise of it (0.5 <= 1.414), one at 20 is not. The CSV holds each
+    // cell's numbers under the runs table's keys, exact.
     void tableByHand() {
         auto rec = [](const char* method, double ppl, std::uint64_t seed) {
             run::SweepRecord r;
@@ -203,16 +204,18 @@ private slots:
             r.method = method;
             r.format = "mxfp4";
             r.seed = seed;
-            r.w4a4Perplexity = ppl;
-            r.fpPerplexity = 9;
-            r.totalSeconds = 2;
+            r.run.w4a4Perplexity = ppl;
+            r.run.fpPerplexity = 9;
+            r.run.totalSeconds = 2;
+            r.run.bitsPerWeight = 4.25;
             return r;
         };
         const std::vector<run::SweepRecord> records = {rec("a", 10, 0), rec("a", 12, 1), rec("b", 11.5, 0), rec("c", 20, 0)};
         const QString md = QString::fromStdString(run::sweepMarkdown(records, 5));
-        QVERIFY2(md.contains("| a | mxfp4 | 2 | 11.000 ± 1.414 | best |"), qPrintable(md));
-        QVERIFY2(md.contains("| b | mxfp4 | 1 | 11.500 | within noise |"), qPrintable(md));
-        QVERIFY2(md.contains("| c | mxfp4 | 1 | 20.000 |  |"), qPrintable(md));
+        QVERIFY2(md.contains("| a | mxfp4 | 2 | 11.00 ± 1.41 | best |"), qPrintable(md));
+        QVERIFY2(md.contains("| b | mxfp4 | 1 | 11.50 | within noise |"), qPrintable(md));
+        QVERIFY2(md.contains("| c | mxfp4 | 1 | 20.00 |  |"), qPrintable(md));
+        QVERIFY2(md.contains("| 4.25 |"), qPrintable(md)); // bits per weight
         QVERIFY(md.contains("4 of 5 cells finished"));
         // The quantized column is named by the formats' bits: W4A4 here; with an 8-bit row, which
         // is the best of its own format, "quantized".
@@ -221,20 +224,33 @@ private slots:
         mixed.push_back(rec("c", 30, 0));
         mixed.back().format = "mxfp8_e4m3";
         const QString mixedMd = QString::fromStdString(run::sweepMarkdown(mixed, 6));
-        QVERIFY2(mixedMd.contains("| seeds | quantized ppl | vs best |") && mixedMd.contains("| c | mxfp8_e4m3 | 1 | 30.000 | best |"),
+        QVERIFY2(mixedMd.contains("| seeds | quantized ppl | vs best |") && mixedMd.contains("| c | mxfp8_e4m3 | 1 | 30.00 | best |"),
                  qPrintable(mixedMd));
+        auto csvCell = [](const QString& csv, int row, const QString& column) {
+            const QStringList lines = csv.split('\n', Qt::SkipEmptyParts);
+            const int c = lines[0].split(',').indexOf(column);
+            return c < 0 ? QString("<no %1>").arg(column) : lines[row].split(',').value(c);
+        };
         QString csv = QString::fromStdString(run::sweepCsv(records));
-        QVERIFY2(csv.contains("a-s1,a,mxfp4,\"\",1,9.000000,12.000000,,,,,,,,0.0,2.0"), qPrintable(csv));
-        // The KL columns: the seeds' mean KL (0.1, 0.3 -> 0.2000 ± 0.1414) and top-1 agreement.
+        QCOMPARE(csvCell(csv, 2, "cell"), QString("a-s1"));
+        QCOMPARE(csvCell(csv, 2, "w4a4_ppl"), QString("12"));
+        QCOMPARE(csvCell(csv, 2, "fp_ppl"), QString("9"));
+        QCOMPARE(csvCell(csv, 2, "bits_per_weight"), QString("4.25"));
+        QCOMPARE(csvCell(csv, 2, "kl_mean"), QString()); // absent
+        QCOMPARE(csvCell(csv, 2, "total_seconds"), QString("2"));
+        // The KL columns: the seeds' mean KL (0.1, 0.3 -> 0.2000 ± 0.1414) and top-1 agreement in
+        // percent (80, 60 -> 70.0 ± 14.1).
         auto withKl = records;
-        withKl[0].meanKl = 0.1, withKl[0].klP99 = 0.5, withKl[0].top1 = 0.8;
-        withKl[1].meanKl = 0.3, withKl[1].klP99 = 0.9, withKl[1].top1 = 0.6;
+        for (int i : {0, 1}) withKl[i].run.kl.tokens = 100;
+        withKl[0].run.kl.mean = 0.1, withKl[0].run.kl.p99 = 0.5, withKl[0].run.kl.top1 = 0.8;
+        withKl[1].run.kl.mean = 0.3, withKl[1].run.kl.p99 = 0.9, withKl[1].run.kl.top1 = 0.6;
         const QString klMd = QString::fromStdString(run::sweepMarkdown(withKl, 5));
-        QVERIFY2(klMd.contains("| W4A4 ppl | vs best | KL | top-1 |") &&
-                     klMd.contains("| a | mxfp4 | 2 | 11.000 ± 1.414 | best | 0.2000 ± 0.1414 | 0.700 ± 0.141 |"),
+        QVERIFY2(klMd.contains("| W4A4 ppl | vs best | KL | KL p99 | Top-1 |") &&
+                     klMd.contains("| a | mxfp4 | 2 | 11.00 ± 1.41 | best | 0.2000 ± 0.1414 | 0.7000 ± 0.2828 | 70.0 ± 14.1 |"),
                  qPrintable(klMd));
         csv = QString::fromStdString(run::sweepCsv(withKl));
-        QVERIFY2(csv.contains("a-s1,a,mxfp4,\"\",1,9.000000,12.000000,,,0.300000,0.900000,0.600000,,,0.0,2.0"), qPrintable(csv));
+        QCOMPARE(csvCell(csv, 2, "kl_mean"), QString("0.3"));
+        QCOMPARE(csvCell(csv, 2, "top1_agreement"), QString("0.6"));
     }
 };
 
