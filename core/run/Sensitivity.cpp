@@ -194,7 +194,7 @@ void measureGroups(const model::ModelConfig& c, const model::LlamaWeights& weigh
 } // namespace
 
 std::int64_t sensitivityPeakBytes(const model::ModelConfig& c, std::int64_t storedParameters, const SensitivityRequest& r) {
-    const std::int64_t dtypeBytes = r.dtype == "float32" ? 4 : 2;
+    const std::int64_t dtypeBytes = static_cast<std::int64_t>(c10::elementSize(model::parseDtype(r.dtype)));
     const std::int64_t T = r.seqLen, linear = c.layerLinearWeights() * c.numLayers;
     const std::int64_t logits = 3 * T * c.vocabSize * 4; // logits, log-probabilities, their gradient
     std::int64_t peak = storedParameters * dtypeBytes + logits;

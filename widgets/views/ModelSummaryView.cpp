@@ -430,14 +430,19 @@ int ModelSummaryView::pointCount() const {
     return n;
 }
 
-int ModelSummaryView::pointWidthShown(const QString& pointName) const {
+// The tree's row of a point (its full name in the row's data), null when it has none.
+QTreeWidgetItem* ModelSummaryView::pointItem(const QString& pointName) const {
     for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
-        const QTreeWidgetItem* layer = m_tree->topLevelItem(i);
+        QTreeWidgetItem* layer = m_tree->topLevelItem(i);
         for (int j = 0; j < layer->childCount(); ++j)
-            if (layer->child(j)->data(0, Qt::UserRole).toString() == pointName)
-                return layer->child(j)->text(1).toInt();
+            if (layer->child(j)->data(0, Qt::UserRole).toString() == pointName) return layer->child(j);
     }
-    return -1;
+    return nullptr;
+}
+
+int ModelSummaryView::pointWidthShown(const QString& pointName) const {
+    const QTreeWidgetItem* item = pointItem(pointName);
+    return item ? item->text(1).toInt() : -1;
 }
 
 bool ModelSummaryView::selectPoint(const QString& pointName) {
@@ -503,13 +508,8 @@ void ModelSummaryView::setPointMetric(const QString& metric, const QMap<QString,
 }
 
 double ModelSummaryView::pointMetricShown(const QString& pointName) const {
-    for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
-        const QTreeWidgetItem* layer = m_tree->topLevelItem(i);
-        for (int j = 0; j < layer->childCount(); ++j)
-            if (layer->child(j)->data(0, Qt::UserRole).toString() == pointName && !layer->child(j)->text(3).isEmpty())
-                return layer->child(j)->data(3, Qt::UserRole).toDouble();
-    }
-    return std::numeric_limits<double>::quiet_NaN();
+    const QTreeWidgetItem* item = pointItem(pointName);
+    return item && !item->text(3).isEmpty() ? item->data(3, Qt::UserRole).toDouble() : std::numeric_limits<double>::quiet_NaN();
 }
 
 // Point, Width, Format, and the metric once one is shown.
@@ -534,12 +534,8 @@ void ModelSummaryView::setPointFormats(const QMap<QString, QString>& formats) {
 }
 
 QString ModelSummaryView::pointFormatShown(const QString& pointName) const {
-    for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
-        const QTreeWidgetItem* layer = m_tree->topLevelItem(i);
-        for (int j = 0; j < layer->childCount(); ++j)
-            if (layer->child(j)->data(0, Qt::UserRole).toString() == pointName) return layer->child(j)->text(2);
-    }
-    return {};
+    const QTreeWidgetItem* item = pointItem(pointName);
+    return item ? item->text(2) : QString();
 }
 
 } // namespace latmix::gui

@@ -15,6 +15,7 @@ class QFormLayout;
 class QLabel;
 class QStackedWidget;
 class QTreeWidget;
+class QTreeWidgetItem;
 
 namespace latmix::gui {
 
@@ -104,6 +105,7 @@ private:
     QMap<QString, double> m_metric;
     QMap<QString, QString> m_formats; // setPointFormats
     void setHeader();
+    QTreeWidgetItem* pointItem(const QString& pointName) const;
 };
 
 } // namespace latmix::gui

@@ -65,11 +65,12 @@ QStandardItem* textItem(const QString& text, const QString& tip = QString()) {
     return item;
 }
 
-// A number cell: shown with `decimals`, sorted by value; absent (as core's RunSummary::hasValue
-// says) shows "–" and sorts below every value.
-QStandardItem* numberItem(double v, bool present, int decimals, double shownFactor = 1) {
-    auto* item = new QStandardItem(present ? QString::number(v * shownFactor, 'f', decimals) : QStringLiteral("–"));
-    item->setData(present ? v : -std::numeric_limits<double>::infinity(), RunsView::kSortRole);
+// A number cell of a run column: shown as core writes it (run::cellText: its scale and digits),
+// sorted by value; absent (as core's RunSummary::hasValue says) shows "–" and sorts below every value.
+QStandardItem* numberItem(const latmix::run::RunColumn& column, const latmix::run::RunSummary& run) {
+    const auto v = column.number(run);
+    auto* item = new QStandardItem(v ? QString::fromStdString(latmix::run::cellText(column, run)) : QStringLiteral("–"));
+    item->setData(v ? *v : -std::numeric_limits<double>::infinity(), RunsView::kSortRole);
     item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
     item->setEditable(false);
     return item;
@@ -344,8 +345,7 @@ void RunsView::fillTable() {
             } else if (c->text) {
                 row << textItem(QString::fromStdString(c->text(r)));
             } else {
-                const auto v = c->number(r);
-                row << numberItem(v.value_or(0), v.has_value(), c->digits, c->scale);
+                row << numberItem(*c, r);
             }
         }
         m_model->appendRow(row);

@@ -267,13 +267,16 @@ QWidget* TrainingDashboard::createPlots() {
     return scroll;
 }
 
+// The cells that show a training (curves, metrics, A1's maps), in grid order.
+QList<QWidget*> TrainingDashboard::trainingCells() const {
+    return {m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot, m_heatCell};
+}
+
 void TrainingDashboard::reflowPlots(int width) {
     // The training's cells are hidden for a method that learns nothing (GPTQ, RTN, QuaRot): then
     // the layers' errors are all there is to watch, at the whole width.
     QList<QWidget*> cells;
-    for (QWidget* c : {static_cast<QWidget*>(m_layerErrors->plot()), static_cast<QWidget*>(m_lossPlot),
-                       static_cast<QWidget*>(m_volPlot), static_cast<QWidget*>(m_lrPlot), static_cast<QWidget*>(m_a1Plot),
-                       static_cast<QWidget*>(m_a2Plot), m_heatCell})
+    for (QWidget* c : QList<QWidget*>{m_layerErrors->plot()} + trainingCells())
         if (!c->isHidden()) cells << c;
     const int spacing = std::max(0, m_plotGrid->horizontalSpacing());
     // The most columns whose widest row fits: each cell at the minimum width it was given (the
@@ -451,9 +454,7 @@ void TrainingDashboard::rebuildGraphs() {
     bool training = m_totalSteps > 0;
     for (const Run& run : m_runs) training = training || !run.steps.empty();
     if (training == m_lossPlot->isHidden()) {
-        for (QWidget* c : {static_cast<QWidget*>(m_lossPlot), static_cast<QWidget*>(m_volPlot), static_cast<QWidget*>(m_lrPlot),
-                           static_cast<QWidget*>(m_a1Plot), static_cast<QWidget*>(m_a2Plot), m_heatCell})
-            c->setHidden(!training);
+        for (QWidget* c : trainingCells()) c->setHidden(!training);
         reflowPlots(m_plotArea->parentWidget() ? m_plotArea->parentWidget()->width() : 3 * 10000);
     }
     for (QCustomPlot* p : {m_lossPlot, m_volPlot, m_lrPlot, m_a1Plot, m_a2Plot}) p->clearGraphs();

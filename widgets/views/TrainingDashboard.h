@@ -11,6 +11,7 @@
 
 #include <QColor>
 #include <QElapsedTimer>
+#include <QList>
 #include <QString>
 #include <QStringList>
 #include <QVector>
@@ -108,6 +109,7 @@ private:
     // width; more rows scroll.
     void reflowPlots(int width);
     void rebuildGraphs();
+    QList<QWidget*> trainingCells() const;
     void scheduleReplot();
     void drawHeatmaps();
     void applyTheme();
